@@ -1,0 +1,87 @@
+const STORMLOG_ERROR_MARKER = Symbol.for("stormlog.error");
+
+/**
+ * Base class of every error Stormlog throws. Use `StormlogError.isInstance(err)` rather than
+ * `instanceof`: it also recognises errors from another copy of the package.
+ */
+export class StormlogError extends Error {
+  readonly [STORMLOG_ERROR_MARKER] = true;
+  override readonly name: string = "StormlogError";
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+
+  /** True for any Stormlog error, whichever copy of the package created it. */
+  static isInstance(error: unknown): error is StormlogError {
+    return typeof error === "object" && error !== null && STORMLOG_ERROR_MARKER in error;
+  }
+}
+
+/** Where a record came from, for error messages: `file:line`. */
+export interface SourceLocation {
+  readonly file?: string | undefined;
+  readonly line?: number | undefined;
+}
+
+export function describeLocation(location: SourceLocation | undefined): string {
+  if (!location || (location.file === undefined && location.line === undefined)) return "";
+  if (location.line === undefined) return ` (${location.file})`;
+  return ` (${location.file ?? "<input>"}:${location.line})`;
+}
+
+const VALIDATION_MARKER = Symbol.for("stormlog.error.telemetry_validation");
+
+/** A telemetry record breaks the schema. `field` names the offending field when there is one. */
+export class TelemetryValidationError extends StormlogError {
+  readonly [VALIDATION_MARKER] = true;
+  override readonly name = "TelemetryValidationError";
+  readonly field: string | undefined;
+  readonly location: SourceLocation | undefined;
+
+  constructor(message: string, options: { field?: string; location?: SourceLocation; cause?: unknown } = {}) {
+    super(`${message}${describeLocation(options.location)}`, { cause: options.cause });
+    this.field = options.field;
+    this.location = options.location;
+  }
+
+  static override isInstance(error: unknown): error is TelemetryValidationError {
+    return typeof error === "object" && error !== null && VALIDATION_MARKER in error;
+  }
+}
+
+const DECODE_MARKER = Symbol.for("stormlog.error.jsonl_decode");
+
+/** A JSONL line is not valid JSON (or not an object). Names the file and line. */
+export class JsonlDecodeError extends StormlogError {
+  readonly [DECODE_MARKER] = true;
+  override readonly name = "JsonlDecodeError";
+  readonly location: SourceLocation | undefined;
+
+  constructor(message: string, options: { location?: SourceLocation; cause?: unknown } = {}) {
+    super(`${message}${describeLocation(options.location)}`, { cause: options.cause });
+    this.location = options.location;
+  }
+
+  static override isInstance(error: unknown): error is JsonlDecodeError {
+    return typeof error === "object" && error !== null && DECODE_MARKER in error;
+  }
+}
+
+const CONFIG_MARKER = Symbol.for("stormlog.error.invalid_config");
+
+/** An option passed to a Stormlog API is out of range or of the wrong type. */
+export class InvalidConfigError extends StormlogError {
+  readonly [CONFIG_MARKER] = true;
+  override readonly name = "InvalidConfigError";
+  readonly option: string;
+
+  constructor(option: string, message: string) {
+    super(`Invalid option '${option}': ${message}`);
+    this.option = option;
+  }
+
+  static override isInstance(error: unknown): error is InvalidConfigError {
+    return typeof error === "object" && error !== null && CONFIG_MARKER in error;
+  }
+}

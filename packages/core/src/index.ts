@@ -1,0 +1,10 @@
+/**
+ * @stormlog/core: the telemetry schema (v2/v3/v4) shared with the Python Stormlog, its validation,
+ * the lossless JSONL codec and the versioned collector contract every adapter implements.
+ * Depends on nothing else of Stormlog's.
+ */
+export * from "./clock.js";
+export * from "./collector.js";
+export * from "./errors.js";
+export type * from "./json.js";
+export * from "./schema.js";
