@@ -7,4 +7,5 @@ export * from "./clock.js";
 export * from "./collector.js";
 export * from "./errors.js";
 export type * from "./json.js";
+export type * from "./phase-host.js";
 export * from "./schema.js";
