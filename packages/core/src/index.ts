@@ -4,8 +4,13 @@
  * Depends on nothing else of Stormlog's.
  */
 export * from "./clock.js";
+export * from "./codec.js";
 export * from "./collector.js";
 export * from "./errors.js";
+export * from "./json-codec.js";
 export type * from "./json.js";
+export * from "./jsonl.js";
 export type * from "./phase-host.js";
+export * from "./pyrepr.js";
 export * from "./schema.js";
+export * from "./validate.js";

@@ -1,0 +1,154 @@
+import { type SourceLocation, TelemetryValidationError } from "./errors.js";
+import type { JsonObject } from "./json.js";
+import { LosslessJsonParser, pythonJsonString, stringifyJson } from "./json-codec.js";
+import { TELEMETRY_V3_FIELDS, type TelemetryRecord } from "./schema.js";
+import { validateTelemetryRecord } from "./validate.js";
+
+/** Options of `decodeTelemetryLine`. */
+export interface DecodeOptions {
+  /**
+   * Strict (default): an integer field written as `1.0` or `1e3` is rejected, as the Python reference
+   * rejects it. Lenient: accepted when integral, and reported through `onNote`.
+   */
+  readonly strict?: boolean;
+  /** Named in error messages (`file:line`). */
+  readonly location?: SourceLocation;
+  /** Receives notes about input accepted only in lenient mode. */
+  readonly onNote?: (note: string) => void;
+}
+
+const STRING_FIELDS: ReadonlySet<string> = new Set([
+  "session_id",
+  "event_type",
+  "collector",
+  "host",
+  "job_id",
+  "context",
+  "metadata",
+]);
+/** Top-level fields holding integers: a float token there breaks the reference's strict typing. */
+const INTEGER_FIELDS: ReadonlySet<string> = new Set(TELEMETRY_V3_FIELDS.filter((field) => !STRING_FIELDS.has(field)));
+
+/** Canonical order of a sink line, with the quoted key as it appears in the text. */
+const SORTED_FIELDS = [...TELEMETRY_V3_FIELDS].sort();
+const QUOTED_SORTED_FIELDS = SORTED_FIELDS.map((field) => `"${field}"`);
+
+/** Reads the top-level object, matching keys against the canonical order first (interned, no slicing). */
+function readRecordObject(parser: LosslessJsonParser, options: DecodeOptions): Record<string, unknown> {
+  const text = parser.text;
+  parser.skipWhitespace();
+  if (text.charCodeAt(parser.pos) !== 0x7b) {
+    if (parser.pos >= text.length) parser.fail("empty line");
+    parser.fail("a telemetry line must be a JSON object");
+  }
+  parser.pos++;
+  const record: Record<string, unknown> = {};
+  parser.skipWhitespace();
+  if (text.charCodeAt(parser.pos) === 0x7d) {
+    parser.pos++;
+    return record;
+  }
+  let expected = 0;
+  for (;;) {
+    parser.skipWhitespace();
+    let key: string;
+    // Python's sink writes keys sorted; v2 lines lack session_id, so also try the one after it.
+    if (expected < SORTED_FIELDS.length && text.startsWith(QUOTED_SORTED_FIELDS[expected]!, parser.pos)) {
+      key = SORTED_FIELDS[expected]!;
+      parser.pos += key.length + 2;
+      expected++;
+    } else if (expected + 1 < SORTED_FIELDS.length && text.startsWith(QUOTED_SORTED_FIELDS[expected + 1]!, parser.pos)) {
+      key = SORTED_FIELDS[expected + 1]!;
+      parser.pos += key.length + 2;
+      expected += 2;
+    } else {
+      if (text.charCodeAt(parser.pos) !== 0x22) parser.fail("expected a string key");
+      key = parser.readString();
+    }
+    parser.skipWhitespace();
+    if (text.charCodeAt(parser.pos) !== 0x3a) parser.fail("expected ':'");
+    parser.pos++;
+    parser.lastNumberWasFloat = false;
+    const value = parser.readValue();
+    if (parser.lastNumberWasFloat && typeof value === "number" && INTEGER_FIELDS.has(key)) {
+      parser.lastNumberWasFloat = false;
+      if (options.strict !== false) {
+        throw new TelemetryValidationError(
+          `Field '${key}' must be an integer, got a float token (${value}); the Python reference rejects it too. ` +
+            "Decode with { strict: false } to accept integral floats",
+          { field: key, ...(options.location ? { location: options.location } : {}) },
+        );
+      }
+      if (Number.isInteger(value)) {
+        options.onNote?.(`Field '${key}' was written as a float (${value}); accepted as an integer in lenient mode`);
+      }
+    }
+    record[key] = value;
+    parser.skipWhitespace();
+    const c = text.charCodeAt(parser.pos++);
+    if (c === 0x2c) continue;
+    if (c === 0x7d) return record;
+    parser.pos--;
+    parser.fail("expected ',' or '}'");
+  }
+}
+
+/**
+ * Decodes one JSONL line into a validated telemetry record, losslessly: `timestamp_ns` keeps every
+ * digit (as a `bigint`), and re-encoding gives back the same bytes for canonical lines.
+ * Throws `JsonlDecodeError` for malformed JSON and `TelemetryValidationError` for schema violations,
+ * both naming the file and line when `location` is given.
+ */
+export function decodeTelemetryLine(line: string, options: DecodeOptions = {}): TelemetryRecord {
+  const parser = new LosslessJsonParser(line, options.location);
+  const candidate = readRecordObject(parser, options);
+  parser.expectEnd();
+  return validateTelemetryRecord(candidate, options.location ? { location: options.location } : {});
+}
+
+function nullableInt(value: number | null): string {
+  return value === null ? "null" : String(value);
+}
+
+function nullableString(value: string | null): string {
+  return value === null ? "null" : pythonJsonString(value);
+}
+
+function encodeMetadata(metadata: JsonObject): string {
+  for (const _ in metadata) return stringifyJson(metadata, { sortKeys: true });
+  return "{}";
+}
+
+/**
+ * Encodes a record as the canonical sink line (no trailing newline): keys sorted, Python's
+ * `json.dumps(record, sort_keys=True)` separators and escaping, exact integers. The same bytes
+ * the Python sink writes for the same record.
+ */
+export function encodeTelemetryRecord(record: TelemetryRecord): string {
+  const session = record.schema_version === 2 ? "" : `"session_id": ${pythonJsonString(record.session_id)}, `;
+  return (
+    `{"allocator_active_bytes": ${nullableInt(record.allocator_active_bytes)}` +
+    `, "allocator_allocated_bytes": ${nullableInt(record.allocator_allocated_bytes)}` +
+    `, "allocator_change_bytes": ${nullableInt(record.allocator_change_bytes)}` +
+    `, "allocator_inactive_bytes": ${nullableInt(record.allocator_inactive_bytes)}` +
+    `, "allocator_reserved_bytes": ${nullableInt(record.allocator_reserved_bytes)}` +
+    `, "collector": ${pythonJsonString(record.collector)}` +
+    `, "context": ${nullableString(record.context)}` +
+    `, "device_free_bytes": ${nullableInt(record.device_free_bytes)}` +
+    `, "device_id": ${record.device_id}` +
+    `, "device_total_bytes": ${nullableInt(record.device_total_bytes)}` +
+    `, "device_used_bytes": ${nullableInt(record.device_used_bytes)}` +
+    `, "event_type": ${pythonJsonString(record.event_type)}` +
+    `, "host": ${pythonJsonString(record.host)}` +
+    `, "job_id": ${nullableString(record.job_id)}` +
+    `, "local_rank": ${record.local_rank}` +
+    `, "metadata": ${encodeMetadata(record.metadata)}` +
+    `, "pid": ${record.pid}` +
+    `, "rank": ${record.rank}` +
+    `, "sampling_interval_ms": ${record.sampling_interval_ms}` +
+    `, "schema_version": ${record.schema_version}, ${session}` +
+    `"timestamp_ns": ${record.timestamp_ns}` +
+    `, "world_size": ${record.world_size}}`
+  );
+}
+

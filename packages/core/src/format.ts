@@ -1,0 +1,22 @@
+import { pythonFormatFixed } from "./pyrepr.js";
+
+const BYTE_UNITS = ["B", "KB", "MB", "GB", "TB", "PB"] as const;
+
+/**
+ * A byte count for people, exactly as the Python reference's `format_bytes` writes it: powers of
+ * 1024, units B/KB/MB/GB/TB/PB, `precision` decimals (`"512.00 B"`, `"1.50 KB"`, `"0 B"` for zero).
+ * Ties round half-to-even like Python (`1152` bytes is `"1.12 KB"`). Like the reference, a negative
+ * count keeps its sign and is not scaled (`-2048` is `"-2048.00 B"`): format the magnitude and add
+ * the sign yourself when you want `-2.00 KB`.
+ */
+export function formatBytes(bytes: number | bigint, precision = 2): string {
+  if (bytes === 0 || bytes === 0n) return "0 B";
+  // Number(bigint) rounds to nearest-even, as Python's float(int) does.
+  let size = Number(bytes);
+  let unit = 0;
+  while (size >= 1024 && unit < BYTE_UNITS.length - 1) {
+    size /= 1024;
+    unit++;
+  }
+  return `${pythonFormatFixed(size, precision)} ${BYTE_UNITS[unit]}`;
+}

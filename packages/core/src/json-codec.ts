@@ -1,0 +1,391 @@
+import { JsonlDecodeError, type SourceLocation } from "./errors.js";
+import type { JsonObject, JsonValue } from "./json.js";
+import { pythonFloatRepr } from "./pyrepr.js";
+
+/**
+ * Keys of an object (or indices of an array) whose value was written as a float token that holds an
+ * integer (`85.0`, `1e3`). JS numbers cannot tell `85.0` from `85`; this mark lets the encoder write
+ * the token back as Python would, so decode then encode stays byte-identical.
+ */
+export const FLOAT_KEYS: unique symbol = Symbol.for("stormlog.json.float_keys");
+
+type FloatMarked = { [FLOAT_KEYS]?: Set<string | number> };
+
+/** Marks `key` of `container` as a float, so an integral value is still written as `85.0`. */
+export function markFloat(container: JsonObject | JsonValue[], key: string | number): void {
+  const marked = container as FloatMarked;
+  let keys = marked[FLOAT_KEYS];
+  if (!keys) {
+    keys = new Set();
+    Object.defineProperty(container, FLOAT_KEYS, { value: keys, enumerable: false });
+  }
+  keys.add(key);
+}
+
+function isMarkedFloat(container: object, key: string | number): boolean {
+  return (container as FloatMarked)[FLOAT_KEYS]?.has(key) === true;
+}
+
+/** A number token as the lossless parser read it. */
+export interface NumberToken {
+  value: number | bigint;
+  /** The token had a fraction or exponent. */
+  isFloat: boolean;
+}
+
+const MAX_SAFE = Number.MAX_SAFE_INTEGER;
+
+/**
+ * A small, exact JSON parser: integers beyond 2^53 become `bigint`, integral float tokens are marked
+ * (see `FLOAT_KEYS`), and Python's `NaN`/`Infinity` tokens are accepted as `json.loads` accepts them.
+ */
+export class LosslessJsonParser {
+  pos = 0;
+  /** Set by `readNumber`: whether the last number token had a fraction or exponent. */
+  lastNumberWasFloat = false;
+
+  constructor(
+    readonly text: string,
+    readonly location?: SourceLocation,
+  ) {}
+
+  fail(message: string): never {
+    throw new JsonlDecodeError(`Invalid JSON at column ${this.pos + 1}: ${message}`, {
+      location: this.location,
+    });
+  }
+
+  skipWhitespace(): void {
+    const text = this.text;
+    let pos = this.pos;
+    for (;;) {
+      const c = text.charCodeAt(pos);
+      if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) pos++;
+      else break;
+    }
+    this.pos = pos;
+  }
+
+  readValue(): JsonValue {
+    this.skipWhitespace();
+    const c = this.text.charCodeAt(this.pos);
+    switch (c) {
+      case 0x7b /* { */:
+        return this.readObject();
+      case 0x5b /* [ */:
+        return this.readArray();
+      case 0x22 /* " */:
+        return this.readString();
+      case 0x74 /* t */:
+        return this.readLiteral("true", true);
+      case 0x66 /* f */:
+        return this.readLiteral("false", false);
+      case 0x6e /* n */:
+        return this.readLiteral("null", null);
+      case 0x4e /* N */:
+        return this.readLiteral("NaN", Number.NaN);
+      case 0x49 /* I */:
+        return this.readLiteral("Infinity", Number.POSITIVE_INFINITY);
+      default:
+        if (c === 0x2d /* - */ && this.text.startsWith("-Infinity", this.pos)) {
+          return this.readLiteral("-Infinity", Number.NEGATIVE_INFINITY);
+        }
+        if (c === 0x2d || (c >= 0x30 && c <= 0x39)) return this.readNumber();
+        if (Number.isNaN(c)) this.fail("unexpected end of input");
+        return this.fail(`unexpected character ${JSON.stringify(this.text[this.pos])}`);
+    }
+  }
+
+  readLiteral<T extends JsonValue>(word: string, value: T): T {
+    if (!this.text.startsWith(word, this.pos)) this.fail(`expected ${word}`);
+    this.pos += word.length;
+    return value;
+  }
+
+  readObject(): JsonObject {
+    const text = this.text;
+    const result: JsonObject = {};
+    this.pos++; // {
+    this.skipWhitespace();
+    if (text.charCodeAt(this.pos) === 0x7d) {
+      this.pos++;
+      return result;
+    }
+    for (;;) {
+      this.skipWhitespace();
+      if (text.charCodeAt(this.pos) !== 0x22) this.fail("expected a string key");
+      const key = this.readString();
+      this.skipWhitespace();
+      if (text.charCodeAt(this.pos) !== 0x3a) this.fail("expected ':'");
+      this.pos++;
+      const value = this.readValue();
+      if (this.lastNumberWasFloat && typeof value === "number") {
+        this.lastNumberWasFloat = false;
+        if (Number.isInteger(value)) markFloat(result, key);
+      }
+      // Python keeps the last of duplicate keys; so does plain assignment.
+      result[key] = value;
+      this.skipWhitespace();
+      const c = text.charCodeAt(this.pos++);
+      if (c === 0x2c) continue;
+      if (c === 0x7d) return result;
+      this.pos--;
+      this.fail("expected ',' or '}'");
+    }
+  }
+
+  readArray(): JsonValue[] {
+    const text = this.text;
+    const result: JsonValue[] = [];
+    this.pos++; // [
+    this.skipWhitespace();
+    if (text.charCodeAt(this.pos) === 0x5d) {
+      this.pos++;
+      return result;
+    }
+    for (;;) {
+      const value = this.readValue();
+      if (this.lastNumberWasFloat && typeof value === "number") {
+        this.lastNumberWasFloat = false;
+        if (Number.isInteger(value)) markFloat(result, result.length);
+      }
+      result.push(value);
+      this.skipWhitespace();
+      const c = text.charCodeAt(this.pos++);
+      if (c === 0x2c) continue;
+      if (c === 0x5d) return result;
+      this.pos--;
+      this.fail("expected ',' or ']'");
+    }
+  }
+
+  readString(): string {
+    const text = this.text;
+    const start = this.pos + 1;
+    let pos = start;
+    for (;;) {
+      const c = text.charCodeAt(pos);
+      if (c === 0x22) {
+        this.pos = pos + 1;
+        return text.slice(start, pos);
+      }
+      if (c === 0x5c /* \ */) return this.readEscapedString(start);
+      if (c < 0x20) {
+        this.pos = pos;
+        this.fail("control character in string");
+      }
+      if (pos >= text.length) {
+        this.pos = pos;
+        this.fail("unterminated string");
+      }
+      pos++;
+    }
+  }
+
+  /** Strings with escapes are rare in telemetry: hand the exact slice to the native parser. */
+  readEscapedString(start: number): string {
+    const text = this.text;
+    let pos = start;
+    for (;;) {
+      const c = text.charCodeAt(pos);
+      if (c === 0x5c) pos += 2;
+      else if (c === 0x22) break;
+      else if (Number.isNaN(c)) {
+        this.pos = pos;
+        this.fail("unterminated string");
+      } else pos++;
+    }
+    this.pos = pos + 1;
+    try {
+      return JSON.parse(text.slice(start - 1, pos + 1)) as string;
+    } catch (error) {
+      this.pos = start;
+      return this.fail(`invalid string escape (${(error as Error).message})`);
+    }
+  }
+
+  /** Reads a number token; integers stay exact (`bigint` above 2^53). */
+  readNumber(): number | bigint {
+    const text = this.text;
+    const start = this.pos;
+    let pos = start;
+    if (text.charCodeAt(pos) === 0x2d) pos++;
+    const digitsStart = pos;
+    let c = text.charCodeAt(pos);
+    if (c === 0x30) {
+      pos++;
+    } else if (c >= 0x31 && c <= 0x39) {
+      do c = text.charCodeAt(++pos);
+      while (c >= 0x30 && c <= 0x39);
+    } else {
+      this.pos = pos;
+      this.fail("invalid number");
+    }
+    c = text.charCodeAt(pos);
+    let isFloat = false;
+    if (c === 0x2e /* . */) {
+      isFloat = true;
+      c = text.charCodeAt(++pos);
+      if (!(c >= 0x30 && c <= 0x39)) {
+        this.pos = pos;
+        this.fail("invalid number");
+      }
+      do c = text.charCodeAt(++pos);
+      while (c >= 0x30 && c <= 0x39);
+    }
+    if (c === 0x65 || c === 0x45 /* e E */) {
+      isFloat = true;
+      c = text.charCodeAt(++pos);
+      if (c === 0x2b || c === 0x2d) c = text.charCodeAt(++pos);
+      if (!(c >= 0x30 && c <= 0x39)) {
+        this.pos = pos;
+        this.fail("invalid number");
+      }
+      do c = text.charCodeAt(++pos);
+      while (c >= 0x30 && c <= 0x39);
+    }
+    this.pos = pos;
+    this.lastNumberWasFloat = isFloat;
+    const token = text.slice(start, pos);
+    if (isFloat) return Number(token);
+    // Up to 15 digits always fit a double exactly.
+    if (pos - digitsStart <= 15) return Number(token);
+    const value = Number(token);
+    if (value <= MAX_SAFE && value >= -MAX_SAFE) return value;
+    return BigInt(token);
+  }
+
+  expectEnd(): void {
+    this.skipWhitespace();
+    if (this.pos !== this.text.length) this.fail("unexpected data after the JSON value");
+  }
+}
+
+/** Parses JSON without losing integer digits (`bigint` above 2^53) or the float-ness of `85.0`. */
+export function parseJson(text: string, location?: SourceLocation): JsonValue {
+  const parser = new LosslessJsonParser(text, location);
+  const value = parser.readValue();
+  parser.expectEnd();
+  return value;
+}
+
+// Python json.dumps(ensure_ascii=True) escapes everything outside printable ASCII.
+const NEEDS_ESCAPE = /["\\\u0000-\u001f\u007f-\uffff]/;
+const ESCAPE_ALL = /["\\\u0000-\u001f\u007f-\uffff]/g;
+const SHORT_ESCAPES: Record<string, string> = {
+  '"': '\\"',
+  "\\": "\\\\",
+  "\n": "\\n",
+  "\r": "\\r",
+  "\t": "\\t",
+  "\b": "\\b",
+  "\f": "\\f",
+};
+
+function escapeChar(ch: string): string {
+  return SHORT_ESCAPES[ch] ?? `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`;
+}
+
+/** A JSON string literal exactly as Python's `json.dumps` (ensure_ascii) writes it. */
+export function pythonJsonString(value: string): string {
+  if (!NEEDS_ESCAPE.test(value)) return `"${value}"`;
+  return `"${value.replace(ESCAPE_ALL, escapeChar)}"`;
+}
+
+/** A number as Python's `json.dumps` writes it: ints as digits, floats with `repr`. */
+export function pythonJsonNumber(value: number, isFloat: boolean): string {
+  if (Number.isNaN(value)) return "NaN";
+  if (value === Number.POSITIVE_INFINITY) return "Infinity";
+  if (value === Number.NEGATIVE_INFINITY) return "-Infinity";
+  if (!isFloat && Number.isInteger(value)) {
+    // Beyond 2^53 a JS number is no longer an exact int; write it as Python would write the float.
+    return Math.abs(value) <= MAX_SAFE ? String(value) : pythonFloatRepr(value);
+  }
+  return pythonFloatRepr(value);
+}
+
+function compareCodePoints(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** Python sorts keys by code point; JS `<` compares UTF-16 units, which differs only past U+FFFF. */
+function sortKeysLikePython(keys: string[]): string[] {
+  if (keys.some((key) => /[\ud800-\udfff]/.test(key))) {
+    return keys.sort((a, b) => {
+      const left = Array.from(a);
+      const right = Array.from(b);
+      for (let i = 0; i < Math.min(left.length, right.length); i++) {
+        const diff = (left[i]!.codePointAt(0) ?? 0) - (right[i]!.codePointAt(0) ?? 0);
+        if (diff !== 0) return diff;
+      }
+      return left.length - right.length;
+    });
+  }
+  return keys.sort(compareCodePoints);
+}
+
+/** Options of `stringifyJson`, named after Python's `json.dumps` arguments. */
+export interface StringifyOptions {
+  /** Sort object keys (Python `sort_keys=True`). */
+  readonly sortKeys?: boolean;
+  /** Pretty-print with this many spaces (Python `indent=N`); compact one-line output otherwise. */
+  readonly indent?: number;
+}
+
+/**
+ * Serialises like Python's `json.dumps(value, sort_keys=..., indent=...)`: `", "`/`": "` separators
+ * on one line (`","` and newlines when indented), ASCII-only escaping, float `repr`, exact `bigint`s.
+ */
+export function stringifyJson(value: JsonValue, options: StringifyOptions = {}): string {
+  return writeValue(value, false, options.sortKeys === true, options.indent, "");
+}
+
+function writeValue(
+  value: JsonValue,
+  isFloat: boolean,
+  sortKeys: boolean,
+  indent: number | undefined,
+  currentIndent: string,
+): string {
+  switch (typeof value) {
+    case "string":
+      return pythonJsonString(value);
+    case "number":
+      return pythonJsonNumber(value, isFloat);
+    case "bigint":
+      return value.toString();
+    case "boolean":
+      return value ? "true" : "false";
+    case "object":
+      if (value === null) return "null";
+      return Array.isArray(value)
+        ? writeArray(value, sortKeys, indent, currentIndent)
+        : writeObject(value, sortKeys, indent, currentIndent);
+    default:
+      throw new TypeError(`Cannot serialise a ${typeof value} as JSON`);
+  }
+}
+
+function writeArray(value: JsonValue[], sortKeys: boolean, indent: number | undefined, current: string): string {
+  if (value.length === 0) return "[]";
+  const inner = indent === undefined ? current : current + " ".repeat(indent);
+  const parts = value.map((item, index) => writeValue(item, isMarkedFloat(value, index), sortKeys, indent, inner));
+  if (indent === undefined) return `[${parts.join(", ")}]`;
+  return `[\n${inner}${parts.join(`,\n${inner}`)}\n${current}]`;
+}
+
+function writeObject(value: JsonObject, sortKeys: boolean, indent: number | undefined, current: string): string {
+  const keys = Object.keys(value);
+  if (keys.length === 0) return "{}";
+  if (sortKeys) sortKeysLikePython(keys);
+  const inner = indent === undefined ? current : current + " ".repeat(indent);
+  const parts: string[] = [];
+  for (const key of keys) {
+    const item = value[key];
+    if (item === undefined) continue;
+    parts.push(`${pythonJsonString(key)}: ${writeValue(item, isMarkedFloat(value, key), sortKeys, indent, inner)}`);
+  }
+  if (parts.length === 0) return "{}";
+  if (indent === undefined) return `{${parts.join(", ")}}`;
+  return `{\n${inner}${parts.join(`,\n${inner}`)}\n${current}}`;
+}
