@@ -1,3 +1,4 @@
+import { decodeCanonicalV3 } from "./codec-fast.js";
 import { type SourceLocation, TelemetryValidationError } from "./errors.js";
 import type { JsonObject } from "./json.js";
 import { LosslessJsonParser, pythonJsonString, stringifyJson } from "./json-codec.js";
@@ -27,7 +28,9 @@ const STRING_FIELDS: ReadonlySet<string> = new Set([
   "metadata",
 ]);
 /** Top-level fields holding integers: a float token there breaks the reference's strict typing. */
-const INTEGER_FIELDS: ReadonlySet<string> = new Set(TELEMETRY_V3_FIELDS.filter((field) => !STRING_FIELDS.has(field)));
+const INTEGER_FIELDS: ReadonlySet<string> = new Set(
+  TELEMETRY_V3_FIELDS.filter((field) => !STRING_FIELDS.has(field)),
+);
 
 /** Canonical order of a sink line, with the quoted key as it appears in the text. */
 const SORTED_FIELDS = [...TELEMETRY_V3_FIELDS].sort();
@@ -57,7 +60,10 @@ function readRecordObject(parser: LosslessJsonParser, options: DecodeOptions): R
       key = SORTED_FIELDS[expected]!;
       parser.pos += key.length + 2;
       expected++;
-    } else if (expected + 1 < SORTED_FIELDS.length && text.startsWith(QUOTED_SORTED_FIELDS[expected + 1]!, parser.pos)) {
+    } else if (
+      expected + 1 < SORTED_FIELDS.length &&
+      text.startsWith(QUOTED_SORTED_FIELDS[expected + 1]!, parser.pos)
+    ) {
       key = SORTED_FIELDS[expected + 1]!;
       parser.pos += key.length + 2;
       expected += 2;
@@ -80,7 +86,9 @@ function readRecordObject(parser: LosslessJsonParser, options: DecodeOptions): R
         );
       }
       if (Number.isInteger(value)) {
-        options.onNote?.(`Field '${key}' was written as a float (${value}); accepted as an integer in lenient mode`);
+        options.onNote?.(
+          `Field '${key}' was written as a float (${value}); accepted as an integer in lenient mode`,
+        );
       }
     }
     record[key] = value;
@@ -101,6 +109,9 @@ function readRecordObject(parser: LosslessJsonParser, options: DecodeOptions): R
  */
 export function decodeTelemetryLine(line: string, options: DecodeOptions = {}): TelemetryRecord {
   const parser = new LosslessJsonParser(line, options.location);
+  const fast = decodeCanonicalV3(parser);
+  if (fast !== undefined) return fast;
+  parser.pos = 0;
   const candidate = readRecordObject(parser, options);
   parser.expectEnd();
   return validateTelemetryRecord(candidate, options.location ? { location: options.location } : {});
@@ -151,4 +162,3 @@ export function encodeTelemetryRecord(record: TelemetryRecord): string {
     `, "world_size": ${record.world_size}}`
   );
 }
-

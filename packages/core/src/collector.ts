@@ -56,7 +56,9 @@ export interface SampleFailure {
 export type SampleResult = FullSample | PartialSample | SampleFailure;
 
 /** Whether a collector can work in this process, and if not, why (one line). */
-export type CollectorAvailability = { readonly available: true } | { readonly available: false; readonly reason: string };
+export type CollectorAvailability =
+  | { readonly available: true }
+  | { readonly available: false; readonly reason: string };
 
 /**
  * The contract every backend adapter implements (tfjs, NVML, onnxruntime, the Node process).
@@ -84,7 +86,11 @@ export interface MemoryCollector {
 }
 
 /** Capabilities with every flag false, to spread and override. */
-export function noCapabilities(backend: string, telemetryCollector: string, samplingSource: string): MemoryCapabilities {
+export function noCapabilities(
+  backend: string,
+  telemetryCollector: string,
+  samplingSource: string,
+): MemoryCapabilities {
   return {
     backend,
     telemetry_collector: telemetryCollector,

@@ -25,7 +25,11 @@ export interface DistributedIdentitySources {
 /** Launcher variables, by group: torchrun, Open MPI, Slurm. The first complete group wins. */
 export const RANK_ENV_GROUPS = [
   { rank: "RANK", localRank: "LOCAL_RANK", worldSize: "WORLD_SIZE" },
-  { rank: "OMPI_COMM_WORLD_RANK", localRank: "OMPI_COMM_WORLD_LOCAL_RANK", worldSize: "OMPI_COMM_WORLD_SIZE" },
+  {
+    rank: "OMPI_COMM_WORLD_RANK",
+    localRank: "OMPI_COMM_WORLD_LOCAL_RANK",
+    worldSize: "OMPI_COMM_WORLD_SIZE",
+  },
   { rank: "SLURM_PROCID", localRank: "SLURM_LOCALID", worldSize: "SLURM_NTASKS" },
 ] as const;
 /** Variables a job id is read from, first non-blank wins. */
@@ -58,7 +62,8 @@ function firstEnvValue(env: Readonly<Record<string, string | undefined>>): Candi
 function describeValue(value: JsonValue): string {
   if (typeof value === "string") return JSON.stringify(value);
   if (typeof value === "bigint") return value.toString();
-  if (typeof value === "object") return Array.isArray(value) ? "an array" : value === null ? "null" : "an object";
+  if (typeof value === "object")
+    return Array.isArray(value) ? "an array" : value === null ? "null" : "an object";
   return String(value);
 }
 
@@ -77,7 +82,8 @@ function envInt(text: string, field: Field, key: string): number {
 }
 
 function inferFromEnv(env: Readonly<Record<string, string | undefined>> | undefined): Raw {
-  if (env === undefined) return { job_id: undefined, rank: undefined, local_rank: undefined, world_size: undefined };
+  if (env === undefined)
+    return { job_id: undefined, rank: undefined, local_rank: undefined, world_size: undefined };
   const jobId = firstEnvValue(env);
   for (const group of RANK_ENV_GROUPS) {
     const rankText = env[group.rank];
@@ -140,6 +146,39 @@ function positive(candidate: Candidate, field: Field): number {
   return value;
 }
 
+function pick(explicit: JsonValue | undefined, metadata: JsonObject, key: Field): Candidate | undefined {
+  if (present(explicit)) return { value: explicit, origin: "the explicit value" };
+  const fromMetadata = metadata[key];
+  if (present(fromMetadata)) return { value: fromMetadata, origin: `metadata.${key}` };
+  return undefined;
+}
+
+function smallInt(value: JsonValue | undefined): value is number | null | undefined {
+  return value === undefined || value === null || (typeof value === "number" && Number.isSafeInteger(value));
+}
+
+/**
+ * The identity from explicit values alone when they are well formed (every record of a load takes
+ * this path); undefined sends the caller through the full resolution, which explains any error.
+ */
+function explicitOnly(input: DistributedIdentityInput): DistributedIdentity | undefined {
+  const { jobId, rank, localRank, worldSize } = input;
+  if (!smallInt(rank) || !smallInt(localRank) || !smallInt(worldSize)) return undefined;
+  if (jobId !== undefined && jobId !== null && (typeof jobId !== "string" || jobId.trim() === ""))
+    return undefined;
+  const resolvedRank = rank ?? 0;
+  const resolvedLocalRank = localRank ?? resolvedRank;
+  const resolvedWorldSize = worldSize ?? 1;
+  if (resolvedRank < 0 || resolvedLocalRank < 0 || resolvedWorldSize < 1) return undefined;
+  if (resolvedRank >= resolvedWorldSize || resolvedLocalRank >= resolvedWorldSize) return undefined;
+  return {
+    job_id: jobId ?? null,
+    rank: resolvedRank,
+    local_rank: resolvedLocalRank,
+    world_size: resolvedWorldSize,
+  };
+}
+
 /**
  * The job id, rank, local rank and world size of this process (or of a legacy record), with the
  * reference's precedence and checks (`resolve_distributed_identity`):
@@ -159,18 +198,16 @@ export function resolveDistributedIdentity(
   input: DistributedIdentityInput = {},
   sources: DistributedIdentitySources = {},
 ): DistributedIdentity {
+  if (sources.metadata === undefined && sources.env === undefined) {
+    const fast = explicitOnly(input);
+    if (fast !== undefined) return fast;
+  }
   const metadata = sources.metadata ?? {};
-  const pick = (explicit: JsonValue | undefined, key: Field): Candidate | undefined => {
-    if (present(explicit)) return { value: explicit, origin: "the explicit value" };
-    const fromMetadata = metadata[key];
-    if (present(fromMetadata)) return { value: fromMetadata, origin: `metadata.${key}` };
-    return undefined;
-  };
   const raw: Raw = {
-    job_id: pick(input.jobId, "job_id"),
-    rank: pick(input.rank, "rank"),
-    local_rank: pick(input.localRank, "local_rank"),
-    world_size: pick(input.worldSize, "world_size"),
+    job_id: pick(input.jobId, metadata, "job_id"),
+    rank: pick(input.rank, metadata, "rank"),
+    local_rank: pick(input.localRank, metadata, "local_rank"),
+    world_size: pick(input.worldSize, metadata, "world_size"),
   };
 
   if (raw.rank === undefined || raw.local_rank === undefined || raw.world_size === undefined) {
@@ -185,7 +222,10 @@ export function resolveDistributedIdentity(
 
   const worldSizeCandidate = raw.world_size ?? { value: 1, origin: "the default" };
   const rankCandidate = raw.rank ?? { value: 0, origin: "the default" };
-  const localRankCandidate = raw.local_rank ?? { ...rankCandidate, origin: `${rankCandidate.origin} (as rank)` };
+  const localRankCandidate = raw.local_rank ?? {
+    ...rankCandidate,
+    origin: `${rankCandidate.origin} (as rank)`,
+  };
 
   let jobId: string | null = null;
   if (raw.job_id !== undefined) {

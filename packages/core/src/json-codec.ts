@@ -269,8 +269,11 @@ export function parseJson(text: string, location?: SourceLocation): JsonValue {
   return value;
 }
 
-// Python json.dumps(ensure_ascii=True) escapes everything outside printable ASCII.
+// Python json.dumps(ensure_ascii=True) escapes everything outside printable ASCII; control characters
+// are exactly what these patterns must find.
+// biome-ignore lint/suspicious/noControlCharactersInRegex: see above
 const NEEDS_ESCAPE = /["\\\u0000-\u001f\u007f-\uffff]/;
+// biome-ignore lint/suspicious/noControlCharactersInRegex: see above
 const ESCAPE_ALL = /["\\\u0000-\u001f\u007f-\uffff]/g;
 const SHORT_ESCAPES: Record<string, string> = {
   '"': '\\"',
@@ -366,15 +369,27 @@ function writeValue(
   }
 }
 
-function writeArray(value: JsonValue[], sortKeys: boolean, indent: number | undefined, current: string): string {
+function writeArray(
+  value: JsonValue[],
+  sortKeys: boolean,
+  indent: number | undefined,
+  current: string,
+): string {
   if (value.length === 0) return "[]";
   const inner = indent === undefined ? current : current + " ".repeat(indent);
-  const parts = value.map((item, index) => writeValue(item, isMarkedFloat(value, index), sortKeys, indent, inner));
+  const parts = value.map((item, index) =>
+    writeValue(item, isMarkedFloat(value, index), sortKeys, indent, inner),
+  );
   if (indent === undefined) return `[${parts.join(", ")}]`;
   return `[\n${inner}${parts.join(`,\n${inner}`)}\n${current}]`;
 }
 
-function writeObject(value: JsonObject, sortKeys: boolean, indent: number | undefined, current: string): string {
+function writeObject(
+  value: JsonObject,
+  sortKeys: boolean,
+  indent: number | undefined,
+  current: string,
+): string {
   const keys = Object.keys(value);
   if (keys.length === 0) return "{}";
   if (sortKeys) sortKeysLikePython(keys);
@@ -383,7 +398,9 @@ function writeObject(value: JsonObject, sortKeys: boolean, indent: number | unde
   for (const key of keys) {
     const item = value[key];
     if (item === undefined) continue;
-    parts.push(`${pythonJsonString(key)}: ${writeValue(item, isMarkedFloat(value, key), sortKeys, indent, inner)}`);
+    parts.push(
+      `${pythonJsonString(key)}: ${writeValue(item, isMarkedFloat(value, key), sortKeys, indent, inner)}`,
+    );
   }
   if (parts.length === 0) return "{}";
   if (indent === undefined) return `{${parts.join(", ")}}`;

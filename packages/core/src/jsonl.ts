@@ -23,7 +23,10 @@ export interface JsonlReadOptions {
  * Streams the non-blank lines of a JSONL file without loading it whole. Splits on `\n` (a `\r`
  * before it is dropped) and decodes UTF-8 across chunk boundaries.
  */
-export async function* readJsonlLines(path: string, options: JsonlReadOptions = {}): AsyncGenerator<JsonlLine> {
+export async function* readJsonlLines(
+  path: string,
+  options: JsonlReadOptions = {},
+): AsyncGenerator<JsonlLine> {
   const decoder = new StringDecoder("utf8");
   let pending = "";
   let lineNumber = 0;
@@ -42,7 +45,8 @@ export async function* readJsonlLines(path: string, options: JsonlReadOptions = 
     pending = text.slice(start);
   }
   pending += decoder.end();
-  if (!isBlank(pending)) yield { text: stripCarriageReturn(pending), lineNumber: lineNumber + 1, terminated: false };
+  if (!isBlank(pending))
+    yield { text: stripCarriageReturn(pending), lineNumber: lineNumber + 1, terminated: false };
 }
 
 /** Splits JSONL text already in memory, with the same rules as `readJsonlLines`. */
@@ -99,10 +103,18 @@ export interface DecodedLine {
 
 function decodeOrTail(line: JsonlLine, options: TelemetryJsonlOptions): TelemetryRecord | undefined {
   try {
-    return decodeTelemetryLine(line.text, { ...options, location: { file: options.file, line: line.lineNumber } });
+    return decodeTelemetryLine(line.text, {
+      ...options,
+      location: { file: options.file, line: line.lineNumber },
+    });
   } catch (error) {
     if (!line.terminated && JsonlDecodeError.isInstance(error)) {
-      options.onTruncatedTail?.({ file: options.file, lineNumber: line.lineNumber, length: line.text.length, error });
+      options.onTruncatedTail?.({
+        file: options.file,
+        lineNumber: line.lineNumber,
+        length: line.text.length,
+        error,
+      });
       return undefined;
     }
     throw error;
@@ -110,7 +122,10 @@ function decodeOrTail(line: JsonlLine, options: TelemetryJsonlOptions): Telemetr
 }
 
 /** Streams validated records from a telemetry JSONL file. */
-export async function* readTelemetryJsonl(path: string, options: TelemetryJsonlOptions = {}): AsyncGenerator<DecodedLine> {
+export async function* readTelemetryJsonl(
+  path: string,
+  options: TelemetryJsonlOptions = {},
+): AsyncGenerator<DecodedLine> {
   const withFile = { ...options, file: options.file ?? path };
   for await (const line of readJsonlLines(path, options)) {
     const record = decodeOrTail(line, withFile);

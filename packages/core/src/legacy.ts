@@ -7,7 +7,6 @@ import { pythonStr } from "./pyrepr.js";
 import {
   type DistributedIdentity,
   SUPPORTED_SCHEMA_VERSIONS,
-  TELEMETRY_V3_FIELDS,
   type TelemetryEvent,
   type TelemetryRecord,
 } from "./schema.js";
@@ -139,7 +138,9 @@ class Converter {
             field,
           );
         }
-        this.options.onNote?.(`Field '${field}' was written as a float (${value}); accepted as an integer in lenient mode`);
+        this.options.onNote?.(
+          `Field '${field}' was written as a float (${value}); accepted as an integer in lenient mode`,
+        );
       }
       return value;
     }
@@ -157,7 +158,8 @@ class Converter {
       if (allowNone) return null;
       return this.fail(`${field} must be a non-empty string, got null`, field);
     }
-    if (typeof value !== "string") return this.fail(`${field} must be a string, got ${describe(value)}`, field);
+    if (typeof value !== "string")
+      return this.fail(`${field} must be a string, got ${describe(value)}`, field);
     if (!allowNone && value.trim() === "") return this.fail(`${field} must be a non-empty string`, field);
     return value;
   }
@@ -193,7 +195,11 @@ class Converter {
     if (typeof raw === "string" && raw.trim() !== "") return raw;
     const fallback = this.options.defaultSessionId;
     if (fallback !== undefined && fallback !== null) return fallback;
-    const timestampKey = has(record, "timestamp_ns") ? "timestamp_ns" : has(record, "timestamp") ? "timestamp" : undefined;
+    const timestampKey = has(record, "timestamp_ns")
+      ? "timestamp_ns"
+      : has(record, "timestamp")
+        ? "timestamp"
+        : undefined;
     const timestamp = timestampKey === undefined ? "unknown" : record[timestampKey];
     const host = has(record, "host") ? record.host : UNKNOWN_HOST;
     const pid = has(record, "pid") ? record.pid : UNKNOWN_PID;
@@ -207,18 +213,24 @@ class Converter {
   }
 
   validate(candidate: Record<string, unknown>): TelemetryRecord {
-    return validateTelemetryRecord(candidate, this.options.location ? { location: this.options.location } : {});
+    return validateTelemetryRecord(
+      candidate,
+      this.options.location ? { location: this.options.location } : {},
+    );
   }
 }
 
-/** Keys in canonical order, identity fields from `identity`, and `schema_version` as given. */
-function canonical(record: TelemetryRecord, identity: DistributedIdentity): TelemetryEvent {
-  const source: Record<string, unknown> = { ...record, ...identity };
-  const result: Record<string, unknown> = {};
-  for (const field of TELEMETRY_V3_FIELDS) {
-    if (field in source) result[field] = source[field];
-  }
-  return result as unknown as TelemetryEvent;
+/**
+ * The validated record with the reference's identity: `validateTelemetryRecord` returns a fresh
+ * object in canonical key order but fills a missing `local_rank` with 0 where the reference's
+ * loaders use the rank.
+ */
+function withIdentity(record: TelemetryRecord, identity: DistributedIdentity): TelemetryEvent {
+  record.job_id = identity.job_id;
+  record.rank = identity.rank;
+  record.local_rank = identity.local_rank;
+  record.world_size = identity.world_size;
+  return record as TelemetryEvent;
 }
 
 function pythonStrOfJson(value: JsonValue | undefined): string {
@@ -235,7 +247,10 @@ export type CapabilityEvidence = Partial<Record<string, JsonValue | undefined>>;
  * infers it: backend from `metadata.backend` or the collector name, each `supports_<counter>` true
  * when that counter is not null, fragmentation/attribution when allocated and reserved are known.
  */
-export function inferMemoryCapabilities(record: CapabilityEvidence, metadata: JsonObject): MemoryCapabilities {
+export function inferMemoryCapabilities(
+  record: CapabilityEvidence,
+  metadata: JsonObject,
+): MemoryCapabilities {
   const collector = pythonStrOfJson(record.collector ?? DEFAULT_LEGACY_COLLECTOR);
   const declared = metadata.backend;
   const backend =
@@ -271,13 +286,21 @@ function withCapabilities(metadata: JsonObject, record: CapabilityEvidence): Jso
   return copy;
 }
 
-function upgradeToV4(converter: Converter, record: TelemetryRecord, identity: DistributedIdentity): TelemetryEvent {
+function upgradeToV4(
+  converter: Converter,
+  record: TelemetryRecord,
+  identity: DistributedIdentity,
+): TelemetryEvent {
   const evidence = record as unknown as CapabilityEvidence;
   const candidate = { ...record, schema_version: 4, metadata: withCapabilities(record.metadata, evidence) };
-  return canonical(converter.validate(candidate), identity);
+  return withIdentity(converter.validate(candidate), identity);
 }
 
-function normalizeVersioned(record: JsonObject, options: NormalizeOptions, converter: Converter): TelemetryEvent {
+function normalizeVersioned(
+  record: JsonObject,
+  options: NormalizeOptions,
+  converter: Converter,
+): TelemetryEvent {
   const version = converter.int(record, "schema_version");
   if (!SUPPORTED_SCHEMA_VERSIONS.some((supported) => BigInt(supported) === BigInt(version))) {
     converter.fail(
@@ -287,11 +310,15 @@ function normalizeVersioned(record: JsonObject, options: NormalizeOptions, conve
     );
   }
   const metadata = has(record, "metadata") ? record.metadata : {};
-  if (!isPlainObject(metadata)) return converter.fail(`metadata must be an object, got ${describe(metadata)}`, "metadata");
+  if (!isPlainObject(metadata))
+    return converter.fail(`metadata must be an object, got ${describe(metadata)}`, "metadata");
   // Identity comes from the record alone: metadata identity keys stay opaque for versioned records.
   const identity = converter.identity(record);
-  for (const field of VERSIONED_INTEGER_FIELDS) {
-    if (field !== "schema_version" && typeof record[field] === "number") converter.int(record, field);
+  // Only records read by parseJson carry float-token marks; skip the scan for the others.
+  if ((record as FloatMarked)[FLOAT_KEYS] !== undefined) {
+    for (const field of VERSIONED_INTEGER_FIELDS) {
+      if (field !== "schema_version" && typeof record[field] === "number") converter.int(record, field);
+    }
   }
   const sessionId = converter.sessionId(record, metadata);
 
@@ -301,10 +328,10 @@ function normalizeVersioned(record: JsonObject, options: NormalizeOptions, conve
     if (isPlainObject(record.metadata)) {
       candidate.metadata = withCapabilities(record.metadata, record as CapabilityEvidence);
     }
-    return canonical(converter.validate(candidate), identity);
+    return withIdentity(converter.validate(candidate), identity);
   }
   const v3 = converter.validate({ ...record, schema_version: 3, session_id: sessionId });
-  return options.upgradeTo === 4 ? upgradeToV4(converter, v3, identity) : canonical(v3, identity);
+  return options.upgradeTo === 4 ? upgradeToV4(converter, v3, identity) : withIdentity(v3, identity);
 }
 
 function legacyTimestampNs(record: JsonObject, converter: Converter): Int {
@@ -374,7 +401,12 @@ function legacyFree(record: JsonObject, used: Int, total: Int | null, converter:
   return free > 0n ? free : 0n;
 }
 
-function legacyCollector(record: JsonObject, metadata: JsonObject, deviceId: Int, options: NormalizeOptions): string {
+function legacyCollector(
+  record: JsonObject,
+  metadata: JsonObject,
+  deviceId: Int,
+  options: NormalizeOptions,
+): string {
   const collector = record.collector;
   if (typeof collector === "string" && collector.trim() !== "") return collector;
   // Like `record.get("backend", metadata.get("backend"))`: a record key wins even when null.
@@ -422,7 +454,11 @@ function convertLegacy(record: JsonObject, options: NormalizeOptions, converter:
   const total = legacyTotal(record, metadata, converter);
   const free = legacyFree(record, used, total, converter);
 
-  const eventTypeValue = has(record, "event_type") ? record.event_type : has(record, "type") ? record.type : "sample";
+  const eventTypeValue = has(record, "event_type")
+    ? record.event_type
+    : has(record, "type")
+      ? record.type
+      : "sample";
   const eventType = converter.string(eventTypeValue, "event_type", false) as string;
   const samplingIntervalMs = has(record, "sampling_interval_ms")
     ? converter.int(record, "sampling_interval_ms")
@@ -469,7 +505,7 @@ function convertLegacy(record: JsonObject, options: NormalizeOptions, converter:
     context,
     metadata,
   });
-  return options.upgradeTo === 4 ? upgradeToV4(converter, v3, identity) : canonical(v3, identity);
+  return options.upgradeTo === 4 ? upgradeToV4(converter, v3, identity) : withIdentity(v3, identity);
 }
 
 /**
@@ -485,10 +521,15 @@ function convertLegacy(record: JsonObject, options: NormalizeOptions, converter:
  *   `message`, `metadata_<key>`...), identity falls back to metadata and is then removed from it, and
  *   a record without session gets `stableLegacySessionId([timestamp, host, pid])`.
  *
+ * Accepts decoded JSON (`parseJson`) or a record from `decodeTelemetryLine` (to upgrade v2 lines).
  * Throws `TelemetryValidationError` naming the field (and `location`).
  */
-export function normalizeTelemetryRecord(record: JsonObject, options: NormalizeOptions = {}): TelemetryEvent {
+export function normalizeTelemetryRecord(
+  input: JsonObject | TelemetryRecord,
+  options: NormalizeOptions = {},
+): TelemetryEvent {
   const converter = new Converter(options);
+  const record = input as JsonObject;
   if (!isPlainObject(record)) {
     return converter.fail(`A telemetry record must be a JSON object, got ${describe(record as JsonValue)}`);
   }

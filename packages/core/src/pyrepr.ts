@@ -73,7 +73,8 @@ export function pythonFormatFixed(x: number, digits: number): string {
     const denominator = 1n << BigInt(-exponent);
     const quotient = numerator / denominator;
     const twiceRemainder = (numerator % denominator) * 2n;
-    const roundUp = twiceRemainder > denominator || (twiceRemainder === denominator && (quotient & 1n) === 1n);
+    const roundUp =
+      twiceRemainder > denominator || (twiceRemainder === denominator && (quotient & 1n) === 1n);
     scaled = roundUp ? quotient + 1n : quotient;
   }
   const text = scaled.toString().padStart(digits + 1, "0");

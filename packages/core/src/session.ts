@@ -60,7 +60,10 @@ export const NAMESPACE_URL = "6ba7b811-9dad-11d1-80b4-00c04fd430c8";
 export function uuid5(namespace: string, name: string): string {
   const namespaceBytes = Buffer.from(namespace.replace(/-/g, ""), "hex");
   if (namespaceBytes.length !== 16) {
-    throw new InvalidConfigError("namespace", `expected a UUID such as ${NAMESPACE_URL}, got ${JSON.stringify(namespace)}`);
+    throw new InvalidConfigError(
+      "namespace",
+      `expected a UUID such as ${NAMESPACE_URL}, got ${JSON.stringify(namespace)}`,
+    );
   }
   const bytes = createHash("sha1").update(namespaceBytes).update(name, "utf8").digest().subarray(0, 16);
   bytes[6] = (bytes[6]! & 0x0f) | 0x50;
@@ -229,14 +232,16 @@ export function sessionSummaryFromJson(
   if (!isPlainObject(payload)) return fail("session summary payload must be an object");
   const text = (field: string): string => {
     const value = payload[field];
-    if (typeof value !== "string" || value.trim() === "") return fail(`${field} must be a non-empty string`, field);
+    if (typeof value !== "string" || value.trim() === "")
+      return fail(`${field} must be a non-empty string`, field);
     return value;
   };
   const integer = (field: string, fallback: bigint): bigint => {
     const value = payload[field];
     if (value === undefined) return fallback;
     const parsed = pythonInt(value);
-    if (parsed === undefined) return fail(`${field} must be an integer, got ${JSON.stringify(String(value))}`, field);
+    if (parsed === undefined)
+      return fail(`${field} must be an integer, got ${JSON.stringify(String(value))}`, field);
     return parsed;
   };
   const smallInteger = (field: string, fallback: number): number => {
@@ -253,13 +258,17 @@ export function sessionSummaryFromJson(
   try {
     status = normalizeSessionStatus(payload.status);
   } catch (error) {
-    return fail(error instanceof Error ? error.message.replace(/^Invalid option 'status': /, "") : "bad status", "status");
+    return fail(
+      error instanceof Error ? error.message.replace(/^Invalid option 'status': /, "") : "bad status",
+      "status",
+    );
   }
   if (payload.started_at_ns === undefined || payload.started_at_ns === null) {
     return fail("started_at_ns must be present", "started_at_ns");
   }
   const startedAtNs = integer("started_at_ns", 0n);
-  const endedAtNs = payload.ended_at_ns === undefined || payload.ended_at_ns === null ? null : integer("ended_at_ns", 0n);
+  const endedAtNs =
+    payload.ended_at_ns === undefined || payload.ended_at_ns === null ? null : integer("ended_at_ns", 0n);
   const host = text("host");
   const jobId = payload.job_id;
   if (jobId !== undefined && jobId !== null && typeof jobId !== "string") {
@@ -354,7 +363,9 @@ function compareCodePoints(a: string, b: string): number {
 }
 
 function priorityOf(status: string): number {
-  return STATUS_SET.has(status) ? SESSION_SELECTION_PRIORITY[status as SessionStatus] : UNKNOWN_STATUS_PRIORITY;
+  return STATUS_SET.has(status)
+    ? SESSION_SELECTION_PRIORITY[status as SessionStatus]
+    : UNKNOWN_STATUS_PRIORITY;
 }
 
 /**
@@ -388,7 +399,8 @@ export function selectDefaultSession<T extends SessionOrderKey | { readonly summ
 ): T | undefined {
   let best: T | undefined;
   for (const session of sessions) {
-    if (best === undefined || compareSessionsForSelection(orderKeyOf(session), orderKeyOf(best)) < 0) best = session;
+    if (best === undefined || compareSessionsForSelection(orderKeyOf(session), orderKeyOf(best)) < 0)
+      best = session;
   }
   return best;
 }

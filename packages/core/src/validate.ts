@@ -39,7 +39,10 @@ const CAPABILITY_STRINGS = ["backend", "telemetry_collector", "sampling_source"]
 type Candidate = Record<string, unknown>;
 
 function invalid(message: string, field: string | undefined, location: SourceLocation | undefined): never {
-  throw new TelemetryValidationError(message, { ...(field ? { field } : {}), ...(location ? { location } : {}) });
+  throw new TelemetryValidationError(message, {
+    ...(field ? { field } : {}),
+    ...(location ? { location } : {}),
+  });
 }
 
 function isPlainObject(value: unknown): value is JsonObject {
@@ -59,23 +62,35 @@ function readInt(record: Candidate, field: string, location: SourceLocation | un
     invalid(`Field '${field}' must be an integer, got ${value}`, field, location);
   }
   if (typeof value === "bigint") {
-    if (value <= BigInt(Number.MAX_SAFE_INTEGER) && value >= -BigInt(Number.MAX_SAFE_INTEGER)) return Number(value);
+    if (value <= BigInt(Number.MAX_SAFE_INTEGER) && value >= -BigInt(Number.MAX_SAFE_INTEGER))
+      return Number(value);
     invalid(`Field '${field}' exceeds 2^53 and cannot be held exactly`, field, location);
   }
   return invalid(`Field '${field}' must be an integer, got ${describe(value)}`, field, location);
 }
 
-function readNullableInt(record: Candidate, field: string, location: SourceLocation | undefined): number | null {
+function readNullableInt(
+  record: Candidate,
+  field: string,
+  location: SourceLocation | undefined,
+): number | null {
   return record[field] === null ? null : readInt(record, field, location);
 }
 
-function atLeast(value: number | null, min: number, field: string, location: SourceLocation | undefined): void {
-  if (value !== null && value < min) invalid(`Field '${field}' must be >= ${min}, got ${value}`, field, location);
+function atLeast(
+  value: number | null,
+  min: number,
+  field: string,
+  location: SourceLocation | undefined,
+): void {
+  if (value !== null && value < min)
+    invalid(`Field '${field}' must be >= ${min}, got ${value}`, field, location);
 }
 
 function readNonEmptyString(record: Candidate, field: string, location: SourceLocation | undefined): string {
   const value = record[field];
-  if (typeof value !== "string") invalid(`Field '${field}' must be a string, got ${describe(value)}`, field, location);
+  if (typeof value !== "string")
+    invalid(`Field '${field}' must be a string, got ${describe(value)}`, field, location);
   if (value.trim() === "") invalid(`Field '${field}' must be a non-empty string`, field, location);
   return value;
 }
@@ -95,13 +110,9 @@ function describe(value: unknown): string {
  */
 export function validateTelemetryRecord(value: unknown, options: ValidateOptions = {}): TelemetryRecord {
   const location = options.location;
-  if (!isPlainObject(value)) invalid(`A telemetry record must be a JSON object, got ${describe(value)}`, undefined, location);
+  if (!isPlainObject(value))
+    invalid(`A telemetry record must be a JSON object, got ${describe(value)}`, undefined, location);
   const record = value as Candidate;
-
-  const unknown = Object.keys(record).filter((key) => !KNOWN_FIELDS.has(key));
-  if (unknown.length > 0) {
-    invalid(`Unknown telemetry fields: ${unknown.sort().join(", ")}`, unknown[0], location);
-  }
 
   const version = record.schema_version;
   if (typeof version !== "number" || !SUPPORTED_SCHEMA_VERSIONS.includes(version as SchemaVersion)) {
@@ -115,9 +126,20 @@ export function validateTelemetryRecord(value: unknown, options: ValidateOptions
 
   const required = schemaVersion === 2 ? REQUIRED_V2 : REQUIRED_V3;
   const missing = required.filter((field) => !(field in record) || record[field] === undefined);
-  if (missing.length > 0) invalid(`Missing required telemetry fields: ${missing.join(", ")}`, missing[0], location);
+  if (missing.length > 0)
+    invalid(`Missing required telemetry fields: ${missing.join(", ")}`, missing[0], location);
   if (schemaVersion === 2 && "session_id" in record) {
-    invalid("Unknown telemetry fields: session_id (schema_version 2 has no session_id)", "session_id", location);
+    invalid(
+      "Unknown telemetry fields: session_id (schema_version 2 has no session_id)",
+      "session_id",
+      location,
+    );
+  }
+
+  // Python reports missing fields before unknown ones.
+  const unknown = Object.keys(record).filter((key) => !KNOWN_FIELDS.has(key));
+  if (unknown.length > 0) {
+    invalid(`Unknown telemetry fields: ${unknown.sort().join(", ")}`, unknown[0], location);
   }
 
   const sessionId = schemaVersion === 2 ? undefined : readNonEmptyString(record, "session_id", location);
@@ -135,9 +157,14 @@ export function validateTelemetryRecord(value: unknown, options: ValidateOptions
     }
     timestampNs = BigInt(rawTimestamp);
   } else {
-    return invalid(`Field 'timestamp_ns' must be an integer, got ${describe(rawTimestamp)}`, "timestamp_ns", location);
+    return invalid(
+      `Field 'timestamp_ns' must be an integer, got ${describe(rawTimestamp)}`,
+      "timestamp_ns",
+      location,
+    );
   }
-  if (timestampNs < 0n) invalid(`Field 'timestamp_ns' must be >= 0, got ${timestampNs}`, "timestamp_ns", location);
+  if (timestampNs < 0n)
+    invalid(`Field 'timestamp_ns' must be >= 0, got ${timestampNs}`, "timestamp_ns", location);
 
   const eventType = readNonEmptyString(record, "event_type", location);
   const collector = readNonEmptyString(record, "collector", location);
@@ -151,20 +178,26 @@ export function validateTelemetryRecord(value: unknown, options: ValidateOptions
   let jobId: string | null = null;
   if (jobIdValue !== undefined && jobIdValue !== null) {
     if (typeof jobIdValue !== "string" || jobIdValue.trim() === "") {
-      invalid(`Field 'job_id' must be null or a non-empty string, got ${describe(jobIdValue)}`, "job_id", location);
+      invalid(
+        `Field 'job_id' must be null or a non-empty string, got ${describe(jobIdValue)}`,
+        "job_id",
+        location,
+      );
     }
     jobId = jobIdValue;
   }
   const worldSize = record.world_size === undefined ? 1 : readInt(record, "world_size", location);
   atLeast(worldSize, 1, "world_size", location);
   const rank = record.rank === undefined ? 0 : readInt(record, "rank", location);
-  const localRank = record.local_rank === undefined ? 0 : readInt(record, "local_rank", location);
+  // A missing local rank is the rank, as the reference resolves identity.
+  const localRank = record.local_rank === undefined ? rank : readInt(record, "local_rank", location);
   for (const [field, value] of [
     ["rank", rank],
     ["local_rank", localRank],
   ] as const) {
     atLeast(value, 0, field, location);
-    if (value >= worldSize) invalid(`Field '${field}' (${value}) must be < world_size (${worldSize})`, field, location);
+    if (value >= worldSize)
+      invalid(`Field '${field}' (${value}) must be < world_size (${worldSize})`, field, location);
   }
 
   const deviceId = readInt(record, "device_id", location);
@@ -199,7 +232,8 @@ export function validateTelemetryRecord(value: unknown, options: ValidateOptions
     invalid(`Field 'context' must be a string or null, got ${describe(context)}`, "context", location);
   }
   const metadata = record.metadata;
-  if (!isPlainObject(metadata)) invalid(`Field 'metadata' must be an object, got ${describe(metadata)}`, "metadata", location);
+  if (!isPlainObject(metadata))
+    invalid(`Field 'metadata' must be an object, got ${describe(metadata)}`, "metadata", location);
   if (schemaVersion === 4) validateCapabilities(metadata, counters, changeBytes, location);
 
   return {
@@ -243,14 +277,20 @@ function validateCapabilities(
   if (extra.length > 0) invalid(`Unknown keys in '${field}': ${extra.sort().join(", ")}`, field, location);
   for (const key of CAPABILITY_STRINGS) {
     const value = capabilities[key];
-    if (typeof value !== "string" || value.trim() === "") invalid(`'${field}.${key}' must be a non-empty string`, field, location);
+    if (typeof value !== "string" || value.trim() === "")
+      invalid(`'${field}.${key}' must be a non-empty string`, field, location);
   }
   for (const key of CAPABILITY_BOOLEANS) {
-    if (typeof capabilities[key] !== "boolean") invalid(`'${field}.${key}' must be a boolean`, field, location);
+    if (typeof capabilities[key] !== "boolean")
+      invalid(`'${field}.${key}' must be a boolean`, field, location);
   }
   for (const counter of MEMORY_COUNTER_FIELDS) {
     if (capabilities[CAPABILITY_FOR_COUNTER[counter]] === false && counters[counter] !== null) {
-      invalid(`Field '${counter}' must be null when ${CAPABILITY_FOR_COUNTER[counter]} is false`, counter, location);
+      invalid(
+        `Field '${counter}' must be null when ${CAPABILITY_FOR_COUNTER[counter]} is false`,
+        counter,
+        location,
+      );
     }
   }
   if (capabilities.supports_allocator_allocated === false && changeBytes !== null) {

@@ -8,12 +8,12 @@ import {
   decodeTelemetryLine,
   encodeTelemetryRecord,
   JsonlDecodeError,
+  type JsonObject,
   parseJson,
   readTelemetryJsonl,
   stringifyJson,
-  TelemetryValidationError,
-  type JsonObject,
   type TelemetryRecordV3,
+  TelemetryValidationError,
   type TruncatedTail,
 } from "../src/index.js";
 import { goldenJsonlFiles } from "./golden.js";
@@ -87,19 +87,28 @@ describe("decodeTelemetryLine", () => {
 
   it("accepts an integral float in lenient mode and says so", () => {
     const notes: string[] = [];
-    const record = decodeTelemetryLine(withField("pid", "4242.0"), { strict: false, onNote: (n) => notes.push(n) });
+    const record = decodeTelemetryLine(withField("pid", "4242.0"), {
+      strict: false,
+      onNote: (n) => notes.push(n),
+    });
     expect(record.pid).toBe(4242);
     expect(notes).toHaveLength(1);
     expect(notes[0]).toContain("'pid'");
   });
 
   it("rejects a fractional integer field even in lenient mode", () => {
-    expect(() => decodeTelemetryLine(withField("pid", "4242.5"), { strict: false })).toThrow(/'pid' must be an integer/);
+    expect(() => decodeTelemetryLine(withField("pid", "4242.5"), { strict: false })).toThrow(
+      /'pid' must be an integer/,
+    );
   });
 
   it("rejects booleans where integers belong, including schema_version", () => {
-    expect(() => decodeTelemetryLine(withField("device_id", "true"))).toThrow(/'device_id' must be an integer/);
-    expect(() => decodeTelemetryLine(withField("schema_version", "true"))).toThrow(/Unsupported schema_version/);
+    expect(() => decodeTelemetryLine(withField("device_id", "true"))).toThrow(
+      /'device_id' must be an integer/,
+    );
+    expect(() => decodeTelemetryLine(withField("schema_version", "true"))).toThrow(
+      /Unsupported schema_version/,
+    );
   });
 
   it("rejects unknown top-level fields and lists missing ones", () => {
@@ -113,7 +122,9 @@ describe("decodeTelemetryLine", () => {
 
   it("enforces ranges and identity rules", () => {
     expect(() => decodeTelemetryLine(withField("pid", "-2"))).toThrow(/'pid' must be >= -1/);
-    expect(() => decodeTelemetryLine(withField("rank", "1"))).toThrow(/'rank' \(1\) must be < world_size \(1\)/);
+    expect(() => decodeTelemetryLine(withField("rank", "1"))).toThrow(
+      /'rank' \(1\) must be < world_size \(1\)/,
+    );
     expect(() => decodeTelemetryLine(withField("device_used_bytes", "25769803777"))).toThrow(
       /must be <= device_total_bytes/,
     );
@@ -132,7 +143,10 @@ describe("decodeTelemetryLine", () => {
   });
 
   it("reads v2 lines without session_id and re-encodes them", () => {
-    const v2 = SAMPLE_LINE.replace('"schema_version": 3, "session_id": "2cfda835", ', '"schema_version": 2, ');
+    const v2 = SAMPLE_LINE.replace(
+      '"schema_version": 3, "session_id": "2cfda835", ',
+      '"schema_version": 2, ',
+    );
     const record = decodeTelemetryLine(v2);
     expect(record.schema_version).toBe(2);
     expect(encodeTelemetryRecord(record)).toBe(v2);
@@ -185,7 +199,10 @@ describe("JSONL readers", () => {
     await writeFile(file, `${SAMPLE_LINE}\n\n  \r\n${SAMPLE_LINE}\r\n${SAMPLE_LINE.slice(0, 200)}`);
     const tails: TruncatedTail[] = [];
     const records = [];
-    for await (const decoded of readTelemetryJsonl(file, { onTruncatedTail: (tail) => tails.push(tail), chunkBytes: 64 })) {
+    for await (const decoded of readTelemetryJsonl(file, {
+      onTruncatedTail: (tail) => tails.push(tail),
+      chunkBytes: 64,
+    })) {
       records.push(decoded);
     }
     expect(records.map((r) => r.lineNumber)).toEqual([1, 4]);

@@ -3,7 +3,14 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 /** The repo's copy of the golden cases generated with the Python reference. */
-export const GOLDEN_DIR = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "fixtures", "golden");
+export const GOLDEN_DIR = join(
+  dirname(fileURLToPath(import.meta.url)),
+  "..",
+  "..",
+  "..",
+  "fixtures",
+  "golden",
+);
 
 /** Every JSONL file under the golden directory: sink segments and analysis inputs. */
 export function goldenJsonlFiles(): string[] {

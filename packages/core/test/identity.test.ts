@@ -20,7 +20,10 @@ describe("resolveDistributedIdentity (ported from test_telemetry_v2.py)", () => 
   });
 
   it("lets explicit overrides bypass a partial environment", () => {
-    const identity = resolveDistributedIdentity({ rank: 5, localRank: 2, worldSize: 16 }, { env: { WORLD_SIZE: "8" } });
+    const identity = resolveDistributedIdentity(
+      { rank: 5, localRank: 2, worldSize: 16 },
+      { env: { WORLD_SIZE: "8" } },
+    );
     expect(identity).toEqual({ job_id: null, rank: 5, local_rank: 2, world_size: 16 });
   });
 
@@ -33,7 +36,10 @@ describe("resolveDistributedIdentity (ported from test_telemetry_v2.py)", () => 
   });
 
   it("skips a partial environment group", () => {
-    const identity = resolveDistributedIdentity({}, { env: { WORLD_SIZE: "8", TORCHELASTIC_RUN_ID: "train-42" } });
+    const identity = resolveDistributedIdentity(
+      {},
+      { env: { WORLD_SIZE: "8", TORCHELASTIC_RUN_ID: "train-42" } },
+    );
     expect(identity).toEqual({ job_id: "train-42", rank: 0, local_rank: 0, world_size: 1 });
   });
 
@@ -49,6 +55,21 @@ describe("resolveDistributedIdentity (ported from test_telemetry_v2.py)", () => 
 describe("resolveDistributedIdentity sources", () => {
   it("defaults to a single process", () => {
     expect(resolveDistributedIdentity()).toEqual({ job_id: null, rank: 0, local_rank: 0, world_size: 1 });
+  });
+
+  it("uses the rank as local rank when none is given", () => {
+    expect(resolveDistributedIdentity({ rank: 3, worldSize: 4 })).toEqual({
+      job_id: null,
+      rank: 3,
+      local_rank: 3,
+      world_size: 4,
+    });
+    expect(resolveDistributedIdentity({ rank: 3n, worldSize: 4n, jobId: "j" })).toEqual({
+      job_id: "j",
+      rank: 3,
+      local_rank: 3,
+      world_size: 4,
+    });
   });
 
   it("reads Open MPI and Slurm groups, the first complete group winning", () => {
@@ -69,7 +90,9 @@ describe("resolveDistributedIdentity sources", () => {
     expect(
       resolveDistributedIdentity(
         {},
-        { env: { RANK: "1", SLURM_PROCID: "5", SLURM_LOCALID: "1", SLURM_NTASKS: "8", SLURM_JOB_ID: " 777 " } },
+        {
+          env: { RANK: "1", SLURM_PROCID: "5", SLURM_LOCALID: "1", SLURM_NTASKS: "8", SLURM_JOB_ID: " 777 " },
+        },
       ),
     ).toEqual({ job_id: "777", rank: 5, local_rank: 1, world_size: 8 });
   });
@@ -81,7 +104,9 @@ describe("resolveDistributedIdentity sources", () => {
       local_rank: 3,
       world_size: 4,
     });
-    expect(resolveDistributedIdentity({}, { env: { RANK: "2", LOCAL_RANK: " ", WORLD_SIZE: "4" } }).local_rank).toBe(2);
+    expect(
+      resolveDistributedIdentity({}, { env: { RANK: "2", LOCAL_RANK: " ", WORLD_SIZE: "4" } }).local_rank,
+    ).toBe(2);
   });
 
   it("parses launcher integers as Python's int() does", () => {
@@ -98,7 +123,9 @@ describe("resolveDistributedIdentity sources", () => {
 
   it("falls back to metadata before the environment, never reading env without it", () => {
     const metadata = { job_id: "meta-job", rank: 1, world_size: 2 };
-    expect(resolveDistributedIdentity({}, { metadata, env: { LOCAL_RANK: "0", RANK: "0", WORLD_SIZE: "8" } })).toEqual({
+    expect(
+      resolveDistributedIdentity({}, { metadata, env: { LOCAL_RANK: "0", RANK: "0", WORLD_SIZE: "8" } }),
+    ).toEqual({
       job_id: "meta-job",
       rank: 1,
       local_rank: 0,
@@ -115,7 +142,11 @@ describe("resolveDistributedIdentity sources", () => {
 
 describe("resolveDistributedIdentity errors", () => {
   const cases: [string, () => unknown, RegExp][] = [
-    ["rank >= world_size", () => resolveDistributedIdentity({ rank: 8, worldSize: 8 }), /rank must be < world_size/],
+    [
+      "rank >= world_size",
+      () => resolveDistributedIdentity({ rank: 8, worldSize: 8 }),
+      /rank must be < world_size/,
+    ],
     [
       "local rank >= world_size",
       () => resolveDistributedIdentity({ rank: 0, localRank: 2, worldSize: 2 }),
@@ -124,8 +155,16 @@ describe("resolveDistributedIdentity errors", () => {
     ["rank without world size", () => resolveDistributedIdentity({ rank: 1 }), /rank must be < world_size/],
     ["negative rank", () => resolveDistributedIdentity({ rank: -1, worldSize: 2 }), /rank must be >= 0/],
     ["zero world size", () => resolveDistributedIdentity({ worldSize: 0 }), /world_size must be >= 1/],
-    ["non-integer rank", () => resolveDistributedIdentity({ rank: 1.5, worldSize: 4 }), /rank must be an integer/],
-    ["boolean rank", () => resolveDistributedIdentity({ rank: true, worldSize: 4 }), /rank must be an integer/],
+    [
+      "non-integer rank",
+      () => resolveDistributedIdentity({ rank: 1.5, worldSize: 4 }),
+      /rank must be an integer/,
+    ],
+    [
+      "boolean rank",
+      () => resolveDistributedIdentity({ rank: true, worldSize: 4 }),
+      /rank must be an integer/,
+    ],
     ["string rank", () => resolveDistributedIdentity({ rank: "1", worldSize: 4 }), /rank must be an integer/],
     ["empty job id", () => resolveDistributedIdentity({ jobId: " " }), /job_id must be a non-empty string/],
     ["numeric job id", () => resolveDistributedIdentity({ jobId: 5 }), /job_id must be a string/],

@@ -1,10 +1,12 @@
 import { describe, expect, it } from "vitest";
+import { decodeTelemetryLine, encodeTelemetryRecord } from "../src/codec.js";
 import { TelemetryValidationError } from "../src/errors.js";
 import type { JsonObject } from "../src/json.js";
 import { parseJson } from "../src/json-codec.js";
 import { inferMemoryCapabilities, type NormalizeOptions, normalizeTelemetryRecord } from "../src/legacy.js";
 import type { TelemetryEvent } from "../src/schema.js";
 import { stableLegacySessionId } from "../src/session.js";
+import { validateTelemetryRecord } from "../src/validate.js";
 import { fromBits, python, pythonLegacyId } from "./python-fixtures.js";
 
 /** The reference test suite's `_make_valid_event()`, as a v2 record dict. */
@@ -82,7 +84,9 @@ describe("legacy records (ported from test_telemetry_v2.py)", () => {
 
   it("converts a CPU record with defaults", () => {
     const event = normalize(
-      record('{"timestamp": 1700000001.0, "event_type": "allocation", "memory_allocated": 8192, "memory_change": 1024, "context": "cpu"}'),
+      record(
+        '{"timestamp": 1700000001.0, "event_type": "allocation", "memory_allocated": 8192, "memory_change": 1024, "context": "cpu"}',
+      ),
       { defaultCollector: "stormlog.cpu_tracker", defaultSamplingIntervalMs: 200 },
     );
     expect(event).toMatchObject({
@@ -179,11 +183,11 @@ describe("legacy field mapping", () => {
   });
 
   it("prefers timestamp_ns and keeps every digit", () => {
-    const event = normalize(record('{"timestamp_ns": 1700000000000000001, "timestamp": 5.0, "host": "host-a", "pid": 1234}'));
-    expect(event.timestamp_ns).toBe(1_700_000_000_000_000_001n);
-    expect(event.session_id).toBe(
-      stableLegacySessionId(["1700000000000000001", "host-a", 1234]),
+    const event = normalize(
+      record('{"timestamp_ns": 1700000000000000001, "timestamp": 5.0, "host": "host-a", "pid": 1234}'),
     );
+    expect(event.timestamp_ns).toBe(1_700_000_000_000_000_001n);
+    expect(event.session_id).toBe(stableLegacySessionId(["1700000000000000001", "host-a", 1234]));
   });
 
   it("uses the reference's synthetic id for a record with host and pid", () => {
@@ -255,7 +259,9 @@ describe("legacy field mapping", () => {
     expect(collector({ collector: " ", backend: " ROCm " })).toBe("stormlog.rocm_tracker");
     expect(collector({ backend: "cpu", metadata: { backend: "mps" } })).toBe("stormlog.cpu_tracker");
     // A record key wins over metadata even when null, as record.get("backend", ...) does.
-    expect(collector({ backend: null, metadata: { backend: "mps" }, memory_allocated: 1 })).toBe("stormlog.cpu_tracker");
+    expect(collector({ backend: null, metadata: { backend: "mps" }, memory_allocated: 1 })).toBe(
+      "stormlog.cpu_tracker",
+    );
     expect(collector({ backend: "tpu", memory_mb: 1 })).toBe("stormlog.tensorflow.memory_tracker");
     expect(collector({ memory_allocated: 1, device_id: 0 })).toBe("stormlog.cuda_tracker");
     expect(collector({}, { defaultCollector: "legacy.csv" })).toBe("legacy.csv");
@@ -269,18 +275,30 @@ describe("legacy field mapping", () => {
       metadata_local_rank: 1,
       metadata_keep: "overridden",
     });
-    expect(event).toMatchObject({ job_id: "meta-job", rank: 1, local_rank: 1, world_size: 2, session_id: "meta-session" });
+    expect(event).toMatchObject({
+      job_id: "meta-job",
+      rank: 1,
+      local_rank: 1,
+      world_size: 2,
+      session_id: "meta-session",
+    });
     expect(event.metadata).toEqual({ keep: "overridden" });
     expect(rejection(() => normalize({ timestamp_ns: 1, metadata: [] })).message).toMatch(
       /metadata must be an object when provided/,
     );
-    expect(rejection(() => normalize({ timestamp_ns: 1, metadata: { rank: 2, world_size: 2 } })).field).toBe("rank");
+    expect(rejection(() => normalize({ timestamp_ns: 1, metadata: { rank: 2, world_size: 2 } })).field).toBe(
+      "rank",
+    );
   });
 
   it("resolves the session: record, metadata, default, synthetic", () => {
     const base = { timestamp_ns: 1 };
-    expect(normalize({ ...base, session_id: "own", metadata: { session_id: "meta" } }).session_id).toBe("own");
-    expect(normalize({ ...base, metadata: { session_id: "meta" } }, { defaultSessionId: "file" }).session_id).toBe("meta");
+    expect(normalize({ ...base, session_id: "own", metadata: { session_id: "meta" } }).session_id).toBe(
+      "own",
+    );
+    expect(
+      normalize({ ...base, metadata: { session_id: "meta" } }, { defaultSessionId: "file" }).session_id,
+    ).toBe("meta");
     expect(normalize({ ...base, session_id: "  " }, { defaultSessionId: "file" }).session_id).toBe("file");
     expect(normalize(base).session_id).toBe(stableLegacySessionId([1, "unknown", -1]));
   });
@@ -305,7 +323,9 @@ describe("legacy field mapping", () => {
   });
 
   it("names the source location in errors", () => {
-    const error = rejection(() => normalize({ memory_allocated: 1 }, { location: { file: "old.json", line: 3 } }));
+    const error = rejection(() =>
+      normalize({ memory_allocated: 1 }, { location: { file: "old.json", line: 3 } }),
+    );
     expect(error.message).toMatch(/old\.json:3/);
     expect(error.location).toEqual({ file: "old.json", line: 3 });
   });
@@ -370,10 +390,34 @@ describe("versioned records (ported from test_telemetry_v2.py)", () => {
     expect(synthetic.session_id).toBe(pythonLegacyId(["1700000000000000000", "host-a", 1234]));
   });
 
+  it("upgrades a decoded v2 line", () => {
+    const line = encodeTelemetryRecord(validateTelemetryRecord(validV2()));
+    const event = normalize(decodeTelemetryLine(line) as unknown as JsonObject, {
+      defaultSessionId: "segment",
+    });
+    expect(normalizeTelemetryRecord(decodeTelemetryLine(line), { defaultSessionId: "segment" })).toEqual(
+      event,
+    );
+    expect(event).toMatchObject({
+      schema_version: 3,
+      session_id: "segment",
+      timestamp_ns: 1_700_000_000_000_000_000n,
+    });
+  });
+
   it("takes the session from metadata and leaves the metadata key in place", () => {
-    const event = normalize({ ...validV2(), metadata: { session_id: "meta-session" } }, { defaultSessionId: "file" });
+    const event = normalize(
+      { ...validV2(), metadata: { session_id: "meta-session" } },
+      { defaultSessionId: "file" },
+    );
     expect(event.session_id).toBe("meta-session");
     expect(event.metadata).toEqual({ session_id: "meta-session" });
+  });
+
+  it("fills a missing local rank with the rank, as the reference's loaders do", () => {
+    const input: JsonObject = { ...validV2(), rank: 3 };
+    delete input.local_rank;
+    expect(normalize(input)).toMatchObject({ rank: 3, local_rank: 3, world_size: 8 });
   });
 
   it("rejects an invalid rank", () => {
@@ -430,9 +474,10 @@ describe("versioned records (ported from test_telemetry_v2.py)", () => {
   it("rejects unsupported schema versions", () => {
     const legacy = { timestamp: 1700000001.0, event_type: "allocation", memory_allocated: 8_192 };
     for (const version of [0, 1, 5, -3]) {
-      expect(rejection(() => normalize({ ...legacy, schema_version: version }, { permissiveLegacy: true })).message).toMatch(
-        new RegExp(`Unsupported schema_version: ${version}`),
-      );
+      expect(
+        rejection(() => normalize({ ...legacy, schema_version: version }, { permissiveLegacy: true }))
+          .message,
+      ).toMatch(new RegExp(`Unsupported schema_version: ${version}`));
     }
     // A v3 header on a legacy body is not converted: it fails validation instead.
     expect(rejection(() => normalize({ ...legacy, schema_version: 3 })).message).toMatch(
@@ -471,7 +516,11 @@ describe("versioned records (ported from test_telemetry_v2.py)", () => {
       metadata: { phase_scope: phaseScope },
     };
     const event = normalize(input);
-    expect(event).toMatchObject({ schema_version: 3, session_id: "session-phase", event_type: "phase_enter" });
+    expect(event).toMatchObject({
+      schema_version: 3,
+      session_id: "session-phase",
+      event_type: "phase_enter",
+    });
     expect(event.metadata).toEqual({ phase_scope: phaseScope });
     expect(normalize(event as unknown as JsonObject)).toEqual(event);
   });
@@ -519,7 +568,10 @@ describe("versioned records (ported from test_telemetry_v2.py)", () => {
     expect(event.allocator_allocated_bytes).toBeNull();
     expect(event.metadata).toEqual({ memory_capabilities: capabilities });
 
-    const unsupported = { ...v4, metadata: { memory_capabilities: { ...capabilities, supports_device_used: false } } };
+    const unsupported = {
+      ...v4,
+      metadata: { memory_capabilities: { ...capabilities, supports_device_used: false } },
+    };
     expect(rejection(() => normalize(unsupported)).message).toMatch(/device_used_bytes'? must be null/);
     const unknownFlag = { ...v4, metadata: { memory_capabilities: { ...capabilities, future_flag: true } } };
     expect(rejection(() => normalize(unknownFlag)).field).toBe("metadata.memory_capabilities");
@@ -528,7 +580,12 @@ describe("versioned records (ported from test_telemetry_v2.py)", () => {
   });
 
   it("infers capabilities of a v4 record that lacks them, as the newer reference does", () => {
-    const event = normalize({ ...validV2(), schema_version: 4, session_id: "s", metadata: { backend: "rocm" } });
+    const event = normalize({
+      ...validV2(),
+      schema_version: 4,
+      session_id: "s",
+      metadata: { backend: "rocm" },
+    });
     expect(event.schema_version).toBe(4);
     expect(event.metadata.memory_capabilities).toEqual(
       inferMemoryCapabilities(validV2(), { backend: "rocm" }),

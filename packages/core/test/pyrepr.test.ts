@@ -26,7 +26,12 @@ describe("pythonFloatRepr", () => {
 describe("pythonFormatFixed", () => {
   it(`matches CPython f"{x:.Nf}" for ${python.format_fixed.length} cases`, () => {
     const mismatches = python.format_fixed
-      .map(([bits, digits, expected]) => ({ bits, digits, expected, actual: pythonFormatFixed(fromBits(bits), digits) }))
+      .map(([bits, digits, expected]) => ({
+        bits,
+        digits,
+        expected,
+        actual: pythonFormatFixed(fromBits(bits), digits),
+      }))
       .filter(({ expected, actual }) => expected !== actual);
     expect(mismatches).toEqual([]);
   });

@@ -25,7 +25,13 @@ export function pythonLegacyId(parts: (string | number)[]): string {
   const key = JSON.stringify(parts.map(String));
   for (const [encoded, id] of python.stable_legacy_session_id) {
     const plain = encoded.map((part) =>
-      "str" in part ? part.str : "int" in part ? part.int : "float" in part ? pyFloatText(part.float) : undefined,
+      "str" in part
+        ? part.str
+        : "int" in part
+          ? part.int
+          : "float" in part
+            ? pyFloatText(part.float)
+            : undefined,
     );
     if (JSON.stringify(plain) === key) return id;
   }

@@ -19,7 +19,7 @@ import {
   updateSessionSummary,
   uuid5,
 } from "../src/session.js";
-import { fromBits, type EncodedPart, python } from "./python-fixtures.js";
+import { type EncodedPart, fromBits, python } from "./python-fixtures.js";
 
 const fixedClock = (ns: bigint): Clock => ({ nowNs: () => ns });
 
@@ -70,11 +70,17 @@ describe("uuid5 and stableLegacySessionId", () => {
 
 describe("session summaries", () => {
   it("fill defaults like create_session_summary", () => {
-    const created = createSessionSummary({ source: "stormlog.tracker", clock: fixedClock(42n), worldSize: 0 });
+    const created = createSessionSummary({
+      source: "stormlog.tracker",
+      clock: fixedClock(42n),
+      worldSize: 0,
+    });
     expect(created.status).toBe("running");
     expect(created.started_at_ns).toBe(42n);
     expect(created.ended_at_ns).toBeNull();
-    expect(created.session_id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(created.session_id).toMatch(
+      /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/,
+    );
     expect(created.host.length).toBeGreaterThan(0);
     expect(created.pid).toBe(process.pid);
     expect(created.world_size).toBe(1);
@@ -115,7 +121,10 @@ describe("session summaries", () => {
 
   it("finalize running as completed but keep degraded terminal states", () => {
     const running = createSessionSummary({ source: "t", startedAtNs: 1n });
-    expect(finalizeSessionSummary(running, { endedAtNs: 5n })).toMatchObject({ status: "completed", ended_at_ns: 5n });
+    expect(finalizeSessionSummary(running, { endedAtNs: 5n })).toMatchObject({
+      status: "completed",
+      ended_at_ns: 5n,
+    });
     const incomplete = updateSessionSummary(running, { status: "incomplete" });
     expect(finalizeSessionSummary(incomplete, { clock: fixedClock(9n) })).toMatchObject({
       status: "incomplete",
@@ -134,12 +143,25 @@ describe("session summaries", () => {
       source: "stormlog.telemetry_sink",
       world_size: 0,
     });
-    expect(loose).toMatchObject({ status: "running", started_at_ns: 5n, pid: -1, rank: 0, world_size: 1, job_id: null });
-    expect(() => sessionSummaryFromJson({ session_id: "s", status: "running", host: "h", source: "x" })).toThrow(
-      /started_at_ns must be present/,
-    );
+    expect(loose).toMatchObject({
+      status: "running",
+      started_at_ns: 5n,
+      pid: -1,
+      rank: 0,
+      world_size: 1,
+      job_id: null,
+    });
     expect(() =>
-      sessionSummaryFromJson({ session_id: " ", status: "running", started_at_ns: 1, host: "h", source: "x" }),
+      sessionSummaryFromJson({ session_id: "s", status: "running", host: "h", source: "x" }),
+    ).toThrow(/started_at_ns must be present/);
+    expect(() =>
+      sessionSummaryFromJson({
+        session_id: " ",
+        status: "running",
+        started_at_ns: 1,
+        host: "h",
+        source: "x",
+      }),
     ).toThrow(TelemetryValidationError);
     expect(() =>
       sessionSummaryFromJson(
@@ -177,9 +199,18 @@ describe("session summaries", () => {
       local_rank: 1,
       world_size: 2,
     });
-    const open = inferSessionSummaryFromEvents({ sessionId: "o", source: "x", events: [event(5n, "sample")] });
+    const open = inferSessionSummaryFromEvents({
+      sessionId: "o",
+      source: "x",
+      events: [event(5n, "sample")],
+    });
     expect(open).toMatchObject({ status: "incomplete", ended_at_ns: null, started_at_ns: 5n });
-    const empty = inferSessionSummaryFromEvents({ sessionId: "e", source: "x", events: [], clock: fixedClock(3n) });
+    const empty = inferSessionSummaryFromEvents({
+      sessionId: "e",
+      source: "x",
+      events: [],
+      clock: fixedClock(3n),
+    });
     expect(empty).toMatchObject({ status: "incomplete", started_at_ns: 3n, pid: process.pid });
   });
 });
@@ -228,7 +259,10 @@ describe("session ordering", () => {
   });
 
   it("prefers a non-empty session over an empty completed one when loading", () => {
-    const emptyCompleted = { summary: summary({ session_id: "completed-empty", ended_at_ns: 50n }), events: [] };
+    const emptyCompleted = {
+      summary: summary({ session_id: "completed-empty", ended_at_ns: 50n }),
+      events: [],
+    };
     const live = { summary: summary({ session_id: "running-live", status: "running" }), events: [1] };
     expect(selectDefaultLoadedSession([emptyCompleted, live])).toBe(live);
     expect(selectDefaultLoadedSession([emptyCompleted])).toBe(emptyCompleted);
