@@ -377,11 +377,31 @@ function writeArray(
 ): string {
   if (value.length === 0) return "[]";
   const inner = indent === undefined ? current : current + " ".repeat(indent);
-  const parts = value.map((item, index) =>
-    writeValue(item, isMarkedFloat(value, index), sortKeys, indent, inner),
-  );
-  if (indent === undefined) return `[${parts.join(", ")}]`;
-  return `[\n${inner}${parts.join(`,\n${inner}`)}\n${current}]`;
+  const separator = indent === undefined ? ", " : `,\n${inner}`;
+  let out = indent === undefined ? "[" : `[\n${inner}`;
+  for (let index = 0; index < value.length; index++) {
+    if (index > 0) out += separator;
+    out += writeValue(value[index] as JsonValue, isMarkedFloat(value, index), sortKeys, indent, inner);
+  }
+  return indent === undefined ? `${out}]` : `${out}\n${current}]`;
+}
+
+// Metadata keys repeat on every record (phase_scope, collector health): quote each once.
+const quotedKeys = new Map<string, string>();
+function quotedKey(key: string): string {
+  let quoted = quotedKeys.get(key);
+  if (quoted === undefined) {
+    quoted = pythonJsonString(key);
+    if (quotedKeys.size < 4096) quotedKeys.set(key, quoted);
+  }
+  return quoted;
+}
+
+function isSortedLikePython(keys: string[]): boolean {
+  for (let i = 1; i < keys.length; i++) {
+    if ((keys[i - 1] as string) >= (keys[i] as string)) return false;
+  }
+  return true;
 }
 
 function writeObject(
@@ -390,19 +410,19 @@ function writeObject(
   indent: number | undefined,
   current: string,
 ): string {
-  const keys = Object.keys(value);
+  let keys = Object.keys(value);
   if (keys.length === 0) return "{}";
-  if (sortKeys) sortKeysLikePython(keys);
+  // Records decoded from Python sinks are already sorted: skip the sort.
+  if (sortKeys && !isSortedLikePython(keys)) keys = sortKeysLikePython(keys);
   const inner = indent === undefined ? current : current + " ".repeat(indent);
-  const parts: string[] = [];
+  const separator = indent === undefined ? ", " : `,\n${inner}`;
+  let out = "";
   for (const key of keys) {
     const item = value[key];
     if (item === undefined) continue;
-    parts.push(
-      `${pythonJsonString(key)}: ${writeValue(item, isMarkedFloat(value, key), sortKeys, indent, inner)}`,
-    );
+    if (out !== "") out += separator;
+    out += `${quotedKey(key)}: ${writeValue(item, isMarkedFloat(value, key), sortKeys, indent, inner)}`;
   }
-  if (parts.length === 0) return "{}";
-  if (indent === undefined) return `{${parts.join(", ")}}`;
-  return `{\n${inner}${parts.join(`,\n${inner}`)}\n${current}}`;
+  if (out === "") return "{}";
+  return indent === undefined ? `{${out}}` : `{\n${inner}${out}\n${current}}`;
 }
