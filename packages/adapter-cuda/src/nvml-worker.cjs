@@ -1,0 +1,103 @@
+// The NVML sampling thread. It blocks in Atomics.wait on a shared "doorbell"; the main thread
+// fills a request slot (device UUID, what to read), rings, and awaits the slot's response counter
+// with Atomics.waitAsync. NVML calls (which can stall on the driver lock) never run on the main
+// thread. Layout constants are mirrored in nvml-sampler.ts.
+"use strict";
+
+const { workerData } = require("node:worker_threads");
+const koffi = require("koffi");
+const { openNvml, NVML_SUCCESS } = require("./nvml-binding.cjs");
+
+const { buffer, libraryPath, headerInts, maxSlots, slotInts, slotDoubles, uuidBytes } = workerData;
+// Header: [doorbell, shutdown, ready, unused]. The control block is padded to 8 bytes.
+const controlBytes = Math.ceil(((headerInts + maxSlots * slotInts) * 4) / 8) * 8;
+const control = new Int32Array(buffer, 0, controlBytes / 4);
+const results = new Float64Array(buffer, controlBytes, maxSlots * slotDoubles);
+const uuids = new Uint8Array(buffer, controlBytes + results.byteLength, maxSlots * uuidBytes);
+const READY = 2;
+
+// Slot ints: [request, response, kind (1 memory, 2 memory + processes), registered, pid]
+const REQUEST = 0;
+const RESPONSE = 1;
+const KIND = 2;
+const KIND_PROCESSES = 2;
+const PID = 4;
+// Slot doubles: [status, memoryRet, version, total, free, used, reserved, processRet, count, own, all]
+const STATUS_OK = 0;
+const STATUS_NO_DEVICE = 1;
+const STATUS_LOAD_FAILED = 2;
+
+let nvml;
+let loadError = "";
+try {
+  nvml = openNvml(koffi, libraryPath);
+  const ret = nvml.init();
+  if (ret !== NVML_SUCCESS) loadError = `nvmlInit failed with ${ret}`;
+} catch (error) {
+  loadError = error instanceof Error ? error.message : String(error);
+}
+
+const handles = new Map();
+const scratch = new Float64Array(5);
+const processScratch = new Float64Array(3);
+
+function uuidOf(slot) {
+  const start = slot * uuidBytes;
+  let end = start;
+  while (end < start + uuidBytes && uuids[end] !== 0) end += 1;
+  return Buffer.from(uuids.buffer, uuids.byteOffset + start, end - start).toString("utf8");
+}
+
+function service(slot) {
+  const out = slot * slotDoubles;
+  results.fill(Number.NaN, out, out + slotDoubles);
+  if (loadError !== "") {
+    results[out] = STATUS_LOAD_FAILED;
+    return;
+  }
+  const uuid = uuidOf(slot);
+  let cached = handles.get(slot);
+  if (!cached || cached.uuid !== uuid) {
+    const found = nvml.handleByUuid(uuid);
+    if (found.ret !== NVML_SUCCESS) {
+      results[out] = STATUS_NO_DEVICE;
+      results[out + 1] = found.ret;
+      return;
+    }
+    cached = { uuid, handle: found.handle };
+    handles.set(slot, cached);
+  }
+  results[out] = STATUS_OK;
+  const ret = nvml.memory(cached.handle, scratch);
+  results[out + 1] = ret;
+  if (ret === NVML_SUCCESS) results.set(scratch, out + 2);
+  const base = headerInts + slot * slotInts;
+  if (control[base + KIND] === KIND_PROCESSES) {
+    const processRet = nvml.processes(cached.handle, control[base + PID], processScratch);
+    results[out + 7] = processRet;
+    if (processRet === NVML_SUCCESS) results.set(processScratch, out + 8);
+  }
+}
+
+Atomics.store(control, READY, 1);
+let seen = 0;
+for (;;) {
+  Atomics.wait(control, 0, seen);
+  // Read the doorbell before scanning: a ring during the scan makes the next wait return at once.
+  seen = Atomics.load(control, 0);
+  if (Atomics.load(control, 1) !== 0) break;
+  for (let slot = 0; slot < maxSlots; slot += 1) {
+    const base = headerInts + slot * slotInts;
+    const request = Atomics.load(control, base + REQUEST);
+    if (request === Atomics.load(control, base + RESPONSE)) continue;
+    try {
+      service(slot);
+    } catch {
+      results[slot * slotDoubles] = STATUS_LOAD_FAILED;
+    }
+    Atomics.store(control, base + RESPONSE, request);
+    Atomics.notify(control, base + RESPONSE);
+  }
+}
+
+if (nvml && loadError === "") nvml.shutdown();

@@ -1,0 +1,202 @@
+import {
+  COLLECTOR_SPECIFICATION_VERSION,
+  type CollectorAvailability,
+  type JsonObject,
+  type MemoryCapabilities,
+  type MemoryCollector,
+  type MemoryReading,
+  noCapabilities,
+  type SampleResult,
+} from "@stormlog/core";
+import type { TfMemoryInfo, TfNamespace } from "./types.js";
+
+/** The telemetry `collector` of TensorFlow.js readings. */
+export const TFJS_COLLECTOR_NAME = "stormlog.tfjs_tracker";
+
+/** Options of {@link tfjsCollector}. */
+export interface TfjsCollectorOptions {
+  /** Telemetry `collector`. Default `stormlog.tfjs_tracker`. */
+  readonly name?: string;
+  /**
+   * Telemetry `device_id`. Default: 0 for GPU backends (webgl, webgpu, and `tensorflow` when
+   * tfjs-node-gpu runs on a GPU), -1 for host memory (cpu, wasm, `tensorflow` on the CPU). Use the
+   * same id as the NVML collector of that GPU so the tracker merges both into one record.
+   */
+  readonly deviceId?: number;
+}
+
+/** A collector whose `sample()` and `readSync()` are the same synchronous `tf.memory()` read. */
+export interface TfjsCollector extends MemoryCollector {
+  sample(): SampleResult;
+  readSync(): SampleResult;
+  /** The backend the collector was created on (capabilities describe it). */
+  readonly backendName: string;
+}
+
+type ReservedReader = (tf: TfNamespace, info: TfMemoryInfo) => number | undefined;
+
+interface ReservedSource {
+  readonly read: ReservedReader;
+  readonly description: string;
+}
+
+/**
+ * Backend-held memory, where the backend exposes it. Other backends (cpu, `tensorflow`) hold
+ * memory the framework does not report, so reserved is declared unsupported there.
+ */
+const RESERVED_SOURCES: Readonly<Record<string, ReservedSource>> = {
+  // The wasm heap grows with the largest live set and never shrinks.
+  wasm: { read: (tf) => wasmHeapBytes(tf.backend()), description: "wasm_heap" },
+  webgl: { read: (_tf, info) => info.numBytesInGPUAllocated, description: "webgl_textures" },
+  webgpu: { read: (_tf, info) => info.numBytesAllocatedInGPU, description: "webgpu_buffers" },
+};
+
+/**
+ * A collector over an injected `tf` namespace that works on every backend: allocated bytes are
+ * `tf.memory().numBytes`; tensor and data-buffer counts and the `unreliable` flag with its reasons
+ * go to metadata; reserved is the wasm heap, WebGL's allocated textures or WebGPU's allocated
+ * buffers, and is declared unsupported on cpu and `tensorflow` (tfjs-node, tfjs-node-gpu).
+ * Create it after `await tf.ready()` so it sees the backend that will run.
+ *
+ * @example
+ * import * as tf from "@tensorflow/tfjs";
+ * await tf.ready();
+ * const collector = tfjsCollector(tf);
+ * collector.readSync(); // { kind: "full", reading: { allocator_allocated_bytes: 0 }, metadata: {...} }
+ */
+export function tfjsCollector(tf: TfNamespace, options: TfjsCollectorOptions = {}): TfjsCollector {
+  const name = options.name ?? TFJS_COLLECTOR_NAME;
+  const backendName = currentBackend(tf) ?? "unknown";
+  const reservedSource = RESERVED_SOURCES[backendName];
+  const capabilities: MemoryCapabilities = {
+    ...noCapabilities(
+      `tfjs-${backendName}`,
+      name,
+      reservedSource ? `tf.memory+${reservedSource.description}` : "tf.memory",
+    ),
+    supports_allocator_allocated: true,
+    supports_allocator_reserved: reservedSource !== undefined,
+  };
+  const deviceId = options.deviceId ?? defaultDeviceId(tf, backendName);
+  let closed = false;
+
+  const read = (): SampleResult => {
+    if (closed) return { kind: "failure", error: "the tfjs collector was closed" };
+    let info: TfMemoryInfo;
+    let backend: string;
+    try {
+      info = tf.memory();
+      backend = tf.getBackend();
+    } catch (error) {
+      return {
+        kind: "failure",
+        error: `tf.memory() failed (is the backend initialised? await tf.ready() first): ${describe(error)}`,
+        cause: error,
+      };
+    }
+    const metadata: JsonObject = {
+      tfjs_backend: backend,
+      tfjs_num_tensors: info.numTensors,
+      tfjs_num_data_buffers: info.numDataBuffers,
+      tfjs_unreliable: info.unreliable === true,
+    };
+    if (info.unreliable === true && info.reasons !== undefined && info.reasons.length > 0) {
+      metadata.tfjs_unreliable_reasons = [...info.reasons];
+    }
+    if (info.numBytesInGPU !== undefined) metadata.tfjs_gpu_bytes_in_use = info.numBytesInGPU;
+    if (info.numBytesInGPUFree !== undefined) metadata.tfjs_gpu_bytes_free = info.numBytesInGPUFree;
+
+    const allocated = info.numBytes;
+    if (!isCount(allocated)) {
+      return { kind: "failure", error: `tf.memory().numBytes is not a byte count: ${String(allocated)}` };
+    }
+    const reading: MemoryReading = { allocator_allocated_bytes: allocated };
+    if (!reservedSource) return { kind: "full", reading, metadata };
+
+    // After tf.setBackend() the declared source may no longer apply: read the new backend's, if any.
+    const source = backend === backendName ? reservedSource : RESERVED_SOURCES[backend];
+    let reserved: number | undefined;
+    let reason = `backend changed from ${backendName} to ${backend}, which does not expose reserved memory`;
+    if (source) {
+      try {
+        reserved = source.read(tf, info);
+        reason =
+          reserved === undefined
+            ? `${source.description} is not exposed by this ${backend} backend`
+            : `${source.description} is not a byte count: ${String(reserved)}`;
+      } catch (error) {
+        reason = `could not read ${source.description}: ${describe(error)}`;
+      }
+    }
+    if (isCount(reserved)) {
+      reading.allocator_reserved_bytes = reserved;
+      return { kind: "full", reading, metadata };
+    }
+    return { kind: "partial", reading, missing: ["allocator_reserved_bytes"], reason, metadata };
+  };
+
+  return {
+    specificationVersion: COLLECTOR_SPECIFICATION_VERSION,
+    name,
+    deviceId,
+    capabilities,
+    backendName,
+    availability(): CollectorAvailability {
+      if (closed) return { available: false, reason: "the tfjs collector was closed" };
+      try {
+        tf.memory();
+        return { available: true };
+      } catch (error) {
+        return { available: false, reason: `tf.memory() failed: ${describe(error)}` };
+      }
+    },
+    sample: read,
+    readSync: read,
+    close(): void {
+      closed = true;
+    },
+  };
+}
+
+/** Bytes of the wasm backend's heap (`backend.wasm.HEAPU8.buffer`), updated by Emscripten on growth. */
+export function wasmHeapBytes(backend: unknown): number | undefined {
+  const wasm = property(backend, "wasm");
+  const heap = property(wasm, "HEAPU8");
+  const buffer = property(heap, "buffer");
+  const length = property(buffer, "byteLength");
+  return typeof length === "number" ? length : undefined;
+}
+
+function defaultDeviceId(tf: TfNamespace, backendName: string): number {
+  if (backendName === "webgl" || backendName === "webgpu") return 0;
+  if (backendName === "tensorflow") {
+    try {
+      // tfjs-node's NodeJSKernelBackend says whether TensorFlow placed ops on a GPU.
+      return property(tf.backend(), "isUsingGpuDevice") === true ? 0 : -1;
+    } catch {
+      return -1;
+    }
+  }
+  return -1;
+}
+
+function currentBackend(tf: TfNamespace): string | undefined {
+  try {
+    const name = tf.getBackend();
+    return typeof name === "string" && name.length > 0 ? name : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function property(value: unknown, key: string): unknown {
+  return typeof value === "object" && value !== null ? (value as Record<string, unknown>)[key] : undefined;
+}
+
+function isCount(value: unknown): value is number {
+  return typeof value === "number" && Number.isSafeInteger(value) && value >= 0;
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

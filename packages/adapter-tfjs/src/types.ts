@@ -1,0 +1,56 @@
+/**
+ * The parts of the TensorFlow.js API the adapter uses, typed structurally so that the adapter
+ * depends on no tfjs package at run time and accepts any tfjs 4.x build (`@tensorflow/tfjs`,
+ * `tfjs-core` with a backend, `tfjs-node`, `tfjs-node-gpu`).
+ */
+
+/** What `tf.memory()` returns; backends add their own fields. */
+export interface TfMemoryInfo {
+  numBytes: number;
+  numTensors: number;
+  numDataBuffers: number;
+  unreliable?: boolean;
+  reasons?: string[];
+  /** WebGL: bytes of live tensors held in textures. WebGPU: bytes of buffers in use. */
+  numBytesInGPU?: number;
+  /** WebGL: bytes of every texture allocated, in use or pooled. */
+  numBytesInGPUAllocated?: number;
+  /** WebGL: bytes of pooled, unused textures. */
+  numBytesInGPUFree?: number;
+  /** WebGPU: bytes of every buffer allocated, in use or pooled. */
+  numBytesAllocatedInGPU?: number;
+}
+
+/** The `tf` namespace, as far as the collector reads it. */
+export interface TfNamespace {
+  memory(): TfMemoryInfo;
+  getBackend(): string;
+  /** The active backend object (`tf.backend()`). */
+  backend(): object;
+}
+
+/** One kernel of a `tf.profile()` result (`KernelInfo` in tfjs-core). */
+export interface TfKernelInfo {
+  name: string;
+  bytesAdded: number;
+  totalBytesSnapshot: number;
+  tensorsAdded: number;
+  totalTensorsSnapshot: number;
+  inputShapes?: (number[] | null)[];
+  outputShapes?: number[][];
+  kernelTimeMs?: number | { error: string } | Promise<number | { error: string }>;
+}
+
+/** What `tf.profile()` resolves to (`ProfileInfo` in tfjs-core). */
+export interface TfProfileInfo {
+  newBytes: number;
+  newTensors: number;
+  peakBytes: number;
+  kernels: TfKernelInfo[];
+  result: unknown;
+}
+
+/** The `tf` namespace, as far as {@link profilePhase} reads it. */
+export interface TfProfiler {
+  profile(f: () => unknown): Promise<TfProfileInfo>;
+}

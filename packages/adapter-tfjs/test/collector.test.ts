@@ -1,0 +1,184 @@
+import * as tf from "@tensorflow/tfjs";
+import { beforeAll, describe, expect, it } from "vitest";
+import { TFJS_COLLECTOR_NAME, type TfMemoryInfo, type TfNamespace, tfjsCollector } from "../src/index.js";
+import { describeCollectorContract } from "./support/collector-contract.js";
+
+beforeAll(async () => {
+  await tf.setBackend("cpu");
+  await tf.ready();
+});
+
+/** A `tf` namespace whose backend is tfjs-node's `tensorflow`, memory() shaped as that backend returns it. */
+function nodeBackendNamespace(state: { numBytes: number; numTensors: number; gpu?: boolean }): TfNamespace {
+  return {
+    getBackend: () => "tensorflow",
+    backend: () => ({ isGPUPackage: state.gpu === true, isUsingGpuDevice: state.gpu === true }),
+    memory: (): TfMemoryInfo => ({
+      unreliable: true,
+      reasons: [
+        "The reported memory is an upper bound. Due to automatic garbage collection, the true allocated memory may be less.",
+      ],
+      numBytes: state.numBytes,
+      numTensors: state.numTensors,
+      numDataBuffers: state.numTensors,
+    }),
+  };
+}
+
+/** A `tf` namespace whose backend is WebGL, memory() shaped as backend_webgl returns it. */
+function webglNamespace(state: { inUse: number; allocated: number; free: number }): TfNamespace {
+  return {
+    getBackend: () => "webgl",
+    backend: () => ({}),
+    memory: () => ({
+      unreliable: false,
+      numBytesInGPU: state.inUse,
+      numBytesInGPUAllocated: state.allocated,
+      numBytesInGPUFree: state.free,
+      numBytes: state.inUse + 100,
+      numTensors: 3,
+      numDataBuffers: 3,
+    }),
+  };
+}
+
+describeCollectorContract("tfjs on the cpu backend", () => tfjsCollector(tf));
+describeCollectorContract("tfjs on tfjs-node's tensorflow backend (shape)", () =>
+  tfjsCollector(nodeBackendNamespace({ numBytes: 4096, numTensors: 2 })),
+);
+describeCollectorContract("tfjs on tfjs-node-gpu's tensorflow backend (shape)", () =>
+  tfjsCollector(nodeBackendNamespace({ numBytes: 4096, numTensors: 2, gpu: true })),
+);
+describeCollectorContract("tfjs on the webgl backend (shape)", () =>
+  tfjsCollector(webglNamespace({ inUse: 1000, allocated: 5000, free: 4000 })),
+);
+
+describe("tfjsCollector on the cpu backend", () => {
+  it("reports tf.memory().numBytes as allocated and declares reserved unsupported", () => {
+    const collector = tfjsCollector(tf);
+    expect(collector.name).toBe(TFJS_COLLECTOR_NAME);
+    expect(collector.backendName).toBe("cpu");
+    expect(collector.deviceId).toBe(-1);
+    expect(collector.capabilities).toMatchObject({
+      backend: "tfjs-cpu",
+      sampling_source: "tf.memory",
+      supports_allocator_allocated: true,
+      supports_allocator_reserved: false,
+      supports_device_used: false,
+    });
+    const before = collector.readSync();
+    const t = tf.zeros([256, 256]);
+    const after = collector.readSync();
+    if (before.kind !== "full" || after.kind !== "full") throw new Error("expected full samples");
+    expect(after.reading.allocator_allocated_bytes! - before.reading.allocator_allocated_bytes!).toBe(
+      256 * 256 * 4,
+    );
+    expect(after.reading).not.toHaveProperty("allocator_reserved_bytes");
+    expect((after.metadata!.tfjs_num_tensors as number) - (before.metadata!.tfjs_num_tensors as number)).toBe(
+      1,
+    );
+    // The cpu backend calls its own numbers an upper bound (garbage collection): surfaced, not hidden.
+    expect(after.metadata).toMatchObject({ tfjs_backend: "cpu", tfjs_unreliable: true });
+    expect(after.metadata?.tfjs_unreliable_reasons).toEqual([expect.stringMatching(/upper bound/)]);
+    t.dispose();
+    const disposed = collector.sample();
+    if (disposed.kind !== "full") throw new Error("expected a full sample");
+    expect(disposed.reading.allocator_allocated_bytes).toBe(before.reading.allocator_allocated_bytes);
+  });
+
+  it("surfaces tfjs's unreliable flag and reasons for string tensors", () => {
+    const collector = tfjsCollector(tf);
+    const s = tf.tensor(["hello", "stormlog"]);
+    const result = collector.sample();
+    s.dispose();
+    expect(result.kind).toBe("full");
+    if (result.kind !== "full") return;
+    expect(result.metadata?.tfjs_unreliable).toBe(true);
+    expect(result.metadata?.tfjs_unreliable_reasons).toContainEqual(expect.stringMatching(/string tensors/));
+  });
+
+  it("fails, without throwing, when tf.memory() throws", () => {
+    const broken: TfNamespace = {
+      getBackend: () => "cpu",
+      backend: () => ({}),
+      memory: () => {
+        throw new Error("Backend 'wasm' has not yet been initialized");
+      },
+    };
+    const collector = tfjsCollector(broken);
+    const result = collector.sample();
+    expect(result).toMatchObject({ kind: "failure" });
+    if (result.kind === "failure") expect(result.error).toMatch(/await tf.ready\(\)/);
+    expect(collector.availability()).toMatchObject({ available: false });
+  });
+
+  it("accepts an explicit device id and name", () => {
+    const collector = tfjsCollector(tf, { deviceId: 3, name: "stormlog.tfjs_custom" });
+    expect(collector.deviceId).toBe(3);
+    expect(collector.capabilities.telemetry_collector).toBe("stormlog.tfjs_custom");
+  });
+});
+
+describe("tfjsCollector on tfjs-node's tensorflow backend (memory() shape)", () => {
+  it("reports numBytes as allocated, reserved unsupported, and the unreliable reasons", () => {
+    const state = { numBytes: 8192, numTensors: 4 };
+    const collector = tfjsCollector(nodeBackendNamespace(state));
+    expect(collector.capabilities).toMatchObject({
+      backend: "tfjs-tensorflow",
+      supports_allocator_reserved: false,
+    });
+    expect(collector.deviceId).toBe(-1);
+    const result = collector.sample();
+    expect(result).toMatchObject({
+      kind: "full",
+      reading: { allocator_allocated_bytes: 8192 },
+      metadata: { tfjs_backend: "tensorflow", tfjs_num_tensors: 4, tfjs_unreliable: true },
+    });
+    if (result.kind === "full") {
+      expect(result.metadata?.tfjs_unreliable_reasons).toEqual([expect.stringMatching(/garbage collection/)]);
+    }
+    state.numBytes = 0;
+    expect(collector.readSync()).toMatchObject({ reading: { allocator_allocated_bytes: 0 } });
+  });
+
+  it("uses device 0 when tfjs-node-gpu placed ops on a GPU, so NVML readings merge with it", () => {
+    expect(tfjsCollector(nodeBackendNamespace({ numBytes: 0, numTensors: 0, gpu: true })).deviceId).toBe(0);
+  });
+
+  it("fails rather than report a non-count numBytes", () => {
+    const collector = tfjsCollector(nodeBackendNamespace({ numBytes: Number.NaN, numTensors: 0 }));
+    expect(collector.sample()).toMatchObject({ kind: "failure" });
+  });
+});
+
+describe("tfjsCollector on the webgl backend (memory() shape)", () => {
+  it("reports allocated textures as reserved and the in-use/free split in metadata", () => {
+    const state = { inUse: 1000, allocated: 5000, free: 4000 };
+    const collector = tfjsCollector(webglNamespace(state));
+    expect(collector.deviceId).toBe(0);
+    expect(collector.capabilities).toMatchObject({
+      backend: "tfjs-webgl",
+      sampling_source: "tf.memory+webgl_textures",
+      supports_allocator_reserved: true,
+    });
+    expect(collector.sample()).toMatchObject({
+      kind: "full",
+      reading: { allocator_allocated_bytes: 1100, allocator_reserved_bytes: 5000 },
+      metadata: { tfjs_gpu_bytes_in_use: 1000, tfjs_gpu_bytes_free: 4000 },
+    });
+    // Bytes grow while tensor counts stay flat: the texture cache (tensorflow/tfjs#4129).
+    state.allocated = 9000;
+    state.free = 8000;
+    expect(collector.sample()).toMatchObject({ reading: { allocator_reserved_bytes: 9000 } });
+  });
+
+  it("reports a partial sample when the backend stops exposing allocated textures", () => {
+    const ns = webglNamespace({ inUse: 10, allocated: 20, free: 10 });
+    const collector = tfjsCollector(ns);
+    const memory = ns.memory;
+    ns.memory = () => ({ ...memory(), numBytesInGPUAllocated: undefined });
+    const result = collector.sample();
+    expect(result).toMatchObject({ kind: "partial", missing: ["allocator_reserved_bytes"] });
+    if (result.kind === "partial") expect(result.reason).toMatch(/webgl_textures/);
+  });
+});

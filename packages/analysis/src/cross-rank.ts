@@ -1,0 +1,528 @@
+/**
+ * Cross-rank analysis of a distributed job, as the Python reference's
+ * `stormlog/distributed_analysis.py` computes it: rank timelines aligned on their first samples,
+ * and the ranks whose device memory spiked first ("first-cause suspects"), with phase attribution.
+ *
+ * `summarizeCrossRankAnalysis` returns exactly the reference's `summarize_cross_rank_analysis`
+ * structure (snake_case keys in its order, timestamps as exact `bigint`s). Pass events sorted by
+ * `timestamp_ns` (a stable sort), as the reference's callers do; within a rank, samples are ordered
+ * by `(timestamp_ns, pid, host)` here anyway.
+ *
+ * Differences from the reference, all on inputs it cannot take: schema v4 samples without
+ * `device_used_bytes` are dropped with a note (as the v4 upstream does), and JavaScript objects list
+ * integer-like keys in numeric order, so `rank_sample_counts` cannot keep the reference's
+ * first-appearance key order (JSON key order carries no meaning; `mergeCrossRankTimelines` returns
+ * it as an ordered `Map`).
+ */
+import type { TelemetryEvent } from "@stormlog/core";
+import { type PhaseAttributionPayload, type PhaseResolver, phaseAttributionToPayload } from "@stormlog/phases";
+
+/** Minimum cumulative device-used growth that counts as a spike (64 MiB), as in the reference. */
+export const SPIKE_MIN_BYTES = 64 * 1024 ** 2;
+/** A rank whose first sample is more than this many median intervals from the anchor gets a note. */
+export const SKEW_NOTE_MULTIPLIER = 5;
+
+/** One sample on the merged, rank-aligned timeline (`RankTimelinePoint`). */
+export interface RankTimelinePoint {
+  rank: number;
+  timestamp_ns: bigint;
+  /** `timestamp_ns` minus the rank's alignment offset. */
+  aligned_timestamp_ns: bigint;
+  device_used_bytes: number | null;
+  allocator_reserved_bytes: number | null;
+  allocator_allocated_bytes: number | null;
+  allocator_change_bytes: number | null;
+}
+
+/** The merged timeline of a job (`CrossRankMergeResult`). Maps keep the reference's key order. */
+export interface CrossRankMergeResult {
+  job_id: string | null;
+  world_size: number;
+  participating_ranks: number[];
+  missing_ranks: number[];
+  /** Samples per rank, in order of each rank's first sample. */
+  rank_sample_counts: Map<number, number>;
+  /** Per rank: its first sample's timestamp minus the anchor rank's. */
+  alignment_offsets_ns: Map<number, bigint>;
+  /** Sorted by `(aligned_timestamp_ns, rank, timestamp_ns)`. */
+  merged_points: RankTimelinePoint[];
+  notes: string[];
+}
+
+/** How sure the analysis is that a suspect spiked first. */
+export type FirstCauseConfidence = "high" | "medium" | "low";
+
+/** A ranked first-cause candidate (`FirstCauseSuspect`, serialized). */
+export interface FirstCauseSuspect {
+  rank: number;
+  /** When the rank's growth window crossed the spike threshold (the rank's own clock). */
+  first_spike_timestamp_ns: bigint;
+  aligned_first_spike_timestamp_ns: bigint;
+  /** Cumulative device-used growth of the window at the crossing. */
+  peak_delta_bytes: number;
+  spike_window_samples: number;
+  lead_over_cluster_onset_ns: bigint;
+  confidence: FirstCauseConfidence;
+  evidence: { device_used_delta_bytes: number; supporting_ranks_at_or_before_onset: number };
+  /** The phase active on that rank at `first_spike_timestamp_ns`, when a resolver is given. */
+  phase_attribution: PhaseAttributionPayload | null;
+}
+
+/** `summarize_cross_rank_analysis`: the reference's JSON structure, keys in its order. */
+export interface CrossRankAnalysis {
+  job_id: string | null;
+  world_size: number;
+  participating_ranks: number[];
+  missing_ranks: number[];
+  rank_sample_counts: Record<string, number>;
+  alignment_offsets_ns: Record<string, bigint>;
+  /** The aligned spike time of the second-earliest candidate; null with fewer than two. */
+  cluster_onset_timestamp_ns: bigint | null;
+  first_cause_suspects: FirstCauseSuspect[];
+  /** De-duplicated, in order. */
+  notes: string[];
+}
+
+/** Options of the cross-rank analysis. */
+export interface CrossRankOptions {
+  /** Attributes each suspect's spike to a phase (e.g. a `PhaseReplayIndex` of the same events). */
+  readonly phaseResolver?: PhaseResolver | null;
+}
+
+const NOTE_NON_SAMPLE = "Ignored non-sample events during cross-rank analysis.";
+const NOTE_NO_DEVICE_USED = "Ignored samples without device-used memory during cross-rank analysis.";
+const NOTE_NO_SAMPLES = "No sample telemetry events were available for distributed analysis.";
+const NOTE_MULTIPLE_JOBS = "Multiple job_id values were observed; filtering to the most common value.";
+const NOTE_NO_EVENTS = "No telemetry events were provided.";
+const NOTE_NO_ANALYSIS_EVENTS = "No telemetry events were available for distributed analysis.";
+const NOTE_ONE_RANK = "At least two ranks are required for cross-rank first-cause analysis.";
+const NOTE_NO_SPIKES = "No qualifying cross-rank spikes were detected.";
+const NOTE_ONE_SPIKE = "Only one rank produced a qualifying spike; confidence is limited.";
+
+/** Python's `event_type.casefold() == "sample"`; U+017F (long s) folds to "s". */
+function isSample(eventType: string): boolean {
+  if (eventType === "sample") return true;
+  if (eventType.length !== 6) return false;
+  return eventType.replaceAll("\u017f", "s").toLowerCase() === "sample";
+}
+
+/** Python's string order (code points), for the `host` tie-break. */
+function compareStrings(a: string, b: string): number {
+  if (a === b) return 0;
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x === y) continue;
+    const xs = x >= 0xd800 && x <= 0xdfff;
+    const ys = y >= 0xd800 && y <= 0xdfff;
+    if (xs !== ys && (xs ? y >= 0xe000 : x >= 0xe000)) return xs ? 1 : -1;
+    return x < y ? -1 : 1;
+  }
+  return a.length - b.length;
+}
+
+function compareSamples(a: TelemetryEvent, b: TelemetryEvent): number {
+  if (a.timestamp_ns !== b.timestamp_ns) return a.timestamp_ns < b.timestamp_ns ? -1 : 1;
+  if (a.pid !== b.pid) return a.pid - b.pid;
+  return compareStrings(a.host, b.host);
+}
+
+/** `Counter(values).most_common(1)[0][0]`: the most frequent value, the first seen on ties. */
+function mostCommon<T>(counts: Map<T, number>): T | undefined {
+  let best: T | undefined;
+  let bestCount = 0;
+  for (const [value, count] of counts) {
+    if (count > bestCount) {
+      best = value;
+      bestCount = count;
+    }
+  }
+  return best;
+}
+
+interface Selection {
+  events: TelemetryEvent[];
+  jobId: string | null;
+  notes: string[];
+}
+
+/** `_select_cross_rank_analysis_events`. */
+function selectEvents(events: readonly TelemetryEvent[]): Selection {
+  const notes: string[] = [];
+  let samples: TelemetryEvent[] = [];
+  let withoutDeviceUsed = 0;
+  for (const event of events) {
+    if (!isSample(event.event_type)) continue;
+    if (event.device_used_bytes === null) {
+      withoutDeviceUsed++;
+      continue;
+    }
+    samples.push(event);
+  }
+  if (samples.length + withoutDeviceUsed !== events.length) notes.push(NOTE_NON_SAMPLE);
+  if (withoutDeviceUsed > 0) notes.push(NOTE_NO_DEVICE_USED);
+  if (samples.length === 0) {
+    notes.push(NOTE_NO_SAMPLES);
+    return { events: [], jobId: null, notes };
+  }
+  const jobCounts = new Map<string, number>();
+  for (const event of samples) {
+    if (event.job_id) jobCounts.set(event.job_id, (jobCounts.get(event.job_id) ?? 0) + 1);
+  }
+  const jobId = mostCommon(jobCounts) ?? null;
+  if (jobCounts.size > 1 && jobId !== null) {
+    notes.push(NOTE_MULTIPLE_JOBS);
+    samples = samples.filter((event) => event.job_id === jobId);
+  }
+  return { events: samples, jobId, notes };
+}
+
+/** `_group_events_by_rank`: ranks in order of first appearance, samples sorted per rank. */
+function groupByRank(events: readonly TelemetryEvent[]): Map<number, TelemetryEvent[]> {
+  const grouped = new Map<number, TelemetryEvent[]>();
+  for (const event of events) {
+    const list = grouped.get(event.rank);
+    if (list === undefined) grouped.set(event.rank, [event]);
+    else list.push(event);
+  }
+  for (const list of grouped.values()) {
+    for (let i = 1; i < list.length; i++) {
+      if (compareSamples(list[i - 1]!, list[i]!) > 0) {
+        list.sort(compareSamples); // stable, like Python's sort
+        break;
+      }
+    }
+  }
+  return grouped;
+}
+
+/** `_determine_world_size`. */
+function determineWorldSize(events: readonly TelemetryEvent[], ranks: readonly number[]): number {
+  if (events.length === 0) return 0;
+  const claimed = new Map<number, number>();
+  for (const event of events) {
+    if (event.world_size > 1) claimed.set(event.world_size, (claimed.get(event.world_size) ?? 0) + 1);
+  }
+  const declared = mostCommon(claimed) ?? 1;
+  const observed = ranks.length > 0 ? ranks[ranks.length - 1]! + 1 : declared;
+  if (ranks.length > 1) return Math.max(declared, observed);
+  return Math.max(declared, observed, 1);
+}
+
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+/** `int(statistics.median(values))` of exact integers. */
+function integerMedian(values: Float64Array | bigint[]): bigint {
+  const n = values.length;
+  if (values instanceof Float64Array) {
+    values.sort();
+    if (n % 2 === 1) return BigInt(values[n >> 1]!);
+    const a = values[(n >> 1) - 1]!;
+    const b = values[n >> 1]!;
+    // Python: (a + b) / 2 as a correctly rounded float, then truncated; halving is exact.
+    const total = a + b <= Number.MAX_SAFE_INTEGER ? a + b : Number(BigInt(a) + BigInt(b));
+    return BigInt(Math.trunc(total / 2));
+  }
+  values.sort((x, y) => (x < y ? -1 : x > y ? 1 : 0));
+  if (n % 2 === 1) return values[n >> 1]!;
+  return BigInt(Math.trunc(Number(values[(n >> 1) - 1]! + values[n >> 1]!) / 2));
+}
+
+/** `_median_sampling_interval_ns`: median positive gap between a rank's samples, else of the declared intervals. */
+function medianSamplingIntervalNs(grouped: Map<number, TelemetryEvent[]>): bigint {
+  let count = 0;
+  let large = false;
+  for (const list of grouped.values()) {
+    for (let i = 1; i < list.length; i++) {
+      const delta = list[i]!.timestamp_ns - list[i - 1]!.timestamp_ns;
+      if (delta > 0n) {
+        count++;
+        if (delta > MAX_SAFE) large = true;
+      }
+    }
+  }
+  if (count > 0) {
+    const exact: bigint[] = [];
+    const fast = large ? null : new Float64Array(count);
+    let k = 0;
+    for (const list of grouped.values()) {
+      for (let i = 1; i < list.length; i++) {
+        const delta = list[i]!.timestamp_ns - list[i - 1]!.timestamp_ns;
+        if (delta <= 0n) continue;
+        if (fast !== null) fast[k++] = Number(delta);
+        else exact.push(delta);
+      }
+    }
+    return integerMedian(fast ?? exact);
+  }
+  const fallback: number[] = [];
+  for (const list of grouped.values()) {
+    for (const event of list) if (event.sampling_interval_ms > 0) fallback.push(event.sampling_interval_ms * 1_000_000);
+  }
+  return fallback.length > 0 ? integerMedian(Float64Array.from(fallback)) : 0n;
+}
+
+interface Prepared {
+  jobId: string | null;
+  worldSize: number;
+  participatingRanks: number[];
+  missingRanks: number[];
+  grouped: Map<number, TelemetryEvent[]>;
+  offsets: Map<number, bigint>;
+  medianIntervalNs: bigint;
+  /** Notes of the merge step (`merge_result.notes`). */
+  notes: string[];
+  /** Notes of the selection step, for the first-cause step when nothing was selected. */
+  selectionNotes: string[];
+}
+
+/** Everything `merge_cross_rank_timelines` computes except the points themselves. */
+function prepare(events: readonly TelemetryEvent[]): Prepared {
+  const empty = (jobId: string | null, notes: string[], selectionNotes: string[]): Prepared => ({
+    jobId,
+    worldSize: 0,
+    participatingRanks: [],
+    missingRanks: [],
+    grouped: new Map(),
+    offsets: new Map(),
+    medianIntervalNs: 0n,
+    notes,
+    selectionNotes,
+  });
+  const selection = selectEvents(events);
+  if (events.length === 0) return empty(null, [NOTE_NO_EVENTS], selection.notes);
+  if (selection.events.length === 0) return empty(selection.jobId, [...selection.notes], selection.notes);
+
+  const notes = [...selection.notes];
+  const grouped = groupByRank(selection.events);
+  const participatingRanks = [...grouped.keys()].sort((a, b) => a - b);
+  const worldSize = determineWorldSize(selection.events, participatingRanks);
+  const present = new Set(participatingRanks);
+  const missingRanks: number[] = [];
+  for (let rank = 0; rank < worldSize; rank++) if (!present.has(rank)) missingRanks.push(rank);
+  if (missingRanks.length > 0) notes.push(`Missing rank data for ranks: ${missingRanks.join(", ")}.`);
+
+  const anchorRank = grouped.has(0) ? 0 : participatingRanks[0]!;
+  const anchorNs = grouped.get(anchorRank)![0]!.timestamp_ns;
+  const medianIntervalNs = medianSamplingIntervalNs(grouped);
+  const skewLimit = BigInt(SKEW_NOTE_MULTIPLIER) * medianIntervalNs;
+  const offsets = new Map<number, bigint>();
+  for (const rank of participatingRanks) {
+    const offset = grouped.get(rank)![0]!.timestamp_ns - anchorNs;
+    offsets.set(rank, offset);
+    const magnitude = offset < 0n ? -offset : offset;
+    if (medianIntervalNs > 0n && magnitude > skewLimit) {
+      notes.push(`Rank ${rank} starts ${offset} ns from the anchor; first-sample alignment may be approximate.`);
+    }
+  }
+  return {
+    jobId: selection.jobId,
+    worldSize,
+    participatingRanks,
+    missingRanks,
+    grouped,
+    offsets,
+    medianIntervalNs,
+    notes,
+    selectionNotes: selection.notes,
+  };
+}
+
+function sampleCounts(prepared: Prepared): Map<number, number> {
+  const counts = new Map<number, number>();
+  for (const [rank, list] of prepared.grouped) counts.set(rank, list.length);
+  return counts;
+}
+
+/**
+ * Merges the ranks' sample streams into one timeline aligned on each rank's first sample
+ * (`merge_cross_rank_timelines`).
+ */
+export function mergeCrossRankTimelines(events: readonly TelemetryEvent[]): CrossRankMergeResult {
+  const prepared = prepare(events);
+  const points: RankTimelinePoint[] = [];
+  for (const rank of prepared.participatingRanks) {
+    const offset = prepared.offsets.get(rank)!;
+    for (const event of prepared.grouped.get(rank)!) {
+      points.push({
+        rank,
+        timestamp_ns: event.timestamp_ns,
+        aligned_timestamp_ns: event.timestamp_ns - offset,
+        device_used_bytes: event.device_used_bytes,
+        allocator_reserved_bytes: event.allocator_reserved_bytes,
+        allocator_allocated_bytes: event.allocator_allocated_bytes,
+        allocator_change_bytes: event.allocator_change_bytes,
+      });
+    }
+  }
+  points.sort((a, b) => {
+    if (a.aligned_timestamp_ns !== b.aligned_timestamp_ns) return a.aligned_timestamp_ns < b.aligned_timestamp_ns ? -1 : 1;
+    if (a.rank !== b.rank) return a.rank - b.rank;
+    return a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : 0;
+  });
+  return {
+    job_id: prepared.jobId,
+    world_size: prepared.worldSize,
+    participating_ranks: prepared.participatingRanks,
+    missing_ranks: prepared.missingRanks,
+    rank_sample_counts: sampleCounts(prepared),
+    alignment_offsets_ns: prepared.offsets,
+    merged_points: points,
+    notes: prepared.notes,
+  };
+}
+
+interface SpikeCandidate {
+  rank: number;
+  sessionId: string;
+  firstSpikeNs: bigint;
+  alignedFirstSpikeNs: bigint;
+  peakDeltaBytes: number;
+  windowSamples: number;
+}
+
+/**
+ * `_find_rank_spike_candidate`: the first sample where a run of consecutive increases of device
+ * used memory adds up to the threshold, `max(64 MiB, 10% of the rank's peak)`.
+ */
+function findSpike(samples: readonly TelemetryEvent[], offset: bigint): SpikeCandidate | null {
+  if (samples.length < 2) return null;
+  let peak = Number.NEGATIVE_INFINITY;
+  for (const event of samples) if (event.device_used_bytes! > peak) peak = event.device_used_bytes!;
+  const threshold = Math.max(SPIKE_MIN_BYTES, Math.trunc(peak * 0.1));
+  let cumulative = 0;
+  let windowSamples = 0;
+  let previous = samples[0]!.device_used_bytes!;
+  for (let i = 1; i < samples.length; i++) {
+    const used = samples[i]!.device_used_bytes!;
+    const delta = used - previous;
+    previous = used;
+    if (delta <= 0) {
+      cumulative = 0;
+      windowSamples = 0;
+      continue;
+    }
+    cumulative += delta;
+    windowSamples++;
+    if (cumulative < threshold) continue;
+    const event = samples[i]!;
+    return {
+      rank: event.rank,
+      sessionId: event.session_id,
+      firstSpikeNs: event.timestamp_ns,
+      alignedFirstSpikeNs: event.timestamp_ns - offset,
+      peakDeltaBytes: cumulative,
+      windowSamples,
+    };
+  }
+  return null;
+}
+
+interface FirstCause {
+  clusterOnsetNs: bigint | null;
+  suspects: FirstCauseSuspect[];
+  notes: string[];
+}
+
+/** `_detect_first_cause_spikes`. */
+function detectFirstCause(prepared: Prepared, phaseResolver: PhaseResolver | null | undefined): FirstCause {
+  const grouped = prepared.grouped;
+  if (grouped.size === 0) return { clusterOnsetNs: null, suspects: [], notes: [NOTE_NO_ANALYSIS_EVENTS] };
+  if (grouped.size === 1) return { clusterOnsetNs: null, suspects: [], notes: [NOTE_ONE_RANK] };
+
+  const notes: string[] = [];
+  const sparseRanks: number[] = [];
+  const candidates: SpikeCandidate[] = [];
+  for (const [rank, samples] of grouped) {
+    if (samples.length < 2) sparseRanks.push(rank);
+    const candidate = findSpike(samples, prepared.offsets.get(rank) ?? 0n);
+    if (candidate !== null) candidates.push(candidate);
+  }
+  if (sparseRanks.length > 0) {
+    const listed = [...sparseRanks].sort((a, b) => a - b).join(", ");
+    notes.push(`Some ranks have fewer than two samples and cannot contribute to spike detection: ${listed}.`);
+  }
+  if (candidates.length === 0) {
+    notes.push(NOTE_NO_SPIKES);
+    return { clusterOnsetNs: null, suspects: [], notes };
+  }
+
+  candidates.sort((a, b) => {
+    if (a.alignedFirstSpikeNs !== b.alignedFirstSpikeNs) return a.alignedFirstSpikeNs < b.alignedFirstSpikeNs ? -1 : 1;
+    if (a.peakDeltaBytes !== b.peakDeltaBytes) return b.peakDeltaBytes - a.peakDeltaBytes;
+    return a.rank - b.rank;
+  });
+  let clusterOnsetNs: bigint | null = null;
+  if (candidates.length >= 2) clusterOnsetNs = candidates[1]!.alignedFirstSpikeNs;
+  else notes.push(NOTE_ONE_SPIKE);
+
+  const cutoff = clusterOnsetNs ?? candidates[0]!.alignedFirstSpikeNs;
+  const ranked = candidates.filter((candidate) => candidate.alignedFirstSpikeNs <= cutoff);
+  const earliest = ranked[0]!.alignedFirstSpikeNs;
+  let earliestCount = 0;
+  for (const candidate of ranked) if (candidate.alignedFirstSpikeNs === earliest) earliestCount++;
+  const sparse = prepared.missingRanks.length > 0 || sparseRanks.length > 0;
+  const medianIntervalNs = prepared.medianIntervalNs;
+
+  const suspects = ranked.map((candidate): FirstCauseSuspect => {
+    const lead = clusterOnsetNs === null ? 0n : clusterOnsetNs - candidate.alignedFirstSpikeNs;
+    let confidence: FirstCauseConfidence = "low";
+    if (candidates.length >= 2 && candidate.alignedFirstSpikeNs === earliest) {
+      if (earliestCount === 1 && !sparse && (medianIntervalNs <= 0n || lead >= medianIntervalNs)) confidence = "high";
+      else confidence = sparse ? "low" : "medium";
+    }
+    const attribution = phaseResolver ? phaseResolver.resolve(candidate.firstSpikeNs, candidate.sessionId, candidate.rank) : null;
+    return {
+      rank: candidate.rank,
+      first_spike_timestamp_ns: candidate.firstSpikeNs,
+      aligned_first_spike_timestamp_ns: candidate.alignedFirstSpikeNs,
+      peak_delta_bytes: candidate.peakDeltaBytes,
+      spike_window_samples: candidate.windowSamples,
+      lead_over_cluster_onset_ns: lead,
+      confidence,
+      evidence: {
+        device_used_delta_bytes: candidate.peakDeltaBytes,
+        supporting_ranks_at_or_before_onset: ranked.length,
+      },
+      phase_attribution: phaseAttributionToPayload(attribution),
+    };
+  });
+  return { clusterOnsetNs, suspects, notes };
+}
+
+/**
+ * The cross-rank summary of a job (`summarize_cross_rank_analysis`): participating and missing
+ * ranks, alignment offsets, the cluster onset and the first-cause suspects, with notes explaining
+ * what limited the analysis.
+ */
+export function summarizeCrossRankAnalysis(
+  events: readonly TelemetryEvent[],
+  options: CrossRankOptions = {},
+): CrossRankAnalysis {
+  const prepared = prepare(events);
+  const firstCause: FirstCause =
+    prepared.grouped.size === 0
+      ? {
+          clusterOnsetNs: null,
+          suspects: [],
+          notes: prepared.selectionNotes.length > 0 ? prepared.selectionNotes : [...prepared.notes],
+        }
+      : detectFirstCause(prepared, options.phaseResolver);
+
+  const rankSampleCounts: Record<string, number> = {};
+  for (const [rank, list] of prepared.grouped) rankSampleCounts[String(rank)] = list.length;
+  const offsets: Record<string, bigint> = {};
+  for (const [rank, offset] of prepared.offsets) offsets[String(rank)] = offset;
+  return {
+    job_id: prepared.jobId,
+    world_size: prepared.worldSize,
+    participating_ranks: prepared.participatingRanks,
+    missing_ranks: prepared.missingRanks,
+    rank_sample_counts: rankSampleCounts,
+    alignment_offsets_ns: offsets,
+    cluster_onset_timestamp_ns: firstCause.clusterOnsetNs,
+    first_cause_suspects: firstCause.suspects,
+    notes: [...new Set([...prepared.notes, ...firstCause.notes])],
+  };
+}

@@ -1,0 +1,7 @@
+/**
+ * @stormlog/analysis: what a recorded run means — cross-rank first-cause analysis, hidden-memory
+ * gap analysis and the numeric helpers they share with the Python reference.
+ */
+export * from "./cross-rank.js";
+export * from "./gap.js";
+export * from "./stats.js";

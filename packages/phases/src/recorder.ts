@@ -1,0 +1,513 @@
+import { isMainThread, threadId } from "node:worker_threads";
+import type { JsonObject, PhaseHost, PhaseOptions, PhaseScope } from "@stormlog/core";
+import {
+  type AsyncContextMode,
+  asyncPhaseOpened,
+  asyncPhaseSettled,
+  asyncPhasesOpen,
+  isAsyncFunction,
+  phaseStorage,
+  pinAsyncContext,
+  unpinAsyncContext,
+} from "./async-context.js";
+import { PhaseProtocolError } from "./errors.js";
+import { NoopPhaseScope, normalizePhaseName } from "./noop.js";
+import { PHASE_ENTER_EVENT, PHASE_EXIT_EVENT } from "./replay.js";
+
+/**
+ * `metadata.phase_scope` of a boundary record, keys in the reference's order. `attributes` is present
+ * only when the phase has some (and is repeated on exit).
+ */
+export interface PhaseScopePayload {
+  action: "enter" | "exit";
+  name: string;
+  path: string[];
+  depth: number;
+  scope_id: string;
+  parent_scope_id: string | null;
+  thread_id: number;
+  thread_name: string;
+  sequence: number;
+  attributes?: JsonObject;
+}
+
+/** An open (or closed) phase as the recorder sees it: a `PhaseScope` with its thread and sequence. */
+export interface RecordedPhase extends PhaseScope {
+  readonly depth: number;
+  readonly parentScopeId: string | null;
+  /** The sequence number of the enter boundary. */
+  readonly sequence: number;
+  /** What plays the reference's thread: the JS thread, or an async task (see the README). */
+  readonly threadId: number;
+  readonly threadName: string;
+  readonly attributes: JsonObject | undefined;
+}
+
+/**
+ * One boundary, handed synchronously to the recorder's listener (the tracker turns it into a record).
+ * `context` and `phaseScope` are built when read; `phaseScopePayload(scope, action, sequence)` builds
+ * the same payload again later.
+ */
+export interface PhaseBoundary {
+  readonly eventType: "phase_enter" | "phase_exit";
+  readonly scope: RecordedPhase;
+  /** This boundary's own sequence number (an exit has a larger one than its enter). */
+  readonly sequence: number;
+  /** `Phase entered: a / b` or `Phase exited: a / b`. */
+  readonly context: string;
+  /** The `metadata.phase_scope` object of the record (a new object at each read). */
+  readonly phaseScope: PhaseScopePayload;
+}
+
+/** The reference's `metadata.phase_scope` for one boundary of `scope`. */
+export function phaseScopePayload(scope: RecordedPhase, action: "enter" | "exit", sequence: number): PhaseScopePayload {
+  const payload: PhaseScopePayload = {
+    action,
+    name: scope.name,
+    path: scope.path as string[],
+    depth: scope.depth,
+    scope_id: scope.scopeId,
+    parent_scope_id: scope.parentScopeId,
+    thread_id: scope.threadId,
+    thread_name: scope.threadName,
+    sequence,
+  };
+  if (scope.attributes !== undefined) payload.attributes = scope.attributes;
+  return payload;
+}
+
+/** The reference's context of a boundary record: `Phase entered: a / b` / `Phase exited: a / b`. */
+export function phaseBoundaryContext(eventType: "phase_enter" | "phase_exit", phasePath: string): string {
+  return (eventType === PHASE_ENTER_EVENT ? "Phase entered: " : "Phase exited: ") + phasePath;
+}
+
+class Boundary implements PhaseBoundary {
+  constructor(
+    readonly eventType: "phase_enter" | "phase_exit",
+    readonly scope: RecordedPhase,
+    readonly sequence: number,
+  ) {}
+
+  get context(): string {
+    return phaseBoundaryContext(this.eventType, this.scope.phasePath);
+  }
+
+  get phaseScope(): PhaseScopePayload {
+    return phaseScopePayload(this.scope, this.eventType === PHASE_ENTER_EVENT ? "enter" : "exit", this.sequence);
+  }
+}
+
+/** Options of a `PhaseRecorder`. */
+export interface PhaseRecorderOptions {
+  /** Receives every boundary, synchronously, in order. Exceptions are caught (see `onListenerError`). */
+  readonly onBoundary: (boundary: PhaseBoundary) => void;
+  /** How phases follow async code; see `AsyncContextMode`. Default `auto`. */
+  readonly asyncContext?: AsyncContextMode;
+  /** Called when `onBoundary` throws; the phase API itself never fails because of the listener. */
+  readonly onListenerError?: (error: unknown) => void;
+}
+
+/** Where phases are opened: the top level of a JS thread, or the body of an async phase. */
+interface PhaseContextNode {
+  /** The innermost phase opened in this context and still open (an async frame starts at itself). */
+  current: PhaseFrame | null;
+}
+
+/** A stack of phases: what the reference keys by thread. Records carry its id and name. */
+class PhaseFlow {
+  readonly stack: PhaseFrame[] = [];
+  constructor(
+    readonly id: number,
+    readonly name: string,
+    readonly forked: boolean,
+  ) {}
+}
+
+class PhaseFrame implements RecordedPhase, PhaseContextNode {
+  readonly path: string[];
+  readonly phasePath: string;
+  readonly scopeId: string;
+  closed = false;
+  /** Its function returned a pending promise: it runs on, detached from the caller. */
+  detached = false;
+  /** Closed, but its exit record waits for detached phases above it on its stack to finish. */
+  pendingExit = false;
+  /** Set when this frame is the context of an async phase body. */
+  current: PhaseFrame | null = null;
+
+  constructor(
+    readonly recorder: PhaseRecorder,
+    readonly epoch: number,
+    readonly ctx: PhaseContextNode,
+    readonly flow: PhaseFlow,
+    readonly parent: PhaseFrame | null,
+    readonly name: string,
+    readonly sequence: number,
+    sessionId: string,
+    readonly attributes: JsonObject | undefined,
+  ) {
+    if (parent === null) {
+      this.path = [name];
+      this.phasePath = name;
+    } else {
+      this.path = [...parent.path, name];
+      this.phasePath = `${parent.phasePath} / ${name}`;
+    }
+    this.scopeId = `${sessionId}:${sequence}`;
+  }
+
+  get depth(): number {
+    return this.path.length;
+  }
+  get parentScopeId(): string | null {
+    return this.parent === null ? null : this.parent.scopeId;
+  }
+  get threadId(): number {
+    return this.flow.id;
+  }
+  get threadName(): string {
+    return this.flow.name;
+  }
+
+  close(): void {
+    if (!this.closed) this.recorder.closeScope(this);
+  }
+
+  [Symbol.dispose](): void {
+    if (!this.closed) this.recorder.closeScope(this);
+  }
+}
+
+const LIFO_MESSAGE = "Phase handles must be closed in strict LIFO order per thread.";
+const THREAD_MESSAGE = "Phase handle was closed from a different thread than it was opened.";
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    value !== null &&
+    (typeof value === "object" || typeof value === "function") &&
+    typeof (value as { then?: unknown }).then === "function"
+  );
+}
+
+function attributesOf(options: PhaseOptions | undefined): JsonObject | undefined {
+  const metadata = options?.metadata;
+  if (metadata === undefined || metadata === null) return undefined;
+  for (const _ in metadata) return { ...metadata };
+  return undefined;
+}
+
+const ROOT_THREAD_NAME = isMainThread ? "main" : `worker-${threadId}`;
+
+/**
+ * Nested phases with the Python reference's semantics (`PhaseRecorder`, §4.2): names stripped and
+ * checked, paths built from the enclosing phases, one sequence counter per session incremented on
+ * every enter and exit, scope ids `<session_id>:<sequence>`, strict LIFO closing per thread with the
+ * reference's `PhaseProtocolError` messages. Boundaries go to `onBoundary`; the tracker owns one
+ * recorder and turns them into `phase_enter`/`phase_exit` records.
+ *
+ * JavaScript has one thread per isolate but many concurrent async tasks, so a "thread" here is a
+ * stack of phases: the JS thread's own (`thread_id` = `worker_threads.threadId`, 0 and `main` on the
+ * main thread) or a task's (`task-<n>`). An async phase stays on its caller's stack when nothing else
+ * runs there; a phase opened while a sibling async phase is still running on that stack starts a new
+ * task stack, so concurrent tasks never interleave on one stack and the replay index rebuilds them
+ * exactly. While no session is active every call is a no-op that only checks the name.
+ */
+export class PhaseRecorder implements PhaseHost {
+  private readonly listener: (boundary: PhaseBoundary) => void;
+  private readonly onListenerError: ((error: unknown) => void) | undefined;
+  private readonly mode: AsyncContextMode;
+  private session: string | null = null;
+  private epoch = 0;
+  private sequence = 0;
+  private pinned = false;
+  private root: PhaseContextNode = { current: null };
+  private rootFlow = new PhaseFlow(threadId, ROOT_THREAD_NAME, false);
+  private freeFlowIds: number[] = [];
+  private nextFlowId = threadId + 1;
+  private readonly forkedFlows = new Set<PhaseFlow>();
+
+  constructor(options: PhaseRecorderOptions) {
+    this.listener = options.onBoundary;
+    this.onListenerError = options.onListenerError;
+    this.mode = options.asyncContext ?? "auto";
+  }
+
+  /** The session phases are recorded into, or null while inactive. */
+  get sessionId(): string | null {
+    return this.session;
+  }
+
+  /** True between `begin()` and `end()`. */
+  get active(): boolean {
+    return this.session !== null;
+  }
+
+  /** Starts recording into a session: sequence back to 0, no open phases (reference `reset()`). */
+  begin(sessionId: string): void {
+    this.end();
+    this.session = sessionId;
+    if (this.mode === "always") {
+      pinAsyncContext();
+      this.pinned = true;
+    }
+  }
+
+  /**
+   * Stops recording. Open phases are dropped without exit records (the replay index ends them at the
+   * session's last event); closing their scopes later is a no-op.
+   */
+  end(): void {
+    this.epoch++;
+    this.session = null;
+    this.sequence = 0;
+    this.root = { current: null };
+    this.rootFlow = new PhaseFlow(threadId, ROOT_THREAD_NAME, false);
+    this.freeFlowIds = [];
+    this.nextFlowId = threadId + 1;
+    this.forkedFlows.clear();
+    if (this.pinned) {
+      this.pinned = false;
+      unpinAsyncContext();
+    }
+  }
+
+  /** Every open phase, outermost first per stack (for diagnostics). */
+  openPhases(): RecordedPhase[] {
+    const result: RecordedPhase[] = [];
+    for (const flow of [this.rootFlow, ...this.forkedFlows]) {
+      for (const frame of flow.stack) if (!frame.closed) result.push(frame);
+    }
+    return result;
+  }
+
+  /** Runs `fn` inside the phase and returns what it returns; closes the phase when it throws or rejects. */
+  phase<T>(name: string, fn: () => T, options?: PhaseOptions): T;
+  /** Opens a phase for `using scope = recorder.phase("forward")`. */
+  phase(name: string, options?: PhaseOptions): PhaseScope;
+  phase<T>(name: string, fnOrOptions?: (() => T) | PhaseOptions, options?: PhaseOptions): T | PhaseScope {
+    if (typeof fnOrOptions === "function") return this.run(name, fnOrOptions, options);
+    return this.enterPhase(name, fnOrOptions);
+  }
+
+  /** Opens a phase that the caller closes with `close()` (idempotent) or `using`. */
+  enterPhase(name: string, options?: PhaseOptions): RecordedPhase {
+    const normalized = normalizePhaseName(name);
+    if (this.session === null) return new NoopPhaseScope(normalized) as unknown as RecordedPhase;
+    const ctx = this.currentContext();
+    const frame = this.open(ctx, normalized, options);
+    ctx.current = frame;
+    return frame;
+  }
+
+  private run<T>(name: string, fn: () => T, options: PhaseOptions | undefined): T {
+    const normalized = normalizePhaseName(name);
+    if (this.session === null) return fn();
+    const ctx = this.currentContext();
+    if (this.mode !== "off" && (asyncPhasesOpen() || isAsyncFunction(fn))) {
+      return this.runInContext(ctx, normalized, fn, options);
+    }
+    const frame = this.open(ctx, normalized, options);
+    ctx.current = frame;
+    let result: T;
+    try {
+      result = fn();
+    } catch (error) {
+      this.complete(frame, true);
+      throw error;
+    }
+    if (isThenable(result)) {
+      frame.detached = true;
+      if (ctx.current === frame) ctx.current = frame.parent;
+      return this.completeLater(frame, result, false) as T;
+    }
+    this.complete(frame, false);
+    return result;
+  }
+
+  private runInContext<T>(ctx: PhaseContextNode, name: string, fn: () => T, options: PhaseOptions | undefined): T {
+    const frame = this.open(ctx, name, options);
+    frame.current = frame;
+    asyncPhaseOpened();
+    let result: T;
+    try {
+      result = phaseStorage.run(frame, fn);
+    } catch (error) {
+      asyncPhaseSettled();
+      this.complete(frame, true);
+      throw error;
+    }
+    if (isThenable(result)) {
+      frame.detached = true;
+      return this.completeLater(frame, result, true) as T;
+    }
+    asyncPhaseSettled();
+    this.complete(frame, false);
+    return result;
+  }
+
+  private completeLater(frame: PhaseFrame, result: PromiseLike<unknown>, counted: boolean): PromiseLike<unknown> {
+    return result.then(
+      (value) => {
+        if (counted) asyncPhaseSettled();
+        frame.detached = false;
+        this.complete(frame, false);
+        return value;
+      },
+      (error: unknown) => {
+        if (counted) asyncPhaseSettled();
+        frame.detached = false;
+        this.complete(frame, true);
+        throw error;
+      },
+    );
+  }
+
+  /** The context code runs in: the innermost open async phase of this recorder, or the top level. */
+  private currentContext(): PhaseContextNode {
+    if (!asyncPhasesOpen()) return this.root;
+    let store = phaseStorage.getStore() as PhaseFrame | undefined;
+    while (store !== undefined) {
+      if (store.recorder !== this || store.epoch !== this.epoch) return this.root;
+      if (!store.closed) return store;
+      // Work left running by a finished async phase belongs to the context that phase ran in.
+      store = store.ctx === this.root ? undefined : (store.ctx as PhaseFrame);
+    }
+    return this.root;
+  }
+
+  private open(ctx: PhaseContextNode, name: string, options: PhaseOptions | undefined): PhaseFrame {
+    const parent = ctx.current;
+    let flow = parent === null ? this.rootFlow : parent.flow;
+    const stack = flow.stack;
+    const top = stack.length === 0 ? null : (stack[stack.length - 1] as PhaseFrame);
+    // Something else runs on the parent's stack (a sibling async phase): this phase gets its own.
+    if (top !== parent) flow = this.forkFlow();
+    const sequence = ++this.sequence;
+    const frame = new PhaseFrame(
+      this,
+      this.epoch,
+      ctx,
+      flow,
+      parent,
+      name,
+      sequence,
+      this.session as string,
+      attributesOf(options),
+    );
+    flow.stack.push(frame);
+    this.emit(PHASE_ENTER_EVENT, frame, sequence);
+    return frame;
+  }
+
+  /** `close()` / `[Symbol.dispose]()` from user code: the reference's strict checks. */
+  closeScope(frame: PhaseFrame): void {
+    if (frame.closed) return;
+    if (frame.epoch !== this.epoch) {
+      frame.closed = true;
+      return;
+    }
+    const ctx = this.currentContext();
+    if (frame.ctx !== ctx) {
+      throw new PhaseProtocolError(
+        `${THREAD_MESSAGE} '${frame.phasePath}' (${frame.scopeId}) belongs to ${frame.flow.name}; close it in ` +
+          "the async task that opened it, or give each task its own phase with phase(name, async () => ...).",
+      );
+    }
+    if (ctx.current !== frame) {
+      const inner = ctx.current;
+      throw new PhaseProtocolError(
+        `${LIFO_MESSAGE} '${frame.phasePath}' (${frame.scopeId}) was closed while ` +
+          `${inner === null ? "another phase" : `'${inner.phasePath}' (${inner.scopeId})`} is still open inside it; ` +
+          "close the inner phase first (or use `using`).",
+      );
+    }
+    const stack = frame.flow.stack;
+    if (stack[stack.length - 1] !== frame) {
+      const above = stack[stack.lastIndexOf(frame) + 1];
+      if (above === undefined || !(above.detached || above.pendingExit)) {
+        throw new PhaseProtocolError(
+          `${LIFO_MESSAGE} '${frame.phasePath}' (${frame.scopeId}) is not the innermost phase of ${frame.flow.name}.`,
+        );
+      }
+    }
+    ctx.current = frame.parent;
+    this.finish(frame);
+  }
+
+  /**
+   * Closes a `phase(name, fn)` frame when `fn` returns, throws or settles. Scopes opened inside and
+   * left open are closed first (their exits recorded); unless `fn` failed, that is then reported as
+   * the programming error it is.
+   */
+  private complete(frame: PhaseFrame, failed: boolean): void {
+    if (frame.closed) return;
+    if (frame.epoch !== this.epoch) {
+      frame.closed = true;
+      return;
+    }
+    const ctx = frame.ctx;
+    const stack = frame.flow.stack;
+    if (stack[stack.length - 1] === frame) {
+      if (ctx.current === frame) ctx.current = frame.parent;
+      this.finish(frame);
+      return;
+    }
+    const index = stack.lastIndexOf(frame);
+    let leaked: PhaseFrame | null = null;
+    for (let i = index + 1; i < stack.length; i++) {
+      const above = stack[i] as PhaseFrame;
+      if (above.detached || above.pendingExit) break;
+      leaked ??= above;
+      above.closed = true;
+      above.pendingExit = true;
+      if (above.ctx.current === above) above.ctx.current = above.parent;
+      if (frame.current === above) frame.current = frame;
+    }
+    for (let node = ctx.current; node !== null; node = node.parent) {
+      if (node === frame) {
+        ctx.current = frame.parent;
+        break;
+      }
+    }
+    this.finish(frame);
+    if (leaked !== null && !failed) {
+      throw new PhaseProtocolError(
+        `${LIFO_MESSAGE} '${leaked.phasePath}' (${leaked.scopeId}) was still open when '${frame.phasePath}' ended; ` +
+          "close scopes opened inside a phase before it returns (or use `using`).",
+      );
+    }
+  }
+
+  /** Marks the frame closed and records its exit now, or once the detached phases above it finish. */
+  private finish(frame: PhaseFrame): void {
+    frame.closed = true;
+    frame.pendingExit = true;
+    const flow = frame.flow;
+    const stack = flow.stack;
+    while (stack.length > 0) {
+      const top = stack[stack.length - 1] as PhaseFrame;
+      if (!top.pendingExit) return;
+      stack.pop();
+      this.emit(PHASE_EXIT_EVENT, top, ++this.sequence);
+    }
+    if (flow.forked) {
+      this.forkedFlows.delete(flow);
+      this.freeFlowIds.push(flow.id);
+    }
+  }
+
+  private forkFlow(): PhaseFlow {
+    const id = this.freeFlowIds.length > 0 ? (this.freeFlowIds.pop() as number) : this.nextFlowId++;
+    const flow = new PhaseFlow(id, `task-${id}`, true);
+    this.forkedFlows.add(flow);
+    return flow;
+  }
+
+  private emit(eventType: "phase_enter" | "phase_exit", frame: PhaseFrame, sequence: number): void {
+    try {
+      this.listener(new Boundary(eventType, frame, sequence));
+    } catch (error) {
+      this.onListenerError?.(error);
+    }
+  }
+}

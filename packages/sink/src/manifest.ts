@@ -1,0 +1,267 @@
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, writeSync } from "node:fs";
+import { open, readFile, rename } from "node:fs/promises";
+import { join } from "node:path";
+import {
+  type JsonObject,
+  type JsonValue,
+  parseJson,
+  type SessionSummary,
+  sessionSummaryFromJson,
+  sessionSummaryToJson,
+  stringifyJson,
+} from "@stormlog/core";
+
+/** Name of the manifest in a sink directory. */
+export const MANIFEST_FILENAME = "manifest.json";
+/** Temporary file the manifest is written to before the atomic rename (the reference's name). */
+export const MANIFEST_TMP_FILENAME = "manifest.tmp";
+/** Segment file names: `segment-` + six-digit index + `.jsonl`. */
+export const SEGMENT_PREFIX = "segment-";
+export const SEGMENT_SUFFIX = ".jsonl";
+/** Manifest schema version written (the reference's `SINK_SCHEMA_VERSION`). */
+export const SINK_SCHEMA_VERSION = 2;
+/** Manifest `format` string. */
+export const SINK_FORMAT = "stormlog.append_only_telemetry_sink";
+
+/** One JSONL segment as the manifest lists it (field names and order as the reference's). */
+export interface SinkSegment {
+  filename: string;
+  event_count: number;
+  size_bytes: number;
+  closed: boolean;
+  session_id: string | null;
+}
+
+/** A parsed sink manifest: the sessions ledger and the segments list. */
+export interface SinkManifest {
+  schema_version: number;
+  format: string;
+  sessions: SessionSummary[];
+  segments: SinkSegment[];
+}
+
+/** `segment-000042.jsonl` for 42. */
+export function segmentFilename(index: number): string {
+  return `${SEGMENT_PREFIX}${String(index).padStart(6, "0")}${SEGMENT_SUFFIX}`;
+}
+
+/** True for names the reference's `segment-*.jsonl` glob finds. */
+export function isSegmentFilename(name: string): boolean {
+  return (
+    name.startsWith(SEGMENT_PREFIX) &&
+    name.endsWith(SEGMENT_SUFFIX) &&
+    name.length >= 14 &&
+    !name.includes("/")
+  );
+}
+
+/** The numeric index of a segment name (`segment-000042.jsonl` is 42), as the reference computes it. */
+export function segmentIndex(name: string): number | undefined {
+  const stem = name.endsWith(SEGMENT_SUFFIX)
+    ? name.slice(0, -SEGMENT_SUFFIX.length)
+    : name.replace(/\.[^.]*$/, "");
+  if (!stem.startsWith(SEGMENT_PREFIX)) return undefined;
+  const digits = stem.slice(SEGMENT_PREFIX.length);
+  return /^\d+$/.test(digits) ? Number(digits) : undefined;
+}
+
+/**
+ * A manifest entry may only name a file inside its directory: a plain name, no separator, no `..`.
+ * The reference joins whatever it finds (`root / filename`); this package refuses the rest.
+ */
+export function isSafeSegmentName(name: string): boolean {
+  return (
+    name.length > 0 &&
+    name !== "." &&
+    name !== ".." &&
+    !name.includes("/") &&
+    !name.includes("\\") &&
+    !name.includes("\0") &&
+    name !== MANIFEST_FILENAME
+  );
+}
+
+/** Python's `int(x)` for a decoded JSON value, or undefined where it raises. */
+function pythonInt(value: JsonValue | undefined): number | undefined {
+  if (typeof value === "number") return Number.isFinite(value) ? Math.trunc(value) : undefined;
+  if (typeof value === "bigint") return Number(value);
+  if (typeof value === "boolean") return value ? 1 : 0;
+  if (typeof value === "string" && /^\s*[+-]?\d+(?:_\d+)*\s*$/.test(value))
+    return Number(value.trim().replace(/_/g, ""));
+  return undefined;
+}
+
+/** The reference's `_coerce_manifest_int`: bad or too small values become the default. */
+function coerceManifestInt(value: JsonValue | undefined, fallback: number, minimum: number): number {
+  const coerced = pythonInt(value);
+  if (coerced === undefined || coerced < minimum) return fallback;
+  return coerced;
+}
+
+/** Python's `bool(x)`. */
+function pythonTruthy(value: JsonValue | undefined): boolean {
+  if (value === undefined || value === null || value === false || value === 0 || value === 0n || value === "")
+    return false;
+  if (Array.isArray(value)) return value.length > 0;
+  if (typeof value === "object") return Object.keys(value).length > 0;
+  return !Number.isNaN(value);
+}
+
+function isPlainObject(value: unknown): value is JsonObject {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** Options of the manifest readers. */
+export interface ManifestReadOptions {
+  /** Told about entries that were skipped (malformed, or naming a file outside the directory). */
+  onWarning?: (message: string) => void;
+}
+
+/**
+ * Parses manifest text leniently, as the reference's `read_telemetry_sink_manifest`: unparsable or
+ * non-object text gives `null` (treated as absent), bad integers take defaults, malformed entries
+ * are skipped, a `schema_version` below 2 has no ledger. Entries naming a file outside the
+ * directory are refused (and reported).
+ */
+export function parseManifest(text: string, options: ManifestReadOptions = {}): SinkManifest | null {
+  let payload: JsonValue;
+  try {
+    payload = parseJson(text);
+  } catch {
+    return null;
+  }
+  if (!isPlainObject(payload)) return null;
+  const schemaVersion = coerceManifestInt(payload.schema_version ?? 1, 1, 1);
+  const formatValue = payload.format;
+  const format = typeof formatValue === "string" && formatValue !== "" ? formatValue : SINK_FORMAT;
+
+  const sessions: SessionSummary[] = [];
+  const rawSessions = payload.sessions;
+  if (schemaVersion >= 2 && Array.isArray(rawSessions)) {
+    for (const raw of rawSessions) {
+      if (!isPlainObject(raw)) continue;
+      try {
+        sessions.push(sessionSummaryFromJson(raw));
+      } catch (error) {
+        options.onWarning?.(`manifest session entry skipped: ${(error as Error).message}`);
+      }
+    }
+  }
+
+  const segments: SinkSegment[] = [];
+  const rawSegments = payload.segments;
+  if (Array.isArray(rawSegments)) {
+    for (const raw of rawSegments) {
+      if (!isPlainObject(raw)) continue;
+      const filename = raw.filename;
+      if (typeof filename !== "string") continue;
+      if (!isSafeSegmentName(filename)) {
+        options.onWarning?.(
+          `manifest segment entry ${JSON.stringify(filename)} refused: it names a file outside the sink directory`,
+        );
+        continue;
+      }
+      const sessionId = raw.session_id;
+      segments.push({
+        filename,
+        event_count: coerceManifestInt(raw.event_count ?? 0, 0, 0),
+        size_bytes: coerceManifestInt(raw.size_bytes ?? 0, 0, 0),
+        closed: pythonTruthy(raw.closed ?? false),
+        session_id: typeof sessionId === "string" ? sessionId : null,
+      });
+    }
+  }
+  return { schema_version: schemaVersion, format, sessions, segments };
+}
+
+function isMissing(error: unknown): boolean {
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  return code === "ENOENT" || code === "ENOTDIR" || code === "EISDIR";
+}
+
+/** Reads `<dir>/manifest.json`; `null` when absent or unparsable. */
+export function readManifestSync(dir: string, options: ManifestReadOptions = {}): SinkManifest | null {
+  let text: string;
+  try {
+    text = readFileSync(join(dir, MANIFEST_FILENAME), "utf8");
+  } catch (error) {
+    if (isMissing(error)) return null;
+    throw error;
+  }
+  return parseManifest(text, options);
+}
+
+/** Reads `<dir>/manifest.json` without blocking; `null` when absent or unparsable. */
+export async function readManifest(
+  dir: string,
+  options: ManifestReadOptions = {},
+): Promise<SinkManifest | null> {
+  let text: string;
+  try {
+    text = await readFile(join(dir, MANIFEST_FILENAME), "utf8");
+  } catch (error) {
+    if (isMissing(error)) return null;
+    throw error;
+  }
+  return parseManifest(text, options);
+}
+
+/**
+ * The manifest text exactly as the reference writes it: `json.dumps(payload, indent=2) + "\n"`,
+ * keys in the reference's order, sessions sorted by `(started_at_ns, session_id)`.
+ */
+export function serializeManifest(
+  sessions: Iterable<SessionSummary>,
+  segments: readonly SinkSegment[],
+): string {
+  const ordered = [...sessions].sort((a, b) =>
+    a.started_at_ns !== b.started_at_ns
+      ? a.started_at_ns < b.started_at_ns
+        ? -1
+        : 1
+      : a.session_id < b.session_id
+        ? -1
+        : a.session_id > b.session_id
+          ? 1
+          : 0,
+  );
+  const payload: JsonObject = {
+    schema_version: SINK_SCHEMA_VERSION,
+    format: SINK_FORMAT,
+    sessions: ordered.map(sessionSummaryToJson),
+    segments: segments.map((segment) => ({
+      filename: segment.filename,
+      event_count: segment.event_count,
+      size_bytes: segment.size_bytes,
+      closed: segment.closed,
+      session_id: segment.session_id,
+    })),
+  };
+  return `${stringifyJson(payload, { indent: 2 })}\n`;
+}
+
+/** Writes the manifest through `manifest.tmp` and an atomic rename, blocking (startup and exit paths). */
+export function writeManifestTextSync(dir: string, text: string, fsync: boolean): void {
+  const tmp = join(dir, MANIFEST_TMP_FILENAME);
+  const fd = openSync(tmp, "w", 0o666);
+  try {
+    writeSync(fd, text, null, "utf8");
+    if (fsync) fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, join(dir, MANIFEST_FILENAME));
+}
+
+/** Writes the manifest through `manifest.tmp` and an atomic rename, off the event loop's thread. */
+export async function writeManifestText(dir: string, text: string, fsync: boolean): Promise<void> {
+  const tmp = join(dir, MANIFEST_TMP_FILENAME);
+  const handle = await open(tmp, "w", 0o666);
+  try {
+    await handle.writeFile(text, "utf8");
+    if (fsync) await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  await rename(tmp, join(dir, MANIFEST_FILENAME));
+}

@@ -1,0 +1,519 @@
+import { realpathSync } from "node:fs";
+import { readdir, readFile, stat } from "node:fs/promises";
+import { basename, dirname, join, resolve } from "node:path";
+import {
+  compareSessionsForSelection,
+  decodeTelemetryLine,
+  inferSessionSummaryFromEvents,
+  JsonlDecodeError,
+  type JsonObject,
+  type JsonValue,
+  normalizeTelemetryRecord,
+  parseJson,
+  readJsonlLines,
+  type SessionSummary,
+  type SourceLocation,
+  stableLegacySessionId,
+  type TelemetryEvent,
+  TelemetryValidationError,
+} from "@stormlog/core";
+import { SessionNotFoundError, TelemetrySourceError } from "./errors.js";
+import { discoverSinkDirectories } from "./layout.js";
+import {
+  isSegmentFilename,
+  MANIFEST_FILENAME,
+  readManifest,
+  SEGMENT_SUFFIX,
+  type SinkManifest,
+} from "./manifest.js";
+
+/** Options of the loaders (the reference's `load_telemetry_sessions` arguments, and ours). */
+export interface ReadOptions {
+  /** Convert records without `schema_version` from older Stormlog versions (default true). */
+  permissiveLegacy?: boolean;
+  /** Key of the events list in a JSON object (default `events`, as the reference). */
+  eventsKey?: string;
+  /** Reject integer fields written as floats (`1.0`), as the reference does (default true). */
+  strict?: boolean;
+  /** Schema records are upgraded to: 3 (default, the Python snapshot) or 4. */
+  upgradeTo?: 3 | 4;
+  /** Told about what was skipped: a final line cut by a crash, refused manifest entries. */
+  onWarning?: (message: string) => void;
+}
+
+/** One session as the loaders see it, without its events. */
+export interface SessionInfo {
+  /** From the sink's ledger when it has the session, else inferred from the events (as the reference). */
+  summary: SessionSummary;
+  eventCount: number;
+  /** Earliest and latest `timestamp_ns` of its events (null without events). */
+  firstTimestampNs: bigint | null;
+  lastTimestampNs: bigint | null;
+  /** Files the session's events came from. */
+  sources: string[];
+  /** What was skipped while reading them. */
+  warnings: string[];
+}
+
+/** A session with its events, sorted by `timestamp_ns` (stable), as the reference's loader returns it. */
+export interface LoadedSession extends SessionInfo {
+  events: TelemetryEvent[];
+}
+
+/** What a path holds, for the loaders. */
+export type TelemetryInputKind = "sink" | "sink-root" | "jsonl" | "json";
+
+interface SinkPart {
+  /** The sink directory. */
+  readonly dir: string;
+  /** Segment files in reading order. */
+  readonly segments: readonly string[];
+  /** Per segment file name: the manifest's session_id (the default for records without one). */
+  readonly hints: ReadonlyMap<string, string | null>;
+  readonly fallbackSessionId: string;
+  readonly manifest: SinkManifest | null;
+}
+
+interface ResolvedInput {
+  readonly kind: TelemetryInputKind;
+  readonly path: string;
+  readonly parts: readonly SinkPart[];
+  /** `source` of summaries inferred from events. */
+  readonly defaultSource: string;
+  readonly defaultSourcePath: string;
+}
+
+function resolvedPath(path: string): string {
+  try {
+    return realpathSync(path);
+  } catch {
+    return resolve(path);
+  }
+}
+
+async function sinkPart(
+  dir: string,
+  manifestDir: string | null,
+  only: string | null,
+  warn: (m: string) => void,
+) {
+  const manifest = manifestDir === null ? null : await readManifest(manifestDir, { onWarning: warn });
+  const hints = new Map<string, string | null>();
+  for (const segment of manifest?.segments ?? []) hints.set(segment.filename, segment.session_id);
+  let names: string[];
+  if (only !== null) {
+    names = [only];
+  } else {
+    const onDisk = (await readdir(dir, { withFileTypes: true }))
+      .filter((entry) => entry.isFile() && isSegmentFilename(entry.name))
+      .map((entry) => entry.name);
+    const listed: string[] = [];
+    for (const segment of manifest?.segments ?? []) {
+      try {
+        if ((await stat(join(dir, segment.filename))).isFile()) listed.push(segment.filename);
+      } catch {
+        // Listed but gone (pruned, or never written): the reference skips it too.
+      }
+    }
+    names = [...new Set([...listed, ...onDisk])].sort();
+  }
+  return {
+    dir,
+    segments: names.map((name) => join(dir, name)),
+    hints,
+    manifest,
+  };
+}
+
+/** Works out what `path` is (sink directory, root of sink directories, manifest, JSONL or JSON file). */
+async function resolveInput(path: string, warn: (message: string) => void): Promise<ResolvedInput> {
+  let info: Awaited<ReturnType<typeof stat>>;
+  try {
+    info = await stat(path);
+  } catch (error) {
+    throw new TelemetrySourceError(path, "No telemetry input here: the path does not exist", {
+      cause: error,
+    });
+  }
+  const absolute = resolvedPath(path);
+  const defaultSource = `artifact:${basename(path) || absolute}`;
+  if (info.isDirectory()) {
+    const dirs = await discoverSinkDirectories(path);
+    if (dirs.length === 0) {
+      throw new TelemetrySourceError(
+        path,
+        "Not a sink directory (no manifest.json or segment-*.jsonl) and no sink directory inside it",
+      );
+    }
+    const parts: SinkPart[] = [];
+    for (const dir of dirs) {
+      const part = await sinkPart(dir, dir, null, warn);
+      parts.push({ ...part, fallbackSessionId: stableLegacySessionId([resolvedPath(dir), "sink"]) });
+    }
+    const kind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
+    return { kind, path, parts, defaultSource, defaultSourcePath: absolute };
+  }
+  const name = basename(path);
+  const parent = dirname(path);
+  const fallbackSessionId = stableLegacySessionId([absolute, "sink"]);
+  if (name === MANIFEST_FILENAME) {
+    const part = await sinkPart(parent, parent, null, warn);
+    return {
+      kind: "sink",
+      path,
+      parts: [{ ...part, fallbackSessionId }],
+      defaultSource,
+      defaultSourcePath: absolute,
+    };
+  }
+  if (name.endsWith(SEGMENT_SUFFIX)) {
+    // A lone segment still gets its directory's ledger and hints, as in the reference.
+    const part = await sinkPart(parent, parent, name, warn);
+    return {
+      kind: "jsonl",
+      path,
+      parts: [{ ...part, fallbackSessionId }],
+      defaultSource,
+      defaultSourcePath: absolute,
+    };
+  }
+  return { kind: "json", path, parts: [], defaultSource, defaultSourcePath: absolute };
+}
+
+interface DecodeContext {
+  readonly options: ReadOptions;
+  readonly defaultSessionId: string;
+}
+
+/** One line to an event: the fast canonical decoder first, the reference's conversion rules otherwise. */
+function decodeLine(text: string, location: SourceLocation, context: DecodeContext): TelemetryEvent {
+  const { options } = context;
+  const strict = options.strict !== false;
+  if (options.upgradeTo !== 4) {
+    try {
+      const record = decodeTelemetryLine(text, { strict, location });
+      if (record.schema_version !== 2) return record;
+    } catch (error) {
+      if (!TelemetryValidationError.isInstance(error)) throw error;
+      // Not a canonical record (legacy, sessionless v3...): the conversion below says what is wrong.
+    }
+  }
+  const value = parseJson(text, location);
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new JsonlDecodeError("Telemetry record must be an object", { location });
+  }
+  return normalizeTelemetryRecord(value, {
+    defaultSessionId: context.defaultSessionId,
+    permissiveLegacy: options.permissiveLegacy !== false,
+    strict,
+    location,
+    upgradeTo: options.upgradeTo ?? 3,
+  });
+}
+
+/** An event with where it came from. */
+interface ScannedEvent {
+  readonly event: TelemetryEvent;
+  readonly source: string;
+}
+
+interface ScanHooks {
+  /** A segment that held no events, with its manifest session (the reference lists it as a source). */
+  onEmptySegment?(source: string, sessionId: string): void;
+  onWarning?(message: string, sessionId: string | null): void;
+}
+
+function jsonRecords(payload: JsonValue, eventsKey: string | undefined, path: string): JsonObject[] {
+  let records: JsonValue;
+  if (Array.isArray(payload)) {
+    records = payload;
+  } else if (typeof payload === "object" && payload !== null) {
+    if (eventsKey !== undefined) {
+      records = payload[eventsKey] ?? null;
+      if (!Array.isArray(records)) {
+        throw new TelemetrySourceError(path, `Top-level key '${eventsKey}' must contain a list of events`);
+      }
+    } else if (Array.isArray(payload.events)) {
+      records = payload.events;
+    } else if (
+      [
+        "schema_version",
+        "event_type",
+        "type",
+        "memory_allocated",
+        "memory_mb",
+        "timestamp",
+        "timestamp_ns",
+      ].some((key) => key in payload)
+    ) {
+      records = [payload];
+    } else {
+      throw new TelemetrySourceError(path, "JSON payload does not contain telemetry events");
+    }
+  } else {
+    throw new TelemetrySourceError(path, "Telemetry payload must be a JSON object or array");
+  }
+  return records.map((record, index) => {
+    if (typeof record !== "object" || record === null || Array.isArray(record)) {
+      throw new TelemetrySourceError(path, `Event at index ${index} must be an object`);
+    }
+    return record;
+  });
+}
+
+/** Every event of the input in storage order: segments by name, lines in order. Nothing is retained. */
+async function* scan(
+  input: ResolvedInput,
+  options: ReadOptions,
+  hooks: ScanHooks = {},
+): AsyncGenerator<ScannedEvent> {
+  if (input.kind === "json") {
+    let text: string;
+    try {
+      text = await readFile(input.path, "utf8");
+    } catch (error) {
+      throw new TelemetrySourceError(input.path, "Cannot read the telemetry file", { cause: error });
+    }
+    const payload = parseJson(text, { file: input.path });
+    const context: DecodeContext = {
+      options,
+      defaultSessionId: stableLegacySessionId([input.defaultSourcePath, options.eventsKey ?? "json"]),
+    };
+    const records = jsonRecords(payload, options.eventsKey, input.path);
+    for (let i = 0; i < records.length; i++) {
+      const event = normalizeTelemetryRecord(records[i]!, {
+        defaultSessionId: context.defaultSessionId,
+        permissiveLegacy: options.permissiveLegacy !== false,
+        strict: options.strict !== false,
+        location: { file: `${input.path} (event ${i})` },
+        upgradeTo: options.upgradeTo ?? 3,
+      });
+      yield { event, source: input.defaultSourcePath };
+    }
+    return;
+  }
+  for (const part of input.parts) {
+    for (const segment of part.segments) {
+      const hint = part.hints.get(basename(segment)) ?? null;
+      const context: DecodeContext = { options, defaultSessionId: hint ?? part.fallbackSessionId };
+      let count = 0;
+      let lastSession: string | null = hint;
+      for await (const line of readJsonlLines(segment)) {
+        const location = { file: segment, line: line.lineNumber };
+        let event: TelemetryEvent;
+        try {
+          event = decodeLine(line.text, location, context);
+        } catch (error) {
+          if (!line.terminated && JsonlDecodeError.isInstance(error)) {
+            const message = `${segment}:${line.lineNumber}: dropped a final line cut short (${line.text.length} characters, no newline)`;
+            options.onWarning?.(message);
+            hooks.onWarning?.(message, lastSession);
+            break;
+          }
+          throw error;
+        }
+        count++;
+        lastSession = event.session_id;
+        yield { event, source: segment };
+      }
+      if (count === 0 && hint !== null) hooks.onEmptySegment?.(segment, hint);
+    }
+  }
+}
+
+/** Per-session figures gathered in one pass, holding only the first event and the last stop. */
+class SessionTally {
+  count = 0;
+  first: TelemetryEvent | null = null;
+  last: bigint | null = null;
+  lastStop: TelemetryEvent | null = null;
+  readonly sources = new Set<string>();
+  readonly warnings: string[] = [];
+  events: TelemetryEvent[] | null = null;
+
+  add(event: TelemetryEvent, source: string): void {
+    this.count++;
+    this.sources.add(source);
+    const ts = event.timestamp_ns;
+    if (this.first === null || ts < this.first.timestamp_ns) this.first = event;
+    if (this.last === null || ts > this.last) this.last = ts;
+    if (event.event_type === "stop" && (this.lastStop === null || ts >= this.lastStop.timestamp_ns))
+      this.lastStop = event;
+    this.events?.push(event);
+  }
+}
+
+interface Tallied {
+  readonly input: ResolvedInput;
+  readonly tallies: Map<string, SessionTally>;
+  readonly ledger: Map<string, SessionSummary>;
+}
+
+async function tally(path: string, options: ReadOptions, keepEvents: boolean): Promise<Tallied> {
+  const warn = (message: string): void => options.onWarning?.(message);
+  const input = await resolveInput(path, warn);
+  const tallies = new Map<string, SessionTally>();
+  const of = (sessionId: string): SessionTally => {
+    let found = tallies.get(sessionId);
+    if (found === undefined) {
+      found = new SessionTally();
+      if (keepEvents) found.events = [];
+      tallies.set(sessionId, found);
+    }
+    return found;
+  };
+  const hooks: ScanHooks = {
+    onEmptySegment: (source, sessionId) => of(sessionId).sources.add(source),
+    onWarning: (message, sessionId) => {
+      if (sessionId !== null) of(sessionId).warnings.push(message);
+    },
+  };
+  for await (const { event, source } of scan(input, options, hooks)) of(event.session_id).add(event, source);
+  const ledger = new Map<string, SessionSummary>();
+  for (const part of input.parts) {
+    for (const summary of part.manifest?.sessions ?? []) {
+      if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
+    }
+  }
+  return { input, tallies, ledger };
+}
+
+function assemble(tallied: Tallied): LoadedSession[] {
+  const { input, tallies, ledger } = tallied;
+  const ids = new Set([...tallies.keys(), ...ledger.keys()]);
+  const sessions: LoadedSession[] = [];
+  for (const sessionId of ids) {
+    const figures = tallies.get(sessionId);
+    let summary = ledger.get(sessionId);
+    if (summary === undefined) {
+      const evidence = figures?.first ? [figures.first, ...(figures.lastStop ? [figures.lastStop] : [])] : [];
+      summary = inferSessionSummaryFromEvents({ sessionId, events: evidence, source: input.defaultSource });
+    }
+    const events = figures?.events ?? [];
+    if (figures?.events) {
+      events.sort((a, b) => (a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : 0));
+    }
+    sessions.push({
+      summary,
+      eventCount: figures?.count ?? 0,
+      firstTimestampNs: figures?.first?.timestamp_ns ?? null,
+      lastTimestampNs: figures?.last ?? null,
+      sources: figures && figures.sources.size > 0 ? [...figures.sources].sort() : [input.defaultSourcePath],
+      warnings: figures?.warnings ?? [],
+      events,
+    });
+  }
+  return sessions.sort((a, b) => compareSessionsForSelection(a.summary, b.summary));
+}
+
+/**
+ * The sessions of a sink directory (or a root of sink directories, a `manifest.json`, a JSONL
+ * segment, a JSON array or a JSON object with `events`), in the reference's order: completed first,
+ * then interrupted, incomplete, running, each newest first. One streaming pass; no event is kept,
+ * so memory does not grow with the size of the input.
+ */
+export async function summarizeTelemetrySessions(
+  path: string,
+  options: ReadOptions = {},
+): Promise<SessionInfo[]> {
+  return assemble(await tally(path, options, false)).map(({ events: _events, ...info }) => info);
+}
+
+/**
+ * Like `summarizeTelemetrySessions`, with every session's events (sorted by `timestamp_ns`), as the
+ * reference's `load_telemetry_sessions`. Memory grows with the input: prefer the streaming APIs
+ * for large sinks.
+ */
+export async function loadTelemetrySessions(
+  path: string,
+  options: ReadOptions = {},
+): Promise<LoadedSession[]> {
+  return assemble(await tally(path, options, true));
+}
+
+/** The reference's default: the first session in order that has events (else the first). */
+function pickSession<T extends SessionInfo>(
+  sessions: readonly T[],
+  sessionId: string | undefined,
+  path: string,
+): T | undefined {
+  if (sessionId !== undefined) {
+    const found = sessions.find((session) => session.summary.session_id === sessionId);
+    if (found === undefined) {
+      throw new SessionNotFoundError(
+        sessionId,
+        sessions.map((session) => session.summary.session_id),
+        path,
+      );
+    }
+    return found;
+  }
+  return sessions.find((session) => session.eventCount > 0) ?? sessions[0];
+}
+
+/**
+ * The events of one session, sorted by `timestamp_ns`: `sessionId`, or by default the first
+ * session with events in the reference's order. An unknown id throws `SessionNotFoundError`
+ * listing the ids there are. Empty input gives `[]`.
+ */
+export async function loadTelemetryEvents(
+  path: string,
+  options: ReadOptions & { sessionId?: string } = {},
+): Promise<TelemetryEvent[]> {
+  const sessions = await loadTelemetrySessions(path, options);
+  return pickSession(sessions, options.sessionId, path)?.events ?? [];
+}
+
+/**
+ * Every event of the input, one at a time, in storage order (segment by segment, line by line;
+ * within a session written by one process that is the order of `append`). Nothing is retained.
+ * With `sessionId`, only that session's events.
+ */
+export async function* iterateTelemetryEvents(
+  path: string,
+  options: ReadOptions & { sessionId?: string } = {},
+): AsyncGenerator<TelemetryEvent> {
+  const input = await resolveInput(path, (message) => options.onWarning?.(message));
+  for await (const { event } of scan(input, options)) {
+    if (options.sessionId === undefined || event.session_id === options.sessionId) yield event;
+  }
+}
+
+/** A chosen session and a way to stream its events. */
+export interface OpenedSession {
+  readonly session: SessionInfo;
+  /** Every session of the input, in order. */
+  readonly sessions: readonly SessionInfo[];
+  /** Streams the session's events in storage order (reads the input again; nothing retained). */
+  events(): AsyncGenerator<TelemetryEvent>;
+}
+
+/**
+ * Chooses a session as `loadTelemetryEvents` does (or throws `SessionNotFoundError`) without
+ * loading it; `events()` then streams it. Two passes over the input, constant memory.
+ */
+export async function openTelemetrySession(
+  path: string,
+  options: ReadOptions & { sessionId?: string } = {},
+): Promise<OpenedSession | undefined> {
+  const sessions = await summarizeTelemetrySessions(path, options);
+  const session = pickSession(sessions, options.sessionId, path);
+  if (session === undefined) return undefined;
+  const sessionId = session.summary.session_id;
+  return {
+    session,
+    sessions,
+    events: () => iterateTelemetryEvents(path, { ...options, sessionId, onWarning: () => undefined }),
+  };
+}
+
+/** What kind of input `path` is, as the loaders see it. */
+export async function describeTelemetryInput(
+  path: string,
+): Promise<{ kind: TelemetryInputKind; directories: string[] }> {
+  const input = await resolveInput(path, () => undefined);
+  return {
+    kind: input.kind,
+    directories: input.parts.map((part) => part.dir),
+  };
+}

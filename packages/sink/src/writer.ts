@@ -1,0 +1,946 @@
+import { join } from "node:path";
+import {
+  createSessionSummary,
+  encodeTelemetryRecord,
+  type SessionStatus,
+  type SessionSummary,
+  type TelemetryEvent,
+  type TimerHandle,
+} from "@stormlog/core";
+import { type ResolvedSinkConfig, resolveSinkConfig, type TelemetrySinkOptions } from "./config.js";
+import { SinkSessionMismatchError } from "./errors.js";
+import { registerExitParticipant } from "./exit-hooks.js";
+import { describeIoError, execAsync, execSync, IO_OK, type IoOp, type IoResult } from "./io.js";
+import { type SinkSegment, segmentFilename, serializeManifest } from "./manifest.js";
+import { whyNotWritable } from "./record-check.js";
+import { type RecoveryReport, recoverSinkDirectory } from "./recovery.js";
+
+/** The reference's five counters (`get_diagnostics()`), then this package's queue and failure counters. */
+export interface SinkDiagnostics {
+  /** Segments closed because they reached a rollover limit (this sink instance). */
+  rollover_count: number;
+  /** Segments deleted by retention (this sink instance). */
+  pruned_segment_count: number;
+  /** Bytes of the segments deleted by retention (this sink instance). */
+  pruned_bytes: number;
+  /** Segments in the directory now. */
+  final_retained_files: number;
+  /** Bytes of the segments in the directory now. */
+  final_retained_bytes: number;
+  /** Records given to `append`. */
+  appended_events: number;
+  /** Records written to a segment. */
+  written_events: number;
+  /** Records lost, for any reason below (queue full, disk failure, deleted segment). */
+  dropped_events: number;
+  /** Records dropped by `append` because `maxQueueEvents` were already waiting. */
+  dropped_queue_full: number;
+  /** Records dropped because the disk failed (ENOSPC, EACCES, directory removed...). */
+  dropped_io_error: number;
+  /** Records refused because they are not valid telemetry (they would break readers). */
+  rejected_events: number;
+  /** Records waiting in memory for the disk. */
+  queued_events: number;
+  /** The queue's bound (`maxQueueEvents`). */
+  max_queue_events: number;
+  /** Disk operations that failed (each retried after a growing delay). */
+  io_failures: number;
+  /** Failures since the last success; 0 when healthy. */
+  consecutive_io_failures: number;
+  /** The last disk error, e.g. `ENOSPC: no space left on device, write`. */
+  last_error: string | null;
+  /** `ok`, or `retrying` while the disk fails. */
+  state: "ok" | "retrying";
+  /** The open session, if any. */
+  session_id: string | null;
+}
+
+/** Options of `startSession`: a full or partial summary (snake_case, as core's `SessionSummary`). */
+export type StartSessionOptions = Partial<Omit<SessionSummary, "status" | "ended_at_ns">>;
+
+/** Flushes (`flush()`), periodic flushes, and session closes travel in the queue, in order with the records. */
+class Barrier {
+  constructor(
+    readonly kind: "flush" | "tick" | "close",
+    readonly resolve: (() => void) | null,
+    readonly sessionId: string | null = null,
+    readonly status: SessionStatus = "completed",
+    readonly endedAtNs: bigint = 0n,
+  ) {}
+}
+
+type QueueEntry = TelemetryEvent | Barrier;
+type Work = Generator<IoOp, void, IoResult>;
+
+/** Encoded records of one session waiting to be written together (one or more reference "flushes"). */
+interface PendingWrite {
+  readonly sessionId: string;
+  text: string;
+  events: number;
+  bytes: number;
+  /** Per flush unit: [events, bytes]; rollover and retention are checked after each, as the reference does. */
+  readonly units: [number, number][];
+  /** The last unit reaches a rollover limit: write before anything else goes in. */
+  endsSegment: boolean;
+}
+
+/** A write in flight, so the `exit` path can redo it (positional writes make that harmless). */
+const MAX_CHUNK_BYTES = 1 << 20;
+const STRUCTURAL = 2;
+const COUNTS = 1;
+
+/**
+ * An append-only JSONL telemetry sink that writes the Python reference's layout
+ * (`segment-NNNNNN.jsonl` + `manifest.json`), with rollover, retention and recovery as the reference.
+ *
+ * `append()` is synchronous and cheap: it queues the record and returns. Encoding and every disk
+ * operation happen later on timers, with asynchronous I/O. Disk failures never reach the caller:
+ * records are counted as dropped, the session ends `incomplete`, one message is logged, and
+ * `getDiagnostics()` tells the state. See the package README for the fsync policy and layouts.
+ */
+export class TelemetrySink {
+  readonly rootDir: string;
+  readonly config: ResolvedSinkConfig;
+  /** What opening the directory found and repaired. */
+  readonly recovery: RecoveryReport | null;
+
+  private segments: SinkSegment[] = [];
+  private readonly sessions = new Map<string, SessionSummary>();
+  private activeSessionId: string | null = null;
+  private nextSegmentIndex = 1;
+
+  private queue: QueueEntry[] = [];
+  // Copies of two options read on every append.
+  private readonly maxQueue: number;
+  private readonly flushEvery: number;
+  private queuedRecords = 0;
+  private barriersQueued = 0;
+
+  // Encoded lines not yet flushed (the reference's buffer): fewer than flushEveryEvents.
+  private bufferText = "";
+  private bufferCount = 0;
+  private bufferBytes = 0;
+  private bufferSession: string | null = null;
+  private pending: PendingWrite | null = null;
+
+  private current: SinkSegment | null = null;
+  private fd: number | null = null;
+
+  private pumpRunning = false;
+  private kickPending = false;
+  private pumpToken = 0;
+  private activeWork: Work | null = null;
+  private inflightOp: IoOp | null = null;
+  private idleWaiters: (() => void)[] = [];
+  private tickTimer: TimerHandle | null = null;
+  private kickTimer: TimerHandle | null = null;
+  private manifestDirty = 0;
+  private needsMkdir = false;
+  private needsRecovery = false;
+  private finalized = false;
+  private unregisterExit: (() => void) | null = null;
+  private rollupJobs: Promise<void>[] = [];
+  private readonly sessionLoss = new Map<string, number>();
+
+  private rolloverCount = 0;
+  private prunedSegmentCount = 0;
+  private prunedBytes = 0;
+  private appended = 0;
+  private written = 0;
+  private droppedQueueFull = 0;
+  private droppedIo = 0;
+  private rejected = 0;
+  private ioFailures = 0;
+  private consecutiveFailures = 0;
+  private retryAtMs = 0;
+  private lastError: string | null = null;
+  private warnedQueueFull = false;
+  private warnedRejected = false;
+
+  /**
+   * Opens (or creates) the sink directory and recovers what a previous writer left (blocking, once).
+   * Throws `InvalidConfigError` for bad options only: a directory that cannot be opened is logged
+   * and retried like any disk failure.
+   */
+  constructor(options: TelemetrySinkOptions) {
+    this.config = resolveSinkConfig(options);
+    this.rootDir = this.config.rootDir;
+    this.maxQueue = this.config.maxQueueEvents;
+    this.flushEvery = this.config.flushEveryEvents;
+    this.recovery = this.recover();
+    this.needsRecovery = this.recovery === null;
+  }
+
+  /** Flushes done by this sink so far decide how many records a crash can lose: see `getDiagnostics()`. */
+  private recover(): RecoveryReport | null {
+    try {
+      const state = recoverSinkDirectory(this.rootDir, {
+        clock: this.config.clock,
+        fsync: this.config.fsync !== "never",
+        onWarning: (message) => this.config.logger.info?.(`${this.rootDir}: ${message}`),
+      });
+      this.segments = state.segments;
+      for (const [id, summary] of state.sessions) if (!this.sessions.has(id)) this.sessions.set(id, summary);
+      this.nextSegmentIndex = Math.max(this.nextSegmentIndex, state.nextSegmentIndex);
+      return state.report;
+    } catch (error) {
+      this.recordFailure(error as Error, "open the sink directory");
+      return null;
+    }
+  }
+
+  // ---------------------------------------------------------------- public API
+
+  /**
+   * Registers the session that the following records belong to and gives the ledger a `running`
+   * entry. Returns the active session unchanged if one is open (as the reference).
+   */
+  startSession(options: StartSessionOptions = {}): SessionSummary {
+    const active = this.currentSession();
+    if (active !== null) return active;
+    const summary = createSessionSummary({
+      source: options.source ?? this.config.source,
+      status: "running",
+      sessionId: options.session_id ?? null,
+      startedAtNs: options.started_at_ns ?? null,
+      host: options.host ?? null,
+      pid: options.pid ?? null,
+      jobId: options.job_id ?? null,
+      rank: options.rank ?? 0,
+      localRank: options.local_rank ?? 0,
+      worldSize: options.world_size ?? 1,
+      clock: this.config.clock,
+    });
+    this.sessions.set(summary.session_id, summary);
+    this.sessionLoss.set(summary.session_id, 0);
+    this.activeSessionId = summary.session_id;
+    this.manifestDirty = STRUCTURAL;
+    if (this.config.handleProcessExit && this.unregisterExit === null && !this.finalized) {
+      this.unregisterExit = registerExitParticipant({
+        onSignal: () => this.close("interrupted"),
+        onBeforeExit: (code) => this.closeBeforeExit(code),
+        onExit: (code) => this.closeSync(code === 0 ? "completed" : "interrupted"),
+      });
+    }
+    this.ensureTick();
+    this.kick();
+    return summary;
+  }
+
+  /** The open session's summary, or null. */
+  currentSession(): SessionSummary | null {
+    return this.activeSessionId === null ? null : (this.sessions.get(this.activeSessionId) ?? null);
+  }
+
+  /**
+   * Queues a record; never waits for the disk and never throws because of it. Starts a session
+   * (adopting the record's `session_id` and identity) if none is open. Throws
+   * `SinkSessionMismatchError` for a record of another session than the open one. The record is
+   * read later, when it is encoded: do not change it after appending.
+   */
+  append(record: TelemetryEvent): void {
+    if (record.session_id !== this.activeSessionId) this.adoptSession(record);
+    if (this.queuedRecords >= this.maxQueue) {
+      this.dropQueueFull();
+      return;
+    }
+    this.queuedRecords++;
+    this.appended++;
+    this.queue.push(record);
+    if (this.queue.length >= this.flushEvery && !this.kickPending) this.kick();
+  }
+
+  /** Writes everything appended so far. Resolves when it is on disk (or counted as dropped); never rejects. */
+  flush(): Promise<void> {
+    if (this.finalized) return Promise.resolve();
+    if (
+      this.queue.length === 0 &&
+      this.bufferCount === 0 &&
+      this.pending === null &&
+      this.manifestDirty === 0
+    ) {
+      return this.pumpRunning ? this.whenIdle() : Promise.resolve();
+    }
+    return new Promise<void>((resolve) => {
+      this.pushBarrier(new Barrier("flush", resolve));
+      this.kick(true);
+    });
+  }
+
+  /**
+   * Flushes and closes the open session with `status` (`completed` by default; `incomplete` instead
+   * when records of it were lost), then writes `rollups.json` if enabled. Resolves when done; never
+   * rejects. A later `append` opens a new session, as in the reference.
+   */
+  close(status: SessionStatus = "completed"): Promise<void> {
+    const sessionId = this.activeSessionId;
+    if (sessionId === null) return this.flush().then(() => this.rollupsSettled());
+    this.activeSessionId = null;
+    const closed = new Promise<void>((resolve) => {
+      this.pushBarrier(new Barrier("close", resolve, sessionId, status, this.config.clock.nowNs()));
+      this.kick(true);
+    });
+    return closed.then(() => this.rollupsSettled());
+  }
+
+  /**
+   * Closes the open session synchronously (blocking I/O): what runs on `process.exit()`. Redoes a
+   * write that was in flight, writes what is queued and the manifest. Rollups are not written here.
+   * The sink accepts nothing afterwards.
+   */
+  closeSync(status: SessionStatus = "completed"): void {
+    if (this.finalized) return;
+    this.finalized = true;
+    this.unregister();
+    const sessionId = this.activeSessionId;
+    if (sessionId !== null) {
+      this.activeSessionId = null;
+      this.pushBarrier(new Barrier("close", null, sessionId, status, this.config.clock.nowNs()));
+    } else {
+      this.pushBarrier(new Barrier("flush", null));
+    }
+    this.cancelTimers();
+    // Take over from the asynchronous driver: it stops at its next step.
+    this.pumpToken++;
+    const interrupted = this.activeWork;
+    const inflight = this.inflightOp;
+    this.activeWork = null;
+    this.inflightOp = null;
+    this.pumpRunning = false;
+    this.retryAtMs = 0;
+    try {
+      if (interrupted !== null) {
+        let result = inflight === null ? IO_OK : inflight.op === "close" ? IO_OK : execSync(inflight);
+        for (;;) {
+          const step = interrupted.next(result);
+          if (step.done) break;
+          result = execSync(step.value);
+        }
+      }
+      const work = this.work();
+      let result: IoResult = IO_OK;
+      for (;;) {
+        const step = work.next(result);
+        if (step.done) break;
+        result = execSync(step.value);
+      }
+      // One last try at the ledger even if the disk failed above.
+      if (this.manifestDirty !== 0) {
+        this.retryAtMs = 0;
+        const last = this.writeManifest();
+        let outcome: IoResult = IO_OK;
+        for (;;) {
+          const step = last.next(outcome);
+          if (step.done) break;
+          outcome = execSync(step.value);
+        }
+      }
+    } catch (error) {
+      this.config.logger.warn(`closing ${this.rootDir} on exit failed: ${(error as Error).message}`);
+    }
+    this.resolveIdle();
+  }
+
+  /** The reference's counters plus this package's queue and failure state. */
+  getDiagnostics(): SinkDiagnostics {
+    let retainedBytes = 0;
+    for (const segment of this.segments) retainedBytes += segment.size_bytes;
+    const lostInFlight = this.bufferCount + (this.pending?.events ?? 0);
+    return {
+      rollover_count: this.rolloverCount,
+      pruned_segment_count: this.prunedSegmentCount,
+      pruned_bytes: this.prunedBytes,
+      final_retained_files: this.segments.length,
+      final_retained_bytes: retainedBytes,
+      appended_events: this.appended,
+      written_events: this.written,
+      dropped_events: this.droppedQueueFull + this.droppedIo,
+      dropped_queue_full: this.droppedQueueFull,
+      dropped_io_error: this.droppedIo,
+      rejected_events: this.rejected,
+      queued_events: this.queuedRecords + lostInFlight,
+      max_queue_events: this.config.maxQueueEvents,
+      io_failures: this.ioFailures,
+      consecutive_io_failures: this.consecutiveFailures,
+      last_error: this.lastError,
+      state: this.consecutiveFailures > 0 ? "retrying" : "ok",
+      session_id: this.activeSessionId,
+    };
+  }
+
+  /** The sessions ledger as it stands in memory (what the next manifest will hold). */
+  getSessions(): SessionSummary[] {
+    return [...this.sessions.values()];
+  }
+
+  /** The segments list as it stands in memory. */
+  getSegments(): SinkSegment[] {
+    return this.segments.map((segment) => ({ ...segment }));
+  }
+
+  /** `await using sink = new TelemetrySink(...)` closes the session as `completed`. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  // ---------------------------------------------------------------- hot path helpers
+
+  private adoptSession(record: TelemetryEvent): void {
+    const sessionId = (record as { session_id?: unknown }).session_id;
+    if (this.activeSessionId === null) {
+      const valid = typeof sessionId === "string" && sessionId.trim() !== "";
+      this.startSession({
+        ...(valid ? { session_id: sessionId } : {}),
+        ...(typeof record.host === "string" && record.host.trim() !== "" ? { host: record.host } : {}),
+        ...(Number.isSafeInteger(record.pid) ? { pid: record.pid } : {}),
+        ...(typeof record.job_id === "string" ? { job_id: record.job_id } : {}),
+        ...(Number.isSafeInteger(record.rank) ? { rank: record.rank } : {}),
+        ...(Number.isSafeInteger(record.local_rank) ? { local_rank: record.local_rank } : {}),
+        ...(Number.isSafeInteger(record.world_size) ? { world_size: record.world_size } : {}),
+      });
+      return;
+    }
+    // A record without a usable id is refused later, when it is checked.
+    if (typeof sessionId !== "string") return;
+    throw new SinkSessionMismatchError(this.activeSessionId, sessionId);
+  }
+
+  private dropQueueFull(): void {
+    this.droppedQueueFull++;
+    this.appended++;
+    this.noteLoss(this.activeSessionId, 1);
+    if (!this.warnedQueueFull) {
+      this.warnedQueueFull = true;
+      this.config.logger.warn(
+        `${this.rootDir}: ${this.config.maxQueueEvents} records are already waiting for the disk; further records ` +
+          "are dropped and counted (getDiagnostics().dropped_queue_full) and the session will close as incomplete. " +
+          "The disk is slower than the producer: raise maxQueueEvents or sample less often",
+      );
+    }
+  }
+
+  private noteLoss(sessionId: string | null, count: number): void {
+    if (sessionId === null || count === 0) return;
+    this.sessionLoss.set(sessionId, (this.sessionLoss.get(sessionId) ?? 0) + count);
+  }
+
+  private pushBarrier(barrier: Barrier): void {
+    this.barriersQueued++;
+    this.queue.push(barrier);
+  }
+
+  // ---------------------------------------------------------------- scheduling
+
+  /** Starts the writer soon (a 0 ms timer), or now for `flush`/`close`. */
+  private kick(now = false): void {
+    if (this.finalized) return;
+    if (now) {
+      this.startPump();
+      return;
+    }
+    // While the disk fails, the retry timer drives the writer; records just wait (bounded).
+    if (this.kickPending || this.pumpRunning || this.consecutiveFailures > 0) return;
+    this.kickPending = true;
+    this.kickTimer = this.config.scheduler.setTimeout(() => {
+      this.kickTimer = null;
+      this.kickPending = false;
+      this.startPump();
+    }, 0);
+  }
+
+  private ensureTick(): void {
+    if (this.tickTimer !== null || this.finalized) return;
+    let delayMs = this.config.flushEverySeconds * 1000;
+    if (this.consecutiveFailures > 0) delayMs = Math.max(0, Math.min(delayMs, this.retryAtMs - this.nowMs()));
+    this.tickTimer = this.config.scheduler.setTimeout(() => this.onTick(), delayMs);
+  }
+
+  private onTick(): void {
+    this.tickTimer = null;
+    if (this.finalized) return;
+    const hasWork =
+      this.queue.length > 0 ||
+      this.bufferCount > 0 ||
+      this.pending !== null ||
+      this.manifestDirty !== 0 ||
+      this.fd !== null ||
+      this.needsRecovery;
+    if (hasWork && !this.inBackoff()) {
+      this.pushBarrier(new Barrier("tick", null));
+      this.startPump();
+    }
+    if (this.activeSessionId !== null || hasWork) this.ensureTick();
+  }
+
+  private cancelTimers(): void {
+    if (this.tickTimer !== null) this.config.scheduler.clearTimeout(this.tickTimer);
+    if (this.kickTimer !== null) this.config.scheduler.clearTimeout(this.kickTimer);
+    this.tickTimer = null;
+    this.kickTimer = null;
+    this.kickPending = false;
+  }
+
+  private nowMs(): number {
+    return Number(this.config.clock.nowNs() / 1_000_000n);
+  }
+
+  private inBackoff(): boolean {
+    return this.consecutiveFailures > 0 && this.nowMs() < this.retryAtMs;
+  }
+
+  private whenIdle(): Promise<void> {
+    if (!this.pumpRunning) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private resolveIdle(): void {
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const resolve of waiters) resolve();
+  }
+
+  private startPump(): void {
+    if (this.pumpRunning || this.finalized) return;
+    if (this.kickTimer !== null) {
+      this.config.scheduler.clearTimeout(this.kickTimer);
+      this.kickTimer = null;
+      this.kickPending = false;
+    }
+    this.pumpRunning = true;
+    const token = ++this.pumpToken;
+    const work = this.work();
+    this.activeWork = work;
+    void this.driveAsync(work, token);
+  }
+
+  /** Runs the writer's steps with asynchronous I/O. Never rejects. */
+  private async driveAsync(work: Work, token: number): Promise<void> {
+    let result: IoResult = IO_OK;
+    try {
+      for (;;) {
+        const step = work.next(result);
+        if (step.done) break;
+        this.inflightOp = step.value;
+        result = await execAsync(step.value);
+        if (token !== this.pumpToken) return; // the exit path took over
+        this.inflightOp = null;
+      }
+    } catch (error) {
+      this.config.logger.warn(
+        `${this.rootDir}: internal error in the sink writer: ${(error as Error).stack ?? error}`,
+      );
+    }
+    if (token !== this.pumpToken) return;
+    this.activeWork = null;
+    this.pumpRunning = false;
+    if (this.tickTimer === null && (this.activeSessionId !== null || this.queue.length > 0))
+      this.ensureTick();
+    // Work that arrived meanwhile: records beyond a unit, or a barrier.
+    const more =
+      this.barriersQueued > 0 || this.queue.length >= this.flushEvery || this.manifestDirty === STRUCTURAL;
+    if (more && !this.inBackoff()) {
+      this.startPump();
+      return;
+    }
+    this.resolveIdle();
+  }
+
+  // ---------------------------------------------------------------- the writer (a generator of I/O steps)
+
+  private *work(): Work {
+    if (this.needsRecovery && !this.inBackoff()) {
+      this.needsRecovery = false;
+      if (this.recover() === null) this.needsRecovery = true;
+    }
+    // A new session's ledger entry goes to disk before its first record.
+    if (this.manifestDirty === STRUCTURAL && !this.inBackoff() && !this.needsRecovery)
+      yield* this.writeManifest();
+    while (this.queue.length > 0) {
+      if (this.inBackoff() || this.needsRecovery) {
+        this.passWithoutIo();
+        break;
+      }
+      yield* this.pass();
+    }
+    if (this.manifestDirty === STRUCTURAL && !this.inBackoff()) yield* this.writeManifest();
+  }
+
+  /** One pass over the queue: encode records into flush units, write them, handle barriers in order. */
+  private *pass(): Work {
+    const entries = this.queue;
+    this.queue = [];
+    const flushEvery = this.flushEvery;
+    for (let i = 0; i < entries.length; i++) {
+      const entry = entries[i]!;
+      if (entry instanceof Barrier) {
+        this.flushUnit();
+        yield* this.writePending();
+        // The disk just failed: the barrier is handled without I/O (see passWithoutIo).
+        if (this.inBackoff()) return this.requeue(entries, i);
+        this.barriersQueued--;
+        if (entry.kind === "close") yield* this.finishSession(entry);
+        else if (entry.kind === "tick") yield* this.tickChecks();
+        else if (this.manifestDirty !== 0) yield* this.writeManifest();
+        entry.resolve?.();
+        if (this.inBackoff()) return this.requeue(entries, i + 1);
+        continue;
+      }
+      this.queuedRecords--;
+      const line = this.encode(entry);
+      if (line === undefined) continue;
+      if (this.bufferCount > 0 && this.bufferSession !== entry.session_id) this.flushUnit();
+      if (this.pending !== null && this.pending.sessionId !== entry.session_id) yield* this.writePending();
+      this.bufferSession = entry.session_id;
+      this.bufferText += `${line}\n`;
+      this.bufferCount++;
+      this.bufferBytes += line.length + 1;
+      if (this.bufferCount >= flushEvery) {
+        this.flushUnit();
+        const pending = this.pending;
+        if (pending !== null && (pending.endsSegment || pending.bytes >= MAX_CHUNK_BYTES)) {
+          yield* this.writePending();
+          if (this.inBackoff()) return this.requeue(entries, i + 1);
+        }
+      }
+    }
+    yield* this.writePending();
+    // New or closed segments, pruning: the manifest follows at once (counts alone wait for the tick).
+    if (this.manifestDirty === STRUCTURAL && !this.inBackoff()) yield* this.writeManifest();
+  }
+
+  /** Puts back what a pass did not reach because the disk failed; it waits for the retry. */
+  private requeue(entries: QueueEntry[], from: number): void {
+    if (from < entries.length) this.queue = entries.slice(from).concat(this.queue);
+  }
+
+  /**
+   * While the disk is failing: records stay queued (bounded), flush barriers resolve at once, and a
+   * session close drops what its session still had waiting and closes it as `incomplete`.
+   */
+  private passWithoutIo(): void {
+    const entries = this.queue;
+    this.queue = [];
+    const kept: QueueEntry[] = [];
+    for (const entry of entries) {
+      if (!(entry instanceof Barrier)) {
+        kept.push(entry);
+        continue;
+      }
+      this.barriersQueued--;
+      if (entry.kind === "close") {
+        let dropped = this.bufferCount + (this.pending?.events ?? 0);
+        this.clearUnwritten();
+        dropped += kept.length;
+        this.queuedRecords -= kept.length;
+        kept.length = 0;
+        this.droppedIo += dropped;
+        this.noteLoss(entry.sessionId, dropped);
+        this.endSession(entry);
+        if (this.current !== null && this.current.session_id === entry.sessionId) this.current.closed = true;
+      }
+      entry.resolve?.();
+    }
+    this.queue = kept.concat(this.queue);
+  }
+
+  private clearUnwritten(): void {
+    this.bufferText = "";
+    this.bufferCount = 0;
+    this.bufferBytes = 0;
+    this.pending = null;
+  }
+
+  private encode(record: TelemetryEvent): string | undefined {
+    const problem = whyNotWritable(record);
+    if (problem === undefined) {
+      try {
+        return encodeTelemetryRecord(record);
+      } catch (error) {
+        this.reject(`it cannot be encoded as JSON (${(error as Error).message})`);
+        return undefined;
+      }
+    }
+    this.reject(problem);
+    return undefined;
+  }
+
+  private reject(reason: string): void {
+    this.rejected++;
+    if (!this.warnedRejected) {
+      this.warnedRejected = true;
+      this.config.logger.warn(
+        `${this.rootDir}: a record was refused because ${reason}; refused records are counted ` +
+          "(getDiagnostics().rejected_events) and not written, so that readers never meet an invalid line",
+      );
+    }
+  }
+
+  /** Moves the buffer into the pending write: one reference "flush" (rollover is checked after it). */
+  private flushUnit(): void {
+    if (this.bufferCount === 0) return;
+    const sessionId = this.bufferSession!;
+    let pending = this.pending;
+    if (pending === null) {
+      pending = { sessionId, text: "", events: 0, bytes: 0, units: [], endsSegment: false };
+      this.pending = pending;
+    }
+    const current = this.current;
+    const reuse = current !== null && !current.closed && current.session_id === sessionId;
+    const baseEvents = (reuse ? current.event_count : 0) + pending.events + this.bufferCount;
+    const baseBytes = (reuse ? current.size_bytes : 0) + pending.bytes + this.bufferBytes;
+    pending.text += this.bufferText;
+    pending.events += this.bufferCount;
+    pending.bytes += this.bufferBytes;
+    pending.units.push([this.bufferCount, this.bufferBytes]);
+    if (baseEvents >= this.config.rolloverMaxEvents || baseBytes >= this.config.rolloverMaxBytes) {
+      pending.endsSegment = true;
+    }
+    this.bufferText = "";
+    this.bufferCount = 0;
+    this.bufferBytes = 0;
+  }
+
+  /** Writes the pending units to the session's open segment (opening a new one if needed). */
+  private *writePending(): Work {
+    const pending = this.pending;
+    if (pending === null) return;
+    this.pending = null;
+    let segment = this.current;
+    if (segment === null || segment.closed || segment.session_id !== pending.sessionId) {
+      if (segment !== null && !segment.closed) yield* this.closeSegment(segment);
+      if (this.needsMkdir) {
+        const made = yield { op: "mkdir", path: this.rootDir };
+        if (!made.ok) return this.failWrite(made.error, pending, "create the sink directory");
+        this.needsMkdir = false;
+      }
+      const filename = segmentFilename(this.nextSegmentIndex);
+      const opened = yield { op: "open", path: join(this.rootDir, filename) };
+      if (!opened.ok) return this.failWrite(opened.error, pending, `create ${filename}`);
+      this.nextSegmentIndex++;
+      segment = { filename, event_count: 0, size_bytes: 0, closed: false, session_id: pending.sessionId };
+      this.segments.push(segment);
+      this.current = segment;
+      this.fd = opened.value;
+      this.manifestDirty = STRUCTURAL;
+    }
+    const fd = this.fd!;
+    const data = Buffer.from(pending.text, "utf8");
+    if (data.length !== pending.bytes) {
+      // Lines are ASCII by construction (ensure_ascii escaping); keep the byte count exact regardless.
+      pending.units[pending.units.length - 1]![1] += data.length - pending.bytes;
+    }
+    const written = yield { op: "write", fd, data, position: segment.size_bytes };
+    if (!written.ok) {
+      // Cut back what part of the chunk may have reached the file, and start a new segment later.
+      yield { op: "truncate", fd, size: segment.size_bytes };
+      yield* this.closeSegment(segment, false);
+      return this.failWrite(written.error, pending, `write ${segment.filename}`);
+    }
+    if (this.config.fsync === "always") {
+      const synced = yield { op: "fsync", fd };
+      if (!synced.ok) this.recordFailure(synced.error, `fsync ${segment.filename}`);
+    }
+    this.succeeded();
+    this.written += pending.events;
+    this.manifestDirty ||= COUNTS;
+    let rolled = false;
+    for (const [events, bytes] of pending.units) {
+      segment.event_count += events;
+      segment.size_bytes += bytes;
+      if (
+        !segment.closed &&
+        (segment.event_count >= this.config.rolloverMaxEvents ||
+          segment.size_bytes >= this.config.rolloverMaxBytes)
+      ) {
+        segment.closed = true;
+        rolled = true;
+        this.rolloverCount++;
+      }
+      yield* this.applyRetention();
+    }
+    if (rolled) yield* this.closeSegment(segment);
+  }
+
+  private failWrite(error: Error, pending: PendingWrite, action: string): void {
+    this.droppedIo += pending.events;
+    this.noteLoss(pending.sessionId, pending.events);
+    this.needsMkdir = true;
+    this.recordFailure(error, action);
+  }
+
+  /** Deletes the first closed segment while over a retention limit, as the reference (never the open one). */
+  private *applyRetention(): Work {
+    for (;;) {
+      let total = 0;
+      for (const segment of this.segments) total += segment.size_bytes;
+      const over =
+        this.segments.length > this.config.retentionMaxFiles || total > this.config.retentionMaxTotalBytes;
+      if (!over) return;
+      const victim = this.segments.find((segment) => segment.closed);
+      if (victim === undefined) return;
+      const removed = yield { op: "unlink", path: join(this.rootDir, victim.filename) };
+      if (!removed.ok) {
+        this.recordFailure(removed.error, `delete ${victim.filename} (retention)`);
+        return;
+      }
+      this.segments.splice(this.segments.indexOf(victim), 1);
+      this.prunedSegmentCount++;
+      this.prunedBytes += victim.size_bytes;
+      this.manifestDirty = STRUCTURAL;
+    }
+  }
+
+  private *closeSegment(segment: SinkSegment, sync = true): Work {
+    if (this.current === segment && this.fd !== null) {
+      const fd = this.fd;
+      this.fd = null;
+      this.current = null;
+      if (sync && this.config.fsync !== "never") {
+        const synced = yield { op: "fsync", fd };
+        if (!synced.ok) this.recordFailure(synced.error, `fsync ${segment.filename}`);
+      }
+      yield { op: "close", fd };
+    }
+    if (this.current === segment) this.current = null;
+    segment.closed = true;
+    this.manifestDirty = STRUCTURAL;
+  }
+
+  private *finishSession(barrier: Barrier): Work {
+    const current = this.current;
+    if (current !== null && current.session_id === barrier.sessionId) yield* this.closeSegment(current);
+    this.endSession(barrier);
+    yield* this.writeManifest();
+    if (this.config.writeRollups && !this.finalized) this.scheduleRollups();
+  }
+
+  /** Records the end of a session in the ledger; lost records turn `completed` into `incomplete`. */
+  private endSession(barrier: Barrier): void {
+    const sessionId = barrier.sessionId!;
+    const summary = this.sessions.get(sessionId);
+    const lost = (this.sessionLoss.get(sessionId) ?? 0) > 0;
+    const status: SessionStatus = lost && barrier.status === "completed" ? "incomplete" : barrier.status;
+    if (summary !== undefined)
+      this.sessions.set(sessionId, { ...summary, status, ended_at_ns: barrier.endedAtNs });
+    this.sessionLoss.delete(sessionId);
+    this.manifestDirty = STRUCTURAL;
+    if (this.activeSessionId === null) this.unregister();
+  }
+
+  /** Periodic work: refresh the manifest's counts, and notice an open segment deleted under us. */
+  private *tickChecks(): Work {
+    const fd = this.fd;
+    const segment = this.current;
+    if (fd !== null && segment !== null) {
+      const links = yield { op: "nlink", fd };
+      if (links.ok && links.value === 0) {
+        // The file (or the whole directory) was deleted: what it held is gone.
+        this.fd = null;
+        this.current = null;
+        yield { op: "close", fd };
+        this.segments.splice(this.segments.indexOf(segment), 1);
+        this.droppedIo += segment.event_count;
+        this.written -= segment.event_count;
+        this.noteLoss(segment.session_id, segment.event_count);
+        this.needsMkdir = true;
+        this.manifestDirty = STRUCTURAL;
+        const error = Object.assign(new Error(`${segment.filename} was deleted while open`), {
+          code: "ENOENT",
+        });
+        this.recordFailure(error, "keep writing (was the sink directory removed?)");
+        return;
+      }
+    }
+    if (this.manifestDirty !== 0) yield* this.writeManifest();
+  }
+
+  private *writeManifest(): Work {
+    if (this.needsMkdir) {
+      const made = yield { op: "mkdir", path: this.rootDir };
+      if (!made.ok) {
+        this.recordFailure(made.error, "create the sink directory");
+        return;
+      }
+      this.needsMkdir = false;
+    }
+    const structural = this.manifestDirty === STRUCTURAL;
+    this.manifestDirty = 0;
+    const text = serializeManifest(this.sessions.values(), this.segments);
+    const fsync = this.config.fsync === "always" || (structural && this.config.fsync === "segment");
+    const result = yield { op: "manifest", dir: this.rootDir, text, fsync };
+    if (!result.ok) {
+      this.manifestDirty = STRUCTURAL;
+      this.needsMkdir = true;
+      this.recordFailure(result.error, "write manifest.json");
+      return;
+    }
+    this.succeeded();
+  }
+
+  // ---------------------------------------------------------------- failures
+
+  private recordFailure(error: Error, action: string): void {
+    this.ioFailures++;
+    this.consecutiveFailures++;
+    this.lastError = describeIoError(error);
+    const delayS = Math.min(
+      this.config.failureBackoffMaxSeconds,
+      this.config.failureBackoffSeconds * 2 ** Math.min(this.consecutiveFailures - 1, 30),
+    );
+    this.retryAtMs = this.nowMs() + delayS * 1000;
+    if (this.consecutiveFailures === 1) {
+      this.config.logger.warn(
+        `${this.rootDir}: could not ${action}: ${this.lastError}. Tracking goes on: records that cannot be ` +
+          "written are dropped and counted (getDiagnostics()), the session will close as incomplete, and " +
+          `writing is retried (first in ${delayS} s)`,
+      );
+    }
+    if (this.tickTimer !== null) {
+      this.config.scheduler.clearTimeout(this.tickTimer);
+      this.tickTimer = null;
+    }
+    this.ensureTick();
+  }
+
+  private succeeded(): void {
+    if (this.consecutiveFailures === 0) return;
+    this.config.logger.info?.(
+      `${this.rootDir}: writing works again after ${this.consecutiveFailures} failure(s); ` +
+        `${this.droppedIo} record(s) were lost to disk errors so far`,
+    );
+    this.consecutiveFailures = 0;
+    this.retryAtMs = 0;
+  }
+
+  // ---------------------------------------------------------------- process exit
+
+  private async closeBeforeExit(exitCode: number): Promise<void> {
+    if (this.activeSessionId !== null) await this.close(exitCode === 0 ? "completed" : "interrupted");
+  }
+
+  private unregister(): void {
+    const unregister = this.unregisterExit;
+    this.unregisterExit = null;
+    unregister?.();
+  }
+
+  // ---------------------------------------------------------------- rollups
+
+  private scheduleRollups(): void {
+    // Filled in by the rollups module (see rollups.ts); a failure there is logged, never raised.
+    const job = this.buildRollups().catch((error: unknown) => {
+      this.config.logger.warn(`${this.rootDir}: rollups.json was not written: ${(error as Error).message}`);
+    });
+    this.rollupJobs.push(job);
+    void job.finally(() => {
+      this.rollupJobs = this.rollupJobs.filter((pending) => pending !== job);
+    });
+  }
+
+  /** Overridden hook point: writes rollups.json from the directory as it is now. */
+  protected async buildRollups(): Promise<void> {}
+
+  private rollupsSettled(): Promise<void> {
+    return Promise.all(this.rollupJobs).then(() => undefined);
+  }
+}

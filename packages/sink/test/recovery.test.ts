@@ -1,0 +1,190 @@
+import { appendFileSync, cpSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { encodeTelemetryRecord } from "@stormlog/core";
+import { describe, expect, it } from "vitest";
+import { sampleRecord } from "../scripts/sample-records.js";
+import { loadTelemetrySessions, readManifestSync, serializeManifest, TelemetrySink } from "../src/index.js";
+import { fileLines, quiet, segmentNames, tempDir } from "./helpers.js";
+
+const FIXTURES = join(import.meta.dirname, "fixtures/python-sink");
+
+function lines(sessionId: string, from: number, count: number): string {
+  return Array.from(
+    { length: count },
+    (_, i) => `${encodeTelemetryRecord(sampleRecord(sessionId, from + i))}\n`,
+  ).join("");
+}
+
+/** A directory as a writer killed mid-session leaves it: a running session, an open segment. */
+function crashedSink(): string {
+  const dir = tempDir();
+  const body = lines("crashed", 0, 10);
+  writeFileSync(join(dir, "segment-000001.jsonl"), body);
+  const manifest = serializeManifest(
+    [
+      {
+        session_id: "crashed",
+        status: "running",
+        started_at_ns: 1n,
+        ended_at_ns: null,
+        host: "h",
+        pid: 1,
+        job_id: null,
+        rank: 0,
+        local_rank: 0,
+        world_size: 1,
+        source: "stormlog.tracker",
+      },
+    ],
+    // The manifest lags behind the file, as it does between two manifest writes.
+    [
+      {
+        filename: "segment-000001.jsonl",
+        event_count: 4,
+        size_bytes: 100,
+        closed: false,
+        session_id: "crashed",
+      },
+    ],
+  );
+  writeFileSync(join(dir, "manifest.json"), manifest);
+  return dir;
+}
+
+describe("opening an existing directory (recovery)", () => {
+  it("marks running sessions interrupted, closes their segments and recounts them", () => {
+    const dir = crashedSink();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    expect(sink.recovery).toMatchObject({
+      interruptedSessionIds: ["crashed"],
+      recountedSegments: ["segment-000001.jsonl"],
+    });
+    const manifest = readManifestSync(dir)!;
+    expect(manifest.sessions[0]).toMatchObject({ status: "interrupted" });
+    expect(manifest.sessions[0]!.ended_at_ns).not.toBeNull();
+    expect(manifest.segments[0]).toEqual({
+      filename: "segment-000001.jsonl",
+      event_count: 10,
+      size_bytes: statSync(join(dir, "segment-000001.jsonl")).size,
+      closed: true,
+      session_id: "crashed",
+    });
+  });
+
+  it("removes a final line cut by a crash and reports it; completes a whole record that lacks its newline", () => {
+    const dir = crashedSink();
+    const full = encodeTelemetryRecord(sampleRecord("crashed", 10));
+    appendFileSync(join(dir, "segment-000001.jsonl"), full.slice(0, 200));
+    writeFileSync(join(dir, "segment-000002.jsonl"), `${lines("crashed", 11, 2)}${full}`);
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    expect(sink.recovery?.repairedTails).toEqual([
+      { filename: "segment-000001.jsonl", action: "truncated", droppedBytes: 200 },
+      { filename: "segment-000002.jsonl", action: "terminated", droppedBytes: 0 },
+    ]);
+    expect(fileLines(join(dir, "segment-000001.jsonl"))).toHaveLength(10);
+    expect(readFileSync(join(dir, "segment-000002.jsonl"), "utf8").endsWith(`${full}\n`)).toBe(true);
+    expect(sink.recovery?.adoptedSegments).toEqual(["segment-000002.jsonl"]);
+    const segments = readManifestSync(dir)!.segments;
+    expect(segments.map((s) => [s.filename, s.event_count, s.closed, s.session_id])).toEqual([
+      ["segment-000001.jsonl", 10, true, "crashed"],
+      ["segment-000002.jsonl", 3, true, "crashed"],
+    ]);
+  });
+
+  it("rebuilds a malformed manifest from the segments", () => {
+    const dir = crashedSink();
+    writeFileSync(join(dir, "manifest.json"), '{"schema_version": 2, "sessions": [');
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    expect(sink.recovery).toMatchObject({ manifestFound: false, manifestRebuilt: true });
+    const manifest = readManifestSync(dir)!;
+    expect(manifest.sessions).toEqual([]);
+    expect(manifest.segments).toEqual([
+      {
+        filename: "segment-000001.jsonl",
+        event_count: 10,
+        size_bytes: expect.any(Number),
+        closed: true,
+        session_id: "crashed",
+      },
+    ]);
+  });
+
+  it("rebuilds a missing manifest, and new segments continue the numbering", async () => {
+    const dir = tempDir();
+    writeFileSync(join(dir, "segment-000007.jsonl"), lines("old", 0, 3));
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    expect(sink.recovery?.manifestRebuilt).toBe(true);
+    sink.startSession({ session_id: "new" });
+    sink.append(sampleRecord("new", 0));
+    await sink.close();
+    expect(segmentNames(dir)).toEqual(["segment-000007.jsonl", "segment-000008.jsonl"]);
+  });
+
+  it("refuses manifest entries that name files outside the directory", () => {
+    const outer = tempDir();
+    const dir = join(outer, "sink");
+    cpSync(crashedSink(), dir, { recursive: true });
+    writeFileSync(join(outer, "secret.jsonl"), lines("secret", 0, 1));
+    const manifest = JSON.parse(readFileSync(join(dir, "manifest.json"), "utf8"));
+    manifest.segments.push({
+      filename: "../secret.jsonl",
+      event_count: 1,
+      size_bytes: 1,
+      closed: true,
+      session_id: "x",
+    });
+    manifest.segments.push({
+      filename: "/etc/passwd",
+      event_count: 1,
+      size_bytes: 1,
+      closed: true,
+      session_id: "x",
+    });
+    writeFileSync(join(dir, "manifest.json"), JSON.stringify(manifest));
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    expect(sink.recovery?.warnings.filter((w) => w.includes("outside the sink directory"))).toHaveLength(2);
+    expect(readManifestSync(dir)!.segments.map((s) => s.filename)).toEqual(["segment-000001.jsonl"]);
+  });
+
+  it("drops listed segments that no longer exist", () => {
+    const dir = crashedSink();
+    const manifest = JSON.parse(readFileSync(join(dir, "manifest.json"), "utf8"));
+    manifest.segments.unshift({
+      filename: "segment-000000.jsonl",
+      event_count: 5,
+      size_bytes: 500,
+      closed: true,
+      session_id: "gone",
+    });
+    writeFileSync(join(dir, "manifest.json"), JSON.stringify(manifest));
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    expect(sink.recovery?.missingSegments).toEqual(["segment-000000.jsonl"]);
+    expect(sink.getDiagnostics().final_retained_files).toBe(1);
+  });
+
+  it("leaves a clean directory untouched", () => {
+    const dir = tempDir();
+    cpSync(join(FIXTURES, "single-completed/sink"), dir, { recursive: true });
+    const before = readFileSync(join(dir, "manifest.json"), "utf8");
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    expect(sink.recovery?.manifestWritten).toBe(false);
+    expect(readFileSync(join(dir, "manifest.json"), "utf8")).toBe(before);
+  });
+
+  it("reopens a Python sink and appends a new session beside the old ones", async () => {
+    const dir = tempDir();
+    cpSync(join(FIXTURES, "completed-then-crash/sink"), dir, { recursive: true });
+    const clock = { nowNs: () => 1_800_000_000_000_000_000n };
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet, retentionMaxFiles: 100, clock });
+    sink.startSession({ session_id: "ts-session" });
+    for (let i = 0; i < 30; i++) sink.append(sampleRecord("ts-session", i));
+    await sink.close();
+    const sessions = await loadTelemetrySessions(dir);
+    expect(sessions.map((s) => [s.summary.session_id, s.summary.status, s.eventCount])).toEqual([
+      ["ts-session", "completed", 30],
+      ["efc71cec-cfca-4eb5-9f00-9b7b08837b4a", "completed", 62],
+      ["9f73da84-13ee-4cb5-927a-2c31e1bec407", "interrupted", 46],
+    ]);
+    expect(segmentNames(dir).at(-1)).toBe("segment-000008.jsonl");
+  });
+});

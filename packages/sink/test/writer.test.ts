@@ -1,0 +1,494 @@
+import { existsSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { join } from "node:path";
+import { encodeTelemetryRecord, InvalidConfigError, parseJson, type TelemetryRecordV3 } from "@stormlog/core";
+import { describe, expect, it } from "vitest";
+import { sampleRecord } from "../scripts/sample-records.js";
+import {
+  loadTelemetrySessions,
+  parseManifest,
+  readManifestSync,
+  SINK_DEFAULTS,
+  SinkSessionMismatchError,
+  TelemetrySink,
+} from "../src/index.js";
+import { fileLines, memoryLogger, quiet, segmentNames, tempDir } from "./helpers.js";
+
+function manifestOf(dir: string) {
+  const manifest = readManifestSync(dir);
+  if (manifest === null) throw new Error(`no manifest in ${dir}`);
+  return manifest;
+}
+
+describe("configuration", () => {
+  it("has the reference's defaults", () => {
+    const sink = new TelemetrySink({ rootDir: tempDir(), ...quiet });
+    expect(sink.config).toMatchObject({
+      flushEveryEvents: 50,
+      flushEverySeconds: 2,
+      rolloverMaxBytes: 64 * 1024 * 1024,
+      rolloverMaxEvents: 10_000,
+      retentionMaxFiles: 8,
+      retentionMaxTotalBytes: 512 * 1024 * 1024,
+      rollupWindowSeconds: 60,
+      fsync: "segment",
+    });
+    expect(SINK_DEFAULTS.writeRollups).toBe(true);
+  });
+
+  it.each([
+    ["flushEveryEvents", { flushEveryEvents: 0 }],
+    ["flushEverySeconds", { flushEverySeconds: 0 }],
+    ["rolloverMaxBytes", { rolloverMaxBytes: -1 }],
+    ["rolloverMaxEvents", { rolloverMaxEvents: 1.5 }],
+    ["retentionMaxFiles", { retentionMaxFiles: 0 }],
+    ["retentionMaxTotalBytes", { retentionMaxTotalBytes: 0 }],
+    ["retentionMaxTotalBytes", { rolloverMaxBytes: 2000, retentionMaxTotalBytes: 1000 }],
+    ["rollupWindowSeconds", { rollupWindowSeconds: 0 }],
+    ["maxQueueEvents", { maxQueueEvents: 0 }],
+    ["fsync", { fsync: "sometimes" as "always" }],
+  ])("rejects a bad %s", (option, bad) => {
+    const attempt = () => new TelemetrySink({ rootDir: tempDir(), ...quiet, ...bad });
+    expect(attempt).toThrow(InvalidConfigError);
+    try {
+      attempt();
+    } catch (error) {
+      expect((error as InvalidConfigError).option).toBe(option);
+    }
+  });
+});
+
+describe("writing", () => {
+  it("writes canonical lines, a running ledger entry, then a completed one", async () => {
+    const dir = tempDir();
+    const logger = memoryLogger();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet, logger });
+    const session = sink.startSession({ source: "stormlog.tracker", job_id: "job-1" });
+    await sink.flush();
+    expect(manifestOf(dir).sessions).toMatchObject([{ session_id: session.session_id, status: "running" }]);
+
+    const records = Array.from({ length: 120 }, (_, i) => sampleRecord(session.session_id, i));
+    for (const record of records) sink.append(record);
+    await sink.close();
+
+    const lines = fileLines(join(dir, "segment-000001.jsonl"));
+    expect(lines).toEqual(records.map((record) => encodeTelemetryRecord(record)));
+    const manifest = manifestOf(dir);
+    expect(manifest.schema_version).toBe(2);
+    expect(manifest.format).toBe("stormlog.append_only_telemetry_sink");
+    expect(manifest.sessions).toHaveLength(1);
+    expect(manifest.sessions[0]).toMatchObject({
+      status: "completed",
+      source: "stormlog.tracker",
+      job_id: "job-1",
+    });
+    expect(manifest.sessions[0]!.ended_at_ns).not.toBeNull();
+    expect(manifest.segments).toEqual([
+      {
+        filename: "segment-000001.jsonl",
+        event_count: 120,
+        size_bytes: readFileSync(join(dir, "segment-000001.jsonl")).length,
+        closed: true,
+        session_id: session.session_id,
+      },
+    ]);
+    expect(sink.getDiagnostics()).toMatchObject({
+      appended_events: 120,
+      written_events: 120,
+      dropped_events: 0,
+    });
+    expect(logger.warnings).toEqual([]);
+  });
+
+  it("writes the manifest as Python's json.dumps(indent=2) does", async () => {
+    const dir = tempDir();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    const { session_id: id } = sink.startSession({
+      session_id: "s-1",
+      started_at_ns: 1795315973580213667n,
+      host: "h",
+      pid: 7,
+    });
+    sink.append(sampleRecord(id, 0));
+    await sink.close();
+    const text = readFileSync(join(dir, "manifest.json"), "utf8");
+    expect(text).toMatch(
+      /^\{\n {2}"schema_version": 2,\n {2}"format": "stormlog.append_only_telemetry_sink",\n {2}"sessions": \[\n {4}\{\n {6}"session_id": "s-1",\n {6}"status": "completed",\n {6}"started_at_ns": 1795315973580213667,/,
+    );
+    expect(text.endsWith("}\n")).toBe(true);
+    expect(text).toContain('"job_id": null,');
+    expect(text).toContain('"closed": true,');
+  });
+
+  it("starts a session from the first record, adopting its id and identity", async () => {
+    const dir = tempDir();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    sink.append(sampleRecord("adopted", 0, { rank: 1, worldSize: 2 }));
+    expect(sink.currentSession()).toMatchObject({
+      session_id: "adopted",
+      rank: 1,
+      world_size: 2,
+      host: "trainer-a",
+    });
+    expect(() => sink.append(sampleRecord("other", 1))).toThrow(SinkSessionMismatchError);
+    await sink.close();
+    expect(manifestOf(dir).sessions.map((s) => [s.session_id, s.status])).toEqual([["adopted", "completed"]]);
+  });
+
+  it("never mixes sessions in a segment", async () => {
+    const dir = tempDir();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet, flushEveryEvents: 7 });
+    for (const id of ["a", "b", "c"]) {
+      sink.startSession({ session_id: id });
+      for (let i = 0; i < 30; i++) sink.append(sampleRecord(id, i));
+      // Not awaited: the next session's records queue behind the close.
+      void sink.close();
+    }
+    await sink.flush();
+    const manifest = manifestOf(dir);
+    expect(manifest.segments.map((s) => [s.filename, s.session_id, s.event_count])).toEqual([
+      ["segment-000001.jsonl", "a", 30],
+      ["segment-000002.jsonl", "b", 30],
+      ["segment-000003.jsonl", "c", 30],
+    ]);
+    for (const segment of manifest.segments) {
+      const ids = new Set(
+        fileLines(join(dir, segment.filename)).map(
+          (line) => (parseJson(line) as { session_id: string }).session_id,
+        ),
+      );
+      expect([...ids]).toEqual([segment.session_id]);
+    }
+    expect(manifest.sessions.map((s) => s.status)).toEqual(["completed", "completed", "completed"]);
+  });
+
+  it("refuses invalid records without writing them, and says so once", async () => {
+    const dir = tempDir();
+    const logger = memoryLogger();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet, logger });
+    sink.startSession({ session_id: "s" });
+    sink.append(sampleRecord("s", 0));
+    sink.append({ ...sampleRecord("s", 1), rank: 3 });
+    sink.append({ ...sampleRecord("s", 2), host: "  " });
+    sink.append(sampleRecord("s", 3));
+    await sink.close();
+    expect(fileLines(join(dir, "segment-000001.jsonl"))).toHaveLength(2);
+    expect(sink.getDiagnostics().rejected_events).toBe(2);
+    expect(logger.warnings).toHaveLength(1);
+    expect(logger.warnings[0]).toContain("rank");
+  });
+
+  it("drops and counts records beyond the queue bound, logs once and closes the session incomplete", async () => {
+    const dir = tempDir();
+    const logger = memoryLogger();
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      logger,
+      maxQueueEvents: 100,
+      flushEveryEvents: 1000,
+    });
+    sink.startSession({ session_id: "s" });
+    for (let i = 0; i < 250; i++) sink.append(sampleRecord("s", i));
+    expect(sink.getDiagnostics()).toMatchObject({
+      appended_events: 250,
+      dropped_queue_full: 150,
+      dropped_events: 150,
+    });
+    await sink.close();
+    expect(fileLines(join(dir, "segment-000001.jsonl"))).toHaveLength(100);
+    expect(manifestOf(dir).sessions[0]!.status).toBe("incomplete");
+    expect(logger.warnings).toHaveLength(1);
+    expect(logger.warnings[0]).toContain("maxQueueEvents");
+  });
+
+  it("flushes on its timer when fewer than flushEveryEvents wait", async () => {
+    const dir = tempDir();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet, flushEverySeconds: 0.02 });
+    sink.startSession({ session_id: "s" });
+    for (let i = 0; i < 5; i++) sink.append(sampleRecord("s", i));
+    const deadline = Date.now() + 5000;
+    while (
+      !existsSync(join(dir, "segment-000001.jsonl")) ||
+      fileLines(join(dir, "segment-000001.jsonl")).length < 5
+    ) {
+      if (Date.now() > deadline) throw new Error("timer flush did not happen");
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    await sink.close();
+    expect(fileLines(join(dir, "segment-000001.jsonl"))).toHaveLength(5);
+  });
+
+  it("closeSync writes what is queued and closes the session (the process.exit path)", () => {
+    const dir = tempDir();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    sink.startSession({ session_id: "s" });
+    for (let i = 0; i < 75; i++) sink.append(sampleRecord("s", i));
+    sink.closeSync("interrupted");
+    expect(fileLines(join(dir, "segment-000001.jsonl"))).toHaveLength(75);
+    expect(manifestOf(dir).sessions[0]).toMatchObject({ status: "interrupted" });
+    expect(manifestOf(dir).segments[0]).toMatchObject({ event_count: 75, closed: true });
+  });
+
+  it("closeSync redoes a write the asynchronous path had in flight", async () => {
+    const dir = tempDir();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet, flushEveryEvents: 10 });
+    sink.startSession({ session_id: "s" });
+    for (let i = 0; i < 500; i++) sink.append(sampleRecord("s", i));
+    // Let the writer start (open + first write in flight), then take over synchronously.
+    await new Promise((resolve) => setTimeout(resolve, 2));
+    sink.closeSync("completed");
+    const lines = fileLines(join(dir, "segment-000001.jsonl"));
+    expect(lines.map((line) => (parseJson(line) as { metadata: { seq: number } }).metadata.seq)).toEqual(
+      Array.from({ length: 500 }, (_, i) => i),
+    );
+    const sessions = await loadTelemetrySessions(dir);
+    expect(sessions[0]).toMatchObject({ eventCount: 500, summary: { status: "completed" } });
+  });
+});
+
+/** The reference's algorithm (§5.4), run synchronously with count-driven flushes, for comparison. */
+function referenceModel(
+  config: { flushEvery: number; maxEvents: number; maxBytes: number; maxFiles: number; maxTotal: number },
+  sessions: { id: string; records: TelemetryRecordV3[] }[],
+) {
+  type Segment = {
+    filename: string;
+    event_count: number;
+    size_bytes: number;
+    closed: boolean;
+    session_id: string;
+  };
+  const segments: Segment[] = [];
+  let next = 1;
+  let rollovers = 0;
+  let pruned = 0;
+  let prunedBytes = 0;
+  for (const session of sessions) {
+    let bufferEvents = 0;
+    let bufferBytes = 0;
+    const flush = () => {
+      if (bufferEvents === 0) return;
+      let current = segments.at(-1);
+      if (!current || current.closed || current.session_id !== session.id) {
+        current = {
+          filename: `segment-${String(next++).padStart(6, "0")}.jsonl`,
+          event_count: 0,
+          size_bytes: 0,
+          closed: false,
+          session_id: session.id,
+        };
+        segments.push(current);
+      }
+      current.event_count += bufferEvents;
+      current.size_bytes += bufferBytes;
+      bufferEvents = 0;
+      bufferBytes = 0;
+      if (current.event_count >= config.maxEvents || current.size_bytes >= config.maxBytes) {
+        current.closed = true;
+        rollovers++;
+      }
+      for (;;) {
+        const total = segments.reduce((sum, s) => sum + s.size_bytes, 0);
+        if (segments.length <= config.maxFiles && total <= config.maxTotal) break;
+        const victim = segments.find((s) => s.closed);
+        if (!victim) break;
+        segments.splice(segments.indexOf(victim), 1);
+        pruned++;
+        prunedBytes += victim.size_bytes;
+      }
+    };
+    for (const record of session.records) {
+      bufferEvents++;
+      bufferBytes += encodeTelemetryRecord(record).length + 1;
+      if (bufferEvents >= config.flushEvery) flush();
+    }
+    flush();
+    const last = segments.at(-1);
+    if (last && last.session_id === session.id) last.closed = true;
+  }
+  return { segments, rollovers, pruned, prunedBytes };
+}
+
+describe("rollover and retention, as the reference", () => {
+  const cases = [
+    {
+      name: "by events",
+      flushEvery: 10,
+      maxEvents: 25,
+      maxBytes: 1 << 30,
+      maxFiles: 3,
+      maxTotal: 1 << 30,
+      sizes: [95, 40],
+    },
+    {
+      name: "by bytes",
+      flushEvery: 4,
+      maxEvents: 10_000,
+      maxBytes: 6000,
+      maxFiles: 100,
+      maxTotal: 15_000,
+      sizes: [60, 33, 7],
+    },
+    {
+      name: "one file kept",
+      flushEvery: 3,
+      maxEvents: 5,
+      maxBytes: 1 << 30,
+      maxFiles: 1,
+      maxTotal: 1 << 30,
+      sizes: [20],
+    },
+    {
+      name: "defaults-like",
+      flushEvery: 50,
+      maxEvents: 200,
+      maxBytes: 1 << 30,
+      maxFiles: 8,
+      maxTotal: 1 << 30,
+      sizes: [2000, 130],
+    },
+  ];
+  it.each(cases)("$name", async ({ flushEvery, maxEvents, maxBytes, maxFiles, maxTotal, sizes }) => {
+    const dir = tempDir();
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      flushEveryEvents: flushEvery,
+      flushEverySeconds: 3600,
+      rolloverMaxEvents: maxEvents,
+      rolloverMaxBytes: maxBytes,
+      retentionMaxFiles: maxFiles,
+      retentionMaxTotalBytes: maxTotal,
+    });
+    const sessions = sizes.map((size, index) => ({
+      id: `session-${index}`,
+      records: Array.from({ length: size }, (_, i) => sampleRecord(`session-${index}`, i)),
+    }));
+    for (const session of sessions) {
+      sink.startSession({ session_id: session.id });
+      for (const record of session.records) sink.append(record);
+      await sink.close();
+    }
+    const expected = referenceModel({ flushEvery, maxEvents, maxBytes, maxFiles, maxTotal }, sessions);
+    expect(sink.getSegments()).toEqual(expected.segments);
+    expect(manifestOf(dir).segments).toEqual(expected.segments);
+    expect(segmentNames(dir)).toEqual(expected.segments.map((s) => s.filename));
+    const diagnostics = sink.getDiagnostics();
+    expect(diagnostics).toMatchObject({
+      rollover_count: expected.rollovers,
+      pruned_segment_count: expected.pruned,
+      pruned_bytes: expected.prunedBytes,
+      final_retained_files: expected.segments.length,
+      final_retained_bytes: expected.segments.reduce((sum, s) => sum + s.size_bytes, 0),
+    });
+    for (const segment of expected.segments) {
+      expect(readFileSync(join(dir, segment.filename)).length).toBe(segment.size_bytes);
+    }
+  });
+
+  it("never prunes the open segment", async () => {
+    const dir = tempDir();
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      flushEveryEvents: 1,
+      flushEverySeconds: 3600,
+      rolloverMaxEvents: 3,
+      retentionMaxFiles: 1,
+    });
+    sink.startSession({ session_id: "s" });
+    for (let i = 0; i < 7; i++) sink.append(sampleRecord("s", i));
+    await sink.flush();
+    // Over the one-file limit while a segment is open: the closed ones go, the open one stays.
+    expect(sink.getSegments()).toEqual([
+      expect.objectContaining({ filename: "segment-000003.jsonl", event_count: 1, closed: false }),
+    ]);
+    expect(segmentNames(dir)).toEqual(["segment-000003.jsonl"]);
+    expect(sink.getDiagnostics()).toMatchObject({ rollover_count: 2, pruned_segment_count: 2 });
+    await sink.close();
+  });
+});
+
+describe("disk failures", () => {
+  it("keeps going when a segment cannot be written (ENOSPC), counts the loss and closes incomplete", async () => {
+    const dir = tempDir();
+    const logger = memoryLogger();
+    // The first segment the writer opens is /dev/full: every write there fails with ENOSPC.
+    symlinkSync("/dev/full", join(dir, "segment-000001.jsonl"));
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      logger,
+      flushEveryEvents: 10,
+      flushEverySeconds: 0.01,
+      failureBackoffSeconds: 0.01,
+      failureBackoffMaxSeconds: 0.02,
+    });
+    sink.startSession({ session_id: "s" });
+    for (let i = 0; i < 10; i++) sink.append(sampleRecord("s", i));
+    await sink.flush();
+    expect(sink.getDiagnostics()).toMatchObject({ dropped_io_error: 10, state: "retrying" });
+    expect(sink.getDiagnostics().last_error).toContain("ENOSPC");
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    for (let i = 10; i < 30; i++) sink.append(sampleRecord("s", i));
+    await sink.close();
+    const diagnostics = sink.getDiagnostics();
+    expect(diagnostics).toMatchObject({ dropped_io_error: 10, written_events: 20, state: "ok" });
+    expect(logger.warnings).toHaveLength(1);
+    expect(logger.warnings[0]).toMatch(/ENOSPC.*Tracking goes on/);
+    const manifest = manifestOf(dir);
+    expect(manifest.sessions[0]!.status).toBe("incomplete");
+    const sessions = await loadTelemetrySessions(dir);
+    expect(sessions[0]).toMatchObject({ eventCount: 20, summary: { status: "incomplete" } });
+  });
+
+  it("survives its directory being removed: counts what was lost, recreates it and goes on", async () => {
+    const dir = join(tempDir(), "sink");
+    const logger = memoryLogger();
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      logger,
+      flushEveryEvents: 5,
+      flushEverySeconds: 0.01,
+      failureBackoffSeconds: 0.01,
+      failureBackoffMaxSeconds: 0.02,
+    });
+    sink.startSession({ session_id: "s" });
+    for (let i = 0; i < 20; i++) sink.append(sampleRecord("s", i));
+    await sink.flush();
+    rmSync(dir, { recursive: true, force: true });
+    // The next periodic check notices the open segment is gone.
+    const deadline = Date.now() + 5000;
+    while (sink.getDiagnostics().dropped_io_error === 0) {
+      if (Date.now() > deadline) throw new Error("the deletion was not noticed");
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    for (let i = 20; i < 30; i++) sink.append(sampleRecord("s", i));
+    await sink.close();
+    expect(sink.getDiagnostics()).toMatchObject({ dropped_io_error: 20, written_events: 10 });
+    expect(logger.warnings.join("\n")).toContain("directory removed");
+    const manifest = parseManifest(readFileSync(join(dir, "manifest.json"), "utf8"));
+    expect(manifest?.sessions[0]?.status).toBe("incomplete");
+    expect((await loadTelemetrySessions(dir))[0]!.eventCount).toBe(10);
+  });
+
+  it("never throws from append or close when the directory cannot be created", async () => {
+    const parent = tempDir();
+    const blocker = join(parent, "file");
+    rmSync(blocker, { force: true });
+    await import("node:fs").then((fs) => fs.writeFileSync(blocker, "x"));
+    const logger = memoryLogger();
+    const sink = new TelemetrySink({ rootDir: join(blocker, "sink"), ...quiet, logger });
+    sink.startSession({ session_id: "s" });
+    for (let i = 0; i < 200; i++) sink.append(sampleRecord("s", i));
+    await sink.close();
+    const diagnostics = sink.getDiagnostics();
+    expect(diagnostics.state).toBe("retrying");
+    expect(diagnostics.last_error).toMatch(/ENOTDIR|EEXIST/);
+    expect(diagnostics.appended_events).toBe(200);
+    expect(diagnostics.dropped_events + diagnostics.queued_events).toBe(200);
+    expect(logger.warnings).toHaveLength(1);
+  });
+});

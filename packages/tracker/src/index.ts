@@ -1,0 +1,55 @@
+/**
+ * @stormlog/tracker: the memory tracker (sampling, collector health, alerts, phases, sink session,
+ * OOM flight recorder) and the Node process collector.
+ */
+export {
+  type AlertPolicy,
+  type AlertThresholds,
+  DEFAULT_THRESHOLDS,
+  evaluateAlerts,
+  type PendingAlert,
+  type ResolvedAlertPolicy,
+  resolveAlertPolicy,
+} from "./alerts.js";
+export {
+  aggregateHealth,
+  type CollectorHealth,
+  type CollectorHealthStatus,
+  HEALTHY,
+  healthMetadata,
+  type RetryBackoff,
+  retryDelaySeconds,
+} from "./health.js";
+export {
+  classifyOOMError,
+  legacyEventPayload,
+  OOM_MESSAGE_PATTERNS,
+  type OOMClassification,
+  OOMFlightRecorder,
+  type OOMFlightRecorderOptions,
+  type ResolvedOOMOptions,
+  resolveOOMOptions,
+} from "./oom.js";
+export * from "./process-collector.js";
+export {
+  type CollectorStatistics,
+  type DeviceStatistics,
+  statisticsToJson,
+  type TrackerStatistics,
+} from "./statistics.js";
+export {
+  type AlertCallback,
+  consoleTrackerLogger,
+  type EventQuery,
+  MemoryTracker,
+  type MemoryTrackerOptions,
+  type OOMCaptureOptions,
+  type TrackerLogger,
+} from "./tracker.js";
+export {
+  createSink,
+  isTelemetryWriter,
+  type TelemetryWriter,
+  type TrackerSinkOption,
+  type WriterDiagnostics,
+} from "./writer.js";

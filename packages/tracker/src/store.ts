@@ -1,0 +1,231 @@
+import { type JsonObject, MEMORY_COUNTER_FIELDS, type MemoryReading, type TelemetryEvent } from "@stormlog/core";
+import { phaseBoundaryContext, phaseScopePayload, type RecordedPhase } from "@stormlog/phases";
+import type { DeviceGroup } from "./device-group.js";
+import { markFloatIfIntegral } from "./health.js";
+
+const FIELDS = MEMORY_COUNTER_FIELDS.length;
+/** Index of each counter in a slot's counter row. */
+export const COUNTER_INDEX: Readonly<Record<string, number>> = Object.fromEntries(
+  MEMORY_COUNTER_FIELDS.map((field, index) => [field, index]),
+);
+
+/** `flags` bits of a slot. */
+export const PHASE_ENTER = 1;
+export const PHASE_EXIT = 2;
+/** A phase record whose counters were read at the boundary (else: the last sample's). */
+export const BOUNDARY_READ = 4;
+
+/** What every record of a session shares. */
+export interface RecordContext {
+  readonly schemaVersion: 3 | 4;
+  readonly sessionId: string;
+  readonly samplingIntervalMs: number;
+  readonly pid: number;
+  readonly host: string;
+  readonly jobId: string | null;
+  readonly rank: number;
+  readonly localRank: number;
+  readonly worldSize: number;
+}
+
+/**
+ * The tracker's recent records as columns in a ring: typed arrays for times and counters, shared
+ * references for everything else. Records are built as objects only when someone reads them (or a
+ * sink needs one), so keeping 10000 of them costs the garbage collector next to nothing: a phase
+ * boundary stores numbers and a reference to its (already allocated) scope.
+ */
+export class EventStore {
+  readonly capacity: number;
+  /** Records ever pushed since the last `reset()`. */
+  written = 0;
+  private readonly ts: BigInt64Array;
+  private readonly types: string[];
+  private readonly contexts: (string | null)[];
+  private readonly groups: (DeviceGroup | undefined)[];
+  private readonly counters: Float64Array;
+  private readonly changes: Float64Array;
+  private readonly bases: (JsonObject | undefined)[];
+  private readonly extras: (JsonObject | null)[];
+  private readonly scopes: (RecordedPhase | null)[];
+  private readonly sequences: Float64Array;
+  private readonly flags: Uint8Array;
+
+  constructor(capacity: number) {
+    this.capacity = capacity;
+    this.ts = new BigInt64Array(capacity);
+    this.types = new Array(capacity).fill("");
+    this.contexts = new Array(capacity).fill(null);
+    this.groups = new Array(capacity).fill(undefined);
+    this.counters = new Float64Array(capacity * FIELDS);
+    this.changes = new Float64Array(capacity);
+    this.bases = new Array(capacity).fill(undefined);
+    this.extras = new Array(capacity).fill(null);
+    this.scopes = new Array(capacity).fill(null);
+    this.sequences = new Float64Array(capacity);
+    this.flags = new Uint8Array(capacity);
+  }
+
+  /** Forgets everything. */
+  reset(): void {
+    this.written = 0;
+    this.groups.fill(undefined);
+    this.bases.fill(undefined);
+    this.extras.fill(null);
+    this.scopes.fill(null);
+    this.contexts.fill(null);
+  }
+
+  /**
+   * Stores one record and returns its absolute index. `reading` null or a missing counter is
+   * stored as NaN (null or 0 on output, as the schema wants); `change` null likewise.
+   */
+  push(
+    ts: bigint,
+    eventType: string,
+    context: string | null,
+    group: DeviceGroup,
+    reading: MemoryReading | null,
+    change: number | null,
+    base: JsonObject,
+    extra: JsonObject | null,
+    scope: RecordedPhase | null,
+    sequence: number,
+    flags: number,
+  ): number {
+    const index = this.written++;
+    const slot = index % this.capacity;
+    this.ts[slot] = ts;
+    this.types[slot] = eventType;
+    this.contexts[slot] = context;
+    this.groups[slot] = group;
+    const row = slot * FIELDS;
+    const counters = this.counters;
+    if (reading === null) {
+      counters.fill(Number.NaN, row, row + FIELDS);
+    } else {
+      counters[row] = reading.allocator_allocated_bytes ?? Number.NaN;
+      counters[row + 1] = reading.allocator_reserved_bytes ?? Number.NaN;
+      counters[row + 2] = reading.allocator_active_bytes ?? Number.NaN;
+      counters[row + 3] = reading.allocator_inactive_bytes ?? Number.NaN;
+      counters[row + 4] = reading.device_used_bytes ?? Number.NaN;
+      counters[row + 5] = reading.device_free_bytes ?? Number.NaN;
+      counters[row + 6] = reading.device_total_bytes ?? Number.NaN;
+    }
+    this.changes[slot] = change ?? Number.NaN;
+    this.bases[slot] = base;
+    this.extras[slot] = extra;
+    this.scopes[slot] = scope;
+    this.sequences[slot] = sequence;
+    this.flags[slot] = flags;
+    return index;
+  }
+
+  /** Overwrites one counter of a stored record (a boundary reading). */
+  setCounter(index: number, counterIndex: number, value: number): void {
+    this.counters[(index % this.capacity) * FIELDS + counterIndex] = value;
+  }
+
+  /** Sets flag bits of a stored record. */
+  addFlags(index: number, flags: number): void {
+    this.flags[index % this.capacity] = (this.flags[index % this.capacity] as number) | flags;
+  }
+
+  /** Whether `index` is still held (not overwritten). */
+  holds(index: number): boolean {
+    return index < this.written && index >= this.written - this.capacity;
+  }
+
+  eventType(index: number): string {
+    return this.types[index % this.capacity] as string;
+  }
+
+  timestamp(index: number): bigint {
+    return this.ts[index % this.capacity] as bigint;
+  }
+
+  deviceId(index: number): number {
+    return (this.groups[index % this.capacity] as DeviceGroup).deviceId;
+  }
+
+  /** The record at `index`, as a new object. */
+  materialize(index: number, context: RecordContext): TelemetryEvent {
+    const slot = index % this.capacity;
+    const group = this.groups[slot] as DeviceGroup;
+    const flags = this.flags[slot] as number;
+    const scope = this.scopes[slot] as RecordedPhase | null;
+    const base = this.bases[slot] as JsonObject;
+    let metadata: JsonObject;
+    let recordContext: string | null;
+    if (scope !== null) {
+      const enter = (flags & PHASE_ENTER) !== 0;
+      metadata = {
+        phase_scope: phaseScopePayload(scope, enter ? "enter" : "exit", this.sequences[slot] as number) as unknown as JsonObject,
+        ...base,
+        phase_counters: (flags & BOUNDARY_READ) !== 0 ? "boundary_read" : "last_sample",
+      };
+      recordContext = phaseBoundaryContext(enter ? "phase_enter" : "phase_exit", scope.phasePath);
+    } else {
+      const extra = this.extras[slot];
+      metadata = extra === null ? { ...base } : { ...extra, ...base };
+      if (extra !== null) {
+        markFloatIfIntegral(metadata, "usage_percent");
+        markFloatIfIntegral(metadata, "fragmentation");
+        markFloatIfIntegral(metadata, "collector_retry_delay_s");
+      }
+      recordContext = this.contexts[slot] as string | null;
+    }
+    if (metadata.collector_next_retry_epoch_s !== null) markFloatIfIntegral(metadata, "collector_next_retry_epoch_s");
+
+    const row = slot * FIELDS;
+    const c = this.counters;
+    const change = this.changes[slot] as number;
+    const caps = group.capabilities;
+    const common = {
+      session_id: context.sessionId,
+      timestamp_ns: this.ts[slot] as bigint,
+      event_type: this.types[slot] as string,
+      collector: group.collectorString,
+      sampling_interval_ms: context.samplingIntervalMs,
+      pid: context.pid,
+      host: context.host,
+      job_id: context.jobId,
+      rank: context.rank,
+      local_rank: context.localRank,
+      world_size: context.worldSize,
+      device_id: group.deviceId,
+    };
+    if (context.schemaVersion === 3) {
+      const zero = (value: number) => (Number.isNaN(value) ? 0 : value);
+      const orNull = (value: number) => (Number.isNaN(value) ? null : value);
+      return {
+        schema_version: 3,
+        ...common,
+        allocator_allocated_bytes: zero(c[row] as number),
+        allocator_reserved_bytes: zero(c[row + 1] as number),
+        allocator_active_bytes: orNull(c[row + 2] as number),
+        allocator_inactive_bytes: orNull(c[row + 3] as number),
+        allocator_change_bytes: zero(change),
+        device_used_bytes: zero(c[row + 4] as number),
+        device_free_bytes: orNull(c[row + 5] as number),
+        device_total_bytes: orNull(c[row + 6] as number),
+        context: recordContext,
+        metadata,
+      };
+    }
+    const value = (supported: boolean, v: number) => (supported && !Number.isNaN(v) ? v : null);
+    return {
+      schema_version: 4,
+      ...common,
+      allocator_allocated_bytes: value(caps.supports_allocator_allocated, c[row] as number),
+      allocator_reserved_bytes: value(caps.supports_allocator_reserved, c[row + 1] as number),
+      allocator_active_bytes: value(caps.supports_allocator_active, c[row + 2] as number),
+      allocator_inactive_bytes: value(caps.supports_allocator_inactive, c[row + 3] as number),
+      allocator_change_bytes: value(caps.supports_allocator_allocated, change),
+      device_used_bytes: value(caps.supports_device_used, c[row + 4] as number),
+      device_free_bytes: value(caps.supports_device_free, c[row + 5] as number),
+      device_total_bytes: value(caps.supports_device_total, c[row + 6] as number),
+      context: recordContext,
+      metadata,
+    };
+  }
+}

@@ -1,0 +1,41 @@
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { loadTelemetrySessions } from "@stormlog/sink";
+import { afterEach, describe, expect, it } from "vitest";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const child = join(here, "fixtures", "exit-child.ts");
+const dirs: string[] = [];
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function run(mode: "signal" | "exit" | "natural") {
+  const root = join(mkdtempSync(join(tmpdir(), "stormlog-exit-")), "sink");
+  dirs.push(dirname(root));
+  const result = spawnSync(process.execPath, ["--conditions=@stormlog/source", "--import", "tsx", child, root, mode], {
+    encoding: "utf8",
+    timeout: 30_000,
+  });
+  return { root, result };
+}
+
+describe("process end", () => {
+  it.each([
+    ["natural", "completed"],
+    ["exit", "completed"],
+    ["signal", "interrupted"],
+  ] as const)("records stop and closes the sink session on %s end", async (mode, status) => {
+    const { root, result } = run(mode);
+    if (mode === "signal") expect(result.signal).toBe("SIGTERM");
+    else expect(result.status).toBe(0);
+    const sessions = await loadTelemetrySessions(root);
+    expect(sessions).toHaveLength(1);
+    expect(sessions[0]?.summary.status).toBe(status);
+    expect(sessions[0]?.events.at(-1)?.event_type).toBe("stop");
+    expect(sessions[0]?.events.map((e) => e.event_type)).toContain("phase_exit");
+  });
+});

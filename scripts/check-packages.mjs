@@ -1,0 +1,341 @@
+#!/usr/bin/env node
+// `pnpm check:packages [filter...]`: checks what we would publish.
+//  1. builds the packages (turbo; cached when nothing changed),
+//  2. packs each one with `pnpm pack` (which rewrites `workspace:*` ranges to real versions),
+//  3. runs publint and @arethetypeswrong/cli (profile node16) on each tarball,
+//  4. installs all tarballs together into an empty temporary project with npm, and
+//  5. loads each package there once with `import` (ESM) and once with `require` (CJS), and runs its bins
+//     with --help.
+import { spawn, spawnSync } from "node:child_process";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const BIN = join(ROOT, "node_modules/.bin");
+const SCOPE = "@stormlog/";
+
+const USAGE = `usage: pnpm check:packages [filter...] [--skip-build] [--keep]
+  filter        check only packages whose name contains one of these strings (their @stormlog
+                dependencies are packed and installed too)
+  --skip-build  use the existing dist/ folders
+  --keep        keep the temporary folder (tarballs and the test project) and print its path`;
+
+// A clean environment for the child processes: no source condition or loaders from NODE_OPTIONS, no telemetry.
+const CHILD_ENV = { ...process.env, TURBO_TELEMETRY_DISABLED: "1", DO_NOT_TRACK: "1", NO_COLOR: "1" };
+delete CHILD_ENV.NODE_OPTIONS;
+
+function parseArgs(argv) {
+  const opts = { build: true, keep: false, filters: [] };
+  for (const arg of argv) {
+    if (arg === "--skip-build") opts.build = false;
+    else if (arg === "--keep") opts.keep = true;
+    else if (arg === "--help" || arg === "-h") opts.help = true;
+    else if (arg === "--") continue;
+    else if (arg.startsWith("-")) throw new Error(`unknown option ${arg}\n${USAGE}`);
+    else opts.filters.push(arg);
+  }
+  return opts;
+}
+
+function workspacePackages() {
+  const dir = join(ROOT, "packages");
+  return readdirSync(dir, { withFileTypes: true })
+    .filter((e) => e.isDirectory() && existsSync(join(dir, e.name, "package.json")))
+    .map((e) => {
+      const pkgDir = join(dir, e.name);
+      const manifest = JSON.parse(readFileSync(join(pkgDir, "package.json"), "utf8"));
+      return { dir: pkgDir, name: manifest.name, manifest };
+    })
+    .filter((p) => !p.manifest.private)
+    .sort((a, b) => a.name.localeCompare(b.name));
+}
+
+function internalDeps(manifest) {
+  const fields = [manifest.dependencies, manifest.peerDependencies, manifest.optionalDependencies];
+  return fields.flatMap((f) => Object.keys(f ?? {})).filter((n) => n.startsWith(SCOPE));
+}
+
+/** The selected packages plus every @stormlog package they need at install time. */
+function closure(all, selected) {
+  const byName = new Map(all.map((p) => [p.name, p]));
+  const seen = new Map();
+  const visit = (p) => {
+    if (seen.has(p.name)) return;
+    seen.set(p.name, p);
+    for (const dep of internalDeps(p.manifest)) {
+      const target = byName.get(dep);
+      if (!target) throw new Error(`${p.name} depends on ${dep}, which is not a package in packages/`);
+      visit(target);
+    }
+  };
+  for (const p of selected) visit(p);
+  return [...seen.values()];
+}
+
+/** Runs a command, capturing its output. Resolves with {code, out}. */
+function exec(cmd, args, cwd, timeoutMs = 600_000) {
+  return new Promise((done) => {
+    const child = spawn(cmd, args, { cwd, env: CHILD_ENV, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+    });
+    child.stderr.on("data", (d) => {
+      out += d;
+    });
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.on("error", (err) => {
+      clearTimeout(timer);
+      done({ code: -1, out: `${out}\n${err.message}` });
+    });
+    child.on("close", (code, signal) => {
+      clearTimeout(timer);
+      done({ code: code ?? (signal ? `signal ${signal}` : -1), out });
+    });
+  });
+}
+
+/** Runs async jobs at most `limit` at a time, keeping the order of results. */
+async function pool(items, limit, job) {
+  const results = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      results[i] = await job(items[i]);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return results;
+}
+
+function indent(text) {
+  return text
+    .trimEnd()
+    .split("\n")
+    .map((l) => `    ${l}`)
+    .join("\n");
+}
+
+const ESM_PROBE = `
+const out = {};
+for (const name of JSON.parse(process.argv[2])) {
+  try { out[name] = { ok: true, keys: Object.keys(await import(name)).sort() }; }
+  catch (e) { out[name] = { ok: false, error: String(e?.stack ?? e) }; }
+}
+console.log("@@probe" + JSON.stringify(out));
+`;
+const CJS_PROBE = `
+const out = {};
+for (const name of JSON.parse(process.argv[2])) {
+  try { out[name] = { ok: true, keys: Object.keys(require(name)).sort() }; }
+  catch (e) { out[name] = { ok: false, error: String(e?.stack ?? e) }; }
+}
+console.log("@@probe" + JSON.stringify(out));
+`;
+
+function parseProbe(res) {
+  const line = res.out.split("\n").find((l) => l.startsWith("@@probe"));
+  return line ? JSON.parse(line.slice("@@probe".length)) : undefined;
+}
+
+export async function main(argv) {
+  let opts;
+  try {
+    opts = parseArgs(argv);
+  } catch (err) {
+    console.error(`check:packages: ${err.message}`);
+    return 2;
+  }
+  if (opts.help) {
+    console.log(USAGE);
+    return 0;
+  }
+
+  const all = workspacePackages();
+  const selected = opts.filters.length
+    ? all.filter((p) => opts.filters.some((f) => p.name.includes(f)))
+    : all;
+  if (selected.length === 0) {
+    console.error(`check:packages: no package matches ${opts.filters.join(", ")}`);
+    return 1;
+  }
+  const packed = closure(all, selected);
+  const failures = [];
+  const fail = (pkg, step, detail) => failures.push({ pkg, step, detail });
+
+  // 1. Build.
+  if (opts.build) {
+    const filterArgs = opts.filters.length ? selected.map((p) => `--filter=${p.name}...`) : [];
+    console.log(`▶ build: turbo run build ${filterArgs.join(" ")}`.trimEnd());
+    const res = spawnSync(join(BIN, "turbo"), ["run", "build", "--output-logs=errors-only", ...filterArgs], {
+      cwd: ROOT,
+      env: CHILD_ENV,
+      stdio: "inherit",
+    });
+    if (res.status !== 0) {
+      console.error("check:packages: the build failed; fix it first (pnpm build).");
+      return 1;
+    }
+  }
+  for (const p of packed) {
+    if (!existsSync(join(p.dir, "dist"))) {
+      console.error(`check:packages: ${p.name} has no dist/; run pnpm build (or drop --skip-build).`);
+      return 1;
+    }
+  }
+
+  const work = mkdtempSync(join(tmpdir(), "stormlog-check-packages-"));
+  const tarDir = join(work, "tarballs");
+  const project = join(work, "project");
+  mkdirSync(tarDir);
+  mkdirSync(project);
+  try {
+    // 2. Pack (pnpm rewrites workspace:* to the packages' versions).
+    console.log(`▶ pack: ${packed.length} package(s) into ${opts.keep ? tarDir : "a temporary folder"}`);
+    const tarballs = new Map();
+    for (const p of packed) {
+      const before = new Set(readdirSync(tarDir));
+      const res = await exec("pnpm", ["pack", "--pack-destination", tarDir], p.dir);
+      const made = readdirSync(tarDir).filter((f) => f.endsWith(".tgz") && !before.has(f));
+      if (res.code !== 0 || made.length !== 1) {
+        console.error(`check:packages: pnpm pack failed for ${p.name}:\n${indent(res.out)}`);
+        return 1;
+      }
+      tarballs.set(p.name, join(tarDir, made[0]));
+    }
+    for (const p of packed) {
+      const res = spawnSync("tar", ["-xzOf", tarballs.get(p.name), "package/package.json"], {
+        encoding: "utf8",
+      });
+      if (res.status === 0 && res.stdout.includes("workspace:")) {
+        fail(p.name, "pack", "the packed package.json still has a workspace: range");
+      }
+    }
+
+    // 3. publint and attw on the tarballs, two at a time (the machine has two cores).
+    console.log("▶ publint + attw (profile node16)");
+    const lintResults = await pool(selected, 2, async (p) => {
+      const tgz = tarballs.get(p.name);
+      const publint = await exec(
+        process.execPath,
+        [join(ROOT, "node_modules/publint/src/cli.js"), "run", tgz, "--strict"],
+        ROOT,
+      );
+      const attw = await exec(
+        join(BIN, "attw"),
+        [tgz, "--profile", "node16", "--format", "ascii", "--no-emoji", "--no-color"],
+        ROOT,
+      );
+      return { p, publint, attw };
+    });
+    for (const { p, publint, attw } of lintResults) {
+      const suggestions = /suggestion/i.test(publint.out);
+      if (publint.code !== 0) fail(p.name, "publint", publint.out);
+      else if (suggestions) console.log(`  ${p.name}: publint suggestions:\n${indent(publint.out)}`);
+      if (attw.code !== 0) fail(p.name, "attw", attw.out);
+      console.log(
+        `  ${p.name}: publint ${publint.code === 0 ? "ok" : "FAILED"}, attw ${attw.code === 0 ? "ok" : "FAILED"}`,
+      );
+    }
+
+    // 4. Install every tarball into an empty project. `overrides` makes npm take our packages only from the
+    // tarballs, never from the registry; third-party dependencies do come from the registry (or npm's cache).
+    const fileSpecs = Object.fromEntries([...tarballs].map(([name, tgz]) => [name, `file:${tgz}`]));
+    writeFileSync(
+      join(project, "package.json"),
+      `${JSON.stringify({ name: "stormlog-pack-check", private: true, version: "0.0.0", dependencies: fileSpecs, overrides: fileSpecs }, null, 2)}\n`,
+    );
+    console.log("▶ npm install of the tarballs into an empty project");
+    const install = await exec(
+      "npm",
+      [
+        "install",
+        "--ignore-scripts",
+        "--omit=optional",
+        "--no-audit",
+        "--no-fund",
+        "--prefer-offline",
+        "--loglevel=error",
+        "--no-package-lock",
+      ],
+      project,
+    );
+    if (install.code !== 0) {
+      console.error(`check:packages: npm install of the tarballs failed:\n${indent(install.out)}`);
+      return 1;
+    }
+
+    // 5. import and require each selected package; run its bins.
+    console.log("▶ import (ESM) and require (CJS) of each package");
+    const names = JSON.stringify(selected.map((p) => p.name));
+    writeFileSync(join(project, "probe.mjs"), ESM_PROBE);
+    writeFileSync(join(project, "probe.cjs"), CJS_PROBE);
+    const esmRes = await exec(process.execPath, ["probe.mjs", names], project, 120_000);
+    const cjsRes = await exec(process.execPath, ["probe.cjs", names], project, 120_000);
+    const esm = parseProbe(esmRes);
+    const cjs = parseProbe(cjsRes);
+    if (!esm || !cjs) {
+      const bad = esm ? cjsRes : esmRes;
+      console.error(`check:packages: the ${esm ? "require" : "import"} probe crashed:\n${indent(bad.out)}`);
+      return 1;
+    }
+    for (const p of selected) {
+      const e = esm[p.name];
+      const c = cjs[p.name];
+      if (!e.ok) fail(p.name, "import", `import("${p.name}") threw:\n${e.error}`);
+      if (!c.ok) fail(p.name, "require", `require("${p.name}") threw:\n${c.error}`);
+      if (e.ok && c.ok && e.keys.join() !== c.keys.join()) {
+        const onlyEsm = e.keys.filter((k) => !c.keys.includes(k));
+        const onlyCjs = c.keys.filter((k) => !e.keys.includes(k));
+        fail(
+          p.name,
+          "exports",
+          `ESM and CJS builds export different names: only ESM [${onlyEsm}], only CJS [${onlyCjs}]`,
+        );
+      }
+      const bins =
+        typeof p.manifest.bin === "string"
+          ? { [p.name.split("/").pop()]: p.manifest.bin }
+          : (p.manifest.bin ?? {});
+      const binResults = [];
+      for (const bin of Object.keys(bins)) {
+        const res = await exec(join(project, "node_modules/.bin", bin), ["--help"], project, 60_000);
+        if (res.code !== 0)
+          fail(p.name, `bin ${bin}`, `\`${bin} --help\` exited with ${res.code}:\n${res.out}`);
+        binResults.push(`${bin} --help ${res.code === 0 ? "ok" : "FAILED"}`);
+      }
+      const exportsInfo = e.ok ? `${e.keys.length} export(s)` : "";
+      console.log(
+        `  ${p.name}: import ${e.ok ? "ok" : "FAILED"}, require ${c.ok ? "ok" : "FAILED"}${exportsInfo ? `, ${exportsInfo}` : ""}${binResults.length ? `, ${binResults.join(", ")}` : ""}`,
+      );
+    }
+  } finally {
+    if (opts.keep) console.log(`(kept ${work})`);
+    else rmSync(work, { recursive: true, force: true });
+  }
+
+  if (failures.length > 0) {
+    console.error(`\ncheck:packages: ${failures.length} problem(s):`);
+    for (const f of failures) console.error(`\n✗ ${f.pkg} — ${f.step}\n${indent(f.detail)}`);
+    return 1;
+  }
+  console.log(
+    `\ncheck:packages: ${selected.length} package(s) pass publint, attw, import, require and bin checks.`,
+  );
+  return 0;
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  process.exitCode = await main(process.argv.slice(2));
+}
