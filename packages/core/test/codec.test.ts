@@ -226,3 +226,19 @@ describe("JSONL readers", () => {
     expect(decodeTelemetryJsonl(`${SAMPLE_LINE}\n${SAMPLE_LINE}`)).toHaveLength(2);
   });
 });
+
+describe("fast and general decode paths", () => {
+  it("agree on every golden line when the line is not in canonical layout", () => {
+    let compared = 0;
+    for (const file of goldenJsonlFiles().slice(0, 12)) {
+      for (const { record } of decodeTelemetryJsonl(readFileSync(file, "utf8"), { file })) {
+        // Reversed key order: only the general path reads this layout.
+        const fields = parseJson(encodeTelemetryRecord(record)) as JsonObject;
+        const reordered = stringifyJson(Object.fromEntries(Object.entries(fields).reverse()));
+        expect(decodeTelemetryLine(reordered)).toEqual(record);
+        compared++;
+      }
+    }
+    expect(compared).toBeGreaterThan(1000);
+  });
+});
