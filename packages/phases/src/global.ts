@@ -37,7 +37,11 @@ export function clearGlobalPhaseHost(host: PhaseHost): boolean {
 export function phase<T>(name: string, fn: () => T, options?: PhaseOptions): T;
 /** `getPhaseHost().phase(name)`: `using scope = phase("forward")`. */
 export function phase(name: string, options?: PhaseOptions): PhaseScope;
-export function phase<T>(name: string, fnOrOptions?: (() => T) | PhaseOptions, options?: PhaseOptions): T | PhaseScope {
+export function phase<T>(
+  name: string,
+  fnOrOptions?: (() => T) | PhaseOptions,
+  options?: PhaseOptions,
+): T | PhaseScope {
   const host = slot[GLOBAL_HOST_KEY] ?? noopPhaseHost;
   if (typeof fnOrOptions === "function") return host.phase(name, fnOrOptions, options);
   return host.phase(name, fnOrOptions);

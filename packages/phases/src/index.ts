@@ -13,10 +13,10 @@ export * from "./policy.js";
 export {
   type PhaseBoundary,
   PhaseRecorder,
-  phaseBoundaryContext,
-  phaseScopePayload,
   type PhaseRecorderOptions,
   type PhaseScopePayload,
+  phaseBoundaryContext,
+  phaseScopePayload,
   type RecordedPhase,
 } from "./recorder.js";
 export * from "./replay.js";

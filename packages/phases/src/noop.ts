@@ -33,7 +33,11 @@ export class NoopPhaseScope implements PhaseScope {
   }
 }
 
-function noopPhase<T>(name: string, fnOrOptions?: (() => T) | PhaseOptions, _options?: PhaseOptions): T | PhaseScope {
+function noopPhase<T>(
+  name: string,
+  fnOrOptions?: (() => T) | PhaseOptions,
+  _options?: PhaseOptions,
+): T | PhaseScope {
   const normalized = normalizePhaseName(name);
   if (typeof fnOrOptions === "function") return fnOrOptions();
   return new NoopPhaseScope(normalized);

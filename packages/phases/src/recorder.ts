@@ -60,7 +60,11 @@ export interface PhaseBoundary {
 }
 
 /** The reference's `metadata.phase_scope` for one boundary of `scope`. */
-export function phaseScopePayload(scope: RecordedPhase, action: "enter" | "exit", sequence: number): PhaseScopePayload {
+export function phaseScopePayload(
+  scope: RecordedPhase,
+  action: "enter" | "exit",
+  sequence: number,
+): PhaseScopePayload {
   const payload: PhaseScopePayload = {
     action,
     name: scope.name,
@@ -93,7 +97,11 @@ class Boundary implements PhaseBoundary {
   }
 
   get phaseScope(): PhaseScopePayload {
-    return phaseScopePayload(this.scope, this.eventType === PHASE_ENTER_EVENT ? "enter" : "exit", this.sequence);
+    return phaseScopePayload(
+      this.scope,
+      this.eventType === PHASE_ENTER_EVENT ? "enter" : "exit",
+      this.sequence,
+    );
   }
 }
 
@@ -324,7 +332,12 @@ export class PhaseRecorder implements PhaseHost {
     return result;
   }
 
-  private runInContext<T>(ctx: PhaseContextNode, name: string, fn: () => T, options: PhaseOptions | undefined): T {
+  private runInContext<T>(
+    ctx: PhaseContextNode,
+    name: string,
+    fn: () => T,
+    options: PhaseOptions | undefined,
+  ): T {
     const frame = this.open(ctx, name, options);
     frame.current = frame;
     asyncPhaseOpened();
@@ -345,7 +358,11 @@ export class PhaseRecorder implements PhaseHost {
     return result;
   }
 
-  private completeLater(frame: PhaseFrame, result: PromiseLike<unknown>, counted: boolean): PromiseLike<unknown> {
+  private completeLater(
+    frame: PhaseFrame,
+    result: PromiseLike<unknown>,
+    counted: boolean,
+  ): PromiseLike<unknown> {
     return result.then(
       (value) => {
         if (counted) asyncPhaseSettled();

@@ -50,7 +50,9 @@ const tick = () => new Promise<void>((resolve) => setTimeout(resolve, 1));
 const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 function summary(boundaries: PhaseBoundary[]): string[] {
-  return boundaries.map((b) => `${b.phaseScope.action}:${b.phaseScope.path.join("/")}@${b.phaseScope.thread_id}`);
+  return boundaries.map(
+    (b) => `${b.phaseScope.action}:${b.phaseScope.path.join("/")}@${b.phaseScope.thread_id}`,
+  );
 }
 
 afterEach(() => {
@@ -65,7 +67,12 @@ describe("phase records", () => {
     inner.close();
     outer.close();
 
-    expect(boundaries.map((b) => b.eventType)).toEqual(["phase_enter", "phase_enter", "phase_exit", "phase_exit"]);
+    expect(boundaries.map((b) => b.eventType)).toEqual([
+      "phase_enter",
+      "phase_enter",
+      "phase_exit",
+      "phase_exit",
+    ]);
     expect(boundaries.map((b) => b.context)).toEqual([
       "Phase entered: train",
       "Phase entered: train / forward",
@@ -98,9 +105,19 @@ describe("phase records", () => {
       attributes: { batch: 3 },
     });
     const exitForward = boundaries[2]?.phaseScope;
-    expect(exitForward).toMatchObject({ action: "exit", scope_id: "session-1:2", sequence: 3, attributes: { batch: 3 } });
+    expect(exitForward).toMatchObject({
+      action: "exit",
+      scope_id: "session-1:2",
+      sequence: 3,
+      attributes: { batch: 3 },
+    });
     const exitTrain = boundaries[3]?.phaseScope;
-    expect(exitTrain).toMatchObject({ action: "exit", scope_id: "session-1:1", parent_scope_id: null, sequence: 4 });
+    expect(exitTrain).toMatchObject({
+      action: "exit",
+      scope_id: "session-1:1",
+      parent_scope_id: null,
+      sequence: 4,
+    });
     expect(exitTrain && "attributes" in exitTrain).toBe(false);
   });
 
@@ -120,7 +137,9 @@ describe("phase records", () => {
     const { recorder, boundaries } = record();
     recorder.phase("train", () => recorder.phase("train", () => undefined));
     expect(boundaries[1]?.phaseScope.path).toEqual(["train", "train"]);
-    expect(new Set(boundaries.map((b) => b.phaseScope.scope_id))).toEqual(new Set(["session-1:1", "session-1:2"]));
+    expect(new Set(boundaries.map((b) => b.phaseScope.scope_id))).toEqual(
+      new Set(["session-1:1", "session-1:2"]),
+    );
   });
 
   it("exposes the scope handle fields", () => {
@@ -246,7 +265,12 @@ describe("closing", () => {
         throw failure;
       }),
     ).toThrow(failure);
-    expect(summary(boundaries).map((s) => s.split("@")[0])).toEqual(["enter:ok", "exit:ok", "enter:bad", "exit:bad"]);
+    expect(summary(boundaries).map((s) => s.split("@")[0])).toEqual([
+      "enter:ok",
+      "exit:ok",
+      "enter:bad",
+      "exit:bad",
+    ]);
     expect(recorder.openPhases()).toHaveLength(0);
   });
 
@@ -274,7 +298,12 @@ describe("closing", () => {
     expect(() => recorder.phase("train", () => void recorder.enterPhase("forward"))).toThrow(
       /strict LIFO order.*'train \/ forward'.*still open when 'train' ended/,
     );
-    expect(boundaries.map((b) => b.eventType)).toEqual(["phase_enter", "phase_enter", "phase_exit", "phase_exit"]);
+    expect(boundaries.map((b) => b.eventType)).toEqual([
+      "phase_enter",
+      "phase_enter",
+      "phase_exit",
+      "phase_exit",
+    ]);
     expect(recorder.openPhases()).toHaveLength(0);
   });
 
@@ -324,7 +353,9 @@ describe("async phases", () => {
       }
     });
     expect(new Set(boundaries.map((b) => b.phaseScope.thread_id))).toEqual(new Set([threadId]));
-    expect(boundaries.filter((b) => b.eventType === "phase_enter").map((b) => b.phaseScope.path.join("/"))).toEqual([
+    expect(
+      boundaries.filter((b) => b.eventType === "phase_enter").map((b) => b.phaseScope.path.join("/")),
+    ).toEqual([
       "train",
       "train/step",
       "train/step/forward",
@@ -348,7 +379,9 @@ describe("async phases", () => {
         await new Promise((resolve) => setTimeout(resolve, delay));
         return name;
       });
-    const results = await recorder.phase("serve", () => Promise.all([task("a", 5), task("b", 1), task("c", 3)]));
+    const results = await recorder.phase("serve", () =>
+      Promise.all([task("a", 5), task("b", 1), task("c", 3)]),
+    );
     expect(results).toEqual(["a", "b", "c"]);
 
     const enters = boundaries.filter((b) => b.eventType === "phase_enter").map((b) => b.phaseScope);

@@ -1,7 +1,6 @@
 import { join } from "node:path";
 import {
   createSessionSummary,
-  encodeTelemetryRecord,
   type SessionStatus,
   type SessionSummary,
   type TelemetryEvent,
@@ -9,6 +8,7 @@ import {
 } from "@stormlog/core";
 import { type ResolvedSinkConfig, resolveSinkConfig, type TelemetrySinkOptions } from "./config.js";
 import { SinkSessionMismatchError } from "./errors.js";
+import { LineEncoder } from "./line-encoder.js";
 import { registerExitParticipant } from "./exit-hooks.js";
 import { describeIoError, execAsync, execSync, IO_OK, type IoOp, type IoResult } from "./io.js";
 import { type SinkSegment, segmentFilename, serializeManifest } from "./manifest.js";
@@ -85,7 +85,7 @@ interface PendingWrite {
 }
 
 /** A write in flight, so the `exit` path can redo it (positional writes make that harmless). */
-const MAX_CHUNK_BYTES = 1 << 20;
+const MAX_CHUNK_BYTES = 16 << 20;
 const STRUCTURAL = 2;
 const COUNTS = 1;
 
@@ -122,6 +122,7 @@ export class TelemetrySink {
   private bufferBytes = 0;
   private bufferSession: string | null = null;
   private pending: PendingWrite | null = null;
+  private readonly encoder = new LineEncoder();
 
   private current: SinkSegment | null = null;
   private fd: number | null = null;
@@ -654,7 +655,7 @@ export class TelemetrySink {
     const problem = whyNotWritable(record);
     if (problem === undefined) {
       try {
-        return encodeTelemetryRecord(record);
+        return this.encoder.encode(record);
       } catch (error) {
         this.reject(`it cannot be encoded as JSON (${(error as Error).message})`);
         return undefined;

@@ -8,7 +8,7 @@ const rssOnly = processCollector({ arrayBuffersEveryN: 0 });
 
 group("process collector", () => {
   summary(() => {
-    bench("process/sample (statm, array buffers every 10th)", () => procfs.sample());
+    bench("process/sample (statm, array buffers every 20th)", () => procfs.sample());
     bench("process/sample (statm, no array buffers)", () => rssOnly.sample());
     bench("process/sample (process.memoryUsage.rss)", () => portable.sample());
     bench("process/baseline process.memoryUsage()", () => process.memoryUsage());

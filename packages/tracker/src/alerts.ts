@@ -143,7 +143,9 @@ export function evaluateAlerts(
   const alerts: PendingAlert[] = [];
   const episodes = policy.mode === "episode";
   const allocated = reading.allocator_allocated_bytes ?? null;
-  const usageValue = capabilities.supports_allocator_allocated ? allocated : (reading.device_used_bytes ?? null);
+  const usageValue = capabilities.supports_allocator_allocated
+    ? allocated
+    : (reading.device_used_bytes ?? null);
   if (totalMemory > 0 && usageValue !== null) {
     const usage = (usageValue / totalMemory) * 100;
     const critical = thresholds.memoryCriticalPercent;
@@ -174,7 +176,11 @@ export function evaluateAlerts(
       );
     }
   }
-  if (change !== null && capabilities.supports_allocator_allocated && change > thresholds.memoryLeakThreshold) {
+  if (
+    change !== null &&
+    capabilities.supports_allocator_allocated &&
+    change > thresholds.memoryLeakThreshold
+  ) {
     alerts.push({
       eventType: "warning",
       context: `Large allocation detected: ${formatBytes(change)}`,
@@ -182,7 +188,12 @@ export function evaluateAlerts(
     });
   }
   const reserved = reading.allocator_reserved_bytes ?? null;
-  if (capabilities.supports_fragmentation_analysis && allocated !== null && reserved !== null && reserved > 0) {
+  if (
+    capabilities.supports_fragmentation_analysis &&
+    allocated !== null &&
+    reserved !== null &&
+    reserved > 0
+  ) {
     const fragmentation = (reserved - allocated) / reserved;
     const over = fragmentation > thresholds.fragmentationThreshold;
     let fire = over;

@@ -24,7 +24,9 @@ export class CollectorState {
     /** Position among the tracker's available collectors. */
     public index: number,
   ) {
-    this.supported = MEMORY_COUNTER_FIELDS.filter((field) => collector.capabilities[CAPABILITY_FOR_COUNTER[field]]);
+    this.supported = MEMORY_COUNTER_FIELDS.filter(
+      (field) => collector.capabilities[CAPABILITY_FOR_COUNTER[field]],
+    );
   }
 
   get name(): string {
@@ -63,7 +65,8 @@ export function checkSample(state: CollectorState, result: unknown): CheckedRead
   }
   const sample = result as SampleResult;
   if (sample.kind === "failure") {
-    const error = typeof sample.error === "string" && sample.error.trim() !== "" ? sample.error : "Collector unavailable";
+    const error =
+      typeof sample.error === "string" && sample.error.trim() !== "" ? sample.error : "Collector unavailable";
     return { error };
   }
   if (sample.kind !== "full" && sample.kind !== "partial") {
@@ -71,9 +74,11 @@ export function checkSample(state: CollectorState, result: unknown): CheckedRead
     return { error: `collector ${name} returned a sample of unknown kind ${JSON.stringify(kind)}` };
   }
   const raw = sample.reading;
-  if (typeof raw !== "object" || raw === null) return { error: `collector ${name} returned a sample without a reading` };
+  if (typeof raw !== "object" || raw === null)
+    return { error: `collector ${name} returned a sample without a reading` };
   const reading: MemoryReading = {};
-  const declaredMissing = sample.kind === "partial" && Array.isArray(sample.missing) ? sample.missing : undefined;
+  const declaredMissing =
+    sample.kind === "partial" && Array.isArray(sample.missing) ? sample.missing : undefined;
   // Declared missing fields first, in the collector's order (the reference keeps `partial_fields` as given).
   const missing: MemoryCounterField[] = (declaredMissing ?? []).filter(
     (field, index, list) => state.supported.includes(field) && list.indexOf(field) === index,
@@ -91,7 +96,9 @@ export function checkSample(state: CollectorState, result: unknown): CheckedRead
       };
     }
     if (!isCounter(value)) {
-      return { error: `collector ${name} reported ${field} = ${String(value)}; counters must be non-negative integers` };
+      return {
+        error: `collector ${name} reported ${field} = ${String(value)}; counters must be non-negative integers`,
+      };
     }
     if (missing.includes(field)) continue;
     reading[field] = value;
@@ -101,12 +108,16 @@ export function checkSample(state: CollectorState, result: unknown): CheckedRead
     for (const field of ["device_used_bytes", "device_free_bytes"] as const) {
       const value = reading[field];
       if (typeof value === "number" && value > total) {
-        return { error: `collector ${name} reported ${field} = ${value} above device_total_bytes = ${total}` };
+        return {
+          error: `collector ${name} reported ${field} = ${value} above device_total_bytes = ${total}`,
+        };
       }
     }
   }
   if (missing.length === state.supported.length && state.supported.length > 0) {
-    return { error: sample.kind === "partial" && sample.reason ? sample.reason : `collector ${name} read no counter` };
+    return {
+      error: sample.kind === "partial" && sample.reason ? sample.reason : `collector ${name} read no counter`,
+    };
   }
   let reason: string | null = null;
   if (missing.length > 0) {
@@ -154,7 +165,7 @@ function joinDistinct(values: readonly string[]): string {
 export class DeviceGroup {
   readonly collectorString: string;
   readonly capabilities: MemoryCapabilities;
-  /** Flat capability hints of every record (reference v3) plus `memory_capabilities` (v4). */
+  /** Flat capability hints of every record (reference v3) plus `memory_capabilities` (v4 only). */
   readonly capabilityMetadata: JsonObject;
   readonly states: CollectorState[] = [];
   stats: DeviceStats = newStats();
@@ -174,6 +185,8 @@ export class DeviceGroup {
   constructor(
     readonly deviceId: number,
     states: readonly CollectorState[],
+    /** Add the v4 `memory_capabilities` object to every record (schema 4 requires it). */
+    withMemoryCapabilities = true,
   ) {
     this.states.push(...states);
     const claimed = new Set<MemoryCounterField>();
@@ -205,8 +218,8 @@ export class DeviceGroup {
       supports_device_total: this.capabilities.supports_device_total,
       supports_device_free: this.capabilities.supports_device_free,
       sampling_source: this.capabilities.sampling_source,
-      memory_capabilities: { ...this.capabilities },
     };
+    if (withMemoryCapabilities) this.capabilityMetadata.memory_capabilities = { ...this.capabilities };
   }
 
   /** The group's health: its collectors' health read as one. */
@@ -253,7 +266,10 @@ export class DeviceGroup {
 }
 
 /** Groups collectors by `deviceId`, in the order each device first appears. */
-export function groupByDevice(collectors: readonly MemoryCollector[]): DeviceGroup[] {
+export function groupByDevice(
+  collectors: readonly MemoryCollector[],
+  withMemoryCapabilities = true,
+): DeviceGroup[] {
   const byDevice = new Map<number, CollectorState[]>();
   collectors.forEach((collector, index) => {
     let list = byDevice.get(collector.deviceId);
@@ -263,5 +279,5 @@ export function groupByDevice(collectors: readonly MemoryCollector[]): DeviceGro
     }
     list.push(new CollectorState(collector, index));
   });
-  return [...byDevice].map(([deviceId, states]) => new DeviceGroup(deviceId, states));
+  return [...byDevice].map(([deviceId, states]) => new DeviceGroup(deviceId, states, withMemoryCapabilities));
 }

@@ -33,7 +33,9 @@ export interface OOMClassification {
 function errorName(error: object): string {
   const constructorName = (error as { constructor?: { name?: unknown } }).constructor?.name;
   const name = (error as { name?: unknown }).name;
-  return String(typeof constructorName === "string" && constructorName !== "Object" ? constructorName : (name ?? ""));
+  return String(
+    typeof constructorName === "string" && constructorName !== "Object" ? constructorName : (name ?? ""),
+  );
 }
 
 function classifyOne(error: unknown): string | null {
@@ -51,7 +53,8 @@ function classifyOne(error: unknown): string | null {
   )
     .trim()
     .toLowerCase();
-  for (const pattern of OOM_MESSAGE_PATTERNS) if (message.includes(pattern)) return `message_pattern:${pattern}`;
+  for (const pattern of OOM_MESSAGE_PATTERNS)
+    if (message.includes(pattern)) return `message_pattern:${pattern}`;
   return null;
 }
 
@@ -95,7 +98,10 @@ export interface ResolvedOOMOptions {
 }
 
 /** Fills defaults and checks the options; throws `InvalidConfigError`. */
-export function resolveOOMOptions(options: OOMFlightRecorderOptions | undefined, maxEvents: number): ResolvedOOMOptions {
+export function resolveOOMOptions(
+  options: OOMFlightRecorderOptions | undefined,
+  maxEvents: number,
+): ResolvedOOMOptions {
   const given = options ?? {};
   const integer = (name: string, value: number | undefined, fallback: number, min: number) => {
     if (value === undefined) return fallback;
@@ -258,7 +264,8 @@ export class OOMFlightRecorder {
     let bundles = listBundlesOldestFirst(root);
     const maxDumps = this.options.maxDumps;
     if (maxDumps > 0 && bundles.length > maxDumps) {
-      for (const stale of bundles.slice(0, bundles.length - maxDumps)) rmSync(stale.path, { recursive: true, force: true });
+      for (const stale of bundles.slice(0, bundles.length - maxDumps))
+        rmSync(stale.path, { recursive: true, force: true });
     }
     const maxBytes = this.options.maxTotalMb * 1024 * 1024;
     if (maxBytes <= 0) return;

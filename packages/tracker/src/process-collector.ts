@@ -26,7 +26,7 @@ export interface ProcessCollectorOptions {
   /**
    * Read `process.memoryUsage()` (the only source of `arrayBuffers`, ~9 us) on every Nth sample.
    * V8 heap used/total and external memory come from the cheaper `v8.getHeapStatistics()` on every sample.
-   * Default 10; 0 never.
+   * Default 20; 0 never.
    */
   readonly arrayBuffersEveryN?: number;
   /** The path read instead of `/proc/self/statm` (tests). */
@@ -54,7 +54,7 @@ const DEFAULT_PAGE_SIZE = 4096;
  * const result = collector.sample(); // { kind: "full", reading: { allocator_allocated_bytes: ... } }
  */
 export function processCollector(options: ProcessCollectorOptions = {}): ProcessCollector {
-  const everyN = options.arrayBuffersEveryN ?? 10;
+  const everyN = options.arrayBuffersEveryN ?? 20;
   if (!Number.isInteger(everyN) || everyN < 0) {
     throw new InvalidConfigError("arrayBuffersEveryN", `expected an integer >= 0, got ${String(everyN)}`);
   }

@@ -1,4 +1,9 @@
-import { type JsonObject, MEMORY_COUNTER_FIELDS, type MemoryReading, type TelemetryEvent } from "@stormlog/core";
+import {
+  type JsonObject,
+  MEMORY_COUNTER_FIELDS,
+  type MemoryReading,
+  type TelemetryEvent,
+} from "@stormlog/core";
 import { phaseBoundaryContext, phaseScopePayload, type RecordedPhase } from "@stormlog/phases";
 import type { DeviceGroup } from "./device-group.js";
 import { markFloatIfIntegral } from "./health.js";
@@ -159,7 +164,11 @@ export class EventStore {
     if (scope !== null) {
       const enter = (flags & PHASE_ENTER) !== 0;
       metadata = {
-        phase_scope: phaseScopePayload(scope, enter ? "enter" : "exit", this.sequences[slot] as number) as unknown as JsonObject,
+        phase_scope: phaseScopePayload(
+          scope,
+          enter ? "enter" : "exit",
+          this.sequences[slot] as number,
+        ) as unknown as JsonObject,
         ...base,
         phase_counters: (flags & BOUNDARY_READ) !== 0 ? "boundary_read" : "last_sample",
       };
@@ -174,13 +183,50 @@ export class EventStore {
       }
       recordContext = this.contexts[slot] as string | null;
     }
-    if (metadata.collector_next_retry_epoch_s !== null) markFloatIfIntegral(metadata, "collector_next_retry_epoch_s");
+    if (metadata.collector_next_retry_epoch_s !== null)
+      markFloatIfIntegral(metadata, "collector_next_retry_epoch_s");
 
     const row = slot * FIELDS;
     const c = this.counters;
     const change = this.changes[slot] as number;
+    if (context.schemaVersion === 3) {
+      const allocated = c[row] as number;
+      const reserved = c[row + 1] as number;
+      const active = c[row + 2] as number;
+      const inactive = c[row + 3] as number;
+      const used = c[row + 4] as number;
+      const free = c[row + 5] as number;
+      const total = c[row + 6] as number;
+      return {
+        schema_version: 3,
+        session_id: context.sessionId,
+        timestamp_ns: this.ts[slot] as bigint,
+        event_type: this.types[slot] as string,
+        collector: group.collectorString,
+        sampling_interval_ms: context.samplingIntervalMs,
+        pid: context.pid,
+        host: context.host,
+        job_id: context.jobId,
+        rank: context.rank,
+        local_rank: context.localRank,
+        world_size: context.worldSize,
+        device_id: group.deviceId,
+        allocator_allocated_bytes: Number.isNaN(allocated) ? 0 : allocated,
+        allocator_reserved_bytes: Number.isNaN(reserved) ? 0 : reserved,
+        allocator_active_bytes: Number.isNaN(active) ? null : active,
+        allocator_inactive_bytes: Number.isNaN(inactive) ? null : inactive,
+        allocator_change_bytes: Number.isNaN(change) ? 0 : change,
+        device_used_bytes: Number.isNaN(used) ? 0 : used,
+        device_free_bytes: Number.isNaN(free) ? null : free,
+        device_total_bytes: Number.isNaN(total) ? null : total,
+        context: recordContext,
+        metadata,
+      };
+    }
     const caps = group.capabilities;
-    const common = {
+    const value = (supported: boolean, v: number) => (supported && !Number.isNaN(v) ? v : null);
+    return {
+      schema_version: 4,
       session_id: context.sessionId,
       timestamp_ns: this.ts[slot] as bigint,
       event_type: this.types[slot] as string,
@@ -193,29 +239,6 @@ export class EventStore {
       local_rank: context.localRank,
       world_size: context.worldSize,
       device_id: group.deviceId,
-    };
-    if (context.schemaVersion === 3) {
-      const zero = (value: number) => (Number.isNaN(value) ? 0 : value);
-      const orNull = (value: number) => (Number.isNaN(value) ? null : value);
-      return {
-        schema_version: 3,
-        ...common,
-        allocator_allocated_bytes: zero(c[row] as number),
-        allocator_reserved_bytes: zero(c[row + 1] as number),
-        allocator_active_bytes: orNull(c[row + 2] as number),
-        allocator_inactive_bytes: orNull(c[row + 3] as number),
-        allocator_change_bytes: zero(change),
-        device_used_bytes: zero(c[row + 4] as number),
-        device_free_bytes: orNull(c[row + 5] as number),
-        device_total_bytes: orNull(c[row + 6] as number),
-        context: recordContext,
-        metadata,
-      };
-    }
-    const value = (supported: boolean, v: number) => (supported && !Number.isNaN(v) ? v : null);
-    return {
-      schema_version: 4,
-      ...common,
       allocator_allocated_bytes: value(caps.supports_allocator_allocated, c[row] as number),
       allocator_reserved_bytes: value(caps.supports_allocator_reserved, c[row + 1] as number),
       allocator_active_bytes: value(caps.supports_allocator_active, c[row + 2] as number),

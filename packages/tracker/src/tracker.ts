@@ -45,7 +45,14 @@ import {
   resolveAlertPolicy,
   thresholdKey,
 } from "./alerts.js";
-import { type CheckedFailure, type CheckedReading, checkSample, type CollectorState, DeviceGroup, groupByDevice } from "./device-group.js";
+import {
+  type CheckedFailure,
+  type CheckedReading,
+  type CollectorState,
+  checkSample,
+  DeviceGroup,
+  groupByDevice,
+} from "./device-group.js";
 import {
   aggregateHealth,
   type CollectorHealth,
@@ -62,8 +69,15 @@ import {
   resolveOOMOptions,
 } from "./oom.js";
 import { processCollector } from "./process-collector.js";
-import { type DeviceStatistics, type TrackerStatistics, statisticsToJson } from "./statistics.js";
-import { BOUNDARY_READ, COUNTER_INDEX, EventStore, PHASE_ENTER, PHASE_EXIT, type RecordContext } from "./store.js";
+import { type DeviceStatistics, statisticsToJson, type TrackerStatistics } from "./statistics.js";
+import {
+  BOUNDARY_READ,
+  COUNTER_INDEX,
+  EventStore,
+  PHASE_ENTER,
+  PHASE_EXIT,
+  type RecordContext,
+} from "./store.js";
 import {
   createSink,
   emptySinkCounters,
@@ -172,8 +186,16 @@ function describe(error: unknown): string {
 
 function positive(name: string, value: number | undefined, fallback: number, integer: boolean): number {
   if (value === undefined) return fallback;
-  const ok = typeof value === "number" && Number.isFinite(value) && value > 0 && (!integer || Number.isSafeInteger(value));
-  if (!ok) throw new InvalidConfigError(name, `expected ${integer ? "an integer >= 1" : "a number > 0"}, got ${String(value)}`);
+  const ok =
+    typeof value === "number" &&
+    Number.isFinite(value) &&
+    value > 0 &&
+    (!integer || Number.isSafeInteger(value));
+  if (!ok)
+    throw new InvalidConfigError(
+      name,
+      `expected ${integer ? "an integer >= 1" : "a number > 0"}, got ${String(value)}`,
+    );
   return value;
 }
 
@@ -225,7 +247,6 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private running = false;
   private generation = 0;
   private timer: TimerHandle | null = null;
-  private inFlight: Promise<void> | null = null;
   private stopping: Promise<void> | null = null;
   private session: SessionSummary | null = null;
   private writer: TelemetryWriter | null = null;
@@ -246,7 +267,10 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     this.sampleTimeoutMs = positive("sampleTimeoutMs", options.sampleTimeoutMs, 5_000, false);
     const schemaVersion = options.schemaVersion ?? DEFAULT_SCHEMA_VERSION;
     if (schemaVersion !== 3 && schemaVersion !== 4) {
-      throw new InvalidConfigError("schemaVersion", `the tracker writes schema 3 or 4, got ${String(schemaVersion)}`);
+      throw new InvalidConfigError(
+        "schemaVersion",
+        `the tracker writes schema 3 or 4, got ${String(schemaVersion)}`,
+      );
     }
     this.schemaVersion = schemaVersion;
     this.clock = options.clock ?? systemClock;
@@ -320,7 +344,12 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     this.lastOomDumpPath = null;
     this.counters = emptySinkCounters();
     this.writerFailed = false;
-    this.writer = this.sinkOption === undefined ? null : isTelemetryWriter(this.sinkOption) ? this.sinkOption : createSink(this.sinkOption);
+    this.writer =
+      this.sinkOption === undefined
+        ? null
+        : isTelemetryWriter(this.sinkOption)
+          ? this.sinkOption
+          : createSink(this.sinkOption);
 
     let summary = createSessionSummary({
       source: this.sessionSource,
@@ -384,7 +413,15 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       this.registeredGlobal = true;
     }
     const ts = this.clock.nowNs();
-    this.emit(this.primary, "start", ts, this.boundaryReading(this.primary), 0, "Memory tracking started", undefined);
+    this.emit(
+      this.primary,
+      "start",
+      ts,
+      this.boundaryReading(this.primary),
+      0,
+      "Memory tracking started",
+      undefined,
+    );
     this.schedule(this.samplingIntervalMs);
   }
 
@@ -409,7 +446,6 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       this.scheduler.clearTimeout(this.timer);
       this.timer = null;
     }
-    this.inFlight = null;
     const ts = this.clock.nowNs();
     const reading = this.boundaryReading(this.primary) ?? this.primary.lastReading;
     this.emit(this.primary, "stop", ts, reading, 0, "Memory tracking stopped", undefined);
@@ -424,7 +460,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     const writer = this.writer;
     const done = () => {
       this.finalizeSession(status, writer);
-      if (writer !== null && this.sinkOption !== undefined && !isTelemetryWriter(this.sinkOption)) this.writer = null;
+      if (writer !== null && this.sinkOption !== undefined && !isTelemetryWriter(this.sinkOption))
+        this.writer = null;
       this.ownedCollector?.close();
       this.stopping = null;
     };
@@ -469,7 +506,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     if (this.session === null) return;
     let summary = this.session;
     if (this.writerFailed || lost) summary = updateSessionSummary(summary, { status: "incomplete" });
-    else if (summary.status === "running" && status !== "completed") summary = updateSessionSummary(summary, { status });
+    else if (summary.status === "running" && status !== "completed")
+      summary = updateSessionSummary(summary, { status });
     this.session = finalizeSessionSummary(summary, { clock: this.clock });
   }
 
@@ -489,16 +527,21 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
         availability = { available: false, reason: describe(error) };
       }
       if (availability.available) available.push(collector);
-      else this.logger.warn(`collector ${collector.name} is not available and will not be read: ${availability.reason}`);
+      else
+        this.logger.warn(
+          `collector ${collector.name} is not available and will not be read: ${availability.reason}`,
+        );
     }
-    this.groups = groupByDevice(available);
+    this.groups = groupByDevice(available, this.schemaVersion === 4);
     this.states = this.groups.flatMap((group) => group.states);
     this.states.forEach((state, index) => {
       state.index = index;
     });
-    this.primary = this.groups[0] ?? new DeviceGroup(-1, []);
+    this.primary = this.groups[0] ?? new DeviceGroup(-1, [], this.schemaVersion === 4);
     this.boundaryStates = this.boundaryReadings
-      ? this.primary.states.filter((state) => typeof state.collector.readSync === "function" && state.owned.length > 0)
+      ? this.primary.states.filter(
+          (state) => typeof state.collector.readSync === "function" && state.owned.length > 0,
+        )
       : [];
   }
 
@@ -530,7 +573,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       next();
       return;
     }
-    this.inFlight = pending.then(
+    void pending.then(
       () => next(),
       (error: unknown) => {
         this.trackingError(error);
@@ -555,7 +598,15 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private trackingError(error: unknown): void {
     if (!this.running) return;
     this.logger.warn(`sampling failed: ${describe(error)}`);
-    this.emit(this.primary, "error", this.clock.nowNs(), this.primary.lastReading, 0, `Tracking error: ${describe(error)}`, undefined);
+    this.emit(
+      this.primary,
+      "error",
+      this.clock.nowNs(),
+      this.primary.lastReading,
+      0,
+      `Tracking error: ${describe(error)}`,
+      undefined,
+    );
   }
 
   private iteration(): Promise<void> | undefined {
@@ -592,7 +643,11 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     if (typeof (result as PromiseLike<unknown> | null)?.then !== "function") return result;
     return new Promise<unknown>((resolve) => {
       const timer = this.scheduler.setTimeout(
-        () => resolve({ kind: "failure", error: `collector ${state.name} did not answer within ${this.sampleTimeoutMs} ms` }),
+        () =>
+          resolve({
+            kind: "failure",
+            error: `collector ${state.name} did not answer within ${this.sampleTimeoutMs} ms`,
+          }),
         this.sampleTimeoutMs,
       );
       Promise.resolve(result).then(
@@ -665,16 +720,40 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       group.lastAllocated = allocated;
       if (allocated > stats.peakMemory) {
         stats.peakMemory = allocated;
-        this.emit(group, "peak", ts, reading, change, `New peak memory: ${formatBytes(allocated)}`, undefined);
+        this.emit(
+          group,
+          "peak",
+          ts,
+          reading,
+          change,
+          `New peak memory: ${formatBytes(allocated)}`,
+          undefined,
+        );
       }
       if (change > 0) {
         stats.totalAllocations++;
         stats.totalAllocationBytes += change;
-        this.emit(group, "allocation", ts, reading, change, `Memory allocated: ${formatBytes(change)}`, undefined);
+        this.emit(
+          group,
+          "allocation",
+          ts,
+          reading,
+          change,
+          `Memory allocated: ${formatBytes(change)}`,
+          undefined,
+        );
       } else if (change < 0) {
         stats.totalDeallocations++;
         stats.totalDeallocationBytes += -change;
-        this.emit(group, "deallocation", ts, reading, change, `Memory freed: ${formatBytes(-change)}`, undefined);
+        this.emit(
+          group,
+          "deallocation",
+          ts,
+          reading,
+          change,
+          `Memory freed: ${formatBytes(-change)}`,
+          undefined,
+        );
       }
     }
     if (this.alertPolicy.enabled) {
@@ -687,14 +766,23 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
         this.alertPolicy,
         group.alerts,
       );
-      for (const alert of alerts) this.emit(group, alert.eventType, ts, reading, change, alert.context, alert.metadata);
+      for (const alert of alerts)
+        this.emit(group, alert.eventType, ts, reading, change, alert.context, alert.metadata);
     }
     const context =
-      missing.length > 0 ? `Collected partial telemetry sample (${missing.join(", ")}).` : "Collected telemetry sample.";
+      missing.length > 0
+        ? `Collected partial telemetry sample (${missing.join(", ")}).`
+        : "Collected telemetry sample.";
     this.emit(group, "sample", ts, reading, change, context, metadata);
   }
 
-  private coreFailure(group: DeviceGroup, state: CollectorState, error: string, ts: bigint, nowS: number): void {
+  private coreFailure(
+    group: DeviceGroup,
+    state: CollectorState,
+    error: string,
+    ts: bigint,
+    nowS: number,
+  ): void {
     const previous = state.health;
     const failures = previous.consecutiveFailures + 1;
     const delay = retryDelaySeconds(failures, this.retryBackoff);
@@ -715,11 +803,25 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       collector_retry_delay_s: delay,
     };
     markFloatIfIntegral(metadata, "collector_retry_delay_s");
-    this.emitTransition(group, state, health, "collector_degraded", ts, group.lastReading, metadata,
-      "Collector unavailable; telemetry paused until recovery.");
+    this.emitTransition(
+      group,
+      state,
+      health,
+      "collector_degraded",
+      ts,
+      group.lastReading,
+      metadata,
+      "Collector unavailable; telemetry paused until recovery.",
+    );
   }
 
-  private sampled(group: DeviceGroup, state: CollectorState, outcome: CheckedReading, reading: MemoryReading | null, ts: bigint): void {
+  private sampled(
+    group: DeviceGroup,
+    state: CollectorState,
+    outcome: CheckedReading,
+    reading: MemoryReading | null,
+    ts: bigint,
+  ): void {
     const previous = state.health;
     if (outcome.missing.length > 0) {
       const health: CollectorHealth = {
@@ -732,22 +834,40 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       };
       group.setHealth(state, health);
       if (previous.status === "healthy") {
-        this.emitTransition(group, state, health, "collector_degraded", ts, reading, {
-          collector_transition: "degraded",
-          collector_degraded_from: previous.status,
-          collector_degradation_reason: outcome.reason,
-        }, "Collector degraded; telemetry is partial.");
+        this.emitTransition(
+          group,
+          state,
+          health,
+          "collector_degraded",
+          ts,
+          reading,
+          {
+            collector_transition: "degraded",
+            collector_degraded_from: previous.status,
+            collector_degradation_reason: outcome.reason,
+          },
+          "Collector degraded; telemetry is partial.",
+        );
       }
       return;
     }
     if (previous.status === "healthy") return;
     group.setHealth(state, HEALTHY);
-    this.emitTransition(group, state, HEALTHY, "collector_recovered", ts, reading, {
-      collector_transition: "recovered",
-      collector_recovered_from: previous.status,
-      collector_previous_error: previous.lastError,
-      collector_previous_failure_count: previous.consecutiveFailures,
-    }, "Collector recovered; full telemetry sampling resumed.");
+    this.emitTransition(
+      group,
+      state,
+      HEALTHY,
+      "collector_recovered",
+      ts,
+      reading,
+      {
+        collector_transition: "recovered",
+        collector_recovered_from: previous.status,
+        collector_previous_error: previous.lastError,
+        collector_previous_failure_count: previous.consecutiveFailures,
+      },
+      "Collector recovered; full telemetry sampling resumed.",
+    );
   }
 
   private emitTransition(
@@ -779,7 +899,19 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     extra: JsonObject | undefined,
   ): void {
     const base = group.baseMetadata(healthMetadata);
-    const index = this.store.push(ts, eventType, context, group, reading, change, base, extra ?? null, null, 0, 0);
+    const index = this.store.push(
+      ts,
+      eventType,
+      context,
+      group,
+      reading,
+      change,
+      base,
+      extra ?? null,
+      null,
+      0,
+      0,
+    );
     this.committed(index, eventType);
   }
 
@@ -815,7 +947,9 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private disableWriter(operation: string, error: unknown): void {
     if (this.writerFailed) return;
     this.writerFailed = true;
-    this.logger.warn(`disabling the telemetry sink after a failed ${operation}: ${describe(error)}; tracking goes on`);
+    this.logger.warn(
+      `disabling the telemetry sink after a failed ${operation}: ${describe(error)}; tracking goes on`,
+    );
     if (this.session !== null) this.session = updateSessionSummary(this.session, { status: "incomplete" });
     const writer = this.writer;
     if (writer === null) return;
@@ -943,7 +1077,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     if (context === null) return [];
     const [from, to] = this.historyRange();
     const selected: number[] = [];
-    for (let index = from; index < to; index++) if (ALERT_TYPES.has(this.store.eventType(index))) selected.push(index);
+    for (let index = from; index < to; index++)
+      if (ALERT_TYPES.has(this.store.eventType(index))) selected.push(index);
     const kept = lastN !== undefined && lastN > 0 ? selected.slice(-lastN) : selected;
     return kept.map((index) => this.store.materialize(index, context));
   }
@@ -1035,8 +1170,12 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       deviceTotal: device.deviceTotal,
       memoryUtilizationPercent: device.memoryUtilizationPercent,
       memoryCapabilities: { ...group.capabilities },
-      averageAllocationSize: allocator ? stats.totalAllocationBytes / Math.max(stats.totalAllocations, 1) : null,
-      averageDeallocationSize: allocator ? stats.totalDeallocationBytes / Math.max(stats.totalDeallocations, 1) : null,
+      averageAllocationSize: allocator
+        ? stats.totalAllocationBytes / Math.max(stats.totalAllocations, 1)
+        : null,
+      averageDeallocationSize: allocator
+        ? stats.totalDeallocationBytes / Math.max(stats.totalDeallocations, 1)
+        : null,
       collectorHealthStatus: health.status,
       telemetryPartial: health.telemetryPartial,
       collectorPartialFields: [...health.partialFields],
@@ -1065,7 +1204,9 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       const duration = this.epochSeconds(nowNs) - this.trackingStartTime;
       statistics.trackingDurationSeconds = duration;
       statistics.allocationsPerSecond = allocator ? stats.totalAllocations / Math.max(duration, 1) : null;
-      statistics.bytesAllocatedPerSecond = allocator ? stats.totalAllocationBytes / Math.max(duration, 1) : null;
+      statistics.bytesAllocatedPerSecond = allocator
+        ? stats.totalAllocationBytes / Math.max(duration, 1)
+        : null;
     }
     return statistics;
   }
@@ -1077,7 +1218,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
 
   private deviceStatistics(group: DeviceGroup): DeviceStatistics {
     const allocator = group.capabilities.supports_allocator_allocated;
-    const stale = group.states.length > 0 && group.states.every((state) => state.health.status === "unhealthy");
+    const stale =
+      group.states.length > 0 && group.states.every((state) => state.health.status === "unhealthy");
     const reading = stale ? null : group.lastReading;
     const used = reading?.device_used_bytes ?? null;
     const total = group.totalMemory;
@@ -1214,14 +1356,17 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       }
     }
     try {
-      const path = this.oom.dump({
-        reason: classification.reason,
-        error,
-        context: options.context ?? "runtime",
-        backend: group.capabilities.backend,
-        metadata: custom,
-        session: this.session,
-      }, records);
+      const path = this.oom.dump(
+        {
+          reason: classification.reason,
+          error,
+          context: options.context ?? "runtime",
+          backend: group.capabilities.backend,
+          metadata: custom,
+          session: this.session,
+        },
+        records,
+      );
       this.lastOomDumpPath = path;
       this.logger.warn(`OOM flight recorder dump saved to: ${path}`);
       return path;

@@ -12,7 +12,12 @@ import {
   type TelemetryEvent,
   type TimerHandle,
 } from "@stormlog/core";
-import { MemoryTracker, type MemoryTrackerOptions, type TelemetryWriter, type WriterDiagnostics } from "../src/index.js";
+import {
+  MemoryTracker,
+  type MemoryTrackerOptions,
+  type TelemetryWriter,
+  type WriterDiagnostics,
+} from "../src/index.js";
 
 /** A clock the test moves by hand, starting at a whole number of epoch seconds. */
 export class FakeClock implements Clock {
@@ -165,7 +170,12 @@ export class SequencedCollector implements MemoryCollector {
 /** A collector with a `readSync()` (like tfjs's counters) whose value the test sets. */
 export class SyncReadCollector extends SequencedCollector {
   current: MemoryReading;
-  constructor(initial: MemoryReading, name = "stormlog.tfjs_tracker", deviceId = 0, capabilities?: MemoryCapabilities) {
+  constructor(
+    initial: MemoryReading,
+    name = "stormlog.tfjs_tracker",
+    deviceId = 0,
+    capabilities?: MemoryCapabilities,
+  ) {
     super([], name, deviceId, capabilities);
     this.current = initial;
   }

@@ -33,9 +33,9 @@ describe("OOM classification", () => {
     expect(classifyOOMError(new RangeError("Array buffer allocation failed")).reason).toBe(
       "message_pattern:allocation failed",
     );
-    expect(classifyOOMError(new Error("[ONNXRuntimeError] Failed to allocate memory for requested buffer")).reason).toBe(
-      "message_pattern:failed to allocate",
-    );
+    expect(
+      classifyOOMError(new Error("[ONNXRuntimeError] Failed to allocate memory for requested buffer")).reason,
+    ).toBe("message_pattern:failed to allocate");
     expect(classifyOOMError(new Error("run failed", { cause: new Error("std::bad_alloc") })).reason).toBe(
       "message_pattern:std::bad_alloc",
     );
@@ -65,7 +65,12 @@ describe("OOM flight recorder", () => {
     const stats = tracker.getStatistics();
     const bundle = stats.lastOomDumpPath as string;
     expect(bundle).toMatch(/oom_dump_\d{8}T\d{6}Z_\d+_cuda_1$/);
-    expect(readdirSync(bundle).sort()).toEqual(["environment.json", "events.json", "manifest.json", "metadata.json"]);
+    expect(readdirSync(bundle).sort()).toEqual([
+      "environment.json",
+      "events.json",
+      "manifest.json",
+      "metadata.json",
+    ]);
     const manifest = JSON.parse(readFileSync(join(bundle, "manifest.json"), "utf8"));
     expect(manifest).toMatchObject({
       schema_version: 2,
@@ -84,10 +89,19 @@ describe("OOM flight recorder", () => {
       context: "train_step",
       captured_event_count: 4,
     });
-    expect(metadata.custom_metadata).toMatchObject({ step: 12, sample_allocated_bytes: 1000, sample_device_id: 0 });
+    expect(metadata.custom_metadata).toMatchObject({
+      step: 12,
+      sample_allocated_bytes: 1000,
+      sample_device_id: 0,
+    });
     expect(metadata.custom_metadata.tracker_stats.peak_memory).toBe(1000);
     const events = JSON.parse(readFileSync(join(bundle, "events.json"), "utf8"));
-    expect(events.map((e: { event_type: string }) => e.event_type)).toEqual(["start", "peak", "sample", "error"]);
+    expect(events.map((e: { event_type: string }) => e.event_type)).toEqual([
+      "start",
+      "peak",
+      "sample",
+      "error",
+    ]);
     expect(Object.keys(events[2])).toEqual([
       "timestamp",
       "event_type",
@@ -115,9 +129,9 @@ describe("OOM flight recorder", () => {
   it("handles rejected promises and ignores errors that are not OOMs", async () => {
     const { tracker } = oomTracker();
     await tracker.start();
-    await expect(tracker.captureOOM(async () => Promise.reject(new Error("resource exhausted")))).rejects.toThrow(
-      "resource exhausted",
-    );
+    await expect(
+      tracker.captureOOM(async () => Promise.reject(new Error("resource exhausted"))),
+    ).rejects.toThrow("resource exhausted");
     expect(tracker.getStatistics().lastOomDumpPath).not.toBeNull();
     expect(tracker.handleError(new Error("bad shape"))).toBeNull();
     expect(tracker.captureOOM(() => 5)).toBe(5);

@@ -16,10 +16,14 @@ afterEach(() => {
 function run(mode: "signal" | "exit" | "natural") {
   const root = join(mkdtempSync(join(tmpdir(), "stormlog-exit-")), "sink");
   dirs.push(dirname(root));
-  const result = spawnSync(process.execPath, ["--conditions=@stormlog/source", "--import", "tsx", child, root, mode], {
-    encoding: "utf8",
-    timeout: 30_000,
-  });
+  const result = spawnSync(
+    process.execPath,
+    ["--conditions=@stormlog/source", "--import", "tsx", child, root, mode],
+    {
+      encoding: "utf8",
+      timeout: 30_000,
+    },
+  );
   return { root, result };
 }
 

@@ -12,7 +12,9 @@ const tfjsCaps = {
 
 describe("phase boundaries", () => {
   it("records phase_enter/phase_exit with the last sample's counters when nothing reads synchronously", async () => {
-    const collector = new SequencedCollector([full(reading({ allocated: 1000, reserved: 2000, total: 10_000 }))]);
+    const collector = new SequencedCollector([
+      full(reading({ allocated: 1000, reserved: 2000, total: 10_000 })),
+    ]);
     const { tracker } = makeTracker([collector]);
     await tracker.start();
     await tracker.sampleNow();
@@ -28,7 +30,11 @@ describe("phase boundaries", () => {
     ]);
     const session = tracker.getSessionSummary()?.session_id;
     for (const event of phases) {
-      expect(event).toMatchObject({ allocator_allocated_bytes: 1000, allocator_reserved_bytes: 2000, allocator_change_bytes: 0 });
+      expect(event).toMatchObject({
+        allocator_allocated_bytes: 1000,
+        allocator_reserved_bytes: 2000,
+        allocator_change_bytes: 0,
+      });
       expect(event.metadata.phase_counters).toBe("last_sample");
       expect(event.metadata.collector_health_status).toBe("healthy");
     }
@@ -47,7 +53,12 @@ describe("phase boundaries", () => {
   });
 
   it("takes a fresh readSync() reading at each boundary for exact before/after", async () => {
-    const tfjs = new SyncReadCollector({ allocator_allocated_bytes: 100, allocator_reserved_bytes: 100 }, "stormlog.tfjs_tracker", 0, tfjsCaps);
+    const tfjs = new SyncReadCollector(
+      { allocator_allocated_bytes: 100, allocator_reserved_bytes: 100 },
+      "stormlog.tfjs_tracker",
+      0,
+      tfjsCaps,
+    );
     const { tracker } = makeTracker([tfjs]);
     await tracker.start();
     await tracker.sampleNow();
@@ -64,7 +75,12 @@ describe("phase boundaries", () => {
   });
 
   it("can be told not to read at boundaries", async () => {
-    const tfjs = new SyncReadCollector({ allocator_allocated_bytes: 100, allocator_reserved_bytes: 100 }, "stormlog.tfjs_tracker", 0, tfjsCaps);
+    const tfjs = new SyncReadCollector(
+      { allocator_allocated_bytes: 100, allocator_reserved_bytes: 100 },
+      "stormlog.tfjs_tracker",
+      0,
+      tfjsCaps,
+    );
     const { tracker } = makeTracker([tfjs], { boundaryReadings: false });
     await tracker.start();
     tfjs.current = { allocator_allocated_bytes: 7, allocator_reserved_bytes: 7 };

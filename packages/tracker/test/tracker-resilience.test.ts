@@ -1,6 +1,6 @@
 // Ports of the reference's tests/test_tracker_resilience.py, on fake time.
 import { describe, expect, it } from "vitest";
-import { failure, FakeWriter, full, makeTracker, reading, SequencedCollector, types } from "./helpers.js";
+import { FakeWriter, failure, full, makeTracker, reading, SequencedCollector, types } from "./helpers.js";
 
 describe("collector health (reference test_tracker_resilience)", () => {
   it("recovers after a transient collector failure", async () => {
@@ -80,10 +80,18 @@ describe("collector health (reference test_tracker_resilience)", () => {
     const partial = {
       kind: "partial" as const,
       reading: reading({ allocated: 128, reserved: 128, total: null, active: null, inactive: null }),
-      missing: ["device_total_bytes", "device_free_bytes", "allocator_active_bytes", "allocator_inactive_bytes"] as const,
+      missing: [
+        "device_total_bytes",
+        "device_free_bytes",
+        "allocator_active_bytes",
+        "allocator_inactive_bytes",
+      ] as const,
       reason: "total unavailable; stats unavailable",
     };
-    const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 128 })), { ...partial, missing: [...partial.missing] }]);
+    const collector = new SequencedCollector([
+      full(reading({ allocated: 128, reserved: 128 })),
+      { ...partial, missing: [...partial.missing] },
+    ]);
     const { tracker } = makeTracker([collector], {}, 30);
     await tracker.start();
     await tracker.sampleNow();
@@ -193,7 +201,10 @@ describe("collector health (reference test_tracker_resilience)", () => {
     await tracker.sampleNow();
     await tracker.stop();
     expect(writer.records.map((r) => r.event_type)).toEqual(["start", "peak", "sample", "sample", "stop"]);
-    expect(writer.records[2]).toMatchObject({ collector: "stormlog.cuda_tracker", allocator_allocated_bytes: 128 });
+    expect(writer.records[2]).toMatchObject({
+      collector: "stormlog.cuda_tracker",
+      allocator_allocated_bytes: 128,
+    });
     expect(writer.sessions).toHaveLength(1);
     expect(writer.closes).toEqual(["completed"]);
     expect(tracker.getSessionSummary()?.status).toBe("completed");
@@ -220,9 +231,12 @@ describe("collector health (reference test_tracker_resilience)", () => {
   it("marks the session incomplete when the sink lost records", async () => {
     const writer = new FakeWriter();
     writer.diagnostics = { dropped_events: 3 };
-    const { tracker } = makeTracker([new SequencedCollector([full(reading({ allocated: 1, reserved: 1 }))])], {
-      sink: writer,
-    });
+    const { tracker } = makeTracker(
+      [new SequencedCollector([full(reading({ allocated: 1, reserved: 1 }))])],
+      {
+        sink: writer,
+      },
+    );
     await tracker.start();
     await tracker.stop();
     expect(tracker.getSessionSummary()?.status).toBe("incomplete");

@@ -47,7 +47,10 @@ describe("sampling loop", () => {
     const events = tracker.getEvents();
     expect(events[3]?.context).toBe("New peak memory: 1.50 GB");
     expect(events[4]?.context).toBe("Memory allocated: 512.00 MB");
-    expect(events[5]).toMatchObject({ context: "Large allocation detected: 512.00 MB", allocator_change_bytes: 512 * MiB });
+    expect(events[5]).toMatchObject({
+      context: "Large allocation detected: 512.00 MB",
+      allocator_change_bytes: 512 * MiB,
+    });
     expect(events[5]?.metadata.large_allocation).toBe(true);
     expect(events[6]?.allocator_change_bytes).toBe(512 * MiB);
     expect(events[7]?.context).toBe("Memory freed: 256.00 MB");
@@ -118,19 +121,28 @@ describe("sampling loop", () => {
     const { tracker } = makeTracker([throwing]);
     await tracker.start();
     await tracker.sampleNow();
-    expect(tracker.getStatistics().collectorLastError).toBe("collector stormlog.cuda_tracker threw: driver crashed");
+    expect(tracker.getStatistics().collectorLastError).toBe(
+      "collector stormlog.cuda_tracker threw: driver crashed",
+    );
 
     const liar = new SequencedCollector(
       [full({ allocator_allocated_bytes: 5, device_used_bytes: 7 })],
       "stormlog.tfjs_tracker",
       0,
-      { ...noCapabilities("tensorflow", "stormlog.tfjs_tracker", "tf.memory"), supports_allocator_allocated: true },
+      {
+        ...noCapabilities("tensorflow", "stormlog.tfjs_tracker", "tf.memory"),
+        supports_allocator_allocated: true,
+      },
     );
     const second = makeTracker([liar]).tracker;
     await second.start();
     await second.sampleNow();
-    expect(second.getStatistics().collectorLastError).toMatch(/reported device_used_bytes, which its capabilities mark unsupported/);
-    const negative = new SequencedCollector([full({ ...reading({ allocated: 1, reserved: 1 }), allocator_reserved_bytes: -1 })]);
+    expect(second.getStatistics().collectorLastError).toMatch(
+      /reported device_used_bytes, which its capabilities mark unsupported/,
+    );
+    const negative = new SequencedCollector([
+      full({ ...reading({ allocated: 1, reserved: 1 }), allocator_reserved_bytes: -1 }),
+    ]);
     const third = makeTracker([negative]).tracker;
     await third.start();
     await third.sampleNow();
@@ -138,7 +150,10 @@ describe("sampling loop", () => {
   });
 
   it("rejects collectors of another contract version and bad options", () => {
-    const foreign = { ...new SequencedCollector([]), specificationVersion: "v0" } as unknown as SequencedCollector;
+    const foreign = {
+      ...new SequencedCollector([]),
+      specificationVersion: "v0",
+    } as unknown as SequencedCollector;
     expect(() => new MemoryTracker({ collectors: [foreign] })).toThrow(InvalidConfigError);
     expect(() => new MemoryTracker({ samplingIntervalMs: 0 })).toThrow(/samplingIntervalMs/);
     expect(() => new MemoryTracker({ maxEvents: 0.5 })).toThrow(/maxEvents/);
@@ -159,10 +174,21 @@ describe("sampling loop", () => {
 });
 
 describe("alerts", () => {
-  const usage = (percent: number) => gpu(Math.round((percent / 100) * 16 * GiB), Math.round((percent / 100) * 16 * GiB));
+  const usage = (percent: number) =>
+    gpu(Math.round((percent / 100) * 16 * GiB), Math.round((percent / 100) * 16 * GiB));
 
   it("raises usage alerts once per episode, re-arming below the hysteresis margin", async () => {
-    const collector = new SequencedCollector([usage(85), usage(86), usage(84), usage(78), usage(70), usage(85), usage(96), usage(97), usage(85)]);
+    const collector = new SequencedCollector([
+      usage(85),
+      usage(86),
+      usage(84),
+      usage(78),
+      usage(70),
+      usage(85),
+      usage(96),
+      usage(97),
+      usage(85),
+    ]);
     const { tracker } = makeTracker([collector], {
       alerts: { mode: "episode" },
       thresholds: { memoryLeakThreshold: 1e15 },
@@ -196,7 +222,10 @@ describe("alerts", () => {
     const { tracker } = makeTracker([collector], { alerts: true, thresholds: { memoryLeakThreshold: 1e12 } });
     await tracker.start();
     for (let i = 0; i < 4; i++) await tracker.sampleNow();
-    expect(tracker.getAlerts().map((a) => a.context)).toEqual(["High fragmentation: 40.0%", "High fragmentation: 40.0%"]);
+    expect(tracker.getAlerts().map((a) => a.context)).toEqual([
+      "High fragmentation: 40.0%",
+      "High fragmentation: 40.0%",
+    ]);
   });
 
   it("isolates alert callbacks from each other's exceptions", async () => {
@@ -291,11 +320,19 @@ describe("several collectors", () => {
     await tracker.sampleNow();
     const degraded = tracker.getEvents({ eventType: "collector_degraded" });
     expect(degraded).toHaveLength(1);
-    expect(degraded[0]?.metadata).toMatchObject({ collector_name: "stormlog.nvml_tracker", collector_health_status: "unhealthy" });
-    const latest = tracker.getEvents({ eventType: "sample" }).filter((s) => s.device_id === 0).at(-1);
+    expect(degraded[0]?.metadata).toMatchObject({
+      collector_name: "stormlog.nvml_tracker",
+      collector_health_status: "unhealthy",
+    });
+    const latest = tracker
+      .getEvents({ eventType: "sample" })
+      .filter((s) => s.device_id === 0)
+      .at(-1);
     expect(latest?.allocator_allocated_bytes).toBe(3 * GiB);
     expect(latest?.device_used_bytes).toBeNull();
-    expect(latest?.context).toBe("Collected partial telemetry sample (device_used_bytes, device_free_bytes, device_total_bytes).");
+    expect(latest?.context).toBe(
+      "Collected partial telemetry sample (device_used_bytes, device_free_bytes, device_total_bytes).",
+    );
     expect(latest?.metadata.collectors_health).toEqual({
       "stormlog.tfjs_tracker": "healthy",
       "stormlog.nvml_tracker": "unhealthy",
@@ -332,7 +369,13 @@ describe("records", () => {
       await tracker.stop();
       for (const record of tracker.getEvents()) {
         expect(() => validateTelemetryRecord(record)).not.toThrow();
-        expect(record).toMatchObject({ schema_version: schemaVersion, rank: 1, local_rank: 1, world_size: 2, job_id: "job-7" });
+        expect(record).toMatchObject({
+          schema_version: schemaVersion,
+          rank: 1,
+          local_rank: 1,
+          world_size: 2,
+          job_id: "job-7",
+        });
         expect(record.host).toBe("test-host");
         expect(record.pid).toBe(4242);
         expect(record.sampling_interval_ms).toBe(10);
@@ -355,9 +398,17 @@ describe("records", () => {
   });
 
   it("writes nulls for unsupported counters in v4 and zeros in v3", async () => {
-    const caps = { ...noCapabilities("tensorflow", "stormlog.tfjs_tracker", "tf.memory"), supports_allocator_allocated: true };
+    const caps = {
+      ...noCapabilities("tensorflow", "stormlog.tfjs_tracker", "tf.memory"),
+      supports_allocator_allocated: true,
+    };
     for (const schemaVersion of [3, 4] as const) {
-      const collector = new SequencedCollector([full({ allocator_allocated_bytes: 10 })], "stormlog.tfjs_tracker", 0, caps);
+      const collector = new SequencedCollector(
+        [full({ allocator_allocated_bytes: 10 })],
+        "stormlog.tfjs_tracker",
+        0,
+        caps,
+      );
       const { tracker } = makeTracker([collector], { schemaVersion });
       await tracker.start();
       await tracker.sampleNow();
@@ -457,7 +508,11 @@ describe("lifecycle", () => {
 
   it("drops a sample that resolves after stop()", async () => {
     let resolve!: (value: SampleResult) => void;
-    const collector = new SequencedCollector([new Promise<SampleResult>((r) => { resolve = r; })]);
+    const collector = new SequencedCollector([
+      new Promise<SampleResult>((r) => {
+        resolve = r;
+      }),
+    ]);
     const { tracker, scheduler } = makeTracker([collector]);
     await tracker.start();
     await scheduler.advance(10);

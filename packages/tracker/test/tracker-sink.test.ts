@@ -32,7 +32,14 @@ describe("with the real TelemetrySink", () => {
     expect(session?.summary.status).toBe("completed");
     expect(session?.summary.source).toBe("stormlog.tracker");
     expect(session?.summary.session_id).toBe(tracker.getSessionSummary()?.session_id);
-    expect(session?.events.map((e) => e.event_type)).toEqual(["start", "peak", "sample", "phase_enter", "phase_exit", "stop"]);
+    expect(session?.events.map((e) => e.event_type)).toEqual([
+      "start",
+      "peak",
+      "sample",
+      "phase_enter",
+      "phase_exit",
+      "stop",
+    ]);
     const line = readFileSync(join(root, "segment-000001.jsonl"), "utf8").split("\n")[2] ?? "";
     expect(line).toContain('"event_type": "sample"');
     expect(line).toContain('"collector_next_retry_epoch_s": null');
@@ -47,7 +54,10 @@ describe("with the real TelemetrySink", () => {
   it("uses a sink instance without closing it for good", async () => {
     const root = join(tempDir(), "sink");
     const sink = new TelemetrySink({ rootDir: root, handleProcessExit: false });
-    const { tracker } = makeTracker([new SequencedCollector([full(reading({ allocated: 1, reserved: 1 }))])], { sink });
+    const { tracker } = makeTracker(
+      [new SequencedCollector([full(reading({ allocated: 1, reserved: 1 }))])],
+      { sink },
+    );
     await tracker.start();
     await tracker.stop();
     await tracker.start();

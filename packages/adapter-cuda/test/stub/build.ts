@@ -28,13 +28,18 @@ export function buildStub(variant: StubVariant = "full"): string {
   if (existsSync(library)) return library;
   mkdirSync(dir, { recursive: true });
   const partial = `${library}.${process.pid}.tmp`;
-  execFileSync(
-    "gcc",
-    ["-shared", "-fPIC", "-O2", "-Wall", ...DEFINES[variant], "-o", partial, SOURCE, "-lpthread"],
-    {
-      stdio: "pipe",
-    },
-  );
+  try {
+    execFileSync(
+      "gcc",
+      ["-shared", "-fPIC", "-O2", "-Wall", ...DEFINES[variant], "-o", partial, SOURCE, "-lpthread"],
+      {
+        stdio: "pipe",
+      },
+    );
+  } catch (error) {
+    const detail = (error as { stderr?: Buffer }).stderr?.toString().trim() || (error as Error).message;
+    throw new Error(`building the NVML stub needs gcc (e.g. apt-get install gcc): ${detail}`);
+  }
   renameSync(partial, library);
   return library;
 }

@@ -1,0 +1,44 @@
+// Cost of the sink on the calling thread: `append` itself, and the per-record work the writer does
+// later on the event loop (check + encode), with a realistic tracker sample.
+// Run: node --conditions=@stormlog/source --import tsx packages/sink/bench/append.bench.ts
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { encodeTelemetryRecord } from "@stormlog/core";
+import { bench, do_not_optimize, group, run, summary } from "mitata";
+import { sampleRecord } from "../scripts/sample-records.js";
+import { TelemetrySink } from "../src/index.js";
+import { whyNotWritable } from "../src/record-check.js";
+
+const BATCH = 10_000;
+const dir = mkdtempSync(join(tmpdir(), "stormlog-sink-bench-"));
+const sink = new TelemetrySink({ rootDir: dir, handleProcessExit: false, writeRollups: false, maxQueueEvents: 2 * BATCH });
+sink.startSession({ session_id: "bench" });
+const records = Array.from({ length: BATCH }, (_, i) => sampleRecord("bench", i));
+// The writer never gets to run inside a batch (it runs on timers); empty its queue between batches.
+const internals = sink as unknown as { queue: unknown[]; queuedRecords: number };
+
+group("sink: calling thread", () => {
+  summary(() => {
+    bench(`sink/append x${BATCH}`, () => {
+      for (let i = 0; i < BATCH; i++) sink.append(records[i]!);
+      internals.queue = [];
+      internals.queuedRecords = 0;
+    });
+    bench(`sink/array push x${BATCH} (floor)`, () => {
+      const queue: unknown[] = [];
+      for (let i = 0; i < BATCH; i++) queue.push(records[i]);
+      do_not_optimize(queue);
+    });
+  });
+});
+
+group("sink: writer work per record (event loop, off the append call)", () => {
+  const record = records[123]!;
+  bench("sink/check record", () => do_not_optimize(whyNotWritable(record)));
+  bench("sink/encode record", () => do_not_optimize(encodeTelemetryRecord(record)));
+});
+
+await run();
+sink.closeSync();
+rmSync(dir, { recursive: true, force: true });

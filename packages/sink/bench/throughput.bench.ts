@@ -1,0 +1,36 @@
+// Sustained write rate of the sink with default settings: records appended as fast as the event loop
+// allows (in batches, yielding between them as a sampling loop does), until all are on disk.
+// Run: node --conditions=@stormlog/source --import tsx packages/sink/bench/throughput.bench.ts
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { bench, group, run } from "mitata";
+import { sampleRecord } from "../scripts/sample-records.js";
+import { type FsyncPolicy, TelemetrySink } from "../src/index.js";
+
+const EVENTS = 100_000;
+const BATCH = 1_000;
+const records = Array.from({ length: EVENTS }, (_, i) => sampleRecord("bench", i));
+
+/** Writes EVENTS records through a fresh sink; resolves when the session is closed on disk. */
+async function writeAll(fsync: FsyncPolicy): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "stormlog-sink-bench-"));
+  const sink = new TelemetrySink({ rootDir: dir, handleProcessExit: false, writeRollups: false, fsync });
+  sink.startSession({ session_id: "bench" });
+  for (let i = 0; i < EVENTS; i += BATCH) {
+    for (let j = i; j < i + BATCH; j++) sink.append(records[j]!);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  await sink.close();
+  const { written_events: written, dropped_events: dropped } = sink.getDiagnostics();
+  if (written !== EVENTS || dropped !== 0) throw new Error(`wrote ${written}, dropped ${dropped}`);
+  rmSync(dir, { recursive: true, force: true });
+}
+
+group(`sink: ${EVENTS} records to disk, default settings`, () => {
+  bench(`sink/write ${EVENTS / 1000}k records (fsync=segment, default)`, () => writeAll("segment")).gc("once");
+  bench(`sink/write ${EVENTS / 1000}k records (fsync=always, as the reference)`, () => writeAll("always")).gc("once");
+  bench(`sink/write ${EVENTS / 1000}k records (fsync=never)`, () => writeAll("never")).gc("once");
+});
+
+await run();
