@@ -15,7 +15,11 @@
  * it as an ordered `Map`).
  */
 import type { TelemetryEvent } from "@stormlog/core";
-import { type PhaseAttributionPayload, type PhaseResolver, phaseAttributionToPayload } from "@stormlog/phases";
+import {
+  type PhaseAttributionPayload,
+  type PhaseResolver,
+  phaseAttributionToPayload,
+} from "@stormlog/phases";
 
 /** Minimum cumulative device-used growth that counts as a spike (64 MiB), as in the reference. */
 export const SPIKE_MIN_BYTES = 64 * 1024 ** 2;
@@ -141,69 +145,96 @@ function mostCommon<T>(counts: Map<T, number>): T | undefined {
   return best;
 }
 
-interface Selection {
+/** One rank's samples, with what the analyses need read once from each event. */
+interface RankSamples {
   events: TelemetryEvent[];
-  jobId: string | null;
-  notes: string[];
+  /** `device_used_bytes` of `events`, in the same order. */
+  used: number[];
+  /** Positive gaps between consecutive samples, as numbers while they are below 2^53. */
+  deltas: number[];
+  /** A positive gap did not fit a double exactly. */
+  largeDelta: boolean;
+  /** Still in `(timestamp_ns, pid, host)` order as collected. */
+  sorted: boolean;
 }
 
-/** `_select_cross_rank_analysis_events`. */
-function selectEvents(events: readonly TelemetryEvent[]): Selection {
-  const notes: string[] = [];
-  let samples: TelemetryEvent[] = [];
+interface Collected {
+  grouped: Map<number, RankSamples>;
+  sampleCount: number;
+  withoutDeviceUsed: number;
+  jobCounts: Map<string, number>;
+  claimedWorldSizes: Map<number, number>;
+}
+
+/**
+ * One pass over the events: keeps `sample` events with device-used memory (of one job when
+ * `jobId` is given), grouped by rank in order of first appearance, and gathers per rank the
+ * device-used series and the sampling gaps, so later steps do not walk the events again.
+ */
+function collect(events: readonly TelemetryEvent[], jobId: string | null): Collected {
+  const grouped = new Map<number, RankSamples>();
+  const jobCounts = new Map<string, number>();
+  const claimedWorldSizes = new Map<number, number>();
+  let sampleCount = 0;
   let withoutDeviceUsed = 0;
+  let last: RankSamples | undefined;
+  let lastRank = Number.NaN;
   for (const event of events) {
     if (!isSample(event.event_type)) continue;
-    if (event.device_used_bytes === null) {
+    const used = event.device_used_bytes;
+    if (used === null) {
       withoutDeviceUsed++;
       continue;
     }
-    samples.push(event);
-  }
-  if (samples.length + withoutDeviceUsed !== events.length) notes.push(NOTE_NON_SAMPLE);
-  if (withoutDeviceUsed > 0) notes.push(NOTE_NO_DEVICE_USED);
-  if (samples.length === 0) {
-    notes.push(NOTE_NO_SAMPLES);
-    return { events: [], jobId: null, notes };
-  }
-  const jobCounts = new Map<string, number>();
-  for (const event of samples) {
-    if (event.job_id) jobCounts.set(event.job_id, (jobCounts.get(event.job_id) ?? 0) + 1);
-  }
-  const jobId = mostCommon(jobCounts) ?? null;
-  if (jobCounts.size > 1 && jobId !== null) {
-    notes.push(NOTE_MULTIPLE_JOBS);
-    samples = samples.filter((event) => event.job_id === jobId);
-  }
-  return { events: samples, jobId, notes };
-}
-
-/** `_group_events_by_rank`: ranks in order of first appearance, samples sorted per rank. */
-function groupByRank(events: readonly TelemetryEvent[]): Map<number, TelemetryEvent[]> {
-  const grouped = new Map<number, TelemetryEvent[]>();
-  for (const event of events) {
-    const list = grouped.get(event.rank);
-    if (list === undefined) grouped.set(event.rank, [event]);
-    else list.push(event);
-  }
-  for (const list of grouped.values()) {
-    for (let i = 1; i < list.length; i++) {
-      if (compareSamples(list[i - 1]!, list[i]!) > 0) {
-        list.sort(compareSamples); // stable, like Python's sort
-        break;
-      }
+    const job = event.job_id;
+    if (jobId !== null) {
+      if (job !== jobId) continue;
+    } else if (job) {
+      jobCounts.set(job, (jobCounts.get(job) ?? 0) + 1);
     }
+    sampleCount++;
+    const worldSize = event.world_size;
+    if (worldSize > 1) claimedWorldSizes.set(worldSize, (claimedWorldSizes.get(worldSize) ?? 0) + 1);
+    const rank = event.rank;
+    let group = rank === lastRank ? last : grouped.get(rank);
+    if (group === undefined) {
+      group = { events: [event], used: [used], deltas: [], largeDelta: false, sorted: true };
+      grouped.set(rank, group);
+    } else {
+      const previous = group.events[group.events.length - 1]!;
+      if (group.sorted && compareSamples(previous, event) > 0) group.sorted = false;
+      if (group.sorted) {
+        const delta = event.timestamp_ns - previous.timestamp_ns;
+        if (delta > 0n) {
+          if (delta > MAX_SAFE) group.largeDelta = true;
+          group.deltas.push(Number(delta));
+        }
+      }
+      group.events.push(event);
+      group.used.push(used);
+    }
+    last = group;
+    lastRank = rank;
   }
-  return grouped;
+  // Ranks that arrived out of order: sort (stable, like Python's) and recompute their series.
+  for (const group of grouped.values()) {
+    if (group.sorted) continue;
+    group.events.sort(compareSamples);
+    group.used = group.events.map((event) => event.device_used_bytes!);
+    group.deltas = [];
+    for (let i = 1; i < group.events.length; i++) {
+      const delta = group.events[i]!.timestamp_ns - group.events[i - 1]!.timestamp_ns;
+      if (delta <= 0n) continue;
+      if (delta > MAX_SAFE) group.largeDelta = true;
+      group.deltas.push(Number(delta));
+    }
+    group.sorted = true;
+  }
+  return { grouped, sampleCount, withoutDeviceUsed, jobCounts, claimedWorldSizes };
 }
 
 /** `_determine_world_size`. */
-function determineWorldSize(events: readonly TelemetryEvent[], ranks: readonly number[]): number {
-  if (events.length === 0) return 0;
-  const claimed = new Map<number, number>();
-  for (const event of events) {
-    if (event.world_size > 1) claimed.set(event.world_size, (claimed.get(event.world_size) ?? 0) + 1);
-  }
+function determineWorldSize(claimed: Map<number, number>, ranks: readonly number[]): number {
   const declared = mostCommon(claimed) ?? 1;
   const observed = ranks.length > 0 ? ranks[ranks.length - 1]! + 1 : declared;
   if (ranks.length > 1) return Math.max(declared, observed);
@@ -230,35 +261,34 @@ function integerMedian(values: Float64Array | bigint[]): bigint {
 }
 
 /** `_median_sampling_interval_ns`: median positive gap between a rank's samples, else of the declared intervals. */
-function medianSamplingIntervalNs(grouped: Map<number, TelemetryEvent[]>): bigint {
+function medianSamplingIntervalNs(grouped: Map<number, RankSamples>): bigint {
   let count = 0;
   let large = false;
-  for (const list of grouped.values()) {
-    for (let i = 1; i < list.length; i++) {
-      const delta = list[i]!.timestamp_ns - list[i - 1]!.timestamp_ns;
-      if (delta > 0n) {
-        count++;
-        if (delta > MAX_SAFE) large = true;
-      }
-    }
+  for (const group of grouped.values()) {
+    count += group.deltas.length;
+    if (group.largeDelta) large = true;
   }
   if (count > 0) {
-    const exact: bigint[] = [];
-    const fast = large ? null : new Float64Array(count);
-    let k = 0;
-    for (const list of grouped.values()) {
-      for (let i = 1; i < list.length; i++) {
-        const delta = list[i]!.timestamp_ns - list[i - 1]!.timestamp_ns;
-        if (delta <= 0n) continue;
-        if (fast !== null) fast[k++] = Number(delta);
-        else exact.push(delta);
+    if (large) {
+      // Rare: gaps beyond 2^53 ns (104 days); redo them exactly.
+      const exact: bigint[] = [];
+      for (const group of grouped.values()) {
+        for (let i = 1; i < group.events.length; i++) {
+          const delta = group.events[i]!.timestamp_ns - group.events[i - 1]!.timestamp_ns;
+          if (delta > 0n) exact.push(delta);
+        }
       }
+      return integerMedian(exact);
     }
-    return integerMedian(fast ?? exact);
+    const all = new Float64Array(count);
+    let k = 0;
+    for (const group of grouped.values()) for (const delta of group.deltas) all[k++] = delta;
+    return integerMedian(all);
   }
   const fallback: number[] = [];
-  for (const list of grouped.values()) {
-    for (const event of list) if (event.sampling_interval_ms > 0) fallback.push(event.sampling_interval_ms * 1_000_000);
+  for (const group of grouped.values()) {
+    for (const event of group.events)
+      if (event.sampling_interval_ms > 0) fallback.push(event.sampling_interval_ms * 1_000_000);
   }
   return fallback.length > 0 ? integerMedian(Float64Array.from(fallback)) : 0n;
 }
@@ -268,7 +298,7 @@ interface Prepared {
   worldSize: number;
   participatingRanks: number[];
   missingRanks: number[];
-  grouped: Map<number, TelemetryEvent[]>;
+  grouped: Map<number, RankSamples>;
   offsets: Map<number, bigint>;
   medianIntervalNs: bigint;
   /** Notes of the merge step (`merge_result.notes`). */
@@ -290,34 +320,47 @@ function prepare(events: readonly TelemetryEvent[]): Prepared {
     notes,
     selectionNotes,
   });
-  const selection = selectEvents(events);
-  if (events.length === 0) return empty(null, [NOTE_NO_EVENTS], selection.notes);
-  if (selection.events.length === 0) return empty(selection.jobId, [...selection.notes], selection.notes);
+  // `_select_cross_rank_analysis_events`, fused with the grouping.
+  let collected = collect(events, null);
+  const selectionNotes: string[] = [];
+  if (collected.sampleCount + collected.withoutDeviceUsed !== events.length)
+    selectionNotes.push(NOTE_NON_SAMPLE);
+  if (collected.withoutDeviceUsed > 0) selectionNotes.push(NOTE_NO_DEVICE_USED);
+  if (collected.sampleCount === 0) selectionNotes.push(NOTE_NO_SAMPLES);
+  const jobId = collected.sampleCount === 0 ? null : (mostCommon(collected.jobCounts) ?? null);
+  if (collected.jobCounts.size > 1 && jobId !== null) {
+    selectionNotes.push(NOTE_MULTIPLE_JOBS);
+    collected = collect(events, jobId);
+  }
+  if (events.length === 0) return empty(null, [NOTE_NO_EVENTS], selectionNotes);
+  if (collected.sampleCount === 0) return empty(jobId, [...selectionNotes], selectionNotes);
 
-  const notes = [...selection.notes];
-  const grouped = groupByRank(selection.events);
+  const notes = [...selectionNotes];
+  const grouped = collected.grouped;
   const participatingRanks = [...grouped.keys()].sort((a, b) => a - b);
-  const worldSize = determineWorldSize(selection.events, participatingRanks);
+  const worldSize = determineWorldSize(collected.claimedWorldSizes, participatingRanks);
   const present = new Set(participatingRanks);
   const missingRanks: number[] = [];
   for (let rank = 0; rank < worldSize; rank++) if (!present.has(rank)) missingRanks.push(rank);
   if (missingRanks.length > 0) notes.push(`Missing rank data for ranks: ${missingRanks.join(", ")}.`);
 
   const anchorRank = grouped.has(0) ? 0 : participatingRanks[0]!;
-  const anchorNs = grouped.get(anchorRank)![0]!.timestamp_ns;
+  const anchorNs = grouped.get(anchorRank)!.events[0]!.timestamp_ns;
   const medianIntervalNs = medianSamplingIntervalNs(grouped);
   const skewLimit = BigInt(SKEW_NOTE_MULTIPLIER) * medianIntervalNs;
   const offsets = new Map<number, bigint>();
   for (const rank of participatingRanks) {
-    const offset = grouped.get(rank)![0]!.timestamp_ns - anchorNs;
+    const offset = grouped.get(rank)!.events[0]!.timestamp_ns - anchorNs;
     offsets.set(rank, offset);
     const magnitude = offset < 0n ? -offset : offset;
     if (medianIntervalNs > 0n && magnitude > skewLimit) {
-      notes.push(`Rank ${rank} starts ${offset} ns from the anchor; first-sample alignment may be approximate.`);
+      notes.push(
+        `Rank ${rank} starts ${offset} ns from the anchor; first-sample alignment may be approximate.`,
+      );
     }
   }
   return {
-    jobId: selection.jobId,
+    jobId,
     worldSize,
     participatingRanks,
     missingRanks,
@@ -325,13 +368,13 @@ function prepare(events: readonly TelemetryEvent[]): Prepared {
     offsets,
     medianIntervalNs,
     notes,
-    selectionNotes: selection.notes,
+    selectionNotes,
   };
 }
 
 function sampleCounts(prepared: Prepared): Map<number, number> {
   const counts = new Map<number, number>();
-  for (const [rank, list] of prepared.grouped) counts.set(rank, list.length);
+  for (const [rank, group] of prepared.grouped) counts.set(rank, group.events.length);
   return counts;
 }
 
@@ -344,7 +387,7 @@ export function mergeCrossRankTimelines(events: readonly TelemetryEvent[]): Cros
   const points: RankTimelinePoint[] = [];
   for (const rank of prepared.participatingRanks) {
     const offset = prepared.offsets.get(rank)!;
-    for (const event of prepared.grouped.get(rank)!) {
+    for (const event of prepared.grouped.get(rank)!.events) {
       points.push({
         rank,
         timestamp_ns: event.timestamp_ns,
@@ -357,7 +400,8 @@ export function mergeCrossRankTimelines(events: readonly TelemetryEvent[]): Cros
     }
   }
   points.sort((a, b) => {
-    if (a.aligned_timestamp_ns !== b.aligned_timestamp_ns) return a.aligned_timestamp_ns < b.aligned_timestamp_ns ? -1 : 1;
+    if (a.aligned_timestamp_ns !== b.aligned_timestamp_ns)
+      return a.aligned_timestamp_ns < b.aligned_timestamp_ns ? -1 : 1;
     if (a.rank !== b.rank) return a.rank - b.rank;
     return a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : 0;
   });
@@ -386,18 +430,17 @@ interface SpikeCandidate {
  * `_find_rank_spike_candidate`: the first sample where a run of consecutive increases of device
  * used memory adds up to the threshold, `max(64 MiB, 10% of the rank's peak)`.
  */
-function findSpike(samples: readonly TelemetryEvent[], offset: bigint): SpikeCandidate | null {
-  if (samples.length < 2) return null;
-  let peak = Number.NEGATIVE_INFINITY;
-  for (const event of samples) if (event.device_used_bytes! > peak) peak = event.device_used_bytes!;
+function findSpike(samples: RankSamples, offset: bigint): SpikeCandidate | null {
+  const used = samples.used;
+  const n = used.length;
+  if (n < 2) return null;
+  let peak = used[0]!;
+  for (let i = 1; i < n; i++) if (used[i]! > peak) peak = used[i]!;
   const threshold = Math.max(SPIKE_MIN_BYTES, Math.trunc(peak * 0.1));
   let cumulative = 0;
   let windowSamples = 0;
-  let previous = samples[0]!.device_used_bytes!;
-  for (let i = 1; i < samples.length; i++) {
-    const used = samples[i]!.device_used_bytes!;
-    const delta = used - previous;
-    previous = used;
+  for (let i = 1; i < n; i++) {
+    const delta = used[i]! - used[i - 1]!;
     if (delta <= 0) {
       cumulative = 0;
       windowSamples = 0;
@@ -406,7 +449,7 @@ function findSpike(samples: readonly TelemetryEvent[], offset: bigint): SpikeCan
     cumulative += delta;
     windowSamples++;
     if (cumulative < threshold) continue;
-    const event = samples[i]!;
+    const event = samples.events[i]!;
     return {
       rank: event.rank,
       sessionId: event.session_id,
@@ -435,7 +478,7 @@ function detectFirstCause(prepared: Prepared, phaseResolver: PhaseResolver | nul
   const sparseRanks: number[] = [];
   const candidates: SpikeCandidate[] = [];
   for (const [rank, samples] of grouped) {
-    if (samples.length < 2) sparseRanks.push(rank);
+    if (samples.events.length < 2) sparseRanks.push(rank);
     const candidate = findSpike(samples, prepared.offsets.get(rank) ?? 0n);
     if (candidate !== null) candidates.push(candidate);
   }
@@ -449,7 +492,8 @@ function detectFirstCause(prepared: Prepared, phaseResolver: PhaseResolver | nul
   }
 
   candidates.sort((a, b) => {
-    if (a.alignedFirstSpikeNs !== b.alignedFirstSpikeNs) return a.alignedFirstSpikeNs < b.alignedFirstSpikeNs ? -1 : 1;
+    if (a.alignedFirstSpikeNs !== b.alignedFirstSpikeNs)
+      return a.alignedFirstSpikeNs < b.alignedFirstSpikeNs ? -1 : 1;
     if (a.peakDeltaBytes !== b.peakDeltaBytes) return b.peakDeltaBytes - a.peakDeltaBytes;
     return a.rank - b.rank;
   });
@@ -469,10 +513,13 @@ function detectFirstCause(prepared: Prepared, phaseResolver: PhaseResolver | nul
     const lead = clusterOnsetNs === null ? 0n : clusterOnsetNs - candidate.alignedFirstSpikeNs;
     let confidence: FirstCauseConfidence = "low";
     if (candidates.length >= 2 && candidate.alignedFirstSpikeNs === earliest) {
-      if (earliestCount === 1 && !sparse && (medianIntervalNs <= 0n || lead >= medianIntervalNs)) confidence = "high";
+      if (earliestCount === 1 && !sparse && (medianIntervalNs <= 0n || lead >= medianIntervalNs))
+        confidence = "high";
       else confidence = sparse ? "low" : "medium";
     }
-    const attribution = phaseResolver ? phaseResolver.resolve(candidate.firstSpikeNs, candidate.sessionId, candidate.rank) : null;
+    const attribution = phaseResolver
+      ? phaseResolver.resolve(candidate.firstSpikeNs, candidate.sessionId, candidate.rank)
+      : null;
     return {
       rank: candidate.rank,
       first_spike_timestamp_ns: candidate.firstSpikeNs,
@@ -511,7 +558,7 @@ export function summarizeCrossRankAnalysis(
       : detectFirstCause(prepared, options.phaseResolver);
 
   const rankSampleCounts: Record<string, number> = {};
-  for (const [rank, list] of prepared.grouped) rankSampleCounts[String(rank)] = list.length;
+  for (const [rank, group] of prepared.grouped) rankSampleCounts[String(rank)] = group.events.length;
   const offsets: Record<string, bigint> = {};
   for (const [rank, offset] of prepared.offsets) offsets[String(rank)] = offset;
   return {

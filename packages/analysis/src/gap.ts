@@ -8,8 +8,18 @@
  * The gap only means something when `device_used_bytes` comes from the driver (NVML), not from the
  * framework itself. Pass one rank's events in time order, as the reference's callers do.
  */
-import { formatBytes, InvalidConfigError, markFloat, type JsonObject, type TelemetryEvent } from "@stormlog/core";
-import { type PhaseAttributionPayload, type PhaseResolver, phaseAttributionToPayload } from "@stormlog/phases";
+import {
+  formatBytes,
+  InvalidConfigError,
+  type JsonObject,
+  markFloat,
+  type TelemetryEvent,
+} from "@stormlog/core";
+import {
+  type PhaseAttributionPayload,
+  type PhaseResolver,
+  phaseAttributionToPayload,
+} from "@stormlog/phases";
 import { argmax, linregress, mean, pythonRound, std } from "./stats.js";
 
 /** What a gap finding says about the hidden memory. */
@@ -125,7 +135,8 @@ function isSample(eventType: string): boolean {
 }
 
 // Python's str.isspace() characters (JS \s differs: it has U+FEFF and lacks U+001C-U+001F, U+0085).
-const PYTHON_SPACE = "\\t\\n\\v\\f\\r\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
+const PYTHON_SPACE =
+  "\\t\\n\\v\\f\\r\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
 const PYTHON_SPACE_EDGES = new RegExp(`^[${PYTHON_SPACE}]+|[${PYTHON_SPACE}]+$`, "g");
 
 /** A byte count with its sign (formatBytes does not scale negatives). */
@@ -139,7 +150,10 @@ function floats<T extends object>(object: T, keys: ReadonlyArray<keyof T & strin
   return object;
 }
 
-function attribution(resolver: PhaseResolver | null | undefined, event: TelemetryEvent): PhaseAttributionPayload | null {
+function attribution(
+  resolver: PhaseResolver | null | undefined,
+  event: TelemetryEvent,
+): PhaseAttributionPayload | null {
   return resolver ? phaseAttributionToPayload(resolver.resolveForEvent(event)) : null;
 }
 
@@ -198,7 +212,15 @@ function transientSpike(
     `${spikeCount} short spike(s) of device memory outside the framework allocator ` +
     `(device used minus allocator reserved); the largest reached ${signedBytes(maxGap)}, ` +
     `${maxZ.toFixed(1)} standard deviations above the mean gap of ${signedBytes(average)}.`;
-  return finding("transient_spike", severity, pythonRound(confidence, 3), evidence, description, events[maxIndex]!, resolver);
+  return finding(
+    "transient_spike",
+    severity,
+    pythonRound(confidence, 3),
+    evidence,
+    description,
+    events[maxIndex]!,
+    resolver,
+  );
 }
 
 function persistentDrift(
@@ -296,7 +318,10 @@ const SEVERITY_ORDER: Readonly<Record<GapSeverity, number>> = { critical: 0, war
  * allocator reserved) count; at least 3 are needed and the largest |gap| must reach
  * `gapRatioThreshold` of the device. Findings are ordered by severity, then confidence (descending).
  */
-export function analyzeGaps(events: readonly TelemetryEvent[], options: GapAnalysisOptions = {}): GapFinding[] {
+export function analyzeGaps(
+  events: readonly TelemetryEvent[],
+  options: GapAnalysisOptions = {},
+): GapFinding[] {
   const thresholds = resolveThresholds(options.thresholds);
   const usable: TelemetryEvent[] = [];
   const gapList: number[] = [];
@@ -324,6 +349,8 @@ export function analyzeGaps(events: readonly TelemetryEvent[], options: GapAnaly
   const fragmented = fragmentation(usable, gaps, thresholds.gapFragmentationRatio, resolver);
   if (fragmented) findings.push(fragmented);
   // Stable, like Python's sort.
-  findings.sort((a, b) => SEVERITY_ORDER[a.severity] - SEVERITY_ORDER[b.severity] || b.confidence - a.confidence);
+  findings.sort(
+    (a, b) => SEVERITY_ORDER[a.severity] - SEVERITY_ORDER[b.severity] || b.confidence - a.confidence,
+  );
   return findings;
 }

@@ -3,5 +3,8 @@
  * gap analysis and the numeric helpers they share with the Python reference.
  */
 export * from "./cross-rank.js";
+export * from "./diagnostics.js";
+export * from "./export-csv.js";
+export * from "./export-perfetto.js";
 export * from "./gap.js";
 export * from "./stats.js";

@@ -76,8 +76,8 @@ export function argmax(values: ArrayLike<number>): number {
   let best = -1;
   for (let i = 0; i < values.length; i++) {
     const value = values[i]!;
-    if (best === -1 || value > values[best]! || (value !== value && values[best] === values[best])) best = i;
-    if (value !== value) return i; // NumPy returns the first NaN
+    if (Number.isNaN(value)) return i; // NumPy returns the first NaN
+    if (best === -1 || value > values[best]!) best = i;
   }
   return best;
 }
@@ -142,7 +142,14 @@ export function linregress(x: ArrayLike<number>, y: ArrayLike<number>): LinearRe
   const t = r * Math.sqrt(df / ((1 - r + TINY) * (1 + r + TINY)));
   const pvalue = 2 * studentTSurvival(Math.abs(t), df);
   const stderr = Math.sqrt(((1 - r ** 2) * ssym) / ssxm / df);
-  return { slope, intercept, rvalue: r, pvalue, stderr, interceptStderr: stderr * Math.sqrt(ssxm + xmean ** 2) };
+  return {
+    slope,
+    intercept,
+    rvalue: r,
+    pvalue,
+    stderr,
+    interceptStderr: stderr * Math.sqrt(ssxm + xmean ** 2),
+  };
 }
 
 /**
@@ -215,7 +222,9 @@ function regularizedIncompleteBeta(a: number, b: number, x: number, oneMinusX: n
   if (oneMinusX <= 0) return 1;
   const logFront = logGamma(a + b) - logGamma(a) - logGamma(b) + a * Math.log(x) + b * Math.log1p(-x);
   const logFrontPrecise =
-    x > 0.5 ? logGamma(a + b) - logGamma(a) - logGamma(b) + a * Math.log1p(-oneMinusX) + b * Math.log(oneMinusX) : logFront;
+    x > 0.5
+      ? logGamma(a + b) - logGamma(a) - logGamma(b) + a * Math.log1p(-oneMinusX) + b * Math.log(oneMinusX)
+      : logFront;
   const front = Math.exp(logFrontPrecise);
   if (x < (a + 1) / (a + b + 2)) return (front * betaContinuedFraction(a, b, x)) / a;
   return 1 - (front * betaContinuedFraction(b, a, oneMinusX)) / b;

@@ -25,10 +25,12 @@ describe("summarizeCrossRankAnalysis agrees with the Python reference (golden ca
     result.first_cause_suspects.forEach((suspect, index) => {
       expect(Object.keys(suspect)).toEqual(Object.keys(suspects[index]!));
       const payload = suspects[index]!.phase_attribution;
-      if (payload && typeof payload === "object") expect(Object.keys(suspect.phase_attribution ?? {})).toEqual(Object.keys(payload));
+      if (payload && typeof payload === "object")
+        expect(Object.keys(suspect.phase_attribution ?? {})).toEqual(Object.keys(payload));
     });
     // Timestamps are exact bigints, not rounded doubles.
-    if (result.cluster_onset_timestamp_ns !== null) expect(typeof result.cluster_onset_timestamp_ns).toBe("bigint");
+    if (result.cluster_onset_timestamp_ns !== null)
+      expect(typeof result.cluster_onset_timestamp_ns).toBe("bigint");
   });
 
   it("covers suspects with unique and ambiguous phase attribution", () => {
@@ -49,7 +51,12 @@ const BASE_NS = 1_700_000_000_000_000_000n;
 const INTERVAL_NS = 100_000_000n;
 const MiB = 1024 ** 2;
 
-function sample(rank: number, timestampNs: bigint, deviceUsed: number, extra: Partial<TelemetryRecordV3> = {}): TelemetryEvent {
+function sample(
+  rank: number,
+  timestampNs: bigint,
+  deviceUsed: number,
+  extra: Partial<TelemetryRecordV3> = {},
+): TelemetryEvent {
   return {
     schema_version: 3,
     session_id: `session-rank${rank}`,
@@ -82,13 +89,18 @@ function sample(rank: number, timestampNs: bigint, deviceUsed: number, extra: Pa
  * The reference's `_build_cross_rank_fixture(world_size=4)`: rank clock offsets 0/20/40/10 ms, every
  * rank jumps by 1 GiB at sample 5 except rank 2, which jumps one sample earlier.
  */
-function crossRankFixture(worldSize = 4, spikeSample: (rank: number) => number = (rank) => (rank === 2 ? 4 : 5)) {
+function crossRankFixture(
+  worldSize = 4,
+  spikeSample: (rank: number) => number = (rank) => (rank === 2 ? 4 : 5),
+) {
   const offsets = [0n, 20_000_000n, 40_000_000n, 10_000_000n];
   const events: TelemetryEvent[] = [];
   for (let rank = 0; rank < worldSize; rank++) {
     for (let i = 0; i < 10; i++) {
       const used = 2 * 1024 * MiB + (i >= spikeSample(rank) ? 1024 * MiB : 0);
-      events.push(sample(rank, BASE_NS + offsets[rank % 4]! + BigInt(i) * INTERVAL_NS, used, { world_size: worldSize }));
+      events.push(
+        sample(rank, BASE_NS + offsets[rank % 4]! + BigInt(i) * INTERVAL_NS, used, { world_size: worldSize }),
+      );
     }
   }
   return sortedByTimestamp(events);
@@ -98,7 +110,12 @@ describe("summarizeCrossRankAnalysis (reference scenarios)", () => {
   it("names the rank that spiked one sample early, with high confidence and a one-interval lead", () => {
     const result = summarizeCrossRankAnalysis(crossRankFixture());
     expect(result.participating_ranks).toEqual([0, 1, 2, 3]);
-    expect(result.alignment_offsets_ns).toEqual({ "0": 0n, "1": 20_000_000n, "2": 40_000_000n, "3": 10_000_000n });
+    expect(result.alignment_offsets_ns).toEqual({
+      "0": 0n,
+      "1": 20_000_000n,
+      "2": 40_000_000n,
+      "3": 10_000_000n,
+    });
     // Suspects are all candidates at or before the onset (the second-earliest spike): rank 2 leads.
     expect(result.first_cause_suspects.map((s) => [s.rank, s.confidence])).toEqual([
       [2, "high"],
@@ -137,18 +154,27 @@ describe("summarizeCrossRankAnalysis (reference scenarios)", () => {
     expect(flat.cluster_onset_timestamp_ns).toBeNull();
     expect(flat.notes).toEqual(["No qualifying cross-rank spikes were detected."]);
     const one = summarizeCrossRankAnalysis(crossRankFixture(4, (rank) => (rank === 1 ? 3 : 99)));
-    expect(one.first_cause_suspects.map((suspect) => [suspect.rank, suspect.confidence])).toEqual([[1, "low"]]);
+    expect(one.first_cause_suspects.map((suspect) => [suspect.rank, suspect.confidence])).toEqual([
+      [1, "low"],
+    ]);
     expect(one.first_cause_suspects[0]?.lead_over_cluster_onset_ns).toBe(0n);
     expect(one.notes).toEqual(["Only one rank produced a qualifying spike; confidence is limited."]);
   });
 
   it("breaks ties by the larger delta, then the lower rank", () => {
     const events = crossRankFixture(4, () => 5).map((event) =>
-      event.rank === 3 && event.device_used_bytes! > 2 * 1024 * MiB ? { ...event, device_used_bytes: 5 * 1024 * MiB } : event,
+      event.rank === 3 && event.device_used_bytes! > 2 * 1024 * MiB
+        ? { ...event, device_used_bytes: 5 * 1024 * MiB }
+        : event,
     );
     const result = summarizeCrossRankAnalysis(events);
     expect(result.first_cause_suspects.map((suspect) => suspect.rank)).toEqual([3, 0, 1, 2]);
-    expect(result.first_cause_suspects.map((suspect) => suspect.confidence)).toEqual(["medium", "medium", "medium", "medium"]);
+    expect(result.first_cause_suspects.map((suspect) => suspect.confidence)).toEqual([
+      "medium",
+      "medium",
+      "medium",
+      "medium",
+    ]);
   });
 
   it("ignores non-sample events and keeps the most common job_id", () => {
@@ -182,7 +208,12 @@ describe("summarizeCrossRankAnalysis (reference scenarios)", () => {
 
   it("attributes suspects to the phase active on their rank", () => {
     const events = crossRankFixture();
-    const phase = (rank: number, action: "enter" | "exit", timestampNs: bigint, sequence: number): TelemetryEvent => ({
+    const phase = (
+      rank: number,
+      action: "enter" | "exit",
+      timestampNs: bigint,
+      sequence: number,
+    ): TelemetryEvent => ({
       ...sample(rank, timestampNs, 0),
       event_type: `phase_${action}`,
       metadata: {
@@ -247,19 +278,23 @@ describe("mergeCrossRankTimelines", () => {
   it("aligns every rank on its first sample and orders by (aligned, rank, timestamp)", () => {
     const merged = mergeCrossRankTimelines(crossRankFixture());
     expect(merged.merged_points).toHaveLength(40);
-    expect(merged.merged_points.slice(0, 4).map((point) => [point.rank, point.aligned_timestamp_ns])).toEqual([
-      [0, BASE_NS],
-      [1, BASE_NS],
-      [2, BASE_NS],
-      [3, BASE_NS],
-    ]);
+    expect(merged.merged_points.slice(0, 4).map((point) => [point.rank, point.aligned_timestamp_ns])).toEqual(
+      [
+        [0, BASE_NS],
+        [1, BASE_NS],
+        [2, BASE_NS],
+        [3, BASE_NS],
+      ],
+    );
     expect(merged.merged_points[5]?.timestamp_ns).toBe(BASE_NS + 20_000_000n + INTERVAL_NS);
     expect([...merged.rank_sample_counts.keys()]).toEqual([0, 3, 1, 2]); // first-appearance order
     expect(merged.alignment_offsets_ns.get(2)).toBe(40_000_000n);
   });
 
   it("notes ranks whose clocks are far from the anchor", () => {
-    const events = crossRankFixture().map((event) => (event.rank === 1 ? { ...event, timestamp_ns: event.timestamp_ns + 10n ** 9n } : event));
+    const events = crossRankFixture().map((event) =>
+      event.rank === 1 ? { ...event, timestamp_ns: event.timestamp_ns + 10n ** 9n } : event,
+    );
     expect(mergeCrossRankTimelines(sortedByTimestamp(events)).notes).toEqual([
       "Rank 1 starts 1020000000 ns from the anchor; first-sample alignment may be approximate.",
     ]);

@@ -29,7 +29,10 @@ function expectClose(key: string, actual: unknown, expected: unknown): void {
   }
   expect(typeof actual, key).toBe("number");
   const unit = 10 ** -places;
-  expect(Math.abs((actual as number) - Number(expected)), `${key}: ${actual} vs ${expected}`).toBeLessThanOrEqual(unit * 1.000001);
+  expect(
+    Math.abs((actual as number) - Number(expected)),
+    `${key}: ${actual} vs ${expected}`,
+  ).toBeLessThanOrEqual(unit * 1.000001);
 }
 
 describe("analyzeGaps agrees with the Python reference (golden cases)", () => {
@@ -39,7 +42,8 @@ describe("analyzeGaps agrees with the Python reference (golden cases)", () => {
     expect(cases.length).toBeGreaterThanOrEqual(24);
     const seen = new Set<string>();
     for (const name of cases) {
-      for (const item of (loadExpected("gap", name) as JsonObject).gap_analysis as JsonObject[]) seen.add(String(item.classification));
+      for (const item of (loadExpected("gap", name) as JsonObject).gap_analysis as JsonObject[])
+        seen.add(String(item.classification));
     }
     expect([...seen].sort()).toEqual(["fragmentation_like", "persistent_drift", "transient_spike"]);
   });
@@ -56,10 +60,14 @@ describe("analyzeGaps agrees with the Python reference (golden cases)", () => {
       expectClose("confidence", found.confidence, want.confidence);
       const evidence = want.evidence as JsonObject;
       expect(Object.keys(found.evidence)).toEqual(Object.keys(evidence));
-      for (const key of Object.keys(evidence)) expectClose(key, (found.evidence as Record<string, unknown>)[key], evidence[key]);
+      for (const key of Object.keys(evidence))
+        expectClose(key, (found.evidence as Record<string, unknown>)[key], evidence[key]);
       expect(found.evidence_timestamp_ns).toBe(BigInt(want.evidence_timestamp_ns as number | bigint));
       expect(found.phase_attribution).toEqual(want.phase_attribution);
-      if (found.phase_attribution) expect(Object.keys(found.phase_attribution)).toEqual(Object.keys(want.phase_attribution as JsonObject));
+      if (found.phase_attribution)
+        expect(Object.keys(found.phase_attribution)).toEqual(
+          Object.keys(want.phase_attribution as JsonObject),
+        );
     });
   });
 });
@@ -100,7 +108,9 @@ function gapEvent(index: number, deviceUsed: number, reserved: number, allocated
 
 describe("analyzeGaps classifiers", () => {
   it("finds a transient spike and points at its largest sample", () => {
-    const events = Array.from({ length: 30 }, (_, i) => gapEvent(i, 4 * GiB + (i === 17 ? 3 * GiB : 0), 3 * GiB));
+    const events = Array.from({ length: 30 }, (_, i) =>
+      gapEvent(i, 4 * GiB + (i === 17 ? 3 * GiB : 0), 3 * GiB),
+    );
     const [spike, ...rest] = analyzeGaps(events);
     expect(rest).toEqual([]);
     expect(spike?.classification).toBe("transient_spike");
@@ -124,7 +134,9 @@ describe("analyzeGaps classifiers", () => {
   it("finds a persistent drift with SciPy's statistics", () => {
     const MiB = 1024 ** 2;
     // Expected values from scipy.stats.linregress on the same series.
-    const steady = Array.from({ length: 20 }, (_, i) => gapEvent(i, 2 * GiB + i * 64 * MiB + (i % 3) * MiB, GiB));
+    const steady = Array.from({ length: 20 }, (_, i) =>
+      gapEvent(i, 2 * GiB + i * 64 * MiB + (i % 3) * MiB, GiB),
+    );
     const strong = analyzeGaps(steady).find((f) => f.classification === "persistent_drift");
     expect(strong?.severity).toBe("critical");
     expect(strong?.evidence_timestamp_ns).toBe(BASE_NS + 19n * INTERVAL_NS);
@@ -137,7 +149,9 @@ describe("analyzeGaps classifiers", () => {
     });
     expect(strong?.confidence).toBe(1);
 
-    const noisy = Array.from({ length: 12 }, (_, i) => gapEvent(i, 2 * GiB + i * 4 * MiB + (((i * 7) % 5) - 2) * 8 * MiB, GiB));
+    const noisy = Array.from({ length: 12 }, (_, i) =>
+      gapEvent(i, 2 * GiB + i * 4 * MiB + (((i * 7) % 5) - 2) * 8 * MiB, GiB),
+    );
     const weak = analyzeGaps(noisy).find((f) => f.classification === "persistent_drift");
     expect(weak?.severity).toBe("warning");
     expect(weak?.confidence).toBe(0.608);
@@ -152,7 +166,9 @@ describe("analyzeGaps classifiers", () => {
   });
 
   it("finds fragmentation, clamping allocated-above-reserved samples at zero", () => {
-    const events = Array.from({ length: 10 }, (_, i) => gapEvent(i, 8 * GiB, 6 * GiB, i === 0 ? 7 * GiB : 2 * GiB));
+    const events = Array.from({ length: 10 }, (_, i) =>
+      gapEvent(i, 8 * GiB, 6 * GiB, i === 0 ? 7 * GiB : 2 * GiB),
+    );
     const [found] = analyzeGaps(events);
     expect(found?.classification).toBe("fragmentation_like");
     expect(found?.severity).toBe("critical");
@@ -170,12 +186,18 @@ describe("analyzeGaps classifiers", () => {
     expect(analyzeGaps([gapEvent(0, 8 * GiB, GiB), gapEvent(1, 9 * GiB, GiB)])).toEqual([]);
     const small = Array.from({ length: 30 }, (_, i) => gapEvent(i, GiB + (i === 5 ? 0.7 * GiB : 0), GiB));
     expect(analyzeGaps(small)).toEqual([]);
-    expect(analyzeGaps(small, { thresholds: { gapRatioThreshold: 0.01 } }).map((f) => f.classification)).toEqual([
-      "transient_spike",
-    ]);
-    const noTotal = Array.from({ length: 30 }, (_, i) => ({ ...gapEvent(i, 8 * GiB, GiB), device_total_bytes: null }));
+    expect(
+      analyzeGaps(small, { thresholds: { gapRatioThreshold: 0.01 } }).map((f) => f.classification),
+    ).toEqual(["transient_spike"]);
+    const noTotal = Array.from({ length: 30 }, (_, i) => ({
+      ...gapEvent(i, 8 * GiB, GiB),
+      device_total_bytes: null,
+    }));
     expect(analyzeGaps(noTotal)).toEqual([]);
-    const notSamples = Array.from({ length: 30 }, (_, i) => ({ ...gapEvent(i, 8 * GiB + i, GiB), event_type: "warning" }));
+    const notSamples = Array.from({ length: 30 }, (_, i) => ({
+      ...gapEvent(i, 8 * GiB + i, GiB),
+      event_type: "warning",
+    }));
     expect(analyzeGaps(notSamples)).toEqual([]);
     expect(() => analyzeGaps([], { thresholds: { gapSpikeZscore: Number.NaN } })).toThrow(/gapSpikeZscore/);
     expect(DEFAULT_GAP_THRESHOLDS.gapDriftRSquared).toBe(0.6);
@@ -183,7 +205,9 @@ describe("analyzeGaps classifiers", () => {
 
   it("keeps the classifier order between findings of equal severity and confidence", () => {
     // A fragmented allocator (critical, confidence 1) and one spike (critical, confidence 1).
-    const events = Array.from({ length: 40 }, (_, i) => gapEvent(i, 6 * GiB + (i === 30 ? 1.5 * GiB : 0), 5 * GiB, 2 * GiB));
+    const events = Array.from({ length: 40 }, (_, i) =>
+      gapEvent(i, 6 * GiB + (i === 30 ? 1.5 * GiB : 0), 5 * GiB, 2 * GiB),
+    );
     const findings = analyzeGaps(events);
     expect(findings.map((f) => [f.classification, f.severity, f.confidence])).toEqual([
       ["transient_spike", "critical", 1],
@@ -192,7 +216,9 @@ describe("analyzeGaps classifiers", () => {
   });
 
   it("serialises evidence floats as Python does", () => {
-    const events = Array.from({ length: 30 }, (_, i) => gapEvent(i, 4 * GiB + (i === 17 ? 3 * GiB : 0), 3 * GiB));
+    const events = Array.from({ length: 30 }, (_, i) =>
+      gapEvent(i, 4 * GiB + (i === 17 ? 3 * GiB : 0), 3 * GiB),
+    );
     const [spike] = analyzeGaps(events) as [GapFinding];
     const json = stringifyJson(spike.evidence as unknown as JsonObject);
     expect(json).toBe(

@@ -6,7 +6,9 @@ const FIXTURES = join(import.meta.dirname, "fixtures");
 
 /** Case directories of a golden set copied from the Python reference (see fixtures/README.md). */
 export function goldenCases(set: "cross-rank" | "gap"): string[] {
-  return readdirSync(join(FIXTURES, set)).filter((name) => !name.startsWith(".")).sort();
+  return readdirSync(join(FIXTURES, set))
+    .filter((name) => !name.startsWith("."))
+    .sort();
 }
 
 /** The case's events, decoded losslessly and validated by core, in file order. */
@@ -22,7 +24,9 @@ export function loadExpected(set: string, name: string): JsonValue {
 
 /** Python's `sorted(events, key=timestamp_ns)`: stable. */
 export function sortedByTimestamp(events: readonly TelemetryEvent[]): TelemetryEvent[] {
-  return [...events].sort((a, b) => (a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : 0));
+  return [...events].sort((a, b) =>
+    a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : 0,
+  );
 }
 
 /**

@@ -15,12 +15,21 @@ const BASE_NS = 1_760_000_000_000_000_000n;
 function phaseRecords(total: number): PhaseEventLike[] {
   const events: PhaseEventLike[] = [];
   const perRank = Math.floor(total / RANKS);
-  const leafPaths = [["train", "forward"], ["train", "backward"], ["train", "optimizer_step"]];
+  const leafPaths = [
+    ["train", "forward"],
+    ["train", "backward"],
+    ["train", "optimizer_step"],
+  ];
   for (let rank = 0; rank < RANKS; rank++) {
     const sessionId = `session-rank${rank}`;
     let sequence = 0;
     let t = BASE_NS + BigInt(rank) * 17_000n;
-    const record = (action: "enter" | "exit", path: string[], scopeSequence: number, parent: string | null) => {
+    const record = (
+      action: "enter" | "exit",
+      path: string[],
+      scopeSequence: number,
+      parent: string | null,
+    ) => {
       sequence++;
       events.push({
         session_id: sessionId,
@@ -60,7 +69,9 @@ function phaseRecords(total: number): PhaseEventLike[] {
 const events = phaseRecords(RECORDS);
 const started = performance.now();
 const index = PhaseReplayIndex.fromEvents(events);
-console.log(`built ${index.size} spans from ${events.length} records in ${(performance.now() - started).toFixed(0)} ms (first build)`);
+console.log(
+  `built ${index.size} spans from ${events.length} records in ${(performance.now() - started).toFixed(0)} ms (first build)`,
+);
 
 const lastNs = events[events.length - 1]!.timestamp_ns as bigint;
 const span = Number(lastNs - BASE_NS);
@@ -73,14 +84,18 @@ for (let i = 0; i < QUERIES; i++) {
   queries.push([BASE_NS + BigInt(Math.floor((seed / 2147483648) * span)), `session-rank${rank}`, rank]);
 }
 
-group("phases/replay", () => {
-  bench("phases/replay-build-1M-records", () => do_not_optimize(PhaseReplayIndex.fromEvents(events)));
-});
+// Queries in time order, as analyses issue them (events sorted by timestamp).
+const ordered = [...queries].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
 
 summary(() => {
   let i = 0;
-  bench("phases/replay-resolve", () => {
+  bench("phases/replay-resolve-random", () => {
     const q = queries[i++ & (QUERIES - 1)]!;
+    return do_not_optimize(index.resolve(q[0], q[1], q[2]));
+  });
+  let k = 0;
+  bench("phases/replay-resolve-ordered", () => {
+    const q = ordered[k++ & (QUERIES - 1)]!;
     return do_not_optimize(index.resolve(q[0], q[1], q[2]));
   });
   let j = 0;
@@ -88,6 +103,11 @@ summary(() => {
     const q = queries[j++ & (QUERIES - 1)]!;
     return do_not_optimize(index.activeSpans(q[0], q[1], q[2]));
   });
+});
+
+// Last: builds leave garbage that would disturb the lookups above.
+group("phases/replay", () => {
+  bench("phases/replay-build-1M-records", () => do_not_optimize(PhaseReplayIndex.fromEvents(events)));
 });
 
 await run();

@@ -185,7 +185,10 @@ export function attributeActiveSpans(
 ): PhaseAttribution | null {
   const strategy = options.strategy ?? "deepest_per_thread";
   if (strategy !== "deepest_per_thread") {
-    throw new InvalidConfigError("strategy", `unsupported phase attribution strategy '${String(strategy)}'; use 'deepest_per_thread'.`);
+    throw new InvalidConfigError(
+      "strategy",
+      `unsupported phase attribution strategy '${String(strategy)}'; use 'deepest_per_thread'.`,
+    );
   }
   if (spans.length === 0) return null;
 
@@ -262,7 +265,8 @@ function buildPhaseSummary(spans: readonly PhaseSpan[], phasePaths: readonly str
 export function summarizePhaseAttribution(attribution: PhaseAttribution | null | undefined): string | null {
   if (!attribution) return null;
   if (attribution.phaseSummary !== null) {
-    if (attribution.phaseSummary.source === "heuristic") return `(likely) ${attribution.phaseSummary.phasePath}`;
+    if (attribution.phaseSummary.source === "heuristic")
+      return `(likely) ${attribution.phaseSummary.phasePath}`;
     return attribution.phaseSummary.phasePath;
   }
   return summarizePhaseResolution(attribution.phaseResolution, attribution.phasePath, attribution.phasePaths);

@@ -376,6 +376,7 @@ class SpanGroup {
   private readonly depthOf: Int32Array;
   private readonly threadOf: Float64Array;
   private readonly sequenceOf: Float64Array;
+  #heuristic: Array<PhaseAttribution | undefined> | undefined;
   /** End of the last slot of every full block of BLOCK slots: a cache-friendly first search level. */
   private readonly blockLast: Float64Array;
 
@@ -485,6 +486,30 @@ class SpanGroup {
   }
 
   /**
+   * The unique `heuristic` attribution of a span, built once and frozen: the same span always
+   * yields the same answer, so repeated lookups allocate nothing.
+   */
+  heuristicAttribution(index: number): PhaseAttribution {
+    this.#heuristic ??= new Array(this.spans.length);
+    let attribution = this.#heuristic[index];
+    if (attribution === undefined) {
+      const span = this.spans[index]!;
+      attribution = Object.freeze({
+        phaseResolution: "unique",
+        phaseSource: "heuristic",
+        phasePath: span.phasePath,
+        phasePaths: Object.freeze([span.phasePath]),
+        scopeId: span.scopeId,
+        threadId: span.threadId,
+        threadName: span.threadName,
+        phaseSummary: null,
+      } as const);
+      this.#heuristic[index] = attribution;
+    }
+    return attribution;
+  }
+
+  /**
    * The `deepest_per_thread` winner among `count` hits when the answer is a plain heuristic unique
    * one: all hits on one thread, deepest hits sharing one path, one largest sequence. Returns the
    * span index, or -1 when the general policy must decide (several threads, ambiguity, ties,
@@ -495,7 +520,7 @@ class SpanGroup {
     const depthOf = this.depthOf;
     const first = hits[0]!;
     const thread = threadOf[first]!;
-    if (thread !== thread) return -1; // NaN: bigint thread id
+    if (Number.isNaN(thread)) return -1; // a bigint thread id
     let maxDepth = depthOf[first]!;
     for (let i = 1; i < count; i++) {
       const h = hits[i]!;
@@ -515,10 +540,11 @@ class SpanGroup {
       if (labelOf[h] !== labelOf[winner]) return -1;
       const a = sequenceOf[h]!;
       const b = sequenceOf[winner]!;
-      if (!(a !== b)) return -1; // equal (scope_id decides) or NaN
+      // Equal sequences (scope_id decides) and bigint ones (NaN here) go to the general policy.
+      if (a === b || Number.isNaN(a) || Number.isNaN(b)) return -1;
       if (a > b) winner = h;
     }
-    return sequenceOf[winner]! === sequenceOf[winner]! ? winner : -1;
+    return winner;
   }
 
   /**
@@ -593,14 +619,7 @@ class SpanGroup {
   }
 }
 
-interface Boundary {
-  readonly record: PhaseBoundaryRecord;
-  readonly rank: number;
-}
-
-function compareBoundaries(a: Boundary, b: Boundary): number {
-  const x = a.record;
-  const y = b.record;
+function compareBoundaries(x: PhaseBoundaryRecord, y: PhaseBoundaryRecord): number {
   if (x.timestampNs !== y.timestampNs) return x.timestampNs < y.timestampNs ? -1 : 1;
   if (x.sequence !== y.sequence) return x.sequence < y.sequence ? -1 : 1;
   return comparePythonStrings(x.scopeId, y.scopeId);
@@ -609,7 +628,7 @@ function compareBoundaries(a: Boundary, b: Boundary): number {
 interface GroupInput {
   readonly sessionId: string;
   readonly rank: number;
-  readonly boundaries: Boundary[];
+  readonly boundaries: PhaseBoundaryRecord[];
   endNs: bigint;
 }
 
@@ -640,34 +659,40 @@ export class PhaseReplayIndex implements PhaseResolver {
    */
   static fromEvents(events: Iterable<PhaseEventLike>): PhaseReplayIndex {
     const inputs = new Map<string, Map<number, GroupInput>>();
+    let last: GroupInput | undefined;
     for (const event of events) {
       const sessionId = event.session_id;
       if (typeof sessionId !== "string") continue;
-      const timestampNs = pythonTimestamp(event);
+      const ts = event.timestamp_ns;
+      const timestampNs = typeof ts === "bigint" ? ts : pythonTimestamp(event);
       if (timestampNs === null) continue;
-      const rawRank = event.rank === undefined ? 0 : event.rank;
-      const rank = typeof rawRank === "number" && Number.isSafeInteger(rawRank) && !(event as Container)[FLOAT_KEYS]
-        ? rawRank
-        : coerceRank(rawRank, event);
+      const rawRank = event.rank;
+      const rank =
+        typeof rawRank === "number" && Number.isSafeInteger(rawRank) && !(event as Container)[FLOAT_KEYS]
+          ? rawRank
+          : coerceRank(rawRank === undefined ? 0 : rawRank, event);
       if (rank === null) continue;
-      let byRank = inputs.get(sessionId);
-      if (byRank === undefined) {
-        byRank = new Map();
-        inputs.set(sessionId, byRank);
-      }
-      let input = byRank.get(rank);
+      let input = last !== undefined && last.rank === rank && last.sessionId === sessionId ? last : undefined;
       if (input === undefined) {
-        input = { sessionId, rank, boundaries: [], endNs: timestampNs };
-        byRank.set(rank, input);
-      } else if (timestampNs > input.endNs) {
-        input.endNs = timestampNs;
+        let byRank = inputs.get(sessionId);
+        if (byRank === undefined) {
+          byRank = new Map();
+          inputs.set(sessionId, byRank);
+        }
+        input = byRank.get(rank);
+        if (input === undefined) {
+          input = { sessionId, rank, boundaries: [], endNs: timestampNs };
+          byRank.set(rank, input);
+        }
+        last = input;
       }
+      if (timestampNs > input.endNs) input.endNs = timestampNs;
       const eventType = event.event_type;
       if (!isPhaseEventType(eventType)) continue;
       const scope = scopeOf(event);
       if (scope === null) continue;
       const record = parseScope(scope, eventType, sessionId, timestampNs);
-      if (record !== null) input.boundaries.push({ record, rank });
+      if (record !== null) input.boundaries.push(record);
     }
 
     // Replay group by group in (session_id, rank) order, as the reference's global sort does.
@@ -690,7 +715,7 @@ export class PhaseReplayIndex implements PhaseResolver {
       // Stacks per thread; a Map keeps the reference's dict order (a stack emptied by an exit is
       // removed, so its thread moves to the end when it opens a scope again).
       const stacks = new Map<PhaseThreadId, PhaseBoundaryRecord[]>();
-      for (const { record } of boundaries) {
+      for (const record of boundaries) {
         let stack = stacks.get(record.threadId);
         if (stack === undefined) {
           stack = [];
@@ -814,30 +839,26 @@ export class PhaseReplayIndex implements PhaseResolver {
     originPhaseScopeId?: string | null,
   ): PhaseAttribution | null {
     if (sessionId === null || sessionId === undefined) return null;
-    if (rank !== undefined && rank !== null && (originThreadId === undefined || originThreadId === null) && !originPhaseScopeId) {
+    if (
+      rank !== undefined &&
+      rank !== null &&
+      (originThreadId === undefined || originThreadId === null) &&
+      !originPhaseScopeId
+    ) {
       const group = this.#groups.get(sessionId)?.get(rank);
       if (group === undefined) return null;
       if (this.#scratch.length < group.spans.length) this.#scratch = new Int32Array(group.spans.length);
       const count = group.stab(timestampNs, this.#scratch, 0);
       if (count === 0) return null;
       const winner = group.deepestOnOneThread(this.#scratch, count);
-      if (winner >= 0) {
-        const span = group.spans[winner]!;
-        return {
-          phaseResolution: "unique",
-          phaseSource: "heuristic",
-          phasePath: span.phasePath,
-          phasePaths: [span.phasePath],
-          scopeId: span.scopeId,
-          threadId: span.threadId,
-          threadName: span.threadName,
-          phaseSummary: null,
-        };
-      }
+      if (winner >= 0) return group.heuristicAttribution(winner);
     }
     const spans = this.activeSpans(timestampNs, sessionId, rank);
     if (spans.length === 0) return null;
-    const options: AttributeOptions = { originThreadId: originThreadId ?? null, originPhaseScopeId: originPhaseScopeId ?? null };
+    const options: AttributeOptions = {
+      originThreadId: originThreadId ?? null,
+      originPhaseScopeId: originPhaseScopeId ?? null,
+    };
     return attributeActiveSpans(spans, options);
   }
 
@@ -871,7 +892,10 @@ function originScopeIdOf(event: PhaseEventLike): string | null {
  * `timestamp_ns`, `session_id`, `rank` (default 0; malformed gives null) and its
  * `origin_thread_id`/`origin_phase_scope_id` (top-level or in metadata).
  */
-export function resolvePhaseForEvent(index: PhaseReplayIndex, event: PhaseEventLike): PhaseAttribution | null {
+export function resolvePhaseForEvent(
+  index: PhaseReplayIndex,
+  event: PhaseEventLike,
+): PhaseAttribution | null {
   const timestampNs = pythonTimestamp(event);
   const sessionId = event.session_id;
   if (timestampNs === null || typeof sessionId !== "string") return null;

@@ -56,7 +56,9 @@ describe("phase attribution helpers (reference tests/test_phases.py)", () => {
 
   it("marks an ambiguous single label", () => {
     expect(
-      summarizePhaseAttribution(createPhaseAttribution({ phaseResolution: "ambiguous", phasePaths: ["train / step"] })),
+      summarizePhaseAttribution(
+        createPhaseAttribution({ phaseResolution: "ambiguous", phasePaths: ["train / step"] }),
+      ),
     ).toBe("(ambiguous) train / step");
   });
 
@@ -130,7 +132,11 @@ describe("attributeActiveSpans", () => {
   });
 
   it("picks the deepest span of a single thread, latest (sequence, scope_id) on equal labels", () => {
-    const attribution = attributeActiveSpans([span(["t"], 1), span(["t", "x"], 4, 1, "s:4b"), span(["t", "x"], 4, 1, "s:4c")]);
+    const attribution = attributeActiveSpans([
+      span(["t"], 1),
+      span(["t", "x"], 4, 1, "s:4b"),
+      span(["t", "x"], 4, 1, "s:4c"),
+    ]);
     expect(attribution?.phaseSource).toBe("heuristic");
     expect(attribution?.scopeId).toBe("s:4c");
   });
@@ -166,7 +172,9 @@ describe("payloads, summaries and merges", () => {
     expect(Object.keys(ambiguous ?? {})).toEqual(["phase_resolution", "phase_paths", "phase_summary"]);
     expect(phaseAttributionToPayload(null)).toBeNull();
     expect(
-      phaseAttributionToPayload(createPhaseAttribution({ phaseResolution: "ambiguous", phasePaths: ["", "x"] }))?.phase_paths,
+      phaseAttributionToPayload(
+        createPhaseAttribution({ phaseResolution: "ambiguous", phasePaths: ["", "x"] }),
+      )?.phase_paths,
     ).toEqual(["x"]);
   });
 
@@ -178,7 +186,11 @@ describe("payloads, summaries and merges", () => {
     expect(summarizePhaseAttribution(null)).toBeNull();
     expect(
       summarizePhaseAttribution(
-        createPhaseAttribution({ phaseResolution: "ambiguous", phasePaths: ["a", "b"], phaseSummary: { phasePath: "a", source: "exact" } }),
+        createPhaseAttribution({
+          phaseResolution: "ambiguous",
+          phasePaths: ["a", "b"],
+          phaseSummary: { phasePath: "a", source: "exact" },
+        }),
       ),
     ).toBe("a");
   });
@@ -197,7 +209,12 @@ describe("payloads, summaries and merges", () => {
 
   it("orders strings by code point like Python", () => {
     // U+FF5E (BMP) sorts before U+1F600 (astral) in Python; UTF-16 order says the opposite.
-    expect(["\u{1F600}", "\uFF5E", "b", "a"].sort(comparePythonStrings)).toEqual(["a", "b", "\uFF5E", "\u{1F600}"]);
+    expect(["\u{1F600}", "\uFF5E", "b", "a"].sort(comparePythonStrings)).toEqual([
+      "a",
+      "b",
+      "\uFF5E",
+      "\u{1F600}",
+    ]);
     expect(comparePythonStrings("ab", "a")).toBeGreaterThan(0);
   });
 });

@@ -5,7 +5,9 @@ import { describe, expect, it } from "vitest";
 import { type PhaseEventLike, PhaseReplayIndex, phaseAttributionToPayload } from "../src/index.js";
 
 const DIR = join(import.meta.dirname, "fixtures", "reference-crosscheck");
-const cases = readdirSync(DIR).filter((name) => name.endsWith(".json")).sort();
+const cases = readdirSync(DIR)
+  .filter((name) => name.endsWith(".json"))
+  .sort();
 
 function bigintOf(value: unknown): bigint {
   return typeof value === "bigint" ? value : BigInt(value as number);
@@ -47,9 +49,10 @@ describe("PhaseReplayIndex agrees with the Python reference on random records", 
           query.origin_phase_scope_id as string | null,
         ),
       );
-      expect(got, JSON.stringify({ ...query, expected: undefined, timestamp_ns: String(query.timestamp_ns) })).toEqual(
-        query.expected,
-      );
+      expect(
+        got,
+        JSON.stringify({ ...query, expected: undefined, timestamp_ns: String(query.timestamp_ns) }),
+      ).toEqual(query.expected);
       if (got) expect(Object.keys(got)).toEqual(Object.keys(query.expected as JsonObject));
     }
   });

@@ -73,16 +73,37 @@ function phaseScope(options: {
   };
 }
 
-function enter(timestampNs: bigint, path: string[], scopeId: string, sequence: number, threadId = 11, rank = 0) {
+function enter(
+  timestampNs: bigint,
+  path: string[],
+  scopeId: string,
+  sequence: number,
+  threadId = 11,
+  rank = 0,
+) {
   return makeEvent({
     timestampNs,
     eventType: PHASE_ENTER_EVENT,
     rank,
-    metadata: phaseScope({ action: "enter", name: path[path.length - 1]!, path, scopeId, sequence, threadId }),
+    metadata: phaseScope({
+      action: "enter",
+      name: path[path.length - 1]!,
+      path,
+      scopeId,
+      sequence,
+      threadId,
+    }),
   });
 }
 
-function exit(timestampNs: bigint, path: string[], scopeId: string, sequence: number, threadId = 11, rank = 0) {
+function exit(
+  timestampNs: bigint,
+  path: string[],
+  scopeId: string,
+  sequence: number,
+  threadId = 11,
+  rank = 0,
+) {
   return makeEvent({
     timestampNs,
     eventType: PHASE_EXIT_EVENT,
@@ -173,7 +194,14 @@ describe("PhaseReplayIndex (reference tests/test_phases.py)", () => {
         timestamp_ns: 100n,
         event_type: PHASE_ENTER_EVENT,
         rank: "rank-zero",
-        metadata: phaseScope({ action: "enter", name: "train", path: ["train"], scopeId: "session-1:1", sequence: 1, threadId: 11 }),
+        metadata: phaseScope({
+          action: "enter",
+          name: "train",
+          path: ["train"],
+          scopeId: "session-1:1",
+          sequence: 1,
+          threadId: 11,
+        }),
       },
       makeEvent({ timestampNs: 140n }),
     ];
@@ -186,7 +214,14 @@ describe("PhaseReplayIndex (reference tests/test_phases.py)", () => {
       timestamp_ns: 100n,
       event_type: PHASE_ENTER_EVENT,
       rank: 0,
-      metadata: phaseScope({ action: "exit", name: "train", path: ["train"], scopeId: "session-1:1", sequence: 1, threadId: 11 }),
+      metadata: phaseScope({
+        action: "exit",
+        name: "train",
+        path: ["train"],
+        scopeId: "session-1:1",
+        sequence: 1,
+        threadId: 11,
+      }),
     };
     const index = PhaseReplayIndex.fromEvents([event]);
     expect(isPhaseBoundaryEvent(event)).toBe(false);
@@ -198,7 +233,9 @@ describe("PhaseReplayIndex (reference tests/test_phases.py)", () => {
     const index = PhaseReplayIndex.fromEvents(events);
     expect(index.resolveForEvent({ session_id: "session-1", timestamp_ns: 120n, rank: "zero" })).toBeNull();
     // The same event with a well-formed rank does resolve, so the null above is the rank's doing.
-    expect(index.resolveForEvent({ session_id: "session-1", timestamp_ns: 120n, rank: " 0 " })?.phasePath).toBe("train");
+    expect(
+      index.resolveForEvent({ session_id: "session-1", timestamp_ns: 120n, rank: " 0 " })?.phasePath,
+    ).toBe("train");
   });
 });
 
@@ -258,7 +295,14 @@ describe("PhaseReplayIndex semantics", () => {
   });
 
   it("coerces string ranks and skips boolean ones, like the reference", () => {
-    const scope = phaseScope({ action: "enter", name: "x", path: ["x"], scopeId: "s:1", sequence: 1, threadId: 1 });
+    const scope = phaseScope({
+      action: "enter",
+      name: "x",
+      path: ["x"],
+      scopeId: "s:1",
+      sequence: 1,
+      threadId: 1,
+    });
     const base = { session_id: "s", timestamp_ns: 10n, event_type: PHASE_ENTER_EVENT, metadata: scope };
     const index = PhaseReplayIndex.fromEvents([
       { ...base, rank: " 2 " },
@@ -279,7 +323,10 @@ describe("PhaseReplayIndex semantics", () => {
     expect(parsed?.attributes).toEqual({});
 
     const scope = (good.metadata.phase_scope ?? {}) as Record<string, unknown>;
-    const variant = (patch: Record<string, unknown>) => ({ ...good, metadata: { phase_scope: { ...scope, ...patch } } });
+    const variant = (patch: Record<string, unknown>) => ({
+      ...good,
+      metadata: { phase_scope: { ...scope, ...patch } },
+    });
     expect(parsePhaseBoundary(variant({ name: "  " }))).toBeNull();
     expect(parsePhaseBoundary(variant({ path: ["", 3] }))).toBeNull();
     expect(parsePhaseBoundary(variant({ sequence: 1.5 }))).toBeNull();
@@ -321,9 +368,54 @@ describe("PhaseReplayIndex semantics", () => {
     expect(index.resolve(3n, "session-1", 0)).toBeNull();
   });
 
+  it("keeps thread ids and sequences beyond 2^53 exact (bigint)", () => {
+    const big = 2n ** 60n;
+    const record = (
+      action: "enter" | "exit",
+      t: bigint,
+      path: string[],
+      scopeId: string,
+      sequence: bigint,
+    ) => ({
+      session_id: "s",
+      timestamp_ns: t,
+      event_type: `phase_${action}`,
+      rank: 0,
+      metadata: {
+        phase_scope: {
+          action,
+          name: path[path.length - 1]!,
+          path,
+          scope_id: scopeId,
+          thread_id: big + 1n,
+          thread_name: "t",
+          sequence,
+        },
+      },
+    });
+    const index = PhaseReplayIndex.fromEvents([
+      record("enter", 10n, ["a"], "s:1", big + 1n),
+      record("enter", 20n, ["a", "b"], "s:2", big + 2n),
+      record("enter", 20n, ["a", "c"], "s:3", big + 3n),
+      record("exit", 30n, ["a", "c"], "s:3", big + 4n),
+    ]);
+    const spans = index.activeSpans(25n, "s", 0);
+    // Reference order: by (start, end), closed spans before synthetic ones on ties.
+    expect(spans.map((span) => span.sequence)).toEqual([big + 1n, big + 3n, big + 2n]);
+    const attribution = index.resolve(25n, "s", 0);
+    expect(attribution).toEqual(attributeActiveSpans(spans));
+    expect(attribution?.phaseSummary?.phasePath).toBe("a / c");
+    expect(index.resolve(25n, "s", 0, big + 1n)?.scopeId).toBe("s:3"); // thread_local: most recent
+    expect(index.resolve(15n, "s", 0)?.threadId).toBe(big + 1n);
+  });
+
   it("distinguishes timestamps one nanosecond apart near 1.7e18", () => {
     const t = 1_760_000_000_123_456_789n;
-    const events = [enter(t, ["a"], "s:1", 1), exit(t + 1n, ["a"], "s:1", 2), makeEvent({ timestampNs: t + 1000n })];
+    const events = [
+      enter(t, ["a"], "s:1", 1),
+      exit(t + 1n, ["a"], "s:1", 2),
+      makeEvent({ timestampNs: t + 1000n }),
+    ];
     const index = PhaseReplayIndex.fromEvents(events);
     expect(index.resolve(t - 1n, "session-1", 0)).toBeNull();
     expect(index.resolve(t, "session-1", 0)?.phasePath).toBe("a");

@@ -30,7 +30,8 @@ export type IoOp =
   | { readonly op: "write"; readonly fd: number; readonly data: Buffer; readonly position: number }
   | { readonly op: "truncate"; readonly fd: number; readonly size: number }
   | { readonly op: "fsync"; readonly fd: number }
-  | { readonly op: "close"; readonly fd: number }
+  /** Closes a descriptor, first syncing it when `fsync` (the file is closed even if the sync fails). */
+  | { readonly op: "close"; readonly fd: number; readonly fsync: boolean }
   | { readonly op: "unlink"; readonly path: string }
   | { readonly op: "nlink"; readonly fd: number }
   | { readonly op: "manifest"; readonly dir: string; readonly text: string; readonly fsync: boolean };
@@ -95,7 +96,11 @@ export function execAsync(op: IoOp): Promise<IoResult> {
           fsync(op.fd, (error) => settle(error));
           return;
         case "close":
-          close(op.fd, (error) => settle(error));
+          if (!op.fsync) {
+            close(op.fd, (error) => settle(error));
+            return;
+          }
+          fsync(op.fd, (syncError) => close(op.fd, (error) => settle(syncError ?? error)));
           return;
         case "unlink":
           unlink(op.path, (error) =>
@@ -143,7 +148,11 @@ export function execSync(op: IoOp): IoResult {
         fsyncSync(op.fd);
         return IO_OK;
       case "close":
-        closeSync(op.fd);
+        try {
+          if (op.fsync) fsyncSync(op.fd);
+        } finally {
+          closeSync(op.fd);
+        }
         return IO_OK;
       case "unlink":
         try {

@@ -23,8 +23,18 @@ class StringCache {
   }
 }
 
-function int(value: number | null): string {
-  return value === null ? "null" : String(value);
+/** An integer field's last value and its text: counters such as the device total rarely change. */
+class IntCache {
+  private last: number | null | undefined = undefined;
+  private text = "";
+
+  get(value: number | null): string {
+    if (value !== this.last) {
+      this.last = value;
+      this.text = value === null ? "null" : String(value);
+    }
+    return this.text;
+  }
 }
 
 /** Keys that sort differently by UTF-16 unit and by code point need core's slow path. */
@@ -44,6 +54,14 @@ export class LineEncoder {
   private readonly host = new StringCache();
   private readonly jobId = new StringCache();
   private readonly sessionId = new StringCache();
+  private readonly active = new IntCache();
+  private readonly allocated = new IntCache();
+  private readonly change = new IntCache();
+  private readonly inactive = new IntCache();
+  private readonly reserved = new IntCache();
+  private readonly free = new IntCache();
+  private readonly total = new IntCache();
+  private readonly used = new IntCache();
 
   private keys: string[] = [];
   private order: number[] = [];
@@ -55,17 +73,17 @@ export class LineEncoder {
     const metadata = this.metadata(record.metadata);
     if (metadata === undefined) return encodeTelemetryRecord(record);
     return (
-      `{"allocator_active_bytes": ${int(record.allocator_active_bytes)}` +
-      `, "allocator_allocated_bytes": ${int(record.allocator_allocated_bytes)}` +
-      `, "allocator_change_bytes": ${int(record.allocator_change_bytes)}` +
-      `, "allocator_inactive_bytes": ${int(record.allocator_inactive_bytes)}` +
-      `, "allocator_reserved_bytes": ${int(record.allocator_reserved_bytes)}` +
+      `{"allocator_active_bytes": ${this.active.get(record.allocator_active_bytes)}` +
+      `, "allocator_allocated_bytes": ${this.allocated.get(record.allocator_allocated_bytes)}` +
+      `, "allocator_change_bytes": ${this.change.get(record.allocator_change_bytes)}` +
+      `, "allocator_inactive_bytes": ${this.inactive.get(record.allocator_inactive_bytes)}` +
+      `, "allocator_reserved_bytes": ${this.reserved.get(record.allocator_reserved_bytes)}` +
       `, "collector": ${this.collector.get(record.collector)}` +
       `, "context": ${this.context.get(record.context)}` +
-      `, "device_free_bytes": ${int(record.device_free_bytes)}` +
+      `, "device_free_bytes": ${this.free.get(record.device_free_bytes)}` +
       `, "device_id": ${record.device_id}` +
-      `, "device_total_bytes": ${int(record.device_total_bytes)}` +
-      `, "device_used_bytes": ${int(record.device_used_bytes)}` +
+      `, "device_total_bytes": ${this.total.get(record.device_total_bytes)}` +
+      `, "device_used_bytes": ${this.used.get(record.device_used_bytes)}` +
       `, "event_type": ${this.eventType.get(record.event_type)}` +
       `, "host": ${this.host.get(record.host)}` +
       `, "job_id": ${this.jobId.get(record.job_id)}` +

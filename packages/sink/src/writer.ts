@@ -72,10 +72,12 @@ class Barrier {
 type QueueEntry = TelemetryEvent | Barrier;
 type Work = Generator<IoOp, void, IoResult>;
 
-/** Encoded records of one session waiting to be written together (one or more reference "flushes"). */
+/**
+ * Encoded records of one session waiting to be written together (one or more reference "flushes"):
+ * the first `bytes` bytes of the writer's chunk buffer.
+ */
 interface PendingWrite {
   readonly sessionId: string;
-  text: string;
   events: number;
   bytes: number;
   /** Per flush unit: [events, bytes]; rollover and retention are checked after each, as the reference does. */
@@ -84,8 +86,17 @@ interface PendingWrite {
   endsSegment: boolean;
 }
 
-/** A write in flight, so the `exit` path can redo it (positional writes make that harmless). */
-const MAX_CHUNK_BYTES = 16 << 20;
+type Latin1Writer = { latin1Write?: (text: string, offset: number) => number };
+/** `buffer.write(text, offset, "latin1")` without its argument juggling (Node's own fast method when present). */
+const latin1Write: (buffer: Buffer, text: string, offset: number) => number =
+  typeof (Buffer.prototype as Latin1Writer).latin1Write === "function"
+    ? (buffer, text, offset) => (buffer as Latin1Writer).latin1Write!(text, offset)
+    : (buffer, text, offset) => buffer.write(text, offset, "latin1");
+
+/** Pending bytes that start a write without waiting for the rest of the queue. */
+const WRITE_AT_BYTES = 4 << 20;
+/** A chunk buffer grown beyond this by a burst is replaced by a small one once it is empty. */
+const KEEP_CHUNK_BYTES = 16 << 20;
 const STRUCTURAL = 2;
 const COUNTS = 1;
 
@@ -116,8 +127,11 @@ export class TelemetrySink {
   private queuedRecords = 0;
   private barriersQueued = 0;
 
-  // Encoded lines not yet flushed (the reference's buffer): fewer than flushEveryEvents.
-  private bufferText = "";
+  // Encoded lines go straight into one reused byte buffer: first the pending write, then the lines
+  // not yet flushed (the reference's buffer, fewer than flushEveryEvents). Building strings and
+  // converting them later costs several times more, most of it in garbage collection.
+  private chunk = Buffer.allocUnsafeSlow(1 << 20);
+  private chunkLength = 0;
   private bufferCount = 0;
   private bufferBytes = 0;
   private bufferSession: string | null = null;
@@ -134,7 +148,6 @@ export class TelemetrySink {
   private inflightOp: IoOp | null = null;
   private idleWaiters: (() => void)[] = [];
   private tickTimer: TimerHandle | null = null;
-  private kickTimer: TimerHandle | null = null;
   private manifestDirty = 0;
   private needsMkdir = false;
   private needsRecovery = false;
@@ -432,7 +445,11 @@ export class TelemetrySink {
 
   // ---------------------------------------------------------------- scheduling
 
-  /** Starts the writer soon (a 0 ms timer), or now for `flush`/`close`. */
+  /**
+   * Starts the writer once the caller's current synchronous work is done (a microtask: never inside
+   * `append`, and before the next event-loop turn, so a fast producer cannot outrun it), or now for
+   * `flush`/`close`.
+   */
   private kick(now = false): void {
     if (this.finalized) return;
     if (now) {
@@ -442,11 +459,10 @@ export class TelemetrySink {
     // While the disk fails, the retry timer drives the writer; records just wait (bounded).
     if (this.kickPending || this.pumpRunning || this.consecutiveFailures > 0) return;
     this.kickPending = true;
-    this.kickTimer = this.config.scheduler.setTimeout(() => {
-      this.kickTimer = null;
+    queueMicrotask(() => {
       this.kickPending = false;
       this.startPump();
-    }, 0);
+    });
   }
 
   private ensureTick(): void {
@@ -475,10 +491,7 @@ export class TelemetrySink {
 
   private cancelTimers(): void {
     if (this.tickTimer !== null) this.config.scheduler.clearTimeout(this.tickTimer);
-    if (this.kickTimer !== null) this.config.scheduler.clearTimeout(this.kickTimer);
     this.tickTimer = null;
-    this.kickTimer = null;
-    this.kickPending = false;
   }
 
   private nowMs(): number {
@@ -502,11 +515,6 @@ export class TelemetrySink {
 
   private startPump(): void {
     if (this.pumpRunning || this.finalized) return;
-    if (this.kickTimer !== null) {
-      this.config.scheduler.clearTimeout(this.kickTimer);
-      this.kickTimer = null;
-      this.kickPending = false;
-    }
     this.pumpRunning = true;
     const token = ++this.pumpToken;
     const work = this.work();
@@ -592,13 +600,13 @@ export class TelemetrySink {
       if (this.bufferCount > 0 && this.bufferSession !== entry.session_id) this.flushUnit();
       if (this.pending !== null && this.pending.sessionId !== entry.session_id) yield* this.writePending();
       this.bufferSession = entry.session_id;
-      this.bufferText += `${line}\n`;
+      this.appendLine(line);
       this.bufferCount++;
       this.bufferBytes += line.length + 1;
       if (this.bufferCount >= flushEvery) {
         this.flushUnit();
         const pending = this.pending;
-        if (pending !== null && (pending.endsSegment || pending.bytes >= MAX_CHUNK_BYTES)) {
+        if (pending !== null && (pending.endsSegment || pending.bytes >= WRITE_AT_BYTES)) {
           yield* this.writePending();
           if (this.inBackoff()) return this.requeue(entries, i + 1);
         }
@@ -645,10 +653,30 @@ export class TelemetrySink {
   }
 
   private clearUnwritten(): void {
-    this.bufferText = "";
+    this.chunkLength = 0;
     this.bufferCount = 0;
     this.bufferBytes = 0;
     this.pending = null;
+  }
+
+  /** Copies a line (ASCII by construction: ensure_ascii escaping) and its newline into the chunk. */
+  private appendLine(line: string): void {
+    const needed = this.chunkLength + line.length + 1;
+    if (needed > this.chunk.length) {
+      const grown = Buffer.allocUnsafeSlow(Math.max(needed, this.chunk.length * 2));
+      this.chunk.copy(grown, 0, 0, this.chunkLength);
+      this.chunk = grown;
+    }
+    this.chunkLength += latin1Write(this.chunk, line, this.chunkLength);
+    this.chunk[this.chunkLength++] = 0x0a;
+  }
+
+  /** Drops the first `bytes` of the chunk (written or given up), keeping the lines after them. */
+  private consumeChunk(bytes: number): void {
+    if (bytes < this.chunkLength) this.chunk.copy(this.chunk, 0, bytes, this.chunkLength);
+    this.chunkLength -= bytes;
+    // A burst may have grown the buffer; give the memory back once it is idle.
+    if (this.chunkLength === 0 && this.chunk.length > KEEP_CHUNK_BYTES) this.chunk = Buffer.allocUnsafeSlow(1 << 20);
   }
 
   private encode(record: TelemetryEvent): string | undefined {
@@ -682,21 +710,19 @@ export class TelemetrySink {
     const sessionId = this.bufferSession!;
     let pending = this.pending;
     if (pending === null) {
-      pending = { sessionId, text: "", events: 0, bytes: 0, units: [], endsSegment: false };
+      pending = { sessionId, events: 0, bytes: 0, units: [], endsSegment: false };
       this.pending = pending;
     }
     const current = this.current;
     const reuse = current !== null && !current.closed && current.session_id === sessionId;
     const baseEvents = (reuse ? current.event_count : 0) + pending.events + this.bufferCount;
     const baseBytes = (reuse ? current.size_bytes : 0) + pending.bytes + this.bufferBytes;
-    pending.text += this.bufferText;
     pending.events += this.bufferCount;
     pending.bytes += this.bufferBytes;
     pending.units.push([this.bufferCount, this.bufferBytes]);
     if (baseEvents >= this.config.rolloverMaxEvents || baseBytes >= this.config.rolloverMaxBytes) {
       pending.endsSegment = true;
     }
-    this.bufferText = "";
     this.bufferCount = 0;
     this.bufferBytes = 0;
   }
@@ -711,12 +737,18 @@ export class TelemetrySink {
       if (segment !== null && !segment.closed) yield* this.closeSegment(segment);
       if (this.needsMkdir) {
         const made = yield { op: "mkdir", path: this.rootDir };
-        if (!made.ok) return this.failWrite(made.error, pending, "create the sink directory");
+        if (!made.ok) {
+          this.consumeChunk(pending.bytes);
+          return this.failWrite(made.error, pending, "create the sink directory");
+        }
         this.needsMkdir = false;
       }
       const filename = segmentFilename(this.nextSegmentIndex);
       const opened = yield { op: "open", path: join(this.rootDir, filename) };
-      if (!opened.ok) return this.failWrite(opened.error, pending, `create ${filename}`);
+      if (!opened.ok) {
+        this.consumeChunk(pending.bytes);
+        return this.failWrite(opened.error, pending, `create ${filename}`);
+      }
       this.nextSegmentIndex++;
       segment = { filename, event_count: 0, size_bytes: 0, closed: false, session_id: pending.sessionId };
       this.segments.push(segment);
@@ -725,12 +757,9 @@ export class TelemetrySink {
       this.manifestDirty = STRUCTURAL;
     }
     const fd = this.fd!;
-    const data = Buffer.from(pending.text, "utf8");
-    if (data.length !== pending.bytes) {
-      // Lines are ASCII by construction (ensure_ascii escaping); keep the byte count exact regardless.
-      pending.units[pending.units.length - 1]![1] += data.length - pending.bytes;
-    }
-    const written = yield { op: "write", fd, data, position: segment.size_bytes };
+    const written = yield { op: "write", fd, data: this.chunk.subarray(0, pending.bytes), position: segment.size_bytes };
+    // The write is over (or given up): its bytes leave the chunk.
+    this.consumeChunk(pending.bytes);
     if (!written.ok) {
       // Cut back what part of the chunk may have reached the file, and start a new segment later.
       yield { op: "truncate", fd, size: segment.size_bytes };
@@ -796,11 +825,8 @@ export class TelemetrySink {
       const fd = this.fd;
       this.fd = null;
       this.current = null;
-      if (sync && this.config.fsync !== "never") {
-        const synced = yield { op: "fsync", fd };
-        if (!synced.ok) this.recordFailure(synced.error, `fsync ${segment.filename}`);
-      }
-      yield { op: "close", fd };
+      const closed = yield { op: "close", fd, fsync: sync && this.config.fsync !== "never" };
+      if (!closed.ok && sync) this.recordFailure(closed.error, `fsync ${segment.filename}`);
     }
     if (this.current === segment) this.current = null;
     segment.closed = true;
@@ -838,7 +864,7 @@ export class TelemetrySink {
         // The file (or the whole directory) was deleted: what it held is gone.
         this.fd = null;
         this.current = null;
-        yield { op: "close", fd };
+        yield { op: "close", fd, fsync: false };
         this.segments.splice(this.segments.indexOf(segment), 1);
         this.droppedIo += segment.event_count;
         this.written -= segment.event_count;

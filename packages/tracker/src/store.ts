@@ -190,11 +190,17 @@ export class EventStore {
     const c = this.counters;
     const change = this.changes[slot] as number;
     if (context.schemaVersion === 3) {
-      const allocated = c[row] as number;
-      const reserved = c[row + 1] as number;
+      // v3 has no null for these three: derive an unread one as the reference's own collectors and
+      // loaders do (allocated from device used, reserved from allocated, device used = max of both)
+      // rather than invent a zero; the `supports_*` metadata keys say what was really measured.
+      const readAllocated = c[row] as number;
+      const readReserved = c[row + 1] as number;
+      const readUsed = c[row + 4] as number;
+      const allocated = firstMeasured(readAllocated, readUsed, readReserved);
+      const reserved = Number.isNaN(readReserved) ? allocated : readReserved;
+      const used = Number.isNaN(readUsed) ? Math.max(allocated, reserved) : readUsed;
       const active = c[row + 2] as number;
       const inactive = c[row + 3] as number;
-      const used = c[row + 4] as number;
       const free = c[row + 5] as number;
       const total = c[row + 6] as number;
       return {
@@ -211,12 +217,12 @@ export class EventStore {
         local_rank: context.localRank,
         world_size: context.worldSize,
         device_id: group.deviceId,
-        allocator_allocated_bytes: Number.isNaN(allocated) ? 0 : allocated,
-        allocator_reserved_bytes: Number.isNaN(reserved) ? 0 : reserved,
+        allocator_allocated_bytes: allocated,
+        allocator_reserved_bytes: reserved,
         allocator_active_bytes: Number.isNaN(active) ? null : active,
         allocator_inactive_bytes: Number.isNaN(inactive) ? null : inactive,
         allocator_change_bytes: Number.isNaN(change) ? 0 : change,
-        device_used_bytes: Number.isNaN(used) ? 0 : used,
+        device_used_bytes: used,
         device_free_bytes: Number.isNaN(free) ? null : free,
         device_total_bytes: Number.isNaN(total) ? null : total,
         context: recordContext,
@@ -251,4 +257,10 @@ export class EventStore {
       metadata,
     };
   }
+}
+
+/** The first counter that was read (NaN marks unread), else 0. */
+function firstMeasured(...values: number[]): number {
+  for (const value of values) if (!Number.isNaN(value)) return value;
+  return 0;
 }

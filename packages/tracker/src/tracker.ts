@@ -1,3 +1,4 @@
+import { writeFileSync } from "node:fs";
 import { hostname as osHostname } from "node:os";
 import {
   type Clock,
@@ -6,10 +7,12 @@ import {
   DEFAULT_SCHEMA_VERSION,
   type DistributedIdentity,
   type DistributedIdentityInput,
+  encodeTelemetryRecord,
   finalizeSessionSummary,
   formatBytes,
   InvalidConfigError,
   type JsonObject,
+  type JsonValue,
   type MemoryCollector,
   type MemoryReading,
   type PhaseHost,
@@ -19,6 +22,7 @@ import {
   type Scheduler,
   type SessionStatus,
   type SessionSummary,
+  stringifyJson,
   systemClock,
   systemScheduler,
   type TelemetryEvent,
@@ -247,6 +251,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private running = false;
   private generation = 0;
   private timer: TimerHandle | null = null;
+  /** The asynchronous sampling iteration in progress, if any. */
+  private busy: Promise<void> | null = null;
   private stopping: Promise<void> | null = null;
   private session: SessionSummary | null = null;
   private writer: TelemetryWriter | null = null;
@@ -446,6 +452,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       this.scheduler.clearTimeout(this.timer);
       this.timer = null;
     }
+    this.busy = null;
     const ts = this.clock.nowNs();
     const reading = this.boundaryReading(this.primary) ?? this.primary.lastReading;
     this.emit(this.primary, "stop", ts, reading, 0, "Memory tracking stopped", undefined);
@@ -561,6 +568,11 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       const elapsedMs = Number(this.clock.nowNs() - startedNs) / 1e6;
       this.schedule(Math.max(backoffMs, this.samplingIntervalMs - elapsedMs, 0));
     };
+    // A `sampleNow()` still reading: this tick is skipped rather than overlapping it.
+    if (this.busy !== null) {
+      next();
+      return;
+    }
     let pending: Promise<void> | undefined;
     try {
       pending = this.iteration();
@@ -573,9 +585,13 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       next();
       return;
     }
-    void pending.then(
-      () => next(),
+    this.busy = pending.then(
+      () => {
+        this.busy = null;
+        next();
+      },
       (error: unknown) => {
+        this.busy = null;
         this.trackingError(error);
         next(1_000);
       },
@@ -583,16 +599,31 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   }
 
   /**
-   * Takes one sample of every collector now, as a timer tick would, and records its events.
-   * Resolves when they are recorded. Useful at the end of a step and in tests.
+   * Takes one sample of every collector now, as a timer tick would, and records its events (after
+   * a tick still reading, if any). Resolves when they are recorded. Useful at the end of a step.
    */
   async sampleNow(): Promise<void> {
+    while (this.busy !== null) await this.busy;
     if (!this.running) return;
+    let pending: Promise<void> | undefined;
     try {
-      await this.iteration();
+      pending = this.iteration();
     } catch (error) {
       this.trackingError(error);
+      return;
     }
+    if (pending === undefined) return;
+    const done = pending.then(
+      () => {
+        this.busy = null;
+      },
+      (error: unknown) => {
+        this.busy = null;
+        this.trackingError(error);
+      },
+    );
+    this.busy = done;
+    await done;
   }
 
   private trackingError(error: unknown): void {
@@ -1291,6 +1322,22 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     return timeline;
   }
 
+  /**
+   * Writes the records kept in memory to a file: `jsonl` (one canonical sink line per record, what
+   * the loaders and the Python reference read) or `json` (an array, indented). Returns how many.
+   */
+  exportEvents(path: string, format: "json" | "jsonl" = "jsonl"): number {
+    const events = this.getEvents();
+    if (format === "jsonl") {
+      writeFileSync(path, events.map((event) => `${encodeTelemetryRecord(event)}\n`).join(""), "utf8");
+    } else if (format === "json") {
+      writeFileSync(path, `${stringifyJson(events as unknown as JsonValue, { indent: 2 })}\n`, "utf8");
+    } else {
+      throw new InvalidConfigError("format", `Unsupported format: ${String(format)}; use "json" or "jsonl"`);
+    }
+    return events.length;
+  }
+
   // ------------------------------------------------------------------ OOM
 
   /**
@@ -1319,6 +1366,15 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
    * flight recorder is enabled, writes a dump bundle. Returns the bundle's path or null. Never throws.
    */
   handleError(error: unknown, options: OOMCaptureOptions = {}): string | null {
+    try {
+      return this.recordOOM(error, options);
+    } catch (failure) {
+      this.logger.warn(`handling an error failed: ${describe(failure)}`);
+      return null;
+    }
+  }
+
+  private recordOOM(error: unknown, options: OOMCaptureOptions): string | null {
     const classification = classifyOOMError(error);
     if (!classification.isOOM || classification.reason === null) return null;
     const group = this.primary;

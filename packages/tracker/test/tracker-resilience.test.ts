@@ -1,4 +1,8 @@
 // Ports of the reference's tests/test_tracker_resilience.py, on fake time.
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { decodeTelemetryLine } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
 import { FakeWriter, failure, full, makeTracker, reading, SequencedCollector, types } from "./helpers.js";
 
@@ -116,6 +120,45 @@ describe("collector health (reference test_tracker_resilience)", () => {
     expect(events[0]?.context).toBe("Collector degraded; telemetry is partial.");
     expect(events[0]?.metadata.collector_degradation_reason).toBe("total unavailable; stats unavailable");
     expect(tracker.getStatistics().collectorHealthStatus).toBe("degraded");
+  });
+
+  it("keeps health metadata in exports", async () => {
+    const partial = {
+      kind: "partial" as const,
+      reading: reading({ allocated: 256, reserved: 256, total: null }),
+      missing: ["device_total_bytes", "device_free_bytes"] as ("device_total_bytes" | "device_free_bytes")[],
+      reason: "total unavailable",
+    };
+    const collector = new SequencedCollector([full(reading({ allocated: 256, reserved: 256 })), partial]);
+    const { tracker } = makeTracker([collector], {}, 40);
+    await tracker.start();
+    await tracker.sampleNow();
+    await tracker.sampleNow();
+    const dir = mkdtempSync(join(tmpdir(), "stormlog-export-"));
+    try {
+      expect(tracker.exportEvents(join(dir, "events.jsonl"))).toBe(5);
+      const lines = readFileSync(join(dir, "events.jsonl"), "utf8").trim().split("\n");
+      const decoded = lines.map((line) => decodeTelemetryLine(line));
+      expect(decoded.map((r) => r.event_type)).toEqual([
+        "start",
+        "peak",
+        "sample",
+        "collector_degraded",
+        "sample",
+      ]);
+      expect(decoded[4]?.metadata.collector_partial_fields).toEqual([
+        "device_total_bytes",
+        "device_free_bytes",
+      ]);
+      tracker.exportEvents(join(dir, "events.json"), "json");
+      const json = readFileSync(join(dir, "events.json"), "utf8");
+      expect(json).toContain('"collector_health_status": "degraded"');
+      expect(() => tracker.exportEvents(join(dir, "x.csv"), "csv" as never)).toThrow(
+        /Unsupported format: csv/,
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("puts the six health keys on every record", async () => {

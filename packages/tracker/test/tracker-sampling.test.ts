@@ -397,7 +397,7 @@ describe("records", () => {
     }
   });
 
-  it("writes nulls for unsupported counters in v4 and zeros in v3", async () => {
+  it("writes nulls for unsupported counters in v4 and the reference's derived values in v3", async () => {
     const caps = {
       ...noCapabilities("tensorflow", "stormlog.tfjs_tracker", "tf.memory"),
       supports_allocator_allocated: true,
@@ -413,8 +413,9 @@ describe("records", () => {
       await tracker.start();
       await tracker.sampleNow();
       const sample = tracker.getEvents({ eventType: "sample" })[0];
-      expect(sample?.allocator_reserved_bytes).toBe(schemaVersion === 3 ? 0 : null);
-      expect(sample?.device_used_bytes).toBe(schemaVersion === 3 ? 0 : null);
+      // v3 cannot hold null: reserved falls back to allocated, device used to max(allocated, reserved).
+      expect(sample?.allocator_reserved_bytes).toBe(schemaVersion === 3 ? 10 : null);
+      expect(sample?.device_used_bytes).toBe(schemaVersion === 3 ? 10 : null);
       expect(sample?.device_total_bytes).toBeNull();
     }
   });

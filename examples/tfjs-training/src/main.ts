@@ -1,0 +1,113 @@
+/**
+ * The Stormlog demo: a TensorFlow.js training job tracked phase by phase, then analysed.
+ *
+ *   pnpm start [-- --leak] [--out DIR] [--json FILE] [--epochs N] [--batches N]
+ *
+ * --leak   forget to dispose an intermediate tensor in `forward`; the analysis names the phase.
+ * --out    the sink directory (default ./stormlog-sink; STORMLOG_SINK_DIR also sets it).
+ * --json   also write the analysis as JSON to FILE.
+ */
+import { writeFileSync } from "node:fs";
+import { relative, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { tfjsCollector } from "@stormlog/adapter-tfjs";
+import { analyzeTelemetry, formatReportText, reportToJson } from "@stormlog/analysis";
+import { MemoryTracker, processCollector } from "@stormlog/tracker";
+import { loadTensorFlow } from "./tfjs.js";
+import { buildModel, DEFAULT_CONFIG, SyntheticData, type TrainConfig, trainCustomLoop, trainWithFit } from "./train.js";
+
+const { values: args } = parseArgs({
+  options: {
+    leak: { type: "boolean", default: false },
+    out: { type: "string" },
+    json: { type: "string" },
+    epochs: { type: "string" },
+    batches: { type: "string" },
+    quiet: { type: "boolean", default: false },
+  },
+});
+
+function count(text: string | undefined, fallback: number, name: string): number {
+  if (text === undefined) return fallback;
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < 1) {
+    console.error(`--${name} must be a whole number >= 1, got ${text}`);
+    process.exit(1);
+  }
+  return value;
+}
+
+const config: TrainConfig = {
+  ...DEFAULT_CONFIG,
+  epochs: count(args.epochs, DEFAULT_CONFIG.epochs, "epochs"),
+  batchesPerEpoch: count(args.batches, DEFAULT_CONFIG.batchesPerEpoch, "batches"),
+  leak: args.leak ?? false,
+};
+const sinkDir = resolve(args.out ?? process.env.STORMLOG_SINK_DIR ?? "stormlog-sink");
+// Paths and commands are shown relative to where the user typed the command (pnpm sets INIT_CWD).
+const userCwd = process.env.INIT_CWD ?? process.cwd();
+const shown = (path: string) => relative(userCwd, path) || ".";
+const log = args.quiet ? () => undefined : (line = "") => console.log(line);
+
+const { tf, packageName } = await loadTensorFlow();
+const model = buildModel(tf, config);
+const optimizer = tf.train.adam(0.01);
+const data = new SyntheticData(tf, config);
+
+// Both collectors read the host (device -1), so each sample is one record: tfjs's tensor bytes as
+// allocated (read again at every phase boundary) and the process's resident set as reserved.
+const tracker = new MemoryTracker({
+  collectors: [tfjsCollector(tf), processCollector()],
+  samplingIntervalMs: 100,
+  sink: { rootDir: sinkDir },
+});
+
+log("Stormlog: where the memory of a TensorFlow.js training job goes, phase by phase.");
+log();
+log(`  TensorFlow.js   ${packageName}, backend ${tf.getBackend()}`);
+log(
+  `  model           MLP ${config.features} → ${config.hidden} → ${config.hidden} → ${config.classes}, ` +
+    `${model.countParams().toLocaleString("en-US")} parameters, Adam, batch ${config.batchSize}`,
+);
+log("  collectors      tf.memory() (tensor bytes, every sample and phase boundary), process RSS");
+log(`  sampling        every ${tracker.samplingIntervalMs} ms, into the sink ${shown(sinkDir)}`);
+if (config.leak) log("  --leak          `forward` forgets to dispose the standardised inputs, every step");
+log();
+
+await tracker.start();
+const sessionId = tracker.getSessionSummary()?.session_id ?? "";
+
+log(
+  `▶ custom loop: ${config.epochs} epochs × ${config.batchesPerEpoch} batches, phases ` +
+    "train / load_batch, forward, backward, optimizer_step",
+);
+await trainCustomLoop(tf, tracker, model, optimizer, data, config, (epoch, loss) =>
+  log(`    epoch ${epoch + 1}  loss ${loss.toFixed(3)}  tensors ${tf.memory().numTensors}`),
+);
+
+log("▶ model.fit with stormlogCallback(tracker): phases fit / epoch / batch");
+await trainWithFit(tf, tracker, model, data, config, (epoch, loss) =>
+  log(`    epoch ${epoch + 1}  loss ${loss.toFixed(3)}  tensors ${tf.memory().numTensors}`),
+);
+
+await tracker.stop();
+const stats = tracker.getStatistics();
+data.dispose();
+
+const report = await analyzeTelemetry(sinkDir, { sessionId });
+log();
+log("── stormlog analyze ────────────────────────────────────────────────────────");
+log(formatReportText(report));
+if (args.json !== undefined) writeFileSync(args.json, `${reportToJson(report)}\n`);
+
+const sink = shown(sinkDir);
+log("────────────────────────────────────────────────────────────────────────────");
+log(`Telemetry: ${sink}  (session ${sessionId}, ${stats.totalEvents} records, schema v3:`);
+log("           the Python Stormlog reads it too)");
+log();
+log("Next (after `pnpm build`, from the repository root):");
+log(`  pnpm exec stormlog analyze ${sink} --format json   the same analysis as JSON`);
+log(`  pnpm exec stormlog sessions ${sink}                 every run recorded in this sink`);
+log(`  pnpm exec stormlog export ${sink} --format perfetto --output trace.json`);
+log("                                                      phases and memory on a timeline (ui.perfetto.dev)");
+if (!config.leak) log("  pnpm demo -- --leak                                 a tensor leak in `forward`, found");

@@ -1,0 +1,638 @@
+/**
+ * Distributed diagnostics: the Python reference TUI's Diagnostics tab as data
+ * (`stormlog/tui/distributed_diagnostics.py::build_distributed_model`): per rank its availability,
+ * samples, allocator change, hidden gap and first anomaly, and the two first-cause indicators
+ * (`earliest`, `most_severe`). Anomaly candidates are the reference's: alert events
+ * (`alert:<type>`), samples whose |gap| / device total reaches 5 % (`gap_ratio_breach`), hidden-memory
+ * gap findings (`gap:<class>`) and, when given, collective-communication attributions
+ * (`collective:<class>`).
+ */
+import {
+  compareSessionsForSelection,
+  createSessionSummary,
+  type SessionSummary,
+  stableLegacySessionId,
+  type TelemetryEvent,
+} from "@stormlog/core";
+import {
+  comparePythonStrings,
+  type PhaseAttributionPayload,
+  PhaseReplayIndex,
+  type PhaseResolver,
+  summarizePhaseAttribution,
+  summarizePhaseResolution,
+} from "@stormlog/phases";
+import {
+  iterateTelemetryEvents,
+  type ReadOptions,
+  type SessionInfo,
+  SessionNotFoundError,
+  summarizeTelemetrySessions,
+} from "@stormlog/sink";
+import { analyzeGaps } from "./gap.js";
+
+/** A sample whose |device used - allocator reserved| / device total reaches this is a gap anomaly. */
+export const DIAGNOSTICS_GAP_RATIO_THRESHOLD = 0.05;
+
+/** Severity of an anomaly, in increasing order. */
+export type DiagnosticsSeverity = "info" | "warning" | "critical";
+
+const SEVERITY_ORDER: Readonly<Record<string, number>> = { info: 1, warning: 2, critical: 3 };
+const ALERT_SEVERITY: Readonly<Record<string, DiagnosticsSeverity>> = {
+  warning: "warning",
+  critical: "critical",
+  error: "critical",
+};
+
+/** One rank's line of the diagnostics table (`RankDiagnosticsRow`). */
+export interface RankDiagnosticsRow {
+  rank: number;
+  /** `missing` for a rank below the job's world size that wrote nothing. */
+  availability: "present" | "missing";
+  samples: number;
+  /** Last minus first sample (null without samples or without the counter). */
+  allocated_delta_bytes: number | null;
+  reserved_delta_bytes: number | null;
+  device_used_delta_bytes: number | null;
+  /** `device_used - allocator_reserved` of the rank's last sample that has both. */
+  hidden_gap_latest_bytes: number | null;
+  /** Largest |gap| over the rank's samples. */
+  hidden_gap_peak_abs_bytes: number | null;
+  has_anomaly: boolean;
+  first_anomaly_timestamp_ns: bigint | null;
+  first_anomaly_signal: string | null;
+  first_anomaly_phase_path: string | null;
+}
+
+/** A first-cause indicator (`AnomalyIndicator`): the earliest anomaly, or the most severe one. */
+export interface AnomalyIndicator {
+  kind: "earliest" | "most_severe";
+  rank: number;
+  severity: DiagnosticsSeverity;
+  timestamp_ns: bigint;
+  /** `alert:<type>`, `gap_ratio_breach`, `gap:<class>` or `collective:<class>`. */
+  signal: string;
+  details: string;
+  confidence: number | null;
+  reason_codes: string[];
+  phase_path: string | null;
+}
+
+/** Per-rank series for plotting (only with `includeTimelines`). */
+export interface RankTimeline {
+  timestamps_ns: bigint[];
+  allocated?: number[];
+  reserved?: number[];
+  gap?: number[];
+  /** Instead of the allocator series, when no sample has allocator counters. */
+  device_used?: number[];
+}
+
+/** The Diagnostics view (`DistributedDiagnosticsModel`). */
+export interface DistributedDiagnostics {
+  rows: RankDiagnosticsRow[];
+  /** Empty when nothing was found; else `earliest` then `most_severe`. */
+  indicators: AnomalyIndicator[];
+  expected_ranks: number[];
+  present_ranks: number[];
+  missing_ranks: number[];
+  /** Keyed by rank; empty unless `includeTimelines`. */
+  per_rank_timelines: Map<number, RankTimeline>;
+  warnings: string[];
+  /** Every anomaly candidate, rank by rank, in the reference's order (for `--format json`). */
+  anomalies: DiagnosticsAnomaly[];
+}
+
+/** One anomaly candidate. */
+export interface DiagnosticsAnomaly {
+  rank: number;
+  severity: DiagnosticsSeverity;
+  timestamp_ns: bigint;
+  signal: string;
+  details: string;
+  confidence: number | null;
+  reason_codes: string[];
+  phase_path: string | null;
+}
+
+/**
+ * A collective-communication attribution (the reference's `CollectiveAttributionResult`), for
+ * callers that compute them; the diagnostics use the fields below.
+ */
+export interface CollectiveAttributionLike {
+  readonly rank: number;
+  readonly interval_start_ns: bigint;
+  readonly classification: string;
+  readonly confidence: number;
+  readonly reason_codes: readonly string[];
+  readonly phase_attribution?: PhaseAttributionPayload | null;
+}
+
+/** Options of `buildDistributedDiagnostics`. */
+export interface DiagnosticsOptions {
+  /** Phase attribution of anomalies. Default: a `PhaseReplayIndex` built from the events; `null` disables it. */
+  readonly phaseResolver?: PhaseResolver | null;
+  /** Only these ranks (the TUI's rank filter). Default: all. */
+  readonly selectedRanks?: ReadonlySet<number> | null;
+  /** Collective attributions of the same events, when available (they add `collective:<class>` anomalies). */
+  readonly collectiveAttributions?: readonly CollectiveAttributionLike[];
+  /** Fill `per_rank_timelines` (default false: it holds every sample). */
+  readonly includeTimelines?: boolean;
+}
+
+/** Python's `str(event_type).strip().lower() == "sample"`. */
+function isSample(eventType: string): boolean {
+  return eventType === "sample" || eventType.trim().toLowerCase() === "sample";
+}
+
+function hasAllocatorCounters(event: TelemetryEvent): boolean {
+  return (
+    event.allocator_allocated_bytes !== null &&
+    event.allocator_reserved_bytes !== null &&
+    event.device_used_bytes !== null
+  );
+}
+
+function delta(first: number | null, last: number | null): number | null {
+  return first !== null && last !== null ? last - first : null;
+}
+
+/** One line for a phase attribution payload (`summarize_phase_attribution` on the payload form). */
+export function summarizePhaseAttributionPayload(
+  payload: PhaseAttributionPayload | null | undefined,
+): string | null {
+  if (!payload) return null;
+  if (payload.phase_summary !== undefined) {
+    const { phase_path: path, source } = payload.phase_summary;
+    return source === "heuristic" ? `(likely) ${path}` : path;
+  }
+  return summarizePhaseResolution(payload.phase_resolution, payload.phase_path ?? null, payload.phase_paths);
+}
+
+function phaseOf(resolver: PhaseResolver | null, event: TelemetryEvent): string | null {
+  if (resolver === null) return null;
+  return summarizePhaseAttribution(resolver.resolveForEvent(event));
+}
+
+/** Python's `f"{ratio:.1%}"`. */
+function percent(ratio: number): string {
+  return `${(ratio * 100).toFixed(1)}%`;
+}
+
+function collectiveSeverity(confidence: number): DiagnosticsSeverity {
+  if (confidence >= 0.8) return "critical";
+  if (confidence >= 0.6) return "warning";
+  return "info";
+}
+
+function round3(value: number): number {
+  return Math.round(value * 1000) / 1000;
+}
+
+function rankCandidates(
+  rank: number,
+  rankEvents: readonly TelemetryEvent[],
+  rankSamples: readonly TelemetryEvent[],
+  collective: readonly CollectiveAttributionLike[],
+  resolver: PhaseResolver | null,
+): DiagnosticsAnomaly[] {
+  const candidates: DiagnosticsAnomaly[] = [];
+  for (const event of rankEvents) {
+    const severity = ALERT_SEVERITY[event.event_type];
+    if (severity === undefined) continue;
+    candidates.push({
+      rank,
+      severity,
+      timestamp_ns: event.timestamp_ns,
+      signal: `alert:${event.event_type}`,
+      details: event.context || "Alert event",
+      confidence: null,
+      reason_codes: [],
+      phase_path: phaseOf(resolver, event),
+    });
+  }
+
+  let firstBreachNs: bigint | null = null;
+  for (const event of rankSamples) {
+    const total = event.device_total_bytes;
+    if (!total || total <= 0 || event.device_used_bytes === null || event.allocator_reserved_bytes === null) {
+      continue;
+    }
+    const ratio = Math.abs(event.device_used_bytes - event.allocator_reserved_bytes) / total;
+    if (ratio < DIAGNOSTICS_GAP_RATIO_THRESHOLD) continue;
+    firstBreachNs ??= event.timestamp_ns;
+    candidates.push({
+      rank,
+      severity: "warning",
+      timestamp_ns: event.timestamp_ns,
+      signal: "gap_ratio_breach",
+      details: `gap ratio ${percent(ratio)} exceeded threshold`,
+      confidence: null,
+      reason_codes: [],
+      phase_path: phaseOf(resolver, event),
+    });
+  }
+
+  const firstNs = (rankSamples[0] ?? rankEvents[0])!.timestamp_ns;
+  const findings = analyzeGaps(rankEvents.filter(hasAllocatorCounters), { phaseResolver: resolver });
+  for (const finding of findings) {
+    // Python's `evidence_timestamp_ns or fallback`: 0 falls back too.
+    const evidenceNs = finding.evidence_timestamp_ns;
+    candidates.push({
+      rank,
+      severity: finding.severity,
+      timestamp_ns: evidenceNs !== null && evidenceNs !== 0n ? evidenceNs : (firstBreachNs ?? firstNs),
+      signal: `gap:${finding.classification}`,
+      details: finding.description,
+      confidence: null,
+      reason_codes: [],
+      phase_path: summarizePhaseAttributionPayload(finding.phase_attribution),
+    });
+  }
+
+  for (const attribution of collective) {
+    const confidence = round3(attribution.confidence);
+    const reasons = [...new Set(attribution.reason_codes)].sort();
+    const reasonSummary = reasons.length > 0 ? reasons.join(", ") : "no reason codes";
+    candidates.push({
+      rank,
+      severity: collectiveSeverity(confidence),
+      timestamp_ns: attribution.interval_start_ns > firstNs ? attribution.interval_start_ns : firstNs,
+      signal: `collective:${attribution.classification}`,
+      details:
+        "Communication-attributed hidden-memory spike " +
+        `(confidence ${confidence.toFixed(2)}; reasons: ${reasonSummary}).`,
+      confidence,
+      reason_codes: reasons,
+      phase_path: summarizePhaseAttributionPayload(attribution.phase_attribution),
+    });
+  }
+  return candidates;
+}
+
+/** The first candidate with the smallest key (Python's `min`, which keeps the first of equals). */
+function minBy<T>(items: readonly T[], compare: (a: T, b: T) => number): T | undefined {
+  let best: T | undefined;
+  for (const item of items) if (best === undefined || compare(item, best) < 0) best = item;
+  return best;
+}
+
+function byTime(a: DiagnosticsAnomaly, b: DiagnosticsAnomaly): number {
+  return a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : 0;
+}
+
+function indicator(kind: AnomalyIndicator["kind"], candidate: DiagnosticsAnomaly): AnomalyIndicator {
+  return {
+    kind,
+    rank: candidate.rank,
+    severity: candidate.severity,
+    timestamp_ns: candidate.timestamp_ns,
+    signal: candidate.signal,
+    details: candidate.phase_path
+      ? `${candidate.details} Phase: ${candidate.phase_path}.`
+      : candidate.details,
+    confidence: candidate.confidence,
+    reason_codes: [...candidate.reason_codes],
+    phase_path: candidate.phase_path,
+  };
+}
+
+function timeline(samples: readonly TelemetryEvent[]): RankTimeline {
+  const complete = samples.filter(hasAllocatorCounters);
+  if (complete.length > 0) {
+    return {
+      timestamps_ns: complete.map((event) => event.timestamp_ns),
+      allocated: complete.map((event) => event.allocator_allocated_bytes!),
+      reserved: complete.map((event) => event.allocator_reserved_bytes!),
+      gap: complete.map((event) => event.device_used_bytes! - event.allocator_reserved_bytes!),
+    };
+  }
+  const device = samples.filter((event) => event.device_used_bytes !== null);
+  return {
+    timestamps_ns: device.map((event) => event.timestamp_ns),
+    device_used: device.map((event) => event.device_used_bytes!),
+  };
+}
+
+/**
+ * Builds the Diagnostics view of a job's events (all ranks of one session, or a merged rank
+ * group), as the reference TUI's `build_distributed_model`: expected ranks are those present plus
+ * `0 .. max(world_size) - 1`; each present rank gets its deltas, hidden gap and first anomaly; the
+ * indicators name the earliest and the most severe anomaly (critical > warning > info, then time).
+ */
+export function buildDistributedDiagnostics(
+  events: readonly TelemetryEvent[],
+  options: DiagnosticsOptions = {},
+): DistributedDiagnostics {
+  if (events.length === 0) {
+    return {
+      rows: [],
+      indicators: [],
+      expected_ranks: [],
+      present_ranks: [],
+      missing_ranks: [],
+      per_rank_timelines: new Map(),
+      warnings: ["No telemetry events loaded."],
+      anomalies: [],
+    };
+  }
+  const resolver =
+    options.phaseResolver === undefined ? PhaseReplayIndex.fromEvents(events) : options.phaseResolver;
+  const sorted = [...events].sort((a, b) =>
+    a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : 0,
+  );
+  const grouped = new Map<number, TelemetryEvent[]>();
+  const samples = new Map<number, TelemetryEvent[]>();
+  const worldSizes = new Set<number>();
+  for (const event of sorted) {
+    let list = grouped.get(event.rank);
+    if (list === undefined) grouped.set(event.rank, (list = []));
+    list.push(event);
+    if (isSample(event.event_type)) {
+      let sampleList = samples.get(event.rank);
+      if (sampleList === undefined) samples.set(event.rank, (sampleList = []));
+      sampleList.push(event);
+    }
+    if (event.world_size > 0) worldSizes.add(event.world_size);
+  }
+  const presentAll = [...grouped.keys()].sort((a, b) => a - b);
+  const expectedWorldSize = worldSizes.size > 0 ? Math.max(...worldSizes) : presentAll.length;
+  const expectedSet = new Set(presentAll);
+  for (let rank = 0; rank < expectedWorldSize; rank++) expectedSet.add(rank);
+  const expectedAll = [...expectedSet].sort((a, b) => a - b);
+
+  const warnings: string[] = [];
+  if (worldSizes.size > 1) {
+    warnings.push("Inconsistent world_size values detected; using max observed world_size.");
+  }
+  let anyAllocator = false;
+  for (const list of samples.values()) {
+    if (
+      list.some(
+        (event) => event.allocator_allocated_bytes !== null && event.allocator_reserved_bytes !== null,
+      )
+    ) {
+      anyAllocator = true;
+      break;
+    }
+  }
+  if (samples.size > 0 && !anyAllocator) {
+    warnings.push("Allocator-native diagnostics are unavailable; showing device memory usage only.");
+  }
+
+  const selected = options.selectedRanks ?? null;
+  const keep = (rank: number) => selected === null || selected.has(rank);
+  const expected = expectedAll.filter(keep);
+  const present = presentAll.filter(keep);
+  const presentSet = new Set(present);
+  const missing = expected.filter((rank) => !presentSet.has(rank));
+
+  const collectiveByRank = new Map<number, CollectiveAttributionLike[]>();
+  for (const attribution of options.collectiveAttributions ?? []) {
+    let list = collectiveByRank.get(attribution.rank);
+    if (list === undefined) collectiveByRank.set(attribution.rank, (list = []));
+    list.push(attribution);
+  }
+
+  const rows: RankDiagnosticsRow[] = [];
+  const anomalies: DiagnosticsAnomaly[] = [];
+  const timelines = new Map<number, RankTimeline>();
+  for (const rank of expected) {
+    const rankEvents = grouped.get(rank) ?? [];
+    if (rankEvents.length === 0) {
+      rows.push({
+        rank,
+        availability: "missing",
+        samples: 0,
+        allocated_delta_bytes: null,
+        reserved_delta_bytes: null,
+        device_used_delta_bytes: null,
+        hidden_gap_latest_bytes: null,
+        hidden_gap_peak_abs_bytes: null,
+        has_anomaly: false,
+        first_anomaly_timestamp_ns: null,
+        first_anomaly_signal: null,
+        first_anomaly_phase_path: null,
+      });
+      continue;
+    }
+    const rankSamples = samples.get(rank) ?? [];
+    const first = rankSamples[0];
+    const last = rankSamples[rankSamples.length - 1];
+    let gapLatest: number | null = null;
+    let gapPeak: number | null = null;
+    for (const event of rankSamples) {
+      if (event.device_used_bytes === null || event.allocator_reserved_bytes === null) continue;
+      const gap = event.device_used_bytes - event.allocator_reserved_bytes;
+      gapLatest = gap;
+      if (gapPeak === null || Math.abs(gap) > gapPeak) gapPeak = Math.abs(gap);
+    }
+    const candidates = rankCandidates(
+      rank,
+      rankEvents,
+      rankSamples,
+      collectiveByRank.get(rank) ?? [],
+      resolver,
+    );
+    const earliest = minBy(candidates, byTime);
+    rows.push({
+      rank,
+      availability: "present",
+      samples: rankSamples.length,
+      allocated_delta_bytes:
+        first && last ? delta(first.allocator_allocated_bytes, last.allocator_allocated_bytes) : null,
+      reserved_delta_bytes:
+        first && last ? delta(first.allocator_reserved_bytes, last.allocator_reserved_bytes) : null,
+      device_used_delta_bytes: first && last ? delta(first.device_used_bytes, last.device_used_bytes) : null,
+      hidden_gap_latest_bytes: gapLatest,
+      hidden_gap_peak_abs_bytes: gapPeak,
+      has_anomaly: candidates.length > 0,
+      first_anomaly_timestamp_ns: earliest?.timestamp_ns ?? null,
+      first_anomaly_signal: earliest?.signal ?? null,
+      first_anomaly_phase_path: earliest?.phase_path ?? null,
+    });
+    anomalies.push(...candidates);
+    if (options.includeTimelines) timelines.set(rank, timeline(rankSamples));
+  }
+
+  const indicators: AnomalyIndicator[] = [];
+  const earliest = minBy(anomalies, byTime);
+  const mostSevere = minBy(
+    anomalies,
+    (a, b) => (SEVERITY_ORDER[b.severity] ?? 0) - (SEVERITY_ORDER[a.severity] ?? 0) || byTime(a, b),
+  );
+  if (earliest !== undefined && mostSevere !== undefined) {
+    indicators.push(indicator("earliest", earliest), indicator("most_severe", mostSevere));
+  }
+  return {
+    rows,
+    indicators,
+    expected_ranks: expected,
+    present_ranks: present,
+    missing_ranks: missing,
+    per_rank_timelines: timelines,
+    warnings,
+    anomalies,
+  };
+}
+
+/**
+ * True when the diagnostics found a memory risk: any warning or critical anomaly (alerts, gap
+ * breaches, gap findings, confident collective attributions). `stormlog diagnose` exits 2 then.
+ */
+export function diagnosticsFoundRisk(diagnostics: DistributedDiagnostics): boolean {
+  return diagnostics.anomalies.some((anomaly) => anomaly.severity !== "info");
+}
+
+/** A rank group: per-rank sessions of one job merged into one distributed view. */
+export interface RankGroupSession {
+  /** The merged view's summary (`stormlog.diagnostics.distributed`), with the reference's synthetic id. */
+  summary: SessionSummary;
+  /** The per-rank sessions, in session order. */
+  members: SessionInfo[];
+}
+
+/** Which events a distributed view reads: one session, or a rank group. */
+export interface DistributedSelection {
+  /** The selected session (a real one, or a rank group's merged summary); null for empty input. */
+  summary: SessionSummary | null;
+  /** Sessions whose events belong to the view. */
+  memberSessionIds: string[];
+  /** True when the view merges a rank group. */
+  merged: boolean;
+  /** Every session of the input, in the reference's order. */
+  sessions: SessionInfo[];
+  /** The rank groups found (merged views that can be selected by id). */
+  rankGroups: RankGroupSession[];
+}
+
+function commonString(values: Iterable<string | null>): string | null {
+  const distinct = new Set<string>();
+  for (const value of values) if (value !== null) distinct.add(value);
+  return distinct.size === 1 ? [...distinct][0]! : null;
+}
+
+/** The reference TUI's merged summary of a rank group (`_create_merged_session_summary`). */
+function mergedSummary(members: readonly SessionInfo[], jobId: string, worldSize: number): SessionSummary {
+  const summaries = members.map((member) => member.summary);
+  const ids = summaries.map((summary) => summary.session_id).sort(comparePythonStrings);
+  const allCompleted = summaries.every((summary) => summary.status === "completed");
+  const ends = summaries.map((summary) => summary.ended_at_ns).filter((end): end is bigint => end !== null);
+  let started = summaries[0]!.started_at_ns;
+  for (const summary of summaries) if (summary.started_at_ns < started) started = summary.started_at_ns;
+  let ended: bigint | null = null;
+  if (allCompleted) for (const end of ends) if (ended === null || end > ended) ended = end;
+  const pids = new Set(summaries.map((summary) => summary.pid));
+  return createSessionSummary({
+    source: "stormlog.diagnostics.distributed",
+    status: allCompleted ? "completed" : "incomplete",
+    sessionId: stableLegacySessionId(["distributed.rank_group", jobId, worldSize, ...ids]),
+    startedAtNs: started,
+    endedAtNs: ended,
+    host: commonString(summaries.map((summary) => summary.host)) || "multiple",
+    pid: pids.size === 1 ? summaries[0]!.pid : -1,
+    jobId: commonString(summaries.map((summary) => summary.job_id)),
+    rank: Math.min(...summaries.map((summary) => summary.rank)),
+    localRank: Math.min(...summaries.map((summary) => summary.local_rank)),
+    worldSize: Math.max(...summaries.map((summary) => summary.world_size)),
+  });
+}
+
+/**
+ * Finds rank groups (sessions with events that share a non-null `job_id` and a `world_size > 1`,
+ * with distinct ranks, at most `world_size` of them) and chooses the view as the reference TUI's
+ * `load_distributed_artifacts`: `sessionId` (a session's or a rank group's id; unknown ids throw
+ * `SessionNotFoundError`), else the first rank group in session order, else the first session with
+ * events. Every session of the input counts as a candidate for merging (the TUI merges sessions of
+ * separate inputs; one sink root holding every rank's sink is the common layout here).
+ */
+export function selectDistributedSession(
+  sessions: readonly SessionInfo[],
+  sessionId?: string,
+  source = "the input",
+): DistributedSelection {
+  const byJob = new Map<string, SessionInfo[]>();
+  for (const session of sessions) {
+    const { job_id: jobId, world_size: worldSize } = session.summary;
+    if (jobId === null || worldSize <= 1 || session.eventCount === 0) continue;
+    const key = JSON.stringify([jobId, worldSize]);
+    let list = byJob.get(key);
+    if (list === undefined) byJob.set(key, (list = []));
+    list.push(session);
+  }
+  const rankGroups: RankGroupSession[] = [];
+  for (const members of byJob.values()) {
+    const { job_id: jobId, world_size: worldSize } = members[0]!.summary;
+    if (members.length <= 1 || members.length > worldSize) continue;
+    if (new Set(members.map((member) => member.summary.rank)).size !== members.length) continue;
+    rankGroups.push({ summary: mergedSummary(members, jobId!, worldSize), members });
+  }
+  const all = [...sessions];
+  const fromGroup = (group: RankGroupSession): DistributedSelection => ({
+    summary: group.summary,
+    memberSessionIds: group.members.map((member) => member.summary.session_id),
+    merged: true,
+    sessions: all,
+    rankGroups,
+  });
+  const fromSession = (session: SessionInfo | undefined): DistributedSelection => ({
+    summary: session?.summary ?? null,
+    memberSessionIds: session === undefined ? [] : [session.summary.session_id],
+    merged: false,
+    sessions: all,
+    rankGroups,
+  });
+  if (sessionId !== undefined) {
+    const group = rankGroups.find((candidate) => candidate.summary.session_id === sessionId);
+    if (group !== undefined) return fromGroup(group);
+    const session = sessions.find((candidate) => candidate.summary.session_id === sessionId);
+    if (session === undefined) {
+      const ids = [
+        ...sessions.map((candidate) => candidate.summary.session_id),
+        ...rankGroups.map((candidate) => candidate.summary.session_id),
+      ];
+      throw new SessionNotFoundError(sessionId, ids, source);
+    }
+    return fromSession(session);
+  }
+  if (rankGroups.length > 0) {
+    const ordered = [...rankGroups].sort((a, b) => compareSessionsForSelection(a.summary, b.summary));
+    return fromGroup(ordered[0]!);
+  }
+  return fromSession(sessions.find((session) => session.eventCount > 0) ?? sessions[0]);
+}
+
+/** Options of `loadDistributedEvents`. */
+export interface LoadDistributedOptions extends ReadOptions {
+  /** A session's or a rank group's id (see `selectDistributedSession`). */
+  readonly sessionId?: string;
+  /** Called every few thousand events while reading, with the count so far and the view's total. */
+  readonly onProgress?: (read: number, total: number) => void;
+}
+
+/**
+ * Reads the events of the view `selectDistributedSession` chooses (two streaming passes: session
+ * summaries, then the selected sessions' events), sorted by `timestamp_ns` (stable).
+ */
+export async function loadDistributedEvents(
+  path: string,
+  options: LoadDistributedOptions = {},
+): Promise<{ selection: DistributedSelection; events: TelemetryEvent[] }> {
+  const { sessionId, onProgress, ...readOptions } = options;
+  const sessions = await summarizeTelemetrySessions(path, readOptions);
+  const selection = selectDistributedSession(sessions, sessionId, path);
+  const members = new Set(selection.memberSessionIds);
+  let total = 0;
+  for (const session of sessions) if (members.has(session.summary.session_id)) total += session.eventCount;
+  const events: TelemetryEvent[] = [];
+  if (members.size > 0) {
+    for await (const event of iterateTelemetryEvents(path, { ...readOptions, onWarning: () => undefined })) {
+      if (!members.has(event.session_id)) continue;
+      events.push(event);
+      if (onProgress !== undefined && events.length % 4096 === 0) onProgress(events.length, total);
+    }
+  }
+  onProgress?.(events.length, total);
+  events.sort((a, b) => (a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : 0));
+  return { selection, events };
+}

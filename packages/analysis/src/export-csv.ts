@@ -1,0 +1,59 @@
+/**
+ * CSV export of telemetry records: one row per record, the reference's columns in its order
+ * (`telemetry_event_to_dict`), and, unlike the reference's pandas export (whose `metadata` column
+ * is a Python dict repr that its own readers cannot parse back), `metadata` as a JSON object with
+ * exact integers, so nothing is lost.
+ */
+import { type JsonObject, stringifyJson, TELEMETRY_V3_FIELDS, type TelemetryEvent } from "@stormlog/core";
+
+/** The CSV columns, in the reference's record order. */
+export const TELEMETRY_CSV_COLUMNS: readonly string[] = TELEMETRY_V3_FIELDS;
+
+/** RFC 4180 quoting: fields with a comma, quote, CR or LF (or edge spaces) are quoted. */
+export function csvField(value: string): string {
+  if (value === "") return value;
+  if (/[",\r\n]/.test(value) || value.trim() !== value) return `"${value.replaceAll('"', '""')}"`;
+  return value;
+}
+
+function cell(value: unknown): string {
+  if (value === null || value === undefined) return "";
+  switch (typeof value) {
+    case "string":
+      return csvField(value);
+    case "number":
+    case "bigint":
+      return String(value);
+    case "boolean":
+      return value ? "true" : "false";
+    default:
+      return csvField(stringifyJson(value as JsonObject, { sortKeys: true }));
+  }
+}
+
+/** The header line (no line break). */
+export function telemetryCsvHeader(): string {
+  return TELEMETRY_CSV_COLUMNS.join(",");
+}
+
+/**
+ * One record as a CSV line (no line break): null counters are empty cells, `timestamp_ns` keeps
+ * every digit, `metadata` is its JSON (keys sorted, Python formatting, exact integers).
+ */
+export function telemetryEventToCsvRow(event: TelemetryEvent): string {
+  const record = event as unknown as Record<string, unknown>;
+  let line = "";
+  for (let index = 0; index < TELEMETRY_CSV_COLUMNS.length; index++) {
+    if (index > 0) line += ",";
+    line += cell(record[TELEMETRY_CSV_COLUMNS[index]!]);
+  }
+  return line;
+}
+
+/** The header then one line per record, each ending with `\n`; streams (nothing is retained). */
+export async function* telemetryCsvLines(
+  events: Iterable<TelemetryEvent> | AsyncIterable<TelemetryEvent>,
+): AsyncGenerator<string> {
+  yield `${telemetryCsvHeader()}\n`;
+  for await (const event of events) yield `${telemetryEventToCsvRow(event)}\n`;
+}

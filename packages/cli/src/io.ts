@@ -1,0 +1,125 @@
+import { createWriteStream, type WriteStream } from "node:fs";
+import { resolve } from "node:path";
+
+/** Where the CLI writes: `process.stdout`/`process.stderr`, or a test's buffer. */
+export interface CliStream {
+  write(chunk: string): unknown;
+  /** True for a terminal (progress is shown on stderr only then). */
+  readonly isTTY?: boolean;
+}
+
+/** A signal the CLI reacts to. */
+export type CliSignal = "SIGINT" | "SIGTERM";
+
+/** Everything the CLI touches outside itself, injectable for tests. */
+export interface CliIo {
+  readonly stdout: CliStream;
+  readonly stderr: CliStream;
+  /** Relative paths are resolved against it (default `process.cwd()`). */
+  readonly cwd: string;
+  /** Environment of `track`'s child (default `process.env`). */
+  readonly env: Readonly<Record<string, string | undefined>>;
+  /** Subscribes to SIGINT/SIGTERM for the duration of a command; returns the unsubscribe function. */
+  onSignal(handler: (signal: CliSignal) => void): () => void;
+}
+
+/** Subscribes to the process's SIGINT and SIGTERM. */
+function processSignals(handler: (signal: CliSignal) => void): () => void {
+  const onInt = () => handler("SIGINT");
+  const onTerm = () => handler("SIGTERM");
+  process.on("SIGINT", onInt);
+  process.on("SIGTERM", onTerm);
+  return () => {
+    process.off("SIGINT", onInt);
+    process.off("SIGTERM", onTerm);
+  };
+}
+
+/** The process's streams, directory, environment and signals, with `overrides` on top. */
+export function resolveIo(overrides: Partial<CliIo> = {}): CliIo {
+  return {
+    stdout: overrides.stdout ?? process.stdout,
+    stderr: overrides.stderr ?? process.stderr,
+    cwd: overrides.cwd ?? process.cwd(),
+    env: overrides.env ?? process.env,
+    onSignal: overrides.onSignal ?? processSignals,
+  };
+}
+
+/** Where a command's result goes: a file (`--output`) or stdout. */
+export interface Output {
+  write(chunk: string): Promise<void> | void;
+  close(): Promise<void>;
+}
+
+/** Opens `--output FILE` (created or truncated), or stdout when no file is given. */
+export async function openOutput(io: CliIo, file: string | undefined): Promise<Output> {
+  if (file === undefined || file === "-") {
+    return { write: (chunk) => void io.stdout.write(chunk), close: async () => undefined };
+  }
+  const stream: WriteStream = createWriteStream(resolve(io.cwd, file));
+  let failure: Error | null = null;
+  stream.on("error", (error) => {
+    failure = error;
+  });
+  await new Promise<void>((done, fail) => {
+    stream.once("open", () => done());
+    stream.once("error", fail);
+  });
+  return {
+    write(chunk) {
+      if (failure) throw failure;
+      if (stream.write(chunk)) return;
+      return new Promise<void>((done, fail) => {
+        const onError = (error: Error) => fail(error);
+        stream.once("error", onError);
+        stream.once("drain", () => {
+          stream.off("error", onError);
+          done();
+        });
+      });
+    },
+    close() {
+      return new Promise<void>((done, fail) => {
+        if (failure) {
+          fail(failure);
+          return;
+        }
+        stream.once("error", fail);
+        stream.end(() => done());
+      });
+    },
+  };
+}
+
+/** A one-line progress counter on stderr, shown only when stderr is a terminal. */
+export interface Progress {
+  update(done: number, total?: number, unit?: string): void;
+  /** Clears the line. */
+  finish(): void;
+}
+
+/** Progress for long loads; a no-op unless stderr is a TTY. Redraws at most 10 times a second. */
+export function createProgress(io: CliIo, label: string): Progress {
+  if (!io.stderr.isTTY) return { update: () => undefined, finish: () => undefined };
+  let last = 0;
+  let shown = false;
+  return {
+    update(done, total, unit = "events") {
+      const now = Date.now();
+      if (now - last < 100) return;
+      last = now;
+      const count = done.toLocaleString("en-US");
+      const of =
+        total !== undefined && total > 0
+          ? ` / ${total.toLocaleString("en-US")} ${unit} (${Math.min(100, Math.floor((done / total) * 100))}%)`
+          : ` ${unit}`;
+      io.stderr.write(`\r\x1b[2K${label}: ${count}${of}`);
+      shown = true;
+    },
+    finish() {
+      if (shown) io.stderr.write("\r\x1b[2K");
+      shown = false;
+    },
+  };
+}
