@@ -46,7 +46,10 @@ const config: TrainConfig = {
 const sinkDir = resolve(args.out ?? process.env.STORMLOG_SINK_DIR ?? "stormlog-sink");
 // Paths and commands are shown relative to where the user typed the command (pnpm sets INIT_CWD).
 const userCwd = process.env.INIT_CWD ?? process.cwd();
-const shown = (path: string) => relative(userCwd, path) || ".";
+const shown = (path: string) => {
+  const rel = relative(userCwd, path);
+  return rel === "" ? "." : rel.startsWith("..") ? path : rel;
+};
 const log = args.quiet ? () => undefined : (line = "") => console.log(line);
 
 const { tf, packageName } = await loadTensorFlow();

@@ -173,6 +173,10 @@ export async function trainWithFit(
   onEpoch?: EpochLogger,
 ): Promise<void> {
   const { xs, ys } = data.dataset(config.batchSize * config.batchesPerEpoch);
+  model.compile({
+    optimizer: tf.train.adam(0.01),
+    loss: (labels: Tensor, logits: Tensor) => tf.losses.softmaxCrossEntropy(labels, logits),
+  });
   try {
     await model.fit(xs, ys, {
       epochs: Math.max(1, config.epochs - 1),

@@ -1,0 +1,95 @@
+import { resolve } from "node:path";
+import { stringifyJson } from "@stormlog/core";
+import {
+  type CommandHelp,
+  choice,
+  formatCommandHelp,
+  parseCommandArgs,
+  requirePath,
+  stringFlag,
+} from "../args.js";
+import { type CliIo, createProgress, openOutput, type Progress } from "../io.js";
+import type { Command } from "./command.js";
+
+const help: CommandHelp = {
+  name: "analyze",
+  summary: "Explain a run: peaks, phases, leaks, hidden memory and the cross-rank first cause.",
+  usage: "stormlog analyze <path> [--format txt|json] [--output FILE] [--session-id ID] [--no-index]",
+  description:
+    "Analyzes a sink directory (or a root of per-rank sink directories, a .jsonl or .json file).\n" +
+    "Per-rank sessions of one job are merged into one distributed view; --session-id picks one session.\n" +
+    "txt prints a readable summary (the Python reference's lines where they exist); json writes the full\n" +
+    "report with exact integers. The first analysis of a sink builds an index beside it (or in\n" +
+    "--cache-dir when the sink is read-only), so later ones only read segments that changed.",
+  options: {
+    format: { type: "string", value: "txt|json", description: "Report format.", default: "txt" },
+    output: { type: "string", short: "o", value: "FILE", description: "Write the report to FILE instead of stdout." },
+    "session-id": { type: "string", value: "ID", description: "Analyze this session (see 'stormlog sessions')." },
+    "no-index": { type: "boolean", description: "Neither read nor write the index: scan every segment." },
+    "cache-dir": { type: "string", value: "DIR", description: "Where to keep the index when the sink is read-only." },
+  },
+  examples: [
+    "stormlog analyze ./stormlog-sink",
+    "stormlog analyze ./job-sinks --format json --output report.json",
+    "stormlog analyze run.jsonl --session-id 2cfda835-2b8e-4a5e-9a84-9a8adf638072",
+  ],
+};
+
+/** Progress callbacks may report `(done, total)` or an object; both are shown. */
+function progressReporter(progress: Progress): (first: unknown, second?: unknown) => void {
+  return (first, second) => {
+    if (typeof first === "number") {
+      progress.update(first, typeof second === "number" ? second : undefined);
+      return;
+    }
+    if (typeof first !== "object" || first === null) return;
+    const fields = first as Record<string, unknown>;
+    const numeric = (key: string) => (typeof fields[key] === "number" ? (fields[key] as number) : undefined);
+    const bytesDone = numeric("bytesRead") ?? numeric("bytes");
+    if (bytesDone !== undefined) {
+      const total = numeric("totalBytes") ?? numeric("bytesTotal");
+      progress.update(Math.round(bytesDone / 1048576), total === undefined ? undefined : Math.round(total / 1048576), "MB");
+      return;
+    }
+    const done = numeric("events") ?? numeric("eventsRead") ?? numeric("done") ?? numeric("segmentsDone");
+    if (done !== undefined) progress.update(done, numeric("total") ?? numeric("segmentsTotal"));
+  };
+}
+
+async function run(argv: readonly string[], io: CliIo): Promise<number> {
+  const args = parseCommandArgs(help, argv);
+  if (args.values.help) {
+    io.stdout.write(formatCommandHelp(help));
+    return 0;
+  }
+  const path = resolve(io.cwd, requirePath(help, args));
+  const format = choice(help, args, "format", ["txt", "json"] as const, "txt");
+  const sessionId = stringFlag(args, "session-id");
+  const cacheDir = stringFlag(args, "cache-dir");
+  const { analyzeTelemetry, formatReportText, reportToJson } = await import("@stormlog/analysis");
+  const progress = createProgress(io, "Analyzing");
+  let report: Awaited<ReturnType<typeof analyzeTelemetry>>;
+  try {
+    report = await analyzeTelemetry(path, {
+      ...(sessionId === undefined ? {} : { sessionId }),
+      index: args.values["no-index"] !== true,
+      ...(cacheDir === undefined ? {} : { cacheDir: resolve(io.cwd, cacheDir) }),
+      onProgress: progressReporter(progress),
+    });
+  } finally {
+    progress.finish();
+  }
+  const text =
+    format === "json" ? `${stringifyJson(reportToJson(report), { indent: 2 })}\n` : ensureNewline(formatReportText(report));
+  const output = await openOutput(io, stringFlag(args, "output"));
+  await output.write(text);
+  await output.close();
+  return 0;
+}
+
+function ensureNewline(text: string): string {
+  return text.endsWith("\n") ? text : `${text}\n`;
+}
+
+/** `stormlog analyze`. */
+export const analyzeCommand: Command = { help, run };

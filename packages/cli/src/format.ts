@@ -1,0 +1,56 @@
+import { formatBytes } from "@stormlog/core";
+
+/** `+1.50 MB`, `-512.00 B`, `0 B`; `-` for unknown. */
+export function signedBytes(value: number | null | undefined): string {
+  if (value === null || value === undefined) return "-";
+  if (value === 0) return "0 B";
+  return `${value < 0 ? "-" : "+"}${formatBytes(Math.abs(value))}`;
+}
+
+/** `1.50 MB`; `-` for unknown. */
+export function bytes(value: number | null | undefined): string {
+  if (value === null || value === undefined) return "-";
+  return formatBytes(value);
+}
+
+/** An epoch timestamp in ns as ISO-8601 UTC with nanoseconds: `2025-12-06T05:55:12.105815000Z`. */
+export function isoNs(ns: bigint | null | undefined): string {
+  if (ns === null || ns === undefined) return "-";
+  const seconds = ns / 1_000_000_000n;
+  const fraction = ns % 1_000_000_000n;
+  const base = new Date(Number(seconds) * 1000).toISOString().slice(0, 19);
+  return `${base}.${fraction.toString().padStart(9, "0")}Z`;
+}
+
+/** Seconds between two ns timestamps: `12.345 s`. */
+export function durationNs(from: bigint | null, to: bigint | null): string {
+  if (from === null || to === null) return "-";
+  return `${(Number(to - from) / 1e9).toFixed(3)} s`;
+}
+
+/** An offset from `origin`: `+12.345s`. */
+export function offsetNs(origin: bigint, ns: bigint | null | undefined): string {
+  if (ns === null || ns === undefined) return "-";
+  const seconds = Number(ns - origin) / 1e9;
+  return `${seconds < 0 ? "-" : "+"}${Math.abs(seconds).toFixed(3)}s`;
+}
+
+/** A plain-text table: a header row, a dashed rule, right-aligned columns where asked. */
+export function renderTable(
+  header: readonly string[],
+  rows: readonly (readonly string[])[],
+  rightAligned: ReadonlySet<number> = new Set(),
+): string {
+  const widths = header.map((title, column) =>
+    Math.max(title.length, ...rows.map((row) => (row[column] ?? "").length)),
+  );
+  const line = (cells: readonly string[]) =>
+    cells
+      .map((cell, column) => {
+        const width = widths[column]!;
+        return rightAligned.has(column) ? cell.padStart(width) : cell.padEnd(width);
+      })
+      .join("  ")
+      .trimEnd();
+  return [line(header), line(widths.map((width) => "-".repeat(width))), ...rows.map(line)].join("\n");
+}
