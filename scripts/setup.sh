@@ -18,15 +18,21 @@ export COREPACK_INTEGRITY_KEYS=0
 log() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 is_root() { [ "$(id -u)" = "0" ]; }
+# Network steps get a time limit, so a stuck download fails with a message instead of hanging CI.
+with_timeout() {
+  local seconds="$1"
+  shift
+  if command -v timeout >/dev/null 2>&1; then timeout "$seconds" "$@"; else "$@"; fi
+}
 
 APT_UPDATED=0
 apt_install() {
   command -v apt-get >/dev/null 2>&1 || return 1
   is_root || return 1
   if [ "$APT_UPDATED" = 0 ]; then
-    apt-get update -qq >/dev/null && APT_UPDATED=1
+    with_timeout 300 apt-get update -qq >/dev/null && APT_UPDATED=1
   fi
-  apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  with_timeout 900 apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 check_node() {
@@ -51,13 +57,18 @@ ensure_pnpm() {
     return
   fi
   log "installing pnpm@$PNPM_VERSION (npm i -g)"
-  if ! npm install -g --no-audit --no-fund "pnpm@$PNPM_VERSION" >/dev/null 2>&1 || ! pnpm_ok; then
-    log "npm i -g failed; trying corepack"
+  local out
+  out="$(mktemp)"
+  if ! with_timeout 600 npm install -g --no-audit --no-fund "pnpm@$PNPM_VERSION" >"$out" 2>&1 || ! pnpm_ok; then
+    tail -n 20 "$out" >&2 || true
+    log "npm i -g did not give a working pnpm; trying corepack"
     if command -v corepack >/dev/null 2>&1; then
-      corepack enable pnpm >/dev/null 2>&1 || true
-      corepack prepare "pnpm@$PNPM_VERSION" --activate >/dev/null 2>&1 || true
+      with_timeout 120 corepack enable pnpm >"$out" 2>&1 || tail -n 20 "$out" >&2 || true
+      with_timeout 600 corepack prepare "pnpm@$PNPM_VERSION" --activate >"$out" 2>&1 || tail -n 20 "$out" >&2 || true
     fi
   fi
+  rm -f "$out"
+  hash -r
   pnpm_ok || die "could not install pnpm@$PNPM_VERSION. Install it yourself (npm i -g pnpm@$PNPM_VERSION, with a
   writable npm prefix: npm config set prefix ~/.local and ~/.local/bin on PATH), then run this script again."
   log "pnpm $(pnpm --version)"
@@ -67,10 +78,10 @@ install_dependencies() {
   # confirmModulesPurge=false: never ask (there is no stdin in CI) before replacing a stale node_modules.
   if [ -f pnpm-lock.yaml ]; then
     log "pnpm install --frozen-lockfile"
-    pnpm install --frozen-lockfile --config.confirmModulesPurge=false
+    with_timeout 1800 pnpm install --frozen-lockfile --config.confirmModulesPurge=false
   else
     log "no pnpm-lock.yaml; pnpm install"
-    pnpm install --config.confirmModulesPurge=false
+    with_timeout 1800 pnpm install --config.confirmModulesPurge=false
   fi
   # Persistently, so that later `pnpm build` calls in another shell do not print turbo's telemetry notice.
   pnpm exec turbo telemetry disable >/dev/null 2>&1 || true

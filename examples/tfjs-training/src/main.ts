@@ -14,9 +14,20 @@ import { tfjsCollector } from "@stormlog/adapter-tfjs";
 import { analyzeTelemetry, formatReportText, reportToJson } from "@stormlog/analysis";
 import { MemoryTracker, processCollector } from "@stormlog/tracker";
 import { loadTensorFlow } from "./tfjs.js";
-import { buildModel, DEFAULT_CONFIG, SyntheticData, type TrainConfig, trainCustomLoop, trainWithFit } from "./train.js";
+import {
+  buildModel,
+  DEFAULT_CONFIG,
+  SyntheticData,
+  type TrainConfig,
+  trainCustomLoop,
+  trainWithFit,
+} from "./train.js";
 
+// `pnpm start -- --flag` passes the `--` through: skip it.
+const argv = process.argv.slice(2);
+if (argv[0] === "--") argv.shift();
 const { values: args } = parseArgs({
+  args: argv,
   options: {
     leak: { type: "boolean", default: false },
     out: { type: "string" },
@@ -95,7 +106,6 @@ await trainWithFit(tf, tracker, model, data, config, (epoch, loss) =>
 
 await tracker.stop();
 const stats = tracker.getStatistics();
-data.dispose();
 
 const report = await analyzeTelemetry(sinkDir, { sessionId });
 log();
@@ -112,5 +122,8 @@ log("Next (after `pnpm build`, from the repository root):");
 log(`  pnpm exec stormlog analyze ${sink} --format json   the same analysis as JSON`);
 log(`  pnpm exec stormlog sessions ${sink}                 every run recorded in this sink`);
 log(`  pnpm exec stormlog export ${sink} --format perfetto --output trace.json`);
-log("                                                      phases and memory on a timeline (ui.perfetto.dev)");
-if (!config.leak) log("  pnpm demo -- --leak                                 a tensor leak in `forward`, found");
+log(
+  "                                                      phases and memory on a timeline (ui.perfetto.dev)",
+);
+if (!config.leak)
+  log("  pnpm demo -- --leak                                 a tensor leak in `forward`, found");

@@ -1,10 +1,9 @@
-import type { PhaseHost, PhaseScope } from "@stormlog/core";
 import { stormlogCallback } from "@stormlog/adapter-tfjs";
+import type { PhaseHost, PhaseScope } from "@stormlog/core";
+import type { Logs, Optimizer, Scalar, Sequential, Tensor } from "@tensorflow/tfjs";
 import type { TfNamespace } from "./tfjs.js";
 
-type Tensor = ReturnType<TfNamespace["tensor"]>;
-type LayersModel = ReturnType<TfNamespace["sequential"]>;
-type Optimizer = ReturnType<TfNamespace["train"]["adam"]>;
+type LayersModel = Sequential;
 
 /** Sizes of the training job. The defaults train in about a second on one CPU core. */
 export interface TrainConfig {
@@ -29,48 +28,73 @@ export const DEFAULT_CONFIG: TrainConfig = {
   leak: false,
 };
 
-/** One batch: inputs and one-hot labels. The caller disposes both. */
+/** One batch as a data loader hands it over: plain arrays, row-major. */
 export interface Batch {
-  readonly xs: Tensor;
-  readonly ys: Tensor;
+  readonly x: Float32Array;
+  readonly y: Float32Array;
 }
 
 /**
  * Synthetic classification data: Gaussian inputs labelled by a fixed random linear "teacher", so
- * the model has something real to learn and the loss goes down.
+ * the model has something real to learn and the loss goes down. Deterministic (seeded).
  */
 export class SyntheticData {
-  private readonly teacher: Tensor;
+  private readonly teacher: Float32Array;
+  private state: number;
 
   constructor(
     private readonly tf: TfNamespace,
     private readonly config: TrainConfig,
+    seed = 42,
   ) {
-    this.teacher = tf.randomNormal([config.features, config.classes], 0, 1, "float32", 42);
+    this.state = seed >>> 0;
+    this.teacher = this.gaussian(config.features * config.classes, 0, 1);
   }
 
-  /** A fresh batch (the caller disposes it). */
-  nextBatch(): Batch {
-    const { tf, config } = this;
-    return tf.tidy(() => {
-      const xs = tf.randomNormal([config.batchSize, config.features], 2, 3);
-      const labels = tf.argMax(tf.matMul(xs, this.teacher), 1);
-      return { xs, ys: tf.oneHot(labels.toInt(), config.classes) };
-    });
+  /** A fresh batch of `config.batchSize` examples. */
+  nextBatch(rows = this.config.batchSize): Batch {
+    const { features, classes } = this.config;
+    const x = this.gaussian(rows * features, 2, 3);
+    const y = new Float32Array(rows * classes);
+    for (let r = 0; r < rows; r++) {
+      let best = 0;
+      let bestScore = Number.NEGATIVE_INFINITY;
+      for (let c = 0; c < classes; c++) {
+        let score = 0;
+        for (let f = 0; f < features; f++) score += x[r * features + f]! * this.teacher[f * classes + c]!;
+        if (score > bestScore) {
+          bestScore = score;
+          best = c;
+        }
+      }
+      y[r * classes + best] = 1;
+    }
+    return { x, y };
   }
 
-  /** `count` examples at once, for `model.fit`. */
-  dataset(count: number): Batch {
-    const { tf, config } = this;
-    return tf.tidy(() => {
-      const xs = tf.randomNormal([count, config.features], 2, 3);
-      const labels = tf.argMax(tf.matMul(xs, this.teacher), 1);
-      return { xs, ys: tf.oneHot(labels.toInt(), config.classes) };
-    });
+  /** `rows` examples as tensors, for `model.fit` (the caller disposes them). */
+  tensors(rows: number): { xs: Tensor; ys: Tensor } {
+    const { x, y } = this.nextBatch(rows);
+    return {
+      xs: this.tf.tensor2d(x, [rows, this.config.features]),
+      ys: this.tf.tensor2d(y, [rows, this.config.classes]),
+    };
   }
 
-  dispose(): void {
-    this.teacher.dispose();
+  /** Normal numbers (Box-Muller over a linear congruential generator). */
+  private gaussian(count: number, mean: number, std: number): Float32Array {
+    const out = new Float32Array(count);
+    for (let i = 0; i < count; i++) {
+      const u = (this.next() + 1) / (2 ** 32 + 1);
+      const v = this.next() / 2 ** 32;
+      out[i] = mean + std * Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * v);
+    }
+    return out;
+  }
+
+  private next(): number {
+    this.state = (Math.imul(this.state, 1664525) + 1013904223) >>> 0;
+    return this.state;
   }
 }
 
@@ -130,9 +154,11 @@ function trainStep(
   data: SyntheticData,
   config: TrainConfig,
 ): Tensor {
-  const { xs, ys } = host.phase("load_batch", () => data.nextBatch());
+  const batch = host.phase("load_batch", () => data.nextBatch());
 
   const forward = host.enterPhase("forward");
+  const xs = tf.tensor2d(batch.x, [config.batchSize, config.features]);
+  const ys = tf.tensor2d(batch.y, [config.batchSize, config.classes]);
   // An intermediate tensor: the inputs standardised per batch. It must be disposed by hand.
   const features = tf.tidy(() => {
     const { mean, variance } = tf.moments(xs, 0);
@@ -143,20 +169,20 @@ function trainStep(
   // the phase switches from forward to backward where the function returns.
   const { value: loss, grads } = optimizer.computeGradients(() => {
     const logits = model.apply(features) as Tensor;
-    const value = tf.losses.softmaxCrossEntropy(ys, logits) as ReturnType<TfNamespace["scalar"]>;
+    const value = tf.losses.softmaxCrossEntropy(ys, logits) as Scalar;
     forward.close();
     backward = host.enterPhase("backward");
     return value;
   });
+  // The batch is not needed once the gradients exist.
+  tf.dispose([xs, ys]);
+  if (!config.leak) features.dispose(); // with --leak this line is "forgotten"
   backward?.close();
 
   host.phase("optimizer_step", () => {
     optimizer.applyGradients(grads);
     tf.dispose(grads);
   });
-
-  tf.dispose([xs, ys]);
-  if (!config.leak) features.dispose(); // with --leak this line is "forgotten"
   return loss;
 }
 
@@ -172,7 +198,7 @@ export async function trainWithFit(
   config: TrainConfig,
   onEpoch?: EpochLogger,
 ): Promise<void> {
-  const { xs, ys } = data.dataset(config.batchSize * config.batchesPerEpoch);
+  const { xs, ys } = data.tensors(config.batchSize * config.batchesPerEpoch);
   model.compile({
     optimizer: tf.train.adam(0.01),
     loss: (labels: Tensor, logits: Tensor) => tf.losses.softmaxCrossEntropy(labels, logits),
@@ -185,7 +211,10 @@ export async function trainWithFit(
       verbose: 0,
       callbacks: [
         stormlogCallback(host, { trainPhase: "fit" }),
-        { onEpochEnd: async (epoch, logs) => onEpoch?.(epoch, Number(logs?.loss ?? Number.NaN)) },
+        {
+          onEpochEnd: async (epoch: number, logs?: Logs) =>
+            onEpoch?.(epoch, Number(logs?.loss ?? Number.NaN)),
+        },
       ],
     });
   } finally {

@@ -8,8 +8,8 @@
  * (`collective:<class>`).
  */
 import {
-  compareSessionsForSelection,
   createSessionSummary,
+  InvalidConfigError,
   type SessionSummary,
   stableLegacySessionId,
   type TelemetryEvent,
@@ -22,13 +22,7 @@ import {
   summarizePhaseAttribution,
   summarizePhaseResolution,
 } from "@stormlog/phases";
-import {
-  iterateTelemetryEvents,
-  type ReadOptions,
-  type SessionInfo,
-  SessionNotFoundError,
-  summarizeTelemetrySessions,
-} from "@stormlog/sink";
+import { loadTelemetrySessions, type ReadOptions, type SessionInfo, SessionNotFoundError } from "@stormlog/sink";
 import { analyzeGaps } from "./gap.js";
 
 /** A sample whose |device used - allocator reserved| / device total reaches this is a gap anomaly. */
@@ -179,6 +173,12 @@ function percent(ratio: number): string {
   return `${(ratio * 100).toFixed(1)}%`;
 }
 
+/** The later of two instants (bigints, which `Math.max` does not take). */
+function later(a: bigint, b: bigint): bigint {
+  if (a > b) return a;
+  return b;
+}
+
 function collectiveSeverity(confidence: number): DiagnosticsSeverity {
   if (confidence >= 0.8) return "critical";
   if (confidence >= 0.6) return "warning";
@@ -257,7 +257,7 @@ function rankCandidates(
     candidates.push({
       rank,
       severity: collectiveSeverity(confidence),
-      timestamp_ns: attribution.interval_start_ns > firstNs ? attribution.interval_start_ns : firstNs,
+      timestamp_ns: later(attribution.interval_start_ns, firstNs),
       signal: `collective:${attribution.classification}`,
       details:
         "Communication-attributed hidden-memory spike " +
@@ -346,11 +346,17 @@ export function buildDistributedDiagnostics(
   const worldSizes = new Set<number>();
   for (const event of sorted) {
     let list = grouped.get(event.rank);
-    if (list === undefined) grouped.set(event.rank, (list = []));
+    if (list === undefined) {
+      list = [];
+      grouped.set(event.rank, list);
+    }
     list.push(event);
     if (isSample(event.event_type)) {
       let sampleList = samples.get(event.rank);
-      if (sampleList === undefined) samples.set(event.rank, (sampleList = []));
+      if (sampleList === undefined) {
+        sampleList = [];
+        samples.set(event.rank, sampleList);
+      }
       sampleList.push(event);
     }
     if (event.world_size > 0) worldSizes.add(event.world_size);
@@ -390,7 +396,10 @@ export function buildDistributedDiagnostics(
   const collectiveByRank = new Map<number, CollectiveAttributionLike[]>();
   for (const attribution of options.collectiveAttributions ?? []) {
     let list = collectiveByRank.get(attribution.rank);
-    if (list === undefined) collectiveByRank.set(attribution.rank, (list = []));
+    if (list === undefined) {
+      list = [];
+      collectiveByRank.set(attribution.rank, list);
+    }
     list.push(attribution);
   }
 
@@ -488,8 +497,10 @@ export function diagnosticsFoundRisk(diagnostics: DistributedDiagnostics): boole
 export interface RankGroupSession {
   /** The merged view's summary (`stormlog.diagnostics.distributed`), with the reference's synthetic id. */
   summary: SessionSummary;
-  /** The per-rank sessions, in session order. */
+  /** One session per rank, by rank. */
   members: SessionInfo[];
+  /** Further sessions of an already-present rank (a restarted process), left out of the view. */
+  skipped: SessionInfo[];
 }
 
 /** Which events a distributed view reads: one session, or a rank group. */
@@ -539,33 +550,41 @@ function mergedSummary(members: readonly SessionInfo[], jobId: string, worldSize
 }
 
 /**
- * Finds rank groups (sessions with events that share a non-null `job_id` and a `world_size > 1`,
- * with distinct ranks, at most `world_size` of them) and chooses the view as the reference TUI's
- * `load_distributed_artifacts`: `sessionId` (a session's or a rank group's id; unknown ids throw
- * `SessionNotFoundError`), else the first rank group in session order, else the first session with
- * events. Every session of the input counts as a candidate for merging (the TUI merges sessions of
- * separate inputs; one sink root holding every rank's sink is the common layout here).
+ * Finds rank groups and chooses the view, as the reference TUI's `load_distributed_artifacts` (and
+ * `stormlog analyze`) do. A rank group is the sessions with events that share a non-null `job_id`
+ * and a `world_size > 1`: at least two distinct ranks, at most `world_size`; when a rank has several
+ * sessions (a restarted process) the first in session order is kept and the others are `skipped`.
+ * The view is `sessionId` (a session's or a rank group's id; unknown ids throw
+ * `SessionNotFoundError`), else the rank group whose best member comes first, else the first
+ * session with events. `sessions` must be in the reference's order (as the sink reader lists them).
  */
 export function selectDistributedSession(
   sessions: readonly SessionInfo[],
   sessionId?: string,
   source = "the input",
 ): DistributedSelection {
-  const byJob = new Map<string, SessionInfo[]>();
-  for (const session of sessions) {
-    const { job_id: jobId, world_size: worldSize } = session.summary;
-    if (jobId === null || worldSize <= 1 || session.eventCount === 0) continue;
+  const byJob = new Map<
+    string,
+    { members: Map<number, SessionInfo>; skipped: SessionInfo[]; first: number }
+  >();
+  sessions.forEach((session, position) => {
+    const { job_id: jobId, world_size: worldSize, rank } = session.summary;
+    if (jobId === null || worldSize <= 1 || session.eventCount === 0) return;
     const key = JSON.stringify([jobId, worldSize]);
-    let list = byJob.get(key);
-    if (list === undefined) byJob.set(key, (list = []));
-    list.push(session);
-  }
+    let group = byJob.get(key);
+    if (group === undefined) {
+      group = { members: new Map(), skipped: [], first: position };
+      byJob.set(key, group);
+    }
+    if (group.members.has(rank)) group.skipped.push(session);
+    else group.members.set(rank, session);
+  });
   const rankGroups: RankGroupSession[] = [];
-  for (const members of byJob.values()) {
+  for (const group of [...byJob.values()].sort((a, b) => a.first - b.first)) {
+    const members = [...group.members.entries()].sort((a, b) => a[0] - b[0]).map(([, member]) => member);
     const { job_id: jobId, world_size: worldSize } = members[0]!.summary;
-    if (members.length <= 1 || members.length > worldSize) continue;
-    if (new Set(members.map((member) => member.summary.rank)).size !== members.length) continue;
-    rankGroups.push({ summary: mergedSummary(members, jobId!, worldSize), members });
+    if (members.length < 2 || members.length > worldSize) continue;
+    rankGroups.push({ summary: mergedSummary(members, jobId!, worldSize), members, skipped: group.skipped });
   }
   const all = [...sessions];
   const fromGroup = (group: RankGroupSession): DistributedSelection => ({
@@ -595,10 +614,7 @@ export function selectDistributedSession(
     }
     return fromSession(session);
   }
-  if (rankGroups.length > 0) {
-    const ordered = [...rankGroups].sort((a, b) => compareSessionsForSelection(a.summary, b.summary));
-    return fromGroup(ordered[0]!);
-  }
+  if (rankGroups.length > 0) return fromGroup(rankGroups[0]!);
   return fromSession(sessions.find((session) => session.eventCount > 0) ?? sessions[0]);
 }
 
@@ -606,33 +622,69 @@ export function selectDistributedSession(
 export interface LoadDistributedOptions extends ReadOptions {
   /** A session's or a rank group's id (see `selectDistributedSession`). */
   readonly sessionId?: string;
-  /** Called every few thousand events while reading, with the count so far and the view's total. */
-  readonly onProgress?: (read: number, total: number) => void;
+}
+
+function compareEventTime(a: TelemetryEvent, b: TelemetryEvent): number {
+  return a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : 0;
 }
 
 /**
- * Reads the events of the view `selectDistributedSession` chooses (two streaming passes: session
- * summaries, then the selected sessions' events), sorted by `timestamp_ns` (stable).
+ * Reads the events of the view `selectDistributedSession` chooses, sorted by `timestamp_ns`
+ * (stable; members in rank order). One pass over the input; memory grows with it (every session's
+ * events are held until the view is chosen).
  */
 export async function loadDistributedEvents(
   path: string,
   options: LoadDistributedOptions = {},
 ): Promise<{ selection: DistributedSelection; events: TelemetryEvent[] }> {
-  const { sessionId, onProgress, ...readOptions } = options;
-  const sessions = await summarizeTelemetrySessions(path, readOptions);
+  const { sessionId, ...readOptions } = options;
+  const loaded = await loadTelemetrySessions(path, readOptions);
+  const sessions: SessionInfo[] = loaded.map(({ events: _events, ...info }) => info);
   const selection = selectDistributedSession(sessions, sessionId, path);
-  const members = new Set(selection.memberSessionIds);
-  let total = 0;
-  for (const session of sessions) if (members.has(session.summary.session_id)) total += session.eventCount;
-  const events: TelemetryEvent[] = [];
-  if (members.size > 0) {
-    for await (const event of iterateTelemetryEvents(path, { ...readOptions, onWarning: () => undefined })) {
-      if (!members.has(event.session_id)) continue;
-      events.push(event);
-      if (onProgress !== undefined && events.length % 4096 === 0) onProgress(events.length, total);
+  const byId = new Map(loaded.map((session) => [session.summary.session_id, session.events]));
+  const lists = selection.memberSessionIds.map((id) => byId.get(id) ?? []);
+  byId.clear();
+  loaded.length = 0;
+  // Each session is already sorted: one list needs nothing, several are runs that sort merges cheaply.
+  const events = lists.length === 1 ? lists[0]! : lists.flat().sort(compareEventTime);
+  return { selection, events };
+}
+
+/**
+ * The TUI's rank filter (`parse_rank_filter`): `all`, `*` or empty selects every available rank;
+ * otherwise a comma-separated list of ranks and inclusive ranges (`0,2,4-7`), kept to the
+ * available ones. Throws `InvalidConfigError` for a malformed token.
+ */
+export function parseRankFilter(expression: string, availableRanks: Iterable<number>): Set<number> {
+  const available = new Set(availableRanks);
+  if (available.size === 0) return new Set();
+  const text = (expression ?? "").trim().toLowerCase();
+  if (text === "" || text === "all" || text === "*") return available;
+  const selected = new Set<number>();
+  const integer = (token: string, chunk: string): number => {
+    if (!/^\s*[+-]?\d+\s*$/.test(token)) {
+      throw new InvalidConfigError(
+        "ranks",
+        `invalid rank ${JSON.stringify(chunk)}: use ranks and ranges like 0,2,4-7`,
+      );
+    }
+    return Number.parseInt(token, 10);
+  };
+  for (const token of text.split(",")) {
+    const chunk = token.trim();
+    if (chunk === "") continue;
+    const dash = chunk.indexOf("-", 1);
+    if (dash > 0) {
+      const start = integer(chunk.slice(0, dash), chunk);
+      const end = integer(chunk.slice(dash + 1), chunk);
+      if (start > end) {
+        throw new InvalidConfigError("ranks", `invalid rank range (start>end): ${JSON.stringify(chunk)}`);
+      }
+      for (const rank of available) if (rank >= start && rank <= end) selected.add(rank);
+    } else {
+      const rank = integer(chunk, chunk);
+      if (available.has(rank)) selected.add(rank);
     }
   }
-  onProgress?.(events.length, total);
-  events.sort((a, b) => (a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : 0));
-  return { selection, events };
+  return selected;
 }

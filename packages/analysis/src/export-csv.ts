@@ -11,7 +11,7 @@ export const TELEMETRY_CSV_COLUMNS: readonly string[] = TELEMETRY_V3_FIELDS;
 
 /** RFC 4180 quoting: fields with a comma, quote, CR or LF (or edge spaces) are quoted. */
 export function csvField(value: string): string {
-  if (value === "") return value;
+  if (value === "") return '""';
   if (/[",\r\n]/.test(value) || value.trim() !== value) return `"${value.replaceAll('"', '""')}"`;
   return value;
 }

@@ -56,8 +56,8 @@ export interface PerfettoExportOptions {
   readonly analyses?: boolean;
   /** Labels the trace (`otherData.session_id`). */
   readonly sessionId?: string | null;
-  /** Phase replay of the same events, if already built (default: built here). */
-  readonly phaseIndex?: PhaseReplayIndex;
+  /** Phase replay of the same events, if already built (default: a `PhaseReplayIndex` built here). */
+  readonly phaseIndex?: PhaseResolver & Pick<PhaseReplayIndex, "spansFor">;
 }
 
 /** Memory series drawn as counters: telemetry field, track label. */
@@ -151,7 +151,10 @@ export function buildPerfettoTrace(
     const process = processOf(event.rank);
     process.hosts.add(event.host);
     let ranks = groups.get(event.session_id);
-    if (ranks === undefined) groups.set(event.session_id, (ranks = new Set()));
+    if (ranks === undefined) {
+      ranks = new Set();
+      groups.set(event.session_id, ranks);
+    }
     ranks.add(event.rank);
     if (isSample(event.event_type)) process.deviceIds.add(event.device_id);
   }
@@ -175,7 +178,10 @@ export function buildPerfettoTrace(
           process.lanes.set(key, lane);
         }
         let list = byLane.get(lane.tid);
-        if (list === undefined) byLane.set(lane.tid, (list = []));
+        if (list === undefined) {
+          list = [];
+          byLane.set(lane.tid, list);
+        }
         list.push(span);
       }
       for (const [tid, laneSpans] of byLane) body.push(...phaseSlices(laneSpans, process.pid, tid, micros));
@@ -364,7 +370,10 @@ function analysisInstants(
   const byRank = new Map<number, TelemetryEvent[]>();
   for (const event of sorted) {
     let list = byRank.get(event.rank);
-    if (list === undefined) byRank.set(event.rank, (list = []));
+    if (list === undefined) {
+      list = [];
+      byRank.set(event.rank, list);
+    }
     list.push(event);
   }
   for (const [rank, rankEvents] of byRank) {

@@ -8,3 +8,6 @@ export * from "./export-csv.js";
 export * from "./export-perfetto.js";
 export * from "./gap.js";
 export * from "./stats.js";
+export * from "./report.js";
+export type * from "./types.js";
+export { INDEX_DIRNAME, CACHE_DIR_ENV, INDEX_FORMAT, INDEX_VERSION } from "./index-cache.js";

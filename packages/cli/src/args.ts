@@ -48,7 +48,12 @@ export function parseCommandArgs(help: CommandHelp, argv: readonly string[]): Pa
     options[name] = spec.short === undefined ? { type: spec.type } : { type: spec.type, short: spec.short };
   }
   try {
-    const { values, positionals } = parseArgs({ args: [...argv], options, allowPositionals: true, strict: true });
+    const { values, positionals } = parseArgs({
+      args: [...argv],
+      options,
+      allowPositionals: true,
+      strict: true,
+    });
     return { values: values as Record<string, string | boolean | undefined>, positionals };
   } catch (error) {
     const code = (error as { code?: string }).code;
@@ -65,10 +70,16 @@ export function parseCommandArgs(help: CommandHelp, argv: readonly string[]): Pa
 export function requirePath(help: CommandHelp, args: ParsedArgs, what = "<path>"): string {
   const [path, ...rest] = args.positionals;
   if (path === undefined) {
-    throw new CliUsageError(`missing ${what}: the telemetry to read (a sink directory, a .jsonl or .json file)`, helpHint(help.name));
+    throw new CliUsageError(
+      `missing ${what}: the telemetry to read (a sink directory, a .jsonl or .json file)`,
+      helpHint(help.name),
+    );
   }
   if (rest.length > 0) {
-    throw new CliUsageError(`unexpected argument '${rest[0]}' (only one ${what} is read)`, helpHint(help.name));
+    throw new CliUsageError(
+      `unexpected argument '${rest[0]}' (only one ${what} is read)`,
+      helpHint(help.name),
+    );
   }
   return path;
 }
@@ -111,8 +122,7 @@ export function numberFlag(
   const raw = stringFlag(args, name);
   if (raw === undefined) return undefined;
   const value = raw.trim() === "" ? Number.NaN : Number(raw);
-  const bad = (why: string) =>
-    new CliUsageError(`invalid --${name} '${raw}': ${why}`, helpHint(help.name));
+  const bad = (why: string) => new CliUsageError(`invalid --${name} '${raw}': ${why}`, helpHint(help.name));
   if (!Number.isFinite(value)) throw bad("expected a number");
   if (bounds.integer && !Number.isSafeInteger(value)) throw bad("expected an integer");
   if (bounds.min !== undefined && value < bounds.min) throw bad(`expected a number >= ${bounds.min}`);

@@ -8,11 +8,17 @@ import { encodeTelemetryRecord } from "@stormlog/core";
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { sampleRecord } from "../scripts/sample-records.js";
 import { TelemetrySink } from "../src/index.js";
+import { LineEncoder } from "../src/line-encoder.js";
 import { whyNotWritable } from "../src/record-check.js";
 
 const BATCH = 10_000;
 const dir = mkdtempSync(join(tmpdir(), "stormlog-sink-bench-"));
-const sink = new TelemetrySink({ rootDir: dir, handleProcessExit: false, writeRollups: false, maxQueueEvents: 2 * BATCH });
+const sink = new TelemetrySink({
+  rootDir: dir,
+  handleProcessExit: false,
+  writeRollups: false,
+  maxQueueEvents: 2 * BATCH,
+});
 sink.startSession({ session_id: "bench" });
 const records = Array.from({ length: BATCH }, (_, i) => sampleRecord("bench", i));
 // The writer never gets to run inside a batch (it runs on timers); empty its queue between batches.
@@ -34,9 +40,17 @@ group("sink: calling thread", () => {
 });
 
 group("sink: writer work per record (event loop, off the append call)", () => {
-  const record = records[123]!;
-  bench("sink/check record", () => do_not_optimize(whyNotWritable(record)));
-  bench("sink/encode record", () => do_not_optimize(encodeTelemetryRecord(record)));
+  // A stream of samples as a tracker writes them (counters and timestamps change, metadata does not).
+  const stream = Array.from({ length: 1024 }, (_, i) => sampleRecord("bench", i, { withSeq: false }));
+  const encoder = new LineEncoder();
+  let i = 0;
+  bench("sink/check record", () => do_not_optimize(whyNotWritable(stream[i++ & 1023]!)));
+  bench("sink/encode record (LineEncoder, as the writer)", () =>
+    do_not_optimize(encoder.encode(stream[i++ & 1023]!)),
+  );
+  bench("sink/encode record (core encodeTelemetryRecord)", () =>
+    do_not_optimize(encodeTelemetryRecord(stream[i++ & 1023]!)),
+  );
 });
 
 await run();

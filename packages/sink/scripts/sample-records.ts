@@ -6,11 +6,14 @@ import type { TelemetryRecordV3 } from "@stormlog/core";
 export const BASE_NS = 1_765_000_512_105_815_000n;
 const GIB = 1024 ** 3;
 
-/** The `seq`-th sample of a session, 100 ms apart, with `metadata.seq` to check order and loss. */
+/**
+ * The `seq`-th sample of a session, 100 ms apart, with `metadata.seq` to check order and loss
+ * (`withSeq: false` leaves it out: a tracker's metadata is otherwise the same from sample to sample).
+ */
 export function sampleRecord(
   sessionId: string,
   seq: number,
-  options: { rank?: number; worldSize?: number; eventType?: string; pid?: number } = {},
+  options: { rank?: number; worldSize?: number; eventType?: string; pid?: number; withSeq?: boolean } = {},
 ): TelemetryRecordV3 {
   const allocated = GIB + ((seq * 7919) % 4096) * 65_536;
   return {
@@ -44,7 +47,7 @@ export function sampleRecord(
       collector_next_retry_epoch_s: null,
       collector_partial_fields: [],
       sampling_source: "torch.cuda.memory_stats",
-      seq,
+      ...(options.withSeq === false ? {} : { seq }),
       supports_device_free: true,
       supports_device_total: true,
       telemetry_partial: false,

@@ -49,7 +49,7 @@ export interface TelemetrySinkOptions {
   /** Width of the rollup windows, in seconds (default 60). */
   rollupWindowSeconds?: number;
   /**
-   * Records that may wait in memory for the disk (default 65536). Beyond it `append` drops the record
+   * Records that may wait in memory for the disk (default 16384, about 50 MB of tracker records). Beyond it `append` drops the record
    * and counts it: memory is bounded by this, never by the run's length or a slow disk.
    */
   maxQueueEvents?: number;
@@ -105,7 +105,7 @@ export const SINK_DEFAULTS = {
   retentionMaxTotalBytes: 512 * MIB,
   writeRollups: true,
   rollupWindowSeconds: 60,
-  maxQueueEvents: 65_536,
+  maxQueueEvents: 16_384,
   fsync: "segment",
   failureBackoffSeconds: 1,
   failureBackoffMaxSeconds: 60,

@@ -11,4 +11,5 @@ export * from "./manifest.js";
 export * from "./reader.js";
 export type { RecoveryReport } from "./recovery.js";
 export { recoverSinkDirectory } from "./recovery.js";
+export * from "./rollups.js";
 export * from "./writer.js";

@@ -80,7 +80,10 @@ interface ResolvedInput {
   readonly parts: readonly SinkPart[];
   /** `source` of summaries inferred from events. */
   readonly defaultSource: string;
+  /** The path as given: the source of sessions without a segment. */
   readonly defaultSourcePath: string;
+  /** Resolved path, for synthetic session ids of JSON files. */
+  readonly absolutePath?: string;
 }
 
 function resolvedPath(path: string): string {
@@ -151,7 +154,7 @@ async function resolveInput(path: string, warn: (message: string) => void): Prom
       parts.push({ ...part, fallbackSessionId: stableLegacySessionId([resolvedPath(dir), "sink"]) });
     }
     const kind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
-    return { kind, path, parts, defaultSource, defaultSourcePath: absolute };
+    return { kind, path, parts, defaultSource, defaultSourcePath: path };
   }
   const name = basename(path);
   const parent = dirname(path);
@@ -163,7 +166,7 @@ async function resolveInput(path: string, warn: (message: string) => void): Prom
       path,
       parts: [{ ...part, fallbackSessionId }],
       defaultSource,
-      defaultSourcePath: absolute,
+      defaultSourcePath: path,
     };
   }
   if (name.endsWith(SEGMENT_SUFFIX)) {
@@ -277,7 +280,10 @@ async function* scan(
     const payload = parseJson(text, { file: input.path });
     const context: DecodeContext = {
       options,
-      defaultSessionId: stableLegacySessionId([input.defaultSourcePath, options.eventsKey ?? "json"]),
+      defaultSessionId: stableLegacySessionId([
+        input.absolutePath ?? resolvedPath(input.path),
+        options.eventsKey ?? "json",
+      ]),
     };
     const records = jsonRecords(payload, options.eventsKey, input.path);
     for (let i = 0; i < records.length; i++) {
@@ -288,7 +294,7 @@ async function* scan(
         location: { file: `${input.path} (event ${i})` },
         upgradeTo: options.upgradeTo ?? 3,
       });
-      yield { event, source: input.defaultSourcePath };
+      yield { event, source: input.path };
     }
     return;
   }

@@ -8,12 +8,18 @@ import {
 } from "@stormlog/core";
 import { type ResolvedSinkConfig, resolveSinkConfig, type TelemetrySinkOptions } from "./config.js";
 import { SinkSessionMismatchError } from "./errors.js";
-import { LineEncoder } from "./line-encoder.js";
 import { registerExitParticipant } from "./exit-hooks.js";
 import { describeIoError, execAsync, execSync, IO_OK, type IoOp, type IoResult } from "./io.js";
+import { LineEncoder } from "./line-encoder.js";
 import { type SinkSegment, segmentFilename, serializeManifest } from "./manifest.js";
 import { whyNotWritable } from "./record-check.js";
 import { type RecoveryReport, recoverSinkDirectory } from "./recovery.js";
+import {
+  buildTelemetryRollups,
+  type RollupCoverage,
+  rollupCoverageFromManifest,
+  writeTelemetryRollups,
+} from "./rollups.js";
 
 /** The reference's five counters (`get_diagnostics()`), then this package's queue and failure counters. */
 export interface SinkDiagnostics {
@@ -66,6 +72,8 @@ class Barrier {
     readonly sessionId: string | null = null,
     readonly status: SessionStatus = "completed",
     readonly endedAtNs: bigint = 0n,
+    /** Write rollups.json after closing (not when closing for a signal: the process must go). */
+    readonly rollups: boolean = true,
   ) {}
 }
 
@@ -154,6 +162,8 @@ export class TelemetrySink {
   private finalized = false;
   private unregisterExit: (() => void) | null = null;
   private rollupJobs: Promise<void>[] = [];
+  /** Rolled-over segments being synced and closed while writing goes on. */
+  private readonly backgroundCloses = new Set<Promise<void>>();
   private readonly sessionLoss = new Map<string, number>();
 
   private rolloverCount = 0;
@@ -231,7 +241,7 @@ export class TelemetrySink {
     this.manifestDirty = STRUCTURAL;
     if (this.config.handleProcessExit && this.unregisterExit === null && !this.finalized) {
       this.unregisterExit = registerExitParticipant({
-        onSignal: () => this.close("interrupted"),
+        onSignal: () => this.closeSession("interrupted", false),
         onBeforeExit: (code) => this.closeBeforeExit(code),
         onExit: (code) => this.closeSync(code === 0 ? "completed" : "interrupted"),
       });
@@ -287,14 +297,23 @@ export class TelemetrySink {
    * rejects. A later `append` opens a new session, as in the reference.
    */
   close(status: SessionStatus = "completed"): Promise<void> {
+    return this.closeSession(status, true);
+  }
+
+  private closeSession(status: SessionStatus, rollups: boolean): Promise<void> {
     const sessionId = this.activeSessionId;
     if (sessionId === null) return this.flush().then(() => this.rollupsSettled());
     this.activeSessionId = null;
     const closed = new Promise<void>((resolve) => {
-      this.pushBarrier(new Barrier("close", resolve, sessionId, status, this.config.clock.nowNs()));
+      this.pushBarrier(new Barrier("close", resolve, sessionId, status, this.config.clock.nowNs(), rollups));
       this.kick(true);
     });
     return closed.then(() => this.rollupsSettled());
+  }
+
+  /** Resolves when the segments closed at rollover are synced (close() waits for them). */
+  private backgroundSettled(): Promise<void> {
+    return Promise.all(this.backgroundCloses).then(() => undefined);
   }
 
   /**
@@ -380,6 +399,14 @@ export class TelemetrySink {
       state: this.consecutiveFailures > 0 ? "retrying" : "ok",
       session_id: this.activeSessionId,
     };
+  }
+
+  /**
+   * Records appended but not yet written (queued, or encoded and waiting for their flush). Cheap to
+   * read: a producer that must not lose records can wait while it is high (backpressure).
+   */
+  get pendingEvents(): number {
+    return this.queuedRecords + this.bufferCount + (this.pending?.events ?? 0);
   }
 
   /** The sessions ledger as it stands in memory (what the next manifest will hold). */
@@ -676,7 +703,8 @@ export class TelemetrySink {
     if (bytes < this.chunkLength) this.chunk.copy(this.chunk, 0, bytes, this.chunkLength);
     this.chunkLength -= bytes;
     // A burst may have grown the buffer; give the memory back once it is idle.
-    if (this.chunkLength === 0 && this.chunk.length > KEEP_CHUNK_BYTES) this.chunk = Buffer.allocUnsafeSlow(1 << 20);
+    if (this.chunkLength === 0 && this.chunk.length > KEEP_CHUNK_BYTES)
+      this.chunk = Buffer.allocUnsafeSlow(1 << 20);
   }
 
   private encode(record: TelemetryEvent): string | undefined {
@@ -757,13 +785,18 @@ export class TelemetrySink {
       this.manifestDirty = STRUCTURAL;
     }
     const fd = this.fd!;
-    const written = yield { op: "write", fd, data: this.chunk.subarray(0, pending.bytes), position: segment.size_bytes };
+    const written = yield {
+      op: "write",
+      fd,
+      data: this.chunk.subarray(0, pending.bytes),
+      position: segment.size_bytes,
+    };
     // The write is over (or given up): its bytes leave the chunk.
     this.consumeChunk(pending.bytes);
     if (!written.ok) {
       // Cut back what part of the chunk may have reached the file, and start a new segment later.
       yield { op: "truncate", fd, size: segment.size_bytes };
-      yield* this.closeSegment(segment, false);
+      yield* this.closeSegment(segment, "nosync");
       return this.failWrite(written.error, pending, `write ${segment.filename}`);
     }
     if (this.config.fsync === "always") {
@@ -788,7 +821,7 @@ export class TelemetrySink {
       }
       yield* this.applyRetention();
     }
-    if (rolled) yield* this.closeSegment(segment);
+    if (rolled) yield* this.closeSegment(segment, "background");
   }
 
   private failWrite(error: Error, pending: PendingWrite, action: string): void {
@@ -820,13 +853,26 @@ export class TelemetrySink {
     }
   }
 
-  private *closeSegment(segment: SinkSegment, sync = true): Work {
+  /**
+   * Closes a segment's file: `sync` syncs it first and waits; `background` (rollover) syncs and
+   * closes it on the thread pool while writing goes on in the next segment; `nosync` just closes.
+   */
+  private *closeSegment(segment: SinkSegment, mode: "sync" | "background" | "nosync" = "sync"): Work {
     if (this.current === segment && this.fd !== null) {
       const fd = this.fd;
       this.fd = null;
       this.current = null;
-      const closed = yield { op: "close", fd, fsync: sync && this.config.fsync !== "never" };
-      if (!closed.ok && sync) this.recordFailure(closed.error, `fsync ${segment.filename}`);
+      const fsync = mode !== "nosync" && this.config.fsync !== "never";
+      if (mode === "background" && fsync && !this.finalized) {
+        const job = execAsync({ op: "close", fd, fsync: true }).then((closed) => {
+          if (!closed.ok) this.recordFailure(closed.error, `fsync ${segment.filename}`);
+        });
+        this.backgroundCloses.add(job);
+        void job.finally(() => this.backgroundCloses.delete(job));
+      } else {
+        const closed = yield { op: "close", fd, fsync };
+        if (!closed.ok && fsync) this.recordFailure(closed.error, `fsync ${segment.filename}`);
+      }
     }
     if (this.current === segment) this.current = null;
     segment.closed = true;
@@ -838,7 +884,15 @@ export class TelemetrySink {
     if (current !== null && current.session_id === barrier.sessionId) yield* this.closeSegment(current);
     this.endSession(barrier);
     yield* this.writeManifest();
-    if (this.config.writeRollups && !this.finalized) this.scheduleRollups();
+    if (this.config.writeRollups && barrier.rollups && !this.finalized) {
+      // Coverage as of this close, with this instance's pruning counters (as the reference).
+      this.scheduleRollups(
+        rollupCoverageFromManifest(
+          { segments: this.segments },
+          { segmentCount: this.prunedSegmentCount, bytes: this.prunedBytes },
+        ),
+      );
+    }
   }
 
   /** Records the end of a session in the ledger; lost records turn `completed` into `incomplete`. */
@@ -953,9 +1007,9 @@ export class TelemetrySink {
 
   // ---------------------------------------------------------------- rollups
 
-  private scheduleRollups(): void {
-    // Filled in by the rollups module (see rollups.ts); a failure there is logged, never raised.
-    const job = this.buildRollups().catch((error: unknown) => {
+  /** Rebuilds rollups.json from the directory (after the session's close); a failure is logged, never raised. */
+  private scheduleRollups(coverage: RollupCoverage): void {
+    const job = this.buildRollups(coverage).catch((error: unknown) => {
       this.config.logger.warn(`${this.rootDir}: rollups.json was not written: ${(error as Error).message}`);
     });
     this.rollupJobs.push(job);
@@ -964,10 +1018,16 @@ export class TelemetrySink {
     });
   }
 
-  /** Overridden hook point: writes rollups.json from the directory as it is now. */
-  protected async buildRollups(): Promise<void> {}
+  private async buildRollups(coverage: RollupCoverage): Promise<void> {
+    const rollups = await buildTelemetryRollups(this.rootDir, {
+      windowSeconds: this.config.rollupWindowSeconds,
+      coverage,
+      clock: this.config.clock,
+    });
+    await writeTelemetryRollups(this.rootDir, rollups);
+  }
 
   private rollupsSettled(): Promise<void> {
-    return Promise.all(this.rollupJobs).then(() => undefined);
+    return Promise.all([...this.rollupJobs, this.backgroundSettled()]).then(() => undefined);
   }
 }

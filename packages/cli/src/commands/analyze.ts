@@ -23,10 +23,23 @@ const help: CommandHelp = {
     "--cache-dir when the sink is read-only), so later ones only read segments that changed.",
   options: {
     format: { type: "string", value: "txt|json", description: "Report format.", default: "txt" },
-    output: { type: "string", short: "o", value: "FILE", description: "Write the report to FILE instead of stdout." },
-    "session-id": { type: "string", value: "ID", description: "Analyze this session (see 'stormlog sessions')." },
+    output: {
+      type: "string",
+      short: "o",
+      value: "FILE",
+      description: "Write the report to FILE instead of stdout.",
+    },
+    "session-id": {
+      type: "string",
+      value: "ID",
+      description: "Analyze this session (see 'stormlog sessions').",
+    },
     "no-index": { type: "boolean", description: "Neither read nor write the index: scan every segment." },
-    "cache-dir": { type: "string", value: "DIR", description: "Where to keep the index when the sink is read-only." },
+    "cache-dir": {
+      type: "string",
+      value: "DIR",
+      description: "Where to keep the index when the sink is read-only.",
+    },
   },
   examples: [
     "stormlog analyze ./stormlog-sink",
@@ -35,24 +48,10 @@ const help: CommandHelp = {
   ],
 };
 
-/** Progress callbacks may report `(done, total)` or an object; both are shown. */
-function progressReporter(progress: Progress): (first: unknown, second?: unknown) => void {
-  return (first, second) => {
-    if (typeof first === "number") {
-      progress.update(first, typeof second === "number" ? second : undefined);
-      return;
-    }
-    if (typeof first !== "object" || first === null) return;
-    const fields = first as Record<string, unknown>;
-    const numeric = (key: string) => (typeof fields[key] === "number" ? (fields[key] as number) : undefined);
-    const bytesDone = numeric("bytesRead") ?? numeric("bytes");
-    if (bytesDone !== undefined) {
-      const total = numeric("totalBytes") ?? numeric("bytesTotal");
-      progress.update(Math.round(bytesDone / 1048576), total === undefined ? undefined : Math.round(total / 1048576), "MB");
-      return;
-    }
-    const done = numeric("events") ?? numeric("eventsRead") ?? numeric("done") ?? numeric("segmentsDone");
-    if (done !== undefined) progress.update(done, numeric("total") ?? numeric("segmentsTotal"));
+/** `analyzeTelemetry` reports `{ phase: "scan", done, total }` in bytes while it reads segments. */
+function progressReporter(progress: Progress): (report: { phase: string; done: number; total: number }) => void {
+  return ({ phase, done, total }) => {
+    if (phase === "scan") progress.update(Math.round(done / 1048576), Math.round(total / 1048576), "MB");
   };
 }
 
@@ -80,7 +79,9 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     progress.finish();
   }
   const text =
-    format === "json" ? `${stringifyJson(reportToJson(report), { indent: 2 })}\n` : ensureNewline(formatReportText(report));
+    format === "json"
+      ? `${stringifyJson(reportToJson(report), { indent: 2 })}\n`
+      : ensureNewline(formatReportText(report));
   const output = await openOutput(io, stringFlag(args, "output"));
   await output.write(text);
   await output.close();

@@ -2,7 +2,14 @@ import { resolve } from "node:path";
 import { selectDistributedSession } from "@stormlog/analysis";
 import { type JsonObject, stringifyJson } from "@stormlog/core";
 import { type SessionInfo, summarizeTelemetrySessions } from "@stormlog/sink";
-import { type CommandHelp, choice, formatCommandHelp, parseCommandArgs, requirePath, stringFlag } from "../args.js";
+import {
+  type CommandHelp,
+  choice,
+  formatCommandHelp,
+  parseCommandArgs,
+  requirePath,
+  stringFlag,
+} from "../args.js";
 import { durationNs, isoNs, renderTable } from "../format.js";
 import { type CliIo, openOutput } from "../io.js";
 import type { Command } from "./command.js";
@@ -20,7 +27,10 @@ const help: CommandHelp = {
     format: { type: "string", value: "txt|json", description: "Output format.", default: "txt" },
     output: { type: "string", short: "o", value: "FILE", description: "Write to FILE instead of stdout." },
   },
-  examples: ["stormlog sessions ./stormlog-sink", "stormlog sessions ./stormlog-sink --format json | jq '.sessions[0]'"],
+  examples: [
+    "stormlog sessions ./stormlog-sink",
+    "stormlog sessions ./stormlog-sink --format json | jq '.sessions[0]'",
+  ],
 };
 
 function sessionJson(session: SessionInfo): JsonObject {

@@ -1,0 +1,120 @@
+/**
+ * onnxruntime-node inference tracked by Stormlog: a small MLP generated as ONNX at start-up is
+ * served through an instrumented session with varying batch sizes, in repeated create/release
+ * cycles. The tracker records phases per run, per create and per release (with input shapes and
+ * the cycle number), and host memory (onnxruntime's CPU arena lives in the process's RSS).
+ *
+ *   pnpm start [-- --cycles N] [--out DIR] [--json FILE]
+ */
+import { writeFileSync } from "node:fs";
+import { relative, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { createInstrumentedSession } from "@stormlog/adapter-onnxruntime";
+import { analyzeTelemetry, formatReportText, reportToJson } from "@stormlog/analysis";
+import { formatBytes } from "@stormlog/core";
+import { MemoryTracker, processCollector } from "@stormlog/tracker";
+import * as ort from "onnxruntime-node";
+import { buildMlpModel, DEFAULT_SHAPE } from "./model.js";
+
+// `pnpm start -- --flag` passes the `--` through: skip it.
+const argv = process.argv.slice(2);
+if (argv[0] === "--") argv.shift();
+const { values: args } = parseArgs({
+  args: argv,
+  options: {
+    cycles: { type: "string", default: "6" },
+    out: { type: "string" },
+    json: { type: "string" },
+  },
+});
+const cycles = Number(args.cycles);
+if (!Number.isInteger(cycles) || cycles < 1) {
+  console.error(`--cycles must be a whole number >= 1, got ${args.cycles}`);
+  process.exit(1);
+}
+const sinkDir = resolve(args.out ?? process.env.STORMLOG_SINK_DIR ?? "stormlog-sink");
+const userCwd = process.env.INIT_CWD ?? process.cwd();
+const shown = (path: string) => {
+  const rel = relative(userCwd, path);
+  return rel === "" ? "." : rel.startsWith("..") ? path : rel;
+};
+
+// Set-up: the model is generated in memory (onnx-proto), as an exported model file would be read.
+const model = buildMlpModel();
+const { inputs } = DEFAULT_SHAPE;
+
+/** Batch sizes of cycle `cycle` (1-based): the same small ones, and one larger each cycle. */
+function batchSizes(cycle: number): number[] {
+  return [1, 8, 32, 8, 1, 64 * 2 ** Math.min(cycle, 6)];
+}
+
+function feeds(batch: number): { x: ort.Tensor } {
+  const data = new Float32Array(batch * inputs);
+  for (let i = 0; i < data.length; i++) data[i] = Math.sin(i);
+  return { x: new ort.Tensor("float32", data, [batch, inputs]) };
+}
+
+const tracker = new MemoryTracker({
+  collectors: [processCollector()],
+  samplingIntervalMs: 50,
+  sink: { rootDir: sinkDir },
+});
+
+console.log("Stormlog onnx-inference example: onnxruntime-node sessions, created, run and released");
+console.log(
+  `  model      MLP ${DEFAULT_SHAPE.inputs} → ${DEFAULT_SHAPE.hidden} → ${DEFAULT_SHAPE.outputs} ` +
+    `(${formatBytes(model.byteLength)} of ONNX, batch dimension dynamic)`,
+);
+console.log("  collector  process RSS (onnxruntime's CPU arena lives there), every 50 ms");
+console.log(`  sink       ${shown(sinkDir)}`);
+console.log();
+
+await tracker.start();
+const sessionId = tracker.getSessionSummary()?.session_id ?? "";
+let previousRelease: number | undefined;
+for (let cycle = 1; cycle <= cycles; cycle++) {
+  const sizes = batchSizes(cycle);
+  const rss = await tracker.phase(
+    "serve",
+    async () => {
+      // Phase "serve / onnx:mlp / create", then "... / run" per run and "... / release".
+      const session = await createInstrumentedSession(
+        ort,
+        model,
+        { enableCpuMemArena: true, enableMemPattern: true, graphOptimizationLevel: "all" },
+        tracker,
+        { name: "mlp" },
+      );
+      const created = process.memoryUsage.rss();
+      for (const batch of sizes) await session.run(feeds(batch));
+      const afterRuns = process.memoryUsage.rss();
+      await session.release();
+      return { created, afterRuns, released: process.memoryUsage.rss() };
+    },
+    { metadata: { cycle } },
+  );
+  const growth =
+    previousRelease === undefined
+      ? ""
+      : `  (${sign(rss.released - previousRelease)} since cycle ${cycle - 1})`;
+  console.log(
+    `  cycle ${cycle}  batches ${sizes.join(",").padEnd(18)} RSS: created ${formatBytes(rss.created)}, ` +
+      `after runs ${formatBytes(rss.afterRuns)}, released ${formatBytes(rss.released)}${growth}`,
+  );
+  previousRelease = rss.released;
+  await new Promise((resolveTick) => setTimeout(resolveTick, 60));
+}
+await tracker.stop();
+
+const report = await analyzeTelemetry(sinkDir, { sessionId });
+console.log();
+console.log("── stormlog analyze ────────────────────────────────────────────────────────");
+console.log(formatReportText(report));
+if (args.json !== undefined) writeFileSync(args.json, `${reportToJson(report)}\n`);
+console.log("────────────────────────────────────────────────────────────────────────────");
+console.log(`Telemetry: ${shown(sinkDir)} (session ${sessionId})`);
+console.log(`Next: pnpm exec stormlog analyze ${shown(sinkDir)} --format json   (after \`pnpm build\`)`);
+
+function sign(bytes: number): string {
+  return bytes >= 0 ? `+${formatBytes(bytes)}` : `-${formatBytes(-bytes)}`;
+}

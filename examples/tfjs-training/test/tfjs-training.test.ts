@@ -1,0 +1,122 @@
+import { type SpawnSyncReturns, spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseJson } from "@stormlog/core";
+import { loadTelemetrySessions } from "@stormlog/sink";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const EXAMPLE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const STEP_PHASES = ["train / load_batch", "train / forward", "train / backward", "train / optimizer_step"];
+// The standardised inputs that --leak forgets: batch 64 x 64 features of float32.
+const LEAKED_BYTES = 64 * 64 * 4;
+
+interface Leak {
+  phase_path: string;
+  verdict: string;
+  confidence: number;
+  message: string;
+  bytes_per_occurrence: number | null;
+  tensors_per_occurrence: number | null;
+}
+interface Report {
+  session: { selected_session_id: string; status: string };
+  phases: { phase_path: string; occurrences: number }[];
+  leaks: Leak[];
+}
+
+interface Run {
+  result: SpawnSyncReturns<string>;
+  sink: string;
+  report: Report;
+}
+
+/** Runs the example as `pnpm start` does, into a sink of its own. */
+function runExample(name: string, args: string[]): Run {
+  const sink = join(work, name);
+  const json = join(work, `${name}.json`);
+  const result = spawnSync(
+    process.execPath,
+    [
+      "--conditions=@stormlog/source",
+      "--import",
+      "tsx",
+      "src/main.ts",
+      "--out",
+      sink,
+      "--json",
+      json,
+      ...args,
+    ],
+    { cwd: EXAMPLE_DIR, encoding: "utf8", timeout: 90_000, env: { ...process.env, INIT_CWD: EXAMPLE_DIR } },
+  );
+  if (result.error) throw result.error;
+  expect(result.status, `exit ${result.status}\n${result.stdout}\n${result.stderr}`).toBe(0);
+  return { result, sink, report: parseJson(readFileSync(json, "utf8")) as unknown as Report };
+}
+
+let work: string;
+let clean: Run;
+let leaking: Run;
+beforeAll(() => {
+  work = mkdtempSync(join(tmpdir(), "stormlog-tfjs-training-"));
+  clean = runExample("clean", []);
+  leaking = runExample("leak", ["--leak"]);
+}, 180_000);
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+describe("examples/tfjs-training", () => {
+  it("records the custom loop's phases and model.fit's into one completed session", async () => {
+    const sessions = await loadTelemetrySessions(clean.sink);
+    expect(sessions).toHaveLength(1);
+    const [session] = sessions;
+    expect(session!.summary.status).toBe("completed");
+    expect(clean.report.session.selected_session_id).toBe(session!.summary.session_id);
+
+    const enters = new Map<string, number>();
+    for (const event of session!.events) {
+      if (event.event_type !== "phase_enter") continue;
+      const scope = event.metadata.phase_scope as { path: string[] };
+      const path = scope.path.join(" / ");
+      enters.set(path, (enters.get(path) ?? 0) + 1);
+    }
+    // 3 epochs x 25 batches in the custom loop; 2 epochs x 25 batches through model.fit.
+    for (const path of ["train", ...STEP_PHASES]) expect(enters.get(path), path).toBe(75);
+    expect(enters.get("fit")).toBe(1);
+    expect(enters.get("fit / epoch")).toBe(2);
+    expect(enters.get("fit / epoch / batch")).toBe(50);
+    expect(session!.events.filter((e) => e.event_type === "sample").length).toBeGreaterThan(5);
+
+    // The analysis has the same phases.
+    const occurrences = new Map(clean.report.phases.map((p) => [p.phase_path, p.occurrences]));
+    for (const path of STEP_PHASES) expect(occurrences.get(path), path).toBe(75);
+    expect(occurrences.get("fit / epoch / batch")).toBe(50);
+  });
+
+  it("reports no leak without --leak", () => {
+    expect(clean.report.leaks.filter((leak) => leak.verdict === "leaking")).toEqual([]);
+    expect(clean.result.stdout).not.toMatch(/keeps .* per occurrence/);
+  });
+
+  it("with --leak names train / forward, with the tensors and bytes kept per step", () => {
+    const leaks = leaking.report.leaks.filter((leak) => leak.verdict === "leaking");
+    const forward = leaks.find((leak) => leak.phase_path === "train / forward");
+    expect(forward, JSON.stringify(leaks, null, 2)).toBeDefined();
+    expect(forward!.tensors_per_occurrence).toBe(1);
+    expect(forward!.bytes_per_occurrence).toBe(LEAKED_BYTES);
+    // Only the forward phase and the step around it keep memory; its siblings do not.
+    expect(leaks.map((leak) => leak.phase_path).sort()).toEqual(["train", "train / forward"]);
+    expect(leaking.result.stdout).toContain(forward!.message);
+    expect(forward!.message).toMatch(/`train \/ forward` keeps 1 tensor/);
+  });
+
+  it("prints what a new user needs: what was tracked, the report, the sink, what to try next", () => {
+    const out = clean.result.stdout;
+    expect(out).toContain("train / load_batch, forward, backward, optimizer_step");
+    expect(out).toContain("stormlogCallback");
+    expect(out).toContain(`Telemetry: ${clean.sink}`);
+    expect(out).toContain(`pnpm exec stormlog analyze ${clean.sink}`);
+    expect(out).toContain("--leak");
+  });
+});

@@ -1,0 +1,10 @@
+import { analyzeTelemetry, reportToJson } from "./src/index.js";
+import { stringifyJson } from "@stormlog/core";
+const path = process.argv[2]!;
+const index = process.argv[3] !== "noindex";
+const t = performance.now();
+const report = await analyzeTelemetry(path, { index });
+const dt = performance.now() - t;
+const json = reportToJson(report);
+console.error("analyze ms", dt.toFixed(0), "rss MB", (process.memoryUsage().rss / 1e6).toFixed(0), JSON.stringify(report.index));
+if (process.argv[4] === "print") console.log(stringifyJson(json, { indent: 2 }));

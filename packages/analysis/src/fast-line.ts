@@ -1,0 +1,580 @@
+/**
+ * The analysis scan's hot path: reads a canonical v3 sink line (sorted keys, `", "`/`": "`
+ * separators, all 23 keys, ASCII) straight from the bytes, without building a record or parsing
+ * the metadata into objects. It accepts a subset of what core's `decodeTelemetryLine` accepts and
+ * reads the same values; anything else (other layouts, escapes, non-ASCII, float tokens, NaN in
+ * metadata, a rule broken) returns false and the caller decodes the line on the general path,
+ * which also produces the precise error. The metadata object is validated as JSON byte by byte and
+ * its top-level `tfjs_num_tensors` is read on the way.
+ */
+
+const enc = (text: string): Uint8Array => Uint8Array.from(text, (c) => c.charCodeAt(0));
+
+/** A key literal, also as little-endian 32-bit words so that it is compared four bytes at a time. */
+interface Literal {
+  readonly bytes: Uint8Array;
+  readonly words: Uint32Array;
+  readonly length: number;
+}
+
+function literal(text: string): Literal {
+  const bytes = enc(text);
+  const words = new Uint32Array(bytes.length >> 2);
+  const view = new DataView(bytes.buffer);
+  for (let i = 0; i < words.length; i++) words[i] = view.getUint32(4 * i, true);
+  return { bytes, words, length: bytes.length };
+}
+
+const K_ACTIVE = literal('{"allocator_active_bytes": ');
+const K_ALLOCATED = literal(', "allocator_allocated_bytes": ');
+const K_CHANGE = literal(', "allocator_change_bytes": ');
+const K_INACTIVE = literal(', "allocator_inactive_bytes": ');
+const K_RESERVED = literal(', "allocator_reserved_bytes": ');
+const K_COLLECTOR = literal(', "collector": ');
+const K_CONTEXT = literal(', "context": ');
+const K_FREE = literal(', "device_free_bytes": ');
+const K_DEVICE_ID = literal(', "device_id": ');
+const K_TOTAL = literal(', "device_total_bytes": ');
+const K_USED = literal(', "device_used_bytes": ');
+const K_EVENT_TYPE = literal(', "event_type": ');
+const K_HOST = literal(', "host": ');
+const K_JOB_ID = literal(', "job_id": ');
+const K_LOCAL_RANK = literal(', "local_rank": ');
+const K_METADATA = literal(', "metadata": ');
+const K_PID = literal(', "pid": ');
+const K_RANK = literal(', "rank": ');
+const K_INTERVAL = literal(', "sampling_interval_ms": ');
+const K_SCHEMA_SESSION = literal(', "schema_version": 3, "session_id": ');
+const K_TIMESTAMP = literal(', "timestamp_ns": ');
+const K_WORLD_SIZE = literal(', "world_size": ');
+const TENSORS_KEY = enc("tfjs_num_tensors");
+
+/** Result of a failed numeric read. */
+const FAIL = -1.5;
+const TWO_POW_63 = 2n ** 63n;
+
+/** An interned string field: the same bytes give back the same string without decoding. */
+class InternSlot {
+  bytes: Uint8Array = new Uint8Array(0);
+  value = "";
+
+  get(buf: Uint8Array, start: number, end: number): string {
+    const cached = this.bytes;
+    const length = end - start;
+    if (length === cached.length) {
+      let i = 0;
+      while (i < length && buf[start + i] === cached[i]) i++;
+      if (i === length) return this.value;
+    }
+    // ASCII only (checked by the caller): latin1 decoding is exact and makes a flat copy.
+    this.value = Buffer.from(buf.buffer, buf.byteOffset + start, length).toString("latin1");
+    this.bytes = new Uint8Array(buf.subarray(start, end)); // a copy: the read buffer is reused
+    return this.value;
+  }
+}
+
+/**
+ * A reusable reader: `read(buf, start, end)` fills the public fields from one line, or returns
+ * false. Null counters read as NaN.
+ */
+export class CanonicalLineReader {
+  allocated = 0;
+  reserved = 0;
+  active = 0;
+  inactive = 0;
+  change = 0;
+  used = 0;
+  free = 0;
+  total = 0;
+  deviceId = 0;
+  pid = 0;
+  rank = 0;
+  localRank = 0;
+  worldSize = 0;
+  samplingIntervalMs = 0;
+  timestampNs = 0n;
+  eventType = "";
+  collector = "";
+  host = "";
+  jobId: string | null = null;
+  sessionId = "";
+  /** Byte range of the context string's contents, or -1 for null. */
+  contextStart = -1;
+  contextEnd = -1;
+  /** Byte range of the metadata object (braces included). */
+  metadataStart = 0;
+  metadataEnd = 0;
+  /** Top-level `metadata.tfjs_num_tensors` when it is a number, else NaN. */
+  tensors = Number.NaN;
+  /** The metadata holds a float, a 16+ digit integer or another token JSON.parse would not keep exact. */
+  metadataInexact = false;
+  /** The metadata is `{}`. */
+  metadataEmpty = true;
+
+  private buf: Uint8Array = new Uint8Array(0);
+  private view: DataView = new DataView(new ArrayBuffer(0));
+  private limit = 0;
+  private pos = 0;
+  private readonly eventTypeSlot = new InternSlot();
+  private readonly collectorSlot = new InternSlot();
+  private readonly hostSlot = new InternSlot();
+  private readonly jobSlot = new InternSlot();
+  private readonly sessionSlot = new InternSlot();
+  /** Container stack of the metadata validator: 1 object, 2 array. */
+  private stack = new Uint8Array(64);
+
+  /** Reads `buf[start, end)` (one line without its newline). */
+  read(buf: Uint8Array, start: number, end: number): boolean {
+    if (this.buf !== buf) {
+      this.buf = buf;
+      this.view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+    }
+    this.limit = buf.length;
+    this.pos = start;
+    if (!this.expect(K_ACTIVE)) return false;
+    const active = this.nullableCount();
+    if (active === FAIL || !this.expect(K_ALLOCATED)) return false;
+    const allocated = this.count();
+    if (allocated === FAIL || !this.expect(K_CHANGE)) return false;
+    const change = this.int();
+    if (change === FAIL || !this.expect(K_INACTIVE)) return false;
+    const inactive = this.nullableCount();
+    if (inactive === FAIL || !this.expect(K_RESERVED)) return false;
+    const reserved = this.count();
+    if (reserved === FAIL || !this.expect(K_COLLECTOR)) return false;
+    const collector = this.string(this.collectorSlot, true);
+    if (collector === undefined || !this.expect(K_CONTEXT)) return false;
+    if (this.isNull()) {
+      this.contextStart = -1;
+      this.contextEnd = -1;
+    } else {
+      const contextStart = this.pos + 1;
+      if (!this.skipPlainString()) return false;
+      this.contextStart = contextStart;
+      this.contextEnd = this.pos - 1;
+    }
+    if (!this.expect(K_FREE)) return false;
+    const free = this.nullableCount();
+    if (free === FAIL || !this.expect(K_DEVICE_ID)) return false;
+    const deviceId = this.int();
+    if (deviceId === FAIL || !this.expect(K_TOTAL)) return false;
+    const total = this.nullableCount();
+    if (total === FAIL || !this.expect(K_USED)) return false;
+    const used = this.count();
+    if (used === FAIL || !this.expect(K_EVENT_TYPE)) return false;
+    const eventType = this.string(this.eventTypeSlot, true);
+    if (eventType === undefined || !this.expect(K_HOST)) return false;
+    const host = this.string(this.hostSlot, true);
+    if (host === undefined || !this.expect(K_JOB_ID)) return false;
+    let jobId: string | null = null;
+    if (!this.isNull()) {
+      const value = this.string(this.jobSlot, true);
+      if (value === undefined) return false;
+      jobId = value;
+    }
+    if (!this.expect(K_LOCAL_RANK)) return false;
+    const localRank = this.count();
+    if (localRank === FAIL || !this.expect(K_METADATA)) return false;
+    if (!this.metadata()) return false;
+    if (!this.expect(K_PID)) return false;
+    const pid = this.int();
+    if (pid === FAIL || pid < -1 || !this.expect(K_RANK)) return false;
+    const rank = this.count();
+    if (rank === FAIL || !this.expect(K_INTERVAL)) return false;
+    const interval = this.count();
+    if (interval === FAIL || !this.expect(K_SCHEMA_SESSION)) return false;
+    const sessionId = this.string(this.sessionSlot, true);
+    if (sessionId === undefined || !this.expect(K_TIMESTAMP)) return false;
+    const timestampNs = this.timestamp();
+    if (timestampNs < 0n || !this.expect(K_WORLD_SIZE)) return false;
+    const worldSize = this.count();
+    if (worldSize === FAIL || worldSize < 1) return false;
+    const buf2 = this.buf;
+    if (buf2[this.pos] !== 0x7d) return false;
+    for (let i = this.pos + 1; i < end; i++) {
+      const c = buf2[i];
+      if (c !== 0x20 && c !== 0x09 && c !== 0x0d && c !== 0x0a) return false;
+    }
+    if (this.pos >= end) return false;
+    if (rank >= worldSize || localRank >= worldSize) return false;
+    if (!Number.isNaN(total) && (used > total || (!Number.isNaN(free) && free > total))) return false;
+    this.active = active;
+    this.allocated = allocated;
+    this.change = change;
+    this.inactive = inactive;
+    this.reserved = reserved;
+    this.collector = collector;
+    this.free = free;
+    this.deviceId = deviceId;
+    this.total = total;
+    this.used = used;
+    this.eventType = eventType;
+    this.host = host;
+    this.jobId = jobId;
+    this.localRank = localRank;
+    this.pid = pid;
+    this.rank = rank;
+    this.samplingIntervalMs = interval;
+    this.sessionId = sessionId;
+    this.timestampNs = timestampNs;
+    this.worldSize = worldSize;
+    return true;
+  }
+
+  /** The context string of the last line read (null when it was null). */
+  context(): string | null {
+    if (this.contextStart < 0) return null;
+    const buf = this.buf;
+    return Buffer.from(buf.buffer, buf.byteOffset + this.contextStart, this.contextEnd - this.contextStart).toString(
+      "latin1",
+    );
+  }
+
+  private expect(literal: Literal): boolean {
+    const view = this.view;
+    const pos = this.pos;
+    const words = literal.words;
+    const n = words.length;
+    if (pos + literal.length > this.limit) return false;
+    for (let i = 0; i < n; i++) if (view.getUint32(pos + 4 * i, true) !== words[i]) return false;
+    const bytes = literal.bytes;
+    const buf = this.buf;
+    for (let i = 4 * n; i < bytes.length; i++) if (buf[pos + i] !== bytes[i]) return false;
+    this.pos = pos + literal.length;
+    return true;
+  }
+
+  private isNull(): boolean {
+    const buf = this.buf;
+    const p = this.pos;
+    if (buf[p] === 0x6e && buf[p + 1] === 0x75 && buf[p + 2] === 0x6c && buf[p + 3] === 0x6c) {
+      this.pos = p + 4;
+      return true;
+    }
+    return false;
+  }
+
+  /** An integer token without fraction or exponent, within 2^53; FAIL otherwise (as core's reader). */
+  private int(): number {
+    const buf = this.buf;
+    let p = this.pos;
+    let negative = false;
+    let c = buf[p];
+    if (c === 0x2d) {
+      negative = true;
+      c = buf[++p];
+    }
+    if (c === 0x30) {
+      c = buf[++p];
+      if (c === 0x2e || c === 0x65 || c === 0x45 || (c !== undefined && c >= 0x30 && c <= 0x39)) return FAIL;
+      this.pos = p;
+      return 0;
+    }
+    const start = p;
+    let value = 0;
+    while (c !== undefined && c >= 0x30 && c <= 0x39) {
+      value = value * 10 + (c - 0x30);
+      c = buf[++p];
+    }
+    const digits = p - start;
+    if (digits === 0 || (digits > 15 && !Number.isSafeInteger(value))) return FAIL;
+    if (c === 0x2e || c === 0x65 || c === 0x45) return FAIL;
+    this.pos = p;
+    return negative ? -value : value;
+  }
+
+  private count(): number {
+    if (this.buf[this.pos] === 0x2d) return FAIL;
+    return this.int();
+  }
+
+  /** A count or null (NaN); FAIL otherwise. */
+  private nullableCount(): number {
+    if (this.buf[this.pos] === 0x6e) return this.isNull() ? Number.NaN : FAIL;
+    return this.count();
+  }
+
+  /** Digits of `timestamp_ns` (no sign, no leading zero); -1n when not a canonical integer below 2^63. */
+  private timestamp(): bigint {
+    const buf = this.buf;
+    const start = this.pos;
+    let p = start;
+    let c = buf[p];
+    let high = 0;
+    while (c !== undefined && c >= 0x30 && c <= 0x39) {
+      high = high * 10 + (c - 0x30);
+      c = buf[++p];
+    }
+    const digits = p - start;
+    if (digits === 0 || (digits > 1 && buf[start] === 0x30)) return -1n;
+    this.pos = p;
+    if (digits <= 15) return BigInt(high);
+    if (digits > 19) return -1n;
+    // Split: leading digits and the last nine, each exact in a double.
+    let head = 0;
+    const split = p - 9;
+    for (let i = start; i < split; i++) head = head * 10 + (buf[i]! - 0x30);
+    let tail = 0;
+    for (let i = split; i < p; i++) tail = tail * 10 + (buf[i]! - 0x30);
+    const value = BigInt(head) * 1_000_000_000n + BigInt(tail);
+    return value >= TWO_POW_63 ? -1n : value;
+  }
+
+  /** A string without escapes, control or non-ASCII characters (non-empty, no blank ends when `nonEmpty`). */
+  private string(slot: InternSlot, nonEmpty: boolean): string | undefined {
+    const buf = this.buf;
+    if (buf[this.pos] !== 0x22) return undefined;
+    const start = this.pos + 1;
+    let p = start;
+    for (;;) {
+      const c = buf[p];
+      if (c === 0x22) break;
+      if (c === undefined || c === 0x5c || c < 0x20 || c > 0x7e) return undefined;
+      p++;
+    }
+    if (nonEmpty) {
+      if (p === start) return undefined;
+      // Blank at an end: core's general path applies Python's strip() rule.
+      if (buf[start] === 0x20 || buf[p - 1] === 0x20) return undefined;
+    }
+    this.pos = p + 1;
+    return slot.get(buf, start, p);
+  }
+
+  private skipPlainString(): boolean {
+    const buf = this.buf;
+    if (buf[this.pos] !== 0x22) return false;
+    let p = this.pos + 1;
+    for (;;) {
+      const c = buf[p];
+      if (c === 0x22) break;
+      if (c === undefined || c === 0x5c || c < 0x20 || c > 0x7e) return false;
+      p++;
+    }
+    this.pos = p + 1;
+    return true;
+  }
+
+  /**
+   * Validates the metadata object as JSON (RFC 8259 grammar; escapes allowed inside strings,
+   * non-ASCII and Python's NaN/Infinity sent to the general path), noting its extent, whether a
+   * token would need the exact parser, and the top-level `tfjs_num_tensors`.
+   */
+  private metadata(): boolean {
+    const buf = this.buf;
+    let p = this.pos;
+    if (buf[p] !== 0x7b) return false;
+    this.metadataStart = p;
+    this.tensors = Number.NaN;
+    this.metadataInexact = false;
+    if (buf[p + 1] === 0x7d) {
+      this.metadataEmpty = true;
+      this.pos = p + 2;
+      this.metadataEnd = p + 2;
+      return true;
+    }
+    this.metadataEmpty = false;
+    const stack = this.stack;
+    let depth = 0;
+    stack[0] = 1;
+    p++;
+    // States: expecting a key (or '}' right after '{'), or a value (or ']' right after '[').
+    let expectKey = true;
+    let allowClose = true;
+    let tensorsNext = false;
+    for (;;) {
+      p = skipSpace(buf, p);
+      let c: number | undefined = buf[p];
+      if (c === undefined) return false;
+      if (expectKey) {
+        if (c === 0x7d && allowClose) {
+          // An empty object.
+          p++;
+          if (depth === 0) {
+            this.pos = p;
+            this.metadataEnd = p;
+            return true;
+          }
+          depth--;
+          expectKey = false;
+          c = -1;
+        } else {
+          if (c !== 0x22) return false;
+          const keyStart = p + 1;
+          p = skipString(buf, p);
+          if (p < 0) return false;
+          if (depth === 0) {
+            // An escaped top-level key may spell tfjs_num_tensors: leave that to the general path.
+            for (let i = keyStart; i < p - 1; i++) if (buf[i] === 0x5c) return false;
+            tensorsNext = sameBytes(buf, keyStart, p - 1, TENSORS_KEY);
+          } else {
+            tensorsNext = false;
+          }
+          p = skipSpace(buf, p);
+          if (buf[p] !== 0x3a) return false;
+          p = skipSpace(buf, p + 1);
+          c = buf[p];
+          expectKey = false;
+          allowClose = false;
+          if (c === undefined) return false;
+          // Fall through to read the value.
+        }
+      }
+      if (c === -1) {
+        // The empty container closed above: go on after it.
+      } else if (!expectKey) {
+        if (c === 0x5d && allowClose) {
+          // An empty array (depth >= 1: the metadata itself is an object).
+          p++;
+          depth--;
+        } else if (c === 0x7b || c === 0x5b) {
+          if (tensorsNext) this.tensors = Number.NaN;
+          if (++depth >= stack.length) return false;
+          stack[depth] = c === 0x7b ? 1 : 2;
+          p++;
+          expectKey = c === 0x7b;
+          allowClose = true;
+          tensorsNext = false;
+          continue;
+        } else {
+          // A tfjs_num_tensors that is not a number counts as absent (set again below when it is).
+          if (tensorsNext) this.tensors = Number.NaN;
+          if (c === 0x22) {
+            p = skipString(buf, p);
+            if (p < 0) return false;
+          } else if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+            const start = p;
+            p = skipNumber(buf, p);
+            if (p < 0) return false;
+            let integer = true;
+            for (let i = start; i < p; i++) {
+              const d = buf[i];
+              if (d === 0x2e || d === 0x65 || d === 0x45) integer = false;
+            }
+            const digits = p - start - (buf[start] === 0x2d ? 1 : 0);
+            if (!integer || digits >= 16) this.metadataInexact = true;
+            if (tensorsNext) {
+              this.tensors = integer && digits < 16 ? parseInteger(buf, start, p) : Number(latin1(buf, start, p));
+            }
+          } else if (c === 0x74) {
+            if (buf[p + 1] !== 0x72 || buf[p + 2] !== 0x75 || buf[p + 3] !== 0x65) return false;
+            p += 4;
+          } else if (c === 0x66) {
+            if (buf[p + 1] !== 0x61 || buf[p + 2] !== 0x6c || buf[p + 3] !== 0x73 || buf[p + 4] !== 0x65) return false;
+            p += 5;
+          } else if (c === 0x6e) {
+            if (buf[p + 1] !== 0x75 || buf[p + 2] !== 0x6c || buf[p + 3] !== 0x6c) return false;
+            p += 4;
+          } else {
+            return false;
+          }
+          tensorsNext = false;
+        }
+      }
+      // After a value or a closed container: ',' or the closer of the current container.
+      for (;;) {
+        p = skipSpace(buf, p);
+        c = buf[p];
+        const kind = stack[depth];
+        if (c === 0x2c) {
+          p++;
+          expectKey = kind === 1;
+          allowClose = false;
+          break;
+        }
+        if ((c === 0x7d && kind === 1) || (c === 0x5d && kind === 2)) {
+          p++;
+          if (depth === 0) {
+            this.pos = p;
+            this.metadataEnd = p;
+            return true;
+          }
+          depth--;
+          continue;
+        }
+        return false;
+      }
+    }
+  }
+}
+
+function skipSpace(buf: Uint8Array, p: number): number {
+  let c = buf[p];
+  while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = buf[++p];
+  return p;
+}
+
+/** Past a JSON string starting at `p` (the quote); -1 when malformed or not ASCII. */
+function skipString(buf: Uint8Array, p: number): number {
+  p++;
+  for (;;) {
+    const c = buf[p];
+    if (c === undefined || c < 0x20 || c > 0x7e) return -1;
+    if (c === 0x22) return p + 1;
+    if (c === 0x5c) {
+      const e = buf[p + 1];
+      if (e === 0x75) {
+        for (let i = 2; i < 6; i++) {
+          const h = buf[p + i];
+          if (h === undefined || !((h >= 0x30 && h <= 0x39) || (h >= 0x41 && h <= 0x46) || (h >= 0x61 && h <= 0x66)))
+            return -1;
+        }
+        p += 6;
+        continue;
+      }
+      if (e === 0x22 || e === 0x5c || e === 0x2f || e === 0x62 || e === 0x66 || e === 0x6e || e === 0x72 || e === 0x74) {
+        p += 2;
+        continue;
+      }
+      return -1;
+    }
+    p++;
+  }
+}
+
+/** Past a JSON number token at `p`; -1 when malformed. */
+function skipNumber(buf: Uint8Array, p: number): number {
+  let c = buf[p];
+  if (c === 0x2d) c = buf[++p];
+  if (c === 0x30) {
+    c = buf[++p];
+  } else if (c !== undefined && c >= 0x31 && c <= 0x39) {
+    while (c !== undefined && c >= 0x30 && c <= 0x39) c = buf[++p];
+  } else {
+    return -1;
+  }
+  if (c === 0x2e) {
+    c = buf[++p];
+    if (c === undefined || c < 0x30 || c > 0x39) return -1;
+    while (c !== undefined && c >= 0x30 && c <= 0x39) c = buf[++p];
+  }
+  if (c === 0x65 || c === 0x45) {
+    c = buf[++p];
+    if (c === 0x2b || c === 0x2d) c = buf[++p];
+    if (c === undefined || c < 0x30 || c > 0x39) return -1;
+    while (c !== undefined && c >= 0x30 && c <= 0x39) c = buf[++p];
+  }
+  return p;
+}
+
+function parseInteger(buf: Uint8Array, start: number, end: number): number {
+  let negative = false;
+  if (buf[start] === 0x2d) {
+    negative = true;
+    start++;
+  }
+  let value = 0;
+  for (let i = start; i < end; i++) value = value * 10 + (buf[i]! - 0x30);
+  return negative ? -value : value;
+}
+
+function sameBytes(buf: Uint8Array, start: number, end: number, literal: Uint8Array): boolean {
+  if (end - start !== literal.length) return false;
+  for (let i = 0; i < literal.length; i++) if (buf[start + i] !== literal[i]) return false;
+  return true;
+}
+
+/** Bytes `[start, end)` as a latin1 string. */
+export function latin1(buf: Uint8Array, start: number, end: number): string {
+  return Buffer.from(buf.buffer, buf.byteOffset + start, end - start).toString("latin1");
+}

@@ -1,0 +1,278 @@
+/**
+ * On-disk form of a segment's aggregate: `SLAGG` magic, a JSON header (sessions, ranks, boundaries,
+ * alerts, health, identities; timestamps as decimal strings so `JSON.parse` reads it exactly), then
+ * the sample columns as raw little-endian arrays, 8-byte aligned, read back as views without copying.
+ */
+import { FLOAT_KEYS, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
+import {
+  type AlertEntry,
+  type BoundaryEntry,
+  type CounterPeak,
+  type HealthEntry,
+  RankPart,
+  type SampleIdentity,
+  type SegmentAggregate,
+  type SessionEvidence,
+  SessionPart,
+} from "./aggregate.js";
+
+const MAGIC = Buffer.from("SLAGG\u0001\u0000\u0000", "latin1");
+
+type Num = number | null;
+const num = (value: number): Num => (Number.isNaN(value) ? null : value);
+const unnum = (value: Num | undefined): number => (value === null || value === undefined ? Number.NaN : value);
+const ts = (value: bigint | null): string | null => (value === null ? null : value.toString());
+const unts = (value: string | null | undefined): bigint | null => (value === null || value === undefined ? null : BigInt(value));
+
+/** True when `JSON.stringify`/`JSON.parse` keep the value exactly (no bigint, no float marks). */
+function plainJson(value: JsonValue): boolean {
+  if (typeof value === "bigint") return false;
+  if (typeof value === "number") return Number.isFinite(value);
+  if (Array.isArray(value)) {
+    if ((value as unknown as Record<symbol, unknown>)[FLOAT_KEYS] !== undefined) return false;
+    return value.every(plainJson);
+  }
+  if (typeof value === "object" && value !== null) {
+    if ((value as unknown as Record<symbol, unknown>)[FLOAT_KEYS] !== undefined) return false;
+    for (const key in value) if (!plainJson(value[key]!)) return false;
+  }
+  return true;
+}
+
+interface RankHeader {
+  rank: number;
+  eventCount: number;
+  minTs: string | null;
+  maxTs: string | null;
+  identities: SampleIdentity[];
+  peaks: ({ v: number; t: string; d: number } | null)[];
+  samplesWithoutUsed: number;
+  count: number;
+  hasIdentity: boolean;
+  /** Byte offset of the rank's columns in the data area. */
+  offset: number;
+  /** Boundaries: [ts, type (0 enter, 1 exit), line, allocated, reserved, used, tensors, scope] where scope is plain JSON, or an exact JSON string when `x`. */
+  boundaries: [string, number, number, Num, Num, Num, Num, JsonValue, number][];
+  alerts: [string, string, string | null, string | null, Num, Num][];
+  health: [string, string, string, string | null, string | null, string | null][];
+}
+
+interface SessionHeader {
+  sessionId: string;
+  eventCount: number;
+  first: (Omit<SessionEvidence, "timestamp_ns"> & { t: string }) | null;
+  lastTs: string | null;
+  lastStop: (Omit<SessionEvidence, "timestamp_ns"> & { t: string }) | null;
+  eventTypes: [string, number][];
+  ranks: RankHeader[];
+}
+
+interface Header {
+  lineCount: number;
+  eventCount: number;
+  minTs: string | null;
+  maxTs: string | null;
+  warnings: { message: string; sessionId: string | null }[];
+  sessions: SessionHeader[];
+  /** Free-form identity of the source (fingerprint), checked by the reader. */
+  stamp: string;
+}
+
+function evidenceOut(evidence: SessionEvidence | null): SessionHeader["first"] {
+  if (evidence === null) return null;
+  const { timestamp_ns, ...rest } = evidence;
+  return { ...rest, t: timestamp_ns.toString() };
+}
+
+function evidenceIn(value: SessionHeader["first"]): SessionEvidence | null {
+  if (value === null) return null;
+  const { t, ...rest } = value;
+  return { ...rest, timestamp_ns: BigInt(t) };
+}
+
+const COLUMNS = 7; // ts, line, allocated, reserved, used, total, tensors (8 bytes each)
+
+function columnsBytes(count: number, hasIdentity: boolean): number {
+  const identity = hasIdentity ? Math.ceil((count * 2) / 8) * 8 : 0;
+  return count * 8 * COLUMNS + identity;
+}
+
+/** Serializes an aggregate, stamped with `stamp` (the source's fingerprint). */
+export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buffer {
+  const sessions: SessionHeader[] = [];
+  const chunks: Uint8Array[] = [];
+  let offset = 0;
+  for (const session of aggregate.sessions.values()) {
+    const ranks: RankHeader[] = [];
+    for (const part of session.ranks.values()) {
+      const samples = part.samples;
+      const count = samples.count;
+      const hasIdentity = samples.identity !== null;
+      const header: RankHeader = {
+        rank: part.rank,
+        eventCount: part.eventCount,
+        minTs: ts(part.minTs),
+        maxTs: ts(part.maxTs),
+        identities: part.identities,
+        peaks: part.peaks.map((peak) => (peak === null ? null : { v: peak.value, t: peak.timestampNs.toString(), d: peak.deviceId })),
+        samplesWithoutUsed: part.samplesWithoutUsed,
+        count,
+        hasIdentity,
+        offset,
+        boundaries: part.boundaries.map((b) => {
+          const plain = plainJson(b.scope);
+          return [
+            b.timestampNs.toString(),
+            b.eventType === "phase_enter" ? 0 : 1,
+            b.line,
+            num(b.allocated),
+            num(b.reserved),
+            num(b.used),
+            num(b.tensors),
+            plain ? b.scope : stringifyJson(b.scope),
+            plain ? 0 : 1,
+          ];
+        }),
+        alerts: part.alerts.map((a) => [a.timestampNs.toString(), a.eventType, a.context, a.oomReason, num(a.used), num(a.allocated)]),
+        health: part.health.map((h) => [h.timestampNs.toString(), h.eventType, h.collector, h.context, h.error, h.status]),
+      };
+      ranks.push(header);
+      const arrays = [samples.ts, samples.line, samples.allocated, samples.reserved, samples.used, samples.total, samples.tensors];
+      for (const array of arrays) chunks.push(new Uint8Array(array.buffer, array.byteOffset, count * 8));
+      if (hasIdentity) {
+        const bytes = new Uint8Array(Math.ceil((count * 2) / 8) * 8);
+        bytes.set(new Uint8Array(samples.identity!.buffer, samples.identity!.byteOffset, count * 2));
+        chunks.push(bytes);
+      }
+      offset += columnsBytes(count, hasIdentity);
+    }
+    sessions.push({
+      sessionId: session.sessionId,
+      eventCount: session.eventCount,
+      first: evidenceOut(session.first),
+      lastTs: ts(session.lastTs),
+      lastStop: evidenceOut(session.lastStop),
+      eventTypes: [...session.eventTypes.entries()],
+      ranks,
+    });
+  }
+  const header: Header = {
+    lineCount: aggregate.lineCount,
+    eventCount: aggregate.eventCount,
+    minTs: ts(aggregate.minTs),
+    maxTs: ts(aggregate.maxTs),
+    warnings: aggregate.warnings,
+    sessions,
+    stamp,
+  };
+  const json = Buffer.from(JSON.stringify(header), "utf8");
+  const headerEnd = MAGIC.length + 4 + json.length;
+  const dataStart = Math.ceil(headerEnd / 8) * 8;
+  const out = Buffer.alloc(dataStart + offset);
+  MAGIC.copy(out, 0);
+  out.writeUInt32LE(json.length, MAGIC.length);
+  json.copy(out, MAGIC.length + 4);
+  let at = dataStart;
+  for (const chunk of chunks) {
+    out.set(chunk, at);
+    at += chunk.length;
+  }
+  return out;
+}
+
+/**
+ * Reads an aggregate back; `undefined` when the bytes are not one (wrong magic, truncated, other
+ * stamp). Columns are views into `bytes` (copied first when it is not 8-byte aligned).
+ */
+export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate | undefined {
+  if (bytes.length < MAGIC.length + 4 || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) return undefined;
+  const length = bytes.readUInt32LE(MAGIC.length);
+  const headerEnd = MAGIC.length + 4 + length;
+  if (headerEnd > bytes.length) return undefined;
+  let header: Header;
+  try {
+    header = JSON.parse(bytes.toString("utf8", MAGIC.length + 4, headerEnd)) as Header;
+  } catch {
+    return undefined;
+  }
+  if (header.stamp !== stamp) return undefined;
+  const dataStart = Math.ceil(headerEnd / 8) * 8;
+  let buffer = bytes.buffer;
+  let base = bytes.byteOffset + dataStart;
+  if (base % 8 !== 0) {
+    const copy = new Uint8Array(bytes.length - dataStart);
+    copy.set(bytes.subarray(dataStart));
+    buffer = copy.buffer;
+    base = 0;
+  }
+  const dataLength = bytes.length - dataStart;
+  const sessions = new Map<string, SessionPart>();
+  for (const s of header.sessions) {
+    const session = new SessionPart(s.sessionId);
+    session.eventCount = s.eventCount;
+    session.first = evidenceIn(s.first);
+    session.lastTs = unts(s.lastTs);
+    session.lastStop = evidenceIn(s.lastStop);
+    for (const [type, count] of s.eventTypes) session.eventTypes.set(type, count);
+    for (const r of s.ranks) {
+      const part = new RankPart(r.rank);
+      part.eventCount = r.eventCount;
+      part.minTs = unts(r.minTs);
+      part.maxTs = unts(r.maxTs);
+      part.identities.push(...r.identities);
+      r.peaks.forEach((peak, i) => {
+        part.peaks[i] = peak === null ? null : ({ value: peak.v, timestampNs: BigInt(peak.t), deviceId: peak.d } satisfies CounterPeak);
+      });
+      part.samplesWithoutUsed = r.samplesWithoutUsed;
+      const n = r.count;
+      if (r.offset + columnsBytes(n, r.hasIdentity) > dataLength) return undefined;
+      const at = base + r.offset;
+      const samples = part.samples;
+      samples.count = n;
+      samples.ts = new BigInt64Array(buffer, at, n);
+      samples.line = new Float64Array(buffer, at + 8 * n, n);
+      samples.allocated = new Float64Array(buffer, at + 16 * n, n);
+      samples.reserved = new Float64Array(buffer, at + 24 * n, n);
+      samples.used = new Float64Array(buffer, at + 32 * n, n);
+      samples.total = new Float64Array(buffer, at + 40 * n, n);
+      samples.tensors = new Float64Array(buffer, at + 48 * n, n);
+      samples.identity = r.hasIdentity ? new Uint16Array(buffer, at + 56 * n, n) : null;
+      for (const [t, type, line, allocated, reserved, used, tensors, scope, exact] of r.boundaries) {
+        part.boundaries.push({
+          timestampNs: BigInt(t),
+          eventType: type === 0 ? "phase_enter" : "phase_exit",
+          line,
+          allocated: unnum(allocated),
+          reserved: unnum(reserved),
+          used: unnum(used),
+          tensors: unnum(tensors),
+          scope: exact === 1 ? parseJson(scope as string) : scope,
+        } satisfies BoundaryEntry);
+      }
+      for (const [t, eventType, context, oomReason, used, allocated] of r.alerts) {
+        part.alerts.push({ timestampNs: BigInt(t), eventType, context, oomReason, used: unnum(used), allocated: unnum(allocated) } satisfies AlertEntry);
+      }
+      for (const [t, eventType, collector, context, error, status] of r.health) {
+        part.health.push({ timestampNs: BigInt(t), eventType, collector, context, error, status } satisfies HealthEntry);
+      }
+      session.ranks.set(r.rank, part);
+    }
+    sessions.set(s.sessionId, session);
+  }
+  return {
+    lineCount: header.lineCount,
+    eventCount: header.eventCount,
+    sessions,
+    warnings: header.warnings,
+    minTs: unts(header.minTs),
+    maxTs: unts(header.maxTs),
+  };
+}
+
+/** Ranks an aggregate holds (for the catalog's ranges). */
+export function aggregateRanks(aggregate: SegmentAggregate): number[] {
+  const ranks = new Set<number>();
+  for (const session of aggregate.sessions.values()) for (const rank of session.ranks.keys()) ranks.add(rank);
+  return [...ranks].sort((a, b) => a - b);
+}
+

@@ -1,0 +1,258 @@
+/**
+ * Sessions of an input and the one an analysis looks at. The session list follows the sink
+ * reader's rules (ledger from the manifests, else inferred from the events; the reference's order).
+ * Per-rank sessions of one distributed job (same non-null `job_id`, `world_size > 1`, one rank
+ * each, distinct ranks, no more than `world_size`) are merged into one rank-group view, as the
+ * reference's TUI does, and that view is chosen unless a single session is asked for.
+ */
+import {
+  compareSessionsForSelection,
+  inferSessionSummaryFromEvents,
+  type SessionStatus,
+  type SessionSummary,
+  stableLegacySessionId,
+} from "@stormlog/core";
+import { comparePythonStrings } from "@stormlog/phases";
+import { type SessionInfo, SessionNotFoundError } from "@stormlog/sink";
+import type { SegmentAggregate, SessionEvidence } from "./aggregate.js";
+
+/** A session as the analysis lists it: the sink reader's `SessionInfo` plus the ranks it holds. */
+export interface SessionListing extends SessionInfo {
+  /** Ranks its events carry, ascending. */
+  ranks: number[];
+}
+
+/** One segment's aggregate with where it came from, in reading order. */
+export interface SegmentData {
+  /** The segment file (or the input itself for in-memory and JSON inputs). */
+  readonly source: string;
+  /** The manifest's session for the segment (listed as a source of it even when empty). */
+  readonly hint: string | null;
+  readonly aggregate: SegmentAggregate;
+}
+
+/**
+ * The sessions of the scanned segments, as `summarizeTelemetrySessions` lists them: per session the
+ * ledger summary (first manifest that has it) or one inferred from its earliest event and last
+ * `stop`; event counts, time range, sources and read warnings; sorted in the reference's order.
+ */
+export function listSessions(
+  segments: readonly SegmentData[],
+  ledger: ReadonlyMap<string, SessionSummary>,
+  defaultSource: string,
+  defaultSourcePath: string,
+): SessionListing[] {
+  interface Tally {
+    count: number;
+    first: SessionEvidence | null;
+    last: bigint | null;
+    lastStop: SessionEvidence | null;
+    sources: Set<string>;
+    warnings: string[];
+    ranks: Set<number>;
+  }
+  const tallies = new Map<string, Tally>();
+  const of = (sessionId: string): Tally => {
+    let tally = tallies.get(sessionId);
+    if (tally === undefined) {
+      tally = { count: 0, first: null, last: null, lastStop: null, sources: new Set(), warnings: [], ranks: new Set() };
+      tallies.set(sessionId, tally);
+    }
+    return tally;
+  };
+  for (const segment of segments) {
+    const aggregate = segment.aggregate;
+    for (const [sessionId, part] of aggregate.sessions) {
+      const tally = of(sessionId);
+      tally.count += part.eventCount;
+      if (part.eventCount > 0) tally.sources.add(segment.source);
+      if (part.first !== null && (tally.first === null || part.first.timestamp_ns < tally.first.timestamp_ns)) {
+        tally.first = part.first;
+      }
+      if (part.lastTs !== null && (tally.last === null || part.lastTs > tally.last)) tally.last = part.lastTs;
+      if (
+        part.lastStop !== null &&
+        (tally.lastStop === null || part.lastStop.timestamp_ns >= tally.lastStop.timestamp_ns)
+      ) {
+        tally.lastStop = part.lastStop;
+      }
+      for (const rank of part.ranks.keys()) tally.ranks.add(rank);
+    }
+    if (aggregate.eventCount === 0 && segment.hint !== null) of(segment.hint).sources.add(segment.source);
+    for (const warning of aggregate.warnings) {
+      if (warning.sessionId !== null) of(warning.sessionId).warnings.push(warning.message);
+    }
+  }
+  const ids = new Set([...tallies.keys(), ...ledger.keys()]);
+  const sessions: SessionListing[] = [];
+  for (const sessionId of ids) {
+    const tally = tallies.get(sessionId);
+    let summary = ledger.get(sessionId);
+    if (summary === undefined) {
+      const evidence = tally?.first ? [tally.first, ...(tally.lastStop ? [tally.lastStop] : [])] : [];
+      summary = inferSessionSummaryFromEvents({ sessionId, events: evidence, source: defaultSource });
+    }
+    sessions.push({
+      summary,
+      eventCount: tally?.count ?? 0,
+      firstTimestampNs: tally?.first?.timestamp_ns ?? null,
+      lastTimestampNs: tally?.last ?? null,
+      sources: tally && tally.sources.size > 0 ? [...tally.sources].sort() : [defaultSourcePath],
+      warnings: tally?.warnings ?? [],
+      ranks: [...(tally?.ranks ?? [])].sort((a, b) => a - b),
+    });
+  }
+  return sessions.sort((a, b) => compareSessionsForSelection(a.summary, b.summary));
+}
+
+/** Per-rank sessions of one job, seen as one distributed session. */
+export interface RankGroup {
+  /** `stableLegacySessionId(["distributed.rank_group", job_id, world_size, ...sorted ids])`. */
+  readonly sessionId: string;
+  readonly jobId: string;
+  readonly worldSize: number;
+  /** One session per rank, by rank. */
+  readonly members: readonly SessionListing[];
+  /** Sessions of the job left out because another session of the same rank was preferred. */
+  readonly skipped: readonly SessionListing[];
+  readonly summary: SessionSummary;
+}
+
+const STATUS_SEVERITY: Readonly<Record<string, number>> = { completed: 0, interrupted: 1, incomplete: 2, running: 3 };
+
+/** The merged view's status: the members' common status, else the least finished one. */
+function groupStatus(members: readonly SessionListing[]): SessionStatus {
+  let worst = members[0]!.summary.status;
+  for (const member of members) {
+    if ((STATUS_SEVERITY[member.summary.status] ?? 9) > (STATUS_SEVERITY[worst] ?? 9)) worst = member.summary.status;
+  }
+  return worst;
+}
+
+/**
+ * The rank groups among `sessions` (given in selection order): sessions with a non-null `job_id`,
+ * `world_size > 1` and events of exactly one rank, grouped by job and world size. A rank with
+ * several sessions (a restarted process) keeps the first in selection order. Groups of at least
+ * two ranks, no more than `world_size`, in the order of their best member.
+ */
+export function findRankGroups(sessions: readonly SessionListing[]): RankGroup[] {
+  const byJob = new Map<string, { jobId: string; worldSize: number; byRank: Map<number, SessionListing>; skipped: SessionListing[] }>();
+  for (const session of sessions) {
+    const { job_id: jobId, world_size: worldSize } = session.summary;
+    if (jobId === null || worldSize <= 1 || session.eventCount === 0 || session.ranks.length !== 1) continue;
+    const key = `${worldSize}\u0000${jobId}`;
+    let group = byJob.get(key);
+    if (group === undefined) {
+      group = { jobId, worldSize, byRank: new Map(), skipped: [] };
+      byJob.set(key, group);
+    }
+    const rank = session.ranks[0]!;
+    if (group.byRank.has(rank)) group.skipped.push(session);
+    else group.byRank.set(rank, session);
+  }
+  const groups: RankGroup[] = [];
+  for (const group of byJob.values()) {
+    if (group.byRank.size < 2 || group.byRank.size > group.worldSize) continue;
+    const members = [...group.byRank.entries()].sort((a, b) => a[0] - b[0]).map(([, session]) => session);
+    const ids = members.map((member) => member.summary.session_id).sort(comparePythonStrings);
+    const sessionId = stableLegacySessionId(["distributed.rank_group", group.jobId, group.worldSize, ...ids]);
+    let started = members[0]!.summary.started_at_ns;
+    let ended: bigint | null = members[0]!.summary.ended_at_ns;
+    for (const member of members) {
+      if (member.summary.started_at_ns < started) started = member.summary.started_at_ns;
+      const end = member.summary.ended_at_ns;
+      ended = ended === null || end === null ? null : end > ended ? end : ended;
+    }
+    const first = members[0]!.summary;
+    groups.push({
+      sessionId,
+      jobId: group.jobId,
+      worldSize: group.worldSize,
+      members,
+      skipped: group.skipped,
+      summary: {
+        session_id: sessionId,
+        status: groupStatus(members),
+        started_at_ns: started,
+        ended_at_ns: ended,
+        host: first.host,
+        pid: first.pid,
+        job_id: group.jobId,
+        rank: first.rank,
+        local_rank: first.local_rank,
+        world_size: group.worldSize,
+        source: "distributed.rank_group",
+      },
+    });
+  }
+  // Groups in the order of their best member (sessions come in selection order).
+  const position = new Map(sessions.map((session, index) => [session.summary.session_id, index]));
+  const best = (group: RankGroup): number =>
+    Math.min(...group.members.map((member) => position.get(member.summary.session_id) ?? Number.MAX_SAFE_INTEGER));
+  return groups.sort((a, b) => best(a) - best(b));
+}
+
+/** The session (or rank group) an analysis looks at. */
+export interface Selection {
+  /** The selected id: a session's, or a rank group's synthetic id. */
+  readonly sessionId: string | null;
+  readonly summary: SessionSummary | null;
+  /** The sessions whose events are analysed (one, or a rank group's members). */
+  readonly memberIds: readonly string[];
+  /** Set when a rank group is selected. */
+  readonly group: RankGroup | null;
+  readonly notes: readonly string[];
+}
+
+/**
+ * Chooses what to analyse: `sessionId` when given (a session's id or a rank group's), else the
+ * first rank group, else the reader's default (the first session with events, else the first).
+ * An unknown id throws `SessionNotFoundError` listing the ids there are.
+ */
+export function selectSession(
+  sessions: readonly SessionListing[],
+  groups: readonly RankGroup[],
+  sessionId: string | undefined,
+  source: string,
+): Selection {
+  const ofGroup = (group: RankGroup): Selection => {
+    const notes: string[] = [];
+    for (const skipped of group.skipped) {
+      const rank = skipped.ranks[0];
+      notes.push(
+        `Rank ${rank} of job ${group.jobId} has more than one session; merged ${group.members.find((m) => m.ranks[0] === rank)?.summary.session_id} and left out ${skipped.summary.session_id}.`,
+      );
+    }
+    return {
+      sessionId: group.sessionId,
+      summary: group.summary,
+      memberIds: group.members.map((member) => member.summary.session_id),
+      group,
+      notes,
+    };
+  };
+  const ofSession = (session: SessionListing): Selection => ({
+    sessionId: session.summary.session_id,
+    summary: session.summary,
+    memberIds: [session.summary.session_id],
+    group: null,
+    notes: [],
+  });
+  if (sessionId !== undefined) {
+    const group = groups.find((candidate) => candidate.sessionId === sessionId);
+    if (group !== undefined) return ofGroup(group);
+    const session = sessions.find((candidate) => candidate.summary.session_id === sessionId);
+    if (session === undefined) {
+      throw new SessionNotFoundError(
+        sessionId,
+        [...groups.map((candidate) => candidate.sessionId), ...sessions.map((candidate) => candidate.summary.session_id)],
+        source,
+      );
+    }
+    return ofSession(session);
+  }
+  if (groups.length > 0) return ofGroup(groups[0]!);
+  const session = sessions.find((candidate) => candidate.eventCount > 0) ?? sessions[0];
+  if (session === undefined) return { sessionId: null, summary: null, memberIds: [], group: null, notes: [] };
+  return ofSession(session);
+}

@@ -1,0 +1,190 @@
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import {
+  COLLECTOR_SPECIFICATION_VERSION,
+  type CollectorAvailability,
+  type JsonObject,
+  type MemoryCapabilities,
+  type MemoryCollector,
+  noCapabilities,
+  type SampleResult,
+} from "@stormlog/core";
+
+/** The telemetry `collector` of host-memory readings (the reference's CPU mode), here for another process. */
+export const CHILD_COLLECTOR_NAME = "stormlog.cpu_tracker";
+
+/** Options of {@link childProcessCollector}. */
+export interface ChildProcessCollectorOptions {
+  /** Where procfs is mounted (default `/proc`; tests point it elsewhere). */
+  readonly procRoot?: string;
+  /** Add the resident memory of the process's descendants (default true): `npm run x` runs x in a grandchild. */
+  readonly descendants?: boolean;
+  /**
+   * Settles once the process's exit has been handled (the tracker stopped). A sample that finds the
+   * process gone waits for it before failing, so a tracker stopped meanwhile discards that sample
+   * instead of recording a spurious collector failure for a process that simply finished.
+   */
+  readonly exited?: Promise<unknown>;
+}
+
+/** A collector of another process's resident memory; `attach(pid)` before the tracker starts. */
+export interface ChildProcessCollector extends MemoryCollector {
+  /** Starts reading this process (and its descendants). */
+  attach(pid: number): void;
+  /** The attached pid, or null. */
+  readonly pid: number | null;
+  /** The root process's peak resident set (`VmHWM`) at the last successful sample, in bytes. */
+  readonly peakRssBytes: number | null;
+  sample(): SampleResult | Promise<SampleResult>;
+  close(): void;
+}
+
+interface StatusFigures {
+  readonly rss: number;
+  readonly hwm: number | null;
+}
+
+/** `VmRSS` and `VmHWM` of `/proc/<pid>/status` in bytes; undefined when the process is gone (or a zombie). */
+function readStatus(root: string, pid: number): StatusFigures | undefined {
+  let text: string;
+  try {
+    text = readFileSync(`${root}/${pid}/status`, "latin1");
+  } catch {
+    return undefined;
+  }
+  const rss = /^VmRSS:\s+(\d+) kB/m.exec(text);
+  if (rss === null) return undefined;
+  const hwm = /^VmHWM:\s+(\d+) kB/m.exec(text);
+  return { rss: Number(rss[1]) * 1024, hwm: hwm === null ? null : Number(hwm[1]) * 1024 };
+}
+
+/** Direct children of `pid` through `/proc/<pid>/task/<tid>/children`; null when the kernel lacks the file. */
+function childrenOf(root: string, pid: number): number[] | null {
+  let tasks: string[];
+  try {
+    tasks = readdirSync(`${root}/${pid}/task`);
+  } catch {
+    return [];
+  }
+  const out: number[] = [];
+  let supported = false;
+  for (const task of tasks) {
+    let text: string;
+    try {
+      text = readFileSync(`${root}/${pid}/task/${task}/children`, "latin1");
+    } catch {
+      continue;
+    }
+    supported = true;
+    for (const token of text.split(" ")) {
+      const child = Number.parseInt(token, 10);
+      if (Number.isSafeInteger(child) && child > 0) out.push(child);
+    }
+  }
+  return supported || tasks.length === 0 ? out : null;
+}
+
+/**
+ * The resident memory of a foreign process (the command `stormlog track` runs), read from Linux
+ * procfs: `VmRSS` of the process plus, by default, of its descendants, as allocated and reserved
+ * (the reference's CPU mode, device -1), with the root's peak (`VmHWM`) and the process count in
+ * metadata. A process that exited gives a failed sample, never zeros. Unavailable without procfs.
+ */
+export function childProcessCollector(options: ChildProcessCollectorOptions = {}): ChildProcessCollector {
+  const root = options.procRoot ?? "/proc";
+  const descendants = options.descendants ?? true;
+  const capabilities: MemoryCapabilities = {
+    ...noCapabilities("cpu", CHILD_COLLECTOR_NAME, "procfs_status"),
+    supports_allocator_allocated: true,
+    supports_allocator_reserved: true,
+  };
+  let pid: number | null = null;
+  let peak: number | null = null;
+  let closed = false;
+  let treeSupported = descendants;
+
+  return {
+    specificationVersion: COLLECTOR_SPECIFICATION_VERSION,
+    name: CHILD_COLLECTOR_NAME,
+    deviceId: -1,
+    capabilities,
+    get pid() {
+      return pid;
+    },
+    get peakRssBytes() {
+      return peak;
+    },
+    attach(target: number) {
+      pid = target;
+    },
+    availability(): CollectorAvailability {
+      if (closed) return { available: false, reason: "the child process collector was closed" };
+      if (pid === null) return { available: false, reason: "no process attached (call attach(pid) first)" };
+      if (!existsSync(`${root}/${pid}/status`)) {
+        return {
+          available: false,
+          reason: existsSync(root)
+            ? `process ${pid} is not running`
+            : `${root} is missing: reading another process's memory needs Linux procfs`,
+        };
+      }
+      return { available: true };
+    },
+    sample(): SampleResult | Promise<SampleResult> {
+      if (closed) return { kind: "failure", error: "the child process collector was closed" };
+      if (pid === null) return { kind: "failure", error: "no process attached" };
+      const own = readStatus(root, pid);
+      if (own === undefined) {
+        const gone: SampleResult = { kind: "failure", error: `process ${pid} has exited` };
+        if (options.exited === undefined) return gone;
+        // One more turn of the event loop after the exit is handled, then fail.
+        return options.exited.then(
+          () => new Promise<SampleResult>((done) => setTimeout(() => done(gone), 0)),
+          () => gone,
+        );
+      }
+      let total = own.rss;
+      let count = 1;
+      if (treeSupported) {
+        const seen = new Set<number>([pid]);
+        const queue = [pid];
+        while (queue.length > 0) {
+          const parent = queue.pop()!;
+          const children = childrenOf(root, parent);
+          if (children === null) {
+            // No `children` files in this kernel: the root process alone from now on.
+            treeSupported = false;
+            total = own.rss;
+            count = 1;
+            break;
+          }
+          for (const child of children) {
+            if (seen.has(child)) continue;
+            seen.add(child);
+            const figures = readStatus(root, child);
+            if (figures === undefined) continue;
+            total += figures.rss;
+            count++;
+            queue.push(child);
+          }
+        }
+      }
+      if (own.hwm !== null) peak = own.hwm;
+      const metadata: JsonObject = {
+        tracked_pid: pid,
+        rss_bytes: total,
+        rss_scope: treeSupported ? "process_tree" : "process",
+        process_count: count,
+        rss_source: "procfs_status",
+      };
+      if (own.hwm !== null) metadata.root_rss_peak_bytes = own.hwm;
+      return {
+        kind: "full",
+        reading: { allocator_allocated_bytes: total, allocator_reserved_bytes: total },
+        metadata,
+      };
+    },
+    close() {
+      closed = true;
+    },
+  };
+}

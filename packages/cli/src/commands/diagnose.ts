@@ -1,0 +1,214 @@
+import { resolve } from "node:path";
+import {
+  type AnomalyIndicator,
+  buildDistributedDiagnostics,
+  type DistributedDiagnostics,
+  type DistributedSelection,
+  diagnosticsFoundRisk,
+  loadDistributedEvents,
+  parseRankFilter,
+} from "@stormlog/analysis";
+import { type JsonObject, stringifyJson, type TelemetryEvent } from "@stormlog/core";
+import {
+  type CommandHelp,
+  choice,
+  formatCommandHelp,
+  parseCommandArgs,
+  requirePath,
+  stringFlag,
+} from "../args.js";
+import { bytes, isoNs, offsetNs, renderTable, signedBytes } from "../format.js";
+import { type CliIo, createProgress, openOutput } from "../io.js";
+import type { Command } from "./command.js";
+
+/** Exit code of `diagnose` when a memory risk is found. */
+export const EXIT_MEMORY_RISK = 2;
+
+const help: CommandHelp = {
+  name: "diagnose",
+  summary: "Per-rank diagnostics table: gaps, first anomalies, earliest and most severe rank.",
+  usage: "stormlog diagnose <path> [--format txt|json] [--session-id ID] [--ranks 0,2,4-7] [--output FILE]",
+  description:
+    "The Python reference TUI's Diagnostics tab in the terminal: per rank its availability, samples,\n" +
+    "allocated and reserved change, hidden gap (device used - allocator reserved; latest and peak) and\n" +
+    "first anomaly (time, signal, phase), then which rank was earliest and which most severe.\n" +
+    "Anomalies: alert events, samples whose gap reaches 5% of the device, and hidden-memory findings.\n" +
+    "Exit code: 0 when nothing was found, 2 when a memory risk was found (a warning or critical\n" +
+    "anomaly), 1 on error.",
+  options: {
+    format: { type: "string", value: "txt|json", description: "Output format.", default: "txt" },
+    "session-id": { type: "string", value: "ID", description: "Diagnose this session or rank group." },
+    ranks: {
+      type: "string",
+      value: "LIST",
+      description: "Only these ranks: 'all', '0,2', '4-7'.",
+      default: "all",
+    },
+    output: { type: "string", short: "o", value: "FILE", description: "Write to FILE instead of stdout." },
+  },
+  examples: [
+    "stormlog diagnose ./job-sinks",
+    "stormlog diagnose ./job-sinks --ranks 0-7 --format json > diagnostics.json",
+    'stormlog diagnose ./stormlog-sink || echo "exit $? (2 = memory risk)"',
+  ],
+};
+
+function sessionLine(selection: DistributedSelection): string {
+  const summary = selection.summary;
+  if (summary === null) return "Session: none";
+  const kind = selection.merged
+    ? `rank group of ${selection.memberSessionIds.length} sessions, job ${summary.job_id ?? "-"}`
+    : `job ${summary.job_id ?? "-"}, rank ${summary.rank}`;
+  return `Session: ${summary.session_id} (${kind}, ${summary.status})`;
+}
+
+function indicatorLine(label: string, indicator: AnomalyIndicator, origin: bigint): string {
+  return (
+    `${label} rank ${indicator.rank} at ${offsetNs(origin, indicator.timestamp_ns)} ` +
+    `(${isoNs(indicator.timestamp_ns)}), ${indicator.severity}, ${indicator.signal}: ${indicator.details}`
+  );
+}
+
+function formatText(
+  selection: DistributedSelection,
+  diagnostics: DistributedDiagnostics,
+  origin: bigint | null,
+  risk: boolean,
+): string {
+  const lines = [sessionLine(selection)];
+  if (origin !== null) lines.push(`Time origin: ${isoNs(origin)} (first event; offsets below are from it)`);
+  lines.push(
+    `Ranks: ${diagnostics.expected_ranks.length} expected, ${diagnostics.present_ranks.length} present, ` +
+      `${diagnostics.missing_ranks.length} missing${
+        diagnostics.missing_ranks.length > 0 ? ` (${diagnostics.missing_ranks.join(", ")})` : ""
+      }`,
+    "",
+  );
+  const rows = diagnostics.rows.map((row) => [
+    String(row.rank),
+    row.availability,
+    String(row.samples),
+    signedBytes(row.allocated_delta_bytes),
+    signedBytes(row.reserved_delta_bytes),
+    row.hidden_gap_latest_bytes === null ? "-" : signedBytes(row.hidden_gap_latest_bytes),
+    bytes(row.hidden_gap_peak_abs_bytes),
+    origin === null ? "-" : offsetNs(origin, row.first_anomaly_timestamp_ns),
+    row.first_anomaly_signal ?? "-",
+    row.first_anomaly_phase_path ?? "-",
+  ]);
+  if (rows.length > 0) {
+    lines.push(
+      renderTable(
+        [
+          "RANK",
+          "STATUS",
+          "SAMPLES",
+          "ALLOCATED Δ",
+          "RESERVED Δ",
+          "GAP LATEST",
+          "GAP PEAK",
+          "FIRST ANOMALY",
+          "SIGNAL",
+          "PHASE",
+        ],
+        rows,
+        new Set([0, 2, 3, 4, 5, 6, 7]),
+      ),
+      "",
+    );
+  }
+  const [earliest, mostSevere] = diagnostics.indicators;
+  if (earliest !== undefined && mostSevere !== undefined && origin !== null) {
+    lines.push(
+      indicatorLine("Earliest:   ", earliest, origin),
+      indicatorLine("Most severe:", mostSevere, origin),
+    );
+  } else {
+    lines.push("No anomaly found: no alert, no hidden-memory gap breach, no gap finding.");
+  }
+  for (const warning of diagnostics.warnings) lines.push(`Warning: ${warning}`);
+  lines.push(
+    risk
+      ? `Status: MEMORY_RISK (exit code ${EXIT_MEMORY_RISK}); ${diagnostics.anomalies.length} anomalies on ${
+          diagnostics.rows.filter((row) => row.has_anomaly).length
+        } rank(s)`
+      : "Status: OK (exit code 0)",
+  );
+  return `${lines.join("\n")}\n`;
+}
+
+function formatJson(
+  selection: DistributedSelection,
+  diagnostics: DistributedDiagnostics,
+  risk: boolean,
+): string {
+  const document: JsonObject = {
+    session: {
+      selected_session_id: selection.summary?.session_id ?? null,
+      merged_rank_group: selection.merged,
+      member_session_ids: selection.memberSessionIds,
+      discovered_session_ids: selection.sessions.map((session) => session.summary.session_id),
+    },
+    expected_ranks: diagnostics.expected_ranks,
+    present_ranks: diagnostics.present_ranks,
+    missing_ranks: diagnostics.missing_ranks,
+    rows: diagnostics.rows as unknown as JsonObject[],
+    indicators: diagnostics.indicators as unknown as JsonObject[],
+    anomalies: diagnostics.anomalies as unknown as JsonObject[],
+    warnings: diagnostics.warnings,
+    risk_detected: risk,
+    exit_code: risk ? EXIT_MEMORY_RISK : 0,
+  };
+  return `${stringifyJson(document, { indent: 2 })}\n`;
+}
+
+function firstTimestamp(events: readonly TelemetryEvent[]): bigint | null {
+  return events[0]?.timestamp_ns ?? null;
+}
+
+async function run(argv: readonly string[], io: CliIo): Promise<number> {
+  const args = parseCommandArgs(help, argv);
+  if (args.values.help) {
+    io.stdout.write(formatCommandHelp(help));
+    return 0;
+  }
+  const path = resolve(io.cwd, requirePath(help, args));
+  const format = choice(help, args, "format", ["txt", "json"] as const, "txt");
+  const sessionId = stringFlag(args, "session-id");
+  const progress = createProgress(io, "Reading telemetry");
+  let loaded: Awaited<ReturnType<typeof loadDistributedEvents>>;
+  try {
+    loaded = await loadDistributedEvents(path, {
+      ...(sessionId === undefined ? {} : { sessionId }),
+      onProgress: (read, total) => progress.update(read, total),
+    });
+  } finally {
+    progress.finish();
+  }
+  const { selection, events } = loaded;
+  const ranksFlag = stringFlag(args, "ranks");
+  let selectedRanks: Set<number> | null = null;
+  if (ranksFlag !== undefined) {
+    const available = new Set<number>();
+    let worldSize = 0;
+    for (const event of events) {
+      available.add(event.rank);
+      if (event.world_size > worldSize) worldSize = event.world_size;
+    }
+    for (let rank = 0; rank < worldSize; rank++) available.add(rank);
+    selectedRanks = parseRankFilter(ranksFlag, available);
+  }
+  const diagnostics = buildDistributedDiagnostics(events, { selectedRanks });
+  const risk = diagnosticsFoundRisk(diagnostics);
+  const text =
+    format === "json"
+      ? formatJson(selection, diagnostics, risk)
+      : formatText(selection, diagnostics, firstTimestamp(events), risk);
+  const output = await openOutput(io, stringFlag(args, "output"));
+  await output.write(text);
+  await output.close();
+  return risk ? EXIT_MEMORY_RISK : 0;
+}
+
+/** `stormlog diagnose`. */
+export const diagnoseCommand: Command = { help, run };

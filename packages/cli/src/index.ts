@@ -1,0 +1,137 @@
+/**
+ * @stormlog/cli: the `stormlog` command (`analyze`, `sessions`, `diagnose`, `track`, `export`).
+ * `main(argv, io)` runs it in-process with injectable streams, for tests and embedding.
+ */
+import { StormlogError } from "@stormlog/core";
+import packageJson from "../package.json" with { type: "json" };
+import { formatCommandHelp } from "./args.js";
+import { analyzeCommand } from "./commands/analyze.js";
+import type { Command } from "./commands/command.js";
+import { diagnoseCommand } from "./commands/diagnose.js";
+import { exportCommand } from "./commands/export.js";
+import { sessionsCommand } from "./commands/sessions.js";
+import { trackCommand } from "./commands/track.js";
+import { CliUsageError } from "./errors.js";
+import { type CliIo, resolveIo } from "./io.js";
+
+export {
+  type ChildProcessCollector,
+  type ChildProcessCollectorOptions,
+  childProcessCollector,
+} from "./child-collector.js";
+export { CliUsageError } from "./errors.js";
+export type { CliIo, CliSignal, CliStream } from "./io.js";
+
+/** The CLI's version (the package's). */
+export const VERSION: string = packageJson.version;
+
+/** The subcommands, in `--help` order. */
+export const COMMANDS: readonly Command[] = [
+  analyzeCommand,
+  sessionsCommand,
+  diagnoseCommand,
+  trackCommand,
+  exportCommand,
+];
+
+function rootHelp(): string {
+  const width = Math.max(...COMMANDS.map((command) => command.help.name.length)) + 2;
+  return [
+    "Usage: stormlog <command> [options]",
+    "",
+    "Where the memory of Node.js model training and serving goes: record it, then explain it.",
+    "Reads and writes the Python Stormlog's telemetry sinks.",
+    "",
+    "Commands:",
+    ...COMMANDS.map((command) => `  ${command.help.name.padEnd(width)}${command.help.summary}`),
+    "",
+    "Options:",
+    "  -h, --help     Show this help (or 'stormlog <command> --help').",
+    "  -v, --version  Print the version.",
+    "",
+    "Examples:",
+    "  stormlog track -- node train.js",
+    "  stormlog analyze ./stormlog-sink",
+    "  stormlog diagnose ./job-sinks",
+    "  stormlog export ./stormlog-sink --format perfetto -o trace.json",
+    "",
+  ].join("\n");
+}
+
+const FS_ERRORS: Readonly<Record<string, string>> = {
+  ENOENT: "no such file or directory",
+  EACCES: "permission denied",
+  EPERM: "operation not permitted",
+  EISDIR: "is a directory",
+  ENOTDIR: "not a directory",
+  ENOSPC: "no space left on device",
+  EROFS: "read-only file system",
+  EMFILE: "too many open files",
+};
+
+/** A hint per error kind, by the error's `name`. */
+const HINTS: Readonly<Record<string, string>> = {
+  SessionNotFoundError: "run 'stormlog sessions <path>' to list the session ids",
+  TelemetrySourceError: "pass a sink directory, a .jsonl segment or a .json file written by Stormlog",
+  JsonlDecodeError: "the file is not telemetry JSONL, or a line is damaged",
+  TelemetryValidationError: "the record does not follow the telemetry schema (v2, v3 or v4)",
+  InvalidConfigError: "check the flag's value",
+};
+
+function oneLine(text: string): string {
+  return text.replace(/\s*\n\s*/g, " ").trim();
+}
+
+/** One line for an error, with a hint; no stack trace unless STORMLOG_DEBUG is set. */
+function describeError(error: unknown, command: string | undefined, debug: boolean): string {
+  const prefix = command === undefined ? "stormlog" : `stormlog ${command}`;
+  if (CliUsageError.isInstance(error)) {
+    return `${prefix}: ${oneLine(error.message)}${error.hint ? ` (${error.hint})` : ""}\n`;
+  }
+  if (StormlogError.isInstance(error)) {
+    const hint = HINTS[error.name];
+    return `${prefix}: ${oneLine(error.message)}${hint ? ` (hint: ${hint})` : ""}\n`;
+  }
+  const errno = error as NodeJS.ErrnoException;
+  if (typeof errno?.code === "string" && errno.code in FS_ERRORS) {
+    const where = errno.path === undefined ? "" : ` ${errno.path}`;
+    return `${prefix}: cannot access${where}: ${FS_ERRORS[errno.code]} (${errno.code}) (hint: check the path and its permissions)\n`;
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  const stack = debug && error instanceof Error && error.stack ? `\n${error.stack}` : "";
+  return `${prefix}: internal error: ${oneLine(message)} (hint: rerun with STORMLOG_DEBUG=1 for the stack trace and report it)${stack}\n`;
+}
+
+/**
+ * Runs the CLI. `argv` excludes the node binary and script (`process.argv.slice(2)`). Resolves to
+ * the exit code: 0 success, 1 error (one line on stderr, with a hint), 2 memory risk found
+ * (`diagnose`), or the tracked command's own code (`track`). Never throws.
+ */
+export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Promise<number> {
+  const resolved = resolveIo(io);
+  const [first, ...rest] = argv;
+  const debug = Boolean(resolved.env.STORMLOG_DEBUG);
+  if (first === undefined || first === "-h" || first === "--help" || first === "help") {
+    const topic = first === "help" ? COMMANDS.find((command) => command.help.name === rest[0]) : undefined;
+    resolved.stdout.write(topic ? formatCommandHelp(topic.help) : rootHelp());
+    return first === undefined ? 1 : 0;
+  }
+  if (first === "-v" || first === "--version") {
+    resolved.stdout.write(`${VERSION}\n`);
+    return 0;
+  }
+  const command = COMMANDS.find((candidate) => candidate.help.name === first);
+  if (command === undefined) {
+    const known = COMMANDS.map((candidate) => candidate.help.name).join(", ");
+    resolved.stderr.write(
+      `stormlog: unknown command '${first}' (commands: ${known}; run 'stormlog --help')\n`,
+    );
+    return 1;
+  }
+  try {
+    return await command.run(rest, resolved);
+  } catch (error) {
+    resolved.stderr.write(describeError(error, command.help.name, debug));
+    return 1;
+  }
+}

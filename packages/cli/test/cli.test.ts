@@ -1,0 +1,99 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { COMMANDS } from "../src/index.js";
+import { FIXTURES, runCli } from "./helpers.js";
+
+const SINK = join(FIXTURES, "python-sink/single-completed/sink");
+
+/** A user error: exit 1, exactly one line on stderr, no stack trace, nothing on stdout. */
+function expectOneLineError(run: { code: number; stdout: string; stderr: string }, pattern: RegExp): void {
+  expect(run.code).toBe(1);
+  expect(run.stdout).toBe("");
+  const lines = run.stderr.trimEnd().split("\n");
+  expect(lines).toHaveLength(1);
+  expect(lines[0]).toMatch(pattern);
+  expect(run.stderr).not.toMatch(/\n\s+at /);
+}
+
+describe("stormlog (root)", () => {
+  it("lists the commands in --help", async () => {
+    const run = await runCli(["--help"]);
+    expect(run.code).toBe(0);
+    for (const name of ["analyze", "sessions", "diagnose", "track", "export"]) {
+      expect(run.stdout).toMatch(new RegExp(`^  ${name} `, "m"));
+    }
+  });
+
+  it("prints the package version", async () => {
+    const version = JSON.parse(readFileSync(join(import.meta.dirname, "../package.json"), "utf8")).version;
+    expect((await runCli(["--version"])).stdout).toBe(`${version}\n`);
+  });
+
+  it("prints usage and fails without a command", async () => {
+    const run = await runCli([]);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toContain("Usage: stormlog <command>");
+  });
+
+  it("rejects an unknown command in one line", async () => {
+    expectOneLineError(await runCli(["analyse", SINK]), /unknown command 'analyse'.*stormlog --help/);
+  });
+
+  it.each(COMMANDS.map((command) => command.help.name))("has --help with an example for %s", async (name) => {
+    const run = await runCli([name, "--help"]);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toContain(`Usage: stormlog ${name}`);
+    expect(run.stdout).toMatch(new RegExp(`Examples:\\n  stormlog ${name} `));
+    expect((await runCli(["help", name])).stdout).toBe(run.stdout);
+  });
+});
+
+describe("user errors", () => {
+  it("a missing path", async () => {
+    expectOneLineError(await runCli(["sessions"]), /^stormlog sessions: missing <path>.*--help/);
+  });
+
+  it("a path that does not exist", async () => {
+    expectOneLineError(
+      await runCli(["diagnose", "no/such/sink"]),
+      /^stormlog diagnose: .*does not exist.*hint:/,
+    );
+  });
+
+  it("an unknown session", async () => {
+    expectOneLineError(
+      await runCli(["export", SINK, "--format", "jsonl", "--session-id", "nope"]),
+      /session_id not found: nope.*2cfda835-2b8e-4a5e-9a84-9a8adf638072.*stormlog sessions/,
+    );
+  });
+
+  it("a file that is not telemetry", async () => {
+    expectOneLineError(
+      await runCli(["sessions", join(FIXTURES, "README.md")]),
+      /^stormlog sessions: .*hint:/,
+    );
+  });
+
+  it("an unknown flag and a bad value", async () => {
+    expectOneLineError(
+      await runCli(["sessions", SINK, "--colour"]),
+      /Unknown option '--colour'.*sessions --help/,
+    );
+    expectOneLineError(
+      await runCli(["sessions", SINK, "--format", "yaml"]),
+      /invalid --format 'yaml': use one of txt, json/,
+    );
+    expectOneLineError(
+      await runCli(["track", "--interval", "0", "--", "true"]),
+      /invalid --interval '0': expected a number > 0/,
+    );
+  });
+
+  it("an output file that cannot be written", async () => {
+    expectOneLineError(
+      await runCli(["export", SINK, "--format", "csv", "--output", "/no/such/dir/out.csv"]),
+      /cannot access \/no\/such\/dir\/out.csv: no such file or directory/,
+    );
+  });
+});

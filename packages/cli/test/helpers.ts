@@ -1,0 +1,77 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type CliIo, type CliSignal, main } from "../src/index.js";
+
+export const FIXTURES = join(import.meta.dirname, "fixtures");
+export const REPO_ROOT = join(import.meta.dirname, "../../..");
+
+/** What one in-process run printed and returned. */
+export interface CliRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** A stream that keeps what is written. */
+export function captureStream(isTTY = false): {
+  write(chunk: string): boolean;
+  text: string;
+  isTTY: boolean;
+} {
+  return {
+    isTTY,
+    text: "",
+    write(chunk: string) {
+      this.text += chunk;
+      return true;
+    },
+  };
+}
+
+/** Runs `stormlog <argv>` in-process with captured streams. */
+export async function runCli(
+  argv: readonly string[],
+  options: {
+    cwd?: string;
+    env?: Record<string, string | undefined>;
+    onSignal?: CliIo["onSignal"];
+    /** Pretend stderr is a terminal (progress is shown). */
+    tty?: boolean;
+  } = {},
+): Promise<CliRun> {
+  const stdout = captureStream();
+  const stderr = captureStream(options.tty ?? false);
+  const io: Partial<CliIo> = { stdout, stderr, cwd: options.cwd ?? REPO_ROOT };
+  const withEnv = options.env === undefined ? io : { ...io, env: options.env };
+  const code = await main(
+    argv,
+    options.onSignal === undefined ? withEnv : { ...withEnv, onSignal: options.onSignal },
+  );
+  return { code, stdout: stdout.text, stderr: stderr.text };
+}
+
+/** A signal source the test fires by hand. */
+export function manualSignals(): {
+  onSignal: CliIo["onSignal"];
+  fire(signal: CliSignal): void;
+  subscribed(): number;
+} {
+  const handlers = new Set<(signal: CliSignal) => void>();
+  return {
+    onSignal(handler) {
+      handlers.add(handler);
+      return () => handlers.delete(handler);
+    },
+    fire(signal) {
+      for (const handler of handlers) handler(signal);
+    },
+    subscribed: () => handlers.size,
+  };
+}
+
+/** A temporary directory removed by the returned function. */
+export function tempDir(prefix = "stormlog-cli-"): { path: string; remove(): void } {
+  const path = mkdtempSync(join(tmpdir(), prefix));
+  return { path, remove: () => rmSync(path, { recursive: true, force: true }) };
+}

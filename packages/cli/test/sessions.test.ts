@@ -1,0 +1,53 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { type JsonObject, parseJson } from "@stormlog/core";
+import { describe, expect, it } from "vitest";
+import { FIXTURES, runCli } from "./helpers.js";
+
+const CASE = join(FIXTURES, "python-sink/three-sessions-pruned");
+
+describe("stormlog sessions", () => {
+  it("lists sessions in the reference's order, exactly (json)", async () => {
+    const run = await runCli(["sessions", join(CASE, "sink"), "--format", "json"]);
+    expect(run.code).toBe(0);
+    const document = parseJson(run.stdout) as { sessions: JsonObject[] };
+    const expected = parseJson(readFileSync(join(CASE, "expected.json"), "utf8")) as {
+      sessions: JsonObject[];
+    };
+    const picked = document.sessions.map((session) => ({
+      session_id: session.session_id,
+      status: session.status,
+      event_count: session.event_count,
+      first_timestamp_ns: session.first_timestamp_ns,
+      last_timestamp_ns: session.last_timestamp_ns,
+    }));
+    expect(picked).toEqual(expected.sessions);
+    expect(document.sessions[0]).toMatchObject({ host: "trainer-a", world_size: 1, job_id: null });
+  });
+
+  it("prints a table with one row per session (txt)", async () => {
+    const run = await runCli(["sessions", join(CASE, "sink")]);
+    expect(run.code).toBe(0);
+    const expected = JSON.parse(readFileSync(join(CASE, "expected.json"), "utf8")) as {
+      sessions: { session_id: string }[];
+    };
+    const rows = run.stdout.split("\n").filter((line) => /^[0-9a-f]{8}-/.test(line));
+    expect(rows.map((row) => row.split(/\s+/)[0])).toEqual(expected.sessions.map((s) => s.session_id));
+    expect(run.stdout).toContain("3 sessions in");
+    expect(rows[2]).toMatch(/ interrupted +31 /);
+  });
+
+  it("shows per-rank sessions of one job as a rank group", async () => {
+    const run = await runCli([
+      "sessions",
+      join(FIXTURES, "cross-rank/case-11-0012/input.jsonl"),
+      "--format",
+      "json",
+    ]);
+    const document = parseJson(run.stdout) as { sessions: JsonObject[]; rank_groups: JsonObject[] };
+    expect(document.sessions).toHaveLength(4);
+    expect(document.rank_groups).toHaveLength(1);
+    expect(document.rank_groups[0]).toMatchObject({ job_id: "job-11-12", world_size: 4 });
+    expect((document.rank_groups[0]!.ranks as number[]).sort()).toEqual([0, 1, 2, 3]);
+  });
+});

@@ -1,0 +1,245 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { type JsonObject, parseJson } from "@stormlog/core";
+import { loadTelemetrySessions } from "@stormlog/sink";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { splitTrackArgs } from "../src/commands/track.js";
+import { manualSignals, REPO_ROOT, runCli, tempDir } from "./helpers.js";
+
+/** Allocates ~100 MB in steps, then exits with code 3. */
+const ALLOCATE_AND_EXIT = `
+const keep = [];
+let n = 0;
+const timer = setInterval(() => {
+  keep.push(Buffer.alloc(20 * 1024 * 1024, 1));
+  if (++n === 5) { clearInterval(timer); setTimeout(() => process.exit(3), 150); }
+}, 40);
+`;
+
+/** Holds 30 MB, writes a ready file, exits 130 on SIGINT (and 143 on SIGTERM by default). */
+const WAIT_FOR_SIGNAL = `
+const fs = require("node:fs");
+const keep = Buffer.alloc(30 * 1024 * 1024, 1);
+process.on("SIGINT", () => { fs.writeFileSync(process.argv[3], String(keep.length)); process.exit(130); });
+setInterval(() => {}, 1000);
+fs.writeFileSync(process.argv[2], "ready");
+`;
+
+let dir: ReturnType<typeof tempDir>;
+beforeEach(() => {
+  dir = tempDir("stormlog-track-");
+  writeFileSync(join(dir.path, "allocate.cjs"), ALLOCATE_AND_EXIT);
+  writeFileSync(join(dir.path, "wait.cjs"), WAIT_FOR_SIGNAL);
+});
+afterEach(() => dir.remove());
+
+async function until(condition: () => boolean, timeoutMs = 15_000): Promise<void> {
+  const start = Date.now();
+  while (!condition()) {
+    if (Date.now() - start > timeoutMs) throw new Error("timed out waiting");
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+async function onlySession(sink: string) {
+  const sessions = await loadTelemetrySessions(sink);
+  expect(sessions).toHaveLength(1);
+  return sessions[0]!;
+}
+
+describe("stormlog track", () => {
+  it("runs the command, records its memory into a sink and passes its exit code through", async () => {
+    const sink = join(dir.path, "sink");
+    const run = await runCli(
+      [
+        "track",
+        "--interval",
+        "0.02",
+        "--no-gpu",
+        "--telemetry-sink-dir",
+        sink,
+        "--job-id",
+        "job-t",
+        "--",
+        process.execPath,
+        "allocate.cjs",
+      ],
+      { cwd: dir.path, env: { PATH: process.env.PATH } },
+    );
+    expect(run.code).toBe(3);
+    expect(existsSync(join(sink, "manifest.json"))).toBe(true);
+    const session = await onlySession(sink);
+    expect(session.summary).toMatchObject({ status: "completed", job_id: "job-t" });
+    const samples = session.events.filter((event) => event.event_type === "sample");
+    expect(samples.length).toBeGreaterThan(2);
+    expect(session.events[0]!.event_type).toBe("start");
+    expect(session.events.at(-1)!.event_type).toBe("stop");
+    const last = samples.at(-1)!;
+    expect(last.collector).toBe("stormlog.cpu_tracker");
+    expect(last.device_id).toBe(-1);
+    expect(last.pid).toBe(last.metadata.tracked_pid);
+    // The child held about 100 MB by the end; our own process is not what was measured.
+    const peak = Math.max(...samples.map((event) => event.allocator_allocated_bytes ?? 0));
+    expect(peak).toBeGreaterThan(60 * 1024 * 1024);
+    expect(run.stderr).toContain("Stormlog tracking summary");
+    expect(run.stderr).toMatch(/Command: +.*allocate\.cjs \(pid \d+, exited with code 3\)/);
+    expect(run.stderr).toMatch(/Peak host memory: +\d+\.\d\d MB resident/);
+    expect(run.stderr).toMatch(new RegExp(`Events: +${session.eventCount} written, 0 dropped`));
+    expect(run.stderr).toMatch(/Collector health: healthy/);
+    expect(run.stderr).toMatch(/Sink: +.*1 segment/);
+  });
+
+  it("passes Ctrl+C to the command, then closes the session and prints the summary", async () => {
+    const sink = join(dir.path, "sink");
+    const ready = join(dir.path, "ready");
+    const got = join(dir.path, "got-sigint");
+    const signals = manualSignals();
+    const running = runCli(
+      [
+        "track",
+        "--interval",
+        "0.05",
+        "--no-gpu",
+        "--telemetry-sink-dir",
+        sink,
+        "--",
+        process.execPath,
+        "wait.cjs",
+        ready,
+        got,
+      ],
+      { cwd: dir.path, onSignal: signals.onSignal },
+    );
+    await until(() => existsSync(ready) && signals.subscribed() > 0);
+    signals.fire("SIGINT");
+    const run = await running;
+    expect(run.code).toBe(130);
+    expect(existsSync(got)).toBe(true);
+    expect(signals.subscribed()).toBe(0);
+    expect(run.stderr).toContain("SIGINT: passing it to pid");
+    expect(run.stderr).toMatch(/exited with code 130/);
+    expect((await onlySession(sink)).summary.status).toBe("completed");
+  });
+
+  it("stops the command after --duration", async () => {
+    const sink = join(dir.path, "sink");
+    const run = await runCli(
+      [
+        "track",
+        "--duration",
+        "0.5",
+        "--no-gpu",
+        "--telemetry-sink-dir",
+        sink,
+        "--",
+        process.execPath,
+        "wait.cjs",
+        join(dir.path, "r"),
+        join(dir.path, "g"),
+      ],
+      { cwd: dir.path },
+    );
+    expect(run.code).toBe(128 + 15);
+    expect(run.stderr).toMatch(/--duration reached: stopping pid \d+ \(SIGTERM/);
+    expect(run.stderr).toMatch(/ended by SIGTERM/);
+  });
+
+  it("says in one line when the command cannot run", async () => {
+    const run = await runCli(
+      ["track", "--no-gpu", "--telemetry-sink-dir", join(dir.path, "sink"), "--", "no-such-command-xyz"],
+      {
+        cwd: dir.path,
+      },
+    );
+    expect(run.code).toBe(127);
+    expect(run.stderr.trim().split("\n")).toEqual([
+      "stormlog track: cannot run 'no-such-command-xyz': command not found",
+    ]);
+  });
+
+  it("finds the command with or without --", () => {
+    expect(splitTrackArgs(["--interval", "1", "--", "node", "-e", "1"])).toEqual({
+      flags: ["--interval", "1"],
+      command: ["node", "-e", "1"],
+    });
+    expect(splitTrackArgs(["--interval=1", "--no-gpu", "--rank", "2", "node", "--inspect", "x.js"])).toEqual({
+      flags: ["--interval=1", "--no-gpu", "--rank", "2"],
+      command: ["node", "--inspect", "x.js"],
+    });
+  });
+});
+
+describe("stormlog bin (child process)", () => {
+  let cli: ChildProcess | null = null;
+  afterEach(() => {
+    if (cli !== null && cli.exitCode === null) cli.kill("SIGKILL");
+  });
+
+  function bin(args: string[], cwd: string): ChildProcess {
+    return spawn(
+      process.execPath,
+      [
+        "--conditions=@stormlog/source",
+        "--import",
+        "tsx",
+        join(REPO_ROOT, "packages/cli/src/bin.ts"),
+        ...args,
+      ],
+      { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, STORMLOG_TEST_CWD: cwd } },
+    );
+  }
+
+  function finish(child: ChildProcess): Promise<{ code: number | null; stdout: string; stderr: string }> {
+    let stdout = "";
+    let stderr = "";
+    child.stdout!.on("data", (chunk) => (stdout += chunk));
+    child.stderr!.on("data", (chunk) => (stderr += chunk));
+    return new Promise((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
+  }
+
+  it("prints help and reports a user error in one line without a stack trace", async () => {
+    const help = await finish(bin(["--help"], dir.path));
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain("Usage: stormlog <command>");
+    const error = await finish(bin(["analyze", join(dir.path, "missing")], dir.path));
+    expect(error.code).toBe(1);
+    expect(error.stderr.trim().split("\n")).toHaveLength(1);
+    expect(error.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it("on SIGINT forwards it, closes the session and exits with the command's code", async () => {
+    const sink = join(dir.path, "sink");
+    const ready = join(dir.path, "ready");
+    const got = join(dir.path, "got");
+    cli = bin(
+      [
+        "track",
+        "--interval",
+        "0.05",
+        "--no-gpu",
+        "--telemetry-sink-dir",
+        sink,
+        "--",
+        process.execPath,
+        join(dir.path, "wait.cjs"),
+        ready,
+        got,
+      ],
+      dir.path,
+    );
+    const done = finish(cli);
+    await until(() => existsSync(ready));
+    // The tracker is started right after the child: wait for its first records.
+    await until(() => existsSync(join(sink, "manifest.json")));
+    cli.kill("SIGINT");
+    const result = await done;
+    expect(result.code).toBe(130);
+    expect(readFileSync(got, "utf8")).toBe(String(30 * 1024 * 1024));
+    expect(result.stderr).toContain("Stormlog tracking summary");
+    const manifest = parseJson(readFileSync(join(sink, "manifest.json"), "utf8")) as {
+      sessions: JsonObject[];
+    };
+    expect(manifest.sessions.map((session) => session.status)).toEqual(["completed"]);
+  });
+});
