@@ -235,12 +235,12 @@ function writeRank(root, rank, opts) {
         phaseEvent(ts - 5_000_000n, "exit", "optimizer");
       }
     }
-    activations = within >= 2 && within < 36 ? (within - 1) * 24 * MiB : 0;
+    activations = within >= 2 && within < 36 ? (within - 1) * 8 * MiB : 0;
     tensors = 120 + (activations > 0 ? 40 : 0);
     // Rank 17 spikes at ~30 s, the others half a second later; it stays high for 2 s.
     const spikeAt = rank === SPIKE_RANK ? 3000 : 3050;
     spike = i >= spikeAt && i < spikeAt + 200 ? Math.min(i - spikeAt + 1, 8) * 256 * MiB : 0;
-    if (rank === 5) gapDrift = i * 48 * 1024;
+    if (rank === 5) gapDrift = i * MiB;
     if (rank === 3 && i === 1200) {
       health = "degraded";
       emit(record(ts - 1000n, "collector_degraded", "Collector degraded: NVML read failed.", healthMetadata(health, "NVML_ERROR_TIMEOUT"), state()));

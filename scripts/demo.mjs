@@ -42,11 +42,20 @@ function main(argv) {
   if (existsSync(manifestPath)) {
     const example = JSON.parse(readFileSync(manifestPath, "utf8"));
     if (!skipBuild) {
-      console.log("▶ pnpm build");
-      const code = run("pnpm", ["run", "build"]);
-      if (code !== 0) {
+      console.log("▶ building the packages (pnpm build; cached when nothing changed)");
+      const build = spawnSync(
+        join(ROOT, "node_modules/.bin/turbo"),
+        ["run", "build", "--output-logs=errors-only"],
+        {
+          cwd: ROOT,
+          env: ENV,
+          encoding: "utf8",
+        },
+      );
+      if (build.status !== 0) {
+        process.stderr.write(`${build.stdout ?? ""}${build.stderr ?? ""}`);
         console.error("demo: the build failed; see above.");
-        return code;
+        return build.status ?? 1;
       }
     }
     console.log(`\n▶ pnpm --filter ${example.name} start`);

@@ -3,8 +3,13 @@
  * boundaries with the counters read at them, alerts, collector-health transitions, peaks and event
  * counts. Everything the analyses need and nothing else, so a segment's aggregate can be stored in
  * the index and combined later with other segments' without reading the segment again.
+ *
+ * Sample times are stored as exact doubles: nanoseconds after the rank part's `base` (its first
+ * timestamp, a bigint). One process's timeline spans far less than 2^53 ns (104 days); a rank part
+ * that does not is refused with `TimeRangeError`.
  */
 import { ALERT_EVENT_TYPES, type JsonObject, type JsonValue, type TelemetryEvent } from "@stormlog/core";
+import { TimeRangeError } from "./errors.js";
 
 /** At most this many alerts and health transitions are kept per rank and segment (counts stay exact). */
 export const DETAIL_CAP = 1000;
@@ -29,6 +34,12 @@ export interface SessionEvidence {
   readonly rank: number;
   readonly local_rank: number;
   readonly world_size: number;
+}
+
+/** Session evidence with the line it came from (ties between rank parts go by line). */
+export interface LinedEvidence {
+  readonly evidence: SessionEvidence;
+  readonly line: number;
 }
 
 /** A peak of one counter: value, when, on which device. */
@@ -79,7 +90,8 @@ export interface HealthEntry {
 /** Growable sample columns (NaN marks null counters and absent tensor counts). */
 export class SampleColumns {
   count = 0;
-  ts: BigInt64Array;
+  /** ns after the rank part's base. */
+  t: Float64Array;
   line: Float64Array;
   allocated: Float64Array;
   reserved: Float64Array;
@@ -90,7 +102,7 @@ export class SampleColumns {
   identity: Uint16Array | null = null;
 
   constructor(capacity = 256) {
-    this.ts = new BigInt64Array(capacity);
+    this.t = new Float64Array(capacity);
     this.line = new Float64Array(capacity);
     this.allocated = new Float64Array(capacity);
     this.reserved = new Float64Array(capacity);
@@ -100,24 +112,28 @@ export class SampleColumns {
   }
 
   private grow(): void {
-    const capacity = this.ts.length * 2;
-    const bigger = <T extends BigInt64Array | Float64Array | Uint16Array>(array: T, make: (n: number) => T): T => {
-      const next = make(capacity);
-      next.set(array as never);
+    const capacity = this.t.length * 2;
+    const bigger = (array: Float64Array): Float64Array => {
+      const next = new Float64Array(capacity);
+      next.set(array);
       return next;
     };
-    this.ts = bigger(this.ts, (n) => new BigInt64Array(n));
-    this.line = bigger(this.line, (n) => new Float64Array(n));
-    this.allocated = bigger(this.allocated, (n) => new Float64Array(n));
-    this.reserved = bigger(this.reserved, (n) => new Float64Array(n));
-    this.used = bigger(this.used, (n) => new Float64Array(n));
-    this.total = bigger(this.total, (n) => new Float64Array(n));
-    this.tensors = bigger(this.tensors, (n) => new Float64Array(n));
-    if (this.identity !== null) this.identity = bigger(this.identity, (n) => new Uint16Array(n));
+    this.t = bigger(this.t);
+    this.line = bigger(this.line);
+    this.allocated = bigger(this.allocated);
+    this.reserved = bigger(this.reserved);
+    this.used = bigger(this.used);
+    this.total = bigger(this.total);
+    this.tensors = bigger(this.tensors);
+    if (this.identity !== null) {
+      const next = new Uint16Array(capacity);
+      next.set(this.identity);
+      this.identity = next;
+    }
   }
 
   push(
-    ts: bigint,
+    t: number,
     line: number,
     allocated: number,
     reserved: number,
@@ -127,15 +143,15 @@ export class SampleColumns {
     identity: number,
   ): void {
     const i = this.count;
-    if (i === this.ts.length) this.grow();
-    this.ts[i] = ts;
+    if (i === this.t.length) this.grow();
+    this.t[i] = t;
     this.line[i] = line;
     this.allocated[i] = allocated;
     this.reserved[i] = reserved;
     this.used[i] = used;
     this.total[i] = total;
     this.tensors[i] = tensors;
-    if (identity !== 0 && this.identity === null) this.identity = new Uint16Array(this.ts.length);
+    if (identity !== 0 && this.identity === null) this.identity = new Uint16Array(this.t.length);
     if (this.identity !== null) this.identity[i] = identity;
     this.count = i + 1;
   }
@@ -143,8 +159,8 @@ export class SampleColumns {
   /** Drops the spare capacity. */
   trim(): void {
     const n = this.count;
-    if (this.ts.length === n) return;
-    this.ts = this.ts.slice(0, n);
+    if (this.t.length === n) return;
+    this.t = this.t.slice(0, n);
     this.line = this.line.slice(0, n);
     this.allocated = this.allocated.slice(0, n);
     this.reserved = this.reserved.slice(0, n);
@@ -155,25 +171,89 @@ export class SampleColumns {
   }
 }
 
+const BILLION = 1_000_000_000;
+/** Seconds apart beyond which `(head difference) * 1e9` is no longer exact. */
+const MAX_HEAD_SPAN = 9_007_199;
+
 /** One rank of one session within a segment. */
 export class RankPart {
   eventCount = 0;
-  minTs: bigint | null = null;
-  maxTs: bigint | null = null;
+  /** Timestamp origin of `t` values (the first timestamp seen). */
+  base: bigint | null = null;
+  /** `base` split into seconds and nanoseconds, for the fast path. */
+  baseHead = 0;
+  baseTail = 0;
+  /** Earliest and latest event, as offsets from `base`. */
+  minT = Number.POSITIVE_INFINITY;
+  maxT = Number.NEGATIVE_INFINITY;
+  /** Earliest event (first seen on ties) and latest stop (last seen on ties). */
+  first: LinedEvidence | null = null;
+  firstT = 0;
+  lastStop: LinedEvidence | null = null;
+  lastStopT = 0;
   readonly samples = new SampleColumns();
   readonly identities: SampleIdentity[] = [];
   /** Peaks of allocator allocated, allocator reserved and device used, over every event. */
   readonly peaks: [CounterPeak | null, CounterPeak | null, CounterPeak | null] = [null, null, null];
+  /** Offsets of the peaks (to compare without bigints). */
+  private readonly peakValues = [
+    Number.NEGATIVE_INFINITY,
+    Number.NEGATIVE_INFINITY,
+    Number.NEGATIVE_INFINITY,
+  ];
   readonly boundaries: BoundaryEntry[] = [];
   readonly alerts: AlertEntry[] = [];
   readonly health: HealthEntry[] = [];
   /** Samples whose device used memory is null (schema v4). */
   samplesWithoutUsed = 0;
 
-  constructor(readonly rank: number) {}
+  constructor(
+    readonly rank: number,
+    readonly sessionId: string,
+  ) {}
+
+  /** The offset of a timestamp given as seconds and nanoseconds (the fast path). */
+  offsetOf(head: number, tail: number): number {
+    if (this.base === null) {
+      this.base = BigInt(head) * 1_000_000_000n + BigInt(tail);
+      this.baseHead = head;
+      this.baseTail = tail;
+      return 0;
+    }
+    const seconds = head - this.baseHead;
+    if (seconds > MAX_HEAD_SPAN || seconds < -MAX_HEAD_SPAN)
+      throw new TimeRangeError(this.sessionId, this.rank);
+    return seconds * BILLION + (tail - this.baseTail);
+  }
+
+  /** The offset of an exact timestamp. */
+  offsetOfBigInt(ts: bigint): number {
+    if (this.base === null) {
+      this.base = ts;
+      this.baseHead = Number(ts / 1_000_000_000n);
+      this.baseTail = Number(ts % 1_000_000_000n);
+      return 0;
+    }
+    const offset = ts - this.base;
+    if (offset > 9_007_199_254_740_991n || offset < -9_007_199_254_740_991n)
+      throw new TimeRangeError(this.sessionId, this.rank);
+    return Number(offset);
+  }
+
+  /** The timestamp of an offset. */
+  timestampOf(t: number): bigint {
+    return (this.base ?? 0n) + BigInt(t);
+  }
 
   /** Index of an identity, added when new (the last one is checked first). */
-  identityIndex(pid: number, host: string, jobId: string | null, worldSize: number, interval: number, deviceId: number): number {
+  identityIndex(
+    pid: number,
+    host: string,
+    jobId: string | null,
+    worldSize: number,
+    interval: number,
+    deviceId: number,
+  ): number {
     const ids = this.identities;
     for (let i = ids.length - 1; i >= 0; i--) {
       const id = ids[i]!;
@@ -188,36 +268,56 @@ export class RankPart {
         return i;
     }
     if (ids.length >= 0xffff) return ids.length - 1; // absurd input: keep the last identity
-    ids.push({ pid, host, job_id: jobId, world_size: worldSize, sampling_interval_ms: interval, device_id: deviceId });
+    ids.push({
+      pid,
+      host,
+      job_id: jobId,
+      world_size: worldSize,
+      sampling_interval_ms: interval,
+      device_id: deviceId,
+    });
     return ids.length - 1;
   }
 
-  touch(ts: bigint): void {
+  /** Counts an event at offset `t`; `evidence` is built only when it becomes the first or the last stop. */
+  touch(t: number, line: number, isStop: boolean, evidence: () => SessionEvidence): void {
     this.eventCount++;
-    if (this.minTs === null || ts < this.minTs) this.minTs = ts;
-    if (this.maxTs === null || ts > this.maxTs) this.maxTs = ts;
+    if (t < this.minT) this.minT = t;
+    if (t > this.maxT) this.maxT = t;
+    if (this.first === null || t < this.firstT) {
+      this.first = { evidence: evidence(), line };
+      this.firstT = t;
+    }
+    if (isStop && (this.lastStop === null || t >= this.lastStopT)) {
+      this.lastStop = { evidence: evidence(), line };
+      this.lastStopT = t;
+    }
   }
 
-  peak(which: 0 | 1 | 2, value: number, ts: bigint, deviceId: number): void {
-    if (Number.isNaN(value)) return;
-    const current = this.peaks[which];
-    if (current === null) this.peaks[which] = { value, timestampNs: ts, deviceId };
-    else if (value > current.value) {
-      current.value = value;
-      current.timestampNs = ts;
-      current.deviceId = deviceId;
-    }
+  peak(which: 0 | 1 | 2, value: number, t: number, deviceId: number): void {
+    if (!(value > this.peakValues[which]!)) return;
+    this.peakValues[which] = value;
+    this.peaks[which] = { value, timestampNs: this.timestampOf(t), deviceId };
+  }
+
+  /** Restores the peak bookkeeping after loading from the index. */
+  setPeak(which: 0 | 1 | 2, peak: CounterPeak | null): void {
+    this.peaks[which] = peak;
+    this.peakValues[which] = peak === null ? Number.NEGATIVE_INFINITY : peak.value;
+  }
+
+  get minTs(): bigint | null {
+    return this.eventCount === 0 ? null : this.timestampOf(this.minT);
+  }
+
+  get maxTs(): bigint | null {
+    return this.eventCount === 0 ? null : this.timestampOf(this.maxT);
   }
 }
 
 /** One session within a segment. */
 export class SessionPart {
   eventCount = 0;
-  /** Earliest event (first seen on ties). */
-  first: SessionEvidence | null = null;
-  lastTs: bigint | null = null;
-  /** Latest `stop` event (last seen on ties). */
-  lastStop: SessionEvidence | null = null;
   readonly eventTypes = new Map<string, number>();
   readonly ranks = new Map<number, RankPart>();
   /** Hot-path counter merged into `eventTypes` by `finish()`. */
@@ -228,7 +328,7 @@ export class SessionPart {
   rankPart(rank: number): RankPart {
     let part = this.ranks.get(rank);
     if (part === undefined) {
-      part = new RankPart(rank);
+      part = new RankPart(rank, this.sessionId);
       this.ranks.set(rank, part);
     }
     return part;
@@ -236,6 +336,48 @@ export class SessionPart {
 
   countType(eventType: string): void {
     this.eventTypes.set(eventType, (this.eventTypes.get(eventType) ?? 0) + 1);
+  }
+
+  /** Earliest event of the session (first seen on ties). */
+  get first(): SessionEvidence | null {
+    let best: LinedEvidence | null = null;
+    for (const part of this.ranks.values()) {
+      const candidate = part.first;
+      if (candidate === null) continue;
+      if (
+        best === null ||
+        candidate.evidence.timestamp_ns < best.evidence.timestamp_ns ||
+        (candidate.evidence.timestamp_ns === best.evidence.timestamp_ns && candidate.line < best.line)
+      )
+        best = candidate;
+    }
+    return best?.evidence ?? null;
+  }
+
+  /** Latest `stop` of the session (last seen on ties). */
+  get lastStop(): SessionEvidence | null {
+    let best: LinedEvidence | null = null;
+    for (const part of this.ranks.values()) {
+      const candidate = part.lastStop;
+      if (candidate === null) continue;
+      if (
+        best === null ||
+        candidate.evidence.timestamp_ns > best.evidence.timestamp_ns ||
+        (candidate.evidence.timestamp_ns === best.evidence.timestamp_ns && candidate.line > best.line)
+      )
+        best = candidate;
+    }
+    return best?.evidence ?? null;
+  }
+
+  /** Latest timestamp of the session. */
+  get lastTs(): bigint | null {
+    let last: bigint | null = null;
+    for (const part of this.ranks.values()) {
+      const ts = part.maxTs;
+      if (ts !== null && (last === null || ts > last)) last = ts;
+    }
+    return last;
   }
 
   finish(): void {
@@ -255,12 +397,12 @@ export interface SegmentAggregate {
   sessions: Map<string, SessionPart>;
   /** Read warnings (a final line cut short), with the session they belong to. */
   warnings: { message: string; sessionId: string | null }[];
-  /** Earliest and latest timestamps, and ranks seen (for the index's ranges). */
+  /** Earliest and latest timestamps (for the index's ranges). */
   minTs: bigint | null;
   maxTs: bigint | null;
 }
 
-function evidenceOf(event: SessionEvidence): SessionEvidence {
+function evidenceOf(event: TelemetryEvent): SessionEvidence {
   return {
     timestamp_ns: event.timestamp_ns,
     event_type: event.event_type,
@@ -285,26 +427,43 @@ function tensorsOf(metadata: JsonObject): number {
   return typeof value === "number" ? value : typeof value === "bigint" ? Number(value) : Number.NaN;
 }
 
+/** Fields of a fast-read line the accumulator takes (see `CanonicalLineReader`). */
+export interface LineFields {
+  readonly sessionId: string;
+  readonly eventType: string;
+  readonly tsHead: number;
+  readonly tsTail: number;
+  readonly rank: number;
+  readonly localRank: number;
+  readonly pid: number;
+  readonly host: string;
+  readonly jobId: string | null;
+  readonly worldSize: number;
+  readonly samplingIntervalMs: number;
+  readonly deviceId: number;
+  readonly allocated: number;
+  readonly reserved: number;
+  readonly used: number;
+  readonly total: number;
+  readonly tensors: number;
+  timestampNs(): bigint;
+}
+
 /** Feeds events into a `SegmentAggregate`: whole records (general path) or fast-read lines. */
 export class Accumulator {
-  readonly aggregate: SegmentAggregate = {
-    lineCount: 0,
-    eventCount: 0,
-    sessions: new Map(),
-    warnings: [],
-    minTs: null,
-    maxTs: null,
-  };
+  private readonly sessions = new Map<string, SessionPart>();
+  private readonly warnings: SegmentAggregate["warnings"] = [];
+  private eventCount = 0;
   private lastSession: SessionPart | null = null;
   private lastRank: RankPart | null = null;
 
   session(sessionId: string): SessionPart {
     const last = this.lastSession;
     if (last !== null && last.sessionId === sessionId) return last;
-    let part = this.aggregate.sessions.get(sessionId);
+    let part = this.sessions.get(sessionId);
     if (part === undefined) {
       part = new SessionPart(sessionId);
-      this.aggregate.sessions.set(sessionId, part);
+      this.sessions.set(sessionId, part);
     }
     this.lastSession = part;
     this.lastRank = null;
@@ -313,109 +472,118 @@ export class Accumulator {
 
   private rank(session: SessionPart, rank: number): RankPart {
     const last = this.lastRank;
-    if (last !== null && last.rank === rank && this.lastSession === session) return last;
+    if (last !== null && last.rank === rank && last.sessionId === session.sessionId) return last;
     const part = session.rankPart(rank);
     this.lastRank = part;
     return part;
   }
 
-  private common(session: SessionPart, ts: bigint, evidence: () => SessionEvidence, isStop: boolean): void {
-    const aggregate = this.aggregate;
-    aggregate.eventCount++;
-    if (aggregate.minTs === null || ts < aggregate.minTs) aggregate.minTs = ts;
-    if (aggregate.maxTs === null || ts > aggregate.maxTs) aggregate.maxTs = ts;
+  /** A fast-read line: samples go to the columns; other types are counted (and their counters feed the peaks). */
+  addLine(fields: LineFields, line: number): RankPart {
+    const session = this.session(fields.sessionId);
+    this.eventCount++;
     session.eventCount++;
-    if (session.first === null || ts < session.first.timestamp_ns) session.first = evidence();
-    if (session.lastTs === null || ts > session.lastTs) session.lastTs = ts;
-    if (isStop && (session.lastStop === null || ts >= session.lastStop.timestamp_ns)) session.lastStop = evidence();
+    const eventType = fields.eventType;
+    const isSample = eventType === "sample";
+    if (isSample) session.sampleCount++;
+    else session.countType(eventType);
+    const part = this.rank(session, fields.rank);
+    const t = part.offsetOf(fields.tsHead, fields.tsTail);
+    part.touch(t, line, eventType === "stop", () => ({
+      timestamp_ns: fields.timestampNs(),
+      event_type: eventType,
+      host: fields.host,
+      pid: fields.pid,
+      job_id: fields.jobId,
+      rank: fields.rank,
+      local_rank: fields.localRank,
+      world_size: fields.worldSize,
+    }));
+    const deviceId = fields.deviceId;
+    part.peak(0, fields.allocated, t, deviceId);
+    part.peak(1, fields.reserved, t, deviceId);
+    part.peak(2, fields.used, t, deviceId);
+    if (isSample) {
+      const used = fields.used;
+      if (Number.isNaN(used)) part.samplesWithoutUsed++;
+      const identity = part.identityIndex(
+        fields.pid,
+        fields.host,
+        fields.jobId,
+        fields.worldSize,
+        fields.samplingIntervalMs,
+        deviceId,
+      );
+      part.samples.push(
+        t,
+        line,
+        fields.allocated,
+        fields.reserved,
+        used,
+        fields.total,
+        fields.tensors,
+        identity,
+      );
+    }
+    return part;
   }
 
-  /** A sample read by the fast path (`event_type` exactly `sample`). */
-  addSample(
-    sessionId: string,
-    ts: bigint,
-    line: number,
-    rank: number,
-    localRank: number,
-    pid: number,
-    host: string,
-    jobId: string | null,
-    worldSize: number,
-    interval: number,
-    deviceId: number,
-    allocated: number,
-    reserved: number,
-    used: number,
-    total: number,
-    tensors: number,
-  ): void {
-    const session = this.session(sessionId);
-    const aggregate = this.aggregate;
-    aggregate.eventCount++;
-    if (aggregate.minTs === null || ts < aggregate.minTs) aggregate.minTs = ts;
-    if (aggregate.maxTs === null || ts > aggregate.maxTs) aggregate.maxTs = ts;
-    session.eventCount++;
-    session.sampleCount++;
-    if (session.first === null || ts < session.first.timestamp_ns) {
-      session.first = {
-        timestamp_ns: ts,
-        event_type: "sample",
-        host,
-        pid,
-        job_id: jobId,
-        rank,
-        local_rank: localRank,
-        world_size: worldSize,
-      };
-    }
-    if (session.lastTs === null || ts > session.lastTs) session.lastTs = ts;
-    const part = this.rank(session, rank);
-    part.touch(ts);
-    const identity = part.identityIndex(pid, host, jobId, worldSize, interval, deviceId);
-    if (Number.isNaN(used)) part.samplesWithoutUsed++;
-    part.samples.push(ts, line, allocated, reserved, used, total, tensors, identity);
-    part.peak(0, allocated, ts, deviceId);
-    part.peak(1, reserved, ts, deviceId);
-    part.peak(2, used, ts, deviceId);
+  /** A fast-read phase boundary with its already parsed `phase_scope`. */
+  addBoundaryLine(fields: LineFields, line: number, scope: JsonValue | undefined): void {
+    const part = this.addLine(fields, line);
+    if (scope === undefined) return;
+    part.boundaries.push({
+      timestampNs: fields.timestampNs(),
+      eventType: fields.eventType,
+      scope,
+      line,
+      allocated: fields.allocated,
+      reserved: fields.reserved,
+      used: fields.used,
+      tensors: fields.tensors,
+    });
   }
 
   /** Any event, decoded (the general path, and in-memory analysis). */
   addEvent(event: TelemetryEvent, line: number): void {
     const eventType = event.event_type;
-    if (eventType === "sample") {
-      this.addSample(
-        event.session_id,
-        event.timestamp_ns,
-        line,
-        event.rank,
-        event.local_rank,
+    const session = this.session(event.session_id);
+    this.eventCount++;
+    session.eventCount++;
+    const isSample = eventType === "sample";
+    if (isSample) session.sampleCount++;
+    else session.countType(eventType);
+    const part = this.rank(session, event.rank);
+    const ts = event.timestamp_ns;
+    const t = part.offsetOfBigInt(ts);
+    part.touch(t, line, eventType === "stop", () => evidenceOf(event));
+    const allocated = nullable(event.allocator_allocated_bytes);
+    const reserved = nullable(event.allocator_reserved_bytes);
+    const used = nullable(event.device_used_bytes);
+    part.peak(0, allocated, t, event.device_id);
+    part.peak(1, reserved, t, event.device_id);
+    part.peak(2, used, t, event.device_id);
+    if (isSample) {
+      if (Number.isNaN(used)) part.samplesWithoutUsed++;
+      const identity = part.identityIndex(
         event.pid,
         event.host,
         event.job_id,
         event.world_size,
         event.sampling_interval_ms,
         event.device_id,
-        nullable(event.allocator_allocated_bytes),
-        nullable(event.allocator_reserved_bytes),
-        nullable(event.device_used_bytes),
+      );
+      part.samples.push(
+        t,
+        line,
+        allocated,
+        reserved,
+        used,
         nullable(event.device_total_bytes),
         tensorsOf(event.metadata),
+        identity,
       );
-      return;
-    }
-    const session = this.session(event.session_id);
-    const ts = event.timestamp_ns;
-    this.common(session, ts, () => evidenceOf(event), eventType === "stop");
-    session.countType(eventType);
-    const part = this.rank(session, event.rank);
-    part.touch(ts);
-    const allocated = nullable(event.allocator_allocated_bytes);
-    const reserved = nullable(event.allocator_reserved_bytes);
-    const used = nullable(event.device_used_bytes);
-    part.peak(0, allocated, ts, event.device_id);
-    part.peak(1, reserved, ts, event.device_id);
-    part.peak(2, used, ts, event.device_id);
-    if (eventType === "phase_enter" || eventType === "phase_exit") {
+    } else if (eventType === "phase_enter" || eventType === "phase_exit") {
       const scope = event.metadata.phase_scope;
       if (scope !== undefined) {
         part.boundaries.push({
@@ -454,58 +622,29 @@ export class Accumulator {
     }
   }
 
-  /**
-   * A fast-read line of another type whose details are not needed (allocation, peak, start...):
-   * counted, its counters feed the peaks.
-   */
-  addPlain(
-    sessionId: string,
-    eventType: string,
-    ts: bigint,
-    rank: number,
-    evidence: () => SessionEvidence,
-    allocated: number,
-    reserved: number,
-    used: number,
-    deviceId: number,
-  ): void {
-    const session = this.session(sessionId);
-    this.common(session, ts, evidence, eventType === "stop");
-    session.countType(eventType);
-    const part = this.rank(session, rank);
-    part.touch(ts);
-    part.peak(0, allocated, ts, deviceId);
-    part.peak(1, reserved, ts, deviceId);
-    part.peak(2, used, ts, deviceId);
-  }
-
-  /** A fast-read phase boundary with its already parsed `phase_scope`. */
-  addBoundary(
-    sessionId: string,
-    eventType: string,
-    ts: bigint,
-    rank: number,
-    evidence: () => SessionEvidence,
-    line: number,
-    scope: JsonValue | undefined,
-    allocated: number,
-    reserved: number,
-    used: number,
-    tensors: number,
-    deviceId: number,
-  ): void {
-    this.addPlain(sessionId, eventType, ts, rank, evidence, allocated, reserved, used, deviceId);
-    if (scope === undefined) return;
-    this.lastRank!.boundaries.push({ timestampNs: ts, eventType, scope, line, allocated, reserved, used, tensors });
-  }
-
   warn(message: string, sessionId: string | null): void {
-    this.aggregate.warnings.push({ message, sessionId });
+    this.warnings.push({ message, sessionId });
   }
 
   finish(lineCount: number): SegmentAggregate {
-    this.aggregate.lineCount = lineCount;
-    for (const session of this.aggregate.sessions.values()) session.finish();
-    return this.aggregate;
+    let minTs: bigint | null = null;
+    let maxTs: bigint | null = null;
+    for (const session of this.sessions.values()) {
+      session.finish();
+      for (const part of session.ranks.values()) {
+        const low = part.minTs;
+        const high = part.maxTs;
+        if (low !== null && (minTs === null || low < minTs)) minTs = low;
+        if (high !== null && (maxTs === null || high > maxTs)) maxTs = high;
+      }
+    }
+    return {
+      lineCount,
+      eventCount: this.eventCount,
+      sessions: this.sessions,
+      warnings: this.warnings,
+      minTs,
+      maxTs,
+    };
   }
 }

@@ -3,7 +3,15 @@
  * rank one time-ordered series of samples (typed columns), its phase boundaries, alerts, health
  * transitions and peaks. The analyses read this and nothing else.
  */
-import type { AlertEntry, BoundaryEntry, CounterPeak, HealthEntry, SampleIdentity } from "./aggregate.js";
+import type {
+  AlertEntry,
+  BoundaryEntry,
+  CounterPeak,
+  HealthEntry,
+  RankPart,
+  SampleIdentity,
+} from "./aggregate.js";
+import { TimeRangeError } from "./errors.js";
 import type { SegmentData } from "./merge.js";
 
 /** Storage order of a line: segment ordinal and line number in one exact double. */
@@ -14,7 +22,9 @@ export interface RankSeries {
   readonly sessionId: string;
   readonly rank: number;
   readonly count: number;
-  readonly ts: BigInt64Array;
+  /** Timestamp origin: `t[i]` is `timestamp_ns - base` (exact doubles). */
+  readonly base: bigint;
+  readonly t: Float64Array;
   /** Storage order (segment ordinal * 2^32 + line). */
   readonly order: Float64Array;
   /** NaN marks a null counter / an absent tensor count. */
@@ -50,7 +60,7 @@ export interface Dataset {
 interface Builder {
   sessionId: string;
   rank: number;
-  parts: { ordinal: number; part: import("./aggregate.js").RankPart }[];
+  parts: { ordinal: number; part: RankPart }[];
 }
 
 /** Combines the parts of `memberIds` from every segment (given in reading order). */
@@ -63,7 +73,8 @@ export function buildDataset(segments: readonly SegmentData[], memberIds: readon
     for (const [sessionId, session] of segment.aggregate.sessions) {
       if (!members.has(sessionId)) continue;
       eventCount += session.eventCount;
-      for (const [type, count] of session.eventTypes) eventTypes.set(type, (eventTypes.get(type) ?? 0) + count);
+      for (const [type, count] of session.eventTypes)
+        eventTypes.set(type, (eventTypes.get(type) ?? 0) + count);
       for (const [rank, part] of session.ranks) {
         const key = `${rank}\u0000${sessionId}`;
         let builder = builders.get(key);
@@ -82,8 +93,13 @@ export function buildDataset(segments: readonly SegmentData[], memberIds: readon
 
 function combine(builder: Builder): RankSeries {
   let n = 0;
-  for (const { part } of builder.parts) n += part.samples.count;
-  const ts = new BigInt64Array(n);
+  let base: bigint | null = null;
+  for (const { part } of builder.parts) {
+    n += part.samples.count;
+    if (part.base !== null && (base === null || part.base < base)) base = part.base;
+  }
+  base ??= 0n;
+  const t = new Float64Array(n);
   const order = new Float64Array(n);
   const allocated = new Float64Array(n);
   const reserved = new Float64Array(n);
@@ -104,14 +120,18 @@ function combine(builder: Builder): RankSeries {
   for (const { ordinal, part } of builder.parts) {
     const samples = part.samples;
     const count = samples.count;
-    const base = ordinal * ORDER_SEGMENT_SCALE;
-    ts.set(samples.ts.subarray(0, count), offset);
+    const orderBase = ordinal * ORDER_SEGMENT_SCALE;
+    const shift = part.base === null ? 0n : part.base - base;
+    if (shift > 9_007_199_254_740_991n) throw new TimeRangeError(builder.sessionId, builder.rank);
+    const delta = Number(shift);
+    const source = samples.t;
+    for (let i = 0; i < count; i++) t[offset + i] = source[i]! + delta;
     allocated.set(samples.allocated.subarray(0, count), offset);
     reserved.set(samples.reserved.subarray(0, count), offset);
     used.set(samples.used.subarray(0, count), offset);
     total.set(samples.total.subarray(0, count), offset);
     tensors.set(samples.tensors.subarray(0, count), offset);
-    for (let i = 0; i < count; i++) order[offset + i] = base + samples.line[i]!;
+    for (let i = 0; i < count; i++) order[offset + i] = orderBase + samples.line[i]!;
     // Identities: re-indexed into the combined list.
     const map = part.identities.map((id) => {
       const found = identities.findIndex(
@@ -133,7 +153,8 @@ function combine(builder: Builder): RankSeries {
       for (let i = 0; i < count; i++) identity[offset + i] = map[local === null ? 0 : local[i]!]!;
     }
     offset += count;
-    for (const boundary of part.boundaries) boundaries.push({ ...boundary, order: base + boundary.line });
+    for (const boundary of part.boundaries)
+      boundaries.push({ ...boundary, order: orderBase + boundary.line });
     alerts.push(...part.alerts);
     health.push(...part.health);
     part.peaks.forEach((peak, i) => {
@@ -149,7 +170,8 @@ function combine(builder: Builder): RankSeries {
     sessionId: builder.sessionId,
     rank: builder.rank,
     count: n,
-    ts,
+    base,
+    t,
     order,
     allocated,
     reserved,
@@ -172,22 +194,22 @@ function combine(builder: Builder): RankSeries {
 
 /** Sorts a series by `(timestamp, storage order)` when it is not already. */
 function sortSeries(series: RankSeries): RankSeries {
-  const { ts, order, count } = series;
+  const { t, order, count } = series;
   let sorted = true;
   for (let i = 1; i < count && sorted; i++) {
-    if (ts[i - 1]! > ts[i]! || (ts[i - 1] === ts[i] && order[i - 1]! > order[i]!)) sorted = false;
+    if (t[i - 1]! > t[i]! || (t[i - 1] === t[i] && order[i - 1]! > order[i]!)) sorted = false;
   }
   if (sorted) return series;
   const index = Array.from({ length: count }, (_, i) => i);
-  index.sort((a, b) => (ts[a]! < ts[b]! ? -1 : ts[a]! > ts[b]! ? 1 : order[a]! - order[b]!));
-  const permute = <T extends Float64Array | BigInt64Array | Uint16Array>(array: T): T => {
+  index.sort((a, b) => t[a]! - t[b]! || order[a]! - order[b]!);
+  const permute = <T extends Float64Array | Uint16Array>(array: T): T => {
     const out = array.slice() as T;
-    for (let i = 0; i < count; i++) (out as unknown as number[])[i] = (array as unknown as number[])[index[i]!]!;
+    for (let i = 0; i < count; i++) out[i] = array[index[i]!]!;
     return out;
   };
   return {
     ...series,
-    ts: permute(ts),
+    t: permute(t),
     order: permute(order),
     allocated: permute(series.allocated),
     reserved: permute(series.reserved),
@@ -196,4 +218,9 @@ function sortSeries(series: RankSeries): RankSeries {
     tensors: permute(series.tensors),
     identity: series.identity === null ? null : permute(series.identity),
   };
+}
+
+/** The exact timestamp of sample `i`. */
+export function sampleTimestamp(series: RankSeries, i: number): bigint {
+  return series.base + BigInt(series.t[i]!);
 }

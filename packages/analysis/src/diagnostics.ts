@@ -22,7 +22,12 @@ import {
   summarizePhaseAttribution,
   summarizePhaseResolution,
 } from "@stormlog/phases";
-import { loadTelemetrySessions, type ReadOptions, type SessionInfo, SessionNotFoundError } from "@stormlog/sink";
+import {
+  loadTelemetrySessions,
+  type ReadOptions,
+  type SessionInfo,
+  SessionNotFoundError,
+} from "@stormlog/sink";
 import { analyzeGaps } from "./gap.js";
 
 /** A sample whose |device used - allocator reserved| / device total reaches this is a gap anomaly. */
@@ -460,7 +465,7 @@ export function buildDistributedDiagnostics(
       first_anomaly_signal: earliest?.signal ?? null,
       first_anomaly_phase_path: earliest?.phase_path ?? null,
     });
-    anomalies.push(...candidates);
+    for (const candidate of candidates) anomalies.push(candidate);
     if (options.includeTimelines) timelines.set(rank, timeline(rankSamples));
   }
 

@@ -6,6 +6,7 @@
 import type { TelemetryEvent } from "@stormlog/core";
 import type { PhaseResolver } from "@stormlog/phases";
 import { type CrossRankAnalysis, summarizeCrossRankAnalysis } from "./cross-rank.js";
+import { crossRankFromColumns } from "./cross-rank-columns.js";
 import type { Dataset, RankSeries } from "./dataset.js";
 import { analyzeGaps } from "./gap.js";
 import type { RankGapFinding } from "./types.js";
@@ -18,7 +19,7 @@ function sampleRecord(series: RankSeries, i: number): TelemetryEvent {
   return {
     schema_version: 3,
     session_id: series.sessionId,
-    timestamp_ns: series.ts[i]!,
+    timestamp_ns: series.base + BigInt(series.t[i]!),
     event_type: "sample",
     collector: "",
     sampling_interval_ms: identity.sampling_interval_ms,
@@ -54,8 +55,8 @@ function mergedSamples(series: readonly RankSeries[]): TelemetryEvent[] {
   const less = (a: number, b: number): boolean => {
     const sa = live[a]!;
     const sb = live[b]!;
-    const ta = sa.ts[heads[a]!]!;
-    const tb = sb.ts[heads[b]!]!;
+    const ta = sa.base + BigInt(sa.t[heads[a]!]!);
+    const tb = sb.base + BigInt(sb.t[heads[b]!]!);
     if (ta !== tb) return ta < tb;
     return sa.order[heads[a]!]! < sb.order[heads[b]!]!;
   };
@@ -113,6 +114,13 @@ export function rankCount(dataset: Dataset): number {
 
 /** The reference's cross-rank summary of the selection, with phase attribution. */
 export function crossRankOfDataset(dataset: Dataset, resolver: PhaseResolver | null): CrossRankAnalysis {
+  const columns = crossRankFromColumns(dataset, resolver);
+  if (columns !== null) return columns;
+  return crossRankOfEvents(dataset, resolver);
+}
+
+/** The same through the event version (cross-rank.ts), for selections too wide for exact doubles. */
+export function crossRankOfEvents(dataset: Dataset, resolver: PhaseResolver | null): CrossRankAnalysis {
   const events = mergedSamples(dataset.series);
   let samples = 0;
   for (const series of dataset.series) samples += series.count;
@@ -133,6 +141,9 @@ export function gapsOfDataset(dataset: Dataset, resolver: PhaseResolver | null):
       findings.push(Object.assign(finding, { rank: series.rank, session_id: series.sessionId }));
     }
   }
-  findings.sort((a, b) => (SEVERITY_ORDER[a.severity] ?? 3) - (SEVERITY_ORDER[b.severity] ?? 3) || b.confidence - a.confidence);
+  findings.sort(
+    (a, b) =>
+      (SEVERITY_ORDER[a.severity] ?? 3) - (SEVERITY_ORDER[b.severity] ?? 3) || b.confidence - a.confidence,
+  );
   return findings;
 }

@@ -11,7 +11,13 @@
  * handling in Perfetto (google/perfetto#394), so rank R is process `R + 1`, named `rank R @ host`
  * and sorted by rank.
  */
-import { type JsonObject, type JsonValue, stringifyJson, type TelemetryEvent } from "@stormlog/core";
+import {
+  type JsonObject,
+  type JsonValue,
+  pythonJsonString,
+  stringifyJson,
+  type TelemetryEvent,
+} from "@stormlog/core";
 import {
   PhaseReplayIndex,
   type PhaseResolver,
@@ -60,13 +66,6 @@ export interface PerfettoExportOptions {
   readonly phaseIndex?: PhaseResolver & Pick<PhaseReplayIndex, "spansFor">;
 }
 
-/** Memory series drawn as counters: telemetry field, track label. */
-const COUNTER_SERIES = [
-  ["allocator_allocated_bytes", "allocated"],
-  ["allocator_reserved_bytes", "reserved"],
-  ["device_used_bytes", "device used"],
-] as const;
-
 const INSTANT_CATEGORIES: Readonly<Record<string, string>> = {
   warning: "alert",
   critical: "alert",
@@ -102,19 +101,61 @@ function instantMetadata(metadata: JsonObject): JsonObject {
   return out;
 }
 
+/** A counter track and the last value written to it (only changes are emitted). */
+interface CounterTrack {
+  readonly name: string;
+  last: number | null;
+}
+
+interface DeviceTracks {
+  readonly allocated: CounterTrack;
+  readonly reserved: CounterTrack;
+  readonly used: CounterTrack;
+  readonly gap: CounterTrack;
+}
+
 interface RankProcess {
   readonly rank: number;
   readonly pid: number;
   readonly hosts: Set<string>;
   /** Lane per phase thread: key `session|threadId`. */
   readonly lanes: Map<string, { tid: number; name: string }>;
-  /** Counter track name -> last value written (only changes are emitted). */
-  readonly lastCounter: Map<string, number>;
+  /** Counter tracks per device id. */
+  readonly tracks: Map<number, DeviceTracks>;
   readonly deviceIds: Set<number>;
 }
 
-function deviceLabel(deviceId: number): string {
-  return deviceId < 0 ? "host" : `device ${deviceId}`;
+/**
+ * The counter tracks of one device of a rank: `device N allocated`, `... reserved`,
+ * `... device used`, `... hidden gap`; host memory (device -1) is unprefixed unless the rank also
+ * has devices.
+ */
+function tracksOf(process: RankProcess, deviceId: number): DeviceTracks {
+  let tracks = process.tracks.get(deviceId);
+  if (tracks === undefined) {
+    const label = deviceId >= 0 ? `device ${deviceId} ` : process.deviceIds.size > 1 ? "host " : "";
+    const track = (name: string): CounterTrack => ({ name: `${label}${name}`, last: null });
+    tracks = {
+      allocated: track("allocated"),
+      reserved: track("reserved"),
+      used: track("device used"),
+      gap: track("hidden gap"),
+    };
+    process.tracks.set(deviceId, tracks);
+  }
+  return tracks;
+}
+
+function counter(
+  track: CounterTrack,
+  value: number | null,
+  pid: number,
+  ts: number,
+  out: TraceEvent[],
+): void {
+  if (value === null || value === track.last) return;
+  track.last = value;
+  out.push({ name: track.name, ph: "C", pid, ts, args: { bytes: value } });
 }
 
 /**
@@ -139,7 +180,7 @@ export function buildPerfettoTrace(
         pid: rank + 1,
         hosts: new Set(),
         lanes: new Map(),
-        lastCounter: new Map(),
+        tracks: new Map(),
         deviceIds: new Set(),
       };
       processes.set(rank, process);
@@ -184,7 +225,9 @@ export function buildPerfettoTrace(
         }
         list.push(span);
       }
-      for (const [tid, laneSpans] of byLane) body.push(...phaseSlices(laneSpans, process.pid, tid, micros));
+      for (const [tid, laneSpans] of byLane) {
+        for (const slice of phaseSlices(laneSpans, process.pid, tid, micros)) body.push(slice);
+      }
     }
   }
 
@@ -192,24 +235,15 @@ export function buildPerfettoTrace(
   for (const event of sorted) {
     const process = processOf(event.rank);
     if (isSample(event.event_type)) {
-      const label =
-        process.deviceIds.size > 1 || event.device_id >= 0 ? `${deviceLabel(event.device_id)} ` : "";
+      const tracks = tracksOf(process, event.device_id);
       const ts = micros(event.timestamp_ns);
-      const values: [string, number | null][] = COUNTER_SERIES.map(([field, name]) => [
-        `${label}${name}`,
-        event[field],
-      ]);
-      if (
-        event.device_used_bytes !== null &&
-        event.allocator_reserved_bytes !== null &&
-        event.device_total_bytes
-      ) {
-        values.push([`${label}hidden gap`, event.device_used_bytes - event.allocator_reserved_bytes]);
-      }
-      for (const [name, value] of values) {
-        if (value === null || process.lastCounter.get(name) === value) continue;
-        process.lastCounter.set(name, value);
-        body.push({ name, ph: "C", pid: process.pid, ts, args: { bytes: value } });
+      const used = event.device_used_bytes;
+      const reserved = event.allocator_reserved_bytes;
+      counter(tracks.allocated, event.allocator_allocated_bytes, process.pid, ts, body);
+      counter(tracks.reserved, reserved, process.pid, ts, body);
+      counter(tracks.used, used, process.pid, ts, body);
+      if (used !== null && reserved !== null && event.device_total_bytes) {
+        counter(tracks.gap, used - reserved, process.pid, ts, body);
       }
       continue;
     }
@@ -244,7 +278,8 @@ export function buildPerfettoTrace(
   }
 
   if (options.analyses !== false)
-    body.push(...analysisInstants(sorted, processes, resolver, micros, processOf));
+    for (const instant of analysisInstants(sorted, processes, resolver, micros, processOf))
+      body.push(instant);
 
   // Metadata first: process and lane names, sorted by rank.
   const ranks = [...processes.keys()].sort((a, b) => a - b);
@@ -279,7 +314,7 @@ export function buildPerfettoTrace(
       );
     }
   }
-  out.push(...body);
+  for (const event of body) out.push(event);
 
   const otherData: Record<string, string> = {
     producer: "stormlog",
@@ -403,7 +438,18 @@ function analysisInstants(
   return instants;
 }
 
+const quoted = new Map<string, string>();
+
+/** Counters are most of a trace: written by hand, the rest through the lossless JSON writer. */
 function traceEventJson(event: TraceEvent): string {
+  if (event.ph === "C" && event.args !== undefined && typeof event.args.bytes === "number") {
+    let name = quoted.get(event.name);
+    if (name === undefined) {
+      name = pythonJsonString(event.name);
+      if (quoted.size < 4096) quoted.set(event.name, name);
+    }
+    return `{"name": ${name}, "ph": "C", "pid": ${event.pid}, "ts": ${event.ts}, "args": {"bytes": ${event.args.bytes}}}`;
+  }
   return stringifyJson(event as unknown as JsonObject);
 }
 

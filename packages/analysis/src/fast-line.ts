@@ -8,6 +8,8 @@
  * its top-level `tfjs_num_tensors` is read on the way.
  */
 
+import type { LineFields } from "./aggregate.js";
+
 const enc = (text: string): Uint8Array => Uint8Array.from(text, (c) => c.charCodeAt(0));
 
 /** A key literal, also as little-endian 32-bit words so that it is compared four bytes at a time. */
@@ -51,7 +53,6 @@ const TENSORS_KEY = enc("tfjs_num_tensors");
 
 /** Result of a failed numeric read. */
 const FAIL = -1.5;
-const TWO_POW_63 = 2n ** 63n;
 
 /** An interned string field: the same bytes give back the same string without decoding. */
 class InternSlot {
@@ -77,7 +78,7 @@ class InternSlot {
  * A reusable reader: `read(buf, start, end)` fills the public fields from one line, or returns
  * false. Null counters read as NaN.
  */
-export class CanonicalLineReader {
+export class CanonicalLineReader implements LineFields {
   allocated = 0;
   reserved = 0;
   active = 0;
@@ -92,7 +93,9 @@ export class CanonicalLineReader {
   localRank = 0;
   worldSize = 0;
   samplingIntervalMs = 0;
-  timestampNs = 0n;
+  /** `timestamp_ns` as seconds (all but the last nine digits) and nanoseconds. */
+  tsHead = 0;
+  tsTail = 0;
   eventType = "";
   collector = "";
   host = "";
@@ -111,6 +114,8 @@ export class CanonicalLineReader {
   /** The metadata is `{}`. */
   metadataEmpty = true;
 
+  private headScratch = 0;
+  private tailScratch = 0;
   private buf: Uint8Array = new Uint8Array(0);
   private view: DataView = new DataView(new ArrayBuffer(0));
   private limit = 0;
@@ -185,8 +190,7 @@ export class CanonicalLineReader {
     if (interval === FAIL || !this.expect(K_SCHEMA_SESSION)) return false;
     const sessionId = this.string(this.sessionSlot, true);
     if (sessionId === undefined || !this.expect(K_TIMESTAMP)) return false;
-    const timestampNs = this.timestamp();
-    if (timestampNs < 0n || !this.expect(K_WORLD_SIZE)) return false;
+    if (!this.timestamp() || !this.expect(K_WORLD_SIZE)) return false;
     const worldSize = this.count();
     if (worldSize === FAIL || worldSize < 1) return false;
     const buf2 = this.buf;
@@ -216,18 +220,26 @@ export class CanonicalLineReader {
     this.rank = rank;
     this.samplingIntervalMs = interval;
     this.sessionId = sessionId;
-    this.timestampNs = timestampNs;
+    this.tsHead = this.headScratch;
+    this.tsTail = this.tailScratch;
     this.worldSize = worldSize;
     return true;
+  }
+
+  /** `timestamp_ns` of the last line read, exact. */
+  timestampNs(): bigint {
+    return BigInt(this.tsHead) * 1_000_000_000n + BigInt(this.tsTail);
   }
 
   /** The context string of the last line read (null when it was null). */
   context(): string | null {
     if (this.contextStart < 0) return null;
     const buf = this.buf;
-    return Buffer.from(buf.buffer, buf.byteOffset + this.contextStart, this.contextEnd - this.contextStart).toString(
-      "latin1",
-    );
+    return Buffer.from(
+      buf.buffer,
+      buf.byteOffset + this.contextStart,
+      this.contextEnd - this.contextStart,
+    ).toString("latin1");
   }
 
   private expect(literal: Literal): boolean {
@@ -294,30 +306,25 @@ export class CanonicalLineReader {
     return this.count();
   }
 
-  /** Digits of `timestamp_ns` (no sign, no leading zero); -1n when not a canonical integer below 2^63. */
-  private timestamp(): bigint {
+  /** Digits of `timestamp_ns` (no sign, no leading zero) into seconds and nanoseconds; false otherwise. */
+  private timestamp(): boolean {
     const buf = this.buf;
     const start = this.pos;
     let p = start;
     let c = buf[p];
-    let high = 0;
-    while (c !== undefined && c >= 0x30 && c <= 0x39) {
-      high = high * 10 + (c - 0x30);
-      c = buf[++p];
-    }
+    while (c !== undefined && c >= 0x30 && c <= 0x39) c = buf[++p];
     const digits = p - start;
-    if (digits === 0 || (digits > 1 && buf[start] === 0x30)) return -1n;
-    this.pos = p;
-    if (digits <= 15) return BigInt(high);
-    if (digits > 19) return -1n;
-    // Split: leading digits and the last nine, each exact in a double.
+    // Beyond 24 digits the seconds part would not be exact: the general path takes it.
+    if (digits === 0 || digits > 24 || (digits > 1 && buf[start] === 0x30)) return false;
+    const split = Math.max(start, p - 9);
     let head = 0;
-    const split = p - 9;
     for (let i = start; i < split; i++) head = head * 10 + (buf[i]! - 0x30);
     let tail = 0;
     for (let i = split; i < p; i++) tail = tail * 10 + (buf[i]! - 0x30);
-    const value = BigInt(head) * 1_000_000_000n + BigInt(tail);
-    return value >= TWO_POW_63 ? -1n : value;
+    this.headScratch = head;
+    this.tailScratch = tail;
+    this.pos = p;
+    return true;
   }
 
   /** A string without escapes, control or non-ASCII characters (non-empty, no blank ends when `nonEmpty`). */
@@ -454,13 +461,15 @@ export class CanonicalLineReader {
             const digits = p - start - (buf[start] === 0x2d ? 1 : 0);
             if (!integer || digits >= 16) this.metadataInexact = true;
             if (tensorsNext) {
-              this.tensors = integer && digits < 16 ? parseInteger(buf, start, p) : Number(latin1(buf, start, p));
+              this.tensors =
+                integer && digits < 16 ? parseInteger(buf, start, p) : Number(latin1(buf, start, p));
             }
           } else if (c === 0x74) {
             if (buf[p + 1] !== 0x72 || buf[p + 2] !== 0x75 || buf[p + 3] !== 0x65) return false;
             p += 4;
           } else if (c === 0x66) {
-            if (buf[p + 1] !== 0x61 || buf[p + 2] !== 0x6c || buf[p + 3] !== 0x73 || buf[p + 4] !== 0x65) return false;
+            if (buf[p + 1] !== 0x61 || buf[p + 2] !== 0x6c || buf[p + 3] !== 0x73 || buf[p + 4] !== 0x65)
+              return false;
             p += 5;
           } else if (c === 0x6e) {
             if (buf[p + 1] !== 0x75 || buf[p + 2] !== 0x6c || buf[p + 3] !== 0x6c) return false;
@@ -516,13 +525,25 @@ function skipString(buf: Uint8Array, p: number): number {
       if (e === 0x75) {
         for (let i = 2; i < 6; i++) {
           const h = buf[p + i];
-          if (h === undefined || !((h >= 0x30 && h <= 0x39) || (h >= 0x41 && h <= 0x46) || (h >= 0x61 && h <= 0x66)))
+          if (
+            h === undefined ||
+            !((h >= 0x30 && h <= 0x39) || (h >= 0x41 && h <= 0x46) || (h >= 0x61 && h <= 0x66))
+          )
             return -1;
         }
         p += 6;
         continue;
       }
-      if (e === 0x22 || e === 0x5c || e === 0x2f || e === 0x62 || e === 0x66 || e === 0x6e || e === 0x72 || e === 0x74) {
+      if (
+        e === 0x22 ||
+        e === 0x5c ||
+        e === 0x2f ||
+        e === 0x62 ||
+        e === 0x66 ||
+        e === 0x6e ||
+        e === 0x72 ||
+        e === 0x74
+      ) {
         p += 2;
         continue;
       }

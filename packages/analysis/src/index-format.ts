@@ -9,6 +9,7 @@ import {
   type BoundaryEntry,
   type CounterPeak,
   type HealthEntry,
+  type LinedEvidence,
   RankPart,
   type SampleIdentity,
   type SegmentAggregate,
@@ -20,9 +21,11 @@ const MAGIC = Buffer.from("SLAGG\u0001\u0000\u0000", "latin1");
 
 type Num = number | null;
 const num = (value: number): Num => (Number.isNaN(value) ? null : value);
-const unnum = (value: Num | undefined): number => (value === null || value === undefined ? Number.NaN : value);
+const unnum = (value: Num | undefined): number =>
+  value === null || value === undefined ? Number.NaN : value;
 const ts = (value: bigint | null): string | null => (value === null ? null : value.toString());
-const unts = (value: string | null | undefined): bigint | null => (value === null || value === undefined ? null : BigInt(value));
+const unts = (value: string | null | undefined): bigint | null =>
+  value === null || value === undefined ? null : BigInt(value);
 
 /** True when `JSON.stringify`/`JSON.parse` keep the value exactly (no bigint, no float marks). */
 function plainJson(value: JsonValue): boolean {
@@ -39,11 +42,16 @@ function plainJson(value: JsonValue): boolean {
   return true;
 }
 
+type Evidence = (Omit<SessionEvidence, "timestamp_ns"> & { t: string; line: number; offset: number }) | null;
+
 interface RankHeader {
   rank: number;
   eventCount: number;
-  minTs: string | null;
-  maxTs: string | null;
+  base: string | null;
+  minT: number | null;
+  maxT: number | null;
+  first: Evidence;
+  lastStop: Evidence;
   identities: SampleIdentity[];
   peaks: ({ v: number; t: string; d: number } | null)[];
   samplesWithoutUsed: number;
@@ -60,9 +68,6 @@ interface RankHeader {
 interface SessionHeader {
   sessionId: string;
   eventCount: number;
-  first: (Omit<SessionEvidence, "timestamp_ns"> & { t: string }) | null;
-  lastTs: string | null;
-  lastStop: (Omit<SessionEvidence, "timestamp_ns"> & { t: string }) | null;
   eventTypes: [string, number][];
   ranks: RankHeader[];
 }
@@ -78,16 +83,16 @@ interface Header {
   stamp: string;
 }
 
-function evidenceOut(evidence: SessionEvidence | null): SessionHeader["first"] {
-  if (evidence === null) return null;
-  const { timestamp_ns, ...rest } = evidence;
-  return { ...rest, t: timestamp_ns.toString() };
+function evidenceOut(value: LinedEvidence | null, offset: number): Evidence {
+  if (value === null) return null;
+  const { timestamp_ns, ...rest } = value.evidence;
+  return { ...rest, t: timestamp_ns.toString(), line: value.line, offset };
 }
 
-function evidenceIn(value: SessionHeader["first"]): SessionEvidence | null {
+function evidenceIn(value: Evidence): LinedEvidence | null {
   if (value === null) return null;
-  const { t, ...rest } = value;
-  return { ...rest, timestamp_ns: BigInt(t) };
+  const { t, line, offset: _offset, ...rest } = value;
+  return { evidence: { ...rest, timestamp_ns: BigInt(t) }, line };
 }
 
 const COLUMNS = 7; // ts, line, allocated, reserved, used, total, tensors (8 bytes each)
@@ -111,10 +116,15 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
       const header: RankHeader = {
         rank: part.rank,
         eventCount: part.eventCount,
-        minTs: ts(part.minTs),
-        maxTs: ts(part.maxTs),
+        base: ts(part.base),
+        minT: part.eventCount === 0 ? null : part.minT,
+        maxT: part.eventCount === 0 ? null : part.maxT,
+        first: evidenceOut(part.first, part.firstT),
+        lastStop: evidenceOut(part.lastStop, part.lastStopT),
         identities: part.identities,
-        peaks: part.peaks.map((peak) => (peak === null ? null : { v: peak.value, t: peak.timestampNs.toString(), d: peak.deviceId })),
+        peaks: part.peaks.map((peak) =>
+          peak === null ? null : { v: peak.value, t: peak.timestampNs.toString(), d: peak.deviceId },
+        ),
         samplesWithoutUsed: part.samplesWithoutUsed,
         count,
         hasIdentity,
@@ -133,11 +143,33 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
             plain ? 0 : 1,
           ];
         }),
-        alerts: part.alerts.map((a) => [a.timestampNs.toString(), a.eventType, a.context, a.oomReason, num(a.used), num(a.allocated)]),
-        health: part.health.map((h) => [h.timestampNs.toString(), h.eventType, h.collector, h.context, h.error, h.status]),
+        alerts: part.alerts.map((a) => [
+          a.timestampNs.toString(),
+          a.eventType,
+          a.context,
+          a.oomReason,
+          num(a.used),
+          num(a.allocated),
+        ]),
+        health: part.health.map((h) => [
+          h.timestampNs.toString(),
+          h.eventType,
+          h.collector,
+          h.context,
+          h.error,
+          h.status,
+        ]),
       };
       ranks.push(header);
-      const arrays = [samples.ts, samples.line, samples.allocated, samples.reserved, samples.used, samples.total, samples.tensors];
+      const arrays = [
+        samples.t,
+        samples.line,
+        samples.allocated,
+        samples.reserved,
+        samples.used,
+        samples.total,
+        samples.tensors,
+      ];
       for (const array of arrays) chunks.push(new Uint8Array(array.buffer, array.byteOffset, count * 8));
       if (hasIdentity) {
         const bytes = new Uint8Array(Math.ceil((count * 2) / 8) * 8);
@@ -149,9 +181,6 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
     sessions.push({
       sessionId: session.sessionId,
       eventCount: session.eventCount,
-      first: evidenceOut(session.first),
-      lastTs: ts(session.lastTs),
-      lastStop: evidenceOut(session.lastStop),
       eventTypes: [...session.eventTypes.entries()],
       ranks,
     });
@@ -210,18 +239,29 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
   for (const s of header.sessions) {
     const session = new SessionPart(s.sessionId);
     session.eventCount = s.eventCount;
-    session.first = evidenceIn(s.first);
-    session.lastTs = unts(s.lastTs);
-    session.lastStop = evidenceIn(s.lastStop);
     for (const [type, count] of s.eventTypes) session.eventTypes.set(type, count);
     for (const r of s.ranks) {
-      const part = new RankPart(r.rank);
+      const part = new RankPart(r.rank, s.sessionId);
       part.eventCount = r.eventCount;
-      part.minTs = unts(r.minTs);
-      part.maxTs = unts(r.maxTs);
+      part.base = unts(r.base);
+      if (part.base !== null) {
+        part.baseHead = Number(part.base / 1_000_000_000n);
+        part.baseTail = Number(part.base % 1_000_000_000n);
+      }
+      part.minT = r.minT ?? Number.POSITIVE_INFINITY;
+      part.maxT = r.maxT ?? Number.NEGATIVE_INFINITY;
+      part.first = evidenceIn(r.first);
+      part.firstT = r.first?.offset ?? 0;
+      part.lastStop = evidenceIn(r.lastStop);
+      part.lastStopT = r.lastStop?.offset ?? 0;
       part.identities.push(...r.identities);
       r.peaks.forEach((peak, i) => {
-        part.peaks[i] = peak === null ? null : ({ value: peak.v, timestampNs: BigInt(peak.t), deviceId: peak.d } satisfies CounterPeak);
+        part.setPeak(
+          i as 0 | 1 | 2,
+          peak === null
+            ? null
+            : ({ value: peak.v, timestampNs: BigInt(peak.t), deviceId: peak.d } satisfies CounterPeak),
+        );
       });
       part.samplesWithoutUsed = r.samplesWithoutUsed;
       const n = r.count;
@@ -229,7 +269,7 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
       const at = base + r.offset;
       const samples = part.samples;
       samples.count = n;
-      samples.ts = new BigInt64Array(buffer, at, n);
+      samples.t = new Float64Array(buffer, at, n);
       samples.line = new Float64Array(buffer, at + 8 * n, n);
       samples.allocated = new Float64Array(buffer, at + 16 * n, n);
       samples.reserved = new Float64Array(buffer, at + 24 * n, n);
@@ -250,10 +290,24 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
         } satisfies BoundaryEntry);
       }
       for (const [t, eventType, context, oomReason, used, allocated] of r.alerts) {
-        part.alerts.push({ timestampNs: BigInt(t), eventType, context, oomReason, used: unnum(used), allocated: unnum(allocated) } satisfies AlertEntry);
+        part.alerts.push({
+          timestampNs: BigInt(t),
+          eventType,
+          context,
+          oomReason,
+          used: unnum(used),
+          allocated: unnum(allocated),
+        } satisfies AlertEntry);
       }
       for (const [t, eventType, collector, context, error, status] of r.health) {
-        part.health.push({ timestampNs: BigInt(t), eventType, collector, context, error, status } satisfies HealthEntry);
+        part.health.push({
+          timestampNs: BigInt(t),
+          eventType,
+          collector,
+          context,
+          error,
+          status,
+        } satisfies HealthEntry);
       }
       session.ranks.set(r.rank, part);
     }
@@ -275,4 +329,3 @@ export function aggregateRanks(aggregate: SegmentAggregate): number[] {
   for (const session of aggregate.sessions.values()) for (const rank of session.ranks.keys()) ranks.add(rank);
   return [...ranks].sort((a, b) => a - b);
 }
-

@@ -11,3 +11,4 @@ export * from "./stats.js";
 export * from "./report.js";
 export type * from "./types.js";
 export { INDEX_DIRNAME, CACHE_DIR_ENV, INDEX_FORMAT, INDEX_VERSION } from "./index-cache.js";
+export { formatReportText, formatDuration, phaseSummaryFromPayload, signedBytes, type TextOptions } from "./text.js";

@@ -7,7 +7,8 @@
  * - a phase that allocates and a sibling that frees (forward/backward) is not a leak: its level
  *   after each occurrence stays flat;
  * - a sibling of a leaking phase is not a leak: its net change is zero, though the level rises;
- * - warm-up (arenas, caches) is a plateau: the level grew over the first half, not the second;
+ * - warm-up (arenas, caches) is a plateau: the phase's own net changes raised the level over the
+ *   first half, and the level then stopped rising;
  * - the last third must still grow at a rate of at least half the retained amount per occurrence,
  *   so a plateau that begins late in the run is not taken for a leak.
  *
@@ -45,6 +46,23 @@ function fraction(values: readonly number[], predicate: (value: number) => boole
   return hits / values.length;
 }
 
+/**
+ * Theil-Sen slope of `y` against its index (median of the pairwise slopes), robust to a transient
+ * bump such as a spike in the middle of the run; at most 256 evenly spread points are used.
+ */
+function robustSlope(y: readonly number[]): number {
+  const n = y.length;
+  if (n < 2) return 0;
+  const step = Math.max(1, Math.ceil(n / 256));
+  const xs: number[] = [];
+  for (let i = 0; i < n; i += step) xs.push(i);
+  const slopes: number[] = [];
+  for (let a = 0; a < xs.length; a++) {
+    for (let b = a + 1; b < xs.length; b++) slopes.push((y[xs[b]!]! - y[xs[a]!]!) / (xs[b]! - xs[a]!));
+  }
+  return median(slopes);
+}
+
 /** Least-squares slope and R² of `y` against its index. */
 function trend(y: readonly number[]): { slope: number; rSquared: number } {
   const n = y.length;
@@ -74,12 +92,10 @@ const round = (value: number, digits: number): number => {
 };
 
 /** The verdict of one metric on one rank's occurrences (in time order). */
-export function judgeLevels(
-  levels: Levels,
-  metric: LeakEvidence["metric"],
-): MetricVerdict {
+export function judgeLevels(levels: Levels, metric: LeakEvidence["metric"]): MetricVerdict {
   const n = levels.exit.length;
-  if (n < MIN_LEAK_OCCURRENCES) return { verdict: "insufficient_data", confidence: 0, evidence: null, retained: 0 };
+  if (n < MIN_LEAK_OCCURRENCES)
+    return { verdict: "insufficient_data", confidence: 0, evidence: null, retained: 0 };
   const { enter, exit } = levels;
   const half = Math.floor(n / 2);
   const net: number[] = [];
@@ -87,12 +103,14 @@ export function judgeLevels(
   const retained: number[] = [];
   for (let i = Math.max(1, half); i < n; i++) retained.push(exit[i]! - exit[i - 1]!);
   const tail = exit.slice(half);
-  const { slope, rSquared } = trend(tail);
+  const { rSquared } = trend(tail);
+  const slope = robustSlope(tail);
   const positiveFraction = fraction(net, (value) => value > 0);
   const growthFraction = fraction(retained, (value) => value > 0);
   const netMedian = median(net);
   const retainedMedian = median(retained);
-  const retainedMean = retained.length > 0 ? (exit[n - 1]! - exit[Math.max(1, half) - 1]!) / retained.length : 0;
+  const retainedMean =
+    retained.length > 0 ? (exit[n - 1]! - exit[Math.max(1, half) - 1]!) / retained.length : 0;
   const headGrowth = exit[half]! - exit[0]!;
   const tailGrowth = exit[n - 1]! - exit[half]!;
   const third = Math.max(2, Math.floor(n / 3));
@@ -120,17 +138,41 @@ export function judgeLevels(
     lastThirdRate >= 0.5 * Math.min(perOccurrence, slope);
   if (leaking) {
     const confidence =
-      0.4 * positiveFraction + 0.3 * Math.max(growthFraction, rSquared) + 0.3 * Math.min(1, n / (4 * MIN_LEAK_OCCURRENCES));
-    return { verdict: "leaking", confidence: round(Math.min(1, confidence), 2), evidence, retained: perOccurrence };
+      0.4 * positiveFraction +
+      0.3 * Math.max(growthFraction, rSquared) +
+      0.3 * Math.min(1, n / (4 * MIN_LEAK_OCCURRENCES));
+    return {
+      verdict: "leaking",
+      confidence: round(Math.min(1, confidence), 2),
+      evidence,
+      retained: perOccurrence,
+    };
   }
-  // Grew over the first half and not (or far less) over the second: warm-up.
-  if (headGrowth > 0 && tailGrowth < 0.25 * headGrowth) {
-    return { verdict: "plateau", confidence: round(Math.min(1, 0.5 + 0.5 * (1 - Math.max(0, tailGrowth) / headGrowth)), 2), evidence, retained: 0 };
+  // The phase itself added memory over the first half, and the level stopped rising: warm-up.
+  let ownHeadGrowth = 0;
+  for (let i = 0; i < half; i++) ownHeadGrowth += Math.max(0, exit[i]! - enter[i]!);
+  if (headGrowth > 0 && ownHeadGrowth >= 0.5 * headGrowth && tailGrowth < 0.25 * headGrowth) {
+    return {
+      verdict: "plateau",
+      confidence: round(Math.min(1, 0.5 + 0.5 * (1 - Math.max(0, tailGrowth) / headGrowth)), 2),
+      evidence,
+      retained: 0,
+    };
   }
-  return { verdict: "stable", confidence: round(Math.max(0.5, 1 - positiveFraction * growthFraction), 2), evidence, retained: 0 };
+  return {
+    verdict: "stable",
+    confidence: round(Math.max(0.5, 1 - positiveFraction * growthFraction), 2),
+    evidence,
+    retained: 0,
+  };
 }
 
-const VERDICT_RANK: Readonly<Record<LeakVerdictKind, number>> = { leaking: 0, plateau: 1, stable: 2, insufficient_data: 3 };
+const VERDICT_RANK: Readonly<Record<LeakVerdictKind, number>> = {
+  leaking: 0,
+  plateau: 1,
+  stable: 2,
+  insufficient_data: 3,
+};
 
 interface RankVerdicts {
   rank: number;
@@ -138,7 +180,11 @@ interface RankVerdicts {
   tensors: MetricVerdict | null;
 }
 
-function levelsOf(occurrences: readonly Occurrence[], enter: (o: Occurrence) => number, exit: (o: Occurrence) => number): Levels | null {
+function levelsOf(
+  occurrences: readonly Occurrence[],
+  enter: (o: Occurrence) => number,
+  exit: (o: Occurrence) => number,
+): Levels | null {
   const levels: Levels = { enter: [], exit: [] };
   for (const occurrence of occurrences) {
     if (occurrence.span.syntheticEnd) continue;
@@ -183,14 +229,28 @@ export function detectLeaks(groups: ReadonlyMap<string, readonly Occurrence[]>):
     }
     const perRank: RankVerdicts[] = [];
     for (const occurrences of byRank.values()) {
-      occurrences.sort((a, b) => (a.span.startNs < b.span.startNs ? -1 : a.span.startNs > b.span.startNs ? 1 : 0));
-      let bytesLevels = levelsOf(occurrences, (o) => o.enterAllocated, (o) => o.exitAllocated);
+      occurrences.sort((a, b) =>
+        a.span.startNs < b.span.startNs ? -1 : a.span.startNs > b.span.startNs ? 1 : 0,
+      );
+      let bytesLevels = levelsOf(
+        occurrences,
+        (o) => o.enterAllocated,
+        (o) => o.exitAllocated,
+      );
       let bytesMetric: LeakEvidence["metric"] = "allocator_allocated_bytes";
       if (bytesLevels === null) {
-        bytesLevels = levelsOf(occurrences, (o) => o.enterUsed, (o) => o.exitUsed);
+        bytesLevels = levelsOf(
+          occurrences,
+          (o) => o.enterUsed,
+          (o) => o.exitUsed,
+        );
         bytesMetric = "device_used_bytes";
       }
-      const tensorLevels = levelsOf(occurrences, (o) => o.enterTensors, (o) => o.exitTensors);
+      const tensorLevels = levelsOf(
+        occurrences,
+        (o) => o.enterTensors,
+        (o) => o.exitTensors,
+      );
       perRank.push({
         rank: occurrences[0]!.span.rank,
         bytes: bytesLevels === null ? null : judgeLevels(bytesLevels, bytesMetric),
@@ -198,12 +258,19 @@ export function detectLeaks(groups: ReadonlyMap<string, readonly Occurrence[]>):
       });
     }
     perRank.sort((a, b) => a.rank - b.rank);
-    const leakingRanks = perRank.filter((r) => r.bytes?.verdict === "leaking" || r.tensors?.verdict === "leaking");
-    const analyzed = perRank.filter((r) => (r.bytes !== null && r.bytes.verdict !== "insufficient_data") || (r.tensors !== null && r.tensors.verdict !== "insufficient_data"));
+    const leakingRanks = perRank.filter(
+      (r) => r.bytes?.verdict === "leaking" || r.tensors?.verdict === "leaking",
+    );
+    const analyzed = perRank.filter(
+      (r) =>
+        (r.bytes !== null && r.bytes.verdict !== "insufficient_data") ||
+        (r.tensors !== null && r.tensors.verdict !== "insufficient_data"),
+    );
     let verdict: LeakVerdictKind;
     if (leakingRanks.length > 0) verdict = "leaking";
     else if (analyzed.length === 0) verdict = "insufficient_data";
-    else if (analyzed.some((r) => r.bytes?.verdict === "plateau" || r.tensors?.verdict === "plateau")) verdict = "plateau";
+    else if (analyzed.some((r) => r.bytes?.verdict === "plateau" || r.tensors?.verdict === "plateau"))
+      verdict = "plateau";
     else verdict = "stable";
 
     const pool = verdict === "leaking" ? leakingRanks : analyzed;
@@ -213,8 +280,12 @@ export function detectLeaks(groups: ReadonlyMap<string, readonly Occurrence[]>):
       .sort((a, b) => b.v!.confidence - a.v!.confidence)[0];
     const confidences = pool.map((r) => strongest([r.bytes, r.tensors])?.confidence ?? 0);
     const confidence = verdict === "insufficient_data" ? 0 : round(median(confidences), 2);
-    const leakingBytes = leakingRanks.filter((r) => r.bytes?.verdict === "leaking").map((r) => r.bytes!.retained);
-    const leakingTensors = leakingRanks.filter((r) => r.tensors?.verdict === "leaking").map((r) => r.tensors!.retained);
+    const leakingBytes = leakingRanks
+      .filter((r) => r.bytes?.verdict === "leaking")
+      .map((r) => r.bytes!.retained);
+    const leakingTensors = leakingRanks
+      .filter((r) => r.tensors?.verdict === "leaking")
+      .map((r) => r.tensors!.retained);
     const bytesPer = leakingBytes.length > 0 ? Math.round(median(leakingBytes)) : null;
     const tensorsPer = leakingTensors.length > 0 ? round(median(leakingTensors), 1) : null;
     const occurrences = list.length;
@@ -222,7 +293,15 @@ export function detectLeaks(groups: ReadonlyMap<string, readonly Occurrence[]>):
       phase_path: phasePath,
       verdict,
       confidence,
-      message: message(phasePath, verdict, bytesPer, tensorsPer, leakingRanks.map((r) => r.rank), perRank.length, occurrences),
+      message: message(
+        phasePath,
+        verdict,
+        bytesPer,
+        tensorsPer,
+        leakingRanks.map((r) => r.rank),
+        perRank.length,
+        occurrences,
+      ),
       bytes_per_occurrence: bytesPer,
       tensors_per_occurrence: tensorsPer,
       occurrences,

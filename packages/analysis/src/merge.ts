@@ -55,7 +55,15 @@ export function listSessions(
   const of = (sessionId: string): Tally => {
     let tally = tallies.get(sessionId);
     if (tally === undefined) {
-      tally = { count: 0, first: null, last: null, lastStop: null, sources: new Set(), warnings: [], ranks: new Set() };
+      tally = {
+        count: 0,
+        first: null,
+        last: null,
+        lastStop: null,
+        sources: new Set(),
+        warnings: [],
+        ranks: new Set(),
+      };
       tallies.set(sessionId, tally);
     }
     return tally;
@@ -66,7 +74,10 @@ export function listSessions(
       const tally = of(sessionId);
       tally.count += part.eventCount;
       if (part.eventCount > 0) tally.sources.add(segment.source);
-      if (part.first !== null && (tally.first === null || part.first.timestamp_ns < tally.first.timestamp_ns)) {
+      if (
+        part.first !== null &&
+        (tally.first === null || part.first.timestamp_ns < tally.first.timestamp_ns)
+      ) {
         tally.first = part.first;
       }
       if (part.lastTs !== null && (tally.last === null || part.lastTs > tally.last)) tally.last = part.lastTs;
@@ -118,13 +129,19 @@ export interface RankGroup {
   readonly summary: SessionSummary;
 }
 
-const STATUS_SEVERITY: Readonly<Record<string, number>> = { completed: 0, interrupted: 1, incomplete: 2, running: 3 };
+const STATUS_SEVERITY: Readonly<Record<string, number>> = {
+  completed: 0,
+  interrupted: 1,
+  incomplete: 2,
+  running: 3,
+};
 
 /** The merged view's status: the members' common status, else the least finished one. */
 function groupStatus(members: readonly SessionListing[]): SessionStatus {
   let worst = members[0]!.summary.status;
   for (const member of members) {
-    if ((STATUS_SEVERITY[member.summary.status] ?? 9) > (STATUS_SEVERITY[worst] ?? 9)) worst = member.summary.status;
+    if ((STATUS_SEVERITY[member.summary.status] ?? 9) > (STATUS_SEVERITY[worst] ?? 9))
+      worst = member.summary.status;
   }
   return worst;
 }
@@ -136,7 +153,10 @@ function groupStatus(members: readonly SessionListing[]): SessionStatus {
  * two ranks, no more than `world_size`, in the order of their best member.
  */
 export function findRankGroups(sessions: readonly SessionListing[]): RankGroup[] {
-  const byJob = new Map<string, { jobId: string; worldSize: number; byRank: Map<number, SessionListing>; skipped: SessionListing[] }>();
+  const byJob = new Map<
+    string,
+    { jobId: string; worldSize: number; byRank: Map<number, SessionListing>; skipped: SessionListing[] }
+  >();
   for (const session of sessions) {
     const { job_id: jobId, world_size: worldSize } = session.summary;
     if (jobId === null || worldSize <= 1 || session.eventCount === 0 || session.ranks.length !== 1) continue;
@@ -188,7 +208,9 @@ export function findRankGroups(sessions: readonly SessionListing[]): RankGroup[]
   // Groups in the order of their best member (sessions come in selection order).
   const position = new Map(sessions.map((session, index) => [session.summary.session_id, index]));
   const best = (group: RankGroup): number =>
-    Math.min(...group.members.map((member) => position.get(member.summary.session_id) ?? Number.MAX_SAFE_INTEGER));
+    Math.min(
+      ...group.members.map((member) => position.get(member.summary.session_id) ?? Number.MAX_SAFE_INTEGER),
+    );
   return groups.sort((a, b) => best(a) - best(b));
 }
 
@@ -245,7 +267,10 @@ export function selectSession(
     if (session === undefined) {
       throw new SessionNotFoundError(
         sessionId,
-        [...groups.map((candidate) => candidate.sessionId), ...sessions.map((candidate) => candidate.summary.session_id)],
+        [
+          ...groups.map((candidate) => candidate.sessionId),
+          ...sessions.map((candidate) => candidate.summary.session_id),
+        ],
         source,
       );
     }

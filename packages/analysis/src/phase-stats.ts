@@ -17,7 +17,12 @@ export function buildPhaseIndex(dataset: Dataset): PhaseReplayIndex {
     if (series.boundaries.length === 0) continue;
     // Any event extends its group's end; the rank's latest timestamp stands for all of them.
     if (series.maxTs !== null) {
-      events.push({ session_id: series.sessionId, timestamp_ns: series.maxTs, rank: series.rank, event_type: "sample" });
+      events.push({
+        session_id: series.sessionId,
+        timestamp_ns: series.maxTs,
+        rank: series.rank,
+        event_type: "sample",
+      });
     }
     for (const boundary of series.boundaries) {
       events.push({
@@ -56,7 +61,7 @@ function scopeIdOf(scope: BoundaryEntry["scope"]): string | null {
 }
 
 /** First index with `ts[i] >= t`. */
-function lowerBound(ts: BigInt64Array, count: number, t: bigint): number {
+function lowerBound(ts: Float64Array, count: number, t: number): number {
   let lo = 0;
   let hi = count;
   while (lo < hi) {
@@ -67,9 +72,22 @@ function lowerBound(ts: BigInt64Array, count: number, t: bigint): number {
   return lo;
 }
 
+/** First index with `ts[i] > t`. */
+function upperBound(ts: Float64Array, count: number, t: number): number {
+  let lo = 0;
+  let hi = count;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (ts[mid]! <= t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /** The tensor count of the last sample at or before `t` that has one (NaN without). */
-function sampledTensors(series: RankSeries, t: bigint): number {
-  let i = lowerBound(series.ts, series.count, t + 1n) - 1;
+function sampledTensors(series: RankSeries, ts: bigint): number {
+  const t = Number(ts - series.base);
+  let i = upperBound(series.t, series.count, t) - 1;
   for (; i >= 0; i--) {
     const value = series.tensors[i]!;
     if (!Number.isNaN(value)) return value;
@@ -104,7 +122,9 @@ export function collectOccurrences(dataset: Dataset, index: PhaseReplayIndex): O
     };
     for (const span of spans) {
       const enter = enters.get(span.scopeId);
-      const exit = span.syntheticEnd ? undefined : exits.get(span.scopeId)?.find((b) => b.timestampNs === span.endNs);
+      const exit = span.syntheticEnd
+        ? undefined
+        : exits.get(span.scopeId)?.find((b) => b.timestampNs === span.endNs);
       let peakAllocated = Number.NaN;
       let peakAllocatedNs = span.startNs;
       let peakUsed = Number.NaN;
@@ -120,9 +140,20 @@ export function collectOccurrences(dataset: Dataset, index: PhaseReplayIndex): O
         }
       };
       if (enter !== undefined) consider(enter.allocated, enter.used, enter.timestampNs);
-      const ts = series.ts;
-      for (let i = lowerBound(ts, series.count, span.startNs); i < series.count && ts[i]! <= span.endNs; i++) {
-        consider(series.allocated[i]!, series.used[i]!, ts[i]!);
+      const ts = series.t;
+      const startT = Number(span.startNs - series.base);
+      const endT = Number(span.endNs - series.base);
+      for (let i = lowerBound(ts, series.count, startT); i < series.count && ts[i]! <= endT; i++) {
+        const allocated = series.allocated[i]!;
+        const used = series.used[i]!;
+        if (
+          allocated > peakAllocated ||
+          used > peakUsed ||
+          Number.isNaN(peakAllocated) ||
+          Number.isNaN(peakUsed)
+        ) {
+          consider(allocated, used, series.base + BigInt(ts[i]!));
+        }
       }
       if (exit !== undefined) consider(exit.allocated, exit.used, exit.timestampNs);
       out.push({
@@ -164,12 +195,21 @@ function netChange(values: readonly number[]): NetChange | null {
     if (value > max) max = value;
     if (value > 0) positive++;
   }
-  return { mean: total / values.length, median: median(values), min, max, total, positive_count: positive, count: values.length };
+  return {
+    mean: total / values.length,
+    median: median(values),
+    min,
+    max,
+    total,
+    positive_count: positive,
+    count: values.length,
+  };
 }
 
 function occurrenceReport(occurrence: Occurrence): PhaseOccurrence {
   const { span } = occurrence;
-  const net = (enter: number, exit: number): number | null => (Number.isNaN(enter) || Number.isNaN(exit) ? null : exit - enter);
+  const net = (enter: number, exit: number): number | null =>
+    Number.isNaN(enter) || Number.isNaN(exit) ? null : exit - enter;
   return {
     session_id: span.sessionId,
     rank: span.rank,
@@ -225,8 +265,15 @@ export function phaseStatistics(groups: ReadonlyMap<string, readonly Occurrence[
           netTensors.push(occurrence.exitTensors - occurrence.enterTensors);
         }
       }
-      if (!Number.isNaN(occurrence.peakAllocated) && (peakAllocated === null || occurrence.peakAllocated > peakAllocated.value)) {
-        peakAllocated = { value: occurrence.peakAllocated, timestamp_ns: occurrence.peakAllocatedNs, rank: span.rank };
+      if (
+        !Number.isNaN(occurrence.peakAllocated) &&
+        (peakAllocated === null || occurrence.peakAllocated > peakAllocated.value)
+      ) {
+        peakAllocated = {
+          value: occurrence.peakAllocated,
+          timestamp_ns: occurrence.peakAllocatedNs,
+          rank: span.rank,
+        };
       }
       if (!Number.isNaN(occurrence.peakUsed) && (peakUsed === null || occurrence.peakUsed > peakUsed.value)) {
         peakUsed = { value: occurrence.peakUsed, timestamp_ns: occurrence.peakUsedNs, rank: span.rank };
@@ -241,7 +288,7 @@ export function phaseStatistics(groups: ReadonlyMap<string, readonly Occurrence[
       occurrences: list.length,
       ranks: [...ranks].sort((a, b) => a - b),
       synthetic_end_count: synthetic,
-      duration_ns: { total, mean: Number(total) / list.length, max },
+      duration: { total_ns: total, mean_ns: roundedMean(total, list.length), max_ns: max },
       peak_allocated_bytes: peakAllocated,
       peak_device_used_bytes: peakUsed,
       net_allocated_bytes: netChange(netBytes),
@@ -250,6 +297,12 @@ export function phaseStatistics(groups: ReadonlyMap<string, readonly Occurrence[
     });
   }
   return stats;
+}
+
+/** `total / count` rounded half up to an integer. */
+function roundedMean(total: bigint, count: number): bigint {
+  const n = BigInt(count);
+  return (2n * total + n) / (2n * n);
 }
 
 /** Higher allocated peak; without memory readings, the longer one. */

@@ -4,7 +4,7 @@
  * leaks, hidden-memory gaps, cross-rank first cause, collector health, alerts and the sink's
  * counters. `analyzeEvents(events)` runs the same analyses on events in memory.
  */
-import { readFile } from "node:fs/promises";
+import { readdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import {
   type JsonObject,
@@ -14,13 +14,20 @@ import {
   type SessionSummary,
   type TelemetryEvent,
 } from "@stormlog/core";
-import { type PhaseReplayIndex } from "@stormlog/phases";
+import type { PhaseReplayIndex } from "@stormlog/phases";
 import { loadTelemetrySessions } from "@stormlog/sink";
 import { buildDataset, type Dataset } from "./dataset.js";
 import { crossRankOfDataset, gapsOfDataset, rankCount } from "./distributed.js";
-import { loadSegments } from "./index-cache.js";
+import { INDEX_DIRNAME, SegmentIndex } from "./index-cache.js";
 import { detectLeaks } from "./leaks.js";
-import { findRankGroups, listSessions, type SegmentData, type Selection, selectSession, type SessionListing } from "./merge.js";
+import {
+  findRankGroups,
+  listSessions,
+  type SegmentData,
+  type Selection,
+  type SessionListing,
+  selectSession,
+} from "./merge.js";
 import { buildPhaseIndex, collectOccurrences, groupByPath, phaseStatistics } from "./phase-stats.js";
 import { aggregateEvents, type ResolvedInput, resolveInput } from "./scan.js";
 import { summarizeAlerts, summarizeDataset, summarizeHealth } from "./summary.js";
@@ -147,7 +154,11 @@ function emptySink(kind: ReportInput["kind"], path: string | null, warnings: str
 }
 
 function intOf(value: JsonValue | undefined): number {
-  return typeof value === "number" && Number.isFinite(value) ? value : typeof value === "bigint" ? Number(value) : 0;
+  return typeof value === "number" && Number.isFinite(value)
+    ? value
+    : typeof value === "bigint"
+      ? Number(value)
+      : 0;
 }
 
 /** `rollups.json` coverage: the reference's pruning counters, where the sink wrote them. */
@@ -176,7 +187,8 @@ async function sinkSection(
   sessions: readonly SessionListing[],
 ): Promise<SinkReport> {
   const warnings: string[] = [];
-  for (const segment of segments) for (const warning of segment.aggregate.warnings) warnings.push(warning.message);
+  for (const segment of segments)
+    for (const warning of segment.aggregate.warnings) warnings.push(warning.message);
   const report = emptySink(input.kind, input.path, warnings);
   let k = 0;
   for (const part of input.parts) {
@@ -193,7 +205,8 @@ async function sinkSection(
     const rollups = await readRollupsCoverage(part.dir);
     const sessionIds = new Set(part.manifest?.sessions.map((s) => s.session_id) ?? []);
     for (const session of sessions) {
-      if (session.sources.some((source) => source.startsWith(`${part.dir}/`) || source === part.dir)) sessionIds.add(session.summary.session_id);
+      if (session.sources.some((source) => source.startsWith(`${part.dir}/`) || source === part.dir))
+        sessionIds.add(session.summary.session_id);
     }
     const directory: SinkDirectoryReport = {
       path: part.dir,
@@ -233,24 +246,30 @@ export async function analyzeTelemetry(path: string, options: AnalyzeOptions = {
   const warnings: string[] = [];
   const input = await resolveInput(path, (message) => warnings.push(message));
   if (input.kind === "json") return analyzeJsonFile(input, options);
-  const { segments, sizes, usage } = await loadSegments(input, {
+  const index = await SegmentIndex.open(input, {
     index: options.index !== false,
     ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
     ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
   });
+  const inputSize = await sizeOnDisk(input.path);
+  const stored = await index.readReport(options.sessionId);
+  if (stored !== null) {
+    stored.input.size_bytes = inputSize;
+    return stored;
+  }
+  const { segments, sizes, usage } = await index.loadSegments();
   const ledger = new Map<string, SessionSummary>();
   for (const part of input.parts) {
-    for (const summary of part.manifest?.sessions ?? []) if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
+    for (const summary of part.manifest?.sessions ?? [])
+      if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
   }
   const sessions = listSessions(segments, ledger, input.defaultSource, input.absolute);
   const selection = selectSession(sessions, findRankGroups(sessions), options.sessionId, input.path);
   const sink = await sinkSection(input, segments, sizes, sessions);
   sink.warnings.unshift(...warnings);
-  let sizeBytes = 0;
-  for (const size of sizes) sizeBytes += size;
   options.onProgress?.({ phase: "analyze", done: 0, total: 1 });
   const report = analyze({
-    input: { path: input.path, kind: input.kind, size_bytes: sizeBytes },
+    input: { path: input.path, kind: input.kind, size_bytes: inputSize },
     sessions,
     selection,
     segments,
@@ -259,29 +278,60 @@ export async function analyzeTelemetry(path: string, options: AnalyzeOptions = {
     notes: [],
   });
   options.onProgress?.({ phase: "analyze", done: 1, total: 1 });
+  await index.writeReport(options.sessionId, report);
   return report;
+}
+
+/** Bytes of a file, or of every file under a directory (the reference's "File size"), the index left out. */
+async function sizeOnDisk(path: string): Promise<number> {
+  let info: Awaited<ReturnType<typeof stat>>;
+  try {
+    info = await stat(path);
+  } catch {
+    return 0;
+  }
+  if (!info.isDirectory()) return info.size;
+  let total = 0;
+  let entries: import("node:fs").Dirent[];
+  try {
+    entries = await readdir(path, { withFileTypes: true });
+  } catch {
+    return 0;
+  }
+  for (const entry of entries) {
+    if (entry.name === INDEX_DIRNAME) continue;
+    const child = join(path, entry.name);
+    if (entry.isDirectory()) total += await sizeOnDisk(child);
+    else if (entry.isFile()) total += (await stat(child).catch(() => null))?.size ?? 0;
+  }
+  return total;
 }
 
 async function analyzeJsonFile(input: ResolvedInput, options: AnalyzeOptions): Promise<AnalysisReport> {
   const loaded = await loadTelemetrySessions(input.path);
   const events: TelemetryEvent[] = [];
   for (const session of loaded) events.push(...session.events);
-  const segments: SegmentData[] = [{ source: input.absolute, hint: null, aggregate: aggregateEvents(events) }];
+  const segments: SegmentData[] = [
+    { source: input.absolute, hint: null, aggregate: aggregateEvents(events) },
+  ];
   const sessions = listSessions(segments, new Map(), input.defaultSource, input.absolute);
   const selection = selectSession(sessions, findRankGroups(sessions), options.sessionId, input.path);
-  let size = 0;
-  try {
-    size = (await readFile(input.path)).byteLength;
-  } catch {
-    size = 0;
-  }
+  const size = await sizeOnDisk(input.path);
   return analyze({
     input: { path: input.path, kind: "json", size_bytes: size },
     sessions,
     selection,
     segments,
     sink: emptySink("json", input.path, []),
-    index: { status: "disabled", location: null, segments_reused: 0, segments_scanned: 0, segments_dropped: 0, reason: "JSON documents are read whole, not indexed" },
+    index: {
+      status: "disabled",
+      location: null,
+      segments_reused: 0,
+      segments_scanned: 0,
+      segments_dropped: 0,
+      report_reused: false,
+      reason: "JSON documents are read whole, not indexed",
+    },
     notes: [],
   });
 }
@@ -290,8 +340,13 @@ async function analyzeJsonFile(input: ResolvedInput, options: AnalyzeOptions): P
  * Analyses events already in memory, all of them as one view (no session selection or merging:
  * pass the events you want analysed). `context` only names things in the report.
  */
-export function analyzeEvents(events: readonly TelemetryEvent[], context: AnalyzeEventsContext = {}): AnalysisReport {
-  const segments: SegmentData[] = [{ source: context.path ?? "<events>", hint: null, aggregate: aggregateEvents(events) }];
+export function analyzeEvents(
+  events: readonly TelemetryEvent[],
+  context: AnalyzeEventsContext = {},
+): AnalysisReport {
+  const segments: SegmentData[] = [
+    { source: context.path ?? "<events>", hint: null, aggregate: aggregateEvents(events) },
+  ];
   const sessions = listSessions(segments, new Map(), "artifact:events", context.path ?? "<events>");
   const memberIds = sessions.map((session) => session.summary.session_id);
   const only = sessions.length === 1 ? sessions[0]! : null;
@@ -304,7 +359,10 @@ export function analyzeEvents(events: readonly TelemetryEvent[], context: Analyz
     notes: [],
   };
   const discovered = context.discoveredSessionIds;
-  const listed = discovered === undefined ? sessions : sessions.filter((session) => discovered.includes(session.summary.session_id));
+  const listed =
+    discovered === undefined
+      ? sessions
+      : sessions.filter((session) => discovered.includes(session.summary.session_id));
   const report = analyze({
     input: { path: context.path ?? null, kind: "events", size_bytes: 0 },
     sessions: listed,
@@ -349,7 +407,6 @@ function finite(value: unknown): void {
 export function reportToJson(report: AnalysisReport): JsonObject {
   floats(report.summary, ["duration_s"]);
   for (const phase of report.phases) {
-    floats(phase.duration_ns, ["mean"]);
     floats(phase.net_allocated_bytes, ["mean", "median"]);
     floats(phase.net_tensors, ["mean", "median"]);
   }
@@ -381,4 +438,3 @@ export function reportToJson(report: AnalysisReport): JsonObject {
   finite(json);
   return json as unknown as JsonObject;
 }
-

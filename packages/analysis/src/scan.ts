@@ -26,7 +26,7 @@ import {
   type SinkManifest,
   TelemetrySourceError,
 } from "@stormlog/sink";
-import { Accumulator, type SegmentAggregate, type SessionEvidence } from "./aggregate.js";
+import { Accumulator, type SegmentAggregate } from "./aggregate.js";
 import { CanonicalLineReader } from "./fast-line.js";
 
 /** What a path holds: a sink directory, a root of sink directories, one JSONL file, or a JSON document. */
@@ -67,7 +67,12 @@ function resolvedPath(path: string): string {
   }
 }
 
-async function sinkPart(dir: string, only: string | null, fallbackSessionId: string, warn: (m: string) => void) {
+async function sinkPart(
+  dir: string,
+  only: string | null,
+  fallbackSessionId: string,
+  warn: (m: string) => void,
+) {
   const manifest = await readManifest(dir, { onWarning: warn });
   const hints = new Map<string, string | null>();
   for (const segment of manifest?.segments ?? []) hints.set(segment.filename, segment.session_id);
@@ -101,12 +106,17 @@ async function sinkPart(dir: string, only: string | null, fallbackSessionId: str
  * or any other file, read as a JSON document. Throws `TelemetrySourceError` for a missing path or
  * a directory without sinks.
  */
-export async function resolveInput(path: string, warn: (message: string) => void = () => undefined): Promise<ResolvedInput> {
+export async function resolveInput(
+  path: string,
+  warn: (message: string) => void = () => undefined,
+): Promise<ResolvedInput> {
   let info: Awaited<ReturnType<typeof stat>>;
   try {
     info = await stat(path);
   } catch (error) {
-    throw new TelemetrySourceError(path, "No telemetry input here: the path does not exist", { cause: error });
+    throw new TelemetrySourceError(path, "No telemetry input here: the path does not exist", {
+      cause: error,
+    });
   }
   const absolute = resolvedPath(path);
   const defaultSource = `artifact:${basename(path) || absolute}`;
@@ -119,7 +129,8 @@ export async function resolveInput(path: string, warn: (message: string) => void
       );
     }
     const parts: InputPart[] = [];
-    for (const dir of dirs) parts.push(await sinkPart(dir, null, stableLegacySessionId([resolvedPath(dir), "sink"]), warn));
+    for (const dir of dirs)
+      parts.push(await sinkPart(dir, null, stableLegacySessionId([resolvedPath(dir), "sink"]), warn));
     const kind: InputKind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
     return { kind, path, absolute, parts, defaultSource };
   }
@@ -127,10 +138,22 @@ export async function resolveInput(path: string, warn: (message: string) => void
   const parent = dirname(path);
   const fallback = stableLegacySessionId([absolute, "sink"]);
   if (name === MANIFEST_FILENAME) {
-    return { kind: "sink", path, absolute, parts: [await sinkPart(parent, null, fallback, warn)], defaultSource };
+    return {
+      kind: "sink",
+      path,
+      absolute,
+      parts: [await sinkPart(parent, null, fallback, warn)],
+      defaultSource,
+    };
   }
   if (name.endsWith(SEGMENT_SUFFIX)) {
-    return { kind: "jsonl", path, absolute, parts: [await sinkPart(parent, name, fallback, warn)], defaultSource };
+    return {
+      kind: "jsonl",
+      path,
+      absolute,
+      parts: [await sinkPart(parent, name, fallback, warn)],
+      defaultSource,
+    };
   }
   return { kind: "json", path, absolute, parts: [], defaultSource };
 }
@@ -216,44 +239,15 @@ export async function scanSegment(
       return;
     }
     const eventType = reader.eventType;
-    const sessionId = reader.sessionId;
-    lastSession = sessionId;
+    lastSession = reader.sessionId;
     if (eventType === "sample") {
-      accumulator.addSample(
-        sessionId,
-        reader.timestampNs,
-        lineNumber,
-        reader.rank,
-        reader.localRank,
-        reader.pid,
-        reader.host,
-        reader.jobId,
-        reader.worldSize,
-        reader.samplingIntervalMs,
-        reader.deviceId,
-        reader.allocated,
-        reader.reserved,
-        reader.used,
-        reader.total,
-        reader.tensors,
-      );
+      accumulator.addLine(reader, lineNumber);
       return;
     }
     if (DETAILED_TYPES.has(eventType)) {
       slow(buf, start, end, terminated);
       return;
     }
-    const ts = reader.timestampNs;
-    const evidence = (): SessionEvidence => ({
-      timestamp_ns: ts,
-      event_type: eventType,
-      host: reader.host,
-      pid: reader.pid,
-      job_id: reader.jobId,
-      rank: reader.rank,
-      local_rank: reader.localRank,
-      world_size: reader.worldSize,
-    });
     if (eventType === "phase_enter" || eventType === "phase_exit") {
       if (reader.metadataInexact) {
         // Floats or long integers in the metadata: the exact parser keeps their marks and digits.
@@ -263,33 +257,10 @@ export async function scanSegment(
       const metadata = reader.metadataEmpty
         ? {}
         : (JSON.parse(buf.toString("latin1", reader.metadataStart, reader.metadataEnd)) as JsonObject);
-      accumulator.addBoundary(
-        sessionId,
-        eventType,
-        ts,
-        reader.rank,
-        evidence,
-        lineNumber,
-        metadata.phase_scope,
-        reader.allocated,
-        reader.reserved,
-        reader.used,
-        reader.tensors,
-        reader.deviceId,
-      );
+      accumulator.addBoundaryLine(reader, lineNumber, metadata.phase_scope);
       return;
     }
-    accumulator.addPlain(
-      sessionId,
-      eventType,
-      ts,
-      reader.rank,
-      evidence,
-      reader.allocated,
-      reader.reserved,
-      reader.used,
-      reader.deviceId,
-    );
+    accumulator.addLine(reader, lineNumber);
   };
 
   let handle: Awaited<ReturnType<typeof open>>;

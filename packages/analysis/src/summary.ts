@@ -41,7 +41,9 @@ function firstLast(values: Float64Array, count: number): [number, number] | null
 
 /** Degraded episodes of one rank: time degraded and transitions, from its health records. */
 function rankHealth(series: RankSeries): { degradedNs: bigint; transitions: number } {
-  const entries = [...series.health].sort((a, b) => (a.timestampNs < b.timestampNs ? -1 : a.timestampNs > b.timestampNs ? 1 : 0));
+  const entries = [...series.health].sort((a, b) =>
+    a.timestampNs < b.timestampNs ? -1 : a.timestampNs > b.timestampNs ? 1 : 0,
+  );
   let degradedSince: bigint | null = null;
   let degradedNs = 0n;
   for (const entry of entries) {
@@ -52,7 +54,8 @@ function rankHealth(series: RankSeries): { degradedNs: bigint; transitions: numb
       degradedSince = null;
     }
   }
-  if (degradedSince !== null && series.maxTs !== null && series.maxTs > degradedSince) degradedNs += series.maxTs - degradedSince;
+  if (degradedSince !== null && series.maxTs !== null && series.maxTs > degradedSince)
+    degradedNs += series.maxTs - degradedSince;
   return { degradedNs, transitions: entries.length };
 }
 
@@ -71,7 +74,13 @@ export function summarizeHealth(dataset: Dataset): CollectorHealthReport {
   for (const series of dataset.series) {
     const { degradedNs, transitions: count } = rankHealth(series);
     degradedTime += degradedNs;
-    if (count > 0) perRank.push({ rank: series.rank, session_id: series.sessionId, degraded_time_ns: degradedNs, transition_count: count });
+    if (count > 0)
+      perRank.push({
+        rank: series.rank,
+        session_id: series.sessionId,
+        degraded_time_ns: degradedNs,
+        transition_count: count,
+      });
     for (const entry of series.health) {
       if (entry.eventType === "collector_degraded") degraded++;
       else recovered++;
@@ -89,7 +98,9 @@ export function summarizeHealth(dataset: Dataset): CollectorHealthReport {
   // Exact counts even when a segment kept only the first DETAIL_CAP records.
   degraded = Math.max(degraded, dataset.eventTypes.get("collector_degraded") ?? 0);
   recovered = Math.max(recovered, dataset.eventTypes.get("collector_recovered") ?? 0);
-  transitions.sort((a, b) => (a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : a.rank - b.rank));
+  transitions.sort((a, b) =>
+    a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : a.rank - b.rank,
+  );
   const last = transitions[transitions.length - 1];
   return {
     transition_count: degraded + recovered,
@@ -114,7 +125,11 @@ export function summarizeAlerts(dataset: Dataset, resolver: PhaseResolver | null
   const all: { series: RankSeries; entry: RankSeries["alerts"][number] }[] = [];
   for (const series of dataset.series) for (const entry of series.alerts) all.push({ series, entry });
   all.sort((a, b) =>
-    a.entry.timestampNs < b.entry.timestampNs ? -1 : a.entry.timestampNs > b.entry.timestampNs ? 1 : a.series.rank - b.series.rank,
+    a.entry.timestampNs < b.entry.timestampNs
+      ? -1
+      : a.entry.timestampNs > b.entry.timestampNs
+        ? 1
+        : a.series.rank - b.series.rank,
   );
   const items: AlertItem[] = all.slice(0, REPORT_LIST_CAP).map(({ series, entry }) => ({
     timestamp_ns: entry.timestampNs,
@@ -123,7 +138,9 @@ export function summarizeAlerts(dataset: Dataset, resolver: PhaseResolver | null
     event_type: entry.eventType,
     context: entry.context,
     oom_reason: entry.oomReason,
-    phase: resolver ? summarizePhaseAttribution(resolver.resolve(entry.timestampNs, series.sessionId, series.rank)) : null,
+    phase: resolver
+      ? summarizePhaseAttribution(resolver.resolve(entry.timestampNs, series.sessionId, series.rank))
+      : null,
   }));
   return { total_count: total, severity_counts: severityCounts, items, truncated: total > items.length };
 }
@@ -179,7 +196,11 @@ export function summarizeDataset(dataset: Dataset, health: HealthCounts, sink: S
       const current = peaks[i] ?? null;
       if (peak === null) return;
       // Highest value; ties go to the earliest.
-      if (current === null || peak.value > current.value || (peak.value === current.value && peak.timestampNs < current.timestamp_ns)) {
+      if (
+        current === null ||
+        peak.value > current.value ||
+        (peak.value === current.value && peak.timestampNs < current.timestamp_ns)
+      ) {
         peaks[i] = {
           value: peak.value,
           timestamp_ns: peak.timestampNs,
@@ -192,7 +213,8 @@ export function summarizeDataset(dataset: Dataset, health: HealthCounts, sink: S
     perRank.push(rankSummary(series, rankHealth(series)));
   }
   const eventTypeCounts: Record<string, number> = {};
-  for (const type of [...dataset.eventTypes.keys()].sort()) eventTypeCounts[type] = dataset.eventTypes.get(type)!;
+  for (const type of [...dataset.eventTypes.keys()].sort())
+    eventTypeCounts[type] = dataset.eventTypes.get(type)!;
   const alertsByType: Record<string, number> = {};
   for (const type of ALERT_EVENT_TYPES) {
     const count = dataset.eventTypes.get(type) ?? 0;

@@ -138,7 +138,8 @@ export interface PhaseStat {
   occurrences: number;
   ranks: number[];
   synthetic_end_count: number;
-  duration_ns: { total: bigint; mean: number; max: bigint };
+  /** Durations in ns; the mean rounded to the nearest ns. */
+  duration: { total_ns: bigint; mean_ns: bigint; max_ns: bigint };
   peak_allocated_bytes: { value: number; timestamp_ns: bigint; rank: number } | null;
   peak_device_used_bytes: { value: number; timestamp_ns: bigint; rank: number } | null;
   net_allocated_bytes: NetChange | null;
@@ -161,8 +162,9 @@ export interface LeakEvidence {
   positive_fraction: number;
   /** Share of tail occurrences after which the level was higher than after the previous one. */
   growth_fraction: number;
-  /** Least-squares slope of the exit level against the occurrence number, tail. */
+  /** Theil-Sen (median pairwise) slope of the exit level against the occurrence number, tail. */
   slope_per_occurrence: number;
+  /** R² of a least-squares line through the tail's exit levels. */
   r_squared: number;
   /** Level growth over the first and the second half of the occurrences. */
   head_growth: number;
@@ -270,6 +272,8 @@ export interface IndexUsage {
   segments_reused: number;
   segments_scanned: number;
   segments_dropped: number;
+  /** The whole report came from the index (nothing changed since it was computed). */
+  report_reused: boolean;
   /** Why there is no index, or why it was rebuilt. */
   reason: string | null;
 }

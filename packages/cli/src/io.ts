@@ -95,15 +95,22 @@ export async function openOutput(io: CliIo, file: string | undefined): Promise<O
 /** A one-line progress counter on stderr, shown only when stderr is a terminal. */
 export interface Progress {
   update(done: number, total?: number, unit?: string): void;
+  /** Shows the elapsed time every 200 ms until `finish()`, for loads that cannot count. */
+  elapsed(): void;
   /** Clears the line. */
   finish(): void;
 }
 
 /** Progress for long loads; a no-op unless stderr is a TTY. Redraws at most 10 times a second. */
 export function createProgress(io: CliIo, label: string): Progress {
-  if (!io.stderr.isTTY) return { update: () => undefined, finish: () => undefined };
+  if (!io.stderr.isTTY) return { update: () => undefined, elapsed: () => undefined, finish: () => undefined };
   let last = 0;
   let shown = false;
+  let timer: NodeJS.Timeout | null = null;
+  const draw = (text: string) => {
+    io.stderr.write(`\r\x1b[2K${label}${text}`);
+    shown = true;
+  };
   return {
     update(done, total, unit = "events") {
       const now = Date.now();
@@ -114,10 +121,17 @@ export function createProgress(io: CliIo, label: string): Progress {
         total !== undefined && total > 0
           ? ` / ${total.toLocaleString("en-US")} ${unit} (${Math.min(100, Math.floor((done / total) * 100))}%)`
           : ` ${unit}`;
-      io.stderr.write(`\r\x1b[2K${label}: ${count}${of}`);
-      shown = true;
+      draw(`: ${count}${of}`);
+    },
+    elapsed() {
+      const start = Date.now();
+      draw("...");
+      timer = setInterval(() => draw(`... ${((Date.now() - start) / 1000).toFixed(1)} s`), 200);
+      timer.unref();
     },
     finish() {
+      if (timer !== null) clearInterval(timer);
+      timer = null;
       if (shown) io.stderr.write("\r\x1b[2K");
       shown = false;
     },

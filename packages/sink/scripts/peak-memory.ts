@@ -1,5 +1,6 @@
 // Peak memory (and rate) while a sink with default settings writes 5 million records.
-// Run: node --conditions=@stormlog/source --import tsx packages/sink/scripts/peak-memory.ts [--events N] [--dir DIR] [--unpaced]
+// Run: node --conditions=@stormlog/source --import tsx packages/sink/scripts/peak-memory.ts
+//        [--events N] [--dir DIR] [--fsync segment|always|never] [--unpaced]
 //   default: the producer waits while more than 8k records are pending (backpressure), so every record
 //            is written and the figure is the writer's own footprint at full speed;
 //   --unpaced: the producer never waits (it yields to the event loop between batches only): the queue
@@ -7,7 +8,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { TelemetrySink } from "../src/index.js";
+import { type FsyncPolicy, TelemetrySink } from "../src/index.js";
 import { sampleRecord } from "./sample-records.js";
 
 const args = process.argv.slice(2);
@@ -20,7 +21,8 @@ const unpaced = args.includes("--unpaced");
 const dir = mkdtempSync(join(option("--dir", tmpdir()), "stormlog-sink-memory-"));
 const BATCH = 1000;
 
-const sink = new TelemetrySink({ rootDir: dir, handleProcessExit: false, writeRollups: false });
+const fsync = option("--fsync", "segment") as FsyncPolicy;
+const sink = new TelemetrySink({ rootDir: dir, handleProcessExit: false, writeRollups: false, fsync });
 const { session_id: id } = sink.startSession({ source: "stormlog.bench" });
 const mib = (bytes: number): string => (bytes / 1024 / 1024).toFixed(1);
 let peakHeap = 0;
@@ -51,6 +53,7 @@ console.log(
     {
       events,
       mode: unpaced ? "unpaced (drops beyond the queue bound)" : "backpressure (every record written)",
+      fsync,
       seconds: Number(seconds.toFixed(2)),
       events_per_second: Math.round(diagnostics.written_events / seconds),
       written_events: diagnostics.written_events,

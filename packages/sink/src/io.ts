@@ -34,7 +34,14 @@ export type IoOp =
   | { readonly op: "close"; readonly fd: number; readonly fsync: boolean }
   | { readonly op: "unlink"; readonly path: string }
   | { readonly op: "nlink"; readonly fd: number }
-  | { readonly op: "manifest"; readonly dir: string; readonly text: string; readonly fsync: boolean };
+  | {
+      readonly op: "manifest";
+      readonly dir: string;
+      readonly text: string;
+      readonly fsync: boolean;
+      /** False once the exit path took over: the asynchronous write then stops short of its rename. */
+      readonly stillCurrent?: () => boolean;
+    };
 
 /** What a step gave: a number (fd, bytes, link count) or the error. */
 export type IoResult =
@@ -111,7 +118,7 @@ export function execAsync(op: IoOp): Promise<IoResult> {
           fstat(op.fd, (error, stats) => settle(error, stats?.nlink ?? 0));
           return;
         case "manifest":
-          writeManifestText(op.dir, op.text, op.fsync).then(
+          writeManifestText(op.dir, op.text, op.fsync, op.stillCurrent).then(
             () => settle(null),
             (error: unknown) => resolve(fail(error)),
           );

@@ -253,8 +253,17 @@ export function writeManifestTextSync(dir: string, text: string, fsync: boolean)
   renameSync(tmp, join(dir, MANIFEST_FILENAME));
 }
 
-/** Writes the manifest through `manifest.tmp` and an atomic rename, off the event loop's thread. */
-export async function writeManifestText(dir: string, text: string, fsync: boolean): Promise<void> {
+/**
+ * Writes the manifest through `manifest.tmp` and an atomic rename, off the event loop's thread.
+ * `stillCurrent` is asked right before the rename: a write overtaken by a newer one (the exit path's
+ * synchronous close) must not replace it with older content.
+ */
+export async function writeManifestText(
+  dir: string,
+  text: string,
+  fsync: boolean,
+  stillCurrent: () => boolean = () => true,
+): Promise<void> {
   const tmp = join(dir, MANIFEST_TMP_FILENAME);
   const handle = await open(tmp, "w", 0o666);
   try {
@@ -263,5 +272,6 @@ export async function writeManifestText(dir: string, text: string, fsync: boolea
   } finally {
     await handle.close();
   }
+  if (!stillCurrent()) return;
   await rename(tmp, join(dir, MANIFEST_FILENAME));
 }

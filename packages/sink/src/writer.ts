@@ -105,6 +105,7 @@ const latin1Write: (buffer: Buffer, text: string, offset: number) => number =
 const WRITE_AT_BYTES = 4 << 20;
 /** A chunk buffer grown beyond this by a burst is replaced by a small one once it is empty. */
 const KEEP_CHUNK_BYTES = 16 << 20;
+/** Why the manifest must be rewritten: segments or sessions changed (at once), or only counts (on the tick). */
 const STRUCTURAL = 2;
 const COUNTS = 1;
 
@@ -112,8 +113,9 @@ const COUNTS = 1;
  * An append-only JSONL telemetry sink that writes the Python reference's layout
  * (`segment-NNNNNN.jsonl` + `manifest.json`), with rollover, retention and recovery as the reference.
  *
- * `append()` is synchronous and cheap: it queues the record and returns. Encoding and every disk
- * operation happen later on timers, with asynchronous I/O. Disk failures never reach the caller:
+ * `append()` is synchronous and cheap: it queues the record and returns. Encoding happens right after
+ * the caller's synchronous code (a microtask) or on the flush timer, and every disk operation is
+ * asynchronous (libuv's thread pool). Disk failures never reach the caller:
  * records are counted as dropped, the session ends `incomplete`, one message is logged, and
  * `getDiagnostics()` tells the state. See the package README for the fsync policy and layouts.
  */
@@ -195,7 +197,7 @@ export class TelemetrySink {
     this.needsRecovery = this.recovery === null;
   }
 
-  /** Flushes done by this sink so far decide how many records a crash can lose: see `getDiagnostics()`. */
+  /** Runs the reference's recovery on the directory; on failure, logs, and the writer retries later. */
   private recover(): RecoveryReport | null {
     try {
       const state = recoverSinkDirectory(this.rootDir, {
@@ -274,7 +276,11 @@ export class TelemetrySink {
     if (this.queue.length >= this.flushEvery && !this.kickPending) this.kick();
   }
 
-  /** Writes everything appended so far. Resolves when it is on disk (or counted as dropped); never rejects. */
+  /**
+   * Writes everything appended so far, and the manifest. Resolves when it is on disk (or counted as
+   * dropped); while the disk is failing, at once (the records wait in the queue for the retry).
+   * Never rejects.
+   */
   flush(): Promise<void> {
     if (this.finalized) return Promise.resolve();
     if (
@@ -948,7 +954,9 @@ export class TelemetrySink {
     this.manifestDirty = 0;
     const text = serializeManifest(this.sessions.values(), this.segments);
     const fsync = this.config.fsync === "always" || (structural && this.config.fsync === "segment");
-    const result = yield { op: "manifest", dir: this.rootDir, text, fsync };
+    const token = this.pumpToken;
+    const stillCurrent = (): boolean => token === this.pumpToken;
+    const result = yield { op: "manifest", dir: this.rootDir, text, fsync, stillCurrent };
     if (!result.ok) {
       this.manifestDirty = STRUCTURAL;
       this.needsMkdir = true;

@@ -60,6 +60,7 @@ describe("crash safety under SIGKILL", () => {
   }, async () => {
     const dir = tempDir();
     const killedSessions: { id: string; written: number }[] = [];
+    let cutLines = 0;
     for (let run = 0; run < CRASH_RUNS; run++) {
       // Each run writes up to 20k records in 3000-record segments; retention keeps the last 12 segments,
       // so the directory (and each reload) stays small however many runs there are.
@@ -102,7 +103,9 @@ describe("crash safety under SIGKILL", () => {
       expect(seqs.length).toBeGreaterThanOrEqual(acknowledged);
       expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => i));
       for (const warning of warnings) expect(warning).toContain("cut short");
+      if (warnings.length > 0) cutLines++;
     }
+    console.info(`${CRASH_RUNS} SIGKILLs, ${cutLines} of them cut a line mid-write`);
     // The next writer recovers: the last killed session becomes interrupted (each child's own recovery
     // marked the one before it), with nothing lost; older ones may have been pruned by retention.
     const sink = new TelemetrySink({ rootDir: dir, ...quiet });

@@ -229,6 +229,18 @@ describe("writing", () => {
     expect(manifestOf(dir).segments[0]).toMatchObject({ event_count: 75, closed: true });
   });
 
+  it("closeSync's manifest is not replaced later by an older one that was in flight", async () => {
+    const dir = tempDir();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    sink.startSession({ session_id: "s" });
+    // One microtask: the writer has started the `running` ledger write (asynchronous, several steps).
+    await Promise.resolve();
+    sink.closeSync("completed");
+    // Let the older write run to its end: it must stop short of its rename.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(manifestOf(dir).sessions.map((s) => s.status)).toEqual(["completed"]);
+  });
+
   it("closeSync redoes a write the asynchronous path had in flight", async () => {
     const dir = tempDir();
     const sink = new TelemetrySink({ rootDir: dir, ...quiet, flushEveryEvents: 10 });

@@ -49,7 +49,9 @@ const help: CommandHelp = {
 };
 
 /** `analyzeTelemetry` reports `{ phase: "scan", done, total }` in bytes while it reads segments. */
-function progressReporter(progress: Progress): (report: { phase: string; done: number; total: number }) => void {
+function progressReporter(
+  progress: Progress,
+): (report: { phase: string; done: number; total: number }) => void {
   return ({ phase, done, total }) => {
     if (phase === "scan") progress.update(Math.round(done / 1048576), Math.round(total / 1048576), "MB");
   };

@@ -177,11 +177,9 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const sessionId = stringFlag(args, "session-id");
   const progress = createProgress(io, "Reading telemetry");
   let loaded: Awaited<ReturnType<typeof loadDistributedEvents>>;
+  progress.elapsed();
   try {
-    loaded = await loadDistributedEvents(path, {
-      ...(sessionId === undefined ? {} : { sessionId }),
-      onProgress: (read, total) => progress.update(read, total),
-    });
+    loaded = await loadDistributedEvents(path, sessionId === undefined ? {} : { sessionId });
   } finally {
     progress.finish();
   }

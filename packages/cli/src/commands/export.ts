@@ -86,10 +86,11 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const progress = createProgress(io, format === "perfetto" ? "Reading telemetry" : "Exporting");
   try {
     if (format === "perfetto") {
-      const { selection, events } = await loadDistributedEvents(path, {
-        ...(sessionId === undefined ? {} : { sessionId }),
-        onProgress: (read, total) => progress.update(read, total),
-      });
+      progress.elapsed();
+      const { selection, events } = await loadDistributedEvents(
+        path,
+        sessionId === undefined ? {} : { sessionId },
+      );
       progress.finish();
       const trace = buildPerfettoTrace(events, { sessionId: selection.summary?.session_id ?? null });
       const output = await openOutput(io, stringFlag(args, "output"));
