@@ -12,6 +12,7 @@ import { relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { analyzeTelemetry, formatReportText, reportToJson } from "@stormlog/analysis";
+import { stringifyJson } from "@stormlog/core";
 import { summarizeTelemetrySessions } from "@stormlog/sink";
 
 // `pnpm start -- --flag` passes the `--` through: skip it.
@@ -111,7 +112,8 @@ const report = await analyzeTelemetry(sinkDir);
 console.log();
 console.log("── stormlog analyze (default: the newest completed session) ─────────────────");
 console.log(formatReportText(report));
-if (args.json !== undefined) writeFileSync(args.json, `${reportToJson(report)}\n`);
+if (args.json !== undefined)
+  writeFileSync(args.json, `${stringifyJson(reportToJson(report), { indent: 2 })}\n`);
 console.log("─────────────────────────────────────────────────────────────────────────────");
 console.log("Next (after `pnpm build`, from the repository root):");
 console.log(`  pnpm exec stormlog sessions ${shown(sinkDir)}`);

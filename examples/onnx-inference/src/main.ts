@@ -4,14 +4,14 @@
  * cycles. The tracker records phases per run, per create and per release (with input shapes and
  * the cycle number), and host memory (onnxruntime's CPU arena lives in the process's RSS).
  *
- *   pnpm start [-- --cycles N] [--out DIR] [--json FILE]
+ *   pnpm start [--cycles N] [--out DIR] [--json FILE]
  */
 import { writeFileSync } from "node:fs";
 import { relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { createInstrumentedSession } from "@stormlog/adapter-onnxruntime";
 import { analyzeTelemetry, formatReportText, reportToJson } from "@stormlog/analysis";
-import { formatBytes } from "@stormlog/core";
+import { formatBytes, stringifyJson } from "@stormlog/core";
 import { MemoryTracker, processCollector } from "@stormlog/tracker";
 import * as ort from "onnxruntime-node";
 import { buildMlpModel, DEFAULT_SHAPE } from "./model.js";
@@ -22,7 +22,7 @@ if (argv[0] === "--") argv.shift();
 const { values: args } = parseArgs({
   args: argv,
   options: {
-    cycles: { type: "string", default: "6" },
+    cycles: { type: "string", default: "8" },
     out: { type: "string" },
     json: { type: "string" },
   },
@@ -43,10 +43,11 @@ const shown = (path: string) => {
 const model = buildMlpModel();
 const { inputs } = DEFAULT_SHAPE;
 
-/** Batch sizes of cycle `cycle` (1-based): the same small ones, and one larger each cycle. */
-function batchSizes(cycle: number): number[] {
-  return [1, 8, 32, 8, 1, 64 * 2 ** Math.min(cycle, 6)];
-}
+/**
+ * Batch sizes of every cycle: several shapes, new to each session. The same every cycle, so memory
+ * that still grows from one cycle to the next is what a create/run/release cycle leaves behind.
+ */
+const BATCH_SIZES = [1, 8, 32, 8, 1, 512];
 
 function feeds(batch: number): { x: ort.Tensor } {
   const data = new Float32Array(batch * inputs);
@@ -54,8 +55,12 @@ function feeds(batch: number): { x: ort.Tensor } {
   return { x: new ort.Tensor("float32", data, [batch, inputs]) };
 }
 
+// The process collector reads RSS when sampled. onnxruntime runs take hundreds of microseconds,
+// so read it at every phase boundary too (readSync, about 2 us): each run, create, release and
+// cycle then has its exact before and after.
+const rss = processCollector();
 const tracker = new MemoryTracker({
-  collectors: [processCollector()],
+  collectors: [{ ...rss, readSync: () => rss.sample() }],
   samplingIntervalMs: 50,
   sink: { rootDir: sinkDir },
 });
@@ -65,16 +70,17 @@ console.log(
   `  model      MLP ${DEFAULT_SHAPE.inputs} → ${DEFAULT_SHAPE.hidden} → ${DEFAULT_SHAPE.outputs} ` +
     `(${formatBytes(model.byteLength)} of ONNX, batch dimension dynamic)`,
 );
-console.log("  collector  process RSS (onnxruntime's CPU arena lives there), every 50 ms");
+console.log("  collector  process RSS (onnxruntime's CPU arena lives there), every 50 ms and at every phase boundary");
 console.log(`  sink       ${shown(sinkDir)}`);
+console.log(`  cycles     ${cycles} × (create, run batches ${BATCH_SIZES.join(", ")}, release)`);
 console.log();
+console.log("  cycle  RSS after create  after the runs  after release  since the last cycle");
 
 await tracker.start();
 const sessionId = tracker.getSessionSummary()?.session_id ?? "";
 let previousRelease: number | undefined;
 for (let cycle = 1; cycle <= cycles; cycle++) {
-  const sizes = batchSizes(cycle);
-  const rss = await tracker.phase(
+  const measured = await tracker.phase(
     "serve",
     async () => {
       // Phase "serve / onnx:mlp / create", then "... / run" per run and "... / release".
@@ -86,22 +92,19 @@ for (let cycle = 1; cycle <= cycles; cycle++) {
         { name: "mlp" },
       );
       const created = process.memoryUsage.rss();
-      for (const batch of sizes) await session.run(feeds(batch));
+      for (const batch of BATCH_SIZES) await session.run(feeds(batch));
       const afterRuns = process.memoryUsage.rss();
       await session.release();
       return { created, afterRuns, released: process.memoryUsage.rss() };
     },
     { metadata: { cycle } },
   );
-  const growth =
-    previousRelease === undefined
-      ? ""
-      : `  (${sign(rss.released - previousRelease)} since cycle ${cycle - 1})`;
+  const growth = previousRelease === undefined ? "" : sign(measured.released - previousRelease);
   console.log(
-    `  cycle ${cycle}  batches ${sizes.join(",").padEnd(18)} RSS: created ${formatBytes(rss.created)}, ` +
-      `after runs ${formatBytes(rss.afterRuns)}, released ${formatBytes(rss.released)}${growth}`,
+    `  ${String(cycle).padStart(5)}  ${formatBytes(measured.created).padEnd(16)}  ` +
+      `${formatBytes(measured.afterRuns).padEnd(14)}  ${formatBytes(measured.released).padEnd(13)}  ${growth}`,
   );
-  previousRelease = rss.released;
+  previousRelease = measured.released;
   await new Promise((resolveTick) => setTimeout(resolveTick, 60));
 }
 await tracker.stop();
@@ -110,7 +113,8 @@ const report = await analyzeTelemetry(sinkDir, { sessionId });
 console.log();
 console.log("── stormlog analyze ────────────────────────────────────────────────────────");
 console.log(formatReportText(report));
-if (args.json !== undefined) writeFileSync(args.json, `${reportToJson(report)}\n`);
+if (args.json !== undefined)
+  writeFileSync(args.json, `${stringifyJson(reportToJson(report), { indent: 2 })}\n`);
 console.log("────────────────────────────────────────────────────────────────────────────");
 console.log(`Telemetry: ${shown(sinkDir)} (session ${sessionId})`);
 console.log(`Next: pnpm exec stormlog analyze ${shown(sinkDir)} --format json   (after \`pnpm build\`)`);

@@ -12,6 +12,7 @@ import { relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { tfjsCollector } from "@stormlog/adapter-tfjs";
 import { analyzeTelemetry, formatReportText, reportToJson } from "@stormlog/analysis";
+import { stringifyJson } from "@stormlog/core";
 import { MemoryTracker, processCollector } from "@stormlog/tracker";
 import { loadTensorFlow } from "./tfjs.js";
 import {
@@ -111,7 +112,8 @@ const report = await analyzeTelemetry(sinkDir, { sessionId });
 log();
 log("── stormlog analyze ────────────────────────────────────────────────────────");
 log(formatReportText(report));
-if (args.json !== undefined) writeFileSync(args.json, `${reportToJson(report)}\n`);
+if (args.json !== undefined)
+  writeFileSync(args.json, `${stringifyJson(reportToJson(report), { indent: 2 })}\n`);
 
 const sink = shown(sinkDir);
 log("────────────────────────────────────────────────────────────────────────────");

@@ -193,14 +193,10 @@ export class RankPart {
   lastStopT = 0;
   readonly samples = new SampleColumns();
   readonly identities: SampleIdentity[] = [];
-  /** Peaks of allocator allocated, allocator reserved and device used, over every event. */
-  readonly peaks: [CounterPeak | null, CounterPeak | null, CounterPeak | null] = [null, null, null];
-  /** Offsets of the peaks (to compare without bigints). */
-  private readonly peakValues = [
-    Number.NEGATIVE_INFINITY,
-    Number.NEGATIVE_INFINITY,
-    Number.NEGATIVE_INFINITY,
-  ];
+  /** Peak values, their offsets and devices (allocated, reserved, device used). */
+  private readonly peakValues = [Number.NEGATIVE_INFINITY, Number.NEGATIVE_INFINITY, Number.NEGATIVE_INFINITY];
+  private readonly peakTs = [0, 0, 0];
+  private readonly peakDevices = [0, 0, 0];
   readonly boundaries: BoundaryEntry[] = [];
   readonly alerts: AlertEntry[] = [];
   readonly health: HealthEntry[] = [];
@@ -279,17 +275,28 @@ export class RankPart {
     return ids.length - 1;
   }
 
-  /** Counts an event at offset `t`; `evidence` is built only when it becomes the first or the last stop. */
-  touch(t: number, line: number, isStop: boolean, evidence: () => SessionEvidence): void {
+  /**
+   * Counts an event at offset `t`. Returns what the caller must record with `setFirst`/`setLastStop`
+   * (1: it is the earliest event so far, 2: it is the latest stop), so evidence is built only then.
+   */
+  touch(t: number, isStop: boolean): number {
     this.eventCount++;
     if (t < this.minT) this.minT = t;
     if (t > this.maxT) this.maxT = t;
-    if (this.first === null || t < this.firstT) {
-      this.first = { evidence: evidence(), line };
+    let wanted = 0;
+    if (this.first === null || t < this.firstT) wanted |= 1;
+    if (isStop && (this.lastStop === null || t >= this.lastStopT)) wanted |= 2;
+    return wanted;
+  }
+
+  /** Records the evidence `touch` asked for. */
+  record(wanted: number, t: number, line: number, evidence: SessionEvidence): void {
+    if (wanted & 1) {
+      this.first = { evidence, line };
       this.firstT = t;
     }
-    if (isStop && (this.lastStop === null || t >= this.lastStopT)) {
-      this.lastStop = { evidence: evidence(), line };
+    if (wanted & 2) {
+      this.lastStop = { evidence, line };
       this.lastStopT = t;
     }
   }
@@ -297,13 +304,25 @@ export class RankPart {
   peak(which: 0 | 1 | 2, value: number, t: number, deviceId: number): void {
     if (!(value > this.peakValues[which]!)) return;
     this.peakValues[which] = value;
-    this.peaks[which] = { value, timestampNs: this.timestampOf(t), deviceId };
+    this.peakTs[which] = t;
+    this.peakDevices[which] = deviceId;
   }
 
-  /** Restores the peak bookkeeping after loading from the index. */
+  /** The peaks of allocator allocated, allocator reserved and device used, over every event. */
+  get peaks(): [CounterPeak | null, CounterPeak | null, CounterPeak | null] {
+    const out: [CounterPeak | null, CounterPeak | null, CounterPeak | null] = [null, null, null];
+    for (let i = 0; i < 3; i++) {
+      const value = this.peakValues[i]!;
+      if (value > Number.NEGATIVE_INFINITY) out[i] = { value, timestampNs: this.timestampOf(this.peakTs[i]!), deviceId: this.peakDevices[i]! };
+    }
+    return out;
+  }
+
+  /** Restores a peak after loading from the index. */
   setPeak(which: 0 | 1 | 2, peak: CounterPeak | null): void {
-    this.peaks[which] = peak;
     this.peakValues[which] = peak === null ? Number.NEGATIVE_INFINITY : peak.value;
+    this.peakTs[which] = peak === null ? 0 : this.offsetOfBigInt(peak.timestampNs);
+    this.peakDevices[which] = peak?.deviceId ?? 0;
   }
 
   get minTs(): bigint | null {
@@ -489,16 +508,19 @@ export class Accumulator {
     else session.countType(eventType);
     const part = this.rank(session, fields.rank);
     const t = part.offsetOf(fields.tsHead, fields.tsTail);
-    part.touch(t, line, eventType === "stop", () => ({
-      timestamp_ns: fields.timestampNs(),
-      event_type: eventType,
-      host: fields.host,
-      pid: fields.pid,
-      job_id: fields.jobId,
-      rank: fields.rank,
-      local_rank: fields.localRank,
-      world_size: fields.worldSize,
-    }));
+    const wanted = part.touch(t, eventType === "stop");
+    if (wanted !== 0) {
+      part.record(wanted, t, line, {
+        timestamp_ns: fields.timestampNs(),
+        event_type: eventType,
+        host: fields.host,
+        pid: fields.pid,
+        job_id: fields.jobId,
+        rank: fields.rank,
+        local_rank: fields.localRank,
+        world_size: fields.worldSize,
+      });
+    }
     const deviceId = fields.deviceId;
     part.peak(0, fields.allocated, t, deviceId);
     part.peak(1, fields.reserved, t, deviceId);
@@ -556,7 +578,8 @@ export class Accumulator {
     const part = this.rank(session, event.rank);
     const ts = event.timestamp_ns;
     const t = part.offsetOfBigInt(ts);
-    part.touch(t, line, eventType === "stop", () => evidenceOf(event));
+    const wanted = part.touch(t, eventType === "stop");
+    if (wanted !== 0) part.record(wanted, t, line, evidenceOf(event));
     const allocated = nullable(event.allocator_allocated_bytes);
     const reserved = nullable(event.allocator_reserved_bytes);
     const used = nullable(event.device_used_bytes);

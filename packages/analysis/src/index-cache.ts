@@ -9,7 +9,8 @@
  * source provably did not change: a file modified within two seconds of being indexed is read again.
  */
 import { createHash } from "node:crypto";
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdir, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { basename, dirname, join, relative } from "node:path";
 import { DETAIL_CAP, type SegmentAggregate } from "./aggregate.js";
@@ -147,7 +148,7 @@ function locate(
 
 async function readCatalog(dir: string, name: string): Promise<Catalog | null> {
   try {
-    const value = JSON.parse(await readFile(join(dir, name), "utf8")) as Catalog;
+    const value = JSON.parse(readFileSync(join(dir, name), "utf8")) as Catalog;
     if (typeof value !== "object" || value === null || !Array.isArray(value.segments)) return null;
     return value;
   } catch {
@@ -155,13 +156,14 @@ async function readCatalog(dir: string, name: string): Promise<Catalog | null> {
   }
 }
 
+/** Writes through a temporary file and a rename, so readers never see half a file (synchronous: small files, CPU-bound caller). */
 async function writeAtomic(path: string, data: Uint8Array | string): Promise<void> {
   const tmp = `${path}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
   try {
-    await writeFile(tmp, data);
-    await rename(tmp, path);
+    writeFileSync(tmp, data);
+    renameSync(tmp, path);
   } catch (error) {
-    await rm(tmp, { force: true }).catch(() => undefined);
+    rmSync(tmp, { force: true });
     throw error;
   }
 }
@@ -283,7 +285,7 @@ export class SegmentIndex {
     if (file === null || this.catalog === null) return null;
     let text: string;
     try {
-      text = await readFile(file, "utf8");
+      text = readFileSync(file, "utf8");
     } catch {
       return null;
     }
@@ -369,7 +371,7 @@ export class SegmentIndex {
         if (entry === undefined || entry.racy || !sameFingerprint(entry, prints[i]!)) return;
         try {
           aggregates[i] = decodeAggregate(
-            await readFile(join(dir, "segments", entry.file)),
+            readFileSync(join(dir, "segments", entry.file)),
             stampOf(relPaths[i]!, prints[i]!),
           );
         } catch {

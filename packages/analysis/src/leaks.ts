@@ -113,8 +113,9 @@ export function judgeLevels(levels: Levels, metric: LeakEvidence["metric"]): Met
     retained.length > 0 ? (exit[n - 1]! - exit[Math.max(1, half) - 1]!) / retained.length : 0;
   const headGrowth = exit[half]! - exit[0]!;
   const tailGrowth = exit[n - 1]! - exit[half]!;
-  const third = Math.max(2, Math.floor(n / 3));
-  const lastThirdRate = (exit[n - 1]! - exit[n - third]!) / (third - 1);
+  // Decisions use robust slopes, so that a transient bump at either end of a window does not hide a trend.
+  const third = Math.max(3, Math.floor(n / 3));
+  const lastThirdRate = robustSlope(exit.slice(n - third));
   const perOccurrence = retainedMedian > 0 ? retainedMedian : retainedMean;
   const evidence: LeakEvidence = {
     metric,
@@ -132,7 +133,6 @@ export function judgeLevels(levels: Levels, metric: LeakEvidence["metric"]): Met
     positiveFraction >= MIN_POSITIVE_FRACTION &&
     netMedian > 0 &&
     slope > 0 &&
-    tailGrowth > 0 &&
     perOccurrence > 0 &&
     consistent &&
     lastThirdRate >= 0.5 * Math.min(perOccurrence, slope);
@@ -151,10 +151,11 @@ export function judgeLevels(levels: Levels, metric: LeakEvidence["metric"]): Met
   // The phase itself added memory over the first half, and the level stopped rising: warm-up.
   let ownHeadGrowth = 0;
   for (let i = 0; i < half; i++) ownHeadGrowth += Math.max(0, exit[i]! - enter[i]!);
-  if (headGrowth > 0 && ownHeadGrowth >= 0.5 * headGrowth && tailGrowth < 0.25 * headGrowth) {
+  const robustTailGrowth = Math.max(0, slope) * (n - half - 1);
+  if (headGrowth > 0 && ownHeadGrowth >= 0.5 * headGrowth && robustTailGrowth < 0.25 * headGrowth) {
     return {
       verdict: "plateau",
-      confidence: round(Math.min(1, 0.5 + 0.5 * (1 - Math.max(0, tailGrowth) / headGrowth)), 2),
+      confidence: round(Math.min(1, 0.5 + 0.5 * (1 - robustTailGrowth / headGrowth)), 2),
       evidence,
       retained: 0,
     };

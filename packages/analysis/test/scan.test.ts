@@ -70,7 +70,7 @@ describe("the scan lists sessions exactly as the sink reader does", () => {
 
 /** A sink whose lines take every path of the scan: canonical, compact, legacy, blank, CRLF, a cut tail. */
 function messySink(dir: string): void {
-  const first = new Timeline({ session_id: "run-1", host: "trainer", pid: 7, job_id: "job-x" });
+  const first = new Timeline({ session_id: "run-1", host: "trainer", pid: 7, job_id: "job-x", device_total_bytes: 16 * GiB });
   first.tensors = 10;
   first.event("start");
   for (let step = 0; step < 12; step++) {
@@ -125,6 +125,19 @@ describe("the fast path and the general path read the same", () => {
     const { sink: _b, ...expected } = fromEvents.summary as JsonObject;
     expect(stringifyJson(summary)).toBe(stringifyJson(expected));
     expect((fromSink.summary as JsonObject).event_count).toBeGreaterThan(10);
+    expect((fromSink.phases as JsonObject[]).length).toBeGreaterThan(0);
+  });
+
+  it("finds the leak, the hidden-memory spike, the alert and the health episode of run-1", async () => {
+    const report = await analyzeTelemetry(dir, { index: false, sessionId: "run-1" });
+    const forward = report.leaks.find((leak) => leak.phase_path === "train / forward");
+    expect(forward?.verdict).toBe("leaking");
+    expect(forward?.bytes_per_occurrence).toBe(MiB);
+    expect(forward?.tensors_per_occurrence).toBe(1);
+    expect(report.leaks.find((leak) => leak.phase_path === "train / backward")?.verdict).toBe("stable");
+    expect(report.gap_analysis.map((finding) => finding.classification)).toContain("transient_spike");
+    expect(report.alerts.items[0]).toMatchObject({ event_type: "warning", oom_reason: "test" });
+    expect(report.collector_health).toMatchObject({ degraded_count: 1, recovered_count: 1, degraded_time_ns: 21_000_000n, last_status: "healthy" });
   });
 
   it("reports the dropped final line as the reader does", async () => {

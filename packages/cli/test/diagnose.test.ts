@@ -57,7 +57,7 @@ describe("stormlog diagnose", () => {
     const run = await runCli(["diagnose", PER_RANK, "--format", "json"]);
     const session = (parseJson(run.stdout) as { session: JsonObject }).session;
     expect(session.merged_rank_group).toBe(true);
-    expect((session.member_session_ids as string[]).sort()).toEqual([
+    expect((session.merged_session_ids as string[]).sort()).toEqual([
       "session-11-12-rank0",
       "session-11-12-rank1",
       "session-11-12-rank2",

@@ -80,11 +80,14 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   } finally {
     progress.finish();
   }
+  const file = stringFlag(args, "output");
+  // Colours only on a terminal, and never with NO_COLOR (https://no-color.org).
+  const color = (file === undefined || file === "-") && io.stdout.isTTY === true && !io.env.NO_COLOR;
   const text =
     format === "json"
       ? `${stringifyJson(reportToJson(report), { indent: 2 })}\n`
-      : ensureNewline(formatReportText(report));
-  const output = await openOutput(io, stringFlag(args, "output"));
+      : ensureNewline(formatReportText(report, { color }));
+  const output = await openOutput(io, file);
   await output.write(text);
   await output.close();
   return 0;

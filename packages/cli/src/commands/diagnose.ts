@@ -146,7 +146,7 @@ function formatJson(
     session: {
       selected_session_id: selection.summary?.session_id ?? null,
       merged_rank_group: selection.merged,
-      member_session_ids: selection.memberSessionIds,
+      merged_session_ids: selection.merged ? selection.memberSessionIds : [],
       discovered_session_ids: selection.sessions.map((session) => session.summary.session_id),
     },
     expected_ranks: diagnostics.expected_ranks,

@@ -236,8 +236,12 @@ async function gpuCollector(
     const availability = collector.availability();
     if (!availability.available) {
       await collector.close();
-      const reason =
-        availability.reason.length > 140 ? `${availability.reason.slice(0, 137)}...` : availability.reason;
+      // The adapter lists every library path it tried: one short line is enough here.
+      const reason = /\(tried /.test(availability.reason)
+        ? "NVML unavailable: no NVIDIA driver library could be loaded; set STORMLOG_NVML_LIBRARY if one is installed"
+        : availability.reason.length > 160
+          ? `${availability.reason.slice(0, 157)}...`
+          : availability.reason;
       return { collector: null, note: `GPU: not sampled (${reason})` };
     }
     const device = collector.device;
@@ -355,8 +359,10 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
       if (availability.available) {
         collectors.push(childCollector);
         notes.push(`host: resident memory of pid ${child.pid} and its descendants`);
-      } else if (running()) {
-        notes.push(`host: not sampled (${availability.reason})`);
+      } else {
+        notes.push(
+          `host: not sampled (${running() ? availability.reason : "the command exited before the first sample"})`,
+        );
       }
     }
     if (collectors.length === 0 && child === null) {
