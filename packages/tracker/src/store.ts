@@ -130,6 +130,13 @@ export class EventStore {
     this.counters[(index % this.capacity) * FIELDS + counterIndex] = value;
   }
 
+  /** Attaches collector metadata (e.g. tfjs tensor counts read at a phase boundary) to a stored record. */
+  mergeExtra(index: number, extra: JsonObject): void {
+    const slot = index % this.capacity;
+    const current = this.extras[slot];
+    this.extras[slot] = current === null || current === undefined ? extra : { ...current, ...extra };
+  }
+
   /** Sets flag bits of a stored record. */
   addFlags(index: number, flags: number): void {
     this.flags[index % this.capacity] = (this.flags[index % this.capacity] as number) | flags;
@@ -163,12 +170,14 @@ export class EventStore {
     let recordContext: string | null;
     if (scope !== null) {
       const enter = (flags & PHASE_ENTER) !== 0;
+      const extra = this.extras[slot];
       metadata = {
         phase_scope: phaseScopePayload(
           scope,
           enter ? "enter" : "exit",
           this.sequences[slot] as number,
         ) as unknown as JsonObject,
+        ...extra,
         ...base,
         phase_counters: (flags & BOUNDARY_READ) !== 0 ? "boundary_read" : "last_sample",
       };

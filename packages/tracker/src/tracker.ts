@@ -1048,6 +1048,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
           this.store.addFlags(index, BOUNDARY_READ);
         }
       }
+      // Collector detail read at the boundary (tfjs tensor counts) lets analysis count tensors per phase.
+      if (result.metadata !== undefined) this.store.mergeExtra(index, result.metadata);
     }
     this.committed(index, eventType);
   }
