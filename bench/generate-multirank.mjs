@@ -11,11 +11,11 @@
 //        [--rollover-events 10000] [--seed 1]
 //
 // `--samples 23000` gives about 1 GB. Deterministic for a given seed.
-import { mkdirSync, openSync, closeSync, writeSync, statSync, writeFileSync, rmSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 
 const core = await import(new URL("../packages/core/src/index.ts", import.meta.url).href);
-const { encodeTelemetryRecord, stringifyJson, markFloat } = core;
+const { encodeTelemetryRecord, stringifyJson } = core;
 
 const USAGE =
   "usage: node --import tsx bench/generate-multirank.mjs OUT_DIR [--ranks N] [--samples N] [--rollover-events N] [--seed N]";
@@ -26,7 +26,8 @@ function parseArgs(argv) {
     const arg = argv[i];
     const next = () => {
       const value = Number(argv[++i]);
-      if (!Number.isSafeInteger(value) || value <= 0) throw new Error(`${arg} needs a positive integer\n${USAGE}`);
+      if (!Number.isSafeInteger(value) || value <= 0)
+        throw new Error(`${arg} needs a positive integer\n${USAGE}`);
       return value;
     };
     if (arg === "--ranks") opts.ranks = next();
@@ -173,13 +174,11 @@ function writeRank(root, rank, opts) {
   emit(record(startNs, "start", "Tracking started.", healthMetadata("healthy", null), zero));
 
   let sequence = 0;
-  let scopeCounter = 0;
   const stack = [];
   const phaseEvent = (ts, action, name) => {
     sequence++;
     let scope;
     if (action === "enter") {
-      scopeCounter = sequence;
       const parent = stack[stack.length - 1] ?? null;
       scope = {
         name,
@@ -207,7 +206,15 @@ function writeRank(root, rank, opts) {
       tfjs_num_tensors: tensors + leakedTensors,
     };
     const verb = action === "enter" ? "entered" : "exited";
-    emit(record(ts, action === "enter" ? "phase_enter" : "phase_exit", `Phase ${verb}: ${path.join(" / ")}`, metadata, state()));
+    emit(
+      record(
+        ts,
+        action === "enter" ? "phase_enter" : "phase_exit",
+        `Phase ${verb}: ${path.join(" / ")}`,
+        metadata,
+        state(),
+      ),
+    );
   };
 
   const sampleTs = (i) => startNs + BigInt(i + 1) * INTERVAL_NS + BigInt(Math.floor(rand() * 200_000));
@@ -243,20 +250,53 @@ function writeRank(root, rank, opts) {
     if (rank === 5) gapDrift = i * MiB;
     if (rank === 3 && i === 1200) {
       health = "degraded";
-      emit(record(ts - 1000n, "collector_degraded", "Collector degraded: NVML read failed.", healthMetadata(health, "NVML_ERROR_TIMEOUT"), state()));
+      emit(
+        record(
+          ts - 1000n,
+          "collector_degraded",
+          "Collector degraded: NVML read failed.",
+          healthMetadata(health, "NVML_ERROR_TIMEOUT"),
+          state(),
+        ),
+      );
     }
     if (rank === 3 && i === 1260) {
       health = "healthy";
-      emit(record(ts - 1000n, "collector_recovered", "Collector recovered.", healthMetadata(health, null), state()));
+      emit(
+        record(
+          ts - 1000n,
+          "collector_recovered",
+          "Collector recovered.",
+          healthMetadata(health, null),
+          state(),
+        ),
+      );
     }
     const counters = state();
     if (spike > 0 && i === spikeAt + 7) {
       const percent = ((counters.used / TOTAL) * 100).toFixed(1);
-      emit(record(ts - 500n, "warning", `WARNING: Memory usage at ${percent}%`, healthMetadata(health, null), counters));
+      emit(
+        record(
+          ts - 500n,
+          "warning",
+          `WARNING: Memory usage at ${percent}%`,
+          healthMetadata(health, null),
+          counters,
+        ),
+      );
     }
     // Health keys ride on collector events only, to keep lines near the reference's size.
     const metadata = { tfjs_num_tensors: tensors + leakedTensors };
-    emit(record(ts, "sample", "Collected telemetry sample.", metadata, counters, counters.allocated - previousAllocated));
+    emit(
+      record(
+        ts,
+        "sample",
+        "Collected telemetry sample.",
+        metadata,
+        counters,
+        counters.allocated - previousAllocated,
+      ),
+    );
     previousAllocated = counters.allocated;
   }
   const endNs = sampleTs(samples) + INTERVAL_NS;
@@ -282,13 +322,17 @@ function writeRank(root, rank, opts) {
     world_size: opts.ranks,
     source: "stormlog.tracker",
   };
-  const manifest = { schema_version: 2, format: "stormlog.append_only_telemetry_sink", sessions: [summary], segments };
+  const manifest = {
+    schema_version: 2,
+    format: "stormlog.append_only_telemetry_sink",
+    sessions: [summary],
+    segments,
+  };
   writeFileSync(join(dir, "manifest.json"), `${stringifyJson(manifest, { indent: 2 })}\n`);
   return [events, bytes];
 }
 
 const opts = parseArgs(process.argv.slice(2));
-void markFloat;
 rmSync(opts.out, { recursive: true, force: true });
 mkdirSync(opts.out, { recursive: true });
 let events = 0;
@@ -301,5 +345,7 @@ for (let rank = 0; rank < opts.ranks; rank++) {
 }
 if (!opts.quiet) {
   const seconds = ((performance.now() - started) / 1000).toFixed(1);
-  console.log(`${opts.out}: ${opts.ranks} ranks, ${events} events, ${(bytes / 1e6).toFixed(1)} MB in ${seconds} s`);
+  console.log(
+    `${opts.out}: ${opts.ranks} ranks, ${events} events, ${(bytes / 1e6).toFixed(1)} MB in ${seconds} s`,
+  );
 }

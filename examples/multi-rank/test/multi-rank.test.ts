@@ -74,6 +74,11 @@ describe("examples/multi-rank", () => {
     expect(first.confidence).toBe("high");
     expect(first.phase_attribution?.phase_path).toBe("train / backward");
 
+    const text = node(CLI, ["analyze", root, "--no-index"]);
+    expect(text.status, output(text)).toBe(0);
+    expect(text.stdout).toContain("Top first-cause suspect: rank 2 (high)");
+    expect(text.stdout).toContain("Suspect phase: train / backward");
+
     const diagnosed = node(CLI, ["diagnose", root, "--format", "json"]);
     expect(diagnosed.status, output(diagnosed)).toBe(2); // a memory risk was found
     const diagnostics = parseJson(diagnosed.stdout) as unknown as {

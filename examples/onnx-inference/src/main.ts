@@ -70,7 +70,9 @@ console.log(
   `  model      MLP ${DEFAULT_SHAPE.inputs} → ${DEFAULT_SHAPE.hidden} → ${DEFAULT_SHAPE.outputs} ` +
     `(${formatBytes(model.byteLength)} of ONNX, batch dimension dynamic)`,
 );
-console.log("  collector  process RSS (onnxruntime's CPU arena lives there), every 50 ms and at every phase boundary");
+console.log(
+  "  collector  process RSS (onnxruntime's CPU arena lives there): every 50 ms, and at phase boundaries",
+);
 console.log(`  sink       ${shown(sinkDir)}`);
 console.log(`  cycles     ${cycles} × (create, run batches ${BATCH_SIZES.join(", ")}, release)`);
 console.log();

@@ -7,8 +7,8 @@
  * --out    the sink directory (default ./stormlog-sink; STORMLOG_SINK_DIR also sets it).
  * --json   also write the analysis as JSON to FILE.
  */
-import { writeFileSync } from "node:fs";
-import { relative, resolve } from "node:path";
+import { existsSync, writeFileSync } from "node:fs";
+import { join, relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { tfjsCollector } from "@stormlog/adapter-tfjs";
 import { analyzeTelemetry, formatReportText, reportToJson } from "@stormlog/analysis";
@@ -77,7 +77,7 @@ const tracker = new MemoryTracker({
   sink: { rootDir: sinkDir },
 });
 
-log("Stormlog: where the memory of a TensorFlow.js training job goes, phase by phase.");
+log("tfjs-training: a TensorFlow.js training job under the Stormlog memory tracker");
 log();
 log(`  TensorFlow.js   ${packageName}, backend ${tf.getBackend()}`);
 log(
@@ -117,15 +117,17 @@ if (args.json !== undefined)
 
 const sink = shown(sinkDir);
 log("────────────────────────────────────────────────────────────────────────────");
-log(`Telemetry: ${sink}  (session ${sessionId}, ${stats.totalEvents} records, schema v3:`);
-log("           the Python Stormlog reads it too)");
+log(`Telemetry: ${sink}`);
+log(`  session ${sessionId}, ${stats.totalEvents} records (schema v3: the Python Stormlog reads it too)`);
 log();
-log("Next (after `pnpm build`, from the repository root):");
-log(`  pnpm exec stormlog analyze ${sink} --format json   the same analysis as JSON`);
-log(`  pnpm exec stormlog sessions ${sink}                 every run recorded in this sink`);
+log("Try next (the `stormlog` command needs `pnpm build` first):");
+log(`  pnpm exec stormlog analyze ${sink} --format json    # this analysis as JSON`);
+log(`  pnpm exec stormlog sessions ${sink}                 # every run recorded in this sink`);
 log(`  pnpm exec stormlog export ${sink} --format perfetto --output trace.json`);
-log(
-  "                                                      phases and memory on a timeline (ui.perfetto.dev)",
-);
-if (!config.leak)
-  log("  pnpm demo -- --leak                                 a tensor leak in `forward`, found");
+log("      # phases and memory on a timeline: open trace.json in https://ui.perfetto.dev");
+if (!config.leak) {
+  // From the repository root the demo script is at hand; anywhere else in the workspace, --filter is.
+  const atRoot = existsSync(join(userCwd, "pnpm-workspace.yaml"));
+  const leakCommand = atRoot ? "pnpm demo -- --leak" : "pnpm --filter tfjs-training start --leak";
+  log(`  ${leakCommand}    # forget to dispose a tensor in \`forward\`: the analysis finds it`);
+}

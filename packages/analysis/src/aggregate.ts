@@ -156,10 +156,21 @@ export class SampleColumns {
     this.count = i + 1;
   }
 
-  /** Drops the spare capacity. */
+  /** Drops the spare capacity (a view when little is spare, else a copy). */
   trim(): void {
     const n = this.count;
     if (this.t.length === n) return;
+    if (this.t.length - n <= this.t.length / 8) {
+      this.t = this.t.subarray(0, n);
+      this.line = this.line.subarray(0, n);
+      this.allocated = this.allocated.subarray(0, n);
+      this.reserved = this.reserved.subarray(0, n);
+      this.used = this.used.subarray(0, n);
+      this.total = this.total.subarray(0, n);
+      this.tensors = this.tensors.subarray(0, n);
+      if (this.identity !== null) this.identity = this.identity.subarray(0, n);
+      return;
+    }
     this.t = this.t.slice(0, n);
     this.line = this.line.slice(0, n);
     this.allocated = this.allocated.slice(0, n);
@@ -191,10 +202,14 @@ export class RankPart {
   firstT = 0;
   lastStop: LinedEvidence | null = null;
   lastStopT = 0;
-  readonly samples = new SampleColumns();
+  readonly samples: SampleColumns;
   readonly identities: SampleIdentity[] = [];
   /** Peak values, their offsets and devices (allocated, reserved, device used). */
-  private readonly peakValues = [Number.NEGATIVE_INFINITY, Number.NEGATIVE_INFINITY, Number.NEGATIVE_INFINITY];
+  private readonly peakValues = [
+    Number.NEGATIVE_INFINITY,
+    Number.NEGATIVE_INFINITY,
+    Number.NEGATIVE_INFINITY,
+  ];
   private readonly peakTs = [0, 0, 0];
   private readonly peakDevices = [0, 0, 0];
   readonly boundaries: BoundaryEntry[] = [];
@@ -206,7 +221,10 @@ export class RankPart {
   constructor(
     readonly rank: number,
     readonly sessionId: string,
-  ) {}
+    capacity = 256,
+  ) {
+    this.samples = new SampleColumns(capacity);
+  }
 
   /** The offset of a timestamp given as seconds and nanoseconds (the fast path). */
   offsetOf(head: number, tail: number): number {
@@ -313,7 +331,8 @@ export class RankPart {
     const out: [CounterPeak | null, CounterPeak | null, CounterPeak | null] = [null, null, null];
     for (let i = 0; i < 3; i++) {
       const value = this.peakValues[i]!;
-      if (value > Number.NEGATIVE_INFINITY) out[i] = { value, timestampNs: this.timestampOf(this.peakTs[i]!), deviceId: this.peakDevices[i]! };
+      if (value > Number.NEGATIVE_INFINITY)
+        out[i] = { value, timestampNs: this.timestampOf(this.peakTs[i]!), deviceId: this.peakDevices[i]! };
     }
     return out;
   }
@@ -344,10 +363,10 @@ export class SessionPart {
 
   constructor(readonly sessionId: string) {}
 
-  rankPart(rank: number): RankPart {
+  rankPart(rank: number, capacity?: number): RankPart {
     let part = this.ranks.get(rank);
     if (part === undefined) {
-      part = new RankPart(rank, this.sessionId);
+      part = new RankPart(rank, this.sessionId, capacity);
       this.ranks.set(rank, part);
     }
     return part;
@@ -476,6 +495,9 @@ export class Accumulator {
   private lastSession: SessionPart | null = null;
   private lastRank: RankPart | null = null;
 
+  /** `expectedSamples`: capacity of the first rank part's columns (a segment usually holds one). */
+  constructor(private expectedSamples = 256) {}
+
   session(sessionId: string): SessionPart {
     const last = this.lastSession;
     if (last !== null && last.sessionId === sessionId) return last;
@@ -492,7 +514,8 @@ export class Accumulator {
   private rank(session: SessionPart, rank: number): RankPart {
     const last = this.lastRank;
     if (last !== null && last.rank === rank && last.sessionId === session.sessionId) return last;
-    const part = session.rankPart(rank);
+    const part = session.rankPart(rank, this.expectedSamples);
+    this.expectedSamples = 256;
     this.lastRank = part;
     return part;
   }

@@ -1,11 +1,17 @@
 /**
- * `summarizeCrossRankAnalysis` (cross-rank.ts) computed straight from the sample columns, so a
- * 64-rank job's 320k samples never become objects. Same steps, notes, tie-breaks and output as the
- * event version; `test/cross-rank-columns.test.ts` checks that both agree on every golden case and
- * on generated jobs. Used when the selection's timestamps fit exact doubles (a span below 2^53 ns);
- * otherwise the event version runs.
+ * `summarizeCrossRankAnalysis` (cross-rank.ts) computed one rank at a time from the sample columns,
+ * so that a large job's samples never become objects nor need to be in memory together. Same
+ * steps, notes, tie-breaks and output as the event version; `test/report-golden.test.ts` checks
+ * that both agree on every golden case and on hundreds of generated jobs. What crosses ranks is
+ * small: per rank its sample count, first sample and spike candidate, and the positive gaps between
+ * samples (for the median sampling interval).
  */
-import { comparePythonStrings, type PhaseResolver, phaseAttributionToPayload } from "@stormlog/phases";
+import {
+  comparePythonStrings,
+  type PhaseAttributionPayload,
+  type PhaseResolver,
+  phaseAttributionToPayload,
+} from "@stormlog/phases";
 import {
   type CrossRankAnalysis,
   type FirstCauseConfidence,
@@ -13,7 +19,8 @@ import {
   SKEW_NOTE_MULTIPLIER,
   SPIKE_MIN_BYTES,
 } from "./cross-rank.js";
-import type { Dataset, RankSeries } from "./dataset.js";
+import type { DatasetPlan, RankSeries } from "./dataset.js";
+import { TimeRangeError } from "./errors.js";
 
 const NOTE_NON_SAMPLE = "Ignored non-sample events during cross-rank analysis.";
 const NOTE_NO_DEVICE_USED = "Ignored samples without device-used memory during cross-rank analysis.";
@@ -24,30 +31,17 @@ const NOTE_NO_SPIKES = "No qualifying cross-rank spikes were detected.";
 const NOTE_ONE_SPIKE = "Only one rank produced a qualifying spike; confidence is limited.";
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER;
-const MAX_SAFE_BIG = BigInt(MAX_SAFE);
 
-/** One rank's selected samples in the order the event version sorts them. */
-interface RankSamples {
-  rank: number;
-  count: number;
-  /** ns after the global base. */
-  t: Float64Array;
-  used: Float64Array;
-  /** Sampling interval (ms) of each sample. */
-  interval: Float64Array;
-  /** Series of each sample (for its session id). */
-  series: RankSeries[];
-}
-
+/** A position in the input: timestamp, then storage order. */
 interface Position {
-  t: number;
+  ts: bigint;
   order: number;
 }
 
-const before = (a: Position, b: Position): boolean => a.t < b.t || (a.t === b.t && a.order < b.order);
+const before = (a: Position, b: Position): boolean => a.ts < b.ts || (a.ts === b.ts && a.order < b.order);
 
 /** `Counter(...).most_common(1)`: the highest count, the first seen (in time order) on ties. */
-function mostCommon<K>(counts: Map<K, { count: number; first: Position }>): K | undefined {
+function mostCommon<K>(counts: ReadonlyMap<K, { count: number; first: Position }>): K | undefined {
   let best: K | undefined;
   let bestCount = 0;
   let bestFirst: Position | null = null;
@@ -61,138 +55,322 @@ function mostCommon<K>(counts: Map<K, { count: number; first: Position }>): K | 
   return best;
 }
 
+/** The k-th smallest value (0-based) of `values`, which it reorders (Hoare's selection). */
+function select(values: Float64Array, k: number): number {
+  let lo = 0;
+  let hi = values.length - 1;
+  while (lo < hi) {
+    const pivot = values[(lo + hi) >>> 1]!;
+    let i = lo;
+    let j = hi;
+    while (i <= j) {
+      while (values[i]! < pivot) i++;
+      while (values[j]! > pivot) j--;
+      if (i <= j) {
+        const swap = values[i]!;
+        values[i] = values[j]!;
+        values[j] = swap;
+        i++;
+        j--;
+      }
+    }
+    if (k <= j) hi = j;
+    else if (k >= i) lo = i;
+    else return values[k]!;
+  }
+  return values[k]!;
+}
+
 /** `int(statistics.median(values))` of exact integers held in doubles (as cross-rank.ts computes it). */
 function integerMedian(values: Float64Array): bigint {
   const n = values.length;
-  values.sort();
-  if (n % 2 === 1) return BigInt(values[n >> 1]!);
-  const a = values[(n >> 1) - 1]!;
-  const b = values[n >> 1]!;
+  if (n % 2 === 1) return BigInt(select(values, n >> 1));
+  const b = select(values, n >> 1);
+  // Everything before the upper middle is at most it: the lower middle is their largest.
+  let a = Number.NEGATIVE_INFINITY;
+  for (let i = 0; i < n >> 1; i++) if (values[i]! > a) a = values[i]!;
+  return halfSum(a, b);
+}
+
+/** `int((a + b) / 2)` as Python computes it for two exact integers. */
+function halfSum(a: number, b: number): bigint {
   const total = a + b <= MAX_SAFE ? a + b : Number(BigInt(a) + BigInt(b));
   return BigInt(Math.trunc(total / 2));
 }
 
-/**
- * The cross-rank summary of the selection, or null when its timestamps do not fit exact doubles
- * (the caller then uses the event version).
- */
-export function crossRankFromColumns(
-  dataset: Dataset,
-  resolver: PhaseResolver | null,
-): CrossRankAnalysis | null {
-  const all = dataset.series.filter((series) => series.count > 0);
-  let base: bigint | null = null;
-  let high: bigint | null = null;
-  for (const series of all) {
-    if (base === null || series.base < base) base = series.base;
-    const end = series.base + BigInt(series.t[series.count - 1]!);
-    if (high === null || end > high) high = end;
-  }
-  if (base !== null && high !== null && high - base > MAX_SAFE_BIG) return null;
-  const globalBase = base ?? 0n;
-  const shifts = all.map((series) => Number(series.base - globalBase));
+/** The median of a multiset given as value -> count (for the declared sampling intervals). */
+function countedMedian(counts: ReadonlyMap<number, number>): bigint {
+  const values = [...counts.keys()].sort((a, b) => a - b);
+  let n = 0;
+  for (const count of counts.values()) n += count;
+  const at = (k: number): number => {
+    let seen = 0;
+    for (const value of values) {
+      seen += counts.get(value)!;
+      if (k < seen) return value;
+    }
+    return values[values.length - 1]!;
+  };
+  if (n % 2 === 1) return BigInt(at(n >> 1));
+  return halfSum(at((n >> 1) - 1), at(n >> 1));
+}
 
-  // Selection: samples with device used memory; the most common job id.
-  const notes: string[] = [];
-  let samples = 0;
-  let withoutUsed = 0;
-  for (const series of all) {
-    samples += series.count;
-    withoutUsed += series.samplesWithoutUsed;
+interface Spike {
+  sessionId: string;
+  firstSpikeNs: bigint;
+  peakDeltaBytes: number;
+  windowSamples: number;
+  attribution: PhaseAttributionPayload | null;
+}
+
+interface RankPartial {
+  rank: number;
+  count: number;
+  firstTs: bigint;
+  spike: Spike | null;
+}
+
+/** A growable array of doubles. */
+class Doubles {
+  values = new Float64Array(1024);
+  length = 0;
+
+  push(value: number): void {
+    if (this.length === this.values.length) {
+      const next = new Float64Array(this.values.length * 2);
+      next.set(this.values);
+      this.values = next;
+    }
+    this.values[this.length++] = value;
   }
-  if (samples !== dataset.eventCount) notes.push(NOTE_NON_SAMPLE);
-  if (withoutUsed > 0) notes.push(NOTE_NO_DEVICE_USED);
-  if (samples - withoutUsed === 0) {
-    notes.push(NOTE_NO_SAMPLES);
-    return empty(notes);
+}
+
+/** The cross-rank analysis, fed one rank at a time (all of that rank's sessions at once). */
+export class CrossRankAccumulator {
+  private readonly filterJob: string | null;
+  private readonly jobId: string | null;
+  private readonly partials: RankPartial[] = [];
+  private readonly worldCounts = new Map<number, { count: number; first: Position }>();
+  private readonly deltas = new Doubles();
+  private readonly intervals = new Map<number, number>();
+  private withoutUsed = 0;
+
+  constructor(private readonly plan: DatasetPlan) {
+    const jobs = new Map<string, { count: number; first: Position }>();
+    for (const [jobId, job] of plan.jobs)
+      jobs.set(jobId, { count: job.count, first: { ts: job.firstTs, order: job.firstOrder } });
+    this.jobId = mostCommon(jobs) ?? null;
+    this.filterJob = jobs.size > 1 && this.jobId !== null ? this.jobId : null;
   }
-  const jobCounts = new Map<string, { count: number; first: Position }>();
-  all.forEach((series, k) => {
-    for (let i = 0; i < series.count; i++) {
-      if (Number.isNaN(series.used[i]!)) continue;
-      const jobId = series.identities[series.identity === null ? 0 : series.identity[i]!]!.job_id;
-      if (!jobId) continue;
-      const entry = jobCounts.get(jobId);
-      const position = { t: series.t[i]! + shifts[k]!, order: series.order[i]! };
-      if (entry === undefined) jobCounts.set(jobId, { count: 1, first: position });
-      else {
-        entry.count++;
-        if (before(position, entry.first)) entry.first = position;
+
+  /**
+   * One rank: its series (one per session), and the phase resolver of each (for the spike's
+   * attribution).
+   */
+  addRank(
+    rank: number,
+    series: readonly RankSeries[],
+    resolverOf: (series: RankSeries) => PhaseResolver | null,
+  ): void {
+    for (const s of series) this.withoutUsed += s.samplesWithoutUsed;
+    const samples = this.selected(series);
+    const n = samples.t.length;
+    if (n === 0) return;
+    // Positive gaps between consecutive samples, declared intervals, world sizes (first seen).
+    const t = samples.t;
+    for (let i = 1; i < n; i++) {
+      const delta = t[i]! - t[i - 1]!;
+      if (delta > 0) this.deltas.push(delta);
+    }
+    const localWorld = new Map<number, { count: number; index: number }>();
+    for (let i = 0; i < n; i++) {
+      const interval = samples.interval[i]!;
+      if (interval > 0) this.intervals.set(interval, (this.intervals.get(interval) ?? 0) + 1);
+      const worldSize = samples.worldSize[i]!;
+      if (worldSize > 1) {
+        const entry = localWorld.get(worldSize);
+        if (entry === undefined) localWorld.set(worldSize, { count: 1, index: i });
+        else entry.count++;
       }
     }
-  });
-  const jobId = mostCommon(jobCounts) ?? null;
-  const filterJob = jobCounts.size > 1 && jobId !== null ? jobId : null;
-  if (filterJob !== null) notes.push(NOTE_MULTIPLE_JOBS);
-  const selected = (series: RankSeries, i: number): boolean =>
-    !Number.isNaN(series.used[i]!) &&
-    (filterJob === null ||
-      series.identities[series.identity === null ? 0 : series.identity[i]!]!.job_id === filterJob);
-
-  // Per rank, the selected samples by (timestamp, storage order), then (timestamp, pid, host) stable.
-  const byRank = new Map<number, number[]>();
-  all.forEach((series, k) => {
-    const list = byRank.get(series.rank);
-    if (list === undefined) byRank.set(series.rank, [k]);
-    else list.push(k);
-  });
-  const grouped = new Map<number, RankSamples>();
-  const worldCounts = new Map<number, { count: number; first: Position }>();
-  for (const [rank, members] of byRank) {
-    const rankSamples = collectRank(
-      rank,
-      members.map((k) => all[k]!),
-      members.map((k) => shifts[k]!),
-      selected,
-      worldCounts,
-    );
-    if (rankSamples.count > 0) grouped.set(rank, rankSamples);
-  }
-  const participatingRanks = [...grouped.keys()].sort((a, b) => a - b);
-
-  // World size: the most common declared size above 1, at least the highest rank + 1.
-  const declared = mostCommon(worldCounts) ?? 1;
-  const observed =
-    participatingRanks.length > 0 ? participatingRanks[participatingRanks.length - 1]! + 1 : declared;
-  const worldSize =
-    participatingRanks.length > 1 ? Math.max(declared, observed) : Math.max(declared, observed, 1);
-  const present = new Set(participatingRanks);
-  const missingRanks: number[] = [];
-  for (let rank = 0; rank < worldSize; rank++) if (!present.has(rank)) missingRanks.push(rank);
-  if (missingRanks.length > 0) notes.push(`Missing rank data for ranks: ${missingRanks.join(", ")}.`);
-
-  const anchorRank = grouped.has(0) ? 0 : participatingRanks[0]!;
-  const anchorT = grouped.get(anchorRank)!.t[0]!;
-  const medianIntervalNs = medianInterval(grouped);
-  const skewLimit = BigInt(SKEW_NOTE_MULTIPLIER) * medianIntervalNs;
-  const offsets = new Map<number, bigint>();
-  for (const rank of participatingRanks) {
-    const offset = BigInt(grouped.get(rank)!.t[0]! - anchorT);
-    offsets.set(rank, offset);
-    const magnitude = offset < 0n ? -offset : offset;
-    if (medianIntervalNs > 0n && magnitude > skewLimit) {
-      notes.push(
-        `Rank ${rank} starts ${offset} ns from the anchor; first-sample alignment may be approximate.`,
-      );
+    for (const [worldSize, { count, index }] of localWorld) {
+      const first = { ts: samples.base + BigInt(t[index]!), order: samples.order[index]! };
+      const known = this.worldCounts.get(worldSize);
+      if (known === undefined) this.worldCounts.set(worldSize, { count, first });
+      else {
+        known.count += count;
+        if (before(first, known.first)) known.first = first;
+      }
     }
+    this.partials.push({
+      rank,
+      count: n,
+      firstTs: samples.base + BigInt(t[0]!),
+      spike: findSpike(samples, rank, resolverOf),
+    });
   }
 
-  const firstCause = detectFirstCause(grouped, offsets, missingRanks, medianIntervalNs, globalBase, resolver);
-  const rankSampleCounts: Record<string, number> = {};
-  for (const [rank, rankSamples] of grouped) rankSampleCounts[String(rank)] = rankSamples.count;
-  const alignment: Record<string, bigint> = {};
-  for (const [rank, offset] of offsets) alignment[String(rank)] = offset;
-  return {
-    job_id: jobId,
-    world_size: worldSize,
-    participating_ranks: participatingRanks,
-    missing_ranks: missingRanks,
-    rank_sample_counts: rankSampleCounts,
-    alignment_offsets_ns: alignment,
-    cluster_onset_timestamp_ns: firstCause.clusterOnsetNs,
-    first_cause_suspects: firstCause.suspects,
-    notes: [...new Set([...notes, ...firstCause.notes])],
-  };
+  /** The rank's selected samples (device used present, the chosen job) in the event version's order. */
+  private selected(series: readonly RankSeries[]): Selected {
+    const filter = this.filterJob;
+    const identityAt = (s: RankSeries, i: number) => s.identities[s.identity === null ? 0 : s.identity[i]!]!;
+    const keep = (s: RankSeries, i: number): boolean =>
+      !Number.isNaN(s.used[i]!) && (filter === null || identityAt(s, i).job_id === filter);
+    // The usual case: one series, one identity, so equal timestamps keep their order.
+    if (series.length === 1 && series[0]!.identities.length === 1) {
+      const s = series[0]!;
+      const identity = s.identities[0]!;
+      const n = s.count;
+      let kept = 0;
+      if (filter === null || identity.job_id === filter)
+        for (let i = 0; i < n; i++) if (!Number.isNaN(s.used[i]!)) kept++;
+      const all = kept === n;
+      const out: Selected = {
+        base: s.base,
+        t: all ? s.t : new Float64Array(kept),
+        order: all ? s.order : new Float64Array(kept),
+        used: all ? s.used : new Float64Array(kept),
+        interval: new Float64Array(kept).fill(identity.sampling_interval_ms * 1_000_000),
+        worldSize: new Float64Array(kept).fill(identity.world_size),
+        series: new Array<RankSeries>(kept).fill(s),
+      };
+      if (!all && kept > 0) {
+        let k = 0;
+        for (let i = 0; i < n; i++) {
+          if (Number.isNaN(s.used[i]!)) continue;
+          out.t[k] = s.t[i]!;
+          out.order[k] = s.order[i]!;
+          out.used[k] = s.used[i]!;
+          k++;
+        }
+      }
+      return out;
+    }
+    let base = series[0]!.base;
+    for (const s of series) if (s.base < base) base = s.base;
+    const shifts = series.map((s) => {
+      const shift = s.base - base;
+      if (shift > 9_007_199_254_740_991n) throw new TimeRangeError(s.sessionId, s.rank);
+      return Number(shift);
+    });
+    // (series, index) of the kept samples, by (timestamp, storage order): each series is sorted so.
+    const picks: { s: number; i: number; t: number; order: number }[] = [];
+    series.forEach((s, k) => {
+      for (let i = 0; i < s.count; i++)
+        if (keep(s, i)) picks.push({ s: k, i, t: s.t[i]! + shifts[k]!, order: s.order[i]! });
+    });
+    if (series.length > 1) picks.sort((a, b) => a.t - b.t || a.order - b.order);
+    // Equal timestamps: the event version's stable sort by (timestamp, pid, host).
+    for (let i = 1; i < picks.length; i++) {
+      if (picks[i]!.t !== picks[i - 1]!.t) continue;
+      let end = i + 1;
+      while (end < picks.length && picks[end]!.t === picks[i]!.t) end++;
+      const run = picks.slice(i - 1, end);
+      run.sort((a, b) => {
+        const x = identityAt(series[a.s]!, a.i);
+        const y = identityAt(series[b.s]!, b.i);
+        return x.pid - y.pid || comparePythonStrings(x.host, y.host);
+      });
+      picks.splice(i - 1, run.length, ...run);
+      i = end - 1;
+    }
+    const n = picks.length;
+    const out: Selected = {
+      base,
+      t: new Float64Array(n),
+      order: new Float64Array(n),
+      used: new Float64Array(n),
+      interval: new Float64Array(n),
+      worldSize: new Float64Array(n),
+      series: new Array(n),
+    };
+    for (let k = 0; k < n; k++) {
+      const pick = picks[k]!;
+      const s = series[pick.s]!;
+      const identity = identityAt(s, pick.i);
+      out.t[k] = pick.t;
+      out.order[k] = pick.order;
+      out.used[k] = s.used[pick.i]!;
+      out.interval[k] = identity.sampling_interval_ms * 1_000_000;
+      out.worldSize[k] = identity.world_size;
+      out.series[k] = s;
+    }
+    return out;
+  }
+
+  /** The reference's structure (`summarize_cross_rank_analysis`). */
+  finish(): CrossRankAnalysis {
+    const notes: string[] = [];
+    const samples = this.plan.sampleCount;
+    if (samples !== this.plan.eventCount) notes.push(NOTE_NON_SAMPLE);
+    if (this.withoutUsed > 0) notes.push(NOTE_NO_DEVICE_USED);
+    if (samples - this.withoutUsed === 0) {
+      notes.push(NOTE_NO_SAMPLES);
+      return empty(notes);
+    }
+    if (this.filterJob !== null) notes.push(NOTE_MULTIPLE_JOBS);
+    const grouped = new Map(this.partials.map((partial) => [partial.rank, partial]));
+    const participatingRanks = [...grouped.keys()].sort((a, b) => a - b);
+    if (participatingRanks.length === 0) {
+      // Every sample belonged to another job: the event version has nothing to group either.
+      return { ...empty(notes), job_id: this.jobId };
+    }
+    const declared = mostCommon(this.worldCounts) ?? 1;
+    const observed = participatingRanks[participatingRanks.length - 1]! + 1;
+    const worldSize =
+      participatingRanks.length > 1 ? Math.max(declared, observed) : Math.max(declared, observed, 1);
+    const present = new Set(participatingRanks);
+    const missingRanks: number[] = [];
+    for (let rank = 0; rank < worldSize; rank++) if (!present.has(rank)) missingRanks.push(rank);
+    if (missingRanks.length > 0) notes.push(`Missing rank data for ranks: ${missingRanks.join(", ")}.`);
+
+    const anchorRank = grouped.has(0) ? 0 : participatingRanks[0]!;
+    const anchorNs = grouped.get(anchorRank)!.firstTs;
+    let medianIntervalNs = 0n;
+    if (this.deltas.length > 0)
+      medianIntervalNs = integerMedian(this.deltas.values.subarray(0, this.deltas.length));
+    else if (this.intervals.size > 0) medianIntervalNs = countedMedian(this.intervals);
+    const skewLimit = BigInt(SKEW_NOTE_MULTIPLIER) * medianIntervalNs;
+    const offsets = new Map<number, bigint>();
+    for (const rank of participatingRanks) {
+      const offset = grouped.get(rank)!.firstTs - anchorNs;
+      offsets.set(rank, offset);
+      const magnitude = offset < 0n ? -offset : offset;
+      if (medianIntervalNs > 0n && magnitude > skewLimit) {
+        notes.push(
+          `Rank ${rank} starts ${offset} ns from the anchor; first-sample alignment may be approximate.`,
+        );
+      }
+    }
+    const firstCause = detectFirstCause(grouped, offsets, missingRanks, medianIntervalNs);
+    const rankSampleCounts: Record<string, number> = {};
+    for (const [rank, partial] of grouped) rankSampleCounts[String(rank)] = partial.count;
+    const alignment: Record<string, bigint> = {};
+    for (const [rank, offset] of offsets) alignment[String(rank)] = offset;
+    return {
+      job_id: this.jobId,
+      world_size: worldSize,
+      participating_ranks: participatingRanks,
+      missing_ranks: missingRanks,
+      rank_sample_counts: rankSampleCounts,
+      alignment_offsets_ns: alignment,
+      cluster_onset_timestamp_ns: firstCause.clusterOnsetNs,
+      first_cause_suspects: firstCause.suspects,
+      notes: [...new Set([...notes, ...firstCause.notes])],
+    };
+  }
+}
+
+/** One rank's selected samples, `t` in ns after `base`. */
+interface Selected {
+  base: bigint;
+  t: Float64Array;
+  order: Float64Array;
+  used: Float64Array;
+  /** Declared sampling interval, ns. */
+  interval: Float64Array;
+  worldSize: Float64Array;
+  series: RankSeries[];
 }
 
 function empty(notes: string[]): CrossRankAnalysis {
@@ -209,143 +387,21 @@ function empty(notes: string[]): CrossRankAnalysis {
   };
 }
 
-/** One rank's selected samples from its series (usually one), merged in time then storage order. */
-function collectRank(
-  rank: number,
-  members: readonly RankSeries[],
-  shifts: readonly number[],
-  selected: (series: RankSeries, i: number) => boolean,
-  worldCounts: Map<number, { count: number; first: Position }>,
-): RankSamples {
-  const countWorld = (t: number, order: number, worldSize: number): void => {
-    if (worldSize <= 1) return;
-    const entry = worldCounts.get(worldSize);
-    const position = { t, order };
-    if (entry === undefined) worldCounts.set(worldSize, { count: 1, first: position });
-    else {
-      entry.count++;
-      if (before(position, entry.first)) entry.first = position;
-    }
-  };
-  const identityAt = (series: RankSeries, i: number) =>
-    series.identities[series.identity === null ? 0 : series.identity[i]!]!;
-  // The usual case: one series, one identity, no equal timestamps: its selected samples as they are.
-  if (members.length === 1 && members[0]!.identities.length === 1) {
-    const series = members[0]!;
-    const shift = shifts[0]!;
-    const identity = series.identities[0]!;
-    let n = 0;
-    for (let i = 0; i < series.count; i++) if (selected(series, i)) n++;
-    const out: RankSamples = {
-      rank,
-      count: n,
-      t: new Float64Array(n),
-      used: new Float64Array(n),
-      interval: new Float64Array(n).fill(identity.sampling_interval_ms),
-      series: new Array(n).fill(series),
-    };
-    let k = 0;
-    for (let i = 0; i < series.count; i++) {
-      if (!selected(series, i)) continue;
-      const t = series.t[i]! + shift;
-      out.t[k] = t;
-      out.used[k] = series.used[i]!;
-      countWorld(t, series.order[i]!, identity.world_size);
-      k++;
-    }
-    return out;
-  }
-  // Candidates: (member, index) pairs in (t, order) order: a merge of the members' sorted series.
-  const picks: { m: number; i: number; t: number; order: number }[] = [];
-  members.forEach((series, m) => {
-    const shift = shifts[m]!;
-    for (let i = 0; i < series.count; i++) {
-      if (!selected(series, i)) continue;
-      const t = series.t[i]! + shift;
-      picks.push({ m, i, t, order: series.order[i]! });
-      countWorld(t, series.order[i]!, identityAt(series, i).world_size);
-    }
-  });
-  if (members.length > 1) picks.sort((a, b) => a.t - b.t || a.order - b.order);
-  // Equal timestamps: the event version's stable sort by (timestamp, pid, host).
-  const identityOf = (p: { m: number; i: number }) => identityAt(members[p.m]!, p.i);
-  for (let i = 1; i < picks.length; i++) {
-    if (picks[i]!.t !== picks[i - 1]!.t) continue;
-    let end = i + 1;
-    while (end < picks.length && picks[end]!.t === picks[i]!.t) end++;
-    const run = picks.slice(i - 1, end);
-    run.sort((a, b) => {
-      const x = identityOf(a);
-      const y = identityOf(b);
-      return x.pid - y.pid || comparePythonStrings(x.host, y.host);
-    });
-    picks.splice(i - 1, run.length, ...run);
-    i = end - 1;
-  }
-  const n = picks.length;
-  const out: RankSamples = {
-    rank,
-    count: n,
-    t: new Float64Array(n),
-    used: new Float64Array(n),
-    interval: new Float64Array(n),
-    series: new Array(n),
-  };
-  for (let k = 0; k < n; k++) {
-    const pick = picks[k]!;
-    const series = members[pick.m]!;
-    out.t[k] = pick.t;
-    out.used[k] = series.used[pick.i]!;
-    out.interval[k] = identityOf(pick).sampling_interval_ms;
-    out.series[k] = series;
-  }
-  return out;
-}
-
-/** Median positive gap between a rank's consecutive samples; else of the declared intervals; else 0. */
-function medianInterval(grouped: ReadonlyMap<number, RankSamples>): bigint {
-  let count = 0;
-  for (const samples of grouped.values()) {
-    for (let i = 1; i < samples.count; i++) if (samples.t[i]! - samples.t[i - 1]! > 0) count++;
-  }
-  if (count > 0) {
-    const deltas = new Float64Array(count);
-    let k = 0;
-    for (const samples of grouped.values()) {
-      for (let i = 1; i < samples.count; i++) {
-        const delta = samples.t[i]! - samples.t[i - 1]!;
-        if (delta > 0) deltas[k++] = delta;
-      }
-    }
-    return integerMedian(deltas);
-  }
-  const fallback: number[] = [];
-  for (const samples of grouped.values()) {
-    for (let i = 0; i < samples.count; i++)
-      if (samples.interval[i]! > 0) fallback.push(samples.interval[i]! * 1_000_000);
-  }
-  return fallback.length > 0 ? integerMedian(Float64Array.from(fallback)) : 0n;
-}
-
-interface Candidate {
-  rank: number;
-  sessionId: string;
-  firstSpikeNs: bigint;
-  alignedFirstSpikeNs: bigint;
-  peakDeltaBytes: number;
-  windowSamples: number;
-}
-
 /** The first sample where consecutive increases of device used add up to `max(64 MiB, 10% of the peak)`. */
-function findSpike(samples: RankSamples, offset: bigint, base: bigint): Candidate | null {
-  if (samples.count < 2) return null;
+function findSpike(
+  samples: Selected,
+  rank: number,
+  resolverOf: (series: RankSeries) => PhaseResolver | null,
+): Spike | null {
+  const n = samples.t.length;
+  if (n < 2) return null;
   let peak = Number.NEGATIVE_INFINITY;
-  for (let i = 0; i < samples.count; i++) if (samples.used[i]! > peak) peak = samples.used[i]!;
+  for (let i = 0; i < n; i++) if (samples.used[i]! > peak) peak = samples.used[i]!;
   const threshold = Math.max(SPIKE_MIN_BYTES, Math.trunc(peak * 0.1));
   let cumulative = 0;
   let windowSamples = 0;
   let previous = samples.used[0]!;
-  for (let i = 1; i < samples.count; i++) {
+  for (let i = 1; i < n; i++) {
     const used = samples.used[i]!;
     const delta = used - previous;
     previous = used;
@@ -357,35 +413,39 @@ function findSpike(samples: RankSamples, offset: bigint, base: bigint): Candidat
     cumulative += delta;
     windowSamples++;
     if (cumulative < threshold) continue;
-    const ts = base + BigInt(samples.t[i]!);
+    const series = samples.series[i]!;
+    const ts = samples.base + BigInt(samples.t[i]!);
+    const resolver = resolverOf(series);
     return {
-      rank: samples.rank,
-      sessionId: samples.series[i]!.sessionId,
+      sessionId: series.sessionId,
       firstSpikeNs: ts,
-      alignedFirstSpikeNs: ts - offset,
       peakDeltaBytes: cumulative,
       windowSamples,
+      attribution: resolver ? phaseAttributionToPayload(resolver.resolve(ts, series.sessionId, rank)) : null,
     };
   }
   return null;
 }
 
 function detectFirstCause(
-  grouped: ReadonlyMap<number, RankSamples>,
+  grouped: ReadonlyMap<number, RankPartial>,
   offsets: ReadonlyMap<number, bigint>,
   missingRanks: readonly number[],
   medianIntervalNs: bigint,
-  base: bigint,
-  resolver: PhaseResolver | null,
 ): { clusterOnsetNs: bigint | null; suspects: FirstCauseSuspect[]; notes: string[] } {
   if (grouped.size === 1) return { clusterOnsetNs: null, suspects: [], notes: [NOTE_ONE_RANK] };
   const notes: string[] = [];
   const sparseRanks: number[] = [];
-  const candidates: Candidate[] = [];
-  for (const [rank, samples] of grouped) {
-    if (samples.count < 2) sparseRanks.push(rank);
-    const candidate = findSpike(samples, offsets.get(rank) ?? 0n, base);
-    if (candidate !== null) candidates.push(candidate);
+  const candidates: (Spike & { rank: number; alignedFirstSpikeNs: bigint })[] = [];
+  for (const [rank, partial] of grouped) {
+    if (partial.count < 2) sparseRanks.push(rank);
+    if (partial.spike !== null) {
+      candidates.push({
+        ...partial.spike,
+        rank,
+        alignedFirstSpikeNs: partial.spike.firstSpikeNs - (offsets.get(rank) ?? 0n),
+      });
+    }
   }
   if (sparseRanks.length > 0) {
     const listed = [...sparseRanks].sort((a, b) => a - b).join(", ");
@@ -418,9 +478,6 @@ function detectFirstCause(
         confidence = "high";
       else confidence = sparse ? "low" : "medium";
     }
-    const attribution = resolver
-      ? resolver.resolve(candidate.firstSpikeNs, candidate.sessionId, candidate.rank)
-      : null;
     return {
       rank: candidate.rank,
       first_spike_timestamp_ns: candidate.firstSpikeNs,
@@ -433,7 +490,7 @@ function detectFirstCause(
         device_used_delta_bytes: candidate.peakDeltaBytes,
         supporting_ranks_at_or_before_onset: ranked.length,
       },
-      phase_attribution: phaseAttributionToPayload(attribution),
+      phase_attribution: candidate.attribution,
     };
   });
   return { clusterOnsetNs, suspects, notes };

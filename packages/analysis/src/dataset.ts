@@ -1,8 +1,11 @@
 /**
- * The data of the selected session(s), combined from the segments' aggregates: per session and
- * rank one time-ordered series of samples (typed columns), its phase boundaries, alerts, health
- * transitions and peaks. The analyses read this and nothing else.
+ * The data of the selected session(s), one rank at a time. `planDataset` works out from the segments'
+ * digests which ranks there are and where their parts lie; `DatasetLoader.load` then combines one
+ * session's rank from its segments into a time-ordered series of samples (typed columns) with its
+ * phase boundaries, alerts, health transitions and peaks. Aggregates kept on disk (the index) are
+ * read when a rank needs them and let go after, so memory holds one rank's data, not the input's.
  */
+import { readFileSync } from "node:fs";
 import type {
   AlertEntry,
   BoundaryEntry,
@@ -10,9 +13,12 @@ import type {
   HealthEntry,
   RankPart,
   SampleIdentity,
+  SegmentAggregate,
 } from "./aggregate.js";
 import { TimeRangeError } from "./errors.js";
+import { decodeAggregate } from "./index-format.js";
 import type { SegmentData } from "./merge.js";
+import { scanSegmentSync } from "./scan.js";
 
 /** Storage order of a line: segment ordinal and line number in one exact double. */
 export const ORDER_SEGMENT_SCALE = 2 ** 32;
@@ -42,59 +48,169 @@ export interface RankSeries {
   readonly minTs: bigint | null;
   readonly maxTs: bigint | null;
   readonly peaks: readonly [CounterPeak | null, CounterPeak | null, CounterPeak | null];
-  /** Phase boundaries in storage order, `order` like the samples'. */
-  readonly boundaries: readonly (BoundaryEntry & { readonly order: number })[];
+  /** Phase boundaries in storage order. */
+  readonly boundaries: readonly BoundaryEntry[];
   readonly alerts: readonly AlertEntry[];
   readonly health: readonly HealthEntry[];
 }
 
-/** The selected data. */
-export interface Dataset {
-  /** Per session and rank, ordered by session id then rank. */
-  readonly series: readonly RankSeries[];
-  /** Event counts per type over the selection. */
+/** Where one session's rank lies: the ordinals of the segments holding parts of it. */
+export interface SeriesPlan {
+  readonly sessionId: string;
+  readonly rank: number;
+  readonly ordinals: readonly number[];
+}
+
+/** What the selection holds, from the digests alone. */
+export interface DatasetPlan {
+  readonly segments: readonly SegmentData[];
+  /** Per rank (ascending), its sessions' series (by session id). */
+  readonly ranks: readonly { readonly rank: number; readonly series: readonly SeriesPlan[] }[];
   readonly eventTypes: ReadonlyMap<string, number>;
   readonly eventCount: number;
+  /** Exact `sample` events. */
+  readonly sampleCount: number;
+  /** Cross-rank job statistics over samples with device used memory: count and first position. */
+  readonly jobs: ReadonlyMap<string, { count: number; firstTs: bigint; firstOrder: number }>;
 }
 
-interface Builder {
-  sessionId: string;
-  rank: number;
-  parts: { ordinal: number; part: RankPart }[];
-}
-
-/** Combines the parts of `memberIds` from every segment (given in reading order). */
-export function buildDataset(segments: readonly SegmentData[], memberIds: readonly string[]): Dataset {
+/** Plans the selection `memberIds` over `segments` (in reading order). */
+export function planDataset(segments: readonly SegmentData[], memberIds: readonly string[]): DatasetPlan {
   const members = new Set(memberIds);
-  const builders = new Map<string, Builder>();
+  const bySeries = new Map<string, { sessionId: string; rank: number; ordinals: number[] }>();
   const eventTypes = new Map<string, number>();
+  const jobs = new Map<string, { count: number; firstTs: bigint; firstOrder: number }>();
   let eventCount = 0;
+  let sampleCount = 0;
   segments.forEach((segment, ordinal) => {
-    for (const [sessionId, session] of segment.aggregate.sessions) {
-      if (!members.has(sessionId)) continue;
+    for (const session of segment.digest.sessions) {
+      if (!members.has(session.sessionId)) continue;
       eventCount += session.eventCount;
       for (const [type, count] of session.eventTypes)
         eventTypes.set(type, (eventTypes.get(type) ?? 0) + count);
-      for (const [rank, part] of session.ranks) {
-        const key = `${rank}\u0000${sessionId}`;
-        let builder = builders.get(key);
-        if (builder === undefined) {
-          builder = { sessionId, rank, parts: [] };
-          builders.set(key, builder);
+      for (const rank of session.ranks) {
+        sampleCount += rank.sampleCount;
+        const key = `${rank.rank}\u0000${session.sessionId}`;
+        const entry = bySeries.get(key);
+        if (entry === undefined)
+          bySeries.set(key, { sessionId: session.sessionId, rank: rank.rank, ordinals: [ordinal] });
+        else entry.ordinals.push(ordinal);
+        for (const job of rank.jobs) {
+          const order = ordinal * ORDER_SEGMENT_SCALE + job.firstLine;
+          const known = jobs.get(job.jobId);
+          if (known === undefined)
+            jobs.set(job.jobId, { count: job.count, firstTs: job.firstTs, firstOrder: order });
+          else {
+            known.count += job.count;
+            if (job.firstTs < known.firstTs || (job.firstTs === known.firstTs && order < known.firstOrder)) {
+              known.firstTs = job.firstTs;
+              known.firstOrder = order;
+            }
+          }
         }
-        builder.parts.push({ ordinal, part });
       }
     }
   });
-  const series = [...builders.values()].map(combine);
-  series.sort((a, b) => (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : a.rank - b.rank));
-  return { series, eventTypes, eventCount };
+  const byRank = new Map<number, SeriesPlan[]>();
+  for (const series of bySeries.values()) {
+    const list = byRank.get(series.rank);
+    if (list === undefined) byRank.set(series.rank, [series]);
+    else list.push(series);
+  }
+  const ranks = [...byRank.entries()]
+    .sort((a, b) => a[0] - b[0])
+    .map(([rank, series]) => ({
+      rank,
+      series: series.sort((a, b) => (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0)),
+    }));
+  return { segments, ranks, eventTypes, eventCount, sampleCount, jobs };
 }
 
-function combine(builder: Builder): RankSeries {
+/** Combines series from the plan's segments, reading aggregates kept on disk when needed. */
+export class DatasetLoader {
+  /** Aggregates read from disk, by ordinal, until `release()`. */
+  private readonly loaded = new Map<number, SegmentAggregate>();
+
+  constructor(private readonly plan: DatasetPlan) {}
+
+  private aggregate(ordinal: number): SegmentAggregate {
+    const segment = this.plan.segments[ordinal]!;
+    if (segment.aggregate !== null) return segment.aggregate;
+    let aggregate = this.loaded.get(ordinal);
+    if (aggregate === undefined) {
+      const file = segment.file!;
+      let bytes: Buffer | null = null;
+      try {
+        bytes = readFileSync(file.path);
+      } catch {
+        bytes = null;
+      }
+      aggregate = bytes === null ? undefined : decodeAggregate(bytes, file.stamp);
+      // An index file damaged since it was checked: the segment itself is read again.
+      if (aggregate === undefined && segment.segment !== undefined)
+        aggregate = scanSegmentSync(segment.segment);
+      if (aggregate === undefined)
+        throw new Error(
+          `index file ${file.path} is unreadable; delete the index directory and analyse again`,
+        );
+      this.loaded.set(ordinal, aggregate);
+    }
+    return aggregate;
+  }
+
+  /** One session's rank, combined from its segments. */
+  load(plan: SeriesPlan): RankSeries {
+    const parts = plan.ordinals.map((ordinal) => ({
+      ordinal,
+      part: this.aggregate(ordinal).sessions.get(plan.sessionId)!.ranks.get(plan.rank)!,
+    }));
+    return parts.length === 1 ? single(plan, parts[0]!) : combine(plan, parts);
+  }
+
+  /** Lets go of aggregates read from disk, except those `keep` still needs. */
+  release(keep: readonly number[] = []): void {
+    const wanted = new Set(keep);
+    for (const ordinal of [...this.loaded.keys()]) if (!wanted.has(ordinal)) this.loaded.delete(ordinal);
+  }
+}
+
+/** A series made of one segment's part: its columns are used as they are (no copy). */
+function single(plan: SeriesPlan, { ordinal, part }: { ordinal: number; part: RankPart }): RankSeries {
+  const samples = part.samples;
+  const n = samples.count;
+  const orderBase = ordinal * ORDER_SEGMENT_SCALE;
+  const order = new Float64Array(n);
+  for (let i = 0; i < n; i++) order[i] = orderBase + samples.line[i]!;
+  const view = (array: Float64Array): Float64Array => (array.length === n ? array : array.subarray(0, n));
+  return sortSeries({
+    sessionId: plan.sessionId,
+    rank: plan.rank,
+    count: n,
+    base: part.base ?? 0n,
+    t: view(samples.t),
+    order,
+    allocated: view(samples.allocated),
+    reserved: view(samples.reserved),
+    used: view(samples.used),
+    total: view(samples.total),
+    tensors: view(samples.tensors),
+    identities: part.identities,
+    identity: samples.identity === null ? null : samples.identity.subarray(0, n),
+    samplesWithoutUsed: part.samplesWithoutUsed,
+    eventCount: part.eventCount,
+    minTs: part.minTs,
+    maxTs: part.maxTs,
+    peaks: part.peaks,
+    boundaries: part.boundaries,
+    alerts: part.alerts,
+    health: part.health,
+  });
+}
+
+function combine(plan: SeriesPlan, parts: readonly { ordinal: number; part: RankPart }[]): RankSeries {
   let n = 0;
   let base: bigint | null = null;
-  for (const { part } of builder.parts) {
+  for (const { part } of parts) {
     n += part.samples.count;
     if (part.base !== null && (base === null || part.base < base)) base = part.base;
   }
@@ -108,7 +224,7 @@ function combine(builder: Builder): RankSeries {
   const tensors = new Float64Array(n);
   const identities: SampleIdentity[] = [];
   let identity: Uint16Array | null = null;
-  const boundaries: (BoundaryEntry & { order: number })[] = [];
+  const boundaries: BoundaryEntry[] = [];
   const alerts: AlertEntry[] = [];
   const health: HealthEntry[] = [];
   const peaks: [CounterPeak | null, CounterPeak | null, CounterPeak | null] = [null, null, null];
@@ -117,12 +233,12 @@ function combine(builder: Builder): RankSeries {
   let minTs: bigint | null = null;
   let maxTs: bigint | null = null;
   let offset = 0;
-  for (const { ordinal, part } of builder.parts) {
+  for (const { ordinal, part } of parts) {
     const samples = part.samples;
     const count = samples.count;
     const orderBase = ordinal * ORDER_SEGMENT_SCALE;
     const shift = part.base === null ? 0n : part.base - base;
-    if (shift > 9_007_199_254_740_991n) throw new TimeRangeError(builder.sessionId, builder.rank);
+    if (shift > 9_007_199_254_740_991n) throw new TimeRangeError(plan.sessionId, plan.rank);
     const delta = Number(shift);
     const source = samples.t;
     for (let i = 0; i < count; i++) t[offset + i] = source[i]! + delta;
@@ -132,7 +248,7 @@ function combine(builder: Builder): RankSeries {
     total.set(samples.total.subarray(0, count), offset);
     tensors.set(samples.tensors.subarray(0, count), offset);
     for (let i = 0; i < count; i++) order[offset + i] = orderBase + samples.line[i]!;
-    // Identities: re-indexed into the combined list.
+    // Identities, re-indexed into the combined list.
     const map = part.identities.map((id) => {
       const found = identities.findIndex(
         (known) =>
@@ -153,10 +269,9 @@ function combine(builder: Builder): RankSeries {
       for (let i = 0; i < count; i++) identity[offset + i] = map[local === null ? 0 : local[i]!]!;
     }
     offset += count;
-    for (const boundary of part.boundaries)
-      boundaries.push({ ...boundary, order: orderBase + boundary.line });
-    alerts.push(...part.alerts);
-    health.push(...part.health);
+    for (const boundary of part.boundaries) boundaries.push(boundary);
+    for (const alert of part.alerts) alerts.push(alert);
+    for (const entry of part.health) health.push(entry);
     part.peaks.forEach((peak, i) => {
       const current = peaks[i] ?? null;
       if (peak !== null && (current === null || peak.value > current.value)) peaks[i] = { ...peak };
@@ -166,9 +281,9 @@ function combine(builder: Builder): RankSeries {
     if (part.minTs !== null && (minTs === null || part.minTs < minTs)) minTs = part.minTs;
     if (part.maxTs !== null && (maxTs === null || part.maxTs > maxTs)) maxTs = part.maxTs;
   }
-  const result: RankSeries = {
-    sessionId: builder.sessionId,
-    rank: builder.rank,
+  return sortSeries({
+    sessionId: plan.sessionId,
+    rank: plan.rank,
     count: n,
     base,
     t,
@@ -188,8 +303,7 @@ function combine(builder: Builder): RankSeries {
     boundaries,
     alerts,
     health,
-  };
-  return sortSeries(result);
+  });
 }
 
 /** Sorts a series by `(timestamp, storage order)` when it is not already. */

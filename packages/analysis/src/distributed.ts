@@ -1,20 +1,18 @@
 /**
- * Feeds the selected data to the cross-rank and gap analyses (`cross-rank.ts`, `gap.ts`), which take
- * events: samples are rebuilt from the columns as light records holding the fields those analyses
- * read, in the order the reference's callers give them (time order; ties in storage order).
+ * Feeds one rank's samples to the gap analysis (`gap.ts`), which takes events: samples are rebuilt
+ * from the columns as light records holding the fields it reads, and only for ranks whose gap can
+ * reach its threshold at all.
  */
 import type { TelemetryEvent } from "@stormlog/core";
 import type { PhaseResolver } from "@stormlog/phases";
-import { type CrossRankAnalysis, summarizeCrossRankAnalysis } from "./cross-rank.js";
-import { crossRankFromColumns } from "./cross-rank-columns.js";
-import type { Dataset, RankSeries } from "./dataset.js";
-import { analyzeGaps } from "./gap.js";
+import type { RankSeries } from "./dataset.js";
+import { analyzeGaps, DEFAULT_GAP_THRESHOLDS } from "./gap.js";
 import type { RankGapFinding } from "./types.js";
 
 const orNull = (value: number): number | null => (Number.isNaN(value) ? null : value);
 
 /** Sample `i` of a series as the light record the analyses read. */
-function sampleRecord(series: RankSeries, i: number): TelemetryEvent {
+export function sampleRecord(series: RankSeries, i: number): TelemetryEvent {
   const identity = series.identities[series.identity === null ? 0 : series.identity[i]!]!;
   return {
     schema_version: 3,
@@ -43,107 +41,45 @@ function sampleRecord(series: RankSeries, i: number): TelemetryEvent {
   } as unknown as TelemetryEvent;
 }
 
-/** Stand-in for the non-sample events of the selection (the analysis only notes that there were some). */
-const NON_SAMPLE = { event_type: "phase_enter" } as unknown as TelemetryEvent;
-
-/** Every sample of the selection in `(timestamp, storage order)` order: a k-way merge of the series. */
-function mergedSamples(series: readonly RankSeries[]): TelemetryEvent[] {
-  const live = series.filter((s) => s.count > 0);
-  const heads = new Int32Array(live.length);
-  // Binary heap of series indices by their head sample.
-  const heap: number[] = [];
-  const less = (a: number, b: number): boolean => {
-    const sa = live[a]!;
-    const sb = live[b]!;
-    const ta = sa.base + BigInt(sa.t[heads[a]!]!);
-    const tb = sb.base + BigInt(sb.t[heads[b]!]!);
-    if (ta !== tb) return ta < tb;
-    return sa.order[heads[a]!]! < sb.order[heads[b]!]!;
-  };
-  const push = (x: number): void => {
-    heap.push(x);
-    let i = heap.length - 1;
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (!less(heap[i]!, heap[parent]!)) break;
-      [heap[i], heap[parent]] = [heap[parent]!, heap[i]!];
-      i = parent;
-    }
-  };
-  const sift = (): void => {
-    let i = 0;
-    for (;;) {
-      const l = 2 * i + 1;
-      const r = l + 1;
-      let m = i;
-      if (l < heap.length && less(heap[l]!, heap[m]!)) m = l;
-      if (r < heap.length && less(heap[r]!, heap[m]!)) m = r;
-      if (m === i) return;
-      [heap[i], heap[m]] = [heap[m]!, heap[i]!];
-      i = m;
-    }
-  };
-  let total = 0;
-  for (let k = 0; k < live.length; k++) {
-    total += live[k]!.count;
-    push(k);
+/**
+ * gap.ts's own first test, on the columns: at least three usable samples (device total above zero,
+ * device used and allocator reserved present) and a largest |gap| / total of at least the ratio
+ * threshold. Ranks that fail it have no finding, so their samples need not become records.
+ */
+function mayHaveGapFindings(series: RankSeries): boolean {
+  const threshold = DEFAULT_GAP_THRESHOLDS.gapRatioThreshold;
+  let usable = 0;
+  let reached = false;
+  for (let i = 0; i < series.count; i++) {
+    const total = series.total[i]!;
+    const gap = series.used[i]! - series.reserved[i]!;
+    if (!(total > 0) || Number.isNaN(gap)) continue;
+    usable++;
+    if (Math.abs(gap / total) >= threshold) reached = true;
   }
-  const out: TelemetryEvent[] = new Array(total);
-  let n = 0;
-  while (heap.length > 0) {
-    const k = heap[0]!;
-    const s = live[k]!;
-    out[n++] = sampleRecord(s, heads[k]!);
-    heads[k]!++;
-    if (heads[k]! < s.count) sift();
-    else {
-      const last = heap.pop()!;
-      if (heap.length > 0) {
-        heap[0] = last;
-        sift();
-      }
-    }
-  }
-  return out;
-}
-
-/** Distinct ranks of the selection (any event). */
-export function rankCount(dataset: Dataset): number {
-  return new Set(dataset.series.map((series) => series.rank)).size;
-}
-
-/** The reference's cross-rank summary of the selection, with phase attribution. */
-export function crossRankOfDataset(dataset: Dataset, resolver: PhaseResolver | null): CrossRankAnalysis {
-  const columns = crossRankFromColumns(dataset, resolver);
-  if (columns !== null) return columns;
-  return crossRankOfEvents(dataset, resolver);
-}
-
-/** The same through the event version (cross-rank.ts), for selections too wide for exact doubles. */
-export function crossRankOfEvents(dataset: Dataset, resolver: PhaseResolver | null): CrossRankAnalysis {
-  const events = mergedSamples(dataset.series);
-  let samples = 0;
-  for (const series of dataset.series) samples += series.count;
-  if (dataset.eventCount > samples) events.push(NON_SAMPLE);
-  return summarizeCrossRankAnalysis(events, { phaseResolver: resolver });
+  return usable >= 3 && reached;
 }
 
 const SEVERITY_ORDER: Readonly<Record<string, number>> = { critical: 0, warning: 1, info: 2 };
 
-/** Hidden-memory gap findings per rank, ordered by severity then confidence (stable). */
-export function gapsOfDataset(dataset: Dataset, resolver: PhaseResolver | null): RankGapFinding[] {
-  const findings: RankGapFinding[] = [];
-  for (const series of dataset.series) {
-    if (series.count < 3) continue;
+/** Hidden-memory gap findings, one session's rank at a time; `finish` orders them by severity, then confidence. */
+export class GapAccumulator {
+  private readonly findings: RankGapFinding[] = [];
+
+  add(series: RankSeries, resolver: PhaseResolver | null): void {
+    if (!mayHaveGapFindings(series)) return;
     const events: TelemetryEvent[] = new Array(series.count);
     for (let i = 0; i < series.count; i++) events[i] = sampleRecord(series, i);
     for (const finding of analyzeGaps(events, { phaseResolver: resolver })) {
-      findings.push(Object.assign(finding, { rank: series.rank, session_id: series.sessionId }));
+      this.findings.push(Object.assign(finding, { rank: series.rank, session_id: series.sessionId }));
     }
   }
-  findings.sort(
-    (a, b) =>
-      (SEVERITY_ORDER[a.severity] ?? 3) - (SEVERITY_ORDER[b.severity] ?? 3) || b.confidence - a.confidence,
-  );
-  return findings;
+
+  finish(): RankGapFinding[] {
+    // Stable, like Python's sort.
+    return this.findings.sort(
+      (a, b) =>
+        (SEVERITY_ORDER[a.severity] ?? 3) - (SEVERITY_ORDER[b.severity] ?? 3) || b.confidence - a.confidence,
+    );
+  }
 }

@@ -1,23 +1,30 @@
 /**
  * Transparent indexing. The first analysis of a sink writes, as a by-product of its scan, one
- * aggregate file per segment and a catalog into `<sink>/.stormlog-index/` (or, when that location
- * is not writable, a cache directory), plus the finished report. A later analysis stats every
- * segment (and the manifests and rollups): when nothing changed it returns the stored report; else
- * it reads the aggregate of each segment whose size, mtime, ctime and inode are unchanged, scans
- * only segments that changed or appeared, forgets pruned ones, and starts over when the index's
- * format or settings differ. There is no separate indexing step, and nothing is used unless its
- * source provably did not change: a file modified within two seconds of being indexed is read again.
+ * aggregate file per segment and a catalog (with each segment's digest) into
+ * `<sink>/.stormlog-index/` (or, when that location is not writable, a cache directory), plus the
+ * finished report. A later analysis stats every segment (and the manifests and rollups): when
+ * nothing changed it returns the stored report; else it takes the digest of each segment whose
+ * size, mtime, ctime and inode are unchanged from the catalog (its aggregate is read only when its
+ * rank is analysed), scans only segments that changed or appeared, forgets pruned ones, and starts
+ * over when the index's format or settings differ. There is no separate indexing step, and nothing
+ * is used unless its source provably did not change: a file modified within two seconds of being
+ * indexed is read again.
+ *
+ * Scanned aggregates go to disk as soon as they are made, so memory holds one segment's aggregate
+ * while scanning and one rank's data while analysing, whatever the size of the input. Without an
+ * index, large inputs spill to a temporary directory removed afterwards.
  */
 import { createHash } from "node:crypto";
-import { readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { mkdir, readdir, rm, stat, writeFile } from "node:fs/promises";
-import { homedir } from "node:os";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { readdir, rm, stat, writeFile } from "node:fs/promises";
+import { homedir, tmpdir } from "node:os";
 import { basename, dirname, join, relative } from "node:path";
 import { DETAIL_CAP, type SegmentAggregate } from "./aggregate.js";
-import { aggregateRanks, decodeAggregate, encodeAggregate } from "./index-format.js";
+import { type DigestJson, digestFromJson, digestOf, digestToJson, type SegmentDigest } from "./digest.js";
+import { aggregateStampMatches, encodeAggregate, writeAggregateFile } from "./index-format.js";
 import type { SegmentData } from "./merge.js";
 import { deserializeReport, serializeReport } from "./report-cache.js";
-import { type InputSegment, type ResolvedInput, scanSegment } from "./scan.js";
+import { type InputSegment, type ResolvedInput, scanSegmentSync } from "./scan.js";
 import type { AnalysisReport, IndexUsage } from "./types.js";
 
 /** Directory the index is written to, beside the input. */
@@ -25,9 +32,14 @@ export const INDEX_DIRNAME = ".stormlog-index";
 /** `format` of the catalog. */
 export const INDEX_FORMAT = "stormlog.analysis_index";
 /** Bumped whenever what an aggregate or a stored report holds, or how it is computed, changes. */
-export const INDEX_VERSION = 1;
+export const INDEX_VERSION = 2;
 /** Environment variable naming the cache directory for indexes. */
 export const CACHE_DIR_ENV = "STORMLOG_CACHE_DIR";
+/**
+ * Without an index, inputs larger than this spill scanned aggregates to a temporary directory
+ * (`STORMLOG_SPILL_MIN_BYTES` overrides it, for tests).
+ */
+export const SPILL_MIN_BYTES = 128 << 20;
 
 /** Everything an aggregate depends on besides the segment's bytes. */
 const SETTINGS = JSON.stringify({
@@ -53,12 +65,10 @@ interface Fingerprint {
 interface CatalogEntry extends Fingerprint {
   /** Segment path relative to the index base. */
   path: string;
+  /** Aggregate file in `segments/`. */
   file: string;
-  lines: number;
-  events: number;
-  minTs: string | null;
-  maxTs: string | null;
   ranks: number[];
+  digest: DigestJson;
   /** Modified within RACY_NS of indexing: never trusted, scanned again. */
   racy: boolean;
 }
@@ -79,7 +89,7 @@ export interface SegmentIndexOptions {
   onProgress?: (progress: { phase: string; done: number; total: number }) => void;
 }
 
-/** Segments' aggregates in reading order, their sizes, and how the index was used. */
+/** Segments in reading order, their sizes, and how the index was used. */
 export interface LoadedSegments {
   segments: SegmentData[];
   sizes: number[];
@@ -146,7 +156,7 @@ function locate(
   return { base, catalog, dirs: [join(base, INDEX_DIRNAME), cached(userCacheDir())], explicit: false };
 }
 
-async function readCatalog(dir: string, name: string): Promise<Catalog | null> {
+function readCatalog(dir: string, name: string): Catalog | null {
   try {
     const value = JSON.parse(readFileSync(join(dir, name), "utf8")) as Catalog;
     if (typeof value !== "object" || value === null || !Array.isArray(value.segments)) return null;
@@ -156,47 +166,72 @@ async function readCatalog(dir: string, name: string): Promise<Catalog | null> {
   }
 }
 
-/** Writes through a temporary file and a rename, so readers never see half a file (synchronous: small files, CPU-bound caller). */
-async function writeAtomic(path: string, data: Uint8Array | string): Promise<void> {
-  const tmp = `${path}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
-  try {
-    writeFileSync(tmp, data);
-    renameSync(tmp, path);
-  } catch (error) {
-    rmSync(tmp, { force: true });
-    throw error;
-  }
-}
+const writeAtomic = writeAggregateFile;
 
 function describeError(error: unknown): string {
   const code = (error as { code?: string }).code;
   return code ? `${code}: ${(error as Error).message}` : String(error);
 }
 
-async function scanAll(
-  segments: readonly InputSegment[],
-  onProgress: SegmentIndexOptions["onProgress"],
-  sizes: readonly number[],
-): Promise<SegmentAggregate[]> {
-  let total = 0;
-  for (const size of sizes) total += size;
-  let done = 0;
-  const out: SegmentAggregate[] = [];
-  for (let i = 0; i < segments.length; i++) {
-    const before = done;
-    out.push(
-      await scanSegment(segments[i]!, (bytes) =>
-        onProgress?.({ phase: "scan", done: before + bytes, total }),
-      ),
-    );
-    done += sizes[i]!;
-    onProgress?.({ phase: "scan", done, total });
+/** Creates `dir/segments`; the first candidate that works. */
+function writableDir(candidates: readonly string[], failures: string[]): string | null {
+  for (const candidate of candidates) {
+    try {
+      mkdirSync(join(candidate, "segments"), { recursive: true });
+      return candidate;
+    } catch (error) {
+      failures.push(`${candidate}: ${describeError(error)}`);
+    }
   }
-  return out;
+  return null;
+}
+
+/** One segment to scan, with where its aggregate goes (null: keep it in memory). */
+interface ScanJob {
+  readonly segment: InputSegment;
+  readonly size: number;
+  readonly stamp: string;
+  readonly path: string | null;
+}
+
+/** A scanned segment: its digest, and its aggregate unless it was written to its file. */
+interface ScanResult {
+  readonly digest: SegmentDigest;
+  readonly aggregate: SegmentAggregate | null;
+  readonly written: boolean;
+}
+
+/**
+ * Scans the jobs one after the other, each aggregate written to its file as soon as it is made so
+ * that memory holds one segment's aggregate at a time. (Scanning on a worker thread as well was
+ * measured on the 2-core VM: no faster, both threads slowed down, so it is not done.)
+ */
+async function scanJobs(
+  jobs: readonly ScanJob[],
+  write: (path: string, aggregate: SegmentAggregate, stamp: string) => boolean,
+  onBytes: (done: number) => void,
+): Promise<ScanResult[]> {
+  const results: ScanResult[] = [];
+  let done = 0;
+  for (const job of jobs) {
+    const before = done;
+    const aggregate = scanSegmentSync(job.segment, (bytes) => onBytes(before + bytes));
+    const digest = digestOf(aggregate);
+    const written = job.path !== null && write(job.path, aggregate, job.stamp);
+    results.push({ digest, aggregate: written ? null : aggregate, written });
+    done += job.size;
+    onBytes(done);
+    // Let timers and I/O callbacks (progress output) run between segments.
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  return results;
 }
 
 /** The index of one input: what is known about its segments, and where it is stored. */
 export class SegmentIndex {
+  /** Temporary directory aggregates were spilled to (removed by `dispose`). */
+  private spill: string | null = null;
+
   private constructor(
     private readonly options: SegmentIndexOptions,
     private readonly segmentsIn: readonly InputSegment[],
@@ -219,13 +254,12 @@ export class SegmentIndex {
       prints[missing] = { size: 0, mtimeNs: "0", ctimeNs: "0", ino: "0", dev: "0" };
     }
     const solid = prints as Fingerprint[];
-    if (!options.index)
-      return new SegmentIndex(options, segments, solid, null, null, null, null, null);
+    if (!options.index) return new SegmentIndex(options, segments, solid, null, null, null, null, null);
     const where = locate(input, options.cacheDir);
     let dir = where.dirs[0]!;
-    let catalog = await readCatalog(dir, where.catalog);
+    let catalog = readCatalog(dir, where.catalog);
     if (catalog === null && where.dirs.length > 1) {
-      const other = await readCatalog(where.dirs[1]!, where.catalog);
+      const other = readCatalog(where.dirs[1]!, where.catalog);
       if (other !== null) {
         dir = where.dirs[1]!;
         catalog = other;
@@ -280,7 +314,7 @@ export class SegmentIndex {
   }
 
   /** The stored report for this exact state of the input, if there is one. */
-  async readReport(sessionId: string | undefined): Promise<AnalysisReport | null> {
+  readReport(sessionId: string | undefined): AnalysisReport | null {
     const file = this.reportFile(sessionId);
     if (file === null || this.catalog === null) return null;
     let text: string;
@@ -306,186 +340,235 @@ export class SegmentIndex {
   /** Stores a finished report (best effort: failures only mean the next analysis recomputes it). */
   async writeReport(sessionId: string | undefined, report: AnalysisReport): Promise<void> {
     const file = this.reportFile(sessionId);
-    if (file === null || report.index === null || report.index.location !== this.dir) return;
+    const dir = this.dir;
+    if (file === null || dir === null || report.index === null || report.index.location !== dir) return;
     try {
-      await writeAtomic(file, serializeReport(report, `${this.state}|${sessionId ?? ""}`));
+      writeAtomic(file, serializeReport(report, `${this.state}|${sessionId ?? ""}`));
       const prefix = `report-${this.state!.slice(0, 24)}-`;
-      const others = (await readdir(this.dir!)).filter((name) =>
+      const others = (await readdir(dir)).filter((name) =>
         /^report-[0-9a-f]{24}-[0-9a-f]{8}\.json$/.test(name),
       );
-      const stale = others.filter((name) => !name.startsWith(prefix));
+      for (const name of others.filter((name) => !name.startsWith(prefix)))
+        await rm(join(dir, name), { force: true });
       const current = others.filter((name) => name.startsWith(prefix));
-      for (const name of stale) await rm(join(this.dir!, name), { force: true });
       if (current.length > MAX_REPORTS) {
         const dated = await Promise.all(
-          current.map(async (name) => ({ name, mtime: (await stat(join(this.dir!, name))).mtimeMs })),
+          current.map(async (name) => ({ name, mtime: (await stat(join(dir, name))).mtimeMs })),
         );
         dated.sort((a, b) => a.mtime - b.mtime);
         for (const { name } of dated.slice(0, dated.length - MAX_REPORTS))
-          await rm(join(this.dir!, name), { force: true });
+          await rm(join(dir, name), { force: true });
       }
     } catch {
       // Best effort.
     }
   }
 
+  /** Removes the temporary spill directory, if any. Call when the analysis is done. */
+  dispose(): void {
+    if (this.spill !== null) rmSync(this.spill, { recursive: true, force: true });
+    this.spill = null;
+  }
+
   /**
-   * The aggregates of every segment, from the index where fresh, else by scanning (and then written
-   * to the index). Without an index everything is scanned and nothing written.
+   * Every segment: its digest from the catalog where fresh, else from a scan whose aggregate is
+   * written to the index (or spilled, or kept in memory for small inputs without an index).
    */
   async loadSegments(): Promise<LoadedSegments> {
-    const { options, segmentsIn: inputSegments, prints } = this;
+    const { options, segmentsIn: inputSegments, prints, where } = this;
     const sizes = this.sizes;
-    const toData = (aggregates: readonly SegmentAggregate[]): SegmentData[] =>
-      aggregates.map((aggregate, i) => ({
-        source: inputSegments[i]!.path,
-        hint: inputSegments[i]!.hint,
-        aggregate,
-      }));
-    const where = this.where;
-    if (where === null) {
-      const aggregates = await scanAll(inputSegments, options.onProgress, sizes);
+    const relPaths = inputSegments.map((segment) =>
+      where === null ? segment.path : relative(where.base, segment.path),
+    );
+    const known = new Map<string, CatalogEntry>();
+    for (const entry of this.catalog?.segments ?? []) known.set(entry.path, entry);
+
+    const data: (SegmentData | undefined)[] = new Array(inputSegments.length);
+    const entries: (CatalogEntry | undefined)[] = new Array(inputSegments.length);
+    const readFrom = this.dir;
+    inputSegments.forEach((segment, i) => {
+      const entry = known.get(relPaths[i]!);
+      if (entry === undefined || entry.racy || readFrom === null || !sameFingerprint(entry, prints[i]!))
+        return;
+      const file = { path: join(readFrom, "segments", entry.file), stamp: stampOf(relPaths[i]!, prints[i]!) };
+      // A missing or foreign aggregate file (deleted, damaged, another writer's): scanned again.
+      if (!aggregateStampMatches(file.path, file.stamp)) return;
+      entries[i] = entry;
+      data[i] = {
+        source: segment.path,
+        hint: segment.hint,
+        digest: digestFromJson(entry.digest),
+        aggregate: null,
+        file,
+        segment,
+      };
+    });
+    const missing = inputSegments.map((_, i) => i).filter((i) => data[i] === undefined);
+    const reused = inputSegments.length - missing.length;
+    const present = new Set(relPaths);
+    const dropped = [...known.keys()].filter((path) => !present.has(path)).length;
+    if (where !== null && missing.length === 0 && dropped === 0 && this.catalog !== null) {
       return {
-        segments: toData(aggregates),
+        segments: data as SegmentData[],
+        sizes,
+        usage: {
+          status: "reused",
+          location: this.dir,
+          segments_reused: reused,
+          segments_scanned: 0,
+          segments_dropped: 0,
+          report_reused: false,
+          reason: this.reason,
+        },
+      };
+    }
+
+    // Where scanned aggregates go: the index; without one, a spill directory for large inputs.
+    const unusable: string[] = [];
+    const failures: string[] = [];
+    let target: string | null = null;
+    if (where !== null) {
+      target = writableDir(
+        [this.dir!, ...where.dirs.filter((candidate) => candidate !== this.dir)],
+        unusable,
+      );
+    }
+    let total = 0;
+    for (const i of missing) total += sizes[i]!;
+    const spillAt = Number(process.env.STORMLOG_SPILL_MIN_BYTES ?? SPILL_MIN_BYTES);
+    if (target === null && total >= spillAt) {
+      try {
+        this.spill = mkdtempSync(join(tmpdir(), "stormlog-analysis-"));
+        mkdirSync(join(this.spill, "segments"));
+      } catch {
+        this.spill = null;
+      }
+    }
+    const sink = target ?? this.spill;
+    // Moving to another location: the aggregates already indexed elsewhere are written there too.
+    const relocating = target !== null && target !== readFrom;
+    const nowNs = BigInt(Date.now()) * 1_000_000n;
+    const files = missing.map((i) => `seg-${hash(stampOf(relPaths[i]!, prints[i]!), 24)}.agg`);
+    const jobs: ScanJob[] = missing.map((i, k) => ({
+      segment: inputSegments[i]!,
+      size: sizes[i]!,
+      stamp: stampOf(relPaths[i]!, prints[i]!),
+      path: sink === null ? null : join(sink, "segments", files[k]!),
+    }));
+    const write = (path: string, aggregate: SegmentAggregate, stamp: string): boolean => {
+      try {
+        writeAtomic(path, encodeAggregate(aggregate, stamp));
+        return true;
+      } catch (error) {
+        failures.push(`${sink}: ${describeError(error)}`);
+        return false;
+      }
+    };
+    const results = await scanJobs(jobs, write, (done) =>
+      options.onProgress?.({ phase: "scan", done, total }),
+    );
+    missing.forEach((i, k) => {
+      const segment = inputSegments[i]!;
+      const result = results[k]!;
+      const job = jobs[k]!;
+      entries[i] = {
+        path: relPaths[i]!,
+        ...prints[i]!,
+        file: files[k]!,
+        ranks: result.digest.sessions
+          .flatMap((session) => session.ranks.map((rank) => rank.rank))
+          .filter((rank, j, all) => all.indexOf(rank) === j)
+          .sort((a, b) => a - b),
+        digest: digestToJson(result.digest),
+        racy: isRacy(prints[i]!, nowNs),
+      };
+      data[i] = {
+        source: segment.path,
+        hint: segment.hint,
+        digest: result.digest,
+        aggregate: result.aggregate,
+        file: result.written ? { path: job.path!, stamp: job.stamp } : null,
+        segment,
+      };
+    });
+    if (relocating && target !== null) {
+      for (let i = 0; i < inputSegments.length; i++) {
+        const item = data[i]!;
+        if (
+          item.aggregate !== null ||
+          item.file === null ||
+          item.file.path.startsWith(join(target, "segments"))
+        )
+          continue;
+        const path = join(target, "segments", entries[i]!.file);
+        try {
+          writeAtomic(path, readFileSync(item.file.path));
+          data[i] = { ...item, file: { path, stamp: item.file.stamp } };
+        } catch (error) {
+          failures.push(`${target}: ${describeError(error)}`);
+        }
+      }
+    }
+    const segments = data as SegmentData[];
+    const counts = { segments_reused: reused, segments_scanned: missing.length, segments_dropped: dropped };
+    if (where === null) {
+      return {
+        segments,
         sizes,
         usage: {
           status: "disabled",
           location: null,
-          segments_reused: 0,
-          segments_scanned: inputSegments.length,
+          ...counts,
           segments_dropped: 0,
           report_reused: false,
           reason: null,
         },
       };
     }
-    let dir = this.dir!;
-    const catalog = this.catalog;
-    const known = new Map<string, CatalogEntry>();
-    for (const entry of catalog?.segments ?? []) known.set(entry.path, entry);
-    const aggregates: (SegmentAggregate | undefined)[] = new Array(inputSegments.length);
-    const relPaths = inputSegments.map((segment) => relative(where.base, segment.path));
-    await Promise.all(
-      inputSegments.map(async (_segment, i) => {
-        const entry = known.get(relPaths[i]!);
-        if (entry === undefined || entry.racy || !sameFingerprint(entry, prints[i]!)) return;
-        try {
-          aggregates[i] = decodeAggregate(
-            readFileSync(join(dir, "segments", entry.file)),
-            stampOf(relPaths[i]!, prints[i]!),
-          );
-        } catch {
-          aggregates[i] = undefined;
-        }
-      }),
-    );
-    const missing = inputSegments.map((_, i) => i).filter((i) => aggregates[i] === undefined);
-    const scanned = await scanAll(
-      missing.map((i) => inputSegments[i]!),
-      options.onProgress,
-      missing.map((i) => sizes[i]!),
-    );
-    missing.forEach((i, k) => {
-      aggregates[i] = scanned[k]!;
-    });
-    const reused = inputSegments.length - missing.length;
-    const current = new Set(relPaths);
-    const dropped = [...known.keys()].filter((path) => !current.has(path)).length;
-    const result = toData(aggregates as SegmentAggregate[]);
-    const reason = this.reason;
-    if (missing.length === 0 && dropped === 0 && catalog !== null) {
+    if (target === null || failures.length > 0) {
+      this.dir = null;
+      const why =
+        target === null
+          ? `no writable index location (${unusable.join("; ")})`
+          : `the index could not be written (${failures.join("; ")})`;
       return {
-        segments: result,
+        segments,
         sizes,
-        usage: {
-          status: "reused",
-          location: dir,
-          segments_reused: reused,
-          segments_scanned: 0,
-          segments_dropped: 0,
-          report_reused: false,
-          reason,
-        },
+        usage: { status: "unavailable", location: null, ...counts, report_reused: false, reason: why },
       };
     }
-
-    // Write the scanned segments' aggregates and the new catalog; on failure try the next location.
-    const nowNs = BigInt(Date.now()) * 1_000_000n;
-    const entries: CatalogEntry[] = inputSegments.map((_segment, i) => {
-      const print = prints[i]!;
-      const aggregate = aggregates[i]!;
-      return {
-        path: relPaths[i]!,
-        ...print,
-        file: `seg-${hash(stampOf(relPaths[i]!, print), 24)}.agg`,
-        lines: aggregate.lineCount,
-        events: aggregate.eventCount,
-        minTs: aggregate.minTs?.toString() ?? null,
-        maxTs: aggregate.maxTs?.toString() ?? null,
-        ranks: aggregateRanks(aggregate),
-        racy: isRacy(print, nowNs),
-      };
-    });
     const next: Catalog = {
       format: INDEX_FORMAT,
       version: INDEX_VERSION,
       settings: SETTINGS,
       base: where.base,
-      segments: entries,
+      segments: entries as CatalogEntry[],
     };
-    const fresh = new Set(missing);
-    const candidates = [dir, ...where.dirs.filter((candidate) => candidate !== dir)];
-    const failures: string[] = [];
-    for (const candidate of candidates) {
-      try {
-        const segmentsDir = join(candidate, "segments");
-        await mkdir(segmentsDir, { recursive: true });
-        const rewriteAll = candidate !== dir;
-        for (let k = 0; k < entries.length; k++) {
-          if (!fresh.has(k) && !rewriteAll) continue;
-          const entry = entries[k]!;
-          await writeAtomic(
-            join(segmentsDir, entry.file),
-            encodeAggregate(aggregates[k]!, stampOf(entry.path, prints[k]!)),
-          );
-        }
-        await writeAtomic(join(candidate, where.catalog), JSON.stringify(next));
-        await removeUnreferenced(candidate, where.catalog, entries);
-        if (candidate === where.dirs[0] && !where.explicit) await writeReadme(candidate);
-        dir = candidate;
-        this.dir = candidate;
-        this.catalog = next;
-        return {
-          segments: result,
-          sizes,
-          usage: {
-            status: catalog === null ? "built" : "updated",
-            location: candidate,
-            segments_reused: reused,
-            segments_scanned: missing.length,
-            segments_dropped: dropped,
-            report_reused: false,
-            reason,
-          },
-        };
-      } catch (error) {
-        failures.push(`${candidate}: ${describeError(error)}`);
-      }
+    try {
+      writeAtomic(join(target, where.catalog), JSON.stringify(next));
+      await removeUnreferenced(target, where.catalog, next.segments);
+      if (target === where.dirs[0] && !where.explicit) await writeReadme(target);
+    } catch (error) {
+      this.dir = null;
+      return {
+        segments,
+        sizes,
+        usage: {
+          status: "unavailable",
+          location: null,
+          ...counts,
+          report_reused: false,
+          reason: `the index could not be written (${describeError(error)})`,
+        },
+      };
     }
-    this.dir = null;
-    return {
-      segments: result,
-      sizes,
-      usage: {
-        status: "unavailable",
-        location: null,
-        segments_reused: reused,
-        segments_scanned: missing.length,
-        segments_dropped: dropped,
-        report_reused: false,
-        reason: `no writable index location (${failures.join("; ")})`,
-      },
-    };
+    const status = this.catalog === null || relocating ? "built" : "updated";
+    this.dir = target;
+    this.catalog = next;
+    const reason =
+      this.reason ??
+      (unusable.length > 0 ? `the preferred location was not writable (${unusable.join("; ")})` : null);
+    return { segments, sizes, usage: { status, location: target, ...counts, report_reused: false, reason } };
   }
 }
 
@@ -504,7 +587,7 @@ async function removeUnreferenced(
   }
   for (const name of names) {
     if (name === catalogName || !/^index.*\.json$/.test(name)) continue;
-    const other = await readCatalog(dir, name);
+    const other = readCatalog(dir, name);
     for (const entry of other?.segments ?? []) referenced.add(entry.file);
   }
   let files: string[];

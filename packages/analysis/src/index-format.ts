@@ -3,6 +3,7 @@
  * alerts, health, identities; timestamps as decimal strings so `JSON.parse` reads it exactly), then
  * the sample columns as raw little-endian arrays, 8-byte aligned, read back as views without copying.
  */
+import { closeSync, openSync, readSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { FLOAT_KEYS, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
 import {
   type AlertEntry,
@@ -17,7 +18,7 @@ import {
   SessionPart,
 } from "./aggregate.js";
 
-const MAGIC = Buffer.from("SLAGG\u0001\u0000\u0000", "latin1");
+const MAGIC = Buffer.from("SLAGG\u0002\u0000\u0000", "latin1");
 
 type Num = number | null;
 const num = (value: number): Num => (Number.isNaN(value) ? null : value);
@@ -79,8 +80,6 @@ interface Header {
   maxTs: string | null;
   warnings: { message: string; sessionId: string | null }[];
   sessions: SessionHeader[];
-  /** Free-form identity of the source (fingerprint), checked by the reader. */
-  stamp: string;
 }
 
 function evidenceOut(value: LinedEvidence | null, offset: number): Evidence {
@@ -192,15 +191,19 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
     maxTs: ts(aggregate.maxTs),
     warnings: aggregate.warnings,
     sessions,
-    stamp,
   };
+  // The stamp comes first, so that `aggregateStampMatches` checks a file from its first bytes.
+  const stampBytes = Buffer.from(stamp, "utf8");
   const json = Buffer.from(JSON.stringify(header), "utf8");
-  const headerEnd = MAGIC.length + 4 + json.length;
+  const jsonStart = MAGIC.length + 4 + stampBytes.length + 4;
+  const headerEnd = jsonStart + json.length;
   const dataStart = Math.ceil(headerEnd / 8) * 8;
   const out = Buffer.alloc(dataStart + offset);
   MAGIC.copy(out, 0);
-  out.writeUInt32LE(json.length, MAGIC.length);
-  json.copy(out, MAGIC.length + 4);
+  out.writeUInt32LE(stampBytes.length, MAGIC.length);
+  stampBytes.copy(out, MAGIC.length + 4);
+  out.writeUInt32LE(json.length, jsonStart - 4);
+  json.copy(out, jsonStart);
   let at = dataStart;
   for (const chunk of chunks) {
     out.set(chunk, at);
@@ -214,17 +217,17 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
  * stamp). Columns are views into `bytes` (copied first when it is not 8-byte aligned).
  */
 export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate | undefined {
-  if (bytes.length < MAGIC.length + 4 || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) return undefined;
-  const length = bytes.readUInt32LE(MAGIC.length);
-  const headerEnd = MAGIC.length + 4 + length;
+  if (!stampMatches(bytes, stamp)) return undefined;
+  const jsonStart = MAGIC.length + 4 + bytes.readUInt32LE(MAGIC.length) + 4;
+  const length = bytes.readUInt32LE(jsonStart - 4);
+  const headerEnd = jsonStart + length;
   if (headerEnd > bytes.length) return undefined;
   let header: Header;
   try {
-    header = JSON.parse(bytes.toString("utf8", MAGIC.length + 4, headerEnd)) as Header;
+    header = JSON.parse(bytes.toString("utf8", jsonStart, headerEnd)) as Header;
   } catch {
     return undefined;
   }
-  if (header.stamp !== stamp) return undefined;
   const dataStart = Math.ceil(headerEnd / 8) * 8;
   let buffer = bytes.buffer;
   let base = bytes.byteOffset + dataStart;
@@ -321,6 +324,44 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
     minTs: unts(header.minTs),
     maxTs: unts(header.maxTs),
   };
+}
+
+function stampMatches(bytes: Buffer, stamp: string): boolean {
+  if (bytes.length < MAGIC.length + 8 || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) return false;
+  const length = bytes.readUInt32LE(MAGIC.length);
+  const end = MAGIC.length + 4 + length;
+  return end + 4 <= bytes.length && bytes.toString("utf8", MAGIC.length + 4, end) === stamp;
+}
+
+/** Whether the aggregate file at `path` starts as one stamped `stamp` (reads only its first bytes). */
+export function aggregateStampMatches(path: string, stamp: string): boolean {
+  let fd: number;
+  try {
+    fd = openSync(path, "r");
+  } catch {
+    return false;
+  }
+  try {
+    const head = Buffer.alloc(MAGIC.length + 8 + Buffer.byteLength(stamp, "utf8"));
+    const read = readSync(fd, head, 0, head.length, 0);
+    return stampMatches(head.subarray(0, read), stamp);
+  } catch {
+    return false;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Writes a file through a temporary name and a rename, so that readers never see half of it. */
+export function writeAggregateFile(path: string, data: Uint8Array | string): void {
+  const tmp = `${path}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
+  try {
+    writeFileSync(tmp, data);
+    renameSync(tmp, path);
+  } catch (error) {
+    rmSync(tmp, { force: true });
+    throw error;
+  }
 }
 
 /** Ranks an aggregate holds (for the catalog's ranges). */

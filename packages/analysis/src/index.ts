@@ -7,8 +7,14 @@ export * from "./diagnostics.js";
 export * from "./export-csv.js";
 export * from "./export-perfetto.js";
 export * from "./gap.js";
-export * from "./stats.js";
+export { CACHE_DIR_ENV, INDEX_DIRNAME, INDEX_FORMAT, INDEX_VERSION } from "./index-cache.js";
 export * from "./report.js";
+export * from "./stats.js";
+export {
+  formatDuration,
+  formatReportText,
+  phaseSummaryFromPayload,
+  signedBytes,
+  type TextOptions,
+} from "./text.js";
 export type * from "./types.js";
-export { INDEX_DIRNAME, CACHE_DIR_ENV, INDEX_FORMAT, INDEX_VERSION } from "./index-cache.js";
-export { formatReportText, formatDuration, phaseSummaryFromPayload, signedBytes, type TextOptions } from "./text.js";

@@ -32,7 +32,8 @@ interface Levels {
   exit: number[];
 }
 
-interface MetricVerdict {
+/** A verdict on one metric. */
+export interface MetricVerdict {
   verdict: LeakVerdictKind;
   confidence: number;
   evidence: LeakEvidence | null;
@@ -47,19 +48,17 @@ function fraction(values: readonly number[], predicate: (value: number) => boole
 }
 
 /**
- * Theil-Sen slope of `y` against its index (median of the pairwise slopes), robust to a transient
- * bump such as a spike in the middle of the run; at most 256 evenly spread points are used.
+ * A robust slope of `y` against its index: the median of the slopes between points half the window
+ * apart. A transient bump touching fewer than half of those pairs does not move it, and it costs
+ * O(n log n), not the O(n²) of Theil-Sen.
  */
 function robustSlope(y: readonly number[]): number {
   const n = y.length;
   if (n < 2) return 0;
-  const step = Math.max(1, Math.ceil(n / 256));
-  const xs: number[] = [];
-  for (let i = 0; i < n; i += step) xs.push(i);
+  const lag = Math.ceil(n / 2);
   const slopes: number[] = [];
-  for (let a = 0; a < xs.length; a++) {
-    for (let b = a + 1; b < xs.length; b++) slopes.push((y[xs[b]!]! - y[xs[a]!]!) / (xs[b]! - xs[a]!));
-  }
+  for (let i = 0; i + lag < n; i++) slopes.push((y[i + lag]! - y[i]!) / lag);
+  if (slopes.length === 0) return (y[n - 1]! - y[0]!) / (n - 1);
   return median(slopes);
 }
 
@@ -175,7 +174,8 @@ const VERDICT_RANK: Readonly<Record<LeakVerdictKind, number>> = {
   insufficient_data: 3,
 };
 
-interface RankVerdicts {
+/** One session's rank's verdicts on one path. */
+export interface RankVerdicts {
   rank: number;
   bytes: MetricVerdict | null;
   tensors: MetricVerdict | null;
@@ -216,11 +216,71 @@ function formatCount(value: number): string {
   return Number.isInteger(value) ? String(value) : value.toFixed(1);
 }
 
-/** Leak verdicts for every phase path (`groups` from `groupByPath`), leaking ones first. */
+/** The verdicts of one session's rank on one path (its occurrences, any order). */
+export function judgeRank(list: readonly Occurrence[]): RankVerdicts {
+  const occurrences = [...list].sort((a, b) =>
+    a.span.startNs < b.span.startNs ? -1 : a.span.startNs > b.span.startNs ? 1 : 0,
+  );
+  let bytesLevels = levelsOf(
+    occurrences,
+    (o) => o.enterAllocated,
+    (o) => o.exitAllocated,
+  );
+  let bytesMetric: LeakEvidence["metric"] = "allocator_allocated_bytes";
+  if (bytesLevels === null) {
+    bytesLevels = levelsOf(
+      occurrences,
+      (o) => o.enterUsed,
+      (o) => o.exitUsed,
+    );
+    bytesMetric = "device_used_bytes";
+  }
+  const tensorLevels = levelsOf(
+    occurrences,
+    (o) => o.enterTensors,
+    (o) => o.exitTensors,
+  );
+  return {
+    rank: occurrences[0]!.span.rank,
+    bytes: bytesLevels === null ? null : judgeLevels(bytesLevels, bytesMetric),
+    tensors: tensorLevels === null ? null : judgeLevels(tensorLevels, "tfjs_num_tensors"),
+  };
+}
+
+/** Leak verdicts accumulated one session's rank at a time (see `PhaseAccumulator`'s `onPath`). */
+export class LeakAccumulator {
+  private readonly paths = new Map<string, { perRank: RankVerdicts[]; occurrences: number }>();
+
+  /** The occurrences of `phasePath` on one session's rank. */
+  add(phasePath: string, occurrences: readonly Occurrence[]): void {
+    let entry = this.paths.get(phasePath);
+    if (entry === undefined) {
+      entry = { perRank: [], occurrences: 0 };
+      this.paths.set(phasePath, entry);
+    }
+    entry.perRank.push(judgeRank(occurrences));
+    entry.occurrences += occurrences.length;
+  }
+
+  /** Verdicts for every path, leaking ones first. */
+  finish(): LeakReport[] {
+    const reports: LeakReport[] = [];
+    for (const [phasePath, entry] of this.paths)
+      reports.push(report(phasePath, entry.perRank, entry.occurrences));
+    annotateParents(reports);
+    return reports.sort(
+      (a, b) =>
+        VERDICT_RANK[a.verdict] - VERDICT_RANK[b.verdict] ||
+        b.confidence - a.confidence ||
+        (a.phase_path < b.phase_path ? -1 : a.phase_path > b.phase_path ? 1 : 0),
+    );
+  }
+}
+
+/** Leak verdicts for occurrences already grouped by path (all ranks). */
 export function detectLeaks(groups: ReadonlyMap<string, readonly Occurrence[]>): LeakReport[] {
-  const reports: LeakReport[] = [];
+  const accumulator = new LeakAccumulator();
   for (const [phasePath, list] of groups) {
-    // Per rank (and session): occurrences in start order.
     const byRank = new Map<string, Occurrence[]>();
     for (const occurrence of list) {
       const key = `${occurrence.span.rank}\u0000${occurrence.span.sessionId}`;
@@ -228,100 +288,67 @@ export function detectLeaks(groups: ReadonlyMap<string, readonly Occurrence[]>):
       if (entry === undefined) byRank.set(key, [occurrence]);
       else entry.push(occurrence);
     }
-    const perRank: RankVerdicts[] = [];
-    for (const occurrences of byRank.values()) {
-      occurrences.sort((a, b) =>
-        a.span.startNs < b.span.startNs ? -1 : a.span.startNs > b.span.startNs ? 1 : 0,
-      );
-      let bytesLevels = levelsOf(
-        occurrences,
-        (o) => o.enterAllocated,
-        (o) => o.exitAllocated,
-      );
-      let bytesMetric: LeakEvidence["metric"] = "allocator_allocated_bytes";
-      if (bytesLevels === null) {
-        bytesLevels = levelsOf(
-          occurrences,
-          (o) => o.enterUsed,
-          (o) => o.exitUsed,
-        );
-        bytesMetric = "device_used_bytes";
-      }
-      const tensorLevels = levelsOf(
-        occurrences,
-        (o) => o.enterTensors,
-        (o) => o.exitTensors,
-      );
-      perRank.push({
-        rank: occurrences[0]!.span.rank,
-        bytes: bytesLevels === null ? null : judgeLevels(bytesLevels, bytesMetric),
-        tensors: tensorLevels === null ? null : judgeLevels(tensorLevels, "tfjs_num_tensors"),
-      });
-    }
-    perRank.sort((a, b) => a.rank - b.rank);
-    const leakingRanks = perRank.filter(
-      (r) => r.bytes?.verdict === "leaking" || r.tensors?.verdict === "leaking",
-    );
-    const analyzed = perRank.filter(
-      (r) =>
-        (r.bytes !== null && r.bytes.verdict !== "insufficient_data") ||
-        (r.tensors !== null && r.tensors.verdict !== "insufficient_data"),
-    );
-    let verdict: LeakVerdictKind;
-    if (leakingRanks.length > 0) verdict = "leaking";
-    else if (analyzed.length === 0) verdict = "insufficient_data";
-    else if (analyzed.some((r) => r.bytes?.verdict === "plateau" || r.tensors?.verdict === "plateau"))
-      verdict = "plateau";
-    else verdict = "stable";
-
-    const pool = verdict === "leaking" ? leakingRanks : analyzed;
-    const best = pool
-      .map((r) => ({ r, v: strongest([r.bytes, r.tensors]) }))
-      .filter((x) => x.v !== null && x.v.verdict === verdict)
-      .sort((a, b) => b.v!.confidence - a.v!.confidence)[0];
-    const confidences = pool.map((r) => strongest([r.bytes, r.tensors])?.confidence ?? 0);
-    const confidence = verdict === "insufficient_data" ? 0 : round(median(confidences), 2);
-    const leakingBytes = leakingRanks
-      .filter((r) => r.bytes?.verdict === "leaking")
-      .map((r) => r.bytes!.retained);
-    const leakingTensors = leakingRanks
-      .filter((r) => r.tensors?.verdict === "leaking")
-      .map((r) => r.tensors!.retained);
-    const bytesPer = leakingBytes.length > 0 ? Math.round(median(leakingBytes)) : null;
-    const tensorsPer = leakingTensors.length > 0 ? round(median(leakingTensors), 1) : null;
-    const occurrences = list.length;
-    reports.push({
-      phase_path: phasePath,
-      verdict,
-      confidence,
-      message: message(
-        phasePath,
-        verdict,
-        bytesPer,
-        tensorsPer,
-        leakingRanks.map((r) => r.rank),
-        perRank.length,
-        occurrences,
-      ),
-      bytes_per_occurrence: bytesPer,
-      tensors_per_occurrence: tensorsPer,
-      occurrences,
-      ranks_analyzed: analyzed.length,
-      leaking_ranks: leakingRanks.map((r) => r.rank),
-      evidence: {
-        bytes: best?.r.bytes?.evidence ?? null,
-        tensors: best?.r.tensors?.evidence ?? null,
-        rank: best?.r.rank ?? null,
-      },
-    });
+    for (const occurrences of byRank.values()) accumulator.add(phasePath, occurrences);
   }
-  annotateParents(reports);
-  return reports.sort(
-    (a, b) =>
-      VERDICT_RANK[a.verdict] - VERDICT_RANK[b.verdict] ||
-      b.confidence - a.confidence ||
-      (a.phase_path < b.phase_path ? -1 : a.phase_path > b.phase_path ? 1 : 0),
+  return accumulator.finish();
+}
+
+function report(phasePath: string, verdicts: readonly RankVerdicts[], occurrences: number): LeakReport {
+  const perRank = [...verdicts].sort((a, b) => a.rank - b.rank);
+  const leakingRanks = perRank.filter(
+    (r) => r.bytes?.verdict === "leaking" || r.tensors?.verdict === "leaking",
   );
+  const analyzed = perRank.filter(
+    (r) =>
+      (r.bytes !== null && r.bytes.verdict !== "insufficient_data") ||
+      (r.tensors !== null && r.tensors.verdict !== "insufficient_data"),
+  );
+  let verdict: LeakVerdictKind;
+  if (leakingRanks.length > 0) verdict = "leaking";
+  else if (analyzed.length === 0) verdict = "insufficient_data";
+  else if (analyzed.some((r) => r.bytes?.verdict === "plateau" || r.tensors?.verdict === "plateau"))
+    verdict = "plateau";
+  else verdict = "stable";
+
+  const pool = verdict === "leaking" ? leakingRanks : analyzed;
+  const best = pool
+    .map((r) => ({ r, v: strongest([r.bytes, r.tensors]) }))
+    .filter((x) => x.v !== null && x.v.verdict === verdict)
+    .sort((a, b) => b.v!.confidence - a.v!.confidence)[0];
+  const confidences = pool.map((r) => strongest([r.bytes, r.tensors])?.confidence ?? 0);
+  const confidence = verdict === "insufficient_data" ? 0 : round(median(confidences), 2);
+  const leakingBytes = leakingRanks
+    .filter((r) => r.bytes?.verdict === "leaking")
+    .map((r) => r.bytes!.retained);
+  const leakingTensors = leakingRanks
+    .filter((r) => r.tensors?.verdict === "leaking")
+    .map((r) => r.tensors!.retained);
+  const bytesPer = leakingBytes.length > 0 ? Math.round(median(leakingBytes)) : null;
+  const tensorsPer = leakingTensors.length > 0 ? round(median(leakingTensors), 1) : null;
+  return {
+    phase_path: phasePath,
+    verdict,
+    confidence,
+    message: message(
+      phasePath,
+      verdict,
+      bytesPer,
+      tensorsPer,
+      leakingRanks.map((r) => r.rank),
+      perRank.length,
+      occurrences,
+    ),
+    bytes_per_occurrence: bytesPer,
+    tensors_per_occurrence: tensorsPer,
+    occurrences,
+    ranks_analyzed: analyzed.length,
+    leaking_ranks: leakingRanks.map((r) => r.rank),
+    evidence: {
+      bytes: best?.r.bytes?.evidence ?? null,
+      tensors: best?.r.tensors?.evidence ?? null,
+      rank: best?.r.rank ?? null,
+    },
+  };
 }
 
 function listRanks(ranks: readonly number[], total: number): string {

@@ -15,6 +15,8 @@ import {
 import { comparePythonStrings } from "@stormlog/phases";
 import { type SessionInfo, SessionNotFoundError } from "@stormlog/sink";
 import type { SegmentAggregate, SessionEvidence } from "./aggregate.js";
+import { digestOf, type SegmentDigest } from "./digest.js";
+import type { InputSegment } from "./scan.js";
 
 /** A session as the analysis lists it: the sink reader's `SessionInfo` plus the ranks it holds. */
 export interface SessionListing extends SessionInfo {
@@ -22,13 +24,28 @@ export interface SessionListing extends SessionInfo {
   ranks: number[];
 }
 
-/** One segment's aggregate with where it came from, in reading order. */
+/** One segment, in reading order: where it came from, its digest, and its aggregate or where to load it. */
 export interface SegmentData {
   /** The segment file (or the input itself for in-memory and JSON inputs). */
   readonly source: string;
   /** The manifest's session for the segment (listed as a source of it even when empty). */
   readonly hint: string | null;
-  readonly aggregate: SegmentAggregate;
+  readonly digest: SegmentDigest;
+  /** The aggregate when held in memory; else `file` has it. */
+  readonly aggregate: SegmentAggregate | null;
+  /** The aggregate's index file and the stamp it must carry, when not held in memory. */
+  readonly file: { readonly path: string; readonly stamp: string } | null;
+  /** The segment itself, scanned again should its index file turn out unreadable. */
+  readonly segment?: InputSegment;
+}
+
+/** A segment held in memory (its digest made from it). */
+export function inMemorySegment(
+  source: string,
+  hint: string | null,
+  aggregate: SegmentAggregate,
+): SegmentData {
+  return { source, hint, digest: digestOf(aggregate), aggregate, file: null };
 }
 
 /**
@@ -69,9 +86,9 @@ export function listSessions(
     return tally;
   };
   for (const segment of segments) {
-    const aggregate = segment.aggregate;
-    for (const [sessionId, part] of aggregate.sessions) {
-      const tally = of(sessionId);
+    const digest = segment.digest;
+    for (const part of digest.sessions) {
+      const tally = of(part.sessionId);
       tally.count += part.eventCount;
       if (part.eventCount > 0) tally.sources.add(segment.source);
       if (
@@ -87,10 +104,10 @@ export function listSessions(
       ) {
         tally.lastStop = part.lastStop;
       }
-      for (const rank of part.ranks.keys()) tally.ranks.add(rank);
+      for (const rank of part.ranks) tally.ranks.add(rank.rank);
     }
-    if (aggregate.eventCount === 0 && segment.hint !== null) of(segment.hint).sources.add(segment.source);
-    for (const warning of aggregate.warnings) {
+    if (digest.eventCount === 0 && segment.hint !== null) of(segment.hint).sources.add(segment.source);
+    for (const warning of digest.warnings) {
       if (warning.sessionId !== null) of(warning.sessionId).warnings.push(warning.message);
     }
   }

@@ -7,34 +7,33 @@
 import type { JsonObject } from "@stormlog/core";
 import { type PhaseEventLike, PhaseReplayIndex, type PhaseSpan } from "@stormlog/phases";
 import type { BoundaryEntry } from "./aggregate.js";
-import type { Dataset, RankSeries } from "./dataset.js";
+import type { RankSeries } from "./dataset.js";
 import type { NetChange, PhaseOccurrence, PhaseStat } from "./types.js";
 
-/** Builds the replay index of the selected data: its boundaries, each rank's last event as group end. */
-export function buildPhaseIndex(dataset: Dataset): PhaseReplayIndex {
+/** The replay index of one session's rank: its boundaries, its last event as the group's end. */
+export function buildPhaseIndex(series: RankSeries): PhaseReplayIndex | null {
+  if (series.boundaries.length === 0) return null;
   const events: PhaseEventLike[] = [];
-  for (const series of dataset.series) {
-    if (series.boundaries.length === 0) continue;
-    // Any event extends its group's end; the rank's latest timestamp stands for all of them.
-    if (series.maxTs !== null) {
-      events.push({
-        session_id: series.sessionId,
-        timestamp_ns: series.maxTs,
-        rank: series.rank,
-        event_type: "sample",
-      });
-    }
-    for (const boundary of series.boundaries) {
-      events.push({
-        session_id: series.sessionId,
-        timestamp_ns: boundary.timestampNs,
-        rank: series.rank,
-        event_type: boundary.eventType,
-        metadata: { phase_scope: boundary.scope },
-      });
-    }
+  // Any event extends its group's end; the rank's latest timestamp stands for all of them.
+  if (series.maxTs !== null) {
+    events.push({
+      session_id: series.sessionId,
+      timestamp_ns: series.maxTs,
+      rank: series.rank,
+      event_type: "sample",
+    });
   }
-  return PhaseReplayIndex.fromEvents(events);
+  for (const boundary of series.boundaries) {
+    events.push({
+      session_id: series.sessionId,
+      timestamp_ns: boundary.timestampNs,
+      rank: series.rank,
+      event_type: boundary.eventType,
+      metadata: { phase_scope: boundary.scope },
+    });
+  }
+  const index = PhaseReplayIndex.fromEvents(events);
+  return index.size > 0 ? index : null;
 }
 
 /** One occurrence with the readings it needs for statistics and leak detection. */
@@ -95,13 +94,12 @@ function sampledTensors(series: RankSeries, ts: bigint): number {
   return Number.NaN;
 }
 
-/** The occurrences of every span of the selected data, in each rank's time order. */
-export function collectOccurrences(dataset: Dataset, index: PhaseReplayIndex): Occurrence[] {
+/** The occurrences of every span of one session's rank. */
+export function collectOccurrences(series: RankSeries, index: PhaseReplayIndex | null): Occurrence[] {
   const out: Occurrence[] = [];
-  for (const series of dataset.series) {
-    if (series.boundaries.length === 0) continue;
+  if (index === null) return out;
+  {
     const spans = index.spansFor(series.sessionId, series.rank);
-    if (spans.length === 0) continue;
     const enters = new Map<string, BoundaryEntry>();
     const exits = new Map<string, BoundaryEntry[]>();
     for (const boundary of series.boundaries) {
@@ -125,37 +123,50 @@ export function collectOccurrences(dataset: Dataset, index: PhaseReplayIndex): O
       const exit = span.syntheticEnd
         ? undefined
         : exits.get(span.scopeId)?.find((b) => b.timestampNs === span.endNs);
+      // Peaks inside the span (ends included): the entry reading, the samples, the exit reading.
       let peakAllocated = Number.NaN;
       let peakAllocatedNs = span.startNs;
       let peakUsed = Number.NaN;
       let peakUsedNs = span.startNs;
-      const consider = (allocated: number, used: number, t: bigint): void => {
-        if (allocated > peakAllocated || (Number.isNaN(peakAllocated) && !Number.isNaN(allocated))) {
-          peakAllocated = allocated;
-          peakAllocatedNs = t;
-        }
-        if (used > peakUsed || (Number.isNaN(peakUsed) && !Number.isNaN(used))) {
-          peakUsed = used;
-          peakUsedNs = t;
-        }
-      };
-      if (enter !== undefined) consider(enter.allocated, enter.used, enter.timestampNs);
+      if (enter !== undefined) {
+        peakAllocated = enter.allocated;
+        peakUsed = enter.used;
+        peakAllocatedNs = peakUsedNs = enter.timestampNs;
+      }
       const ts = series.t;
+      const allocatedColumn = series.allocated;
+      const usedColumn = series.used;
       const startT = Number(span.startNs - series.base);
       const endT = Number(span.endNs - series.base);
+      let bestAllocated = -1;
+      let bestUsed = -1;
       for (let i = lowerBound(ts, series.count, startT); i < series.count && ts[i]! <= endT; i++) {
-        const allocated = series.allocated[i]!;
-        const used = series.used[i]!;
-        if (
-          allocated > peakAllocated ||
-          used > peakUsed ||
-          Number.isNaN(peakAllocated) ||
-          Number.isNaN(peakUsed)
-        ) {
-          consider(allocated, used, series.base + BigInt(ts[i]!));
+        const allocated = allocatedColumn[i]!;
+        if (allocated > peakAllocated || (Number.isNaN(peakAllocated) && !Number.isNaN(allocated))) {
+          peakAllocated = allocated;
+          bestAllocated = i;
+        }
+        const used = usedColumn[i]!;
+        if (used > peakUsed || (Number.isNaN(peakUsed) && !Number.isNaN(used))) {
+          peakUsed = used;
+          bestUsed = i;
         }
       }
-      if (exit !== undefined) consider(exit.allocated, exit.used, exit.timestampNs);
+      if (bestAllocated >= 0) peakAllocatedNs = series.base + BigInt(ts[bestAllocated]!);
+      if (bestUsed >= 0) peakUsedNs = series.base + BigInt(ts[bestUsed]!);
+      if (exit !== undefined) {
+        if (
+          exit.allocated > peakAllocated ||
+          (Number.isNaN(peakAllocated) && !Number.isNaN(exit.allocated))
+        ) {
+          peakAllocated = exit.allocated;
+          peakAllocatedNs = exit.timestampNs;
+        }
+        if (exit.used > peakUsed || (Number.isNaN(peakUsed) && !Number.isNaN(exit.used))) {
+          peakUsed = exit.used;
+          peakUsedNs = exit.timestampNs;
+        }
+      }
       out.push({
         series,
         span,
@@ -225,79 +236,141 @@ function occurrenceReport(occurrence: Occurrence): PhaseOccurrence {
   };
 }
 
-/** Groups occurrences by phase path (sorted by path, so parents precede their children). */
-export function groupByPath(occurrences: readonly Occurrence[]): Map<string, Occurrence[]> {
-  const groups = new Map<string, Occurrence[]>();
-  for (const occurrence of occurrences) {
-    const key = occurrence.span.phasePath;
-    const list = groups.get(key);
-    if (list === undefined) groups.set(key, [occurrence]);
-    else list.push(occurrence);
-  }
-  return new Map([...groups.entries()].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)));
+interface PathStats {
+  path: readonly string[];
+  occurrences: number;
+  ranks: Set<number>;
+  total: bigint;
+  max: bigint;
+  synthetic: number;
+  peakAllocated: PhaseStat["peak_allocated_bytes"];
+  peakUsed: PhaseStat["peak_device_used_bytes"];
+  netBytes: number[];
+  netTensors: number[];
+  worst: Occurrence | null;
+  worstReport: PhaseOccurrence | null;
 }
 
-/** The phases section. */
-export function phaseStatistics(groups: ReadonlyMap<string, readonly Occurrence[]>): PhaseStat[] {
-  const stats: PhaseStat[] = [];
-  for (const [phasePath, list] of groups) {
-    const ranks = new Set<number>();
-    let total = 0n;
-    let max = 0n;
-    let synthetic = 0;
-    let peakAllocated: PhaseStat["peak_allocated_bytes"] = null;
-    let peakUsed: PhaseStat["peak_device_used_bytes"] = null;
-    const netBytes: number[] = [];
-    const netTensors: number[] = [];
-    let worst: Occurrence | null = null;
-    for (const occurrence of list) {
-      const { span } = occurrence;
-      ranks.add(span.rank);
-      const duration = span.endNs - span.startNs;
-      total += duration;
-      if (duration > max) max = duration;
-      if (span.syntheticEnd) synthetic++;
-      else {
-        if (!Number.isNaN(occurrence.enterAllocated) && !Number.isNaN(occurrence.exitAllocated)) {
-          netBytes.push(occurrence.exitAllocated - occurrence.enterAllocated);
-        }
-        if (!Number.isNaN(occurrence.enterTensors) && !Number.isNaN(occurrence.exitTensors)) {
-          netTensors.push(occurrence.exitTensors - occurrence.enterTensors);
-        }
-      }
-      if (
-        !Number.isNaN(occurrence.peakAllocated) &&
-        (peakAllocated === null || occurrence.peakAllocated > peakAllocated.value)
-      ) {
-        peakAllocated = {
-          value: occurrence.peakAllocated,
-          timestamp_ns: occurrence.peakAllocatedNs,
-          rank: span.rank,
-        };
-      }
-      if (!Number.isNaN(occurrence.peakUsed) && (peakUsed === null || occurrence.peakUsed > peakUsed.value)) {
-        peakUsed = { value: occurrence.peakUsed, timestamp_ns: occurrence.peakUsedNs, rank: span.rank };
-      }
-      if (worst === null || worse(occurrence, worst)) worst = occurrence;
+/**
+ * Phase statistics accumulated one session's rank at a time (occurrences are let go after each),
+ * with each rank's occurrences per path handed to `onPath` (the leak verdicts).
+ */
+export class PhaseAccumulator {
+  private readonly paths = new Map<string, PathStats>();
+
+  constructor(
+    private readonly onPath: (phasePath: string, occurrences: readonly Occurrence[]) => void = () =>
+      undefined,
+  ) {}
+
+  add(occurrences: readonly Occurrence[]): void {
+    const byPath = new Map<string, Occurrence[]>();
+    for (const occurrence of occurrences) {
+      const list = byPath.get(occurrence.span.phasePath);
+      if (list === undefined) byPath.set(occurrence.span.phasePath, [occurrence]);
+      else list.push(occurrence);
     }
-    const first = list[0]!.span;
-    stats.push({
-      phase_path: phasePath,
-      path: [...first.path],
-      depth: first.depth,
-      occurrences: list.length,
-      ranks: [...ranks].sort((a, b) => a - b),
-      synthetic_end_count: synthetic,
-      duration: { total_ns: total, mean_ns: roundedMean(total, list.length), max_ns: max },
-      peak_allocated_bytes: peakAllocated,
-      peak_device_used_bytes: peakUsed,
-      net_allocated_bytes: netChange(netBytes),
-      net_tensors: netChange(netTensors),
-      worst_occurrence: worst === null ? null : occurrenceReport(worst),
-    });
+    for (const [phasePath, list] of byPath) {
+      let stats = this.paths.get(phasePath);
+      if (stats === undefined) {
+        stats = {
+          path: list[0]!.span.path,
+          occurrences: 0,
+          ranks: new Set(),
+          total: 0n,
+          max: 0n,
+          synthetic: 0,
+          peakAllocated: null,
+          peakUsed: null,
+          netBytes: [],
+          netTensors: [],
+          worst: null,
+          worstReport: null,
+        };
+        this.paths.set(phasePath, stats);
+      }
+      let worstChanged = false;
+      for (const occurrence of list) {
+        const { span } = occurrence;
+        stats.occurrences++;
+        stats.ranks.add(span.rank);
+        const duration = span.endNs - span.startNs;
+        stats.total += duration;
+        if (duration > stats.max) stats.max = duration;
+        if (span.syntheticEnd) stats.synthetic++;
+        else {
+          if (!Number.isNaN(occurrence.enterAllocated) && !Number.isNaN(occurrence.exitAllocated)) {
+            stats.netBytes.push(occurrence.exitAllocated - occurrence.enterAllocated);
+          }
+          if (!Number.isNaN(occurrence.enterTensors) && !Number.isNaN(occurrence.exitTensors)) {
+            stats.netTensors.push(occurrence.exitTensors - occurrence.enterTensors);
+          }
+        }
+        if (
+          !Number.isNaN(occurrence.peakAllocated) &&
+          (stats.peakAllocated === null || occurrence.peakAllocated > stats.peakAllocated.value)
+        ) {
+          stats.peakAllocated = {
+            value: occurrence.peakAllocated,
+            timestamp_ns: occurrence.peakAllocatedNs,
+            rank: span.rank,
+          };
+        }
+        if (
+          !Number.isNaN(occurrence.peakUsed) &&
+          (stats.peakUsed === null || occurrence.peakUsed > stats.peakUsed.value)
+        ) {
+          stats.peakUsed = {
+            value: occurrence.peakUsed,
+            timestamp_ns: occurrence.peakUsedNs,
+            rank: span.rank,
+          };
+        }
+        if (stats.worst === null || worse(occurrence, stats.worst)) {
+          stats.worst = occurrence;
+          worstChanged = true;
+        }
+      }
+      // Keep the worst occurrence's report, and the occurrence without its series (which holds the rank's samples).
+      if (worstChanged && stats.worst !== null) {
+        stats.worstReport = occurrenceReport(stats.worst);
+        stats.worst = detach(stats.worst);
+      }
+      this.onPath(phasePath, list);
+    }
   }
-  return stats;
+
+  /** The phases section, sorted by path (parents precede their children). */
+  finish(): PhaseStat[] {
+    return [...this.paths.entries()]
+      .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
+      .map(([phasePath, stats]) => ({
+        phase_path: phasePath,
+        path: [...stats.path],
+        depth: stats.path.length,
+        occurrences: stats.occurrences,
+        ranks: [...stats.ranks].sort((a, b) => a - b),
+        synthetic_end_count: stats.synthetic,
+        duration: {
+          total_ns: stats.total,
+          mean_ns: roundedMean(stats.total, stats.occurrences),
+          max_ns: stats.max,
+        },
+        peak_allocated_bytes: stats.peakAllocated,
+        peak_device_used_bytes: stats.peakUsed,
+        net_allocated_bytes: netChange(stats.netBytes),
+        net_tensors: netChange(stats.netTensors),
+        worst_occurrence: stats.worstReport,
+      }));
+  }
 }
+
+/** An occurrence without its series (what `worse` compares stays). */
+function detach(occurrence: Occurrence): Occurrence {
+  return { ...occurrence, series: DETACHED };
+}
+
+const DETACHED = { sessionId: "", rank: -1 } as unknown as RankSeries;
 
 /** `total / count` rounded half up to an integer. */
 function roundedMean(total: bigint, count: number): bigint {

@@ -16,21 +16,23 @@ import {
 } from "@stormlog/core";
 import type { PhaseReplayIndex } from "@stormlog/phases";
 import { loadTelemetrySessions } from "@stormlog/sink";
-import { buildDataset, type Dataset } from "./dataset.js";
-import { crossRankOfDataset, gapsOfDataset, rankCount } from "./distributed.js";
+import { CrossRankAccumulator } from "./cross-rank-columns.js";
+import { DatasetLoader, planDataset, type RankSeries } from "./dataset.js";
+import { GapAccumulator } from "./distributed.js";
 import { INDEX_DIRNAME, SegmentIndex } from "./index-cache.js";
-import { detectLeaks } from "./leaks.js";
+import { LeakAccumulator } from "./leaks.js";
 import {
   findRankGroups,
+  inMemorySegment,
   listSessions,
   type SegmentData,
   type Selection,
   type SessionListing,
   selectSession,
 } from "./merge.js";
-import { buildPhaseIndex, collectOccurrences, groupByPath, phaseStatistics } from "./phase-stats.js";
+import { buildPhaseIndex, collectOccurrences, PhaseAccumulator } from "./phase-stats.js";
 import { aggregateEvents, type ResolvedInput, resolveInput } from "./scan.js";
-import { summarizeAlerts, summarizeDataset, summarizeHealth } from "./summary.js";
+import { AlertsAccumulator, HealthAccumulator, SummaryAccumulator } from "./summary.js";
 import type {
   AnalysisReport,
   IndexUsage,
@@ -99,26 +101,48 @@ function sessionSection(sessions: readonly SessionListing[], selection: Selectio
   return section;
 }
 
+/**
+ * Runs every analysis over the selection, one rank at a time: each rank's sessions are loaded (from
+ * memory or the index), fed to the accumulators, and let go before the next rank.
+ */
 function analyze(parts: ReportParts): AnalysisReport {
-  const dataset: Dataset = buildDataset(parts.segments, parts.selection.memberIds);
-  const phaseIndex: PhaseReplayIndex = buildPhaseIndex(dataset);
-  const resolver = phaseIndex.size > 0 ? phaseIndex : null;
-  const occurrences = collectOccurrences(dataset, phaseIndex);
-  const groups = groupByPath(occurrences);
-  const health = summarizeHealth(dataset);
-  const notes = [...parts.notes, ...parts.selection.notes];
+  const plan = planDataset(parts.segments, parts.selection.memberIds);
+  const loader = new DatasetLoader(plan);
+  const summary = new SummaryAccumulator();
+  const health = new HealthAccumulator();
+  const alerts = new AlertsAccumulator();
+  const gaps = new GapAccumulator();
+  const leaks = new LeakAccumulator();
+  const phases = new PhaseAccumulator((phasePath, occurrences) => leaks.add(phasePath, occurrences));
+  const crossRank = plan.ranks.length > 1 ? new CrossRankAccumulator(plan) : null;
+  for (const { rank, series: plans } of plan.ranks) {
+    const resolvers = new Map<RankSeries, PhaseReplayIndex | null>();
+    const rankSeries = plans.map((seriesPlan) => loader.load(seriesPlan));
+    for (const series of rankSeries) {
+      const index = buildPhaseIndex(series);
+      resolvers.set(series, index);
+      summary.add(series);
+      health.add(series);
+      alerts.add(series, index);
+      gaps.add(series, index);
+      phases.add(collectOccurrences(series, index));
+    }
+    crossRank?.addRank(rank, rankSeries, (series) => resolvers.get(series) ?? null);
+    loader.release();
+  }
+  const healthReport = health.finish(plan.eventTypes);
   return {
     input: parts.input,
     session: sessionSection(parts.sessions, parts.selection),
-    summary: summarizeDataset(dataset, health, sinkCounters(parts.sink)),
-    phases: phaseStatistics(groups),
-    leaks: detectLeaks(groups),
-    gap_analysis: gapsOfDataset(dataset, resolver),
-    cross_rank_analysis: rankCount(dataset) > 1 ? crossRankOfDataset(dataset, resolver) : null,
-    collector_health: health,
-    alerts: summarizeAlerts(dataset, resolver),
+    summary: summary.finish(plan.eventTypes, plan.eventCount, healthReport, sinkCounters(parts.sink)),
+    phases: phases.finish(),
+    leaks: leaks.finish(),
+    gap_analysis: gaps.finish(),
+    cross_rank_analysis: crossRank?.finish() ?? null,
+    collector_health: healthReport,
+    alerts: alerts.finish(plan.eventTypes),
     sink: parts.sink,
-    notes,
+    notes: [...parts.notes, ...parts.selection.notes],
     index: parts.index,
   };
 }
@@ -188,7 +212,7 @@ async function sinkSection(
 ): Promise<SinkReport> {
   const warnings: string[] = [];
   for (const segment of segments)
-    for (const warning of segment.aggregate.warnings) warnings.push(warning.message);
+    for (const warning of segment.digest.warnings) warnings.push(warning.message);
   const report = emptySink(input.kind, input.path, warnings);
   let k = 0;
   for (const part of input.parts) {
@@ -197,7 +221,7 @@ async function sinkSection(
     let events = 0;
     for (let i = 0; i < part.segments.length; i++, k++) {
       bytes += sizes[k] ?? 0;
-      events += segments[k]?.aggregate.eventCount ?? 0;
+      events += segments[k]?.digest.eventCount ?? 0;
     }
     const listed = part.manifest?.segments ?? [];
     const missing = listed.filter((segment) => !present.has(segment.filename)).length;
@@ -252,11 +276,25 @@ export async function analyzeTelemetry(path: string, options: AnalyzeOptions = {
     ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
   });
   const inputSize = await sizeOnDisk(input.path);
-  const stored = await index.readReport(options.sessionId);
+  const stored = index.readReport(options.sessionId);
   if (stored !== null) {
     stored.input.size_bytes = inputSize;
     return stored;
   }
+  try {
+    return await analyzeIndexed(input, index, options, inputSize, warnings);
+  } finally {
+    index.dispose();
+  }
+}
+
+async function analyzeIndexed(
+  input: ResolvedInput,
+  index: SegmentIndex,
+  options: AnalyzeOptions,
+  inputSize: number,
+  warnings: readonly string[],
+): Promise<AnalysisReport> {
   const { segments, sizes, usage } = await index.loadSegments();
   const ledger = new Map<string, SessionSummary>();
   for (const part of input.parts) {
@@ -311,9 +349,7 @@ async function analyzeJsonFile(input: ResolvedInput, options: AnalyzeOptions): P
   const loaded = await loadTelemetrySessions(input.path);
   const events: TelemetryEvent[] = [];
   for (const session of loaded) events.push(...session.events);
-  const segments: SegmentData[] = [
-    { source: input.absolute, hint: null, aggregate: aggregateEvents(events) },
-  ];
+  const segments: SegmentData[] = [inMemorySegment(input.absolute, null, aggregateEvents(events))];
   const sessions = listSessions(segments, new Map(), input.defaultSource, input.absolute);
   const selection = selectSession(sessions, findRankGroups(sessions), options.sessionId, input.path);
   const size = await sizeOnDisk(input.path);
@@ -345,7 +381,7 @@ export function analyzeEvents(
   context: AnalyzeEventsContext = {},
 ): AnalysisReport {
   const segments: SegmentData[] = [
-    { source: context.path ?? "<events>", hint: null, aggregate: aggregateEvents(events) },
+    inMemorySegment(context.path ?? "<events>", null, aggregateEvents(events)),
   ];
   const sessions = listSessions(segments, new Map(), "artifact:events", context.path ?? "<events>");
   const memberIds = sessions.map((session) => session.summary.session_id);

@@ -3,7 +3,7 @@
  * each one once, in chunks, into a `SegmentAggregate`. Canonical lines take the byte-level fast
  * path (`fast-line.ts`); every other line is decoded exactly as `@stormlog/sink`'s reader decodes it.
  */
-import { closeSync, openSync, readSync, realpathSync } from "node:fs";
+import { closeSync, openSync, readSync, realpathSync, statSync } from "node:fs";
 import { readdir, stat } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import {
@@ -201,8 +201,20 @@ export async function scanSegment(
   segment: InputSegment,
   onBytes?: (bytes: number) => void,
 ): Promise<SegmentAggregate> {
+  return scanSegmentSync(segment, onBytes);
+}
+
+/** `scanSegment`, blocking (it reads synchronously anyway: the scan is CPU-bound). */
+export function scanSegmentSync(segment: InputSegment, onBytes?: (bytes: number) => void): SegmentAggregate {
   const path = segment.path;
-  const accumulator = new Accumulator();
+  let expected = 256;
+  try {
+    // Sample lines are ~300-700 bytes: size the first rank's columns so that they rarely grow.
+    expected = Math.max(256, Math.ceil(statSync(path).size / 600));
+  } catch {
+    // Reported by the open below.
+  }
+  const accumulator = new Accumulator(expected);
   const reader = new CanonicalLineReader();
   let lastSession: string | null = segment.hint;
   let lineNumber = 0;

@@ -162,7 +162,7 @@ export interface LeakEvidence {
   positive_fraction: number;
   /** Share of tail occurrences after which the level was higher than after the previous one. */
   growth_fraction: number;
-  /** Theil-Sen (median pairwise) slope of the exit level against the occurrence number, tail. */
+  /** Robust slope (median of the slopes between occurrences half the tail apart) of the exit level. */
   slope_per_occurrence: number;
   /** R² of a least-squares line through the tail's exit levels. */
   r_squared: number;

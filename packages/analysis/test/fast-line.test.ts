@@ -1,6 +1,11 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { decodeTelemetryLine, encodeTelemetryRecord, type JsonObject, type TelemetryRecord } from "@stormlog/core";
+import {
+  decodeTelemetryLine,
+  encodeTelemetryRecord,
+  type JsonObject,
+  type TelemetryRecord,
+} from "@stormlog/core";
 import { describe, expect, it } from "vitest";
 import { CanonicalLineReader } from "../src/fast-line.js";
 import { BASE_NS, record } from "./report-helpers.js";
@@ -33,7 +38,8 @@ function decodeOrNull(line: string): TelemetryRecord | null {
   }
 }
 
-const orNaN = (value: number | null | undefined): number => (value === null || value === undefined ? Number.NaN : value);
+const orNaN = (value: number | null | undefined): number =>
+  value === null || value === undefined ? Number.NaN : value;
 
 /** Every field the fast reader exposes equals the full decoder's. */
 function expectSame(reader: CanonicalLineReader, decoded: TelemetryRecord, line: string): void {
@@ -96,7 +102,19 @@ const METADATA: JsonObject[] = [
   { tfjs_num_tensors: 42 },
   { tfjs_num_tensors: 0, backend: "webgl" },
   { nested: { tfjs_num_tensors: 7 }, list: [1, [2, []], {}], flag: true, none: null, neg: -3 },
-  { phase_scope: { action: "enter", path: ["train", "forward"], depth: 2, scope_id: "s:1", parent_scope_id: null, sequence: 1, thread_id: 1, thread_name: "main", name: "forward" } },
+  {
+    phase_scope: {
+      action: "enter",
+      path: ["train", "forward"],
+      depth: 2,
+      scope_id: "s:1",
+      parent_scope_id: null,
+      sequence: 1,
+      thread_id: 1,
+      thread_name: "main",
+      name: "forward",
+    },
+  },
   { text: 'quote " backslash \\ tab \t newline \n unicode \u00e9 \u2028 end', tfjs_num_tensors: 5 },
   { tfjs_num_tensors: "12" },
   { tfjs_num_tensors: [1] },
@@ -111,24 +129,28 @@ describe("CanonicalLineReader agrees with decodeTelemetryLine", () => {
       const total = next() < 0.2 ? null : Math.floor(next() * 2 ** 40);
       const used = total === null ? Math.floor(next() * 2 ** 45) : Math.floor(next() * total);
       const worldSize = 1 + Math.floor(next() * 64);
-      const event = record(["sample", "phase_enter", "start", "allocation", "warning"][i % 5]!, BASE_NS + BigInt(Math.floor(next() * 1e15)), {
-        allocator_allocated_bytes: Math.floor(next() * 2 ** 52),
-        allocator_reserved_bytes: Math.floor(next() * 2 ** 33),
-        allocator_active_bytes: next() < 0.5 ? null : Math.floor(next() * 1000),
-        allocator_change_bytes: Math.floor((next() - 0.5) * 2 ** 30),
-        device_used_bytes: used,
-        device_total_bytes: total,
-        device_free_bytes: total === null || next() < 0.3 ? null : total - used,
-        device_id: next() < 0.2 ? -1 : Math.floor(next() * 8),
-        pid: next() < 0.1 ? -1 : Math.floor(next() * 100000),
-        rank: Math.floor(next() * worldSize),
-        local_rank: 0,
-        world_size: worldSize,
-        job_id: next() < 0.3 ? null : `job-${i}`,
-        context: next() < 0.3 ? null : next() < 0.5 ? "" : `Context ${i}`,
-        metadata: METADATA[i % METADATA.length]!,
-        timestamp_ns: next() < 0.05 ? BigInt(Math.floor(next() * 1000)) : BASE_NS + BigInt(i),
-      });
+      const event = record(
+        ["sample", "phase_enter", "start", "allocation", "warning"][i % 5]!,
+        BASE_NS + BigInt(Math.floor(next() * 1e15)),
+        {
+          allocator_allocated_bytes: Math.floor(next() * 2 ** 52),
+          allocator_reserved_bytes: Math.floor(next() * 2 ** 33),
+          allocator_active_bytes: next() < 0.5 ? null : Math.floor(next() * 1000),
+          allocator_change_bytes: Math.floor((next() - 0.5) * 2 ** 30),
+          device_used_bytes: used,
+          device_total_bytes: total,
+          device_free_bytes: total === null || next() < 0.3 ? null : total - used,
+          device_id: next() < 0.2 ? -1 : Math.floor(next() * 8),
+          pid: next() < 0.1 ? -1 : Math.floor(next() * 100000),
+          rank: Math.floor(next() * worldSize),
+          local_rank: 0,
+          world_size: worldSize,
+          job_id: next() < 0.3 ? null : `job-${i}`,
+          context: next() < 0.3 ? null : next() < 0.5 ? "" : `Context ${i}`,
+          metadata: METADATA[i % METADATA.length]!,
+          timestamp_ns: next() < 0.05 ? BigInt(Math.floor(next() * 1000)) : BASE_NS + BigInt(i),
+        },
+      );
       const line = encodeTelemetryRecord(event);
       const decoded = decodeTelemetryLine(line);
       const reader = fastRead(line);
@@ -162,7 +184,11 @@ describe("CanonicalLineReader agrees with decodeTelemetryLine", () => {
 
   it("declines what it does not read exactly, and never accepts a line the decoder rejects", () => {
     const line = encodeTelemetryRecord(
-      record("sample", BASE_NS, { device_used_bytes: 100, device_total_bytes: 1000, metadata: { tfjs_num_tensors: 3 } }),
+      record("sample", BASE_NS, {
+        device_used_bytes: 100,
+        device_total_bytes: 1000,
+        metadata: { tfjs_num_tensors: 3 },
+      }),
     );
     const variants: [string, string][] = [
       ["float counter", line.replace('"allocator_allocated_bytes": 0', '"allocator_allocated_bytes": 0.0')],

@@ -1,4 +1,12 @@
-import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  appendFileSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encodeTelemetryRecord, stringifyJson, type TelemetryEvent } from "@stormlog/core";
@@ -11,7 +19,14 @@ afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
 function rankEvents(rank: number, steps: number, start = BASE_NS): TelemetryEvent[] {
   const t = new Timeline(
-    { rank, world_size: 3, job_id: "job-i", session_id: `s-${rank}`, pid: 10 + rank, device_total_bytes: 16 * GiB },
+    {
+      rank,
+      world_size: 3,
+      job_id: "job-i",
+      session_id: `s-${rank}`,
+      pid: 10 + rank,
+      device_total_bytes: 16 * GiB,
+    },
     start + BigInt(rank) * MS,
   );
   t.tensors = 50;
@@ -30,12 +45,16 @@ function rankEvents(rank: number, steps: number, start = BASE_NS): TelemetryEven
 /** A sink root with three ranks, several segments each. */
 function makeRoot(name: string): string {
   const root = join(temp, name);
-  for (const rank of [0, 1, 2]) writeSink(join(root, `rank-${rank}`), rankEvents(rank, 24), { segmentSize: 30 });
+  for (const rank of [0, 1, 2])
+    writeSink(join(root, `rank-${rank}`), rankEvents(rank, 24), { segmentSize: 30 });
   return root;
 }
 
 /** The JSON report as text, for equality with a fresh analysis. */
-async function analysed(path: string, options: AnalyzeOptions = {}): Promise<{ text: string; index: unknown }> {
+async function analysed(
+  path: string,
+  options: AnalyzeOptions = {},
+): Promise<{ text: string; index: unknown }> {
   const report = await analyzeTelemetry(path, options);
   return { text: stringifyJson(reportToJson(report)), index: report.index };
 }
@@ -68,11 +87,23 @@ describe("transparent index", () => {
 
   it("is built beside the sink by the first analysis, and reused by the next", async () => {
     const first = await analysed(root);
-    expect(first.index).toMatchObject({ status: "built", location: join(root, INDEX_DIRNAME), segments_scanned: 12, report_reused: false });
-    expect(readdirSync(join(root, INDEX_DIRNAME)).sort()).toEqual(expect.arrayContaining(["README", "index.json", "segments"]));
+    expect(first.index).toMatchObject({
+      status: "built",
+      location: join(root, INDEX_DIRNAME),
+      segments_scanned: 12,
+      report_reused: false,
+    });
+    expect(readdirSync(join(root, INDEX_DIRNAME)).sort()).toEqual(
+      expect.arrayContaining(["README", "index.json", "segments"]),
+    );
     expect(readdirSync(join(root, INDEX_DIRNAME, "segments"))).toHaveLength(12);
     const second = await analysed(root);
-    expect(second.index).toMatchObject({ status: "reused", segments_reused: 12, segments_scanned: 0, report_reused: true });
+    expect(second.index).toMatchObject({
+      status: "reused",
+      segments_reused: 12,
+      segments_scanned: 0,
+      report_reused: true,
+    });
     expect(second.text).toBe(first.text);
     expect(first.text).toBe(await fresh(root));
     // The index directory is not mistaken for a sink, and not counted in the input's size.
@@ -86,17 +117,28 @@ describe("transparent index", () => {
     const lines = readFileSync(segment, "utf8").split("\n");
     // Same size, other content: one digit of a counter changes.
     const index = lines.findIndex((line) => line.includes('"event_type": "sample"'));
-    lines[index] = lines[index]!.replace(/"allocator_reserved_bytes": (\d)/, (_m, d: string) => `"allocator_reserved_bytes": ${d === "9" ? "8" : "9"}`);
+    lines[index] = lines[index]!.replace(
+      /"allocator_reserved_bytes": (\d)/,
+      (_m, d: string) => `"allocator_reserved_bytes": ${d === "9" ? "8" : "9"}`,
+    );
     writeFileSync(segment, lines.join("\n"));
     const after = await analysed(root);
-    expect(after.index).toMatchObject({ status: "updated", segments_scanned: 1, segments_reused: 11, report_reused: false });
+    expect(after.index).toMatchObject({
+      status: "updated",
+      segments_scanned: 1,
+      segments_reused: 11,
+      report_reused: false,
+    });
     expect(after.text).toBe(await fresh(root));
   });
 
   it("scans a segment that appeared and forgets one that was pruned", { timeout: 20_000 }, async () => {
     await settle();
     const extra = rankEvents(2, 6, BASE_NS + 10n ** 11n).map((event) => ({ ...event }));
-    writeFileSync(join(root, "rank-2", "segment-000009.jsonl"), extra.map((e) => `${encodeTelemetryRecord(e)}\n`).join(""));
+    writeFileSync(
+      join(root, "rank-2", "segment-000009.jsonl"),
+      extra.map((e) => `${encodeTelemetryRecord(e)}\n`).join(""),
+    );
     const added = await analysed(root);
     // The new segment, and the one modified by the previous test, indexed while it was still fresh.
     expect(added.index).toMatchObject({ status: "updated", segments_scanned: 2 });
@@ -112,7 +154,10 @@ describe("transparent index", () => {
 
   it("sees an appended line, even right after the last analysis", async () => {
     await analysed(root);
-    const t = new Timeline({ rank: 0, world_size: 3, job_id: "job-i", session_id: "s-0", pid: 10 }, BASE_NS + 10n ** 10n);
+    const t = new Timeline(
+      { rank: 0, world_size: 3, job_id: "job-i", session_id: "s-0", pid: 10 },
+      BASE_NS + 10n ** 10n,
+    );
     t.gap = 40 * GiB;
     t.sample();
     appendFileSync(join(root, "rank-0", "segment-000002.jsonl"), `${encodeTelemetryRecord(t.events[0]!)}\n`);
@@ -130,7 +175,10 @@ describe("transparent index", () => {
     const content = JSON.parse(readFileSync(catalog, "utf8"));
     writeFileSync(catalog, JSON.stringify({ ...content, version: 0 }));
     const rebuilt = await analysed(root);
-    expect(rebuilt.index).toMatchObject({ status: "built", reason: expect.stringContaining("another version") });
+    expect(rebuilt.index).toMatchObject({
+      status: "built",
+      reason: expect.stringContaining("another version"),
+    });
     expect(rebuilt.text).toBe(await fresh(root));
   });
 
@@ -140,7 +188,8 @@ describe("transparent index", () => {
     const dir = join(root, INDEX_DIRNAME, "segments");
     const victim = readdirSync(dir)[0]!;
     writeFileSync(join(dir, victim), "garbage");
-    for (const name of readdirSync(join(root, INDEX_DIRNAME))) if (name.startsWith("report-")) rmSync(join(root, INDEX_DIRNAME, name));
+    for (const name of readdirSync(join(root, INDEX_DIRNAME)))
+      if (name.startsWith("report-")) rmSync(join(root, INDEX_DIRNAME, name));
     const repaired = await analysed(root);
     expect(repaired.index).toMatchObject({ status: "updated", segments_scanned: 1 });
     expect(repaired.text).toBe(await fresh(root));
@@ -159,9 +208,28 @@ describe("transparent index", () => {
     // A file where the index directory would go makes the location unusable (chmod does not bind root).
     writeFileSync(join(path, INDEX_DIRNAME), "not a directory");
     const first = await analysed(path);
-    expect((first.index as { location: string }).location.startsWith(join(temp, "xdg", "stormlog"))).toBe(true);
+    expect((first.index as { location: string }).location.startsWith(join(temp, "xdg", "stormlog"))).toBe(
+      true,
+    );
     expect((await analysed(path)).index).toMatchObject({ report_reused: true });
     expect(first.text).toBe(await fresh(path));
+  });
+
+  it("spills large inputs to a temporary directory without an index, and removes it", async () => {
+    const path = join(temp, "elsewhere");
+    const spills = (): string[] =>
+      readdirSync(tmpdir()).filter((name) => name.startsWith("stormlog-analysis-"));
+    const before = spills();
+    process.env.STORMLOG_SPILL_MIN_BYTES = "1";
+    try {
+      const spilled = await analysed(path, { index: false });
+      expect(spilled.index).toMatchObject({ status: "disabled", segments_scanned: 12 });
+      delete process.env.STORMLOG_SPILL_MIN_BYTES;
+      expect(spilled.text).toBe(await fresh(path));
+    } finally {
+      delete process.env.STORMLOG_SPILL_MIN_BYTES;
+    }
+    expect(spills()).toEqual(before);
   });
 
   it("writes nothing with index: false", async () => {

@@ -98,7 +98,7 @@ describe("leak verdicts per phase path", () => {
     let state = 11;
     const noise = (): number => {
       state = (state * 1103515245 + 12345) % 2 ** 31;
-      return Math.round(((state / 2 ** 31) - 0.5) * 2 * MiB);
+      return Math.round((state / 2 ** 31 - 0.5) * 2 * MiB);
     };
     const events = training({ noise, steps: 60 });
     for (const leak of analyzeEvents(events).leaks) expect(leak.verdict, leak.phase_path).not.toBe("leaking");
@@ -106,7 +106,10 @@ describe("leak verdicts per phase path", () => {
 
   it("still sees a leak through a transient spike in the middle of the run", () => {
     const leak = leakOf(
-      training({ leakBytes: (step) => 12 * 1024 + (step === 20 ? 1024 * MiB : step === 22 ? -1024 * MiB : 0), steps: 40 }),
+      training({
+        leakBytes: (step) => 12 * 1024 + (step === 20 ? 1024 * MiB : step === 22 ? -1024 * MiB : 0),
+        steps: 40,
+      }),
       "train / forward",
     );
     expect(leak.verdict).toBe("leaking");
@@ -114,7 +117,9 @@ describe("leak verdicts per phase path", () => {
   });
 
   it("needs enough occurrences per rank", () => {
-    expect(leakOf(training({ leakBytes: () => MiB, steps: 4 }), "train / forward").verdict).toBe("insufficient_data");
+    expect(leakOf(training({ leakBytes: () => MiB, steps: 4 }), "train / forward").verdict).toBe(
+      "insufficient_data",
+    );
     expect(leakOf(training({ leakBytes: () => MiB, steps: 5 }), "train / forward").verdict).toBe("leaking");
   });
 
@@ -129,7 +134,12 @@ describe("leak verdicts per phase path", () => {
       );
     }
     const leak = leakOf(events, "train / forward");
-    expect(leak).toMatchObject({ verdict: "leaking", leaking_ranks: [2], ranks_analyzed: 4, bytes_per_occurrence: 4096 });
+    expect(leak).toMatchObject({
+      verdict: "leaking",
+      leaking_ranks: [2],
+      ranks_analyzed: 4,
+      bytes_per_occurrence: 4096,
+    });
     expect(leak.message).toBe("`train / forward` keeps 4.00 KB per occurrence (rank 2 of 4)");
     expect(leak.evidence.rank).toBe(2);
   });
@@ -145,7 +155,12 @@ describe("leak verdicts per phase path", () => {
   it("falls back to device used memory when the allocator counter is absent (schema v4 nulls)", () => {
     const events = training({ leakBytes: () => 65536 }).map((event) =>
       event.event_type.startsWith("phase")
-        ? ({ ...event, schema_version: 4, allocator_allocated_bytes: null, device_used_bytes: event.allocator_allocated_bytes! + 1024 * MiB } as unknown as TelemetryEvent)
+        ? ({
+            ...event,
+            schema_version: 4,
+            allocator_allocated_bytes: null,
+            device_used_bytes: event.allocator_allocated_bytes! + 1024 * MiB,
+          } as unknown as TelemetryEvent)
         : event,
     );
     const leak = leakOf(events, "train / forward");
@@ -155,7 +170,10 @@ describe("leak verdicts per phase path", () => {
 });
 
 describe("judgeLevels", () => {
-  const levels = (exits: number[], nets: number[]) => ({ enter: exits.map((x, i) => x - nets[i]!), exit: exits });
+  const levels = (exits: number[], nets: number[]) => ({
+    enter: exits.map((x, i) => x - nets[i]!),
+    exit: exits,
+  });
 
   it("sees a plateau that begins late as no leak once the last third is flat", () => {
     const exits = Array.from({ length: 30 }, (_, i) => Math.min(i, 15) * 1000);

@@ -11,9 +11,17 @@ const temp = mkdtempSync(join(tmpdir(), "stormlog-merge-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
 /** One rank's run written as its own sink directory under `root`. */
-function rankRun(root: string, rank: number, identity: Partial<TelemetryRecordV3>, options: { start?: bigint; spikeAt?: number; status?: "completed" | "interrupted" } = {}): string {
+function rankRun(
+  root: string,
+  rank: number,
+  identity: Partial<TelemetryRecordV3>,
+  options: { start?: bigint; spikeAt?: number; status?: "completed" | "interrupted" } = {},
+): string {
   const sessionId = identity.session_id ?? `session-r${rank}`;
-  const t = new Timeline({ rank, session_id: sessionId, pid: 100 + rank, ...identity }, options.start ?? BASE_NS + BigInt(rank) * MS);
+  const t = new Timeline(
+    { rank, session_id: sessionId, pid: 100 + rank, ...identity },
+    options.start ?? BASE_NS + BigInt(rank) * MS,
+  );
   t.event("start");
   for (let i = 0; i < 30; i++) {
     if (i === (options.spikeAt ?? 20)) t.gap += 2 * GiB;
@@ -41,7 +49,11 @@ describe("per-rank sessions of one job are merged into one distributed view", ()
     });
     expect([...report.session.discovered_session_ids].sort()).toEqual([...ids].sort());
     expect(report.summary.ranks).toEqual([0, 1, 2]);
-    expect(report.cross_rank_analysis).toMatchObject({ participating_ranks: [0, 1, 2], missing_ranks: [3], world_size: 4 });
+    expect(report.cross_rank_analysis).toMatchObject({
+      participating_ranks: [0, 1, 2],
+      missing_ranks: [3],
+      world_size: 4,
+    });
     expect(report.cross_rank_analysis?.first_cause_suspects[0]?.rank).toBe(1);
   });
 
@@ -65,7 +77,12 @@ describe("per-rank sessions of one job are merged into one distributed view", ()
     const restarted = join(temp, "restarted");
     for (const rank of [0, 1]) rankRun(restarted, rank, job);
     // Rank 1 crashed once before (an older, interrupted session).
-    rankRun(restarted, 1, { ...job, session_id: "session-r1-old" }, { start: BASE_NS - 10n ** 12n, status: "interrupted" });
+    rankRun(
+      restarted,
+      1,
+      { ...job, session_id: "session-r1-old" },
+      { start: BASE_NS - 10n ** 12n, status: "interrupted" },
+    );
     const report = await analyzeTelemetry(restarted, { index: false });
     expect(report.session.merged_session_ids).toEqual(["session-r0", "session-r1"]);
     expect(report.notes.some((note) => note.includes("session-r1-old"))).toBe(true);
@@ -79,7 +96,8 @@ describe("sessions that are not one job's ranks stay apart", () => {
   ])("%s", async (_label, identity) => {
     const root = join(temp, `apart-${_label.replaceAll(" ", "-")}`);
     // With world size 1 both processes are rank 0 (two single-process runs).
-    for (const rank of [0, 1]) rankRun(root, rank, { ...identity, rank: identity.world_size === 1 ? 0 : rank });
+    for (const rank of [0, 1])
+      rankRun(root, rank, { ...identity, rank: identity.world_size === 1 ? 0 : rank });
     const report = await analyzeTelemetry(root, { index: false });
     expect(report.session.merged_session_ids).toBeUndefined();
     expect(report.session.discovered_session_ids).toHaveLength(2);
@@ -88,7 +106,8 @@ describe("sessions that are not one job's ranks stay apart", () => {
 
   it("more ranks than the world size", async () => {
     const root = join(temp, "too-many");
-    for (const rank of [0, 1, 2]) rankRun(root, rank, { job_id: "job", world_size: 2 + (rank === 2 ? 1 : 0) });
+    for (const rank of [0, 1, 2])
+      rankRun(root, rank, { job_id: "job", world_size: 2 + (rank === 2 ? 1 : 0) });
     const report = await analyzeTelemetry(root, { index: false });
     // Ranks 0 and 1 declare world size 2 and form a group; rank 2 (world size 3) stays apart.
     expect(report.session.merged_session_ids).toEqual(["session-r0", "session-r1"]);

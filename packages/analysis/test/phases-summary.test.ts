@@ -23,12 +23,30 @@ const at = (ms: number): bigint => BASE_NS + BigInt(ms) * MS;
 function phases(): TelemetryEvent[] {
   const events: TelemetryEvent[] = [];
   const sample = (ms: number, allocated: number, extra: Partial<Parameters<typeof record>[2]> = {}) =>
-    events.push(record("sample", at(ms), { allocator_allocated_bytes: allocated, allocator_reserved_bytes: 4 * GiB, device_used_bytes: 5 * GiB, ...extra }));
-  const boundary = (kind: "phase_enter" | "phase_exit", ms: number, path: string[], id: string, sequence: number, allocated: number, tensors?: number) =>
+    events.push(
+      record("sample", at(ms), {
+        allocator_allocated_bytes: allocated,
+        allocator_reserved_bytes: 4 * GiB,
+        device_used_bytes: 5 * GiB,
+        ...extra,
+      }),
+    );
+  const boundary = (
+    kind: "phase_enter" | "phase_exit",
+    ms: number,
+    path: string[],
+    id: string,
+    sequence: number,
+    allocated: number,
+    tensors?: number,
+  ) =>
     events.push(
       record(kind, at(ms), {
         allocator_allocated_bytes: allocated,
-        metadata: { ...scope(kind === "phase_enter" ? "enter" : "exit", path, id, sequence), ...(tensors === undefined ? {} : { tfjs_num_tensors: tensors }) },
+        metadata: {
+          ...scope(kind === "phase_enter" ? "enter" : "exit", path, id, sequence),
+          ...(tensors === undefined ? {} : { tfjs_num_tensors: tensors }),
+        },
       }),
     );
   boundary("phase_enter", 0, ["train"], "s:1", 1, 1 * GiB);
@@ -54,25 +72,52 @@ describe("phase statistics", () => {
   const byPath = new Map(report.phases.map((phase) => [phase.phase_path, phase]));
 
   it("lists every nested path, parents first", () => {
-    expect(report.phases.map((phase) => phase.phase_path)).toEqual(["train", "train / eval", "train / forward"]);
-    expect(byPath.get("train / forward")).toMatchObject({ path: ["train", "forward"], depth: 2, occurrences: 3, ranks: [0] });
+    expect(report.phases.map((phase) => phase.phase_path)).toEqual([
+      "train",
+      "train / eval",
+      "train / forward",
+    ]);
+    expect(byPath.get("train / forward")).toMatchObject({
+      path: ["train", "forward"],
+      depth: 2,
+      occurrences: 3,
+      ranks: [0],
+    });
   });
 
   it("has exact durations: total, mean (rounded), max", () => {
-    expect(byPath.get("train / forward")!.duration).toEqual({ total_ns: 450n * MS, mean_ns: 150n * MS, max_ns: 200n * MS });
+    expect(byPath.get("train / forward")!.duration).toEqual({
+      total_ns: 450n * MS,
+      mean_ns: 150n * MS,
+      max_ns: 200n * MS,
+    });
   });
 
   it("finds the peak inside (inclusive ends, samples between occurrences left out) and the worst occurrence", () => {
     const forward = byPath.get("train / forward")!;
     expect(forward.peak_allocated_bytes).toEqual({ value: 3 * GiB, timestamp_ns: at(320), rank: 0 });
-    expect(forward.worst_occurrence).toMatchObject({ scope_id: "s:4", start_ns: at(120), end_ns: at(320), duration_ns: 200n * MS, peak_allocated_bytes: 3 * GiB });
+    expect(forward.worst_occurrence).toMatchObject({
+      scope_id: "s:4",
+      start_ns: at(120),
+      end_ns: at(320),
+      duration_ns: 200n * MS,
+      peak_allocated_bytes: 3 * GiB,
+    });
     // `train` holds every sample.
     expect(byPath.get("train")!.peak_allocated_bytes?.value).toBe(9 * GiB);
   });
 
   it("gives the net change per occurrence in bytes and tensors", () => {
     const forward = byPath.get("train / forward")!;
-    expect(forward.net_allocated_bytes).toEqual({ mean: 250 / 3, median: 100, min: -50, max: 200, total: 250, positive_count: 2, count: 3 });
+    expect(forward.net_allocated_bytes).toEqual({
+      mean: 250 / 3,
+      median: 100,
+      min: -50,
+      max: 200,
+      total: 250,
+      positive_count: 2,
+      count: 3,
+    });
     expect(forward.net_tensors).toMatchObject({ median: 2, min: -1, max: 3, total: 4, count: 3 });
   });
 
@@ -90,9 +135,15 @@ describe("phase statistics", () => {
       return { ...event, metadata };
     });
     // Samples carry tfjs_num_tensors; each boundary takes the last one at or before it.
-    let tensors = 100;
-    const withTensors = events.map((event) => (event.event_type === "sample" ? { ...event, metadata: { tfjs_num_tensors: (tensors += 5) } } : event));
-    const forward = analyzeEvents(withTensors).phases.find((phase) => phase.phase_path === "train / forward")!;
+    let samples = 0;
+    const withTensors = events.map((event) => {
+      if (event.event_type !== "sample") return event;
+      samples++;
+      return { ...event, metadata: { tfjs_num_tensors: 100 + 5 * samples } };
+    });
+    const forward = analyzeEvents(withTensors).phases.find(
+      (phase) => phase.phase_path === "train / forward",
+    )!;
     // Occurrences: [no sample before -> absent], [115 ms: 110, 320 ms: 115], [320 ms: 115, 400 ms: 120].
     expect(forward.net_tensors).toMatchObject({ count: 2, total: 10 });
   });
@@ -115,11 +166,32 @@ describe("session summary", () => {
       );
     }
   }
-  events.push(record("warning", at(150), { rank: 1, world_size: 2, session_id: "s", context: "WARNING: Memory usage at 80%" }));
+  events.push(
+    record("warning", at(150), {
+      rank: 1,
+      world_size: 2,
+      session_id: "s",
+      context: "WARNING: Memory usage at 80%",
+    }),
+  );
   events.push(record("critical", at(160), { rank: 1, world_size: 2, session_id: "s", context: "CRITICAL" }));
-  events.push(record("collector_degraded", at(200), { rank: 0, world_size: 2, session_id: "s", metadata: { collector_last_error: "boom" } }));
+  events.push(
+    record("collector_degraded", at(200), {
+      rank: 0,
+      world_size: 2,
+      session_id: "s",
+      metadata: { collector_last_error: "boom" },
+    }),
+  );
   events.push(record("collector_recovered", at(450), { rank: 0, world_size: 2, session_id: "s" }));
-  events.push(record("collector_degraded", at(900), { rank: 1, world_size: 2, session_id: "s", metadata: { collector_health_status: "unhealthy" } }));
+  events.push(
+    record("collector_degraded", at(900), {
+      rank: 1,
+      world_size: 2,
+      session_id: "s",
+      metadata: { collector_health_status: "unhealthy" },
+    }),
+  );
   const report = analyzeEvents(events);
 
   it("counts events, samples, ranks and time", () => {
@@ -131,14 +203,31 @@ describe("session summary", () => {
       last_timestamp_ns: at(1000),
       duration_ns: 1000n * MS,
       duration_s: 1,
-      event_type_counts: { collector_degraded: 2, collector_recovered: 1, critical: 1, sample: 20, start: 2, warning: 1 },
+      event_type_counts: {
+        collector_degraded: 2,
+        collector_recovered: 1,
+        critical: 1,
+        sample: 20,
+        start: 2,
+        warning: 1,
+      },
       alerts_by_type: { warning: 1, critical: 1 },
     });
   });
 
   it("gives each peak with its value, time, rank and device", () => {
-    expect(report.summary.peaks.device_used_bytes).toEqual({ value: 20 * GiB, timestamp_ns: at(700), rank: 1, device_id: 1, session_id: "s" });
-    expect(report.summary.peaks.allocator_reserved_bytes).toMatchObject({ value: 3 * GiB + 10 * MiB, timestamp_ns: at(1000), rank: 0 });
+    expect(report.summary.peaks.device_used_bytes).toEqual({
+      value: 20 * GiB,
+      timestamp_ns: at(700),
+      rank: 1,
+      device_id: 1,
+      session_id: "s",
+    });
+    expect(report.summary.peaks.allocator_reserved_bytes).toMatchObject({
+      value: 3 * GiB + 10 * MiB,
+      timestamp_ns: at(1000),
+      rank: 0,
+    });
   });
 
   it("measures collector-health transitions and time degraded (an open episode lasts to the rank's last event)", () => {
@@ -161,7 +250,11 @@ describe("session summary", () => {
   });
 
   it("lists alerts in time order with counts by severity", () => {
-    expect(report.alerts).toMatchObject({ total_count: 2, severity_counts: { warning: 1, critical: 1 }, truncated: false });
+    expect(report.alerts).toMatchObject({
+      total_count: 2,
+      severity_counts: { warning: 1, critical: 1 },
+      truncated: false,
+    });
     expect(report.alerts.items.map((alert) => [alert.event_type, alert.rank, alert.timestamp_ns])).toEqual([
       ["warning", 1, at(150)],
       ["critical", 1, at(160)],

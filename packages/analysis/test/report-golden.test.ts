@@ -1,12 +1,7 @@
 import type { JsonObject, TelemetryEvent } from "@stormlog/core";
 import { PhaseReplayIndex } from "@stormlog/phases";
 import { describe, expect, it } from "vitest";
-import { crossRankFromColumns } from "../src/cross-rank-columns.js";
-import { buildDataset } from "../src/dataset.js";
-import { crossRankOfEvents } from "../src/distributed.js";
 import { analyzeEvents, analyzeGaps, summarizeCrossRankAnalysis } from "../src/index.js";
-import { buildPhaseIndex } from "../src/phase-stats.js";
-import { aggregateEvents } from "../src/scan.js";
 import { canonical, goldenCases, loadEvents, loadExpected, sortedByTimestamp } from "./golden-helpers.js";
 import { BASE_NS, MiB, record } from "./report-helpers.js";
 
@@ -29,10 +24,14 @@ describe("the report's gap analysis is gap.ts on each rank's samples (golden cas
   it.each(goldenCases("gap"))("%s", (name) => {
     const events = loadEvents("gap", name);
     const report = analyzeEvents(events);
-    const expected = analyzeGaps(sortedByTimestamp(events), { phaseResolver: PhaseReplayIndex.fromEvents(events) });
+    const expected = analyzeGaps(sortedByTimestamp(events), {
+      phaseResolver: PhaseReplayIndex.fromEvents(events),
+    });
     expect(report.gap_analysis.map(({ rank: _r, session_id: _s, ...finding }) => finding)).toEqual(expected);
     const golden = (loadExpected("gap", name) as JsonObject).gap_analysis as JsonObject[];
-    expect(report.gap_analysis.map((finding) => finding.classification)).toEqual(golden.map((finding) => finding.classification));
+    expect(report.gap_analysis.map((finding) => finding.classification)).toEqual(
+      golden.map((finding) => finding.classification),
+    );
     expect(canonical(report.gap_analysis.map((finding) => finding.evidence_timestamp_ns))).toEqual(
       canonical(golden.map((finding) => finding.evidence_timestamp_ns)),
     );
@@ -96,7 +95,11 @@ function randomJob(seed: number): TelemetryEvent[] {
         if (next() < 0.2) thread = thread === 1 ? 2 : 1;
         const parent = open.filter((scope) => scope.thread === thread).pop();
         const name = pick(["train", "forward", "backward"]);
-        const scope = { scopeId: `${sessionId}:${rank}:${sequence}`, path: parent ? [...parent.path, name] : [name], thread };
+        const scope = {
+          scopeId: `${sessionId}:${rank}:${sequence}`,
+          path: parent ? [...parent.path, name] : [name],
+          thread,
+        };
         open.push(scope);
         events.push(phaseEvent("enter", scope, sequence, ts, sessionId, rank));
       } else if (next() < 0.15 && open.length > 0 && next() < 0.8) {
@@ -104,7 +107,8 @@ function randomJob(seed: number): TelemetryEvent[] {
         sequence++;
         events.push(phaseEvent("exit", scope, sequence, ts, sessionId, rank));
       }
-      if (next() < 0.05) events.push(record("warning", ts, { session_id: sessionId, rank, world_size: declared }));
+      if (next() < 0.05)
+        events.push(record("warning", ts, { session_id: sessionId, rank, world_size: declared }));
     }
   }
   // Shuffle: storage order must not matter beyond ties.
@@ -142,19 +146,19 @@ function phaseEvent(
   });
 }
 
-describe("the columnar cross-rank analysis equals cross-rank.ts", () => {
+describe("the rank-at-a-time cross-rank analysis equals cross-rank.ts", () => {
   it("on 300 random jobs (missing ranks, skew, ties, v4 nulls, several job ids and sessions)", () => {
     let withSuspects = 0;
     const notes = new Set<string>();
     for (let seed = 1; seed <= 300; seed++) {
       const events = randomJob(seed);
       if (new Set(events.map((event) => event.rank)).size < 2) continue;
-      const dataset = buildDataset([{ source: "x", hint: null, aggregate: aggregateEvents(events) }], [...new Set(events.map((e) => e.session_id))]);
-      const resolver = buildPhaseIndex(dataset);
-      const reference = summarizeCrossRankAnalysis(sortedByTimestamp(events), { phaseResolver: PhaseReplayIndex.fromEvents(events) });
-      const columns = crossRankFromColumns(dataset, resolver);
-      expect(canonical(columns), `seed ${seed}`).toEqual(canonical(reference));
-      expect(canonical(crossRankOfEvents(dataset, resolver)), `seed ${seed}`).toEqual(canonical(reference));
+      const reference = summarizeCrossRankAnalysis(sortedByTimestamp(events), {
+        phaseResolver: PhaseReplayIndex.fromEvents(events),
+      });
+      expect(canonical(analyzeEvents(events).cross_rank_analysis), `seed ${seed}`).toEqual(
+        canonical(reference),
+      );
       if (reference.first_cause_suspects.length > 0) withSuspects++;
       for (const note of reference.notes) notes.add(note.replace(/-?\d+(?:, \d+)*/g, "N"));
     }
@@ -179,11 +183,18 @@ describe("the columnar cross-rank analysis equals cross-rank.ts", () => {
       for (let i = 0; i < 6; i++) {
         const ts = BASE_NS + BigInt(Math.floor(i / 2)) * 100_000_000n;
         events.push(
-          record("sample", ts, { rank, world_size: 2, pid: i % 2 === 0 ? 20 : 10, host: i % 3 === 0 ? "b" : "a", device_used_bytes: (i % 2 === 0 ? 100 : 900) * MiB }),
+          record("sample", ts, {
+            rank,
+            world_size: 2,
+            pid: i % 2 === 0 ? 20 : 10,
+            host: i % 3 === 0 ? "b" : "a",
+            device_used_bytes: (i % 2 === 0 ? 100 : 900) * MiB,
+          }),
         );
       }
     }
-    const dataset = buildDataset([{ source: "x", hint: null, aggregate: aggregateEvents(events) }], ["session-a"]);
-    expect(canonical(crossRankFromColumns(dataset, null))).toEqual(canonical(summarizeCrossRankAnalysis(sortedByTimestamp(events))));
+    expect(canonical(analyzeEvents(events).cross_rank_analysis)).toEqual(
+      canonical(summarizeCrossRankAnalysis(sortedByTimestamp(events))),
+    );
   });
 });

@@ -1,6 +1,11 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { encodeTelemetryRecord, type JsonObject, type TelemetryEvent, type TelemetryRecordV3 } from "@stormlog/core";
+import {
+  encodeTelemetryRecord,
+  type JsonObject,
+  type TelemetryEvent,
+  type TelemetryRecordV3,
+} from "@stormlog/core";
 import { serializeManifest } from "@stormlog/sink";
 
 export const BASE_NS = 1_760_000_000_000_000_000n;
@@ -9,7 +14,11 @@ export const MiB = 1024 ** 2;
 export const GiB = 1024 ** 3;
 
 /** A canonical v3 record with defaults; `extra` overrides any field. */
-export function record(eventType: string, timestampNs: bigint, extra: Partial<TelemetryRecordV3> = {}): TelemetryEvent {
+export function record(
+  eventType: string,
+  timestampNs: bigint,
+  extra: Partial<TelemetryRecordV3> = {},
+): TelemetryEvent {
   return {
     schema_version: 3,
     session_id: "session-a",
@@ -74,7 +83,9 @@ export class Timeline {
   }
 
   sample(): this {
-    this.events.push(record("sample", this.now, { ...this.identity, ...this.counters(), metadata: this.metadata() }));
+    this.events.push(
+      record("sample", this.now, { ...this.identity, ...this.counters(), metadata: this.metadata() }),
+    );
     return this.advance(10);
   }
 
@@ -106,7 +117,10 @@ export class Timeline {
     return this.advance(1);
   }
 
-  private boundary(action: "enter" | "exit", scope: { name: string; path: string[]; scopeId: string; parent: string | null }): void {
+  private boundary(
+    action: "enter" | "exit",
+    scope: { name: string; path: string[]; scopeId: string; parent: string | null },
+  ): void {
     this.events.push(
       record(action === "enter" ? "phase_enter" : "phase_exit", this.now, {
         ...this.identity,
@@ -134,7 +148,11 @@ export class Timeline {
 export function writeSink(
   dir: string,
   events: readonly TelemetryEvent[],
-  options: { segmentSize?: number; status?: "completed" | "interrupted" | "running"; manifest?: boolean } = {},
+  options: {
+    segmentSize?: number;
+    status?: "completed" | "interrupted" | "running";
+    manifest?: boolean;
+  } = {},
 ): string[] {
   mkdirSync(dir, { recursive: true });
   const size = options.segmentSize ?? 1000;
@@ -146,7 +164,13 @@ export function writeSink(
     const text = chunk.map((event) => `${encodeTelemetryRecord(event)}\n`).join("");
     writeFileSync(join(dir, filename), text);
     files.push(join(dir, filename));
-    segments.push({ filename, event_count: chunk.length, size_bytes: Buffer.byteLength(text), closed: true, session_id: chunk[0]!.session_id });
+    segments.push({
+      filename,
+      event_count: chunk.length,
+      size_bytes: Buffer.byteLength(text),
+      closed: true,
+      session_id: chunk[0]!.session_id,
+    });
   }
   if (options.manifest !== false) {
     const bySession = new Map<string, TelemetryEvent[]>();

@@ -1,17 +1,26 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { formatBytes, parseJson, stringifyJson, type JsonObject } from "@stormlog/core";
+import { formatBytes, type JsonObject, parseJson, stringifyJson } from "@stormlog/core";
 import { SessionNotFoundError, TelemetrySourceError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
-import { analyzeEvents, analyzeTelemetry, formatReportText, formatDuration, reportToJson } from "../src/index.js";
+import {
+  analyzeEvents,
+  analyzeTelemetry,
+  formatDuration,
+  formatReportText,
+  reportToJson,
+} from "../src/index.js";
 import { goldenCases, loadEvents } from "./golden-helpers.js";
 import { GiB, Timeline, writeSink } from "./report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-report-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
-const distributed = analyzeEvents(loadEvents("cross-rank", goldenCases("cross-rank")[0]!), { path: "job.jsonl", sessionId: "session-11-0" });
+const distributed = analyzeEvents(loadEvents("cross-rank", goldenCases("cross-rank")[0]!), {
+  path: "job.jsonl",
+  sessionId: "session-11-0",
+});
 
 describe("reportToJson", () => {
   it("has the report keys, cross-rank included with several ranks", () => {
@@ -28,7 +37,9 @@ describe("reportToJson", () => {
       "sink",
       "notes",
     ]);
-    expect(Object.keys(json.session as JsonObject)).toEqual(expect.arrayContaining(["selected_session_id", "discovered_session_ids"]));
+    expect(Object.keys(json.session as JsonObject)).toEqual(
+      expect.arrayContaining(["selected_session_id", "discovered_session_ids"]),
+    );
   });
 
   it("leaves cross_rank_analysis out for one rank", () => {
@@ -84,11 +95,21 @@ describe("formatReportText", () => {
   it("aligns the phase table", () => {
     const t = new Timeline();
     t.tensors = 1;
-    for (let i = 0; i < 8; i++) t.enter("train").enter("forward").sample().exit().enter("a-much-longer-phase-name").sample().exit().exit();
+    for (let i = 0; i < 8; i++)
+      t.enter("train")
+        .enter("forward")
+        .sample()
+        .exit()
+        .enter("a-much-longer-phase-name")
+        .sample()
+        .exit()
+        .exit();
     const lines = formatReportText(analyzeEvents(t.events)).split("\n");
     const start = lines.indexOf("Phases:");
     const table = lines.slice(start + 1, start + 5);
-    expect(table[0]).toMatch(/^ {2}PHASE +OCCURRENCES +RANKS +MEAN +MAX +PEAK ALLOCATED +NET\/OCC +TENSORS\/OCC$/);
+    expect(table[0]).toMatch(
+      /^ {2}PHASE +OCCURRENCES +RANKS +MEAN +MAX +PEAK ALLOCATED +NET\/OCC +TENSORS\/OCC$/,
+    );
     // Right-aligned numeric columns end at the same column on every row.
     const end = table[0]!.indexOf("OCCURRENCES") + "OCCURRENCES".length;
     for (const row of table.slice(1)) expect(row.slice(end - 1, end)).toMatch(/\d/);
@@ -97,13 +118,9 @@ describe("formatReportText", () => {
   });
 
   it("formats durations for people", () => {
-    expect([850n, 12_300n, 4_560_000n, 12_340_000_000n, 185_000_000_000n].map((ns) => formatDuration(ns))).toEqual([
-      "850 ns",
-      "12.3 us",
-      "4.56 ms",
-      "12.34 s",
-      "3 min 05 s",
-    ]);
+    expect(
+      [850n, 12_300n, 4_560_000n, 12_340_000_000n, 185_000_000_000n].map((ns) => formatDuration(ns)),
+    ).toEqual(["850 ns", "12.3 us", "4.56 ms", "12.34 s", "3 min 05 s"]);
   });
 });
 
@@ -136,19 +153,28 @@ describe("analyzeTelemetry inputs and errors", () => {
   });
 
   it("throws typed errors for a missing path, a directory without sinks and an unknown session", async () => {
-    await expect(analyzeTelemetry(join(temp, "missing"))).rejects.toSatisfy((e: unknown) => TelemetrySourceError.isInstance(e));
+    await expect(analyzeTelemetry(join(temp, "missing"))).rejects.toSatisfy((e: unknown) =>
+      TelemetrySourceError.isInstance(e),
+    );
     mkdirSync(join(temp, "empty"));
-    await expect(analyzeTelemetry(join(temp, "empty"))).rejects.toSatisfy((e: unknown) => TelemetrySourceError.isInstance(e));
+    await expect(analyzeTelemetry(join(temp, "empty"))).rejects.toSatisfy((e: unknown) =>
+      TelemetrySourceError.isInstance(e),
+    );
     const dir = join(temp, "one");
     writeSink(dir, events);
-    await expect(analyzeTelemetry(dir, { sessionId: "other", index: false })).rejects.toSatisfy((e: unknown) => SessionNotFoundError.isInstance(e));
+    await expect(analyzeTelemetry(dir, { sessionId: "other", index: false })).rejects.toSatisfy(
+      (e: unknown) => SessionNotFoundError.isInstance(e),
+    );
   });
 
   it("reports progress while scanning", async () => {
     const dir = join(temp, "progress");
     writeSink(dir, events, { segmentSize: 4 });
     const seen: string[] = [];
-    await analyzeTelemetry(dir, { index: false, onProgress: (p) => seen.push(`${p.phase}:${p.done}/${p.total}`) });
+    await analyzeTelemetry(dir, {
+      index: false,
+      onProgress: (p) => seen.push(`${p.phase}:${p.done}/${p.total}`),
+    });
     expect(seen.some((entry) => entry.startsWith("scan:"))).toBe(true);
     expect(seen[seen.length - 1]).toBe("analyze:1/1");
   });

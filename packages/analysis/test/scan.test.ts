@@ -5,7 +5,7 @@ import { encodeTelemetryRecord, type JsonObject, stringifyJson } from "@stormlog
 import { loadTelemetryEvents, summarizeTelemetrySessions } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
 import { analyzeEvents, analyzeTelemetry, reportToJson } from "../src/index.js";
-import { listSessions, type SegmentData } from "../src/merge.js";
+import { inMemorySegment, listSessions, type SegmentData } from "../src/merge.js";
 import { resolveInput, scanSegment } from "../src/scan.js";
 import { BASE_NS, GiB, MiB, record, Timeline, writeSink } from "./report-helpers.js";
 
@@ -18,14 +18,26 @@ async function scannedSessions(path: string) {
   const input = await resolveInput(path);
   const segments: SegmentData[] = [];
   for (const part of input.parts) {
-    for (const segment of part.segments) segments.push({ source: segment.path, hint: segment.hint, aggregate: await scanSegment(segment) });
+    for (const segment of part.segments)
+      segments.push(inMemorySegment(segment.path, segment.hint, await scanSegment(segment)));
   }
   const ledger = new Map();
-  for (const part of input.parts) for (const summary of part.manifest?.sessions ?? []) if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
+  for (const part of input.parts)
+    for (const summary of part.manifest?.sessions ?? [])
+      if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
   return listSessions(segments, ledger, input.defaultSource, input.absolute);
 }
 
-function comparable(sessions: readonly { summary: unknown; eventCount: number; firstTimestampNs: bigint | null; lastTimestampNs: bigint | null; sources: string[]; warnings: string[] }[]) {
+function comparable(
+  sessions: readonly {
+    summary: unknown;
+    eventCount: number;
+    firstTimestampNs: bigint | null;
+    lastTimestampNs: bigint | null;
+    sources: string[];
+    warnings: string[];
+  }[],
+) {
   return sessions.map(({ summary, eventCount, firstTimestampNs, lastTimestampNs, sources, warnings }) => ({
     summary,
     eventCount,
@@ -43,7 +55,9 @@ describe("the scan lists sessions exactly as the sink reader does", () => {
     const dir = join(FIXTURES, name, "sink");
     const ours = await scannedSessions(dir);
     expect(comparable(ours)).toEqual(comparable(await summarizeTelemetrySessions(dir)));
-    const expected = JSON.parse(readFileSync(join(FIXTURES, name, "expected.json"), "utf8")) as { sessions: JsonObject[] };
+    const expected = JSON.parse(readFileSync(join(FIXTURES, name, "expected.json"), "utf8")) as {
+      sessions: JsonObject[];
+    };
     expect(
       ours.map((s) => ({
         session_id: s.summary.session_id,
@@ -70,7 +84,13 @@ describe("the scan lists sessions exactly as the sink reader does", () => {
 
 /** A sink whose lines take every path of the scan: canonical, compact, legacy, blank, CRLF, a cut tail. */
 function messySink(dir: string): void {
-  const first = new Timeline({ session_id: "run-1", host: "trainer", pid: 7, job_id: "job-x", device_total_bytes: 16 * GiB });
+  const first = new Timeline({
+    session_id: "run-1",
+    host: "trainer",
+    pid: 7,
+    job_id: "job-x",
+    device_total_bytes: 16 * GiB,
+  });
   first.tensors = 10;
   first.event("start");
   for (let step = 0; step < 12; step++) {
@@ -86,7 +106,9 @@ function messySink(dir: string): void {
     if (step === 6) first.gap -= 2 * GiB;
   }
   first.event("warning", { context: "WARNING: Memory usage at 91%", metadata: { oom_reason: "test" } });
-  first.event("collector_degraded", { metadata: { collector_health_status: "degraded", collector_last_error: "NVML timeout" } });
+  first.event("collector_degraded", {
+    metadata: { collector_health_status: "degraded", collector_last_error: "NVML timeout" },
+  });
   first.sample().sample();
   first.event("collector_recovered", { metadata: { collector_health_status: "healthy" } });
   first.event("stop");
@@ -97,14 +119,21 @@ function messySink(dir: string): void {
   const lines = second.events.map((event, i) => {
     const line = encodeTelemetryRecord(event);
     if (i % 5 === 1) return line.replaceAll(", ", ",");
-    if (i % 5 === 2 && event.event_type === "phase_enter") return line.replace('"sequence": ', '"weight": 0.5, "sequence": ');
+    if (i % 5 === 2 && event.event_type === "phase_enter")
+      return line.replace('"sequence": ', '"weight": 0.5, "sequence": ');
     return line;
   });
   writeFileSync(join(dir, "segment-000100.jsonl"), `${lines.join("\r\n")}\r\n\n   \n`);
   // A legacy (v2, sessionless) record and a final line cut short.
-  const legacy = { ...record("sample", BASE_NS + 2n * 10n ** 12n, { allocator_allocated_bytes: 5, device_used_bytes: 9 }), schema_version: 2 } as JsonObject;
+  const legacy = {
+    ...record("sample", BASE_NS + 2n * 10n ** 12n, { allocator_allocated_bytes: 5, device_used_bytes: 9 }),
+    schema_version: 2,
+  } as JsonObject;
   delete legacy.session_id;
-  appendFileSync(join(dir, "segment-000101.jsonl"), `${stringifyJson(legacy, { sortKeys: true })}\n{"allocator_active_bytes": nu`);
+  appendFileSync(
+    join(dir, "segment-000101.jsonl"),
+    `${stringifyJson(legacy, { sortKeys: true })}\n{"allocator_active_bytes": nu`,
+  );
 }
 
 describe("the fast path and the general path read the same", () => {
@@ -115,18 +144,28 @@ describe("the fast path and the general path read the same", () => {
     expect(comparable(await scannedSessions(dir))).toEqual(comparable(await summarizeTelemetrySessions(dir)));
   });
 
-  it.each(["run-1", "run-2"])("analyses session %s like analyzeEvents on the reader's events", async (sessionId) => {
-    const fromSink = reportToJson(await analyzeTelemetry(dir, { sessionId, index: false }));
-    const fromEvents = reportToJson(analyzeEvents(await loadTelemetryEvents(dir, { sessionId })));
-    for (const key of ["phases", "leaks", "gap_analysis", "cross_rank_analysis", "collector_health", "alerts"]) {
-      expect(stringifyJson(fromSink[key] ?? null), key).toBe(stringifyJson(fromEvents[key] ?? null));
-    }
-    const { sink: _a, ...summary } = fromSink.summary as JsonObject;
-    const { sink: _b, ...expected } = fromEvents.summary as JsonObject;
-    expect(stringifyJson(summary)).toBe(stringifyJson(expected));
-    expect((fromSink.summary as JsonObject).event_count).toBeGreaterThan(10);
-    expect((fromSink.phases as JsonObject[]).length).toBeGreaterThan(0);
-  });
+  it.each(["run-1", "run-2"])(
+    "analyses session %s like analyzeEvents on the reader's events",
+    async (sessionId) => {
+      const fromSink = reportToJson(await analyzeTelemetry(dir, { sessionId, index: false }));
+      const fromEvents = reportToJson(analyzeEvents(await loadTelemetryEvents(dir, { sessionId })));
+      for (const key of [
+        "phases",
+        "leaks",
+        "gap_analysis",
+        "cross_rank_analysis",
+        "collector_health",
+        "alerts",
+      ]) {
+        expect(stringifyJson(fromSink[key] ?? null), key).toBe(stringifyJson(fromEvents[key] ?? null));
+      }
+      const { sink: _a, ...summary } = fromSink.summary as JsonObject;
+      const { sink: _b, ...expected } = fromEvents.summary as JsonObject;
+      expect(stringifyJson(summary)).toBe(stringifyJson(expected));
+      expect((fromSink.summary as JsonObject).event_count).toBeGreaterThan(10);
+      expect((fromSink.phases as JsonObject[]).length).toBeGreaterThan(0);
+    },
+  );
 
   it("finds the leak, the hidden-memory spike, the alert and the health episode of run-1", async () => {
     const report = await analyzeTelemetry(dir, { index: false, sessionId: "run-1" });
@@ -137,11 +176,18 @@ describe("the fast path and the general path read the same", () => {
     expect(report.leaks.find((leak) => leak.phase_path === "train / backward")?.verdict).toBe("stable");
     expect(report.gap_analysis.map((finding) => finding.classification)).toContain("transient_spike");
     expect(report.alerts.items[0]).toMatchObject({ event_type: "warning", oom_reason: "test" });
-    expect(report.collector_health).toMatchObject({ degraded_count: 1, recovered_count: 1, degraded_time_ns: 21_000_000n, last_status: "healthy" });
+    expect(report.collector_health).toMatchObject({
+      degraded_count: 1,
+      recovered_count: 1,
+      degraded_time_ns: 21_000_000n,
+      last_status: "healthy",
+    });
   });
 
   it("reports the dropped final line as the reader does", async () => {
     const report = await analyzeTelemetry(dir, { index: false, sessionId: "run-1" });
-    expect(report.sink.warnings.some((warning) => warning.includes("dropped a final line cut short"))).toBe(true);
+    expect(report.sink.warnings.some((warning) => warning.includes("dropped a final line cut short"))).toBe(
+      true,
+    );
   });
 });

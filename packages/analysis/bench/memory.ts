@@ -1,0 +1,50 @@
+// Peak RSS and time of `analyzeTelemetry` as the input grows: the 64-rank job of
+// bench/generate-multirank.mjs at 5,000 samples per rank (~240 MB) and at 23,000 (~1.1 GB), each
+// analysed cold (building the index), warm, and without an index, in a fresh process.
+// Run (about a minute; needs ~1.5 GB of temporary disk):
+//   node --conditions=@stormlog/source --import tsx packages/analysis/bench/memory.ts
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+const script = `
+  const { analyzeTelemetry } = await import(${JSON.stringify(new URL("../src/index.ts", import.meta.url).href)});
+  const t = performance.now();
+  const report = await analyzeTelemetry(process.argv[1], { index: process.argv[2] !== "noindex" });
+  const ms = performance.now() - t;
+  console.log(JSON.stringify({ ms: Math.round(ms), maxRssMb: Math.round(process.resourceUsage().maxRSS / 1024), events: report.summary.event_count, status: report.index?.status, reportReused: report.index?.report_reused }));
+`;
+const measure = (path: string, mode: string): string =>
+  execFileSync(
+    process.execPath,
+    ["--conditions=@stormlog/source", "--import", "tsx", "--input-type=module", "-e", script, path, mode],
+    {
+      cwd: REPO,
+      encoding: "utf8",
+    },
+  ).trim();
+
+const dir = mkdtempSync(join(tmpdir(), "stormlog-memory-bench-"));
+try {
+  for (const samples of [5000, 23000]) {
+    const sink = join(dir, `job-${samples}`);
+    execFileSync(
+      process.execPath,
+      ["--import", "tsx", join(REPO, "bench/generate-multirank.mjs"), sink, "--samples", String(samples)],
+      {
+        cwd: REPO,
+        stdio: "inherit",
+      },
+    );
+    await new Promise((done) => setTimeout(done, 2100));
+    console.log(`  cold:     ${measure(sink, "index")}`);
+    console.log(`  warm:     ${measure(sink, "index")}`);
+    console.log(`  no index: ${measure(sink, "noindex")}`);
+    rmSync(sink, { recursive: true, force: true });
+  }
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}

@@ -1,0 +1,198 @@
+/**
+ * A segment's digest: what session listing, session selection and the cross-rank analysis's job
+ * choice need, without the samples. Small enough to keep for every segment of a large sink (and to
+ * store in the index catalog), so that sample data is loaded one rank at a time.
+ */
+import type { SegmentAggregate, SessionEvidence } from "./aggregate.js";
+
+/** One rank of one session in a segment. */
+export interface RankDigest {
+  readonly rank: number;
+  readonly eventCount: number;
+  readonly sampleCount: number;
+  /**
+   * Per truthy `job_id`, over samples with device used memory: count, and the first such sample's
+   * timestamp and line (the cross-rank analysis keeps the most common job, the first seen on ties).
+   */
+  readonly jobs: readonly {
+    readonly jobId: string;
+    readonly count: number;
+    readonly firstTs: bigint;
+    readonly firstLine: number;
+  }[];
+}
+
+/** One session in a segment. */
+export interface SessionDigest {
+  readonly sessionId: string;
+  readonly eventCount: number;
+  readonly eventTypes: ReadonlyMap<string, number>;
+  /** Earliest event (first seen on ties) and latest `stop` (last seen on ties). */
+  readonly first: SessionEvidence | null;
+  readonly lastTs: bigint | null;
+  readonly lastStop: SessionEvidence | null;
+  readonly ranks: readonly RankDigest[];
+}
+
+/** A segment's digest. */
+export interface SegmentDigest {
+  readonly lineCount: number;
+  readonly eventCount: number;
+  readonly sessions: readonly SessionDigest[];
+  readonly warnings: readonly { readonly message: string; readonly sessionId: string | null }[];
+  readonly minTs: bigint | null;
+  readonly maxTs: bigint | null;
+}
+
+/** The digest of an aggregate. */
+export function digestOf(aggregate: SegmentAggregate): SegmentDigest {
+  const sessions: SessionDigest[] = [];
+  for (const session of aggregate.sessions.values()) {
+    const ranks: RankDigest[] = [];
+    for (const part of session.ranks.values()) {
+      const samples = part.samples;
+      const jobs = new Map<string, { jobId: string; count: number; firstT: number; firstLine: number }>();
+      const identities = part.identities;
+      for (let i = 0; i < samples.count; i++) {
+        if (Number.isNaN(samples.used[i]!)) continue;
+        const jobId = identities[samples.identity === null ? 0 : samples.identity[i]!]!.job_id;
+        if (!jobId) continue;
+        const t = samples.t[i]!;
+        const entry = jobs.get(jobId);
+        if (entry === undefined) jobs.set(jobId, { jobId, count: 1, firstT: t, firstLine: samples.line[i]! });
+        else {
+          entry.count++;
+          if (t < entry.firstT) {
+            entry.firstT = t;
+            entry.firstLine = samples.line[i]!;
+          }
+        }
+      }
+      ranks.push({
+        rank: part.rank,
+        eventCount: part.eventCount,
+        sampleCount: samples.count,
+        jobs: [...jobs.values()].map((job) => ({
+          jobId: job.jobId,
+          count: job.count,
+          firstTs: part.timestampOf(job.firstT),
+          firstLine: job.firstLine,
+        })),
+      });
+    }
+    sessions.push({
+      sessionId: session.sessionId,
+      eventCount: session.eventCount,
+      eventTypes: session.eventTypes,
+      first: session.first,
+      lastTs: session.lastTs,
+      lastStop: session.lastStop,
+      ranks,
+    });
+  }
+  return {
+    lineCount: aggregate.lineCount,
+    eventCount: aggregate.eventCount,
+    sessions,
+    warnings: aggregate.warnings,
+    minTs: aggregate.minTs,
+    maxTs: aggregate.maxTs,
+  };
+}
+
+type EvidenceJson = (Omit<SessionEvidence, "timestamp_ns"> & { t: string }) | null;
+
+/** The digest as plain JSON (timestamps as decimal strings), for the index catalog. */
+export interface DigestJson {
+  lineCount: number;
+  eventCount: number;
+  minTs: string | null;
+  maxTs: string | null;
+  warnings: { message: string; sessionId: string | null }[];
+  sessions: {
+    sessionId: string;
+    eventCount: number;
+    eventTypes: [string, number][];
+    first: EvidenceJson;
+    lastTs: string | null;
+    lastStop: EvidenceJson;
+    ranks: {
+      rank: number;
+      eventCount: number;
+      sampleCount: number;
+      jobs: [string, number, string, number][];
+    }[];
+  }[];
+}
+
+const evidenceOut = (evidence: SessionEvidence | null): EvidenceJson => {
+  if (evidence === null) return null;
+  const { timestamp_ns, ...rest } = evidence;
+  return { ...rest, t: timestamp_ns.toString() };
+};
+
+const evidenceIn = (json: EvidenceJson): SessionEvidence | null => {
+  if (json === null) return null;
+  const { t, ...rest } = json;
+  return { ...rest, timestamp_ns: BigInt(t) };
+};
+
+/** The digest's JSON form. */
+export function digestToJson(digest: SegmentDigest): DigestJson {
+  return {
+    lineCount: digest.lineCount,
+    eventCount: digest.eventCount,
+    minTs: digest.minTs?.toString() ?? null,
+    maxTs: digest.maxTs?.toString() ?? null,
+    warnings: digest.warnings.map((warning) => ({ ...warning })),
+    sessions: digest.sessions.map((session) => ({
+      sessionId: session.sessionId,
+      eventCount: session.eventCount,
+      eventTypes: [...session.eventTypes.entries()],
+      first: evidenceOut(session.first),
+      lastTs: session.lastTs?.toString() ?? null,
+      lastStop: evidenceOut(session.lastStop),
+      ranks: session.ranks.map((rank) => ({
+        rank: rank.rank,
+        eventCount: rank.eventCount,
+        sampleCount: rank.sampleCount,
+        jobs: rank.jobs.map((job): [string, number, string, number] => [
+          job.jobId,
+          job.count,
+          job.firstTs.toString(),
+          job.firstLine,
+        ]),
+      })),
+    })),
+  };
+}
+
+/** A digest read back from its JSON form. */
+export function digestFromJson(json: DigestJson): SegmentDigest {
+  return {
+    lineCount: json.lineCount,
+    eventCount: json.eventCount,
+    minTs: json.minTs === null ? null : BigInt(json.minTs),
+    maxTs: json.maxTs === null ? null : BigInt(json.maxTs),
+    warnings: json.warnings,
+    sessions: json.sessions.map((session) => ({
+      sessionId: session.sessionId,
+      eventCount: session.eventCount,
+      eventTypes: new Map(session.eventTypes),
+      first: evidenceIn(session.first),
+      lastTs: session.lastTs === null ? null : BigInt(session.lastTs),
+      lastStop: evidenceIn(session.lastStop),
+      ranks: session.ranks.map((rank) => ({
+        rank: rank.rank,
+        eventCount: rank.eventCount,
+        sampleCount: rank.sampleCount,
+        jobs: rank.jobs.map(([jobId, count, firstTs, firstLine]) => ({
+          jobId,
+          count,
+          firstTs: BigInt(firstTs),
+          firstLine,
+        })),
+      })),
+    })),
+  };
+}
