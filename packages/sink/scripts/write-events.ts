@@ -35,6 +35,9 @@ const sink = new TelemetrySink({
   retentionMaxTotalBytes: 64 * 1024 ** 3,
   flushEverySeconds: 0.05,
   writeRollups: false,
+  // The crash test checks that nothing is lost but the unflushed tail: the producer never waits, so the
+  // queue must not overflow (overflow drops and counts, by design) even on a loaded CI machine.
+  maxQueueEvents: 1 << 20,
   handleProcessExit: !flag("--no-exit-hooks"),
   logger: { warn: (message) => console.error(message) },
 });

@@ -11,7 +11,7 @@ import { SinkSessionMismatchError } from "./errors.js";
 import { registerExitParticipant } from "./exit-hooks.js";
 import { describeIoError, execAsync, execSync, IO_OK, type IoOp, type IoResult } from "./io.js";
 import { LineEncoder } from "./line-encoder.js";
-import { type SinkSegment, segmentFilename, serializeManifest } from "./manifest.js";
+import { type SinkSegment, segmentFilename, serializeManifest, writeManifestTextSync } from "./manifest.js";
 import { whyNotWritable } from "./record-check.js";
 import { type RecoveryReport, recoverSinkDirectory } from "./recovery.js";
 import {
@@ -564,7 +564,12 @@ export class TelemetrySink {
         if (step.done) break;
         this.inflightOp = step.value;
         result = await execAsync(step.value);
-        if (token !== this.pumpToken) return; // the exit path took over
+        if (token !== this.pumpToken) {
+          // The exit path took over while this step ran. A manifest rename already handed to the
+          // thread pool can land after closeSync's own: write the current ledger once more.
+          if (step.value.op === "manifest") this.rewriteManifestSync();
+          return;
+        }
         this.inflightOp = null;
       }
     } catch (error) {
@@ -939,6 +944,15 @@ export class TelemetrySink {
       }
     }
     if (this.manifestDirty !== 0) yield* this.writeManifest();
+  }
+
+  /** Writes the current manifest with blocking I/O (after closeSync, nothing else writes it). */
+  private rewriteManifestSync(): void {
+    try {
+      writeManifestTextSync(this.rootDir, serializeManifest(this.sessions.values(), this.segments), false);
+    } catch (error) {
+      this.config.logger.warn(`${this.rootDir}: rewriting manifest.json failed: ${(error as Error).message}`);
+    }
   }
 
   private *writeManifest(): Work {

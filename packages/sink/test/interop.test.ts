@@ -1,4 +1,4 @@
-// Each sink written by the Python reference (test/fixtures/python-sink, copied from the golden cases)
+// Each sink written by the Python reference (fixtures/golden/python-sink at the repo root)
 // loads with the sessions, order, statuses, event counts and first/last timestamps of its expected.json.
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -13,7 +13,7 @@ import {
   summarizeTelemetrySessions,
 } from "../src/index.js";
 
-const ROOT = join(import.meta.dirname, "fixtures/python-sink");
+const ROOT = join(import.meta.dirname, "../../../fixtures/golden/python-sink");
 const CASES = readdirSync(ROOT).sort();
 
 interface ExpectedSession {

@@ -22,7 +22,7 @@ import {
 } from "../src/index.js";
 import { quiet, tempDir } from "./helpers.js";
 
-const FIXTURES = join(import.meta.dirname, "fixtures/python-sink");
+const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden/python-sink");
 
 function jsonl(records: object[]): string {
   return records.map((record) => `${encodeTelemetryRecord(record as never)}\n`).join("");

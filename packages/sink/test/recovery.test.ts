@@ -6,7 +6,7 @@ import { sampleRecord } from "../scripts/sample-records.js";
 import { loadTelemetrySessions, readManifestSync, serializeManifest, TelemetrySink } from "../src/index.js";
 import { fileLines, quiet, segmentNames, tempDir } from "./helpers.js";
 
-const FIXTURES = join(import.meta.dirname, "fixtures/python-sink");
+const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden/python-sink");
 
 function lines(sessionId: string, from: number, count: number): string {
   return Array.from(

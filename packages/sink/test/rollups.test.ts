@@ -12,7 +12,7 @@ import {
 } from "../src/index.js";
 import { tempDir } from "./helpers.js";
 
-const FIXTURES = join(import.meta.dirname, "fixtures/python-sink");
+const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden/python-sink");
 
 /** Paths differ by machine: keep file names only. The generation time differs by nature. */
 function comparable(value: JsonValue): JsonValue {
