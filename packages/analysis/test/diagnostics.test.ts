@@ -300,7 +300,7 @@ describe("selectDistributedSession", () => {
   });
 
   it("reads a rank group's events from a file, sorted by time", async () => {
-    const path = join(import.meta.dirname, "fixtures/cross-rank/case-11-0012/input.jsonl");
+    const path = join(import.meta.dirname, "../../../fixtures/golden/cross-rank/case-11-0012/input.jsonl");
     const { selection, events } = await loadDistributedEvents(path);
     expect(selection.merged).toBe(true);
     expect(new Set(events.map((e) => e.session_id))).toEqual(new Set(selection.memberSessionIds));

@@ -5,7 +5,7 @@ import type { PhaseSpan } from "@stormlog/phases";
 import { describe, expect, it } from "vitest";
 import { buildPerfettoTrace, formatPerfettoTrace, type TraceEvent } from "../src/index.js";
 
-const CASE = join(import.meta.dirname, "fixtures/cross-rank/case-11-0013");
+const CASE = join(import.meta.dirname, "../../../fixtures/golden/cross-rank/case-11-0013");
 
 function caseEvents(): TelemetryEvent[] {
   const text = readFileSync(join(CASE, "input.jsonl"), "utf8");

@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { CanonicalLineReader } from "../src/fast-line.js";
 import { BASE_NS, record } from "./report-helpers.js";
 
-const FIXTURES = join(import.meta.dirname, "fixtures");
+const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden");
 
 function random(seed: number): () => number {
   let a = seed >>> 0;

@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { decodeTelemetryJsonl, type JsonValue, parseJson, type TelemetryEvent } from "@stormlog/core";
 
-const FIXTURES = join(import.meta.dirname, "fixtures");
+const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden");
 
 /** Case directories of a golden set copied from the Python reference (see fixtures/README.md). */
 export function goldenCases(set: "cross-rank" | "gap"): string[] {

@@ -9,7 +9,7 @@ import { inMemorySegment, listSessions, type SegmentData } from "../src/merge.js
 import { resolveInput, scanSegment } from "../src/scan.js";
 import { BASE_NS, GiB, MiB, record, Timeline, writeSink } from "./report-helpers.js";
 
-const FIXTURES = join(import.meta.dirname, "fixtures", "python-sink");
+const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden", "python-sink");
 const temp = mkdtempSync(join(tmpdir(), "stormlog-scan-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 

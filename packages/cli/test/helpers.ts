@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type CliIo, type CliSignal, main } from "../src/index.js";
 
-export const FIXTURES = join(import.meta.dirname, "fixtures");
+/** The golden cases generated with the Python reference, at the repo root. */
+export const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden");
 export const REPO_ROOT = join(import.meta.dirname, "../../..");
 
 /** What one in-process run printed and returned. */
