@@ -308,14 +308,17 @@ export class SegmentIndex {
     return this.prints.map((print) => print.size);
   }
 
-  private reportFile(sessionId: string | undefined): string | null {
+  private reportFile(view: string): string | null {
     if (this.state === null || this.dir === null) return null;
-    return join(this.dir, `report-${this.state.slice(0, 24)}-${hash(sessionId ?? "", 8)}.json`);
+    return join(this.dir, `report-${this.state.slice(0, 24)}-${hash(view, 8)}.json`);
   }
 
-  /** The stored report for this exact state of the input, if there is one. */
-  readReport(sessionId: string | undefined): AnalysisReport | null {
-    const file = this.reportFile(sessionId);
+  /**
+   * The stored report for this exact state of the input and this `view` (what else the report
+   * depends on: the session asked for, the path as given), if there is one.
+   */
+  readReport(view: string): AnalysisReport | null {
+    const file = this.reportFile(view);
     if (file === null || this.catalog === null) return null;
     let text: string;
     try {
@@ -323,7 +326,7 @@ export class SegmentIndex {
     } catch {
       return null;
     }
-    const report = deserializeReport(text, `${this.state}|${sessionId ?? ""}`);
+    const report = deserializeReport(text, `${this.state}|${view}`);
     if (report === null) return null;
     report.index = {
       status: "reused",
@@ -338,12 +341,12 @@ export class SegmentIndex {
   }
 
   /** Stores a finished report (best effort: failures only mean the next analysis recomputes it). */
-  async writeReport(sessionId: string | undefined, report: AnalysisReport): Promise<void> {
-    const file = this.reportFile(sessionId);
+  async writeReport(view: string, report: AnalysisReport): Promise<void> {
+    const file = this.reportFile(view);
     const dir = this.dir;
     if (file === null || dir === null || report.index === null || report.index.location !== dir) return;
     try {
-      writeAtomic(file, serializeReport(report, `${this.state}|${sessionId ?? ""}`));
+      writeAtomic(file, serializeReport(report, `${this.state}|${view}`));
       const prefix = `report-${this.state!.slice(0, 24)}-`;
       const others = (await readdir(dir)).filter((name) =>
         /^report-[0-9a-f]{24}-[0-9a-f]{8}\.json$/.test(name),

@@ -4,6 +4,7 @@
  */
 export * from "./cross-rank.js";
 export * from "./diagnostics.js";
+export { TimeRangeError } from "./errors.js";
 export * from "./export-csv.js";
 export * from "./export-perfetto.js";
 export * from "./gap.js";

@@ -115,7 +115,12 @@ function analyze(parts: ReportParts): AnalysisReport {
   const leaks = new LeakAccumulator();
   const phases = new PhaseAccumulator((phasePath, occurrences) => leaks.add(phasePath, occurrences));
   const crossRank = plan.ranks.length > 1 ? new CrossRankAccumulator(plan) : null;
-  for (const { rank, series: plans } of plan.ranks) {
+  // A segment holding several ranks stays loaded until the last of them is done.
+  const lastUse = new Map<number, number>();
+  plan.ranks.forEach(({ series }, k) => {
+    for (const seriesPlan of series) for (const ordinal of seriesPlan.ordinals) lastUse.set(ordinal, k);
+  });
+  plan.ranks.forEach(({ rank, series: plans }, k) => {
     const resolvers = new Map<RankSeries, PhaseReplayIndex | null>();
     const rankSeries = plans.map((seriesPlan) => loader.load(seriesPlan));
     for (const series of rankSeries) {
@@ -128,8 +133,8 @@ function analyze(parts: ReportParts): AnalysisReport {
       phases.add(collectOccurrences(series, index));
     }
     crossRank?.addRank(rank, rankSeries, (series) => resolvers.get(series) ?? null);
-    loader.release();
-  }
+    loader.release([...lastUse.entries()].filter(([, last]) => last > k).map(([ordinal]) => ordinal));
+  });
   const healthReport = health.finish(plan.eventTypes);
   return {
     input: parts.input,
@@ -276,13 +281,15 @@ export async function analyzeTelemetry(path: string, options: AnalyzeOptions = {
     ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
   });
   const inputSize = await sizeOnDisk(input.path);
-  const stored = index.readReport(options.sessionId);
+  // Besides the files, the report depends on the session asked for and on the path as given (it names it).
+  const view = JSON.stringify([options.sessionId ?? null, input.path]);
+  const stored = index.readReport(view);
   if (stored !== null) {
     stored.input.size_bytes = inputSize;
     return stored;
   }
   try {
-    return await analyzeIndexed(input, index, options, inputSize, warnings);
+    return await analyzeIndexed(input, index, options, inputSize, warnings, view);
   } finally {
     index.dispose();
   }
@@ -294,6 +301,7 @@ async function analyzeIndexed(
   options: AnalyzeOptions,
   inputSize: number,
   warnings: readonly string[],
+  view: string,
 ): Promise<AnalysisReport> {
   const { segments, sizes, usage } = await index.loadSegments();
   const ledger = new Map<string, SessionSummary>();
@@ -316,7 +324,7 @@ async function analyzeIndexed(
     notes: [],
   });
   options.onProgress?.({ phase: "analyze", done: 1, total: 1 });
-  await index.writeReport(options.sessionId, report);
+  await index.writeReport(view, report);
   return report;
 }
 
