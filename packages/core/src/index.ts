@@ -13,6 +13,7 @@ export type * from "./json.js";
 export * from "./json-codec.js";
 export * from "./jsonl.js";
 export * from "./legacy.js";
+export * from "./line-encoder.js";
 export type * from "./phase-host.js";
 export * from "./pyrepr.js";
 export * from "./schema.js";

@@ -12,6 +12,7 @@ import {
   parseJson,
   readTelemetryJsonl,
   stringifyJson,
+  TelemetryLineEncoder,
   type TelemetryRecordV3,
   TelemetryValidationError,
   type TruncatedTail,
@@ -50,6 +51,17 @@ describe("golden lines written by the Python reference", () => {
       lines += decoded.length;
     }
     expect(lines).toBeGreaterThan(8000);
+  });
+
+  it("re-encodes every line byte-identical through the streaming encoder too", () => {
+    const encoder = new TelemetryLineEncoder();
+    for (const file of files) {
+      const text = readFileSync(file, "utf8");
+      const rawLines = text.split("\n").filter((line) => line.length > 0);
+      decodeTelemetryJsonl(text, { file }).forEach(({ record }, index) => {
+        expect(encoder.encode(record as TelemetryRecordV3)).toBe(rawLines[index]);
+      });
+    }
   });
 });
 

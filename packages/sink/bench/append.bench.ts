@@ -4,11 +4,10 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { encodeTelemetryRecord } from "@stormlog/core";
+import { encodeTelemetryRecord, TelemetryLineEncoder } from "@stormlog/core";
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { sampleRecord } from "../scripts/sample-records.js";
 import { TelemetrySink } from "../src/index.js";
-import { LineEncoder } from "../src/line-encoder.js";
 import { whyNotWritable } from "../src/record-check.js";
 
 const BATCH = 10_000;
@@ -42,7 +41,7 @@ group("sink: calling thread", () => {
 group("sink: writer work per record (event loop, off the append call)", () => {
   // A stream of samples as a tracker writes them (counters and timestamps change, metadata does not).
   const stream = Array.from({ length: 1024 }, (_, i) => sampleRecord("bench", i, { withSeq: false }));
-  const encoder = new LineEncoder();
+  const encoder = new TelemetryLineEncoder();
   let i = 0;
   bench("sink/check record", () => do_not_optimize(whyNotWritable(stream[i++ & 1023]!)));
   bench("sink/encode record (LineEncoder, as the writer)", () =>

@@ -4,13 +4,13 @@ import {
   type SessionStatus,
   type SessionSummary,
   type TelemetryEvent,
+  TelemetryLineEncoder,
   type TimerHandle,
 } from "@stormlog/core";
 import { type ResolvedSinkConfig, resolveSinkConfig, type TelemetrySinkOptions } from "./config.js";
 import { SinkSessionMismatchError } from "./errors.js";
 import { registerExitParticipant } from "./exit-hooks.js";
 import { describeIoError, execAsync, execSync, IO_OK, type IoOp, type IoResult } from "./io.js";
-import { LineEncoder } from "./line-encoder.js";
 import { type SinkSegment, segmentFilename, serializeManifest, writeManifestTextSync } from "./manifest.js";
 import { whyNotWritable } from "./record-check.js";
 import { type RecoveryReport, recoverSinkDirectory } from "./recovery.js";
@@ -146,7 +146,7 @@ export class TelemetrySink {
   private bufferBytes = 0;
   private bufferSession: string | null = null;
   private pending: PendingWrite | null = null;
-  private readonly encoder = new LineEncoder();
+  private readonly encoder = new TelemetryLineEncoder();
 
   private current: SinkSegment | null = null;
   private fd: number | null = null;

@@ -1,12 +1,12 @@
 import {
   encodeTelemetryRecord,
   markFloat,
+  TelemetryLineEncoder,
   type TelemetryRecordV3,
   type TelemetryRecordV4,
 } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
 import { sampleRecord } from "../scripts/sample-records.js";
-import { LineEncoder } from "../src/line-encoder.js";
 
 /** A deterministic pseudo-random generator, so failures reproduce. */
 function random(seed: number): () => number {
@@ -28,11 +28,11 @@ const STRINGS = [
   "phase / forward",
 ];
 
-describe("LineEncoder", () => {
+describe("TelemetryLineEncoder", () => {
   it("writes the same bytes as core's encoder for a stream of varied records", () => {
     const next = random(42);
     const pick = <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)]!;
-    const encoder = new LineEncoder();
+    const encoder = new TelemetryLineEncoder();
     let previous: TelemetryRecordV3 = sampleRecord("s", 0);
     for (let i = 0; i < 3000; i++) {
       // Mostly like the previous record (what the caches see), sometimes changed anywhere.
@@ -81,7 +81,7 @@ describe("LineEncoder", () => {
   });
 
   it("notices in-place changes of nested metadata objects", () => {
-    const encoder = new LineEncoder();
+    const encoder = new TelemetryLineEncoder();
     const record = sampleRecord("s", 0);
     const scope = { path: ["train"], depth: 1 };
     record.metadata.phase_scope = scope;
@@ -92,7 +92,7 @@ describe("LineEncoder", () => {
   });
 
   it("writes only ASCII, so a line's length is its size in bytes", () => {
-    const encoder = new LineEncoder();
+    const encoder = new TelemetryLineEncoder();
     const record = { ...sampleRecord("sé", 0), context: "日本語 🙂", metadata: { ключ: "значение" } };
     const line = encoder.encode(record);
     expect(Buffer.byteLength(line, "utf8")).toBe(line.length);
@@ -100,7 +100,7 @@ describe("LineEncoder", () => {
   });
 
   it("encodes v4 records with null counters", () => {
-    const encoder = new LineEncoder();
+    const encoder = new TelemetryLineEncoder();
     const v4 = {
       ...sampleRecord("s", 0),
       schema_version: 4,

@@ -1,13 +1,7 @@
-import {
-  encodeTelemetryRecord,
-  FLOAT_KEYS,
-  type JsonObject,
-  type JsonValue,
-  pythonJsonNumber,
-  pythonJsonString,
-  stringifyJson,
-  type TelemetryEvent,
-} from "@stormlog/core";
+import { encodeTelemetryRecord } from "./codec.js";
+import type { JsonObject, JsonValue } from "./json.js";
+import { FLOAT_KEYS, pythonJsonNumber, pythonJsonString, stringifyJson } from "./json-codec.js";
+import type { TelemetryEvent } from "./schema.js";
 
 /** A string field's last value and its JSON form: consecutive records mostly repeat them. */
 class StringCache {
@@ -47,13 +41,13 @@ function flat(text: string): string {
 const ASTRAL = /[\ud800-\udfff]/;
 
 /**
- * Encodes records exactly as core's `encodeTelemetryRecord` (the bytes Python's
+ * Encodes records exactly as `encodeTelemetryRecord` (the bytes Python's
  * `json.dumps(record, sort_keys=True)` writes), faster for the writer's stream of similar records:
  * string fields and metadata values that repeat the previous record's are not escaped again, and
  * the metadata key order is sorted once per key set, not once per record. Anything unusual
  * (float-marked or nested values with astral keys, `undefined` values) goes through core.
  */
-export class LineEncoder {
+export class TelemetryLineEncoder {
   private readonly collector = new StringCache();
   private readonly context = new StringCache();
   private readonly eventType = new StringCache();
