@@ -1,7 +1,7 @@
 import { decodeCanonicalV3 } from "./codec-fast.js";
 import { type SourceLocation, TelemetryValidationError } from "./errors.js";
 import type { JsonObject } from "./json.js";
-import { LosslessJsonParser, pythonJsonString, stringifyJson } from "./json-codec.js";
+import { FLOAT_KEYS, LosslessJsonParser, pythonJsonString, stringifyJson } from "./json-codec.js";
 import { TELEMETRY_V3_FIELDS, type TelemetryRecord } from "./schema.js";
 import { validateTelemetryRecord } from "./validate.js";
 
@@ -126,8 +126,15 @@ function nullableString(value: string | null): string {
 }
 
 function encodeMetadata(metadata: JsonObject): string {
-  for (const _ in metadata) return stringifyJson(metadata, { sortKeys: true });
-  return "{}";
+  let keys = 0;
+  for (const _ in metadata) keys++;
+  if (keys === 0) return "{}";
+  const scope = metadata.phase_scope;
+  if (keys === 1 && typeof scope === "object" && scope !== null && !Array.isArray(scope)) {
+    const encoded = encodePhaseScope(scope);
+    if (encoded !== undefined) return `{"phase_scope": ${encoded}}`;
+  }
+  return stringifyJson(metadata, { sortKeys: true });
 }
 
 /**
@@ -160,5 +167,38 @@ export function encodeTelemetryRecord(record: TelemetryRecord): string {
     `, "schema_version": ${record.schema_version}, ${session}` +
     `"timestamp_ns": ${record.timestamp_ns}` +
     `, "world_size": ${record.world_size}}`
+  );
+}
+
+/**
+ * `metadata.phase_scope` as the phase recorder writes it, in one template: phase records are half of
+ * a training run's lines. Returns undefined for any other shape (the generic writer handles it).
+ */
+function encodePhaseScope(scope: JsonObject): string | undefined {
+  const { action, attributes, depth, name, parent_scope_id: parent, path, scope_id: scopeId } = scope;
+  const { sequence, thread_id: threadId, thread_name: threadName } = scope;
+  let keys = 0;
+  for (const _ in scope) keys++;
+  if (keys !== (attributes === undefined ? 9 : 10)) return undefined;
+  if (typeof action !== "string" || typeof name !== "string" || typeof scopeId !== "string") return undefined;
+  if (typeof threadName !== "string" || (parent !== null && typeof parent !== "string")) return undefined;
+  if (!Number.isSafeInteger(depth) || !Number.isSafeInteger(sequence) || !Number.isSafeInteger(threadId)) {
+    return undefined;
+  }
+  if (!Array.isArray(path) || (scope as { [FLOAT_KEYS]?: unknown })[FLOAT_KEYS] !== undefined)
+    return undefined;
+  let pathText = "[";
+  for (let i = 0; i < path.length; i++) {
+    const part = path[i];
+    if (typeof part !== "string") return undefined;
+    pathText += i === 0 ? pythonJsonString(part) : `, ${pythonJsonString(part)}`;
+  }
+  const attributesText =
+    attributes === undefined ? "" : `"attributes": ${stringifyJson(attributes, { sortKeys: true })}, `;
+  return (
+    `{"action": ${pythonJsonString(action)}, ${attributesText}"depth": ${depth}, "name": ${pythonJsonString(name)}` +
+    `, "parent_scope_id": ${parent === null ? "null" : pythonJsonString(parent as string)}, "path": ${pathText}]` +
+    `, "scope_id": ${pythonJsonString(scopeId)}, "sequence": ${sequence}, "thread_id": ${threadId}` +
+    `, "thread_name": ${pythonJsonString(threadName)}}`
   );
 }

@@ -22,10 +22,6 @@ export function markFloat(container: JsonObject | JsonValue[], key: string | num
   keys.add(key);
 }
 
-function isMarkedFloat(container: object, key: string | number): boolean {
-  return (container as FloatMarked)[FLOAT_KEYS]?.has(key) === true;
-}
-
 /** A number token as the lossless parser read it. */
 export interface NumberToken {
   value: number | bigint;
@@ -378,10 +374,11 @@ function writeArray(
   if (value.length === 0) return "[]";
   const inner = indent === undefined ? current : current + " ".repeat(indent);
   const separator = indent === undefined ? ", " : `,\n${inner}`;
+  const marks = (value as FloatMarked)[FLOAT_KEYS];
   let out = indent === undefined ? "[" : `[\n${inner}`;
   for (let index = 0; index < value.length; index++) {
     if (index > 0) out += separator;
-    out += writeValue(value[index] as JsonValue, isMarkedFloat(value, index), sortKeys, indent, inner);
+    out += writeValue(value[index] as JsonValue, marks?.has(index) === true, sortKeys, indent, inner);
   }
   return indent === undefined ? `${out}]` : `${out}\n${current}]`;
 }
@@ -416,12 +413,14 @@ function writeObject(
   if (sortKeys && !isSortedLikePython(keys)) keys = sortKeysLikePython(keys);
   const inner = indent === undefined ? current : current + " ".repeat(indent);
   const separator = indent === undefined ? ", " : `,\n${inner}`;
+  // Read the float marks once per object: a missing symbol property is a slow lookup.
+  const marks = (value as FloatMarked)[FLOAT_KEYS];
   let out = "";
   for (const key of keys) {
     const item = value[key];
     if (item === undefined) continue;
     if (out !== "") out += separator;
-    out += `${quotedKey(key)}: ${writeValue(item, isMarkedFloat(value, key), sortKeys, indent, inner)}`;
+    out += `${quotedKey(key)}: ${writeValue(item, marks?.has(key) === true, sortKeys, indent, inner)}`;
   }
   if (out === "") return "{}";
   return indent === undefined ? `{${out}}` : `{\n${inner}${out}\n${current}}`;

@@ -177,6 +177,29 @@ describe("decodeTelemetryLine", () => {
   });
 });
 
+describe("phase records", () => {
+  const scope =
+    '{"action": "enter", "attributes": {"batch": 3, "lr": 0.5}, "depth": 2, "name": "forward", ' +
+    '"parent_scope_id": "s:1", "path": ["train", "forward"], "scope_id": "s:2", "sequence": 2, ' +
+    '"thread_id": 0, "thread_name": "main"}';
+
+  it("writes phase_scope with attributes exactly, through the dedicated writer", () => {
+    const line = SAMPLE_LINE.replace('"metadata": {}', `"metadata": {"phase_scope": ${scope}}`);
+    expect(encodeTelemetryRecord(decodeTelemetryLine(line))).toBe(line);
+  });
+
+  it("falls back to the generic writer for other shapes and still matches", () => {
+    for (const variant of [
+      scope.replace('"depth": 2', '"depth": 2.0'),
+      scope.replace('"thread_name": "main"}', '"thread_name": "main", "zz": null}'),
+      scope.replace('["train", "forward"]', '["train", 7]'),
+    ]) {
+      const line = SAMPLE_LINE.replace('"metadata": {}', `"metadata": {"phase_scope": ${variant}}`);
+      expect(encodeTelemetryRecord(decodeTelemetryLine(line))).toBe(line);
+    }
+  });
+});
+
 describe("parseJson / stringifyJson", () => {
   const python = JSON.parse(
     readFileSync(new URL("./fixtures/python-json-dumps.json", import.meta.url), "utf8"),
