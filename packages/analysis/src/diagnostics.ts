@@ -8,14 +8,11 @@
  * (`collective:<class>`).
  */
 import {
-  createSessionSummary,
   InvalidConfigError,
   type SessionSummary,
-  stableLegacySessionId,
   type TelemetryEvent,
 } from "@stormlog/core";
 import {
-  comparePythonStrings,
   type PhaseAttributionPayload,
   PhaseReplayIndex,
   type PhaseResolver,
@@ -26,9 +23,9 @@ import {
   loadTelemetrySessions,
   type ReadOptions,
   type SessionInfo,
-  SessionNotFoundError,
 } from "@stormlog/sink";
 import { analyzeGaps } from "./gap.js";
+import { findRankGroups, type SessionListing, selectSession } from "./merge.js";
 
 /** A sample whose |device used - allocator reserved| / device total reaches this is a gap anomaly. */
 export const DIAGNOSTICS_GAP_RATIO_THRESHOLD = 0.05;
@@ -522,38 +519,6 @@ export interface DistributedSelection {
   rankGroups: RankGroupSession[];
 }
 
-function commonString(values: Iterable<string | null>): string | null {
-  const distinct = new Set<string>();
-  for (const value of values) if (value !== null) distinct.add(value);
-  return distinct.size === 1 ? [...distinct][0]! : null;
-}
-
-/** The reference TUI's merged summary of a rank group (`_create_merged_session_summary`). */
-function mergedSummary(members: readonly SessionInfo[], jobId: string, worldSize: number): SessionSummary {
-  const summaries = members.map((member) => member.summary);
-  const ids = summaries.map((summary) => summary.session_id).sort(comparePythonStrings);
-  const allCompleted = summaries.every((summary) => summary.status === "completed");
-  const ends = summaries.map((summary) => summary.ended_at_ns).filter((end): end is bigint => end !== null);
-  let started = summaries[0]!.started_at_ns;
-  for (const summary of summaries) if (summary.started_at_ns < started) started = summary.started_at_ns;
-  let ended: bigint | null = null;
-  if (allCompleted) for (const end of ends) if (ended === null || end > ended) ended = end;
-  const pids = new Set(summaries.map((summary) => summary.pid));
-  return createSessionSummary({
-    source: "stormlog.diagnostics.distributed",
-    status: allCompleted ? "completed" : "incomplete",
-    sessionId: stableLegacySessionId(["distributed.rank_group", jobId, worldSize, ...ids]),
-    startedAtNs: started,
-    endedAtNs: ended,
-    host: commonString(summaries.map((summary) => summary.host)) || "multiple",
-    pid: pids.size === 1 ? summaries[0]!.pid : -1,
-    jobId: commonString(summaries.map((summary) => summary.job_id)),
-    rank: Math.min(...summaries.map((summary) => summary.rank)),
-    localRank: Math.min(...summaries.map((summary) => summary.local_rank)),
-    worldSize: Math.max(...summaries.map((summary) => summary.world_size)),
-  });
-}
-
 /**
  * Finds rank groups and chooses the view, as the reference TUI's `load_distributed_artifacts` (and
  * `stormlog analyze`) do. A rank group is the sessions with events that share a non-null `job_id`
@@ -568,59 +533,24 @@ export function selectDistributedSession(
   sessionId?: string,
   source = "the input",
 ): DistributedSelection {
-  const byJob = new Map<
-    string,
-    { members: Map<number, SessionInfo>; skipped: SessionInfo[]; first: number }
-  >();
-  sessions.forEach((session, position) => {
-    const { job_id: jobId, world_size: worldSize, rank } = session.summary;
-    if (jobId === null || worldSize <= 1 || session.eventCount === 0) return;
-    const key = JSON.stringify([jobId, worldSize]);
-    let group = byJob.get(key);
-    if (group === undefined) {
-      group = { members: new Map(), skipped: [], first: position };
-      byJob.set(key, group);
-    }
-    if (group.members.has(rank)) group.skipped.push(session);
-    else group.members.set(rank, session);
-  });
-  const rankGroups: RankGroupSession[] = [];
-  for (const group of [...byJob.values()].sort((a, b) => a.first - b.first)) {
-    const members = [...group.members.entries()].sort((a, b) => a[0] - b[0]).map(([, member]) => member);
-    const { job_id: jobId, world_size: worldSize } = members[0]!.summary;
-    if (members.length < 2 || members.length > worldSize) continue;
-    rankGroups.push({ summary: mergedSummary(members, jobId!, worldSize), members, skipped: group.skipped });
-  }
-  const all = [...sessions];
-  const fromGroup = (group: RankGroupSession): DistributedSelection => ({
-    summary: group.summary,
-    memberSessionIds: group.members.map((member) => member.summary.session_id),
-    merged: true,
-    sessions: all,
-    rankGroups,
-  });
-  const fromSession = (session: SessionInfo | undefined): DistributedSelection => ({
-    summary: session?.summary ?? null,
-    memberSessionIds: session === undefined ? [] : [session.summary.session_id],
-    merged: false,
-    sessions: all,
-    rankGroups,
-  });
-  if (sessionId !== undefined) {
-    const group = rankGroups.find((candidate) => candidate.summary.session_id === sessionId);
-    if (group !== undefined) return fromGroup(group);
-    const session = sessions.find((candidate) => candidate.summary.session_id === sessionId);
-    if (session === undefined) {
-      const ids = [
-        ...sessions.map((candidate) => candidate.summary.session_id),
-        ...rankGroups.map((candidate) => candidate.summary.session_id),
-      ];
-      throw new SessionNotFoundError(sessionId, ids, source);
-    }
-    return fromSession(session);
-  }
-  if (rankGroups.length > 0) return fromGroup(rankGroups[0]!);
-  return fromSession(sessions.find((session) => session.eventCount > 0) ?? sessions[0]);
+  // One rule for the whole package: the analysis report's (merge.ts), with each session's rank.
+  const listings: SessionListing[] = sessions.map((session) => ({
+    ...session,
+    ranks: [session.summary.rank],
+  }));
+  const groups = findRankGroups(listings);
+  const selection = selectSession(listings, groups, sessionId, source);
+  return {
+    summary: selection.summary,
+    memberSessionIds: [...selection.memberIds],
+    merged: selection.group !== null,
+    sessions: [...sessions],
+    rankGroups: groups.map((group) => ({
+      summary: group.summary,
+      members: [...group.members],
+      skipped: [...group.skipped],
+    })),
+  };
 }
 
 /** Options of `loadDistributedEvents`. */

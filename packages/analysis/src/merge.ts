@@ -7,8 +7,8 @@
  */
 import {
   compareSessionsForSelection,
+  createSessionSummary,
   inferSessionSummaryFromEvents,
-  type SessionStatus,
   type SessionSummary,
   stableLegacySessionId,
 } from "@stormlog/core";
@@ -146,21 +146,36 @@ export interface RankGroup {
   readonly summary: SessionSummary;
 }
 
-const STATUS_SEVERITY: Readonly<Record<string, number>> = {
-  completed: 0,
-  interrupted: 1,
-  incomplete: 2,
-  running: 3,
-};
+function commonString(values: Iterable<string | null>): string | null {
+  const distinct = new Set<string>();
+  for (const value of values) if (value !== null) distinct.add(value);
+  return distinct.size === 1 ? [...distinct][0]! : null;
+}
 
-/** The merged view's status: the members' common status, else the least finished one. */
-function groupStatus(members: readonly SessionListing[]): SessionStatus {
-  let worst = members[0]!.summary.status;
-  for (const member of members) {
-    if ((STATUS_SEVERITY[member.summary.status] ?? 9) > (STATUS_SEVERITY[worst] ?? 9))
-      worst = member.summary.status;
-  }
-  return worst;
+/** The reference TUI's merged summary of a rank group (`_create_merged_session_summary`). */
+function mergedSummary(members: readonly SessionListing[], jobId: string, worldSize: number): SessionSummary {
+  const summaries = members.map((member) => member.summary);
+  const ids = summaries.map((summary) => summary.session_id).sort(comparePythonStrings);
+  const allCompleted = summaries.every((summary) => summary.status === "completed");
+  const ends = summaries.map((summary) => summary.ended_at_ns).filter((end): end is bigint => end !== null);
+  let started = summaries[0]!.started_at_ns;
+  for (const summary of summaries) if (summary.started_at_ns < started) started = summary.started_at_ns;
+  let ended: bigint | null = null;
+  if (allCompleted) for (const end of ends) if (ended === null || end > ended) ended = end;
+  const pids = new Set(summaries.map((summary) => summary.pid));
+  return createSessionSummary({
+    source: "stormlog.diagnostics.distributed",
+    status: allCompleted ? "completed" : "incomplete",
+    sessionId: stableLegacySessionId(["distributed.rank_group", jobId, worldSize, ...ids]),
+    startedAtNs: started,
+    endedAtNs: ended,
+    host: commonString(summaries.map((summary) => summary.host)) || "multiple",
+    pid: pids.size === 1 ? summaries[0]!.pid : -1,
+    jobId: commonString(summaries.map((summary) => summary.job_id)),
+    rank: Math.min(...summaries.map((summary) => summary.rank)),
+    localRank: Math.min(...summaries.map((summary) => summary.local_rank)),
+    worldSize: Math.max(...summaries.map((summary) => summary.world_size)),
+  });
 }
 
 /**
@@ -191,35 +206,14 @@ export function findRankGroups(sessions: readonly SessionListing[]): RankGroup[]
   for (const group of byJob.values()) {
     if (group.byRank.size < 2 || group.byRank.size > group.worldSize) continue;
     const members = [...group.byRank.entries()].sort((a, b) => a[0] - b[0]).map(([, session]) => session);
-    const ids = members.map((member) => member.summary.session_id).sort(comparePythonStrings);
-    const sessionId = stableLegacySessionId(["distributed.rank_group", group.jobId, group.worldSize, ...ids]);
-    let started = members[0]!.summary.started_at_ns;
-    let ended: bigint | null = members[0]!.summary.ended_at_ns;
-    for (const member of members) {
-      if (member.summary.started_at_ns < started) started = member.summary.started_at_ns;
-      const end = member.summary.ended_at_ns;
-      ended = ended === null || end === null ? null : end > ended ? end : ended;
-    }
-    const first = members[0]!.summary;
+    const summary = mergedSummary(members, group.jobId, group.worldSize);
     groups.push({
-      sessionId,
+      sessionId: summary.session_id,
       jobId: group.jobId,
       worldSize: group.worldSize,
       members,
       skipped: group.skipped,
-      summary: {
-        session_id: sessionId,
-        status: groupStatus(members),
-        started_at_ns: started,
-        ended_at_ns: ended,
-        host: first.host,
-        pid: first.pid,
-        job_id: group.jobId,
-        rank: first.rank,
-        local_rank: first.local_rank,
-        world_size: group.worldSize,
-        source: "distributed.rank_group",
-      },
+      summary,
     });
   }
   // Groups in the order of their best member (sessions come in selection order).
