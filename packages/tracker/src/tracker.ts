@@ -539,6 +539,13 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
           `collector ${collector.name} is not available and will not be read: ${availability.reason}`,
         );
     }
+    if (available.length === 0 && this.collectorsGiven !== undefined) {
+      // No configured collector can read here (no NVML on a CPU machine, say): host memory is still
+      // worth recording, and the run still gets a timeline.
+      this.ownedCollector ??= processCollector();
+      this.logger.warn("no configured collector is available; falling back to the process collector (RSS)");
+      available.push(this.ownedCollector);
+    }
     this.groups = groupByDevice(available, this.schemaVersion === 4);
     this.states = this.groups.flatMap((group) => group.states);
     this.states.forEach((state, index) => {

@@ -1,6 +1,7 @@
 import {
   type Clock,
   COLLECTOR_SPECIFICATION_VERSION,
+  type CollectorAvailability,
   type MemoryCapabilities,
   type MemoryCollector,
   type MemoryReading,
@@ -151,8 +152,8 @@ export class SequencedCollector implements MemoryCollector {
     this.last = results[results.length - 1] as SampleResult;
   }
 
-  availability() {
-    return { available: true as const };
+  availability(): CollectorAvailability {
+    return { available: true };
   }
 
   sample(): SampleResult | Promise<SampleResult> {

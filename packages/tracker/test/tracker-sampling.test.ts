@@ -535,3 +535,19 @@ describe("lifecycle", () => {
     expect(tracker.getEvents({ eventType: "sample" })).toHaveLength(1);
   });
 });
+
+describe("collector availability", () => {
+  it("falls back to the process collector when no configured collector is available", async () => {
+    const unavailable = new SequencedCollector([full({ device_used_bytes: 1 })]);
+    unavailable.availability = () => ({ available: false, reason: "NVML library not found" });
+    const { tracker, warnings } = makeTracker([unavailable]);
+    await tracker.start();
+    await tracker.sampleNow();
+    const sample = tracker.getEvents({ eventType: "sample" })[0];
+    expect(sample?.collector).toBe("stormlog.cpu_tracker");
+    expect(sample?.allocator_allocated_bytes).toBeGreaterThan(0);
+    expect(warnings.some((warning) => warning.includes("NVML library not found"))).toBe(true);
+    expect(warnings.some((warning) => warning.includes("falling back to the process collector"))).toBe(true);
+    await tracker.stop();
+  });
+});
