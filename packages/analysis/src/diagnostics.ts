@@ -7,11 +7,7 @@
  * gap findings (`gap:<class>`) and, when given, collective-communication attributions
  * (`collective:<class>`).
  */
-import {
-  InvalidConfigError,
-  type SessionSummary,
-  type TelemetryEvent,
-} from "@stormlog/core";
+import { InvalidConfigError, type SessionSummary, type TelemetryEvent } from "@stormlog/core";
 import {
   type PhaseAttributionPayload,
   PhaseReplayIndex,
@@ -19,11 +15,7 @@ import {
   summarizePhaseAttribution,
   summarizePhaseResolution,
 } from "@stormlog/phases";
-import {
-  loadTelemetrySessions,
-  type ReadOptions,
-  type SessionInfo,
-} from "@stormlog/sink";
+import { loadTelemetrySessions, type ReadOptions, type SessionInfo } from "@stormlog/sink";
 import { analyzeGaps } from "./gap.js";
 import { findRankGroups, type SessionListing, selectSession } from "./merge.js";
 
