@@ -133,6 +133,11 @@ export interface MemoryTrackerOptions {
    * counters rather than the last sample's (default true).
    */
   readonly boundaryReadings?: boolean;
+  /**
+   * Sample once inside `start()` (default true), so phases opened right after it carry real counters
+   * even from collectors without `readSync()`; the reference waits one interval for its first sample.
+   */
+  readonly initialSample?: boolean;
   /** How phases follow async code (default `auto`; see `AsyncContextMode`). */
   readonly asyncContext?: AsyncContextMode;
   /** Register as the process-wide phase host while running, if none is (default true). */
@@ -231,6 +236,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private readonly retryBackoff: RetryBackoff;
   private readonly sampleTimeoutMs: number;
   private readonly boundaryReadings: boolean;
+  private readonly takeInitialSample: boolean;
   private readonly registerGlobal: boolean;
   private readonly handleProcessExit: boolean;
   private readonly sessionSource: string;
@@ -290,6 +296,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     }
     this.retryBackoff = options.retryBackoff ?? {};
     this.boundaryReadings = options.boundaryReadings ?? true;
+    this.takeInitialSample = options.initialSample ?? true;
     this.registerGlobal = options.registerGlobal ?? true;
     this.handleProcessExit = options.handleProcessExit ?? true;
     this.sessionSource = options.sessionSource ?? "stormlog.tracker";
@@ -429,6 +436,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       undefined,
     );
     this.schedule(this.samplingIntervalMs);
+    // A first reading now, so phases opened right after start() have real counters to carry.
+    if (this.takeInitialSample) await this.sampleNow();
   }
 
   /**

@@ -227,6 +227,8 @@ export function makeTracker(
   const tracker = new MemoryTracker({
     collectors,
     samplingIntervalMs: 10,
+    // Tests drive sampling themselves (sampleNow, fake timers).
+    initialSample: false,
     alerts: false,
     clock,
     scheduler,

@@ -135,3 +135,25 @@ describe("phase boundaries", () => {
     expect(attribution?.phasePath).toBe("train / forward");
   });
 });
+
+describe("the first sample", () => {
+  it("is taken inside start() by default, so an early phase carries real counters", async () => {
+    const collector = new SequencedCollector([full(reading({ allocated: 700, reserved: 900 }))]);
+    const { tracker } = makeTracker([collector], { initialSample: true });
+    await tracker.start();
+    tracker.phase("warmup", () => undefined);
+    expect(types(tracker)).toEqual(["start", "peak", "sample", "phase_enter", "phase_exit"]);
+    const enter = tracker.getEvents({ eventType: "phase_enter" })[0];
+    expect(enter?.allocator_allocated_bytes).toBe(700);
+    expect(enter?.allocator_reserved_bytes).toBe(900);
+    await tracker.stop();
+  });
+
+  it("waits one interval, as the reference does, with initialSample: false", async () => {
+    const collector = new SequencedCollector([full(reading({ allocated: 700, reserved: 900 }))]);
+    const { tracker } = makeTracker([collector], { initialSample: false });
+    await tracker.start();
+    expect(collector.calls).toBe(0);
+    await tracker.stop();
+  });
+});
