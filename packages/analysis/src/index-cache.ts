@@ -19,12 +19,13 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { readdir, rm, stat, writeFile } from "node:fs/promises";
 import { homedir, tmpdir } from "node:os";
 import { basename, dirname, join, relative } from "node:path";
+import type { ResolvedTelemetryInput, TelemetryInputSegment } from "@stormlog/sink";
 import { DETAIL_CAP, type SegmentAggregate } from "./aggregate.js";
 import { type DigestJson, digestFromJson, digestOf, digestToJson, type SegmentDigest } from "./digest.js";
 import { aggregateStampMatches, encodeAggregate, writeAggregateFile } from "./index-format.js";
 import type { SegmentData } from "./merge.js";
 import { deserializeReport, serializeReport } from "./report-cache.js";
-import { type InputSegment, type ResolvedInput, scanSegmentSync } from "./scan.js";
+import { scanSegmentSync } from "./scan.js";
 import type { AnalysisReport, IndexUsage } from "./types.js";
 
 /** Directory the index is written to, beside the input. */
@@ -144,7 +145,7 @@ function userCacheDir(): string {
 
 /** Where an input's index lives: base directory, catalog file name, candidate index directories. */
 function locate(
-  input: ResolvedInput,
+  input: ResolvedTelemetryInput,
   cacheDir: string | undefined,
 ): { base: string; catalog: string; dirs: string[]; explicit: boolean } {
   const file = input.kind === "jsonl" || basename(input.absolute) === "manifest.json";
@@ -188,7 +189,7 @@ function writableDir(candidates: readonly string[], failures: string[]): string 
 
 /** One segment to scan, with where its aggregate goes (null: keep it in memory). */
 interface ScanJob {
-  readonly segment: InputSegment;
+  readonly segment: TelemetryInputSegment;
   readonly size: number;
   readonly stamp: string;
   readonly path: string | null;
@@ -234,7 +235,7 @@ export class SegmentIndex {
 
   private constructor(
     private readonly options: SegmentIndexOptions,
-    private readonly segmentsIn: readonly InputSegment[],
+    private readonly segmentsIn: readonly TelemetryInputSegment[],
     private readonly prints: readonly Fingerprint[],
     private readonly where: ReturnType<typeof locate> | null,
     private dir: string | null,
@@ -245,7 +246,7 @@ export class SegmentIndex {
   ) {}
 
   /** Stats the input's files and reads the catalog (no segment is read yet). */
-  static async open(input: ResolvedInput, options: SegmentIndexOptions): Promise<SegmentIndex> {
+  static async open(input: ResolvedTelemetryInput, options: SegmentIndexOptions): Promise<SegmentIndex> {
     const segments = input.parts.flatMap((part) => part.segments);
     const prints = await Promise.all(segments.map((segment) => fingerprint(segment.path)));
     const missing = prints.indexOf(null);

@@ -13,10 +13,9 @@ import {
   stableLegacySessionId,
 } from "@stormlog/core";
 import { comparePythonStrings } from "@stormlog/phases";
-import { type SessionInfo, SessionNotFoundError } from "@stormlog/sink";
+import { type SessionInfo, SessionNotFoundError, type TelemetryInputSegment } from "@stormlog/sink";
 import type { SegmentAggregate, SessionEvidence } from "./aggregate.js";
 import { digestOf, type SegmentDigest } from "./digest.js";
-import type { InputSegment } from "./scan.js";
 
 /** A session as the analysis lists it: the sink reader's `SessionInfo` plus the ranks it holds. */
 export interface SessionListing extends SessionInfo {
@@ -36,7 +35,7 @@ export interface SegmentData {
   /** The aggregate's index file and the stamp it must carry, when not held in memory. */
   readonly file: { readonly path: string; readonly stamp: string } | null;
   /** The segment itself, scanned again should its index file turn out unreadable. */
-  readonly segment?: InputSegment;
+  readonly segment?: TelemetryInputSegment;
 }
 
 /** A segment held in memory (its digest made from it). */

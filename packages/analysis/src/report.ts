@@ -15,7 +15,7 @@ import {
   type TelemetryEvent,
 } from "@stormlog/core";
 import type { PhaseReplayIndex } from "@stormlog/phases";
-import { loadTelemetrySessions } from "@stormlog/sink";
+import { loadTelemetrySessions, type ResolvedTelemetryInput, resolveTelemetryInput } from "@stormlog/sink";
 import { CrossRankAccumulator } from "./cross-rank-columns.js";
 import { DatasetLoader, planDataset, type RankSeries } from "./dataset.js";
 import { GapAccumulator } from "./distributed.js";
@@ -31,7 +31,7 @@ import {
   selectSession,
 } from "./merge.js";
 import { buildPhaseIndex, collectOccurrences, PhaseAccumulator } from "./phase-stats.js";
-import { aggregateEvents, type ResolvedInput, resolveInput } from "./scan.js";
+import { aggregateEvents } from "./scan.js";
 import { AlertsAccumulator, HealthAccumulator, SummaryAccumulator } from "./summary.js";
 import type {
   AnalysisReport,
@@ -210,7 +210,7 @@ async function readRollupsCoverage(dir: string): Promise<{ pruned: number; prune
 }
 
 async function sinkSection(
-  input: ResolvedInput,
+  input: ResolvedTelemetryInput,
   segments: readonly SegmentData[],
   sizes: readonly number[],
   sessions: readonly SessionListing[],
@@ -273,7 +273,7 @@ async function sinkSection(
  */
 export async function analyzeTelemetry(path: string, options: AnalyzeOptions = {}): Promise<AnalysisReport> {
   const warnings: string[] = [];
-  const input = await resolveInput(path, (message) => warnings.push(message));
+  const input = await resolveTelemetryInput(path, (message) => warnings.push(message));
   if (input.kind === "json") return analyzeJsonFile(input, options);
   const index = await SegmentIndex.open(input, {
     index: options.index !== false,
@@ -296,7 +296,7 @@ export async function analyzeTelemetry(path: string, options: AnalyzeOptions = {
 }
 
 async function analyzeIndexed(
-  input: ResolvedInput,
+  input: ResolvedTelemetryInput,
   index: SegmentIndex,
   options: AnalyzeOptions,
   inputSize: number,
@@ -353,7 +353,10 @@ async function sizeOnDisk(path: string): Promise<number> {
   return total;
 }
 
-async function analyzeJsonFile(input: ResolvedInput, options: AnalyzeOptions): Promise<AnalysisReport> {
+async function analyzeJsonFile(
+  input: ResolvedTelemetryInput,
+  options: AnalyzeOptions,
+): Promise<AnalysisReport> {
   const loaded = await loadTelemetrySessions(input.path);
   const events: TelemetryEvent[] = [];
   for (const session of loaded) events.push(...session.events);

@@ -3,182 +3,11 @@
  * each one once, in chunks, into a `SegmentAggregate`. Canonical lines take the byte-level fast
  * path (`fast-line.ts`); every other line is decoded exactly as `@stormlog/sink`'s reader decodes it.
  */
-import { closeSync, openSync, readSync, realpathSync, statSync } from "node:fs";
-import { readdir, stat } from "node:fs/promises";
-import { basename, dirname, join, resolve } from "node:path";
-import {
-  decodeTelemetryLine,
-  JsonlDecodeError,
-  type JsonObject,
-  normalizeTelemetryRecord,
-  parseJson,
-  type SourceLocation,
-  stableLegacySessionId,
-  type TelemetryEvent,
-  TelemetryValidationError,
-} from "@stormlog/core";
-import {
-  discoverSinkDirectories,
-  isSegmentFilename,
-  MANIFEST_FILENAME,
-  readManifest,
-  SEGMENT_SUFFIX,
-  type SinkManifest,
-  TelemetrySourceError,
-} from "@stormlog/sink";
+import { closeSync, openSync, readSync, statSync } from "node:fs";
+import { JsonlDecodeError, type JsonObject, type TelemetryEvent } from "@stormlog/core";
+import { decodeTelemetryEventLine, type TelemetryInputSegment, TelemetrySourceError } from "@stormlog/sink";
 import { Accumulator, type SegmentAggregate } from "./aggregate.js";
 import { CanonicalLineReader } from "./fast-line.js";
-
-/** What a path holds: a sink directory, a root of sink directories, one JSONL file, or a JSON document. */
-export type InputKind = "sink" | "sink-root" | "jsonl" | "json";
-
-/** One segment (JSONL file) of the input, in reading order. */
-export interface InputSegment {
-  readonly path: string;
-  /** The manifest's session for it, the default for records without one. */
-  readonly hint: string | null;
-  /** Session id of records without one (the hint, else the directory's synthetic id). */
-  readonly defaultSessionId: string;
-}
-
-/** One sink directory of the input. */
-export interface InputPart {
-  readonly dir: string;
-  readonly manifest: SinkManifest | null;
-  readonly segments: readonly InputSegment[];
-}
-
-/** A resolved input: its kind and its segments, as `@stormlog/sink`'s reader would read them. */
-export interface ResolvedInput {
-  readonly kind: InputKind;
-  readonly path: string;
-  /** Resolved absolute path. */
-  readonly absolute: string;
-  readonly parts: readonly InputPart[];
-  /** `source` of summaries inferred from events (`artifact:<name>`). */
-  readonly defaultSource: string;
-}
-
-function resolvedPath(path: string): string {
-  try {
-    return realpathSync(path);
-  } catch {
-    return resolve(path);
-  }
-}
-
-async function sinkPart(
-  dir: string,
-  only: string | null,
-  fallbackSessionId: string,
-  warn: (m: string) => void,
-) {
-  const manifest = await readManifest(dir, { onWarning: warn });
-  const hints = new Map<string, string | null>();
-  for (const segment of manifest?.segments ?? []) hints.set(segment.filename, segment.session_id);
-  let names: string[];
-  if (only !== null) {
-    names = [only];
-  } else {
-    const onDisk = (await readdir(dir, { withFileTypes: true }))
-      .filter((entry) => entry.isFile() && isSegmentFilename(entry.name))
-      .map((entry) => entry.name);
-    const listed: string[] = [];
-    for (const segment of manifest?.segments ?? []) {
-      try {
-        if ((await stat(join(dir, segment.filename))).isFile()) listed.push(segment.filename);
-      } catch {
-        // Listed but gone (pruned): skipped, as the reader does.
-      }
-    }
-    names = [...new Set([...listed, ...onDisk])].sort();
-  }
-  const segments = names.map((name): InputSegment => {
-    const hint = hints.get(name) ?? null;
-    return { path: join(dir, name), hint, defaultSessionId: hint ?? fallbackSessionId };
-  });
-  return { dir, manifest, segments };
-}
-
-/**
- * Works out what `path` is, with the sink reader's rules: a sink directory, a root whose
- * sub-directories are sinks, a `manifest.json`, a `.jsonl` segment (with its directory's ledger),
- * or any other file, read as a JSON document. Throws `TelemetrySourceError` for a missing path or
- * a directory without sinks.
- */
-export async function resolveInput(
-  path: string,
-  warn: (message: string) => void = () => undefined,
-): Promise<ResolvedInput> {
-  let info: Awaited<ReturnType<typeof stat>>;
-  try {
-    info = await stat(path);
-  } catch (error) {
-    throw new TelemetrySourceError(path, "No telemetry input here: the path does not exist", {
-      cause: error,
-    });
-  }
-  const absolute = resolvedPath(path);
-  const defaultSource = `artifact:${basename(path) || absolute}`;
-  if (info.isDirectory()) {
-    const dirs = await discoverSinkDirectories(path);
-    if (dirs.length === 0) {
-      throw new TelemetrySourceError(
-        path,
-        "Not a sink directory (no manifest.json or segment-*.jsonl) and no sink directory inside it",
-      );
-    }
-    const parts: InputPart[] = [];
-    for (const dir of dirs)
-      parts.push(await sinkPart(dir, null, stableLegacySessionId([resolvedPath(dir), "sink"]), warn));
-    const kind: InputKind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
-    return { kind, path, absolute, parts, defaultSource };
-  }
-  const name = basename(path);
-  const parent = dirname(path);
-  const fallback = stableLegacySessionId([absolute, "sink"]);
-  if (name === MANIFEST_FILENAME) {
-    return {
-      kind: "sink",
-      path,
-      absolute,
-      parts: [await sinkPart(parent, null, fallback, warn)],
-      defaultSource,
-    };
-  }
-  if (name.endsWith(SEGMENT_SUFFIX)) {
-    return {
-      kind: "jsonl",
-      path,
-      absolute,
-      parts: [await sinkPart(parent, name, fallback, warn)],
-      defaultSource,
-    };
-  }
-  return { kind: "json", path, absolute, parts: [], defaultSource };
-}
-
-/** One line to an event, exactly as the sink reader decodes it (fast canonical decoder, then conversion). */
-export function decodeLine(text: string, location: SourceLocation, defaultSessionId: string): TelemetryEvent {
-  try {
-    const record = decodeTelemetryLine(text, { strict: true, location });
-    if (record.schema_version !== 2) return record;
-  } catch (error) {
-    if (!TelemetryValidationError.isInstance(error)) throw error;
-    // Not a canonical record (legacy, sessionless v3...): the conversion below says what is wrong.
-  }
-  const value = parseJson(text, location);
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new JsonlDecodeError("Telemetry record must be an object", { location });
-  }
-  return normalizeTelemetryRecord(value, {
-    defaultSessionId,
-    permissiveLegacy: true,
-    strict: true,
-    location,
-    upgradeTo: 3,
-  });
-}
 
 /** Chunk size of segment reads; memory stays bounded by this plus the longest line. */
 const CHUNK_BYTES = 4 << 20;
@@ -198,14 +27,17 @@ const DETAILED_TYPES: ReadonlySet<string> = new Set([
  * not parse is dropped with a warning, as the reader does.
  */
 export async function scanSegment(
-  segment: InputSegment,
+  segment: TelemetryInputSegment,
   onBytes?: (bytes: number) => void,
 ): Promise<SegmentAggregate> {
   return scanSegmentSync(segment, onBytes);
 }
 
 /** `scanSegment`, blocking (it reads synchronously anyway: the scan is CPU-bound). */
-export function scanSegmentSync(segment: InputSegment, onBytes?: (bytes: number) => void): SegmentAggregate {
+export function scanSegmentSync(
+  segment: TelemetryInputSegment,
+  onBytes?: (bytes: number) => void,
+): SegmentAggregate {
   const path = segment.path;
   let expected = 256;
   try {
@@ -226,7 +58,7 @@ export function scanSegmentSync(segment: InputSegment, onBytes?: (bytes: number)
     const location = { file: path, line: lineNumber };
     let event: TelemetryEvent;
     try {
-      event = decodeLine(text, location, segment.defaultSessionId);
+      event = decodeTelemetryEventLine(text, location, segment.defaultSessionId, { upgradeTo: 3 });
     } catch (error) {
       if (!terminated && JsonlDecodeError.isInstance(error)) {
         accumulator.warn(

@@ -2,11 +2,11 @@ import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFi
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encodeTelemetryRecord, type JsonObject, stringifyJson } from "@stormlog/core";
-import { loadTelemetryEvents, summarizeTelemetrySessions } from "@stormlog/sink";
+import { loadTelemetryEvents, resolveTelemetryInput, summarizeTelemetrySessions } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
 import { analyzeEvents, analyzeTelemetry, reportToJson } from "../src/index.js";
 import { inMemorySegment, listSessions, type SegmentData } from "../src/merge.js";
-import { resolveInput, scanSegment } from "../src/scan.js";
+import { scanSegment } from "../src/scan.js";
 import { BASE_NS, GiB, MiB, record, Timeline, writeSink } from "./report-helpers.js";
 
 const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden", "python-sink");
@@ -15,7 +15,7 @@ afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
 /** Sessions as the analysis scan lists them. */
 async function scannedSessions(path: string) {
-  const input = await resolveInput(path);
+  const input = await resolveTelemetryInput(path);
   const segments: SegmentData[] = [];
   for (const part of input.parts) {
     for (const segment of part.segments)

@@ -6,6 +6,7 @@
 export * from "./config.js";
 export * from "./errors.js";
 export * from "./exit-hooks.js";
+export * from "./input.js";
 export * from "./layout.js";
 export * from "./manifest.js";
 export * from "./reader.js";

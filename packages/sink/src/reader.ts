@@ -1,9 +1,6 @@
-import { realpathSync } from "node:fs";
-import { readdir, readFile, stat } from "node:fs/promises";
-import { basename, dirname, join, resolve } from "node:path";
+import { readFile } from "node:fs/promises";
 import {
   compareSessionsForSelection,
-  decodeTelemetryLine,
   inferSessionSummaryFromEvents,
   JsonlDecodeError,
   type JsonObject,
@@ -12,20 +9,16 @@ import {
   parseJson,
   readJsonlLines,
   type SessionSummary,
-  type SourceLocation,
   stableLegacySessionId,
   type TelemetryEvent,
-  TelemetryValidationError,
 } from "@stormlog/core";
 import { SessionNotFoundError, TelemetrySourceError } from "./errors.js";
-import { discoverSinkDirectories } from "./layout.js";
 import {
-  isSegmentFilename,
-  MANIFEST_FILENAME,
-  readManifest,
-  SEGMENT_SUFFIX,
-  type SinkManifest,
-} from "./manifest.js";
+  decodeTelemetryEventLine,
+  type ResolvedTelemetryInput,
+  resolveTelemetryInput,
+  type TelemetryInputKind,
+} from "./input.js";
 
 /** Options of the loaders (the reference's `load_telemetry_sessions` arguments, and ours). */
 export interface ReadOptions {
@@ -58,160 +51,6 @@ export interface SessionInfo {
 /** A session with its events, sorted by `timestamp_ns` (stable), as the reference's loader returns it. */
 export interface LoadedSession extends SessionInfo {
   events: TelemetryEvent[];
-}
-
-/** What a path holds, for the loaders. */
-export type TelemetryInputKind = "sink" | "sink-root" | "jsonl" | "json";
-
-interface SinkPart {
-  /** The sink directory. */
-  readonly dir: string;
-  /** Segment files in reading order. */
-  readonly segments: readonly string[];
-  /** Per segment file name: the manifest's session_id (the default for records without one). */
-  readonly hints: ReadonlyMap<string, string | null>;
-  readonly fallbackSessionId: string;
-  readonly manifest: SinkManifest | null;
-}
-
-interface ResolvedInput {
-  readonly kind: TelemetryInputKind;
-  readonly path: string;
-  readonly parts: readonly SinkPart[];
-  /** `source` of summaries inferred from events. */
-  readonly defaultSource: string;
-  /** The path as given: the source of sessions without a segment. */
-  readonly defaultSourcePath: string;
-  /** Resolved path, for synthetic session ids of JSON files. */
-  readonly absolutePath?: string;
-}
-
-function resolvedPath(path: string): string {
-  try {
-    return realpathSync(path);
-  } catch {
-    return resolve(path);
-  }
-}
-
-async function sinkPart(
-  dir: string,
-  manifestDir: string | null,
-  only: string | null,
-  warn: (m: string) => void,
-) {
-  const manifest = manifestDir === null ? null : await readManifest(manifestDir, { onWarning: warn });
-  const hints = new Map<string, string | null>();
-  for (const segment of manifest?.segments ?? []) hints.set(segment.filename, segment.session_id);
-  let names: string[];
-  if (only !== null) {
-    names = [only];
-  } else {
-    const onDisk = (await readdir(dir, { withFileTypes: true }))
-      .filter((entry) => entry.isFile() && isSegmentFilename(entry.name))
-      .map((entry) => entry.name);
-    const listed: string[] = [];
-    for (const segment of manifest?.segments ?? []) {
-      try {
-        if ((await stat(join(dir, segment.filename))).isFile()) listed.push(segment.filename);
-      } catch {
-        // Listed but gone (pruned, or never written): the reference skips it too.
-      }
-    }
-    names = [...new Set([...listed, ...onDisk])].sort();
-  }
-  return {
-    dir,
-    segments: names.map((name) => join(dir, name)),
-    hints,
-    manifest,
-  };
-}
-
-/** Works out what `path` is (sink directory, root of sink directories, manifest, JSONL or JSON file). */
-async function resolveInput(path: string, warn: (message: string) => void): Promise<ResolvedInput> {
-  let info: Awaited<ReturnType<typeof stat>>;
-  try {
-    info = await stat(path);
-  } catch (error) {
-    throw new TelemetrySourceError(path, "No telemetry input here: the path does not exist", {
-      cause: error,
-    });
-  }
-  const absolute = resolvedPath(path);
-  const defaultSource = `artifact:${basename(path) || absolute}`;
-  if (info.isDirectory()) {
-    const dirs = await discoverSinkDirectories(path);
-    if (dirs.length === 0) {
-      throw new TelemetrySourceError(
-        path,
-        "Not a sink directory (no manifest.json or segment-*.jsonl) and no sink directory inside it",
-      );
-    }
-    const parts: SinkPart[] = [];
-    for (const dir of dirs) {
-      const part = await sinkPart(dir, dir, null, warn);
-      parts.push({ ...part, fallbackSessionId: stableLegacySessionId([resolvedPath(dir), "sink"]) });
-    }
-    const kind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
-    return { kind, path, parts, defaultSource, defaultSourcePath: path };
-  }
-  const name = basename(path);
-  const parent = dirname(path);
-  const fallbackSessionId = stableLegacySessionId([absolute, "sink"]);
-  if (name === MANIFEST_FILENAME) {
-    const part = await sinkPart(parent, parent, null, warn);
-    return {
-      kind: "sink",
-      path,
-      parts: [{ ...part, fallbackSessionId }],
-      defaultSource,
-      defaultSourcePath: path,
-    };
-  }
-  if (name.endsWith(SEGMENT_SUFFIX)) {
-    // A lone segment still gets its directory's ledger and hints, as in the reference.
-    const part = await sinkPart(parent, parent, name, warn);
-    return {
-      kind: "jsonl",
-      path,
-      parts: [{ ...part, fallbackSessionId }],
-      defaultSource,
-      defaultSourcePath: absolute,
-    };
-  }
-  return { kind: "json", path, parts: [], defaultSource, defaultSourcePath: absolute };
-}
-
-interface DecodeContext {
-  readonly options: ReadOptions;
-  readonly defaultSessionId: string;
-}
-
-/** One line to an event: the fast canonical decoder first, the reference's conversion rules otherwise. */
-function decodeLine(text: string, location: SourceLocation, context: DecodeContext): TelemetryEvent {
-  const { options } = context;
-  const strict = options.strict !== false;
-  if (options.upgradeTo !== 4) {
-    try {
-      const record = decodeTelemetryLine(text, { strict, location });
-      if (record.schema_version !== 2) return record;
-    } catch (error) {
-      if (!TelemetryValidationError.isInstance(error)) throw error;
-      // Not a canonical record (legacy, sessionless v3...): the conversion below says what is wrong.
-    }
-  }
-  const value = parseJson(text, location);
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new JsonlDecodeError("Telemetry record must be an object", { location });
-  }
-  return normalizeTelemetryRecord(value, {
-    defaultSessionId: context.defaultSessionId,
-    permissiveLegacy: options.permissiveLegacy !== false,
-    strict,
-    location,
-    upgradeTo: options.upgradeTo ?? 3,
-  });
 }
 
 /** An event with where it came from. */
@@ -266,7 +105,7 @@ function jsonRecords(payload: JsonValue, eventsKey: string | undefined, path: st
 
 /** Every event of the input in storage order: segments by name, lines in order. Nothing is retained. */
 async function* scan(
-  input: ResolvedInput,
+  input: ResolvedTelemetryInput,
   options: ReadOptions,
   hooks: ScanHooks = {},
 ): AsyncGenerator<ScannedEvent> {
@@ -278,17 +117,11 @@ async function* scan(
       throw new TelemetrySourceError(input.path, "Cannot read the telemetry file", { cause: error });
     }
     const payload = parseJson(text, { file: input.path });
-    const context: DecodeContext = {
-      options,
-      defaultSessionId: stableLegacySessionId([
-        input.absolutePath ?? resolvedPath(input.path),
-        options.eventsKey ?? "json",
-      ]),
-    };
+    const defaultSessionId = stableLegacySessionId([input.absolute, options.eventsKey ?? "json"]);
     const records = jsonRecords(payload, options.eventsKey, input.path);
     for (let i = 0; i < records.length; i++) {
       const event = normalizeTelemetryRecord(records[i]!, {
-        defaultSessionId: context.defaultSessionId,
+        defaultSessionId,
         permissiveLegacy: options.permissiveLegacy !== false,
         strict: options.strict !== false,
         location: { file: `${input.path} (event ${i})` },
@@ -299,16 +132,14 @@ async function* scan(
     return;
   }
   for (const part of input.parts) {
-    for (const segment of part.segments) {
-      const hint = part.hints.get(basename(segment)) ?? null;
-      const context: DecodeContext = { options, defaultSessionId: hint ?? part.fallbackSessionId };
+    for (const { path: segment, hint, defaultSessionId } of part.segments) {
       let count = 0;
       let lastSession: string | null = hint;
       for await (const line of readJsonlLines(segment)) {
         const location = { file: segment, line: line.lineNumber };
         let event: TelemetryEvent;
         try {
-          event = decodeLine(line.text, location, context);
+          event = decodeTelemetryEventLine(line.text, location, defaultSessionId, options);
         } catch (error) {
           if (!line.terminated && JsonlDecodeError.isInstance(error)) {
             const message = `${segment}:${line.lineNumber}: dropped a final line cut short (${line.text.length} characters, no newline)`;
@@ -350,14 +181,14 @@ class SessionTally {
 }
 
 interface Tallied {
-  readonly input: ResolvedInput;
+  readonly input: ResolvedTelemetryInput;
   readonly tallies: Map<string, SessionTally>;
   readonly ledger: Map<string, SessionSummary>;
 }
 
 async function tally(path: string, options: ReadOptions, keepEvents: boolean): Promise<Tallied> {
   const warn = (message: string): void => options.onWarning?.(message);
-  const input = await resolveInput(path, warn);
+  const input = await resolveTelemetryInput(path, warn);
   const tallies = new Map<string, SessionTally>();
   const of = (sessionId: string): SessionTally => {
     let found = tallies.get(sessionId);
@@ -479,7 +310,7 @@ export async function* iterateTelemetryEvents(
   path: string,
   options: ReadOptions & { sessionId?: string } = {},
 ): AsyncGenerator<TelemetryEvent> {
-  const input = await resolveInput(path, (message) => options.onWarning?.(message));
+  const input = await resolveTelemetryInput(path, (message) => options.onWarning?.(message));
   for await (const { event } of scan(input, options)) {
     if (options.sessionId === undefined || event.session_id === options.sessionId) yield event;
   }
@@ -517,7 +348,7 @@ export async function openTelemetrySession(
 export async function describeTelemetryInput(
   path: string,
 ): Promise<{ kind: TelemetryInputKind; directories: string[] }> {
-  const input = await resolveInput(path, () => undefined);
+  const input = await resolveTelemetryInput(path, () => undefined);
   return {
     kind: input.kind,
     directories: input.parts.map((part) => part.dir),

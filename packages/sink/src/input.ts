@@ -1,0 +1,187 @@
+/**
+ * What a telemetry path holds, and how each of its lines becomes an event: the one place where the
+ * reader (and analysis, which scans the same files its own way) learns the reference's input rules.
+ */
+import { realpathSync } from "node:fs";
+import { readdir, stat } from "node:fs/promises";
+import { basename, dirname, join, resolve } from "node:path";
+import {
+  decodeTelemetryLine,
+  JsonlDecodeError,
+  normalizeTelemetryRecord,
+  parseJson,
+  type SourceLocation,
+  stableLegacySessionId,
+  type TelemetryEvent,
+  TelemetryValidationError,
+} from "@stormlog/core";
+import { TelemetrySourceError } from "./errors.js";
+import { discoverSinkDirectories } from "./layout.js";
+import {
+  isSegmentFilename,
+  MANIFEST_FILENAME,
+  readManifest,
+  SEGMENT_SUFFIX,
+  type SinkManifest,
+} from "./manifest.js";
+
+/** What a path holds, for the loaders. */
+export type TelemetryInputKind = "sink" | "sink-root" | "jsonl" | "json";
+
+/** One segment (JSONL file) of an input, in reading order. */
+export interface TelemetryInputSegment {
+  readonly path: string;
+  /** The manifest's session for it, the default for records without one. */
+  readonly hint: string | null;
+  /** Session id of records without one: the hint, else the directory's synthetic id. */
+  readonly defaultSessionId: string;
+}
+
+/** One sink directory of an input. */
+export interface TelemetryInputPart {
+  readonly dir: string;
+  readonly manifest: SinkManifest | null;
+  readonly segments: readonly TelemetryInputSegment[];
+}
+
+/** A resolved input: its kind and its segments, in the reference's reading order. */
+export interface ResolvedTelemetryInput {
+  readonly kind: TelemetryInputKind;
+  readonly path: string;
+  /** Resolved absolute path (synthetic session ids of JSON files). */
+  readonly absolute: string;
+  readonly parts: readonly TelemetryInputPart[];
+  /** `source` of summaries inferred from events (`artifact:<name>`). */
+  readonly defaultSource: string;
+  /** The source of sessions without a segment: the path as given for directories, else absolute. */
+  readonly defaultSourcePath: string;
+}
+
+function resolvedPath(path: string): string {
+  try {
+    return realpathSync(path);
+  } catch {
+    return resolve(path);
+  }
+}
+
+async function sinkPart(
+  dir: string,
+  only: string | null,
+  fallbackSessionId: string,
+  warn: (message: string) => void,
+): Promise<TelemetryInputPart> {
+  const manifest = await readManifest(dir, { onWarning: warn });
+  const hints = new Map<string, string | null>();
+  for (const segment of manifest?.segments ?? []) hints.set(segment.filename, segment.session_id);
+  let names: string[];
+  if (only !== null) {
+    names = [only];
+  } else {
+    const onDisk = (await readdir(dir, { withFileTypes: true }))
+      .filter((entry) => entry.isFile() && isSegmentFilename(entry.name))
+      .map((entry) => entry.name);
+    const listed: string[] = [];
+    for (const segment of manifest?.segments ?? []) {
+      try {
+        if ((await stat(join(dir, segment.filename))).isFile()) listed.push(segment.filename);
+      } catch {
+        // Listed but gone (pruned, or never written): the reference skips it too.
+      }
+    }
+    names = [...new Set([...listed, ...onDisk])].sort();
+  }
+  const segments = names.map((name): TelemetryInputSegment => {
+    const hint = hints.get(name) ?? null;
+    return { path: join(dir, name), hint, defaultSessionId: hint ?? fallbackSessionId };
+  });
+  return { dir, manifest, segments };
+}
+
+/**
+ * Works out what `path` is: a sink directory, a root whose sub-directories are sinks, a
+ * `manifest.json`, a `.jsonl` segment (with its directory's ledger and hints, as the reference), or
+ * any other file, read as a JSON document. Throws `TelemetrySourceError` for a missing path or a
+ * directory without sinks.
+ */
+export async function resolveTelemetryInput(
+  path: string,
+  warn: (message: string) => void = () => undefined,
+): Promise<ResolvedTelemetryInput> {
+  let info: Awaited<ReturnType<typeof stat>>;
+  try {
+    info = await stat(path);
+  } catch (error) {
+    throw new TelemetrySourceError(path, "No telemetry input here: the path does not exist", {
+      cause: error,
+    });
+  }
+  const absolute = resolvedPath(path);
+  const defaultSource = `artifact:${basename(path) || absolute}`;
+  if (info.isDirectory()) {
+    const dirs = await discoverSinkDirectories(path);
+    if (dirs.length === 0) {
+      throw new TelemetrySourceError(
+        path,
+        "Not a sink directory (no manifest.json or segment-*.jsonl) and no sink directory inside it",
+      );
+    }
+    const parts: TelemetryInputPart[] = [];
+    for (const dir of dirs)
+      parts.push(await sinkPart(dir, null, stableLegacySessionId([resolvedPath(dir), "sink"]), warn));
+    const kind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
+    return { kind, path, absolute, parts, defaultSource, defaultSourcePath: path };
+  }
+  const name = basename(path);
+  const parent = dirname(path);
+  const fallback = stableLegacySessionId([absolute, "sink"]);
+  if (name === MANIFEST_FILENAME) {
+    const parts = [await sinkPart(parent, null, fallback, warn)];
+    return { kind: "sink", path, absolute, parts, defaultSource, defaultSourcePath: path };
+  }
+  if (name.endsWith(SEGMENT_SUFFIX)) {
+    const parts = [await sinkPart(parent, name, fallback, warn)];
+    return { kind: "jsonl", path, absolute, parts, defaultSource, defaultSourcePath: absolute };
+  }
+  return { kind: "json", path, absolute, parts: [], defaultSource, defaultSourcePath: absolute };
+}
+
+/** How lines are decoded: the loaders' `strict`, `permissiveLegacy` and `upgradeTo` options. */
+export interface LineDecodeOptions {
+  readonly strict?: boolean;
+  readonly permissiveLegacy?: boolean;
+  readonly upgradeTo?: 3 | 4;
+}
+
+/**
+ * One segment line to an event: core's fast canonical decoder first, the reference's conversion
+ * rules (legacy records, v2, sessionless lines get `defaultSessionId`) otherwise.
+ */
+export function decodeTelemetryEventLine(
+  text: string,
+  location: SourceLocation,
+  defaultSessionId: string,
+  options: LineDecodeOptions = {},
+): TelemetryEvent {
+  const strict = options.strict !== false;
+  if (options.upgradeTo !== 4) {
+    try {
+      const record = decodeTelemetryLine(text, { strict, location });
+      if (record.schema_version !== 2) return record;
+    } catch (error) {
+      if (!TelemetryValidationError.isInstance(error)) throw error;
+      // Not a canonical record (legacy, sessionless v3...): the conversion below says what is wrong.
+    }
+  }
+  const value = parseJson(text, location);
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new JsonlDecodeError("Telemetry record must be an object", { location });
+  }
+  return normalizeTelemetryRecord(value, {
+    defaultSessionId,
+    permissiveLegacy: options.permissiveLegacy !== false,
+    strict,
+    location,
+    upgradeTo: options.upgradeTo ?? 3,
+  });
+}
