@@ -2,7 +2,7 @@ import { decodeCanonicalV3 } from "./codec-fast.js";
 import { type SourceLocation, TelemetryValidationError } from "./errors.js";
 import type { JsonObject } from "./json.js";
 import { FLOAT_KEYS, LosslessJsonParser, pythonJsonString, stringifyJson } from "./json-codec.js";
-import { TELEMETRY_V3_FIELDS, type TelemetryRecord } from "./schema.js";
+import { INTEGER_TELEMETRY_FIELDS, TELEMETRY_V3_FIELDS, type TelemetryRecord } from "./schema.js";
 import { validateTelemetryRecord } from "./validate.js";
 
 /** Options of `decodeTelemetryLine`. */
@@ -18,19 +18,7 @@ export interface DecodeOptions {
   readonly onNote?: (note: string) => void;
 }
 
-const STRING_FIELDS: ReadonlySet<string> = new Set([
-  "session_id",
-  "event_type",
-  "collector",
-  "host",
-  "job_id",
-  "context",
-  "metadata",
-]);
-/** Top-level fields holding integers: a float token there breaks the reference's strict typing. */
-const INTEGER_FIELDS: ReadonlySet<string> = new Set(
-  TELEMETRY_V3_FIELDS.filter((field) => !STRING_FIELDS.has(field)),
-);
+const INTEGER_FIELDS: ReadonlySet<string> = new Set(INTEGER_TELEMETRY_FIELDS);
 
 /** Canonical order of a sink line, with the quoted key as it appears in the text. */
 const SORTED_FIELDS = [...TELEMETRY_V3_FIELDS].sort();

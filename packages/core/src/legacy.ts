@@ -6,6 +6,7 @@ import { FLOAT_KEYS, markFloat } from "./json-codec.js";
 import { pythonStr } from "./pyrepr.js";
 import {
   type DistributedIdentity,
+  INTEGER_TELEMETRY_FIELDS,
   SUPPORTED_SCHEMA_VERSIONS,
   type TelemetryEvent,
   type TelemetryRecord,
@@ -61,25 +62,6 @@ type Int = number | bigint;
 type FloatMarked = { [FLOAT_KEYS]?: ReadonlySet<string | number> };
 
 const IDENTITY_KEYS = ["job_id", "rank", "local_rank", "world_size"] as const;
-/** Top-level fields of a versioned record that hold integers. */
-const VERSIONED_INTEGER_FIELDS = [
-  "schema_version",
-  "timestamp_ns",
-  "sampling_interval_ms",
-  "pid",
-  "rank",
-  "local_rank",
-  "world_size",
-  "device_id",
-  "allocator_allocated_bytes",
-  "allocator_reserved_bytes",
-  "allocator_active_bytes",
-  "allocator_inactive_bytes",
-  "allocator_change_bytes",
-  "device_used_bytes",
-  "device_free_bytes",
-  "device_total_bytes",
-] as const;
 const BACKEND_HINTS = ["cuda", "rocm", "mps", "cpu", "tensorflow", "jax"] as const;
 
 function isPlainObject(value: unknown): value is JsonObject {
@@ -316,7 +298,7 @@ function normalizeVersioned(
   const identity = converter.identity(record);
   // Only records read by parseJson carry float-token marks; skip the scan for the others.
   if ((record as FloatMarked)[FLOAT_KEYS] !== undefined) {
-    for (const field of VERSIONED_INTEGER_FIELDS) {
+    for (const field of INTEGER_TELEMETRY_FIELDS) {
       if (field !== "schema_version" && typeof record[field] === "number") converter.int(record, field);
     }
   }

@@ -49,6 +49,26 @@ export const TELEMETRY_V3_FIELDS = [
 /** A top-level telemetry field name. */
 export type TelemetryField = (typeof TELEMETRY_V3_FIELDS)[number];
 
+/** Top-level fields that hold integers (a float token there breaks the reference's strict typing). */
+export const INTEGER_TELEMETRY_FIELDS = [
+  "schema_version",
+  "timestamp_ns",
+  "sampling_interval_ms",
+  "pid",
+  "rank",
+  "local_rank",
+  "world_size",
+  "device_id",
+  "allocator_allocated_bytes",
+  "allocator_reserved_bytes",
+  "allocator_active_bytes",
+  "allocator_inactive_bytes",
+  "allocator_change_bytes",
+  "device_used_bytes",
+  "device_free_bytes",
+  "device_total_bytes",
+] as const satisfies readonly TelemetryField[];
+
 /** Fields that may be absent from a record (they default to null/0/0/1). */
 export const OPTIONAL_TELEMETRY_FIELDS = ["job_id", "rank", "local_rank", "world_size"] as const;
 
