@@ -25,7 +25,10 @@ export interface TfjsCollectorOptions {
   readonly deviceId?: number;
 }
 
-/** A collector whose `sample()` and `readSync()` are the same synchronous `tf.memory()` read. */
+/**
+ * A collector whose `sample()` and `readSync()` are the same synchronous `tf.memory()` read;
+ * `readSync()` (phase boundaries) carries the counters and tensor counts, without the backend notes.
+ */
 export interface TfjsCollector extends MemoryCollector {
   sample(): SampleResult;
   readSync(): SampleResult;
@@ -80,7 +83,8 @@ export function tfjsCollector(tf: TfNamespace, options: TfjsCollectorOptions = {
   const deviceId = options.deviceId ?? defaultDeviceId(tf, backendName);
   let closed = false;
 
-  const read = (): SampleResult => {
+  /** `detail` false: the boundary read (`readSync`), with the tensor counts only. */
+  const read = (detail: boolean): SampleResult => {
     if (closed) return { kind: "failure", error: "the tfjs collector was closed" };
     let info: TfMemoryInfo;
     let backend: string;
@@ -94,17 +98,21 @@ export function tfjsCollector(tf: TfNamespace, options: TfjsCollectorOptions = {
         cause: error,
       };
     }
-    const metadata: JsonObject = {
-      tfjs_backend: backend,
-      tfjs_num_tensors: info.numTensors,
-      tfjs_num_data_buffers: info.numDataBuffers,
-      tfjs_unreliable: info.unreliable === true,
-    };
-    if (info.unreliable === true && info.reasons !== undefined && info.reasons.length > 0) {
+    // Phase boundaries need the counts (tensors per phase), not the backend's notes: every phase
+    // writes two records, and the notes would double their size.
+    const metadata: JsonObject = detail
+      ? {
+          tfjs_backend: backend,
+          tfjs_num_tensors: info.numTensors,
+          tfjs_num_data_buffers: info.numDataBuffers,
+          tfjs_unreliable: info.unreliable === true,
+        }
+      : { tfjs_num_tensors: info.numTensors, tfjs_num_data_buffers: info.numDataBuffers };
+    if (detail && info.unreliable === true && info.reasons !== undefined && info.reasons.length > 0) {
       metadata.tfjs_unreliable_reasons = [...info.reasons];
     }
     if (info.numBytesInGPU !== undefined) metadata.tfjs_gpu_bytes_in_use = info.numBytesInGPU;
-    if (info.numBytesInGPUFree !== undefined) metadata.tfjs_gpu_bytes_free = info.numBytesInGPUFree;
+    if (detail && info.numBytesInGPUFree !== undefined) metadata.tfjs_gpu_bytes_free = info.numBytesInGPUFree;
 
     const allocated = info.numBytes;
     if (!isCount(allocated)) {
@@ -150,8 +158,8 @@ export function tfjsCollector(tf: TfNamespace, options: TfjsCollectorOptions = {
         return { available: false, reason: `tf.memory() failed: ${describe(error)}` };
       }
     },
-    sample: read,
-    readSync: read,
+    sample: () => read(true),
+    readSync: () => read(false),
     close(): void {
       closed = true;
     },

@@ -263,6 +263,10 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private session: SessionSummary | null = null;
   private writer: TelemetryWriter | null = null;
   private writerFailed = false;
+  /** Store indices of records not yet given to the sink (see `committed`). */
+  private pendingCommits: number[] = [];
+  private readonly commitBatchLimit: number;
+  private readonly flushCommitsTask = (): void => this.flushCommits();
   private counters: SinkCounters = emptySinkCounters();
   private alertCount = 0;
   private trackingStartTime: number | null = null;
@@ -319,6 +323,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     this.oom = new OOMFlightRecorder(resolveOOMOptions(options.oom, this.maxEvents));
     const oomSize = this.oom.options.enabled ? this.oom.options.bufferSize : 0;
     this.store = new EventStore(Math.max(this.maxEvents, oomSize));
+    this.commitBatchLimit = Math.min(256, this.store.capacity);
     this.recorder = new PhaseRecorder({
       onBoundary: (boundary) => this.onPhaseBoundary(boundary),
       asyncContext: options.asyncContext ?? "auto",
@@ -473,6 +478,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     const unregister = this.unregisterExit;
     this.unregisterExit = null;
     unregister?.();
+    this.flushCommits();
     const writer = this.writer;
     const done = () => {
       this.finalizeSession(status, writer);
@@ -962,11 +968,25 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     this.committed(index, eventType);
   }
 
-  /** Hands a stored record to the sink and, for alerts, to the callbacks. */
+  /**
+   * Hands a stored record to the sink and, for alerts, to the callbacks. Records for the sink are
+   * built in batches, after the caller's synchronous code (a microtask): at a phase boundary inside
+   * a training step the tracker only stores numbers, and the record objects are built together,
+   * with warm caches, once the step yields.
+   */
   private committed(index: number, eventType: string): void {
     const writer = this.writer;
     const alert = ALERT_TYPES.has(eventType);
     if ((writer === null || this.writerFailed) && !alert) return;
+    if (!alert) {
+      const pending = this.pendingCommits;
+      pending.push(index);
+      // Never let the ring overwrite a record that the sink has not received.
+      if (pending.length >= this.commitBatchLimit) this.flushCommits();
+      else if (pending.length === 1) queueMicrotask(this.flushCommitsTask);
+      return;
+    }
+    this.flushCommits();
     const record = this.store.materialize(index, this.recordContext as RecordContext);
     if (writer !== null && !this.writerFailed) {
       try {
@@ -988,6 +1008,22 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       } catch (error) {
         this.logger.debug?.(`alert callback failed (ignored): ${describe(error)}`);
       }
+    }
+  }
+
+  /** Builds the records waiting for the sink and appends them, in order. */
+  private flushCommits(): void {
+    const pending = this.pendingCommits;
+    if (pending.length === 0) return;
+    this.pendingCommits = [];
+    const writer = this.writer;
+    if (writer === null || this.writerFailed) return;
+    const context = this.recordContext as RecordContext;
+    try {
+      for (let i = 0; i < pending.length; i++)
+        writer.append(this.store.materialize(pending[i] as number, context));
+    } catch (error) {
+      this.disableWriter("append", error);
     }
   }
 

@@ -254,6 +254,41 @@ describe("collector health (reference test_tracker_resilience)", () => {
     expect(tracker.getStatistics().finalRetainedFiles).toBe(1);
   });
 
+  it("gives the sink every record in order when a burst of phases outruns a small history", async () => {
+    const writer = new FakeWriter();
+    const collector = new SequencedCollector([full(reading({ allocated: 64, reserved: 64 }))]);
+    // The history ring (8 records) is far smaller than the burst: no record may be overwritten
+    // before the sink has it.
+    const { tracker } = makeTracker([collector], { sink: writer, maxEvents: 8 });
+    await tracker.start();
+    for (let i = 0; i < 50; i++) tracker.phase(`step_${i}`, () => undefined);
+    await tracker.stop();
+    const phases = writer.records.filter((r) => r.event_type.startsWith("phase_"));
+    expect(phases).toHaveLength(100);
+    phases.forEach((record, i) => {
+      expect(record.event_type).toBe(i % 2 === 0 ? "phase_enter" : "phase_exit");
+      expect(record.context).toContain(`step_${i >> 1}`);
+    });
+    expect(writer.records.at(-1)?.event_type).toBe("stop");
+  });
+
+  it("hands records to the sink once the caller's synchronous code is done", async () => {
+    const writer = new FakeWriter();
+    const { tracker } = makeTracker(
+      [new SequencedCollector([full(reading({ allocated: 1, reserved: 1 }))])],
+      {
+        sink: writer,
+      },
+    );
+    await tracker.start();
+    const before = writer.records.length;
+    tracker.phase("forward", () => undefined);
+    expect(writer.records).toHaveLength(before);
+    await Promise.resolve();
+    expect(writer.records.slice(before).map((r) => r.event_type)).toEqual(["phase_enter", "phase_exit"]);
+    await tracker.stop();
+  });
+
   it("disables a failing sink, keeps tracking and marks the session incomplete", async () => {
     const writer = new FakeWriter();
     const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
