@@ -1,0 +1,60 @@
+// EACCES: the sink directory turns read-only while a session is written. Root ignores permissions,
+// so under root the writer runs as `nobody`.
+import { spawnSync } from "node:child_process";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { loadTelemetrySessions, type SinkDiagnostics } from "../src/index.js";
+
+const SCRIPT = join(import.meta.dirname, "../scripts/read-only-directory.ts");
+const NOBODY = 65534;
+
+describe("a directory that turns read-only (EACCES)", () => {
+  it("keeps the caller running, reports the error once, retries, and loses only what it counts", async () => {
+    const parent = mkdtempSync(join(tmpdir(), "stormlog-eacces-parent-"));
+    chmodSync(parent, 0o777);
+    const asRoot = process.getuid?.() === 0;
+    const child = spawnSync(
+      process.execPath,
+      ["--conditions=@stormlog/source", "--import", "tsx", SCRIPT, parent],
+      {
+        encoding: "utf8",
+        timeout: 60_000,
+        env: { ...process.env, HOME: parent },
+        ...(asRoot ? { uid: NOBODY, gid: NOBODY } : {}),
+      },
+    );
+    try {
+      expect(child.stderr).not.toMatch(/Error/);
+      expect(child.status).toBe(0);
+      const result = JSON.parse(child.stdout.trim().split("\n").at(-1)!) as {
+        dir: string;
+        during: SinkDiagnostics;
+        after: SinkDiagnostics;
+        warnings: string[];
+      };
+      expect(result.during.state).toBe("retrying");
+      expect(result.during.last_error).toMatch(/EACCES/);
+      // One message for the failure (with what to do), not one per retry.
+      const eacces = result.warnings.filter((warning) => warning.includes("EACCES"));
+      expect(eacces).toHaveLength(1);
+      expect(eacces[0]).toMatch(/Tracking goes on/);
+
+      const { after } = result;
+      expect(after.state).toBe("ok");
+      expect(after.appended_events).toBe(70);
+      expect(after.written_events + after.dropped_events).toBe(70);
+      const sessions = await loadTelemetrySessions(result.dir);
+      expect(sessions).toHaveLength(1);
+      expect(sessions[0]!.eventCount).toBe(after.written_events);
+      expect(sessions[0]!.summary.status).toBe(after.dropped_events > 0 ? "incomplete" : "completed");
+      // What was written before the failure is intact and first.
+      expect(sessions[0]!.events.slice(0, 20).map((event) => event.timestamp_ns)).toEqual(
+        Array.from({ length: 20 }, (_, i) => sessions[0]!.events[0]!.timestamp_ns + BigInt(i) * 100_000_000n),
+      );
+    } finally {
+      rmSync(parent, { recursive: true, force: true });
+    }
+  });
+});
