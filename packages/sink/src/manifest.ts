@@ -15,6 +15,12 @@ import {
 export const MANIFEST_FILENAME = "manifest.json";
 /** Temporary file the manifest is written to before the atomic rename (the reference's name). */
 export const MANIFEST_TMP_FILENAME = "manifest.tmp";
+/**
+ * Temporary file of the blocking writes (startup, and the exit path). Not `manifest.tmp`: at
+ * `process.exit()` an asynchronous write to `manifest.tmp` may still be running on libuv's thread
+ * pool, and its bytes would land in the file the exit path had just renamed to `manifest.json`.
+ */
+export const MANIFEST_SYNC_TMP_FILENAME = "manifest.sync.tmp";
 /** Segment file names: `segment-` + six-digit index + `.jsonl`. */
 export const SEGMENT_PREFIX = "segment-";
 export const SEGMENT_SUFFIX = ".jsonl";
@@ -240,9 +246,9 @@ export function serializeManifest(
   return `${stringifyJson(payload, { indent: 2 })}\n`;
 }
 
-/** Writes the manifest through `manifest.tmp` and an atomic rename, blocking (startup and exit paths). */
+/** Writes the manifest through `manifest.sync.tmp` and an atomic rename, blocking (startup and exit paths). */
 export function writeManifestTextSync(dir: string, text: string, fsync: boolean): void {
-  const tmp = join(dir, MANIFEST_TMP_FILENAME);
+  const tmp = join(dir, MANIFEST_SYNC_TMP_FILENAME);
   const fd = openSync(tmp, "w", 0o666);
   try {
     writeSync(fd, text, null, "utf8");
