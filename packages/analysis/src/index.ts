@@ -7,6 +7,7 @@ export * from "./diagnostics.js";
 export { TimeRangeError } from "./errors.js";
 export * from "./export-csv.js";
 export * from "./export-perfetto.js";
+export * from "./export-stream.js";
 export * from "./gap.js";
 export { CACHE_DIR_ENV, INDEX_DIRNAME, INDEX_FORMAT, INDEX_VERSION } from "./index-cache.js";
 export * from "./report.js";

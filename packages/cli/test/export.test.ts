@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseJson, TELEMETRY_V3_FIELDS } from "@stormlog/core";
 import { afterEach, describe, expect, it } from "vitest";
@@ -65,6 +65,25 @@ describe("stormlog export", () => {
     const first = (parseJson(readFileSync(PER_RANK, "utf8").split("\n")[0]!) as { timestamp_ns: bigint })
       .timestamp_ns;
     expect(BigInt(trace.otherData.first_timestamp_ns!) <= first).toBe(true);
+  });
+
+  it("perfetto: an unknown --session-id fails before the output file is created", async () => {
+    const dir = tempDir();
+    cleanup = dir.remove;
+    const file = join(dir.path, "trace.json");
+    const run = await runCli([
+      "export",
+      PER_RANK,
+      "--format",
+      "perfetto",
+      "--output",
+      file,
+      "--session-id",
+      "nope",
+    ]);
+    expect(run.code).not.toBe(0);
+    expect(run.stderr).toMatch(/nope/);
+    expect(existsSync(file)).toBe(false);
   });
 
   it("requires --format", async () => {

@@ -1,13 +1,6 @@
 import { resolve } from "node:path";
-import {
-  buildPerfettoTrace,
-  loadDistributedEvents,
-  perfettoTraceChunks,
-  selectDistributedSession,
-  telemetryCsvLines,
-} from "@stormlog/analysis";
+import { openSelectedEvents, streamPerfettoTrace, telemetryCsvLines } from "@stormlog/analysis";
 import { encodeTelemetryRecord, type TelemetryEvent } from "@stormlog/core";
-import { iterateTelemetryEvents, summarizeTelemetrySessions } from "@stormlog/sink";
 import {
   type CommandHelp,
   choice,
@@ -33,7 +26,9 @@ const help: CommandHelp = {
     "csv: one row per record in the reference's columns; metadata is a JSON column (nothing lost).\n" +
     "jsonl: canonical sink lines (keys sorted, byte-identical to what the Python sink writes).\n" +
     "The selection is the one analyze and diagnose use: per-rank sessions of one job are merged\n" +
-    "unless --session-id picks one. csv and jsonl stream in storage order.",
+    "unless --session-id picks one. csv and jsonl stream in storage order; perfetto streams one\n" +
+    "session at a time (each session's events are a block of the trace). Like analyze, export\n" +
+    "builds or reuses the analysis index beside the sink (or in the cache directory).",
   options: {
     format: { type: "string", value: "perfetto|csv|jsonl", description: "Export format (required)." },
     output: { type: "string", short: "o", value: "FILE", description: "Write to FILE instead of stdout." },
@@ -46,32 +41,44 @@ const help: CommandHelp = {
   ],
 };
 
-async function writeAll(output: Output, chunks: Iterable<string> | AsyncIterable<string>): Promise<void> {
-  // Batch small chunks: one write per ~64 KB.
+/**
+ * Writes the chunks, batched into ~64 KB writes. The output is opened at the first chunk, so that
+ * an input error (missing path, unknown session) leaves no empty file behind.
+ */
+async function writeAll(
+  open: () => Promise<Output>,
+  chunks: Iterable<string> | AsyncIterable<string>,
+): Promise<void> {
+  let output: Output | null = null;
   let pending = "";
   for await (const chunk of chunks) {
     pending += chunk;
     if (pending.length >= 65536) {
+      output ??= await open();
       await output.write(pending);
       pending = "";
     }
   }
+  output ??= await open();
   if (pending.length > 0) await output.write(pending);
+  await output.close();
 }
 
-async function* selectedEvents(
-  path: string,
-  members: ReadonlySet<string>,
+async function* counted(
+  events: AsyncIterable<TelemetryEvent>,
   total: number,
   progress: Progress,
 ): AsyncGenerator<TelemetryEvent> {
   let read = 0;
-  for await (const event of iterateTelemetryEvents(path, { onWarning: () => undefined })) {
-    if (!members.has(event.session_id)) continue;
+  for await (const event of events) {
     read++;
     if (read % 4096 === 0) progress.update(read, total);
     yield event;
   }
+}
+
+async function* jsonlLines(events: AsyncIterable<TelemetryEvent>): AsyncGenerator<string> {
+  for await (const event of events) yield `${encodeTelemetryRecord(event)}\n`;
 }
 
 async function run(argv: readonly string[], io: CliIo): Promise<number> {
@@ -83,39 +90,21 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const path = resolve(io.cwd, requirePath(help, args));
   const format = choice(help, args, "format", FORMATS);
   const sessionId = stringFlag(args, "session-id");
-  const progress = createProgress(io, format === "perfetto" ? "Reading telemetry" : "Exporting");
+  const open = () => openOutput(io, stringFlag(args, "output"));
+  const progress = createProgress(io, "Exporting");
   try {
+    const selectionOptions = sessionId === undefined ? {} : { sessionId };
     if (format === "perfetto") {
-      progress.elapsed();
-      const { selection, events } = await loadDistributedEvents(
-        path,
-        sessionId === undefined ? {} : { sessionId },
-      );
-      progress.finish();
-      const trace = buildPerfettoTrace(events, { sessionId: selection.summary?.session_id ?? null });
-      const output = await openOutput(io, stringFlag(args, "output"));
-      await writeAll(output, perfettoTraceChunks(trace));
-      await output.close();
+      const chunks = streamPerfettoTrace(path, {
+        ...selectionOptions,
+        onProgress: (done, total) => progress.update(done, total, "sessions"),
+      });
+      await writeAll(open, chunks);
       return 0;
     }
-    const sessions = await summarizeTelemetrySessions(path);
-    const selection = selectDistributedSession(sessions, sessionId, path);
-    const members = new Set(selection.memberSessionIds);
-    let total = 0;
-    for (const session of sessions) if (members.has(session.summary.session_id)) total += session.eventCount;
-    const events = selectedEvents(path, members, total, progress);
-    const output = await openOutput(io, stringFlag(args, "output"));
-    if (format === "csv") {
-      await writeAll(output, telemetryCsvLines(events));
-    } else {
-      await writeAll(
-        output,
-        (async function* () {
-          for await (const event of events) yield `${encodeTelemetryRecord(event)}\n`;
-        })(),
-      );
-    }
-    await output.close();
+    const selected = await openSelectedEvents(path, selectionOptions);
+    const events = counted(selected.events(), selected.selection.eventCount, progress);
+    await writeAll(open, format === "csv" ? telemetryCsvLines(events) : jsonlLines(events));
     return 0;
   } finally {
     progress.finish();
