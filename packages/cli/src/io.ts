@@ -55,7 +55,23 @@ export interface Output {
 /** Opens `--output FILE` (created or truncated), or stdout when no file is given. */
 export async function openOutput(io: CliIo, file: string | undefined): Promise<Output> {
   if (file === undefined || file === "-") {
-    return { write: (chunk) => void io.stdout.write(chunk), close: async () => undefined };
+    const stdout = io.stdout as CliStream & Partial<Pick<NodeJS.WritableStream, "once" | "off">>;
+    return {
+      // A slow reader on the other end of a pipe: wait for `drain` instead of buffering the export.
+      write(chunk) {
+        if (stdout.write(chunk) !== false || typeof stdout.once !== "function") return;
+        return new Promise<void>((done) => {
+          const finish = () => {
+            stdout.off?.("drain", finish);
+            stdout.off?.("close", finish);
+            done();
+          };
+          stdout.once?.("drain", finish);
+          stdout.once?.("close", finish);
+        });
+      },
+      close: async () => undefined,
+    };
   }
   const stream: WriteStream = createWriteStream(resolve(io.cwd, file));
   let failure: Error | null = null;
