@@ -1,6 +1,6 @@
-// Peak RSS and time of `analyzeTelemetry` as the input grows: the 64-rank job of
-// bench/generate-multirank.mjs at 5,000 samples per rank (~240 MB) and at 23,000 (~1.1 GB), each
-// analysed cold (building the index), warm, and without an index, in a fresh process.
+// Peak RSS and time of `analyzeTelemetry` and `diagnoseTelemetry` as the input grows: the 64-rank
+// job of bench/generate-multirank.mjs at 5,000 samples per rank (~240 MB) and at 23,000 (~1.1 GB),
+// each run cold (building the index), warm, and without an index, in a fresh process.
 // Run (about a minute; needs ~1.5 GB of temporary disk):
 //   node --conditions=@stormlog/source --import tsx packages/analysis/bench/memory.ts
 import { execFileSync } from "node:child_process";
@@ -17,10 +17,17 @@ const script = `
   const ms = performance.now() - t;
   console.log(JSON.stringify({ ms: Math.round(ms), maxRssMb: Math.round(process.resourceUsage().maxRSS / 1024), events: report.summary.event_count, status: report.index?.status, reportReused: report.index?.report_reused }));
 `;
-const measure = (path: string, mode: string): string =>
+const diagnoseScript = `
+  const { diagnoseTelemetry } = await import(${JSON.stringify(new URL("../src/index.ts", import.meta.url).href)});
+  const t = performance.now();
+  const result = await diagnoseTelemetry(process.argv[1], { index: process.argv[2] !== "noindex" });
+  const ms = performance.now() - t;
+  console.log(JSON.stringify({ ms: Math.round(ms), maxRssMb: Math.round(process.resourceUsage().maxRSS / 1024), anomalies: result.diagnostics.anomalies.length, status: result.index?.status, reused: result.index?.report_reused }));
+`;
+const measure = (path: string, mode: string, code = script): string =>
   execFileSync(
     process.execPath,
-    ["--conditions=@stormlog/source", "--import", "tsx", "--input-type=module", "-e", script, path, mode],
+    ["--conditions=@stormlog/source", "--import", "tsx", "--input-type=module", "-e", code, path, mode],
     {
       cwd: REPO,
       encoding: "utf8",
@@ -43,6 +50,10 @@ try {
     console.log(`  cold:     ${measure(sink, "index")}`);
     console.log(`  warm:     ${measure(sink, "index")}`);
     console.log(`  no index: ${measure(sink, "noindex")}`);
+    rmSync(join(sink, ".stormlog-index"), { recursive: true, force: true });
+    console.log(`  diagnose cold:     ${measure(sink, "index", diagnoseScript)}`);
+    console.log(`  diagnose warm:     ${measure(sink, "index", diagnoseScript)}`);
+    console.log(`  diagnose no index: ${measure(sink, "noindex", diagnoseScript)}`);
     rmSync(sink, { recursive: true, force: true });
   }
 } finally {

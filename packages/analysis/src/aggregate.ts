@@ -73,6 +73,8 @@ export interface AlertEntry {
   readonly oomReason: string | null;
   readonly used: number;
   readonly allocated: number;
+  /** `origin_thread_id` / `origin_phase_scope_id` of its metadata (phase attribution hints), if any. */
+  readonly origin: JsonObject | null;
 }
 
 /** A collector-health transition (`collector_degraded` / `collector_recovered`). */
@@ -217,6 +219,13 @@ export class RankPart {
   readonly health: HealthEntry[] = [];
   /** Samples whose device used memory is null (schema v4). */
   samplesWithoutUsed = 0;
+  /** Largest positive `world_size` over every event (0: none), and whether several were seen. */
+  worldSizeMax = 0;
+  worldSizeMixed = false;
+  /** Samples whose metadata holds phase attribution hints (the columns do not keep them). */
+  originSamples = 0;
+  /** Alerts left out by DETAIL_CAP. */
+  alertsTruncated = false;
 
   constructor(
     readonly rank: number,
@@ -305,6 +314,13 @@ export class RankPart {
     if (this.first === null || t < this.firstT) wanted |= 1;
     if (isStop && (this.lastStop === null || t >= this.lastStopT)) wanted |= 2;
     return wanted;
+  }
+
+  /** Notes an event's `world_size`. */
+  worldSize(value: number): void {
+    if (!(value > 0) || value === this.worldSizeMax) return;
+    if (this.worldSizeMax !== 0) this.worldSizeMixed = true;
+    if (value > this.worldSizeMax) this.worldSizeMax = value;
   }
 
   /** Records the evidence `touch` asked for. */
@@ -460,6 +476,20 @@ function metadataString(metadata: JsonObject, key: string): string | null {
   return typeof value === "string" ? value : null;
 }
 
+/** Metadata keys that steer phase attribution (`resolveForEvent`). */
+const ORIGIN_KEYS = ["origin_thread_id", "origin_phase_scope_id"] as const;
+
+/** The phase attribution hints of a metadata object, or null without any. */
+export function originOf(metadata: JsonObject): JsonObject | null {
+  let out: JsonObject | null = null;
+  for (const key of ORIGIN_KEYS) {
+    if (metadata[key] === undefined) continue;
+    out ??= {};
+    out[key] = metadata[key]!;
+  }
+  return out;
+}
+
 function tensorsOf(metadata: JsonObject): number {
   const value = metadata.tfjs_num_tensors;
   return typeof value === "number" ? value : typeof value === "bigint" ? Number(value) : Number.NaN;
@@ -532,6 +562,7 @@ export class Accumulator {
     const part = this.rank(session, fields.rank);
     const t = part.offsetOf(fields.tsHead, fields.tsTail);
     const wanted = part.touch(t, eventType === "stop");
+    part.worldSize(fields.worldSize);
     if (wanted !== 0) {
       part.record(wanted, t, line, {
         timestamp_ns: fields.timestampNs(),
@@ -602,6 +633,7 @@ export class Accumulator {
     const ts = event.timestamp_ns;
     const t = part.offsetOfBigInt(ts);
     const wanted = part.touch(t, eventType === "stop");
+    part.worldSize(event.world_size);
     if (wanted !== 0) part.record(wanted, t, line, evidenceOf(event));
     const allocated = nullable(event.allocator_allocated_bytes);
     const reserved = nullable(event.allocator_reserved_bytes);
@@ -611,6 +643,7 @@ export class Accumulator {
     part.peak(2, used, t, event.device_id);
     if (isSample) {
       if (Number.isNaN(used)) part.samplesWithoutUsed++;
+      if (originOf(event.metadata) !== null) part.originSamples++;
       const identity = part.identityIndex(
         event.pid,
         event.host,
@@ -652,8 +685,9 @@ export class Accumulator {
           oomReason: metadataString(event.metadata, "oom_reason"),
           used,
           allocated,
+          origin: originOf(event.metadata),
         });
-      }
+      } else part.alertsTruncated = true;
     } else if (eventType === "collector_degraded" || eventType === "collector_recovered") {
       if (part.health.length < DETAIL_CAP) {
         part.health.push({

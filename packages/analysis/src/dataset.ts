@@ -43,6 +43,10 @@ export interface RankSeries {
   /** Per sample index into `identities`; null when all use identity 0. */
   readonly identity: Uint16Array | null;
   readonly samplesWithoutUsed: number;
+  /** Samples whose metadata holds phase attribution hints. */
+  readonly originSamples: number;
+  /** Alerts left out by DETAIL_CAP. */
+  readonly alertsTruncated: boolean;
   /** Every event of the rank, samples or not. */
   readonly eventCount: number;
   readonly minTs: bigint | null;
@@ -197,6 +201,8 @@ function single(plan: SeriesPlan, { ordinal, part }: { ordinal: number; part: Ra
     identities: part.identities,
     identity: samples.identity === null ? null : samples.identity.subarray(0, n),
     samplesWithoutUsed: part.samplesWithoutUsed,
+    originSamples: part.originSamples,
+    alertsTruncated: part.alertsTruncated,
     eventCount: part.eventCount,
     minTs: part.minTs,
     maxTs: part.maxTs,
@@ -230,6 +236,8 @@ function combine(plan: SeriesPlan, parts: readonly { ordinal: number; part: Rank
   const peaks: [CounterPeak | null, CounterPeak | null, CounterPeak | null] = [null, null, null];
   let eventCount = 0;
   let samplesWithoutUsed = 0;
+  let originSamples = 0;
+  let alertsTruncated = false;
   let minTs: bigint | null = null;
   let maxTs: bigint | null = null;
   let offset = 0;
@@ -278,6 +286,8 @@ function combine(plan: SeriesPlan, parts: readonly { ordinal: number; part: Rank
     });
     eventCount += part.eventCount;
     samplesWithoutUsed += part.samplesWithoutUsed;
+    originSamples += part.originSamples;
+    alertsTruncated ||= part.alertsTruncated;
     if (part.minTs !== null && (minTs === null || part.minTs < minTs)) minTs = part.minTs;
     if (part.maxTs !== null && (maxTs === null || part.maxTs > maxTs)) maxTs = part.maxTs;
   }
@@ -296,6 +306,8 @@ function combine(plan: SeriesPlan, parts: readonly { ordinal: number; part: Rank
     identities,
     identity,
     samplesWithoutUsed,
+    originSamples,
+    alertsTruncated,
     eventCount,
     minTs,
     maxTs,
@@ -331,6 +343,21 @@ function sortSeries(series: RankSeries): RankSeries {
     total: permute(series.total),
     tensors: permute(series.tensors),
     identity: series.identity === null ? null : permute(series.identity),
+  };
+}
+
+/**
+ * `Number(timestamp_ns)` of each sample without making bigints: `Number(base)` plus the (exact)
+ * rest, rounded once by the addition, which is how `Number()` rounds the exact sum.
+ */
+export function sampleTimeAsNumber(series: RankSeries): (i: number) => number {
+  const head = Number(series.base);
+  const rest = Number(series.base - BigInt(head));
+  const t = series.t;
+  return (i) => {
+    const offset = rest + t[i]!;
+    // Beyond 2^53 the rest would round first; exact bigints then (timelines that long do not occur).
+    return Math.abs(offset) <= Number.MAX_SAFE_INTEGER ? head + offset : Number(series.base + BigInt(t[i]!));
   };
 }
 

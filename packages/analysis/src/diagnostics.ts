@@ -7,7 +7,15 @@
  * gap findings (`gap:<class>`) and, when given, collective-communication attributions
  * (`collective:<class>`).
  */
-import { InvalidConfigError, type SessionSummary, type TelemetryEvent } from "@stormlog/core";
+import {
+  InvalidConfigError,
+  type JsonObject,
+  type JsonValue,
+  parseJson,
+  type SessionSummary,
+  stringifyJson,
+  type TelemetryEvent,
+} from "@stormlog/core";
 import {
   type PhaseAttributionPayload,
   PhaseReplayIndex,
@@ -15,9 +23,26 @@ import {
   summarizePhaseAttribution,
   summarizePhaseResolution,
 } from "@stormlog/phases";
-import { loadTelemetrySessions, type ReadOptions, type SessionInfo } from "@stormlog/sink";
-import { analyzeGaps } from "./gap.js";
-import { findRankGroups, type SessionListing, selectSession } from "./merge.js";
+import {
+  loadTelemetrySessions,
+  type ReadOptions,
+  type ResolvedTelemetryInput,
+  resolveTelemetryInput,
+  type SessionInfo,
+} from "@stormlog/sink";
+import { DatasetLoader, planDataset, type RankSeries, sampleTimestamp } from "./dataset.js";
+import { gapColumns } from "./distributed.js";
+import { analyzeGapColumns, analyzeGaps } from "./gap.js";
+import { SegmentIndex } from "./index-cache.js";
+import {
+  findRankGroups,
+  listSessions,
+  type SegmentData,
+  type SessionListing,
+  selectSession,
+} from "./merge.js";
+import { buildPhaseIndex } from "./phase-stats.js";
+import type { IndexUsage } from "./types.js";
 
 /** A sample whose |device used - allocator reserved| / device total reaches this is a gap anomaly. */
 export const DIAGNOSTICS_GAP_RATIO_THRESHOLD = 0.05;
@@ -244,6 +269,16 @@ function rankCandidates(
     });
   }
 
+  collectiveCandidates(candidates, rank, collective, firstNs);
+  return candidates;
+}
+
+function collectiveCandidates(
+  candidates: DiagnosticsAnomaly[],
+  rank: number,
+  collective: readonly CollectiveAttributionLike[],
+  firstNs: bigint,
+): void {
   for (const attribution of collective) {
     const confidence = round3(attribution.confidence);
     const reasons = [...new Set(attribution.reason_codes)].sort();
@@ -261,7 +296,6 @@ function rankCandidates(
       phase_path: summarizePhaseAttributionPayload(attribution.phase_attribution),
     });
   }
-  return candidates;
 }
 
 /** The first candidate with the smallest key (Python's `min`, which keeps the first of equals). */
@@ -289,6 +323,17 @@ function indicator(kind: AnomalyIndicator["kind"], candidate: DiagnosticsAnomaly
     reason_codes: [...candidate.reason_codes],
     phase_path: candidate.phase_path,
   };
+}
+
+/** `earliest` then `most_severe`, or none. */
+function indicatorsOf(anomalies: readonly DiagnosticsAnomaly[]): AnomalyIndicator[] {
+  const earliest = minBy(anomalies, byTime);
+  const mostSevere = minBy(
+    anomalies,
+    (a, b) => (SEVERITY_ORDER[b.severity] ?? 0) - (SEVERITY_ORDER[a.severity] ?? 0) || byTime(a, b),
+  );
+  if (earliest === undefined || mostSevere === undefined) return [];
+  return [indicator("earliest", earliest), indicator("most_severe", mostSevere)];
 }
 
 function timeline(samples: readonly TelemetryEvent[]): RankTimeline {
@@ -458,15 +503,7 @@ export function buildDistributedDiagnostics(
     if (options.includeTimelines) timelines.set(rank, timeline(rankSamples));
   }
 
-  const indicators: AnomalyIndicator[] = [];
-  const earliest = minBy(anomalies, byTime);
-  const mostSevere = minBy(
-    anomalies,
-    (a, b) => (SEVERITY_ORDER[b.severity] ?? 0) - (SEVERITY_ORDER[a.severity] ?? 0) || byTime(a, b),
-  );
-  if (earliest !== undefined && mostSevere !== undefined) {
-    indicators.push(indicator("earliest", earliest), indicator("most_severe", mostSevere));
-  }
+  const indicators = indicatorsOf(anomalies);
   return {
     rows,
     indicators,
@@ -614,4 +651,396 @@ export function parseRankFilter(expression: string, availableRanks: Iterable<num
     }
   }
   return selected;
+}
+
+/** Options of `diagnoseTelemetry`. */
+export interface DiagnoseTelemetryOptions {
+  /** A session's or a rank group's id (see `selectDistributedSession`). */
+  readonly sessionId?: string;
+  /** A rank filter (`parseRankFilter`) over the ranks present and those below the largest world size. */
+  readonly ranks?: string;
+  /** Fill `per_rank_timelines` (default false: it holds every sample). */
+  readonly includeTimelines?: boolean;
+  /** Use and maintain the index beside the sink, as `analyzeTelemetry` does (default true). */
+  readonly index?: boolean;
+  /** Where indexes go when the input's location is not writable (see `AnalyzeOptions.cacheDir`). */
+  readonly cacheDir?: string;
+  /** Told about progress while segments are scanned. */
+  readonly onProgress?: (progress: { phase: string; done: number; total: number }) => void;
+}
+
+/** What `diagnoseTelemetry` found. */
+export interface DiagnoseTelemetryResult {
+  selection: DistributedSelection;
+  diagnostics: DistributedDiagnostics;
+  /** The view's earliest event (null when it has none). */
+  firstTimestampNs: bigint | null;
+  /** How the index was used (null for JSON documents, which are read whole). */
+  index: IndexUsage | null;
+}
+
+/**
+ * `loadDistributedEvents` + `buildDistributedDiagnostics` (with `selectedRanks` from `ranks`), in one
+ * pass over the indexed dataset: one rank's samples (typed columns) in memory at a time, the index
+ * built or reused as `analyzeTelemetry` does, and the finished result stored in it, so that an
+ * unchanged sink is diagnosed again without reading it. Same result as the event version; inputs the
+ * columns cannot represent exactly (JSON documents, a rank split over several sessions, samples with
+ * phase attribution hints, more alerts than the index keeps) take the event version.
+ */
+export async function diagnoseTelemetry(
+  path: string,
+  options: DiagnoseTelemetryOptions = {},
+): Promise<DiagnoseTelemetryResult> {
+  const input = await resolveTelemetryInput(path, () => undefined);
+  if (input.kind === "json") return { ...(await diagnoseEvents(path, options)), index: null };
+  const index = await SegmentIndex.open(input, {
+    index: options.index !== false,
+    ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
+    ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
+  });
+  const view = JSON.stringify(["diagnose", options.sessionId ?? null, options.ranks ?? null, path]);
+  const cacheable = options.includeTimelines !== true;
+  try {
+    if (cacheable) {
+      const text = index.readStored(view);
+      const stored = text === null ? null : deserializeDiagnose(text, index.stamp(view));
+      if (stored !== null) return { ...stored, index: index.reusedUsage() };
+    }
+    const { segments, usage } = await index.loadSegments();
+    const result = diagnoseSegments(input, segments, path, options) ?? (await diagnoseEvents(path, options));
+    if (cacheable) await index.writeStored(view, serializeDiagnose(result, index.stamp(view)), usage);
+    return { ...result, index: usage };
+  } finally {
+    index.dispose();
+  }
+}
+
+type Diagnosed = Omit<DiagnoseTelemetryResult, "index">;
+
+/** The event version (what `stormlog diagnose` did before the index). */
+async function diagnoseEvents(path: string, options: DiagnoseTelemetryOptions): Promise<Diagnosed> {
+  const { selection, events } = await loadDistributedEvents(
+    path,
+    options.sessionId === undefined ? {} : { sessionId: options.sessionId },
+  );
+  let selectedRanks: Set<number> | null = null;
+  if (options.ranks !== undefined) {
+    const available = new Set<number>();
+    let worldSize = 0;
+    for (const event of events) {
+      available.add(event.rank);
+      if (event.world_size > worldSize) worldSize = event.world_size;
+    }
+    for (let rank = 0; rank < worldSize; rank++) available.add(rank);
+    selectedRanks = parseRankFilter(options.ranks, available);
+  }
+  const diagnostics = buildDistributedDiagnostics(events, {
+    selectedRanks,
+    ...(options.includeTimelines ? { includeTimelines: true } : {}),
+  });
+  return { selection, diagnostics, firstTimestampNs: events[0]?.timestamp_ns ?? null };
+}
+
+/** Event types the columns count apart from what the diagnostics test (`isSample`, alert severities). */
+function columnsCover(eventTypes: ReadonlyMap<string, number>): boolean {
+  for (const type of eventTypes.keys()) {
+    if (type !== "sample" && isSample(type)) return false;
+    if (type in Object.prototype) return false;
+  }
+  return true;
+}
+
+/** The indexed version; null when the columns cannot give the event version's exact result. */
+function diagnoseSegments(
+  input: ResolvedTelemetryInput,
+  segments: readonly SegmentData[],
+  path: string,
+  options: DiagnoseTelemetryOptions,
+): Diagnosed | null {
+  const ledger = new Map<string, SessionSummary>();
+  for (const part of input.parts) {
+    for (const summary of part.manifest?.sessions ?? [])
+      if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
+  }
+  const listings = listSessions(segments, ledger, input.defaultSource, input.absolute);
+  const sessions: SessionInfo[] = listings.map(({ ranks: _ranks, ...info }) => info);
+  const selection = selectDistributedSession(sessions, options.sessionId, path);
+  const plan = planDataset(segments, selection.memberSessionIds);
+  if (plan.eventCount === 0) {
+    return { selection, diagnostics: buildDistributedDiagnostics([]), firstTimestampNs: null };
+  }
+  if (!columnsCover(plan.eventTypes) || plan.ranks.some((rank) => rank.series.length > 1)) return null;
+
+  // World sizes, allocator counters and the first event, from the digests.
+  const members = new Set(selection.memberSessionIds);
+  const worldSizes = new Set<number>();
+  let mixed = false;
+  let anyAllocator = false;
+  let firstTimestampNs: bigint | null = null;
+  for (const segment of segments) {
+    for (const session of segment.digest.sessions) {
+      if (!members.has(session.sessionId)) continue;
+      const first = session.first?.timestamp_ns;
+      if (first !== undefined && (firstTimestampNs === null || first < firstTimestampNs))
+        firstTimestampNs = first;
+      for (const rank of session.ranks) {
+        if (rank.worldSizeMax > 0) worldSizes.add(rank.worldSizeMax);
+        if (rank.worldSizeMixed) mixed = true;
+        if (rank.allocatorSamples) anyAllocator = true;
+      }
+    }
+  }
+  const presentAll = plan.ranks.map((rank) => rank.rank);
+  const maxWorld = worldSizes.size > 0 ? Math.max(...worldSizes) : 0;
+  const expectedWorldSize = worldSizes.size > 0 ? maxWorld : presentAll.length;
+  const expectedSet = new Set(presentAll);
+  for (let rank = 0; rank < expectedWorldSize; rank++) expectedSet.add(rank);
+  const expectedAll = [...expectedSet].sort((a, b) => a - b);
+  const warnings: string[] = [];
+  if (mixed || worldSizes.size > 1) {
+    warnings.push("Inconsistent world_size values detected; using max observed world_size.");
+  }
+  if (plan.sampleCount > 0 && !anyAllocator) {
+    warnings.push("Allocator-native diagnostics are unavailable; showing device memory usage only.");
+  }
+  let selected: Set<number> | null = null;
+  if (options.ranks !== undefined) {
+    const available = new Set(presentAll);
+    for (let rank = 0; rank < maxWorld; rank++) available.add(rank);
+    selected = parseRankFilter(options.ranks, available);
+  }
+  const keep = (rank: number) => selected === null || selected.has(rank);
+  const expected = expectedAll.filter(keep);
+  const present = presentAll.filter(keep);
+  const presentSet = new Set(present);
+  const missing = expected.filter((rank) => !presentSet.has(rank));
+
+  const byRank = new Map(plan.ranks.map((entry) => [entry.rank, entry.series[0]!]));
+  const loader = new DatasetLoader(plan);
+  // A segment holding several ranks stays loaded until the last of them is done.
+  const lastUse = new Map<number, number>();
+  expected.forEach((rank, k) => {
+    for (const ordinal of byRank.get(rank)?.ordinals ?? []) lastUse.set(ordinal, k);
+  });
+  const rows: RankDiagnosticsRow[] = [];
+  const anomalies: DiagnosticsAnomaly[] = [];
+  const timelines = new Map<number, RankTimeline>();
+  for (let k = 0; k < expected.length; k++) {
+    const rank = expected[k]!;
+    const seriesPlan = byRank.get(rank);
+    if (seriesPlan === undefined) {
+      rows.push(missingRow(rank));
+      continue;
+    }
+    const series = loader.load(seriesPlan);
+    // Hints the columns do not keep, or alerts the index left out: only the events are exact.
+    if (series.originSamples > 0 || series.alertsTruncated) return null;
+    const { row, candidates } = rankFromColumns(series);
+    rows.push(row);
+    for (const candidate of candidates) anomalies.push(candidate);
+    if (options.includeTimelines) timelines.set(rank, timelineOfColumns(series));
+    loader.release([...lastUse.entries()].filter(([, last]) => last > k).map(([ordinal]) => ordinal));
+  }
+  return {
+    selection,
+    diagnostics: {
+      rows,
+      indicators: indicatorsOf(anomalies),
+      expected_ranks: expected,
+      present_ranks: present,
+      missing_ranks: missing,
+      per_rank_timelines: timelines,
+      warnings,
+      anomalies,
+    },
+    firstTimestampNs,
+  };
+}
+
+function missingRow(rank: number): RankDiagnosticsRow {
+  return {
+    rank,
+    availability: "missing",
+    samples: 0,
+    allocated_delta_bytes: null,
+    reserved_delta_bytes: null,
+    device_used_delta_bytes: null,
+    hidden_gap_latest_bytes: null,
+    hidden_gap_peak_abs_bytes: null,
+    has_anomaly: false,
+    first_anomaly_timestamp_ns: null,
+    first_anomaly_signal: null,
+    first_anomaly_phase_path: null,
+  };
+}
+
+const orNull = (value: number | undefined): number | null =>
+  value === undefined || Number.isNaN(value) ? null : value;
+
+/** One present rank's row and anomaly candidates, as `buildDistributedDiagnostics` makes them. */
+function rankFromColumns(series: RankSeries): { row: RankDiagnosticsRow; candidates: DiagnosticsAnomaly[] } {
+  const { rank, count: n, used, reserved, allocated, total } = series;
+  const resolver = buildPhaseIndex(series);
+  const phaseAt = (timestampNs: bigint, eventType: string, metadata: JsonObject | null): string | null =>
+    resolver === null
+      ? null
+      : summarizePhaseAttribution(
+          resolver.resolveForEvent({
+            session_id: series.sessionId,
+            timestamp_ns: timestampNs,
+            rank,
+            event_type: eventType,
+            metadata: metadata ?? {},
+          }),
+        );
+  let gapLatest: number | null = null;
+  let gapPeak: number | null = null;
+  for (let i = 0; i < n; i++) {
+    const gap = used[i]! - reserved[i]!;
+    if (Number.isNaN(gap)) continue;
+    gapLatest = gap;
+    if (gapPeak === null || Math.abs(gap) > gapPeak) gapPeak = Math.abs(gap);
+  }
+  const candidates: DiagnosticsAnomaly[] = [];
+  // Alerts in time order (each part's are in storage order, the parts in segment order).
+  const alerts = [...series.alerts].sort((a, b) =>
+    a.timestampNs < b.timestampNs ? -1 : a.timestampNs > b.timestampNs ? 1 : 0,
+  );
+  for (const alert of alerts) {
+    const severity = ALERT_SEVERITY[alert.eventType];
+    if (severity === undefined) continue;
+    candidates.push({
+      rank,
+      severity,
+      timestamp_ns: alert.timestampNs,
+      signal: `alert:${alert.eventType}`,
+      details: alert.context || "Alert event",
+      confidence: null,
+      reason_codes: [],
+      phase_path: phaseAt(alert.timestampNs, alert.eventType, alert.origin),
+    });
+  }
+  let firstBreachNs: bigint | null = null;
+  for (let i = 0; i < n; i++) {
+    const deviceTotal = total[i]!;
+    const gap = used[i]! - reserved[i]!;
+    if (!(deviceTotal > 0) || Number.isNaN(gap)) continue;
+    const ratio = Math.abs(gap) / deviceTotal;
+    if (ratio < DIAGNOSTICS_GAP_RATIO_THRESHOLD) continue;
+    const timestampNs = sampleTimestamp(series, i);
+    firstBreachNs ??= timestampNs;
+    candidates.push({
+      rank,
+      severity: "warning",
+      timestamp_ns: timestampNs,
+      signal: "gap_ratio_breach",
+      details: `gap ratio ${percent(ratio)} exceeded threshold`,
+      confidence: null,
+      reason_codes: [],
+      phase_path: phaseAt(timestampNs, "sample", null),
+    });
+  }
+  const firstNs = n > 0 ? sampleTimestamp(series, 0) : series.minTs!;
+  // The event version keeps samples with all three allocator counters: the others lose their total.
+  const maskedTotal = new Float64Array(n);
+  for (let i = 0; i < n; i++) maskedTotal[i] = Number.isNaN(allocated[i]!) ? Number.NaN : total[i]!;
+  const findings = analyzeGapColumns(
+    { ...gapColumns(series), total: maskedTotal },
+    { phaseResolver: resolver },
+  );
+  for (const finding of findings) {
+    const evidenceNs = finding.evidence_timestamp_ns;
+    candidates.push({
+      rank,
+      severity: finding.severity,
+      timestamp_ns: evidenceNs !== null && evidenceNs !== 0n ? evidenceNs : (firstBreachNs ?? firstNs),
+      signal: `gap:${finding.classification}`,
+      details: finding.description,
+      confidence: null,
+      reason_codes: [],
+      phase_path: summarizePhaseAttributionPayload(finding.phase_attribution),
+    });
+  }
+  const earliest = minBy(candidates, byTime);
+  const last = n - 1;
+  const row: RankDiagnosticsRow = {
+    rank,
+    availability: "present",
+    samples: n,
+    allocated_delta_bytes: n > 0 ? delta(orNull(allocated[0]), orNull(allocated[last])) : null,
+    reserved_delta_bytes: n > 0 ? delta(orNull(reserved[0]), orNull(reserved[last])) : null,
+    device_used_delta_bytes: n > 0 ? delta(orNull(used[0]), orNull(used[last])) : null,
+    hidden_gap_latest_bytes: gapLatest,
+    hidden_gap_peak_abs_bytes: gapPeak,
+    has_anomaly: candidates.length > 0,
+    first_anomaly_timestamp_ns: earliest?.timestamp_ns ?? null,
+    first_anomaly_signal: earliest?.signal ?? null,
+    first_anomaly_phase_path: earliest?.phase_path ?? null,
+  };
+  return { row, candidates };
+}
+
+function timelineOfColumns(series: RankSeries): RankTimeline {
+  const { count: n, used, reserved, allocated } = series;
+  const complete: number[] = [];
+  const device: number[] = [];
+  for (let i = 0; i < n; i++) {
+    if (Number.isNaN(used[i]!)) continue;
+    device.push(i);
+    if (!Number.isNaN(allocated[i]!) && !Number.isNaN(reserved[i]!)) complete.push(i);
+  }
+  if (complete.length > 0) {
+    return {
+      timestamps_ns: complete.map((i) => sampleTimestamp(series, i)),
+      allocated: complete.map((i) => allocated[i]!),
+      reserved: complete.map((i) => reserved[i]!),
+      gap: complete.map((i) => used[i]! - reserved[i]!),
+    };
+  }
+  return {
+    timestamps_ns: device.map((i) => sampleTimestamp(series, i)),
+    device_used: device.map((i) => used[i]!),
+  };
+}
+
+const DIAGNOSE_FORMAT = "stormlog.diagnose_result";
+
+function serializeDiagnose(result: Diagnosed, stamp: string): string {
+  const { per_rank_timelines: _timelines, ...diagnostics } = result.diagnostics;
+  return stringifyJson({
+    format: DIAGNOSE_FORMAT,
+    stamp,
+    result: { ...result, diagnostics } as unknown as JsonObject,
+  });
+}
+
+/** Integers under time keys back to bigints; any other integer beyond 2^53 back to a number. */
+function reviveTimes(value: JsonValue, time: boolean): JsonValue {
+  if (typeof value === "number") return time && Number.isInteger(value) ? BigInt(value) : value;
+  if (typeof value === "bigint") return time ? value : Number(value);
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) value[i] = reviveTimes(value[i]!, time);
+    return value;
+  }
+  if (typeof value === "object" && value !== null) {
+    for (const key of Object.keys(value))
+      value[key] = reviveTimes(value[key]!, key.endsWith("_ns") || key.endsWith("Ns"));
+  }
+  return value;
+}
+
+function deserializeDiagnose(text: string, stamp: string): Diagnosed | null {
+  let payload: JsonValue;
+  try {
+    payload = parseJson(text);
+  } catch {
+    return null;
+  }
+  if (typeof payload !== "object" || payload === null || Array.isArray(payload)) return null;
+  if (payload.format !== DIAGNOSE_FORMAT || payload.stamp !== stamp) return null;
+  const result = payload.result;
+  if (typeof result !== "object" || result === null || Array.isArray(result)) return null;
+  const out = reviveTimes(result, false) as unknown as Diagnosed;
+  out.diagnostics.per_rank_timelines = new Map();
+  return out;
 }

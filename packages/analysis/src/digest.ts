@@ -10,6 +10,11 @@ export interface RankDigest {
   readonly rank: number;
   readonly eventCount: number;
   readonly sampleCount: number;
+  /** Largest positive `world_size` over the rank's events (0: none), and whether several were seen. */
+  readonly worldSizeMax: number;
+  readonly worldSizeMixed: boolean;
+  /** Whether a sample has both allocator counters (allocated and reserved). */
+  readonly allocatorSamples: boolean;
   /**
    * Per truthy `job_id`, over samples with device used memory: count, and the first such sample's
    * timestamp and line (the cross-rank analysis keeps the most common job, the first seen on ties).
@@ -53,7 +58,10 @@ export function digestOf(aggregate: SegmentAggregate): SegmentDigest {
       const samples = part.samples;
       const jobs = new Map<string, { jobId: string; count: number; firstT: number; firstLine: number }>();
       const identities = part.identities;
+      let allocatorSamples = false;
       for (let i = 0; i < samples.count; i++) {
+        if (!allocatorSamples && !Number.isNaN(samples.allocated[i]!) && !Number.isNaN(samples.reserved[i]!))
+          allocatorSamples = true;
         if (Number.isNaN(samples.used[i]!)) continue;
         const jobId = identities[samples.identity === null ? 0 : samples.identity[i]!]!.job_id;
         if (!jobId) continue;
@@ -72,6 +80,9 @@ export function digestOf(aggregate: SegmentAggregate): SegmentDigest {
         rank: part.rank,
         eventCount: part.eventCount,
         sampleCount: samples.count,
+        worldSizeMax: part.worldSizeMax,
+        worldSizeMixed: part.worldSizeMixed,
+        allocatorSamples,
         jobs: [...jobs.values()].map((job) => ({
           jobId: job.jobId,
           count: job.count,
@@ -120,6 +131,8 @@ export interface DigestJson {
       rank: number;
       eventCount: number;
       sampleCount: number;
+      /** [largest positive world_size, several seen (0/1), a sample with allocator counters (0/1)]. */
+      ws: [number, number, number];
       jobs: [string, number, string, number][];
     }[];
   }[];
@@ -156,6 +169,7 @@ export function digestToJson(digest: SegmentDigest): DigestJson {
         rank: rank.rank,
         eventCount: rank.eventCount,
         sampleCount: rank.sampleCount,
+        ws: [rank.worldSizeMax, rank.worldSizeMixed ? 1 : 0, rank.allocatorSamples ? 1 : 0],
         jobs: rank.jobs.map((job): [string, number, string, number] => [
           job.jobId,
           job.count,
@@ -186,6 +200,9 @@ export function digestFromJson(json: DigestJson): SegmentDigest {
         rank: rank.rank,
         eventCount: rank.eventCount,
         sampleCount: rank.sampleCount,
+        worldSizeMax: rank.ws[0],
+        worldSizeMixed: rank.ws[1] === 1,
+        allocatorSamples: rank.ws[2] === 1,
         jobs: rank.jobs.map(([jobId, count, firstTs, firstLine]) => ({
           jobId,
           count,

@@ -1,12 +1,11 @@
 /**
- * Feeds one rank's samples to the gap analysis (`gap.ts`), which takes events: samples are rebuilt
- * from the columns as light records holding the fields it reads, and only for ranks whose gap can
- * reach its threshold at all.
+ * Feeds one rank's samples to the gap analysis (`gap.ts`) as columns: only the few samples a finding
+ * points at are rebuilt as light records (for their phase attribution).
  */
 import type { TelemetryEvent } from "@stormlog/core";
 import type { PhaseResolver } from "@stormlog/phases";
-import type { RankSeries } from "./dataset.js";
-import { analyzeGaps, DEFAULT_GAP_THRESHOLDS } from "./gap.js";
+import { type RankSeries, sampleTimeAsNumber } from "./dataset.js";
+import { analyzeGapColumns, type GapColumns } from "./gap.js";
 import type { RankGapFinding } from "./types.js";
 
 const orNull = (value: number): number | null => (Number.isNaN(value) ? null : value);
@@ -41,23 +40,17 @@ export function sampleRecord(series: RankSeries, i: number): TelemetryEvent {
   } as unknown as TelemetryEvent;
 }
 
-/**
- * gap.ts's own first test, on the columns: at least three usable samples (device total above zero,
- * device used and allocator reserved present) and a largest |gap| / total of at least the ratio
- * threshold. Ranks that fail it have no finding, so their samples need not become records.
- */
-function mayHaveGapFindings(series: RankSeries): boolean {
-  const threshold = DEFAULT_GAP_THRESHOLDS.gapRatioThreshold;
-  let usable = 0;
-  let reached = false;
-  for (let i = 0; i < series.count; i++) {
-    const total = series.total[i]!;
-    const gap = series.used[i]! - series.reserved[i]!;
-    if (!(total > 0) || Number.isNaN(gap)) continue;
-    usable++;
-    if (Math.abs(gap / total) >= threshold) reached = true;
-  }
-  return usable >= 3 && reached;
+/** The series' samples as `analyzeGapColumns` reads them. */
+export function gapColumns(series: RankSeries): GapColumns {
+  return {
+    count: series.count,
+    used: series.used,
+    reserved: series.reserved,
+    allocated: series.allocated,
+    total: series.total,
+    timeOf: sampleTimeAsNumber(series),
+    event: (i) => sampleRecord(series, i),
+  };
 }
 
 const SEVERITY_ORDER: Readonly<Record<string, number>> = { critical: 0, warning: 1, info: 2 };
@@ -67,10 +60,7 @@ export class GapAccumulator {
   private readonly findings: RankGapFinding[] = [];
 
   add(series: RankSeries, resolver: PhaseResolver | null): void {
-    if (!mayHaveGapFindings(series)) return;
-    const events: TelemetryEvent[] = new Array(series.count);
-    for (let i = 0; i < series.count; i++) events[i] = sampleRecord(series, i);
-    for (const finding of analyzeGaps(events, { phaseResolver: resolver })) {
+    for (const finding of analyzeGapColumns(gapColumns(series), { phaseResolver: resolver })) {
       this.findings.push(Object.assign(finding, { rank: series.rank, session_id: series.sessionId }));
     }
   }

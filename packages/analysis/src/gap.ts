@@ -17,6 +17,7 @@ import {
 } from "@stormlog/core";
 import {
   type PhaseAttributionPayload,
+  type PhaseEventLike,
   type PhaseResolver,
   phaseAttributionToPayload,
 } from "@stormlog/phases";
@@ -150,9 +151,25 @@ function floats<T extends object>(object: T, keys: ReadonlyArray<keyof T & strin
   return object;
 }
 
+/**
+ * One rank's samples as columns, for `analyzeGapColumns`: NaN marks a null counter. Only the samples
+ * a finding points at become records (`event`), for their timestamp and phase attribution.
+ */
+export interface GapColumns {
+  readonly count: number;
+  readonly used: ArrayLike<number>;
+  readonly reserved: ArrayLike<number>;
+  readonly allocated: ArrayLike<number>;
+  readonly total: ArrayLike<number>;
+  /** `Number(timestamp_ns)` of sample `i` (a double, as Python's `float()` makes it). */
+  timeOf(i: number): number;
+  /** Sample `i` as a record the phase resolver reads (timestamp, session, rank, origin hints). */
+  event(i: number): PhaseEventLike & { readonly timestamp_ns: bigint };
+}
+
 function attribution(
   resolver: PhaseResolver | null | undefined,
-  event: TelemetryEvent,
+  event: PhaseEventLike,
 ): PhaseAttributionPayload | null {
   return resolver ? phaseAttributionToPayload(resolver.resolveForEvent(event)) : null;
 }
@@ -163,7 +180,7 @@ function finding(
   confidence: number,
   evidence: GapFinding["evidence"],
   description: string,
-  event: TelemetryEvent,
+  event: PhaseEventLike & { readonly timestamp_ns: bigint },
   resolver: PhaseResolver | null | undefined,
 ): GapFinding {
   return floats(
@@ -182,7 +199,8 @@ function finding(
 }
 
 function transientSpike(
-  events: readonly TelemetryEvent[],
+  columns: GapColumns,
+  usable: Int32Array,
   gaps: Float64Array,
   zThreshold: number,
   resolver: PhaseResolver | null | undefined,
@@ -218,13 +236,14 @@ function transientSpike(
     pythonRound(confidence, 3),
     evidence,
     description,
-    events[maxIndex]!,
+    columns.event(usable[maxIndex]!),
     resolver,
   );
 }
 
 function persistentDrift(
-  events: readonly TelemetryEvent[],
+  columns: GapColumns,
+  usable: Int32Array,
   gaps: Float64Array,
   rSquaredThreshold: number,
   resolver: PhaseResolver | null | undefined,
@@ -233,8 +252,8 @@ function persistentDrift(
   if (n < 5) return null;
   // The reference converts timestamps to float first, then subtracts the first one.
   const x = new Float64Array(n);
-  const first = Number(events[0]!.timestamp_ns);
-  for (let i = 0; i < n; i++) x[i] = Number(events[i]!.timestamp_ns) - first;
+  const first = columns.timeOf(usable[0]!);
+  for (let i = 0; i < n; i++) x[i] = columns.timeOf(usable[i]!) - first;
   const fit = linregress(x, gaps);
   // SciPy raises when every timestamp is equal; there is no drift to report then.
   if (fit === null) return null;
@@ -261,28 +280,32 @@ function persistentDrift(
     pythonRound(Math.min(1, rSquared), 3),
     evidence,
     description,
-    events[n - 1]!,
+    columns.event(usable[n - 1]!),
     resolver,
   );
 }
 
 function fragmentation(
-  events: readonly TelemetryEvent[],
+  columns: GapColumns,
+  usable: Int32Array,
   gaps: Float64Array,
   threshold: number,
   resolver: PhaseResolver | null | undefined,
 ): GapFinding | null {
-  const ratios: number[] = [];
-  const ratioEvents: TelemetryEvent[] = [];
-  for (const event of events) {
-    const reserved = event.allocator_reserved_bytes;
-    const allocated = event.allocator_allocated_bytes;
-    if (reserved === null || allocated === null || reserved <= 0) continue;
+  const all = new Float64Array(usable.length);
+  const ratioSamples = new Int32Array(usable.length);
+  let count = 0;
+  for (const i of usable) {
+    const reserved = columns.reserved[i]!;
+    const allocated = columns.allocated[i]!;
+    // NaN (null) fails `reserved > 0` and makes the ratio NaN.
+    if (!(reserved > 0) || Number.isNaN(allocated)) continue;
     // Reference §6.6: the allocator gap is clamped at zero (allocated above reserved is a stale read).
-    ratios.push(Math.max(0, reserved - allocated) / reserved);
-    ratioEvents.push(event);
+    all[count] = Math.max(0, reserved - allocated) / reserved;
+    ratioSamples[count++] = i;
   }
-  if (ratios.length === 0) return null;
+  if (count === 0) return null;
+  const ratios = all.subarray(0, count);
   const average = mean(ratios);
   if (average < threshold) return null;
   const maxIndex = argmax(ratios);
@@ -305,7 +328,7 @@ function fragmentation(
     pythonRound(Math.min(1, average / 0.6), 3),
     evidence,
     description,
-    ratioEvents[maxIndex]!,
+    columns.event(ratioSamples[maxIndex]!),
     resolver,
   );
 }
@@ -322,31 +345,63 @@ export function analyzeGaps(
   events: readonly TelemetryEvent[],
   options: GapAnalysisOptions = {},
 ): GapFinding[] {
-  const thresholds = resolveThresholds(options.thresholds);
-  const usable: TelemetryEvent[] = [];
-  const gapList: number[] = [];
-  let maxRatio = 0;
-  for (const event of events) {
-    if (!isSample(event.event_type)) continue;
-    const total = event.device_total_bytes;
-    const used = event.device_used_bytes;
-    const reserved = event.allocator_reserved_bytes;
-    if (total === null || total <= 0 || used === null || reserved === null) continue;
-    const gap = used - reserved;
-    const ratio = Math.abs(gap / total);
-    if (ratio > maxRatio) maxRatio = ratio;
-    gapList.push(gap);
-    usable.push(event);
+  const samples = events.filter((event) => isSample(event.event_type));
+  const n = samples.length;
+  const used = new Float64Array(n);
+  const reserved = new Float64Array(n);
+  const allocated = new Float64Array(n);
+  const total = new Float64Array(n);
+  const orNaN = (value: number | null): number => (value === null ? Number.NaN : value);
+  for (let i = 0; i < n; i++) {
+    const event = samples[i]!;
+    used[i] = orNaN(event.device_used_bytes);
+    reserved[i] = orNaN(event.allocator_reserved_bytes);
+    allocated[i] = orNaN(event.allocator_allocated_bytes);
+    total[i] = orNaN(event.device_total_bytes);
   }
-  if (usable.length < 3 || maxRatio < thresholds.gapRatioThreshold) return [];
-  const gaps = Float64Array.from(gapList);
+  return analyzeGapColumns(
+    {
+      count: n,
+      used,
+      reserved,
+      allocated,
+      total,
+      timeOf: (i) => Number(samples[i]!.timestamp_ns),
+      event: (i) => samples[i]!,
+    },
+    options,
+  );
+}
+
+/** `analyzeGaps` on one rank's samples held as columns (every entry is a `sample`, in time order). */
+export function analyzeGapColumns(columns: GapColumns, options: GapAnalysisOptions = {}): GapFinding[] {
+  const thresholds = resolveThresholds(options.thresholds);
+  const { count, used, reserved, total } = columns;
+  const picked = new Int32Array(count);
+  const allGaps = new Float64Array(count);
+  let kept = 0;
+  let maxRatio = 0;
+  for (let i = 0; i < count; i++) {
+    const deviceTotal = total[i]!;
+    // NaN (null) counters fail these tests, as null does in the reference.
+    if (!(deviceTotal > 0)) continue;
+    const gap = used[i]! - reserved[i]!;
+    if (Number.isNaN(gap)) continue;
+    const ratio = Math.abs(gap / deviceTotal);
+    if (ratio > maxRatio) maxRatio = ratio;
+    allGaps[kept] = gap;
+    picked[kept++] = i;
+  }
+  if (kept < 3 || maxRatio < thresholds.gapRatioThreshold) return [];
+  const gaps = allGaps.subarray(0, kept);
+  const usable = picked.subarray(0, kept);
   const resolver = options.phaseResolver;
   const findings: GapFinding[] = [];
-  const spike = transientSpike(usable, gaps, thresholds.gapSpikeZscore, resolver);
+  const spike = transientSpike(columns, usable, gaps, thresholds.gapSpikeZscore, resolver);
   if (spike) findings.push(spike);
-  const drift = persistentDrift(usable, gaps, thresholds.gapDriftRSquared, resolver);
+  const drift = persistentDrift(columns, usable, gaps, thresholds.gapDriftRSquared, resolver);
   if (drift) findings.push(drift);
-  const fragmented = fragmentation(usable, gaps, thresholds.gapFragmentationRatio, resolver);
+  const fragmented = fragmentation(columns, usable, gaps, thresholds.gapFragmentationRatio, resolver);
   if (fragmented) findings.push(fragmented);
   // Stable, like Python's sort.
   findings.sort(

@@ -25,7 +25,7 @@ import { type DigestJson, digestFromJson, digestOf, digestToJson, type SegmentDi
 import { aggregateStampMatches, encodeAggregate, writeAggregateFile } from "./index-format.js";
 import type { SegmentData } from "./merge.js";
 import { deserializeReport, serializeReport } from "./report-cache.js";
-import { scanSegmentSync } from "./scan.js";
+import { type ScanScratch, scanSegmentSync } from "./scan.js";
 import type { AnalysisReport, IndexUsage } from "./types.js";
 
 /** Directory the index is written to, beside the input. */
@@ -33,7 +33,7 @@ export const INDEX_DIRNAME = ".stormlog-index";
 /** `format` of the catalog. */
 export const INDEX_FORMAT = "stormlog.analysis_index";
 /** Bumped whenever what an aggregate or a stored report holds, or how it is computed, changes. */
-export const INDEX_VERSION = 2;
+export const INDEX_VERSION = 3;
 /** Environment variable naming the cache directory for indexes. */
 export const CACHE_DIR_ENV = "STORMLOG_CACHE_DIR";
 /**
@@ -213,10 +213,11 @@ async function scanJobs(
   onBytes: (done: number) => void,
 ): Promise<ScanResult[]> {
   const results: ScanResult[] = [];
+  const scratch: ScanScratch = { buf: null };
   let done = 0;
   for (const job of jobs) {
     const before = done;
-    const aggregate = scanSegmentSync(job.segment, (bytes) => onBytes(before + bytes));
+    const aggregate = scanSegmentSync(job.segment, (bytes) => onBytes(before + bytes), scratch);
     const digest = digestOf(aggregate);
     const written = job.path !== null && write(job.path, aggregate, job.stamp);
     results.push({ digest, aggregate: written ? null : aggregate, written });
@@ -319,17 +320,17 @@ export class SegmentIndex {
    * depends on: the session asked for, the path as given), if there is one.
    */
   readReport(view: string): AnalysisReport | null {
-    const file = this.reportFile(view);
-    if (file === null || this.catalog === null) return null;
-    let text: string;
-    try {
-      text = readFileSync(file, "utf8");
-    } catch {
-      return null;
-    }
+    const text = this.readStored(view);
+    if (text === null) return null;
     const report = deserializeReport(text, `${this.state}|${view}`);
     if (report === null) return null;
-    report.index = {
+    report.index = this.reusedUsage();
+    return report;
+  }
+
+  /** Usage of an index whose stored result was returned as is. */
+  reusedUsage(): IndexUsage {
+    return {
       status: "reused",
       location: this.dir,
       segments_reused: this.segmentsIn.length,
@@ -338,16 +339,39 @@ export class SegmentIndex {
       report_reused: true,
       reason: null,
     };
-    return report;
+  }
+
+  /** The stamp a result stored for `view` carries (the input's state and the view). */
+  stamp(view: string): string {
+    return `${this.state}|${view}`;
+  }
+
+  /** The text stored for this exact state of the input and `view`, if there is one. */
+  readStored(view: string): string | null {
+    const file = this.reportFile(view);
+    if (file === null || this.catalog === null) return null;
+    try {
+      return readFileSync(file, "utf8");
+    } catch {
+      return null;
+    }
   }
 
   /** Stores a finished report (best effort: failures only mean the next analysis recomputes it). */
   async writeReport(view: string, report: AnalysisReport): Promise<void> {
+    await this.writeStored(view, serializeReport(report, this.stamp(view)), report.index);
+  }
+
+  /**
+   * Stores a finished result for `view` (best effort), when `usage` says the index is usable where
+   * it is; results of other states of the input are removed, and at most MAX_REPORTS kept.
+   */
+  async writeStored(view: string, text: string, usage: IndexUsage | null): Promise<void> {
     const file = this.reportFile(view);
     const dir = this.dir;
-    if (file === null || dir === null || report.index === null || report.index.location !== dir) return;
+    if (file === null || dir === null || usage === null || usage.location !== dir) return;
     try {
-      writeAtomic(file, serializeReport(report, `${this.state}|${view}`));
+      writeAtomic(file, text);
       const prefix = `report-${this.state!.slice(0, 24)}-`;
       const others = (await readdir(dir)).filter((name) =>
         /^report-[0-9a-f]{24}-[0-9a-f]{8}\.json$/.test(name),

@@ -4,7 +4,7 @@
  * the sample columns as raw little-endian arrays, 8-byte aligned, read back as views without copying.
  */
 import { closeSync, openSync, readSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { FLOAT_KEYS, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
+import { FLOAT_KEYS, type JsonObject, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
 import {
   type AlertEntry,
   type BoundaryEntry,
@@ -62,7 +62,10 @@ interface RankHeader {
   offset: number;
   /** Boundaries: [ts, type (0 enter, 1 exit), line, allocated, reserved, used, tensors, scope] where scope is plain JSON, or an exact JSON string when `x`. */
   boundaries: [string, number, number, Num, Num, Num, Num, JsonValue, number][];
-  alerts: [string, string, string | null, string | null, Num, Num][];
+  /** Alerts: [ts, type, context, oom reason, used, allocated, origin hints as exact JSON or null]. */
+  alerts: [string, string, string | null, string | null, Num, Num, string | null][];
+  /** [largest positive world_size, several seen (0/1), samples with origin hints, alerts truncated (0/1)]. */
+  extra: [number, number, number, number];
   health: [string, string, string, string | null, string | null, string | null][];
 }
 
@@ -149,7 +152,14 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
           a.oomReason,
           num(a.used),
           num(a.allocated),
+          a.origin === null ? null : stringifyJson(a.origin),
         ]),
+        extra: [
+          part.worldSizeMax,
+          part.worldSizeMixed ? 1 : 0,
+          part.originSamples,
+          part.alertsTruncated ? 1 : 0,
+        ],
         health: part.health.map((h) => [
           h.timestampNs.toString(),
           h.eventType,
@@ -292,7 +302,7 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
           scope: exact === 1 ? parseJson(scope as string) : scope,
         } satisfies BoundaryEntry);
       }
-      for (const [t, eventType, context, oomReason, used, allocated] of r.alerts) {
+      for (const [t, eventType, context, oomReason, used, allocated, origin] of r.alerts) {
         part.alerts.push({
           timestampNs: BigInt(t),
           eventType,
@@ -300,8 +310,12 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
           oomReason,
           used: unnum(used),
           allocated: unnum(allocated),
+          origin: origin === null ? null : (parseJson(origin) as JsonObject),
         } satisfies AlertEntry);
       }
+      [part.worldSizeMax, , part.originSamples] = r.extra;
+      part.worldSizeMixed = r.extra[1] === 1;
+      part.alertsTruncated = r.extra[3] === 1;
       for (const [t, eventType, collector, context, error, status] of r.health) {
         part.health.push({
           timestampNs: BigInt(t),

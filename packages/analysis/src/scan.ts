@@ -21,6 +21,20 @@ const DETAILED_TYPES: ReadonlySet<string> = new Set([
   "collector_recovered",
 ]);
 
+const ORIGIN_PREFIX = Buffer.from('"origin_', "latin1");
+
+/** Whether a metadata object's bytes may hold a phase attribution hint (a key starting `origin_`). */
+function hasOriginKey(buf: Buffer, start: number, end: number): boolean {
+  const last = end - ORIGIN_PREFIX.length;
+  for (let i = start; i <= last; i++) {
+    if (buf[i] !== 0x22 || buf[i + 1] !== 0x6f) continue;
+    let k = 2;
+    while (k < ORIGIN_PREFIX.length && buf[i + k] === ORIGIN_PREFIX[k]) k++;
+    if (k === ORIGIN_PREFIX.length) return true;
+  }
+  return false;
+}
+
 /**
  * Scans one JSONL segment into an aggregate. `onBytes` is told about progress (bytes read so far).
  * Throws the reader's errors for a malformed line; a final line cut short (no newline) that does
@@ -33,10 +47,19 @@ export async function scanSegment(
   return scanSegmentSync(segment, onBytes);
 }
 
+/**
+ * A read buffer shared by the scans of one analysis (`scanSegmentSync`'s `scratch`): one buffer for
+ * every segment instead of one each, so that memory does not wait on the collector to free them.
+ */
+export interface ScanScratch {
+  buf: Buffer | null;
+}
+
 /** `scanSegment`, blocking (it reads synchronously anyway: the scan is CPU-bound). */
 export function scanSegmentSync(
   segment: TelemetryInputSegment,
   onBytes?: (bytes: number) => void,
+  scratch: ScanScratch = { buf: null },
 ): SegmentAggregate {
   const path = segment.path;
   let expected = 256;
@@ -85,7 +108,9 @@ export function scanSegmentSync(
     const eventType = reader.eventType;
     lastSession = reader.sessionId;
     if (eventType === "sample") {
-      accumulator.addLine(reader, lineNumber);
+      const part = accumulator.addLine(reader, lineNumber);
+      if (!reader.metadataEmpty && hasOriginKey(buf, reader.metadataStart, reader.metadataEnd))
+        part.originSamples++;
       return;
     }
     if (DETAILED_TYPES.has(eventType)) {
@@ -116,7 +141,7 @@ export function scanSegmentSync(
     throw new TelemetrySourceError(path, "Cannot read the telemetry segment", { cause: error });
   }
   try {
-    let buf = Buffer.allocUnsafe(CHUNK_BYTES);
+    let buf = scratch.buf ?? Buffer.allocUnsafe(CHUNK_BYTES);
     let filled = 0;
     let position = 0;
     for (;;) {
@@ -147,6 +172,7 @@ export function scanSegmentSync(
       filled = end - start;
       onBytes?.(position);
     }
+    scratch.buf = buf;
   } finally {
     closeSync(fd);
   }

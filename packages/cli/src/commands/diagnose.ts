@@ -1,14 +1,12 @@
 import { resolve } from "node:path";
 import {
   type AnomalyIndicator,
-  buildDistributedDiagnostics,
   type DistributedDiagnostics,
   type DistributedSelection,
+  diagnoseTelemetry,
   diagnosticsFoundRisk,
-  loadDistributedEvents,
-  parseRankFilter,
 } from "@stormlog/analysis";
-import { type JsonObject, stringifyJson, type TelemetryEvent } from "@stormlog/core";
+import { type JsonObject, stringifyJson } from "@stormlog/core";
 import {
   type CommandHelp,
   choice,
@@ -162,10 +160,6 @@ function formatJson(
   return `${stringifyJson(document, { indent: 2 })}\n`;
 }
 
-function firstTimestamp(events: readonly TelemetryEvent[]): bigint | null {
-  return events[0]?.timestamp_ns ?? null;
-}
-
 async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const args = parseCommandArgs(help, argv);
   if (args.values.help) {
@@ -175,33 +169,25 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const path = resolve(io.cwd, requirePath(help, args));
   const format = choice(help, args, "format", ["txt", "json"] as const, "txt");
   const sessionId = stringFlag(args, "session-id");
+  const ranks = stringFlag(args, "ranks");
   const progress = createProgress(io, "Reading telemetry");
-  let loaded: Awaited<ReturnType<typeof loadDistributedEvents>>;
+  let result: Awaited<ReturnType<typeof diagnoseTelemetry>>;
   progress.elapsed();
   try {
-    loaded = await loadDistributedEvents(path, sessionId === undefined ? {} : { sessionId });
+    // The indexed dataset, as `analyze` reads it: one pass, one rank in memory, reused when unchanged.
+    result = await diagnoseTelemetry(path, {
+      ...(sessionId === undefined ? {} : { sessionId }),
+      ...(ranks === undefined ? {} : { ranks }),
+    });
   } finally {
     progress.finish();
   }
-  const { selection, events } = loaded;
-  const ranksFlag = stringFlag(args, "ranks");
-  let selectedRanks: Set<number> | null = null;
-  if (ranksFlag !== undefined) {
-    const available = new Set<number>();
-    let worldSize = 0;
-    for (const event of events) {
-      available.add(event.rank);
-      if (event.world_size > worldSize) worldSize = event.world_size;
-    }
-    for (let rank = 0; rank < worldSize; rank++) available.add(rank);
-    selectedRanks = parseRankFilter(ranksFlag, available);
-  }
-  const diagnostics = buildDistributedDiagnostics(events, { selectedRanks });
+  const { selection, diagnostics, firstTimestampNs } = result;
   const risk = diagnosticsFoundRisk(diagnostics);
   const text =
     format === "json"
       ? formatJson(selection, diagnostics, risk)
-      : formatText(selection, diagnostics, firstTimestamp(events), risk);
+      : formatText(selection, diagnostics, firstTimestampNs, risk);
   const output = await openOutput(io, stringFlag(args, "output"));
   await output.write(text);
   await output.close();
