@@ -81,6 +81,7 @@ describe("tfjsCollector on the cpu backend", () => {
     expect(Object.keys(after.metadata!).sort()).toEqual(["tfjs_num_data_buffers", "tfjs_num_tensors"]);
     // The cpu backend calls its own numbers an upper bound (garbage collection): surfaced, not hidden.
     const sampled = collector.sample();
+    if (sampled.kind === "failure") throw new Error(sampled.error);
     expect(sampled.metadata).toMatchObject({ tfjs_backend: "cpu", tfjs_unreliable: true });
     expect(sampled.metadata?.tfjs_unreliable_reasons).toEqual([expect.stringMatching(/upper bound/)]);
     t.dispose();

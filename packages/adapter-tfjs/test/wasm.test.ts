@@ -55,7 +55,9 @@ describe("tfjsCollector on the wasm backend", () => {
     // Freed tensors go back to the wasm allocator, never to the OS: allocated drops, reserved stays.
     expect(after.reading.allocator_allocated_bytes).toBe(before.reading.allocator_allocated_bytes);
     expect(after.reading.allocator_reserved_bytes).toBe(during.reading.allocator_reserved_bytes);
-    expect(collector.sample().metadata).toMatchObject({ tfjs_backend: "wasm", tfjs_unreliable: false });
+    const sampled = collector.sample();
+    if (sampled.kind === "failure") throw new Error(sampled.error);
+    expect(sampled.metadata).toMatchObject({ tfjs_backend: "wasm", tfjs_unreliable: false });
   });
 
   it("turns partial when the backend is switched to one without reserved memory", async () => {
