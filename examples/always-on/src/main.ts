@@ -79,7 +79,7 @@ function runService(label: string, serviceArgs: string[], killAfterReport: boole
 rmSync(sinkDir, { recursive: true, force: true });
 console.log("Stormlog always-on example: a tracked service, three runs into one sink");
 console.log(`  sink       ${shown(sinkDir)} (rollover at 64 KiB; retention: 12 segments, 1.5 MiB)`);
-console.log("  history    500 records in memory; the sink keeps the rest until retention prunes it");
+console.log("  history    200 records in memory; the sink keeps the rest until retention prunes it");
 console.log();
 
 console.log("▶ run 1: completes");

@@ -38,7 +38,7 @@ const KIB = 1024;
 const tracker = new MemoryTracker({
   collectors: [processCollector()],
   samplingIntervalMs: 50,
-  maxEvents: 500, // bounded history: older records are counted as dropped, the sink keeps them
+  maxEvents: 200, // bounded history: older records are counted as dropped, the sink keeps them
   thresholds: { memoryWarningPercent: 75, memoryCriticalPercent: 90 },
   sink: {
     rootDir: sinkDir,

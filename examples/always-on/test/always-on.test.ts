@@ -64,7 +64,7 @@ describe("examples/always-on", () => {
     expect(Number(third.pruned_bytes)).toBeGreaterThan(0);
     expect(Number(third.final_retained_files)).toBeLessThanOrEqual(12);
     expect(Number(third.final_retained_bytes)).toBeLessThanOrEqual(1536 * 1024 + 256 * 1024);
-    expect(Number(third.history_retained_events)).toBe(500);
+    expect(Number(third.history_retained_events)).toBe(200);
     expect(Number(third.history_dropped_events)).toBeGreaterThan(0);
     expect(third.collector_health_status).toBe("healthy");
   });
