@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import {
   createSessionSummary,
+  encodeTelemetryRecord,
   type SessionStatus,
   type SessionSummary,
   type TelemetryEvent,
@@ -78,7 +79,21 @@ class Barrier {
 }
 
 type QueueEntry = TelemetryEvent | Barrier;
-type Work = Generator<IoOp, void, IoResult>;
+/** The writer's steps: disk operations, and waiting for the write left running (see settle). */
+const SETTLE = { op: "settle" } as const;
+type Step = IoOp | typeof SETTLE;
+type Work = Generator<Step, void, IoResult>;
+type WriteOp = Extract<IoOp, { op: "write" }>;
+
+/** A write started at the end of a pass and not waited for yet. */
+interface DetachedWrite {
+  readonly op: WriteOp;
+  readonly pending: PendingWrite;
+  readonly segment: SinkSegment;
+  readonly promise: Promise<IoResult>;
+  /** Set when the write is over. */
+  result: IoResult | null;
+}
 
 /**
  * Encoded records of one session waiting to be written together (one or more reference "flushes"):
@@ -101,8 +116,15 @@ const latin1Write: (buffer: Buffer, text: string, offset: number) => number =
     ? (buffer, text, offset) => (buffer as Latin1Writer).latin1Write!(text, offset)
     : (buffer, text, offset) => buffer.write(text, offset, "latin1");
 
+/** Free room kept at the chunk's end before encoding a line into it (longer lines take core's path). */
+const ENCODE_ROOM = 64 << 10;
 /** Pending bytes that start a write without waiting for the rest of the queue. */
 const WRITE_AT_BYTES = 4 << 20;
+/**
+ * A chunk buffer's size: what a pass holds before it writes, plus room to encode, so a burst does not
+ * copy it while it grows. Pages are only resident once used.
+ */
+const CHUNK_BYTES = WRITE_AT_BYTES + 2 * ENCODE_ROOM;
 /** A chunk buffer grown beyond this by a burst is replaced by a small one once it is empty. */
 const KEEP_CHUNK_BYTES = 16 << 20;
 /** Why the manifest must be rewritten: segments or sessions changed (at once), or only counts (on the tick). */
@@ -137,15 +159,22 @@ export class TelemetrySink {
   private queuedRecords = 0;
   private barriersQueued = 0;
 
-  // Encoded lines go straight into one reused byte buffer: first the pending write, then the lines
+  // Encoded lines go straight into a reused byte buffer: first the pending write, then the lines
   // not yet flushed (the reference's buffer, fewer than flushEveryEvents). Building strings and
-  // converting them later costs several times more, most of it in garbage collection.
-  private chunk = Buffer.allocUnsafeSlow(1 << 20);
+  // converting them later costs several times more, most of it in garbage collection. A write takes
+  // the buffer and encoding goes on in the other one (takeChunk).
+  private chunk: Buffer = Buffer.allocUnsafeSlow(CHUNK_BYTES);
   private chunkLength = 0;
   private bufferCount = 0;
   private bufferBytes = 0;
   private bufferSession: string | null = null;
   private pending: PendingWrite | null = null;
+  /** The chunk's other buffer: while one is being written, lines are encoded into the other. */
+  private spare: Buffer | null = null;
+  /** The buffer a write is reading from. */
+  private writing: Buffer | null = null;
+  /** The last write of a pass, left running while the next records are encoded (see settle). */
+  private detached: DetachedWrite | null = null;
   private readonly encoder = new TelemetryLineEncoder();
 
   private current: SinkSegment | null = null;
@@ -155,10 +184,13 @@ export class TelemetrySink {
   private kickPending = false;
   private pumpToken = 0;
   private activeWork: Work | null = null;
-  private inflightOp: IoOp | null = null;
+  private inflightOp: Step | null = null;
   private idleWaiters: (() => void)[] = [];
   private tickTimer: TimerHandle | null = null;
   private manifestDirty = 0;
+  /** A manifest write running in the background (see writeManifestBehind), and whether another is due. */
+  private manifestJob: Promise<void> | null = null;
+  private manifestOwed = false;
   private needsMkdir = false;
   private needsRecovery = false;
   private finalized = false;
@@ -166,6 +198,8 @@ export class TelemetrySink {
   private rollupJobs: Promise<void>[] = [];
   /** Rolled-over segments being synced and closed while writing goes on. */
   private readonly backgroundCloses = new Set<Promise<void>>();
+  /** A rolled-over segment waiting for the next segment to be open before its sync and close. */
+  private deferredClose: { fd: number; segment: SinkSegment } | null = null;
   private readonly sessionLoss = new Map<string, number>();
 
   private rolloverCount = 0;
@@ -287,7 +321,10 @@ export class TelemetrySink {
       this.queue.length === 0 &&
       this.bufferCount === 0 &&
       this.pending === null &&
-      this.manifestDirty === 0
+      this.detached === null &&
+      this.manifestDirty === 0 &&
+      this.manifestJob === null &&
+      !this.manifestOwed
     ) {
       return this.pumpRunning ? this.whenIdle() : Promise.resolve();
     }
@@ -349,11 +386,11 @@ export class TelemetrySink {
     this.retryAtMs = 0;
     try {
       if (interrupted !== null) {
-        let result = inflight === null ? IO_OK : inflight.op === "close" ? IO_OK : execSync(inflight);
+        let result = inflight === null ? IO_OK : inflight.op === "close" ? IO_OK : this.runSync(inflight);
         for (;;) {
           const step = interrupted.next(result);
           if (step.done) break;
-          result = execSync(step.value);
+          result = this.runSync(step.value);
         }
       }
       const work = this.work();
@@ -361,7 +398,7 @@ export class TelemetrySink {
       for (;;) {
         const step = work.next(result);
         if (step.done) break;
-        result = execSync(step.value);
+        result = this.runSync(step.value);
       }
       // One last try at the ledger even if the disk failed above.
       if (this.manifestDirty !== 0) {
@@ -371,7 +408,7 @@ export class TelemetrySink {
         for (;;) {
           const step = last.next(outcome);
           if (step.done) break;
-          outcome = execSync(step.value);
+          outcome = this.runSync(step.value);
         }
       }
     } catch (error) {
@@ -384,7 +421,8 @@ export class TelemetrySink {
   getDiagnostics(): SinkDiagnostics {
     let retainedBytes = 0;
     for (const segment of this.segments) retainedBytes += segment.size_bytes;
-    const lostInFlight = this.bufferCount + (this.pending?.events ?? 0);
+    const lostInFlight =
+      this.bufferCount + (this.pending?.events ?? 0) + (this.detached?.pending.events ?? 0);
     return {
       rollover_count: this.rolloverCount,
       pruned_segment_count: this.prunedSegmentCount,
@@ -412,7 +450,12 @@ export class TelemetrySink {
    * read: a producer that must not lose records can wait while it is high (backpressure).
    */
   get pendingEvents(): number {
-    return this.queuedRecords + this.bufferCount + (this.pending?.events ?? 0);
+    return (
+      this.queuedRecords +
+      this.bufferCount +
+      (this.pending?.events ?? 0) +
+      (this.detached?.pending.events ?? 0)
+    );
   }
 
   /** The sessions ledger as it stands in memory (what the next manifest will hold). */
@@ -512,6 +555,7 @@ export class TelemetrySink {
       this.queue.length > 0 ||
       this.bufferCount > 0 ||
       this.pending !== null ||
+      this.detached !== null ||
       this.manifestDirty !== 0 ||
       this.fd !== null ||
       this.needsRecovery;
@@ -555,6 +599,17 @@ export class TelemetrySink {
     void this.driveAsync(work, token);
   }
 
+  /** A step on the calling thread: a write left running is done again (writes are positional). */
+  private runSync(step: Step): IoResult {
+    if (step.op !== "settle") return execSync(step);
+    return this.detached === null ? IO_OK : execSync(this.detached.op);
+  }
+
+  private runAsync(step: Step): Promise<IoResult> {
+    if (step.op !== "settle") return execAsync(step);
+    return this.detached === null ? Promise.resolve(IO_OK) : this.detached.promise;
+  }
+
   /** Runs the writer's steps with asynchronous I/O. Never rejects. */
   private async driveAsync(work: Work, token: number): Promise<void> {
     let result: IoResult = IO_OK;
@@ -563,7 +618,12 @@ export class TelemetrySink {
         const step = work.next(result);
         if (step.done) break;
         this.inflightOp = step.value;
-        result = await execAsync(step.value);
+        if (step.value.op === "manifest" && this.manifestJob !== null) {
+          // One manifest write at a time (they share manifest.tmp).
+          while (this.manifestJob !== null) await this.manifestJob;
+          if (token !== this.pumpToken) return;
+        }
+        result = await this.runAsync(step.value);
         if (token !== this.pumpToken) {
           // The exit path took over while this step ran. A manifest rename already handed to the
           // thread pool can land after closeSync's own: write the current ledger once more.
@@ -584,7 +644,11 @@ export class TelemetrySink {
       this.ensureTick();
     // Work that arrived meanwhile: records beyond a unit, or a barrier.
     const more =
-      this.barriersQueued > 0 || this.queue.length >= this.flushEvery || this.manifestDirty === STRUCTURAL;
+      this.barriersQueued > 0 ||
+      this.queue.length >= this.flushEvery ||
+      this.pending !== null ||
+      (this.detached !== null && this.detached.result !== null) ||
+      this.manifestDirty === STRUCTURAL;
     if (more && !this.inBackoff()) {
       this.startPump();
       return;
@@ -602,14 +666,20 @@ export class TelemetrySink {
     // A new session's ledger entry goes to disk before its first record.
     if (this.manifestDirty === STRUCTURAL && !this.inBackoff() && !this.needsRecovery)
       yield* this.writeManifest();
-    while (this.queue.length > 0) {
+    // Units kept pending while the disk failed are written at the retry, even with nothing queued.
+    while (this.queue.length > 0 || this.pending !== null) {
       if (this.inBackoff() || this.needsRecovery) {
+        yield* this.settle();
         this.passWithoutIo();
         break;
       }
       yield* this.pass();
     }
-    if (this.manifestDirty === STRUCTURAL && !this.inBackoff()) yield* this.writeManifest();
+    // The last write is booked when it is over (the next pass or barrier would wait for it anyway).
+    if (this.detached !== null && this.detached.result !== null) yield* this.settle();
+    yield* this.closeDeferred();
+    // Segment changes (rollover, pruning): written behind; session changes were written at once.
+    if (this.manifestDirty === STRUCTURAL && !this.inBackoff()) this.writeManifestBehind();
   }
 
   /** One pass over the queue: encode records into flush units, write them, handle barriers in order. */
@@ -622,25 +692,37 @@ export class TelemetrySink {
       if (entry instanceof Barrier) {
         this.flushUnit();
         yield* this.writePending();
+        yield* this.settle();
         // The disk just failed: the barrier is handled without I/O (see passWithoutIo).
         if (this.inBackoff()) return this.requeue(entries, i);
         this.barriersQueued--;
         if (entry.kind === "close") yield* this.finishSession(entry);
         else if (entry.kind === "tick") yield* this.tickChecks();
-        else if (this.manifestDirty !== 0) yield* this.writeManifest();
+        else if (this.manifestDirty !== 0 || this.manifestJob !== null || this.manifestOwed)
+          // A flush resolves once the manifest is on disk, a background write's included.
+          yield* this.writeManifest();
         entry.resolve?.();
         if (this.inBackoff()) return this.requeue(entries, i + 1);
         continue;
       }
-      this.queuedRecords--;
-      const line = this.encode(entry);
-      if (line === undefined) continue;
+      const problem = whyNotWritable(entry);
+      if (problem !== undefined) {
+        this.queuedRecords--;
+        this.reject(problem);
+        continue;
+      }
       if (this.bufferCount > 0 && this.bufferSession !== entry.session_id) this.flushUnit();
-      if (this.pending !== null && this.pending.sessionId !== entry.session_id) yield* this.writePending();
+      if (this.pending !== null && this.pending.sessionId !== entry.session_id) {
+        yield* this.writePending();
+        // The earlier session's lines wait for the retry: this record waits behind them.
+        if (this.inBackoff()) return this.requeue(entries, i);
+      }
+      this.queuedRecords--;
+      const bytes = this.encodeLine(entry);
+      if (bytes === 0) continue;
       this.bufferSession = entry.session_id;
-      this.appendLine(line);
       this.bufferCount++;
-      this.bufferBytes += line.length + 1;
+      this.bufferBytes += bytes;
       if (this.bufferCount >= flushEvery) {
         this.flushUnit();
         const pending = this.pending;
@@ -651,8 +733,9 @@ export class TelemetrySink {
       }
     }
     yield* this.writePending();
-    // New or closed segments, pruning: the manifest follows at once (counts alone wait for the tick).
-    if (this.manifestDirty === STRUCTURAL && !this.inBackoff()) yield* this.writeManifest();
+    // New or closed segments, pruning: the manifest follows at once (counts alone wait for the tick),
+    // without holding up the records.
+    if (this.manifestDirty === STRUCTURAL && !this.inBackoff()) this.writeManifestBehind();
   }
 
   /** Puts back what a pass did not reach because the disk failed; it waits for the retry. */
@@ -697,16 +780,13 @@ export class TelemetrySink {
     this.pending = null;
   }
 
-  /** Copies a line (ASCII by construction: ensure_ascii escaping) and its newline into the chunk. */
-  private appendLine(line: string): void {
-    const needed = this.chunkLength + line.length + 1;
-    if (needed > this.chunk.length) {
-      const grown = Buffer.allocUnsafeSlow(Math.max(needed, this.chunk.length * 2));
-      this.chunk.copy(grown, 0, 0, this.chunkLength);
-      this.chunk = grown;
-    }
-    this.chunkLength += latin1Write(this.chunk, line, this.chunkLength);
-    this.chunk[this.chunkLength++] = 0x0a;
+  /** Makes room for `bytes` more bytes after the chunk's content. */
+  private reserve(bytes: number): void {
+    const needed = this.chunkLength + bytes;
+    if (needed <= this.chunk.length) return;
+    const grown = Buffer.allocUnsafeSlow(Math.max(needed, this.chunk.length * 2));
+    this.chunk.copy(grown, 0, 0, this.chunkLength);
+    this.chunk = grown;
   }
 
   /** Drops the first `bytes` of the chunk (written or given up), keeping the lines after them. */
@@ -715,21 +795,59 @@ export class TelemetrySink {
     this.chunkLength -= bytes;
     // A burst may have grown the buffer; give the memory back once it is idle.
     if (this.chunkLength === 0 && this.chunk.length > KEEP_CHUNK_BYTES)
-      this.chunk = Buffer.allocUnsafeSlow(1 << 20);
+      this.chunk = Buffer.allocUnsafeSlow(CHUNK_BYTES);
   }
 
-  private encode(record: TelemetryEvent): string | undefined {
-    const problem = whyNotWritable(record);
-    if (problem === undefined) {
-      try {
-        return this.encoder.encode(record);
-      } catch (error) {
-        this.reject(`it cannot be encoded as JSON (${(error as Error).message})`);
-        return undefined;
+  /**
+   * Hands the chunk's first `bytes` to a write and goes on in the other buffer with the lines after
+   * them (fewer than flushEveryEvents: a small copy), so encoding can go on during the write.
+   */
+  private takeChunk(bytes: number): Buffer {
+    const full = this.chunk;
+    const rest = this.chunkLength - bytes;
+    let next = this.spare;
+    this.spare = null;
+    if (next === null || next.length < rest + ENCODE_ROOM)
+      next = Buffer.allocUnsafeSlow(Math.max(CHUNK_BYTES, rest + ENCODE_ROOM));
+    if (rest > 0) full.copy(next, 0, bytes, this.chunkLength);
+    this.chunk = next;
+    this.chunkLength = rest;
+    this.writing = full;
+    return full.subarray(0, bytes);
+  }
+
+  /** The written buffer becomes the spare one (unless a burst made it large: memory goes back). */
+  private releaseChunk(): void {
+    const done = this.writing;
+    this.writing = null;
+    if (done !== null && done.length <= KEEP_CHUNK_BYTES) this.spare = done;
+    if (this.chunkLength === 0 && this.chunk.length > KEEP_CHUNK_BYTES)
+      this.chunk = Buffer.allocUnsafeSlow(CHUNK_BYTES);
+  }
+
+  /**
+   * Encodes a checked record's line and newline at the end of the chunk: straight into the bytes (no
+   * string, nothing for the garbage collector), or through core's general encoder for unusual
+   * records. Returns the bytes added; 0 for a record that is not JSON (refused).
+   */
+  private encodeLine(record: TelemetryEvent): number {
+    try {
+      this.reserve(ENCODE_ROOM);
+      const start = this.chunkLength;
+      let end = this.encoder.encodeInto(record, this.chunk, start);
+      if (end < 0 || end >= this.chunk.length) {
+        // ASCII by construction (ensure_ascii escaping): one byte per character.
+        const line = encodeTelemetryRecord(record);
+        this.reserve(line.length + 1);
+        end = start + latin1Write(this.chunk, line, start);
       }
+      this.chunk[end] = 0x0a;
+      this.chunkLength = end + 1;
+      return end + 1 - start;
+    } catch (error) {
+      this.reject(`it cannot be encoded as JSON (${(error as Error).message})`);
+      return 0;
     }
-    this.reject(problem);
-    return undefined;
   }
 
   private reject(reason: string): void {
@@ -753,9 +871,17 @@ export class TelemetrySink {
       this.pending = pending;
     }
     const current = this.current;
-    const reuse = current !== null && !current.closed && current.session_id === sessionId;
-    const baseEvents = (reuse ? current.event_count : 0) + pending.events + this.bufferCount;
-    const baseBytes = (reuse ? current.size_bytes : 0) + pending.bytes + this.bufferBytes;
+    // A write in flight (see settle) is not in the segment's counts yet.
+    const inflight = this.detached === null ? null : this.detached.pending;
+    const reuse =
+      current !== null &&
+      !current.closed &&
+      current.session_id === sessionId &&
+      (inflight === null || !inflight.endsSegment);
+    const inflightEvents = reuse && inflight !== null ? inflight.events : 0;
+    const inflightBytes = reuse && inflight !== null ? inflight.bytes : 0;
+    const baseEvents = (reuse ? current.event_count : 0) + inflightEvents + pending.events + this.bufferCount;
+    const baseBytes = (reuse ? current.size_bytes : 0) + inflightBytes + pending.bytes + this.bufferBytes;
     pending.events += this.bufferCount;
     pending.bytes += this.bufferBytes;
     pending.units.push([this.bufferCount, this.bufferBytes]);
@@ -766,10 +892,18 @@ export class TelemetrySink {
     this.bufferBytes = 0;
   }
 
-  /** Writes the pending units to the session's open segment (opening a new one if needed). */
+  /**
+   * Writes the pending units to the session's open segment (opening a new one if needed). The write
+   * is started and left running: the writer waits for it (settle) before its next disk operation, so
+   * the next records are encoded while the thread pool writes. On the exit path, and with fsync
+   * "always" (a sync follows each write), it is waited for at once.
+   */
   private *writePending(): Work {
+    if (this.pending === null) return;
+    yield* this.settle();
+    // The last write failed: these records wait for the retry (as records not yet encoded do).
+    if (this.inBackoff()) return;
     const pending = this.pending;
-    if (pending === null) return;
     this.pending = null;
     let segment = this.current;
     if (segment === null || segment.closed || segment.session_id !== pending.sessionId) {
@@ -795,15 +929,36 @@ export class TelemetrySink {
       this.fd = opened.value;
       this.manifestDirty = STRUCTURAL;
     }
+    yield* this.closeDeferred();
     const fd = this.fd!;
-    const written = yield {
-      op: "write",
-      fd,
-      data: this.chunk.subarray(0, pending.bytes),
-      position: segment.size_bytes,
-    };
-    // The write is over (or given up): its bytes leave the chunk.
-    this.consumeChunk(pending.bytes);
+    const data = this.takeChunk(pending.bytes);
+    const op: WriteOp = { op: "write", fd, data, position: segment.size_bytes };
+    if (this.config.fsync !== "always" && !this.finalized) {
+      const write: DetachedWrite = { op, pending, segment, promise: execAsync(op), result: null };
+      this.detached = write;
+      void write.promise.then((result) => {
+        write.result = result;
+        if (this.detached === write && !this.pumpRunning) this.kick();
+      });
+      return;
+    }
+    const written = yield op;
+    yield* this.afterWrite(written, pending, segment, fd);
+  }
+
+  /** Waits for the write left running by the last pass, and books it. */
+  private *settle(): Work {
+    const write = this.detached;
+    if (write === null) return;
+    const result = yield SETTLE;
+    this.detached = null;
+    yield* this.afterWrite(result, write.pending, write.segment, write.op.fd);
+  }
+
+  /** Books a write: counts, rollover and retention after each unit (as the reference), or the failure. */
+  private *afterWrite(written: IoResult, pending: PendingWrite, segment: SinkSegment, fd: number): Work {
+    // The write is over (or given up): its buffer is free again.
+    this.releaseChunk();
     if (!written.ok) {
       // Cut back what part of the chunk may have reached the file, and start a new segment later.
       yield { op: "truncate", fd, size: segment.size_bytes };
@@ -869,17 +1024,17 @@ export class TelemetrySink {
    * closes it on the thread pool while writing goes on in the next segment; `nosync` just closes.
    */
   private *closeSegment(segment: SinkSegment, mode: "sync" | "background" | "nosync" = "sync"): Work {
+    yield* this.settle();
     if (this.current === segment && this.fd !== null) {
       const fd = this.fd;
       this.fd = null;
       this.current = null;
       const fsync = mode !== "nosync" && this.config.fsync !== "never";
       if (mode === "background" && fsync && !this.finalized) {
-        const job = execAsync({ op: "close", fd, fsync: true }).then((closed) => {
-          if (!closed.ok) this.recordFailure(closed.error, `fsync ${segment.filename}`);
-        });
-        this.backgroundCloses.add(job);
-        void job.finally(() => this.backgroundCloses.delete(job));
+        // Synced once the next segment is open: a sync running meanwhile makes creating a file wait
+        // for the journal (see closeDeferred).
+        this.closeDeferredInBackground();
+        this.deferredClose = { fd, segment };
       } else {
         const closed = yield { op: "close", fd, fsync };
         if (!closed.ok && fsync) this.recordFailure(closed.error, `fsync ${segment.filename}`);
@@ -890,9 +1045,36 @@ export class TelemetrySink {
     this.manifestDirty = STRUCTURAL;
   }
 
+  /** Starts the sync and close of a rolled-over segment on the thread pool; close() waits for it. */
+  private closeDeferredInBackground(): void {
+    const deferred = this.deferredClose;
+    if (deferred === null) return;
+    this.deferredClose = null;
+    const { fd, segment } = deferred;
+    const job = execAsync({ op: "close", fd, fsync: true }).then((closed) => {
+      if (!closed.ok) this.recordFailure(closed.error, `fsync ${segment.filename}`);
+    });
+    this.backgroundCloses.add(job);
+    void job.finally(() => this.backgroundCloses.delete(job));
+  }
+
+  /** The rolled-over segment's sync and close: in the background, or now on the exit path. */
+  private *closeDeferred(): Work {
+    const deferred = this.deferredClose;
+    if (deferred === null) return;
+    if (!this.finalized) {
+      this.closeDeferredInBackground();
+      return;
+    }
+    this.deferredClose = null;
+    const closed = yield { op: "close", fd: deferred.fd, fsync: true };
+    if (!closed.ok) this.recordFailure(closed.error, `fsync ${deferred.segment.filename}`);
+  }
+
   private *finishSession(barrier: Barrier): Work {
     const current = this.current;
     if (current !== null && current.session_id === barrier.sessionId) yield* this.closeSegment(current);
+    yield* this.closeDeferred();
     this.endSession(barrier);
     yield* this.writeManifest();
     if (this.config.writeRollups && barrier.rollups && !this.finalized) {
@@ -921,6 +1103,7 @@ export class TelemetrySink {
 
   /** Periodic work: refresh the manifest's counts, and notice an open segment deleted under us. */
   private *tickChecks(): Work {
+    yield* this.settle();
     const fd = this.fd;
     const segment = this.current;
     if (fd !== null && segment !== null) {
@@ -964,8 +1147,9 @@ export class TelemetrySink {
       }
       this.needsMkdir = false;
     }
-    const structural = this.manifestDirty === STRUCTURAL;
+    const structural = this.manifestDirty === STRUCTURAL || this.manifestOwed;
     this.manifestDirty = 0;
+    this.manifestOwed = false;
     const text = serializeManifest(this.sessions.values(), this.segments);
     const fsync = this.config.fsync === "always" || (structural && this.config.fsync === "segment");
     const token = this.pumpToken;
@@ -978,6 +1162,51 @@ export class TelemetrySink {
       return;
     }
     this.succeeded();
+  }
+
+  /**
+   * Writes the manifest after a segment change (rollover, new segment, pruning) on the thread pool
+   * while records keep being written: its sync (fsync "segment") then costs the writer no time, as
+   * the rolled-over segment's own sync. One write at a time: a change made meanwhile is written when
+   * it ends; the writer's own manifest writes (session start and close, flush, tick) wait for it.
+   */
+  private writeManifestBehind(): void {
+    // The directory must be made first: the writer's own path does that.
+    if (this.needsMkdir || this.finalized) return;
+    if (this.manifestJob !== null) {
+      this.manifestOwed = true;
+      this.manifestDirty = 0;
+      return;
+    }
+    const structural = this.manifestDirty === STRUCTURAL || this.manifestOwed;
+    this.manifestDirty = 0;
+    this.manifestOwed = false;
+    const text = serializeManifest(this.sessions.values(), this.segments);
+    const fsync = this.config.fsync === "always" || (structural && this.config.fsync === "segment");
+    // After closeSync (the exit path) took over, this write must not replace its manifest.
+    const stillCurrent = (): boolean => !this.finalized;
+    this.manifestJob = execAsync({ op: "manifest", dir: this.rootDir, text, fsync, stillCurrent }).then(
+      (result) => {
+        this.manifestJob = null;
+        if (this.finalized) return;
+        if (!result.ok) {
+          this.manifestDirty = STRUCTURAL;
+          this.manifestOwed = false;
+          this.needsMkdir = true;
+          this.recordFailure(result.error, "write manifest.json");
+          return;
+        }
+        this.succeeded();
+        if (!this.manifestOwed) return;
+        if (this.inBackoff() || this.needsMkdir) {
+          this.manifestOwed = false;
+          this.manifestDirty = STRUCTURAL;
+          this.kick();
+        } else {
+          this.writeManifestBehind();
+        }
+      },
+    );
   }
 
   // ---------------------------------------------------------------- failures
