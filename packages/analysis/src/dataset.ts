@@ -5,7 +5,7 @@
  * phase boundaries, alerts, health transitions and peaks. Aggregates kept on disk (the index) are
  * read when a rank needs them and let go after, so memory holds one rank's data, not the input's.
  */
-import { readFileSync } from "node:fs";
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import type {
   AlertEntry,
   BoundaryEntry,
@@ -130,35 +130,130 @@ export function planDataset(segments: readonly SegmentData[], memberIds: readonl
   return { segments, ranks, eventTypes, eventCount, sampleCount, jobs };
 }
 
-/** Combines series from the plan's segments, reading aggregates kept on disk when needed. */
+/**
+ * Byte buffers and sample columns handed out for one rank and taken back by `release()`, then
+ * reused for the next rank. A rank's arrays live for a few milliseconds, but V8 frees typed arrays'
+ * memory only once tens of MB of them have piled up: reusing them keeps memory at the largest
+ * rank's size instead of growing with the number of ranks.
+ */
+class ArrayPool {
+  private readonly freeBytes: Buffer[] = [];
+  private readonly freeColumns: Float64Array[] = [];
+  private readonly freeIdentity: Uint16Array[] = [];
+  private heldBytes: Buffer[] = [];
+  private readonly heldColumns: Float64Array[] = [];
+  private readonly heldIdentity: Uint16Array[] = [];
+
+  /** A buffer of at least `size` bytes at byte offset 0 (so that 8-byte columns can view it). */
+  bytes(size: number): Buffer {
+    const free = take(this.freeBytes, size);
+    const buffer = free ?? Buffer.allocUnsafeSlow(roundUp(size));
+    this.heldBytes.push(buffer);
+    return buffer;
+  }
+
+  /** `count` doubles (not zeroed). */
+  doubles(count: number): Float64Array {
+    const array = take(this.freeColumns, count) ?? new Float64Array(roundUp(count));
+    this.heldColumns.push(array);
+    return array.subarray(0, count);
+  }
+
+  /** `count` zeroed 16-bit values. */
+  identity(count: number): Uint16Array {
+    const array = take(this.freeIdentity, count) ?? new Uint16Array(roundUp(count));
+    this.heldIdentity.push(array);
+    const view = array.subarray(0, count);
+    view.fill(0);
+    return view;
+  }
+
+  /** Takes back what was handed out except `keep` (buffers of aggregates still loaded). */
+  reclaim(keep: ReadonlySet<Buffer>): void {
+    for (const buffer of this.heldBytes) if (!keep.has(buffer)) this.freeBytes.push(buffer);
+    this.heldBytes = this.heldBytes.filter((buffer) => keep.has(buffer));
+    for (const array of this.heldColumns) this.freeColumns.push(array);
+    for (const array of this.heldIdentity) this.freeIdentity.push(array);
+    this.heldColumns.length = 0;
+    this.heldIdentity.length = 0;
+  }
+}
+
+/** Some headroom, so that ranks of slightly different sizes reuse the same arrays. */
+const roundUp = (n: number): number => Math.max(64, Math.ceil(n * 1.125));
+
+/** The smallest free array of at least `size` elements, taken off the list; too-small ones are dropped when the list is long. */
+function take<T extends { length: number }>(free: T[], size: number): T | undefined {
+  let best = -1;
+  for (let i = 0; i < free.length; i++) {
+    const length = free[i]!.length;
+    if (length >= size && (best < 0 || length < free[best]!.length)) best = i;
+  }
+  if (best < 0) {
+    // None fits: the smallest gives way to a larger one (the pool never holds more arrays than a rank uses).
+    if (free.length > 0) {
+      let smallest = 0;
+      for (let i = 1; i < free.length; i++) if (free[i]!.length < free[smallest]!.length) smallest = i;
+      free.splice(smallest, 1);
+    }
+    return undefined;
+  }
+  return free.splice(best, 1)[0];
+}
+
+/** Reads a whole file into a buffer of `pool` (`bytes` views the file's part of `buffer`); null when it cannot be read. */
+function readInto(path: string, pool: ArrayPool): { buffer: Buffer; bytes: Buffer } | null {
+  let fd: number;
+  try {
+    fd = openSync(path, "r");
+  } catch {
+    return null;
+  }
+  try {
+    const size = fstatSync(fd).size;
+    const buffer = pool.bytes(size);
+    let filled = 0;
+    while (filled < size) {
+      const read = readSync(fd, buffer, filled, size - filled, filled);
+      if (read === 0) break;
+      filled += read;
+    }
+    return { buffer, bytes: buffer.subarray(0, filled) };
+  } catch {
+    return null;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Combines series from the plan's segments, reading aggregates kept on disk when needed. A series
+ * `load` returns may use the loader's reused arrays: it is valid until the next `release()`.
+ */
 export class DatasetLoader {
-  /** Aggregates read from disk, by ordinal, until `release()`. */
-  private readonly loaded = new Map<number, SegmentAggregate>();
+  /** Aggregates read from disk, by ordinal, with the buffer they view, until `release()`. */
+  private readonly loaded = new Map<number, { aggregate: SegmentAggregate; buffer: Buffer | null }>();
+  private readonly pool = new ArrayPool();
 
   constructor(private readonly plan: DatasetPlan) {}
 
   private aggregate(ordinal: number): SegmentAggregate {
     const segment = this.plan.segments[ordinal]!;
     if (segment.aggregate !== null) return segment.aggregate;
-    let aggregate = this.loaded.get(ordinal);
-    if (aggregate === undefined) {
-      const file = segment.file!;
-      let bytes: Buffer | null = null;
-      try {
-        bytes = readFileSync(file.path);
-      } catch {
-        bytes = null;
-      }
-      aggregate = bytes === null ? undefined : decodeAggregate(bytes, file.stamp);
-      // An index file damaged since it was checked: the segment itself is read again.
-      if (aggregate === undefined && segment.segment !== undefined)
-        aggregate = scanSegmentSync(segment.segment);
-      if (aggregate === undefined)
-        throw new Error(
-          `index file ${file.path} is unreadable; delete the index directory and analyse again`,
-        );
-      this.loaded.set(ordinal, aggregate);
+    const known = this.loaded.get(ordinal);
+    if (known !== undefined) return known.aggregate;
+    const file = segment.file!;
+    const read = readInto(file.path, this.pool);
+    let aggregate = read === null ? undefined : decodeAggregate(read.bytes, file.stamp);
+    let buffer = read?.buffer ?? null;
+    // An index file damaged since it was checked: the segment itself is read again.
+    if (aggregate === undefined && segment.segment !== undefined) {
+      aggregate = scanSegmentSync(segment.segment);
+      buffer = null;
     }
+    if (aggregate === undefined)
+      throw new Error(`index file ${file.path} is unreadable; delete the index directory and analyse again`);
+    this.loaded.set(ordinal, { aggregate, buffer });
     return aggregate;
   }
 
@@ -168,22 +263,34 @@ export class DatasetLoader {
       ordinal,
       part: this.aggregate(ordinal).sessions.get(plan.sessionId)!.ranks.get(plan.rank)!,
     }));
-    return parts.length === 1 ? single(plan, parts[0]!) : combine(plan, parts);
+    return parts.length === 1 ? single(plan, parts[0]!, this.pool) : combine(plan, parts, this.pool);
   }
 
-  /** Lets go of aggregates read from disk, except those `keep` still needs. */
+  /**
+   * Lets go of aggregates read from disk, except those `keep` still needs; the series loaded so far
+   * must no longer be used.
+   */
   release(keep: readonly number[] = []): void {
     const wanted = new Set(keep);
-    for (const ordinal of [...this.loaded.keys()]) if (!wanted.has(ordinal)) this.loaded.delete(ordinal);
+    const kept = new Set<Buffer>();
+    for (const [ordinal, entry] of [...this.loaded.entries()]) {
+      if (!wanted.has(ordinal)) this.loaded.delete(ordinal);
+      else if (entry.buffer !== null) kept.add(entry.buffer);
+    }
+    this.pool.reclaim(kept);
   }
 }
 
 /** A series made of one segment's part: its columns are used as they are (no copy). */
-function single(plan: SeriesPlan, { ordinal, part }: { ordinal: number; part: RankPart }): RankSeries {
+function single(
+  plan: SeriesPlan,
+  { ordinal, part }: { ordinal: number; part: RankPart },
+  pool: ArrayPool,
+): RankSeries {
   const samples = part.samples;
   const n = samples.count;
   const orderBase = ordinal * ORDER_SEGMENT_SCALE;
-  const order = new Float64Array(n);
+  const order = pool.doubles(n);
   for (let i = 0; i < n; i++) order[i] = orderBase + samples.line[i]!;
   const view = (array: Float64Array): Float64Array => (array.length === n ? array : array.subarray(0, n));
   return sortSeries({
@@ -213,7 +320,11 @@ function single(plan: SeriesPlan, { ordinal, part }: { ordinal: number; part: Ra
   });
 }
 
-function combine(plan: SeriesPlan, parts: readonly { ordinal: number; part: RankPart }[]): RankSeries {
+function combine(
+  plan: SeriesPlan,
+  parts: readonly { ordinal: number; part: RankPart }[],
+  pool: ArrayPool,
+): RankSeries {
   let n = 0;
   let base: bigint | null = null;
   for (const { part } of parts) {
@@ -221,13 +332,13 @@ function combine(plan: SeriesPlan, parts: readonly { ordinal: number; part: Rank
     if (part.base !== null && (base === null || part.base < base)) base = part.base;
   }
   base ??= 0n;
-  const t = new Float64Array(n);
-  const order = new Float64Array(n);
-  const allocated = new Float64Array(n);
-  const reserved = new Float64Array(n);
-  const used = new Float64Array(n);
-  const total = new Float64Array(n);
-  const tensors = new Float64Array(n);
+  const t = pool.doubles(n);
+  const order = pool.doubles(n);
+  const allocated = pool.doubles(n);
+  const reserved = pool.doubles(n);
+  const used = pool.doubles(n);
+  const total = pool.doubles(n);
+  const tensors = pool.doubles(n);
   const identities: SampleIdentity[] = [];
   let identity: Uint16Array | null = null;
   const boundaries: BoundaryEntry[] = [];
@@ -273,7 +384,7 @@ function combine(plan: SeriesPlan, parts: readonly { ordinal: number; part: Rank
     });
     const local = samples.identity;
     if (local !== null || (map.length > 0 && map[0] !== 0)) {
-      identity ??= new Uint16Array(n);
+      identity ??= pool.identity(n);
       for (let i = 0; i < count; i++) identity[offset + i] = map[local === null ? 0 : local[i]!]!;
     }
     offset += count;

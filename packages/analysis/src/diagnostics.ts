@@ -42,6 +42,7 @@ import {
   selectSession,
 } from "./merge.js";
 import { buildPhaseIndex } from "./phase-stats.js";
+import { scratchDoubles } from "./scratch.js";
 import type { IndexUsage } from "./types.js";
 
 /** A sample whose |device used - allocator reserved| / device total reaches this is a gap anomaly. */
@@ -942,7 +943,7 @@ function rankFromColumns(series: RankSeries): { row: RankDiagnosticsRow; candida
   }
   const firstNs = n > 0 ? sampleTimestamp(series, 0) : series.minTs!;
   // The event version keeps samples with all three allocator counters: the others lose their total.
-  const maskedTotal = new Float64Array(n);
+  const maskedTotal = scratchDoubles("diagnostics.maskedTotal", n);
   for (let i = 0; i < n; i++) maskedTotal[i] = Number.isNaN(allocated[i]!) ? Number.NaN : total[i]!;
   const findings = analyzeGapColumns(
     { ...gapColumns(series), total: maskedTotal },

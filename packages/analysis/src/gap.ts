@@ -21,6 +21,7 @@ import {
   type PhaseResolver,
   phaseAttributionToPayload,
 } from "@stormlog/phases";
+import { scratchDoubles, scratchInts } from "./scratch.js";
 import { argmax, linregress, mean, pythonRound, std } from "./stats.js";
 
 /** What a gap finding says about the hidden memory. */
@@ -251,7 +252,7 @@ function persistentDrift(
   const n = gaps.length;
   if (n < 5) return null;
   // The reference converts timestamps to float first, then subtracts the first one.
-  const x = new Float64Array(n);
+  const x = scratchDoubles("gap.x", n);
   const first = columns.timeOf(usable[0]!);
   for (let i = 0; i < n; i++) x[i] = columns.timeOf(usable[i]!) - first;
   const fit = linregress(x, gaps);
@@ -292,8 +293,8 @@ function fragmentation(
   threshold: number,
   resolver: PhaseResolver | null | undefined,
 ): GapFinding | null {
-  const all = new Float64Array(usable.length);
-  const ratioSamples = new Int32Array(usable.length);
+  const all = scratchDoubles("gap.ratios", usable.length);
+  const ratioSamples = scratchInts("gap.ratioSamples", usable.length);
   let count = 0;
   for (const i of usable) {
     const reserved = columns.reserved[i]!;
@@ -377,8 +378,9 @@ export function analyzeGaps(
 export function analyzeGapColumns(columns: GapColumns, options: GapAnalysisOptions = {}): GapFinding[] {
   const thresholds = resolveThresholds(options.thresholds);
   const { count, used, reserved, total } = columns;
-  const picked = new Int32Array(count);
-  const allGaps = new Float64Array(count);
+  // Reused working arrays: findings keep values, never the arrays.
+  const picked = scratchInts("gap.picked", count);
+  const allGaps = scratchDoubles("gap.gaps", count);
   let kept = 0;
   let maxRatio = 0;
   for (let i = 0; i < count; i++) {

@@ -1,7 +1,10 @@
 /**
- * On-disk form of a segment's aggregate: `SLAGG` magic, a JSON header (sessions, ranks, boundaries,
- * alerts, health, identities; timestamps as decimal strings so `JSON.parse` reads it exactly), then
- * the sample columns as raw little-endian arrays, 8-byte aligned, read back as views without copying.
+ * On-disk form of a segment's aggregate: `SLAGG` magic, a JSON header (sessions, ranks, identities;
+ * timestamps as decimal strings so `JSON.parse` reads it exactly), then the sample columns as raw
+ * little-endian arrays, 8-byte aligned, read back as views without copying, then the boundaries,
+ * alerts and health transitions as small JSON arrays of rows. Small, because V8 parses a JSON text
+ * of 100 KB or more straight into the old generation, which is only collected once it has grown by
+ * several times the live heap: memory would grow with the size of the segments.
  */
 import { closeSync, openSync, readSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { FLOAT_KEYS, type JsonObject, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
@@ -18,7 +21,13 @@ import {
   SessionPart,
 } from "./aggregate.js";
 
-const MAGIC = Buffer.from("SLAGG\u0002\u0000\u0000", "latin1");
+const MAGIC = Buffer.from("SLAGG\u0003\u0000\u0000", "latin1");
+
+/** Rows are cut into JSON texts of about this many characters (well under V8's 100 KB). */
+const ROW_CHUNK_CHARS = 32 * 1024;
+
+/** Byte ranges `[start, length]` of JSON arrays of rows, after the columns. */
+type Chunks = [number, number][];
 
 type Num = number | null;
 const num = (value: number): Num => (Number.isNaN(value) ? null : value);
@@ -60,14 +69,21 @@ interface RankHeader {
   hasIdentity: boolean;
   /** Byte offset of the rank's columns in the data area. */
   offset: number;
-  /** Boundaries: [ts, type (0 enter, 1 exit), line, allocated, reserved, used, tensors, scope] where scope is plain JSON, or an exact JSON string when `x`. */
-  boundaries: [string, number, number, Num, Num, Num, Num, JsonValue, number][];
-  /** Alerts: [ts, type, context, oom reason, used, allocated, origin hints as exact JSON or null]. */
-  alerts: [string, string, string | null, string | null, Num, Num, string | null][];
+  /** Boundaries (`BoundaryRow`s). */
+  boundaries: Chunks;
+  /** Alerts (`AlertRow`s). */
+  alerts: Chunks;
   /** [largest positive world_size, several seen (0/1), samples with origin hints, alerts truncated (0/1)]. */
   extra: [number, number, number, number];
-  health: [string, string, string, string | null, string | null, string | null][];
+  /** Health transitions (`HealthRow`s). */
+  health: Chunks;
 }
+
+/** [ts, type (0 enter, 1 exit), line, allocated, reserved, used, tensors, scope, exact]: scope is plain JSON, or an exact JSON string when `exact` is 1. */
+type BoundaryRow = [string, number, number, Num, Num, Num, Num, JsonValue, number];
+/** [ts, type, context, oom reason, used, allocated, origin hints as exact JSON or null]. */
+type AlertRow = [string, string, string | null, string | null, Num, Num, string | null];
+type HealthRow = [string, string, string, string | null, string | null, string | null];
 
 interface SessionHeader {
   sessionId: string;
@@ -79,10 +95,30 @@ interface SessionHeader {
 interface Header {
   lineCount: number;
   eventCount: number;
+  /** Byte offset of the row texts in the data area (after the columns). */
+  rowsAt: number;
   minTs: string | null;
   maxTs: string | null;
   warnings: { message: string; sessionId: string | null }[];
   sessions: SessionHeader[];
+}
+
+/**
+ * A boundary read back. A class, not an object literal: V8 moves the allocation of a literal whose
+ * objects often outlive a young-generation collection (these live as long as their rank is
+ * analysed) straight to the old generation, which is collected rarely, so memory grew with the input.
+ */
+class Boundary implements BoundaryEntry {
+  constructor(
+    readonly timestampNs: bigint,
+    readonly eventType: string,
+    readonly scope: JsonValue,
+    readonly line: number,
+    readonly allocated: number,
+    readonly reserved: number,
+    readonly used: number,
+    readonly tensors: number,
+  ) {}
 }
 
 function evidenceOut(value: LinedEvidence | null, offset: number): Evidence {
@@ -109,6 +145,29 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
   const sessions: SessionHeader[] = [];
   const chunks: Uint8Array[] = [];
   let offset = 0;
+  const texts: Buffer[] = [];
+  let textOffset = 0;
+  const rows = <T>(items: readonly T[], row: (item: T) => unknown[]): Chunks => {
+    const out: Chunks = [];
+    let parts: string[] = [];
+    let size = 0;
+    const flush = (): void => {
+      const text = Buffer.from(`[${parts.join(",")}]`, "utf8");
+      out.push([textOffset, text.length]);
+      texts.push(text);
+      textOffset += text.length;
+      parts = [];
+      size = 0;
+    };
+    for (const item of items) {
+      const text = JSON.stringify(row(item));
+      parts.push(text);
+      size += text.length + 1;
+      if (size >= ROW_CHUNK_CHARS) flush();
+    }
+    if (parts.length > 0) flush();
+    return out;
+  };
   for (const session of aggregate.sessions.values()) {
     const ranks: RankHeader[] = [];
     for (const part of session.ranks.values()) {
@@ -131,7 +190,7 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
         count,
         hasIdentity,
         offset,
-        boundaries: part.boundaries.map((b) => {
+        boundaries: rows(part.boundaries, (b): BoundaryRow => {
           const plain = plainJson(b.scope);
           return [
             b.timestampNs.toString(),
@@ -145,29 +204,35 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
             plain ? 0 : 1,
           ];
         }),
-        alerts: part.alerts.map((a) => [
-          a.timestampNs.toString(),
-          a.eventType,
-          a.context,
-          a.oomReason,
-          num(a.used),
-          num(a.allocated),
-          a.origin === null ? null : stringifyJson(a.origin),
-        ]),
+        alerts: rows(
+          part.alerts,
+          (a): AlertRow => [
+            a.timestampNs.toString(),
+            a.eventType,
+            a.context,
+            a.oomReason,
+            num(a.used),
+            num(a.allocated),
+            a.origin === null ? null : stringifyJson(a.origin),
+          ],
+        ),
         extra: [
           part.worldSizeMax,
           part.worldSizeMixed ? 1 : 0,
           part.originSamples,
           part.alertsTruncated ? 1 : 0,
         ],
-        health: part.health.map((h) => [
-          h.timestampNs.toString(),
-          h.eventType,
-          h.collector,
-          h.context,
-          h.error,
-          h.status,
-        ]),
+        health: rows(
+          part.health,
+          (h): HealthRow => [
+            h.timestampNs.toString(),
+            h.eventType,
+            h.collector,
+            h.context,
+            h.error,
+            h.status,
+          ],
+        ),
       };
       ranks.push(header);
       const arrays = [
@@ -197,6 +262,7 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
   const header: Header = {
     lineCount: aggregate.lineCount,
     eventCount: aggregate.eventCount,
+    rowsAt: offset,
     minTs: ts(aggregate.minTs),
     maxTs: ts(aggregate.maxTs),
     warnings: aggregate.warnings,
@@ -208,7 +274,7 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
   const jsonStart = MAGIC.length + 4 + stampBytes.length + 4;
   const headerEnd = jsonStart + json.length;
   const dataStart = Math.ceil(headerEnd / 8) * 8;
-  const out = Buffer.alloc(dataStart + offset);
+  const out = Buffer.alloc(dataStart + offset + textOffset);
   MAGIC.copy(out, 0);
   out.writeUInt32LE(stampBytes.length, MAGIC.length);
   stampBytes.copy(out, MAGIC.length + 4);
@@ -218,6 +284,10 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
   for (const chunk of chunks) {
     out.set(chunk, at);
     at += chunk.length;
+  }
+  for (const text of texts) {
+    out.set(text, at);
+    at += text.length;
   }
   return out;
 }
@@ -248,6 +318,23 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
     base = 0;
   }
   const dataLength = bytes.length - dataStart;
+  const rowsAt = dataStart + header.rowsAt;
+  /** Calls `each` on every row of `chunks`; false when a chunk lies outside the file or is not JSON. */
+  const eachRow = <T>(chunks: Chunks, each: (row: T) => void): boolean => {
+    for (const [start, length] of chunks) {
+      const end = rowsAt + start + length;
+      if (!(start >= 0 && length > 0 && end <= bytes.length)) return false;
+      let rows: T[];
+      try {
+        rows = JSON.parse(bytes.toString("utf8", rowsAt + start, end)) as T[];
+      } catch {
+        return false;
+      }
+      for (const row of rows) each(row);
+    }
+    return true;
+  };
+  if (!Number.isSafeInteger(header.rowsAt) || rowsAt > bytes.length) return undefined;
   const sessions = new Map<string, SessionPart>();
   for (const s of header.sessions) {
     const session = new SessionPart(s.sessionId);
@@ -290,19 +377,23 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
       samples.total = new Float64Array(buffer, at + 40 * n, n);
       samples.tensors = new Float64Array(buffer, at + 48 * n, n);
       samples.identity = r.hasIdentity ? new Uint16Array(buffer, at + 56 * n, n) : null;
-      for (const [t, type, line, allocated, reserved, used, tensors, scope, exact] of r.boundaries) {
-        part.boundaries.push({
-          timestampNs: BigInt(t),
-          eventType: type === 0 ? "phase_enter" : "phase_exit",
-          line,
-          allocated: unnum(allocated),
-          reserved: unnum(reserved),
-          used: unnum(used),
-          tensors: unnum(tensors),
-          scope: exact === 1 ? parseJson(scope as string) : scope,
-        } satisfies BoundaryEntry);
-      }
-      for (const [t, eventType, context, oomReason, used, allocated, origin] of r.alerts) {
+      const boundariesRead = eachRow<BoundaryRow>(r.boundaries, (row) => {
+        const [t, type, line, allocated, reserved, used, tensors, scope, exact] = row;
+        part.boundaries.push(
+          new Boundary(
+            BigInt(t),
+            type === 0 ? "phase_enter" : "phase_exit",
+            exact === 1 ? parseJson(scope as string) : scope,
+            line,
+            unnum(allocated),
+            unnum(reserved),
+            unnum(used),
+            unnum(tensors),
+          ),
+        );
+      });
+      const alertsRead = eachRow<AlertRow>(r.alerts, (row) => {
+        const [t, eventType, context, oomReason, used, allocated, origin] = row;
         part.alerts.push({
           timestampNs: BigInt(t),
           eventType,
@@ -312,11 +403,12 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
           allocated: unnum(allocated),
           origin: origin === null ? null : (parseJson(origin) as JsonObject),
         } satisfies AlertEntry);
-      }
+      });
       [part.worldSizeMax, , part.originSamples] = r.extra;
       part.worldSizeMixed = r.extra[1] === 1;
       part.alertsTruncated = r.extra[3] === 1;
-      for (const [t, eventType, collector, context, error, status] of r.health) {
+      const healthRead = eachRow<HealthRow>(r.health, (row) => {
+        const [t, eventType, collector, context, error, status] = row;
         part.health.push({
           timestampNs: BigInt(t),
           eventType,
@@ -325,7 +417,8 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
           error,
           status,
         } satisfies HealthEntry);
-      }
+      });
+      if (!boundariesRead || !alertsRead || !healthRead) return undefined;
       session.ranks.set(r.rank, part);
     }
     sessions.set(s.sessionId, session);

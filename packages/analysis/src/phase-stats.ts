@@ -4,7 +4,7 @@
  * `PhaseReplayIndex` (the reference's replay rules); the counters from the boundary records, which
  * carry the readings taken at the boundary, and the samples inside each span.
  */
-import type { JsonObject } from "@stormlog/core";
+import type { JsonObject, JsonValue } from "@stormlog/core";
 import { type PhaseEventLike, PhaseReplayIndex, type PhaseSpan } from "@stormlog/phases";
 import type { BoundaryEntry } from "./aggregate.js";
 import type { RankSeries } from "./dataset.js";
@@ -23,17 +23,41 @@ export function buildPhaseIndex(series: RankSeries): PhaseReplayIndex | null {
       event_type: "sample",
     });
   }
-  for (const boundary of series.boundaries) {
-    events.push({
-      session_id: series.sessionId,
-      timestamp_ns: boundary.timestampNs,
-      rank: series.rank,
-      event_type: boundary.eventType,
-      metadata: { phase_scope: boundary.scope },
-    });
-  }
+  for (const boundary of series.boundaries)
+    events.push(
+      new BoundaryEvent(
+        series.sessionId,
+        boundary.timestampNs,
+        series.rank,
+        boundary.eventType,
+        boundary.scope,
+      ),
+    );
   const index = PhaseReplayIndex.fromEvents(events);
   return index.size > 0 ? index : null;
+}
+
+/**
+ * A boundary as the phase index reads it. Classes rather than object literals for what lives as
+ * long as a rank is analysed: V8 moves the allocation of a literal whose objects often outlive a
+ * young-generation collection straight to the old generation, collected rarely, so memory grew
+ * with the size of the ranks.
+ */
+class BoundaryEvent implements PhaseEventLike {
+  readonly metadata: { phase_scope: JsonValue };
+  constructor(
+    readonly session_id: string,
+    readonly timestamp_ns: bigint,
+    readonly rank: number,
+    readonly event_type: string,
+    scope: JsonValue,
+  ) {
+    this.metadata = new ScopeHolder(scope);
+  }
+}
+
+class ScopeHolder {
+  constructor(readonly phase_scope: JsonValue) {}
 }
 
 /** One occurrence with the readings it needs for statistics and leak detection. */
@@ -92,6 +116,24 @@ function sampledTensors(series: RankSeries, ts: bigint): number {
     if (!Number.isNaN(value)) return value;
   }
   return Number.NaN;
+}
+
+/** `Occurrence` made by a constructor (see `BoundaryEvent`). */
+class RankOccurrence implements Occurrence {
+  constructor(
+    readonly series: RankSeries,
+    readonly span: PhaseSpan,
+    readonly enterAllocated: number,
+    readonly exitAllocated: number,
+    readonly enterUsed: number,
+    readonly exitUsed: number,
+    readonly enterTensors: number,
+    readonly exitTensors: number,
+    readonly peakAllocated: number,
+    readonly peakAllocatedNs: bigint,
+    readonly peakUsed: number,
+    readonly peakUsedNs: bigint,
+  ) {}
 }
 
 /** The occurrences of every span of one session's rank. */
@@ -167,20 +209,22 @@ export function collectOccurrences(series: RankSeries, index: PhaseReplayIndex |
           peakUsedNs = exit.timestampNs;
         }
       }
-      out.push({
-        series,
-        span,
-        enterAllocated: enter?.allocated ?? Number.NaN,
-        exitAllocated: exit?.allocated ?? Number.NaN,
-        enterUsed: enter?.used ?? Number.NaN,
-        exitUsed: exit?.used ?? Number.NaN,
-        enterTensors: tensorsAt(enter, span.startNs),
-        exitTensors: span.syntheticEnd ? Number.NaN : tensorsAt(exit, span.endNs),
-        peakAllocated,
-        peakAllocatedNs,
-        peakUsed,
-        peakUsedNs,
-      });
+      out.push(
+        new RankOccurrence(
+          series,
+          span,
+          enter?.allocated ?? Number.NaN,
+          exit?.allocated ?? Number.NaN,
+          enter?.used ?? Number.NaN,
+          exit?.used ?? Number.NaN,
+          tensorsAt(enter, span.startNs),
+          span.syntheticEnd ? Number.NaN : tensorsAt(exit, span.endNs),
+          peakAllocated,
+          peakAllocatedNs,
+          peakUsed,
+          peakUsedNs,
+        ),
+      );
     }
   }
   return out;

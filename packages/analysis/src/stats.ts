@@ -4,6 +4,7 @@
  * (`np.std(ddof=1)`), `scipy.stats.linregress` with its two-sided p-value, and Python's `round()`.
  */
 import { pythonFormatFixed } from "@stormlog/core";
+import { scratchDoubles } from "./scratch.js";
 
 /** NumPy's unrolled block size for pairwise summation (`PW_BLOCKSIZE`). */
 const PAIRWISE_BLOCK = 128;
@@ -63,7 +64,7 @@ export function mean(values: ArrayLike<number>): number {
 export function std(values: ArrayLike<number>, ddof = 1): number {
   const n = values.length;
   const m = mean(values);
-  const squares = new Float64Array(n);
+  const squares = scratchDoubles("stats.squares", n);
   for (let i = 0; i < n; i++) {
     const d = values[i]! - m;
     squares[i] = d * d;

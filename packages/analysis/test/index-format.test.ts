@@ -1,0 +1,56 @@
+import { describe, expect, it } from "vitest";
+import { decodeAggregate, encodeAggregate } from "../src/index-format.js";
+import { aggregateEvents } from "../src/scan.js";
+import { GiB, Timeline } from "./report-helpers.js";
+
+/** Two ranks with many phases (their rows span several JSON chunks), alerts and health transitions. */
+function events() {
+  const all = [];
+  for (const rank of [0, 1]) {
+    const t = new Timeline({ rank, world_size: 2, job_id: "job-f", session_id: `s-${rank}`, pid: 10 + rank });
+    t.tensors = 5;
+    for (let step = 0; step < 400; step++) {
+      t.enter("train").enter("forward").sample();
+      t.allocated += 4096;
+      t.exit().exit();
+      if (step % 50 === 0) t.event("warning", { context: `step ${step}`, metadata: { origin_thread_id: 1 } });
+      if (step % 100 === 0) t.event("collector_degraded", { metadata: { collector_last_error: "nvml" } });
+    }
+    t.gap += GiB;
+    t.sample();
+    all.push(...t.events);
+  }
+  return all;
+}
+
+describe("aggregate files", () => {
+  const aggregate = aggregateEvents(events());
+  const bytes = encodeAggregate(aggregate, "stamp-1");
+
+  it("read back equal to what was written, rows cut into several small JSON texts", () => {
+    const part = aggregate.sessions.get("s-1")!.ranks.get(1)!;
+    expect(part.boundaries.length).toBe(1600);
+    // The rows alone are far above one chunk (32 KB), so the file holds several.
+    expect(JSON.stringify(part.boundaries.map((b) => b.scope)).length).toBeGreaterThan(64 * 1024);
+    const decoded = decodeAggregate(bytes, "stamp-1")!;
+    expect(decoded).toBeDefined();
+    for (const [sessionId, session] of aggregate.sessions) {
+      for (const [rank, written] of session.ranks) {
+        const read = decoded.sessions.get(sessionId)!.ranks.get(rank)!;
+        expect(read.boundaries.map((b) => ({ ...b }))).toEqual(written.boundaries.map((b) => ({ ...b })));
+        expect(read.alerts).toEqual(written.alerts);
+        expect(read.health).toEqual(written.health);
+        expect(read.alerts.length).toBeGreaterThan(0);
+        expect(read.health.length).toBeGreaterThan(0);
+        expect([...read.samples.used.subarray(0, read.samples.count)]).toEqual([
+          ...written.samples.used.subarray(0, written.samples.count),
+        ]);
+      }
+    }
+  });
+
+  it("is refused when cut short or stamped otherwise", () => {
+    expect(decodeAggregate(bytes, "stamp-2")).toBeUndefined();
+    expect(decodeAggregate(bytes.subarray(0, bytes.length - 10), "stamp-1")).toBeUndefined();
+  });
+});
