@@ -97,6 +97,17 @@ ensure_gcc() {
   apt_install gcc libc6-dev || log "warning: gcc is missing and could not be installed; tests that compile native stand-ins will fail"
 }
 
+# Python 3 (standard library only): a test reads our sinks with scripts/python-interop/check_sink.py, the
+# Python loader's rules applied by Python itself.
+ensure_python3() {
+  if command -v python3 >/dev/null 2>&1; then
+    log "$(python3 --version 2>&1)"
+    return
+  fi
+  log "installing python3"
+  apt_install python3-minimal || log "warning: python3 is missing and could not be installed; the Python interop test will fail"
+}
+
 # Hook for page tests (a browser renders an HTML report): headless Chromium. Not needed yet; call it from
 # prepare_test_prerequisites below once such tests exist, or run with STORMLOG_SETUP_CHROMIUM=1.
 ensure_chromium() {
@@ -114,6 +125,7 @@ ensure_chromium() {
 
 prepare_test_prerequisites() {
   ensure_gcc
+  ensure_python3
   if [ "${STORMLOG_SETUP_CHROMIUM:-0}" = "1" ]; then ensure_chromium; fi
 }
 
