@@ -4,7 +4,8 @@
  * in the same process, in alternating rounds (ABBA) so drift on a shared machine cancels out.
  * Goal: <= 1 %.
  *
- *   pnpm --filter tfjs-training bench            (ROUNDS=30 STEPS=20 by default)
+ *   pnpm --filter tfjs-training bench            (ROUNDS=30 STEPS=20 EMPTY_STEPS=2000 by default;
+ *                                                 SINK=off tracks without a sink)
  *
  * A plain script rather than mitata: mitata runs one benchmark after the other, and a 1 % difference
  * needs the two measured side by side.
@@ -23,8 +24,11 @@ import {
   SyntheticData,
   type TrainConfig,
   trainCustomLoop,
+  yieldToEventLoop,
 } from "../src/train.js";
 
+/** `global.gc` when node runs with --expose-gc (the bench script passes it). */
+const collectGarbage = (globalThis as { gc?: () => void }).gc;
 const ROUNDS = Number(process.env.ROUNDS ?? 30);
 const STEPS = Number(process.env.STEPS ?? 20);
 
@@ -37,7 +41,8 @@ const sinkDir = mkdtempSync(join(tmpdir(), "stormlog-overhead-"));
 const tracker = new MemoryTracker({
   collectors: [tfjsCollector(tf), processCollector()],
   samplingIntervalMs: 100,
-  sink: { rootDir: sinkDir },
+  // SINK=off: the tracker without a sink, to split the overhead between tracking and writing.
+  sink: process.env.SINK === "off" ? undefined : { rootDir: sinkDir },
 });
 
 /** Wall, process CPU and main-thread on-CPU milliseconds of one segment. */
@@ -65,6 +70,9 @@ function threadCpuMs(): number {
 async function segment(tracked: boolean): Promise<Timing> {
   const host: PhaseHost = tracked ? tracker : noopPhaseHost;
   if (tracked) await tracker.start();
+  // Each segment starts from a collected heap, so garbage left by the previous one (a tracker's
+  // stop reads the sink back for rollups.json) is not charged to this one.
+  collectGarbage?.();
   const cpuStart = process.cpuUsage();
   const threadStart = threadCpuMs();
   const started = performance.now();
@@ -136,5 +144,44 @@ report("wall time", (t) => t.wall);
 // threads and are in the process CPU line only.
 report("training thread on-CPU time", (t) => t.thread);
 report("process CPU time (all threads)", (t) => t.cpu);
+
+// Stormlog's own work per step, without the model: the same phases (train with its metadata, and
+// four inside it), the same tracker and sink, empty phase bodies, many steps per segment. Wall time
+// of a model step varies by several percent from one segment to the next on a shared machine; this
+// cost does not, so it bounds the overhead more tightly than the ratio above.
+const EMPTY_STEPS = Number(process.env.EMPTY_STEPS ?? 2000);
+async function emptySteps(host: PhaseHost): Promise<number> {
+  const started = performance.now();
+  for (let step = 0; step < EMPTY_STEPS; step++) {
+    host.phase(
+      "train",
+      () => {
+        host.phase("load_batch", () => step);
+        host.enterPhase("forward").close();
+        host.enterPhase("backward").close();
+        host.phase("optimizer_step", () => step);
+      },
+      { metadata: { epoch: 0, step } },
+    );
+    await yieldToEventLoop();
+  }
+  return performance.now() - started;
+}
+const perStepCosts: number[] = [];
+for (let round = 0; round < 10; round++) {
+  collectGarbage?.();
+  const untracked = await emptySteps(noopPhaseHost);
+  await tracker.start();
+  collectGarbage?.();
+  const tracked = await emptySteps(tracker);
+  await tracker.stop();
+  perStepCosts.push(((tracked - untracked) / EMPTY_STEPS) * 1000);
+}
+const costUs = median(perStepCosts);
+console.log(
+  `tracking work per step (${phasesPerStep} phases, ${2 * phasesPerStep} records, sampling, sink), empty phase bodies: ` +
+    `median ${costUs.toFixed(1)} us (quartiles ${quantile(perStepCosts, 0.25).toFixed(1)} .. ${quantile(perStepCosts, 0.75).toFixed(1)} us) ` +
+    `= ${((costUs / 1000 / (wallOf(untrackedTimings) / STEPS)) * 100).toFixed(2)} % of the example's untracked step`,
+);
 
 rmSync(sinkDir, { recursive: true, force: true });

@@ -244,6 +244,8 @@ class MetadataShape {
 
 /** Metadata key sets remembered at once (samples, phase boundaries, and a few more). */
 const SHAPES = 8;
+/** Contexts remembered for one collector (phase paths × enter/exit, alerts); beyond it, start over. */
+const MAX_CONTEXT_RUNS = 1024;
 
 /**
  * What a metadata value is compared by against the previous record's: itself for primitives, one
@@ -304,7 +306,12 @@ export class TelemetryLineEncoder {
   private changeRun: Uint8Array | null = null;
   private changeKey: number | null = null;
   private inactiveKey: number | null = null;
-  private readonly collectorRuns = new RunCache(8);
+  /**
+   * `collector` + `context` runs by context, for the current collector. A map, not a RunCache: a
+   * training step cycles through more contexts (one per phase path and action) than a scan can hold.
+   */
+  private collectorRuns = new Map<string | null, Uint8Array>();
+  private runsCollector: string | null = null;
   private deviceRun: Uint8Array | null = null;
   private deviceKey = 0;
   private totalKey: number | null = null;
@@ -377,16 +384,18 @@ export class TelemetryLineEncoder {
     if (pos < 0) return -1;
 
     const { collector, context } = record;
-    run =
-      this.collectorRuns.get(collector, context, 0, 0, 0) ??
-      this.collectorRuns.set(
-        collector,
-        context,
-        0,
-        0,
-        0,
+    if (collector !== this.runsCollector || this.collectorRuns.size >= MAX_CONTEXT_RUNS) {
+      this.collectorRuns = new Map();
+      this.runsCollector = collector;
+    }
+    let collectorRun = this.collectorRuns.get(context);
+    if (collectorRun === undefined) {
+      collectorRun = ascii(
         `, "collector": ${pythonJsonString(collector)}, "context": ${context === null ? "null" : pythonJsonString(context)}, "device_free_bytes": `,
       );
+      this.collectorRuns.set(context, collectorRun);
+    }
+    run = collectorRun;
     pos = putBytes(out, pos, run);
     if (pos < 0) return -1;
     const free = record.device_free_bytes;

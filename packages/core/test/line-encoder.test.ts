@@ -264,6 +264,35 @@ describe("TelemetryLineEncoder.encodeInto", () => {
     }
   });
 
+  it("stays correct across many contexts and collectors (a step's phase paths, then more than it keeps)", () => {
+    const next = random(11);
+    const encoder = new TelemetryLineEncoder();
+    const buffer = Buffer.alloc(64 << 10);
+    const paths = [
+      "train",
+      "train / load_batch",
+      "train / forward",
+      "train / backward",
+      "train / optimizer_step",
+    ];
+    for (let i = 0; i < 3000; i++) {
+      const base = record(next, i);
+      // Cycles of 10 phase contexts, then a flood of distinct ones (past the cache's bound), and a
+      // collector change every 700 records.
+      const context =
+        i < 1500 ? `Phase ${i % 2 ? "exited" : "entered"}: ${paths[(i >> 1) % paths.length]}` : `alert ${i}`;
+      const event: TelemetryRecordV3 = {
+        ...base,
+        context,
+        collector: `collector-${Math.floor(i / 700)}`,
+        metadata: healthMetadata(() => 0),
+      };
+      const end = encoder.encodeInto(event, buffer, 0);
+      expect(end).toBeGreaterThan(0);
+      expect(buffer.toString("latin1", 0, end)).toBe(encodeTelemetryRecord(event));
+    }
+  });
+
   it("returns -1 when the buffer lacks room, and stays correct afterwards", () => {
     const next = random(3);
     const encoder = new TelemetryLineEncoder();
