@@ -337,20 +337,27 @@ async function sizeOnDisk(path: string): Promise<number> {
     return 0;
   }
   if (!info.isDirectory()) return info.size;
-  let total = 0;
   let entries: import("node:fs").Dirent[];
   try {
     entries = await readdir(path, { withFileTypes: true });
   } catch {
     return 0;
   }
-  for (const entry of entries) {
-    if (entry.name === INDEX_DIRNAME) continue;
-    const child = join(path, entry.name);
-    if (entry.isDirectory()) total += await sizeOnDisk(child);
-    else if (entry.isFile()) total += (await stat(child).catch(() => null))?.size ?? 0;
-  }
-  return total;
+  // Side by side: a job root holds one directory per rank.
+  const sizes = await Promise.all(
+    entries.map((entry) => {
+      if (entry.name === INDEX_DIRNAME) return 0;
+      const child = join(path, entry.name);
+      if (entry.isDirectory()) return sizeOnDisk(child);
+      return entry.isFile()
+        ? stat(child).then(
+            (info) => info.size,
+            () => 0,
+          )
+        : 0;
+    }),
+  );
+  return sizes.reduce((sum, size) => sum + size, 0);
 }
 
 async function analyzeJsonFile(

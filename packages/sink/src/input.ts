@@ -81,14 +81,16 @@ async function sinkPart(
     const onDisk = (await readdir(dir, { withFileTypes: true }))
       .filter((entry) => entry.isFile() && isSegmentFilename(entry.name))
       .map((entry) => entry.name);
-    const listed: string[] = [];
-    for (const segment of manifest?.segments ?? []) {
-      try {
-        if ((await stat(join(dir, segment.filename))).isFile()) listed.push(segment.filename);
-      } catch {
-        // Listed but gone (pruned, or never written): the reference skips it too.
-      }
-    }
+    // Listed but gone (pruned, or never written): the reference skips it too.
+    const present = await Promise.all(
+      (manifest?.segments ?? []).map((segment) =>
+        stat(join(dir, segment.filename)).then(
+          (info) => (info.isFile() ? segment.filename : null),
+          () => null,
+        ),
+      ),
+    );
+    const listed = present.filter((name): name is string => name !== null);
     names = [...new Set([...listed, ...onDisk])].sort();
   }
   const segments = names.map((name): TelemetryInputSegment => {
@@ -126,9 +128,10 @@ export async function resolveTelemetryInput(
         "Not a sink directory (no manifest.json or segment-*.jsonl) and no sink directory inside it",
       );
     }
-    const parts: TelemetryInputPart[] = [];
-    for (const dir of dirs)
-      parts.push(await sinkPart(dir, null, stableLegacySessionId([resolvedPath(dir), "sink"]), warn));
+    // Side by side: a job root holds one directory per rank, and each costs several file system calls.
+    const parts = await Promise.all(
+      dirs.map((dir) => sinkPart(dir, null, stableLegacySessionId([resolvedPath(dir), "sink"]), warn)),
+    );
     const kind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
     return { kind, path, absolute, parts, defaultSource, defaultSourcePath: path };
   }
