@@ -19,6 +19,7 @@ import { TimeRangeError } from "./errors.js";
 import { decodeAggregate } from "./index-format.js";
 import type { SegmentData } from "./merge.js";
 import { scanSegmentSync } from "./scan.js";
+import { withHeadroom } from "./scratch.js";
 
 /** Storage order of a line: segment ordinal and line number in one exact double. */
 export const ORDER_SEGMENT_SCALE = 2 ** 32;
@@ -147,21 +148,21 @@ class ArrayPool {
   /** A buffer of at least `size` bytes at byte offset 0 (so that 8-byte columns can view it). */
   bytes(size: number): Buffer {
     const free = take(this.freeBytes, size);
-    const buffer = free ?? Buffer.allocUnsafeSlow(roundUp(size));
+    const buffer = free ?? Buffer.allocUnsafeSlow(withHeadroom(size));
     this.heldBytes.push(buffer);
     return buffer;
   }
 
   /** `count` doubles (not zeroed). */
   doubles(count: number): Float64Array {
-    const array = take(this.freeColumns, count) ?? new Float64Array(roundUp(count));
+    const array = take(this.freeColumns, count) ?? new Float64Array(withHeadroom(count));
     this.heldColumns.push(array);
     return array.subarray(0, count);
   }
 
   /** `count` zeroed 16-bit values. */
   identity(count: number): Uint16Array {
-    const array = take(this.freeIdentity, count) ?? new Uint16Array(roundUp(count));
+    const array = take(this.freeIdentity, count) ?? new Uint16Array(withHeadroom(count));
     this.heldIdentity.push(array);
     const view = array.subarray(0, count);
     view.fill(0);
@@ -178,9 +179,6 @@ class ArrayPool {
     this.heldIdentity.length = 0;
   }
 }
-
-/** Some headroom, so that ranks of slightly different sizes reuse the same arrays. */
-const roundUp = (n: number): number => Math.max(64, Math.ceil(n * 1.125));
 
 /** The smallest free array of at least `size` elements, taken off the list; too-small ones are dropped when the list is long. */
 function take<T extends { length: number }>(free: T[], size: number): T | undefined {

@@ -793,7 +793,11 @@ export class TelemetrySink {
   private consumeChunk(bytes: number): void {
     if (bytes < this.chunkLength) this.chunk.copy(this.chunk, 0, bytes, this.chunkLength);
     this.chunkLength -= bytes;
-    // A burst may have grown the buffer; give the memory back once it is idle.
+    this.shrinkIdleChunk();
+  }
+
+  /** A burst may have grown the buffer: give the memory back once it is empty. */
+  private shrinkIdleChunk(): void {
     if (this.chunkLength === 0 && this.chunk.length > KEEP_CHUNK_BYTES)
       this.chunk = Buffer.allocUnsafeSlow(CHUNK_BYTES);
   }
@@ -821,8 +825,7 @@ export class TelemetrySink {
     const done = this.writing;
     this.writing = null;
     if (done !== null && done.length <= KEEP_CHUNK_BYTES) this.spare = done;
-    if (this.chunkLength === 0 && this.chunk.length > KEEP_CHUNK_BYTES)
-      this.chunk = Buffer.allocUnsafeSlow(CHUNK_BYTES);
+    this.shrinkIdleChunk();
   }
 
   /**
@@ -1147,21 +1150,35 @@ export class TelemetrySink {
       }
       this.needsMkdir = false;
     }
-    const structural = this.manifestDirty === STRUCTURAL || this.manifestOwed;
-    this.manifestDirty = 0;
-    this.manifestOwed = false;
-    const text = serializeManifest(this.sessions.values(), this.segments);
-    const fsync = this.config.fsync === "always" || (structural && this.config.fsync === "segment");
+    const { text, fsync } = this.takeManifest();
     const token = this.pumpToken;
     const stillCurrent = (): boolean => token === this.pumpToken;
     const result = yield { op: "manifest", dir: this.rootDir, text, fsync, stillCurrent };
     if (!result.ok) {
-      this.manifestDirty = STRUCTURAL;
-      this.needsMkdir = true;
-      this.recordFailure(result.error, "write manifest.json");
+      this.manifestFailed(result.error);
       return;
     }
     this.succeeded();
+  }
+
+  /** The whole ledger is written again at the retry (the directory made first: it may be gone). */
+  private manifestFailed(error: Error): void {
+    this.manifestDirty = STRUCTURAL;
+    this.manifestOwed = false;
+    this.needsMkdir = true;
+    this.recordFailure(error, "write manifest.json");
+  }
+
+  /**
+   * The ledger to write now, and whether to sync it (segment changes are synced under "segment");
+   * what was owed is then no longer owed.
+   */
+  private takeManifest(): { text: string; fsync: boolean } {
+    const structural = this.manifestDirty === STRUCTURAL || this.manifestOwed;
+    this.manifestDirty = 0;
+    this.manifestOwed = false;
+    const text = serializeManifest(this.sessions.values(), this.segments);
+    return { text, fsync: this.config.fsync === "always" || (structural && this.config.fsync === "segment") };
   }
 
   /**
@@ -1178,11 +1195,7 @@ export class TelemetrySink {
       this.manifestDirty = 0;
       return;
     }
-    const structural = this.manifestDirty === STRUCTURAL || this.manifestOwed;
-    this.manifestDirty = 0;
-    this.manifestOwed = false;
-    const text = serializeManifest(this.sessions.values(), this.segments);
-    const fsync = this.config.fsync === "always" || (structural && this.config.fsync === "segment");
+    const { text, fsync } = this.takeManifest();
     // After closeSync (the exit path) took over, this write must not replace its manifest.
     const stillCurrent = (): boolean => !this.finalized;
     this.manifestJob = execAsync({ op: "manifest", dir: this.rootDir, text, fsync, stillCurrent }).then(
@@ -1190,10 +1203,7 @@ export class TelemetrySink {
         this.manifestJob = null;
         if (this.finalized) return;
         if (!result.ok) {
-          this.manifestDirty = STRUCTURAL;
-          this.manifestOwed = false;
-          this.needsMkdir = true;
-          this.recordFailure(result.error, "write manifest.json");
+          this.manifestFailed(result.error);
           return;
         }
         this.succeeded();
