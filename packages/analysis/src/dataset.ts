@@ -5,7 +5,6 @@
  * phase boundaries, alerts, health transitions and peaks. Aggregates kept on disk (the index) are
  * read when a rank needs them and let go after, so memory holds one rank's data, not the input's.
  */
-import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import type {
   AlertEntry,
   BoundaryEntry,
@@ -16,7 +15,7 @@ import type {
   SegmentAggregate,
 } from "./aggregate.js";
 import { TimeRangeError } from "./errors.js";
-import { decodeAggregate } from "./index-format.js";
+import { decodeAggregate, readAggregateFile } from "./index-format.js";
 import type { SegmentData } from "./merge.js";
 import { scanSegmentSync } from "./scan.js";
 import { withHeadroom } from "./scratch.js";
@@ -199,31 +198,6 @@ function take<T extends { length: number }>(free: T[], size: number): T | undefi
   return free.splice(best, 1)[0];
 }
 
-/** Reads a whole file into a buffer of `pool` (`bytes` views the file's part of `buffer`); null when it cannot be read. */
-function readInto(path: string, pool: ArrayPool): { buffer: Buffer; bytes: Buffer } | null {
-  let fd: number;
-  try {
-    fd = openSync(path, "r");
-  } catch {
-    return null;
-  }
-  try {
-    const size = fstatSync(fd).size;
-    const buffer = pool.bytes(size);
-    let filled = 0;
-    while (filled < size) {
-      const read = readSync(fd, buffer, filled, size - filled, filled);
-      if (read === 0) break;
-      filled += read;
-    }
-    return { buffer, bytes: buffer.subarray(0, filled) };
-  } catch {
-    return null;
-  } finally {
-    closeSync(fd);
-  }
-}
-
 /**
  * Combines series from the plan's segments, reading aggregates kept on disk when needed. A series
  * `load` returns may use the loader's reused arrays: it is valid until the next `release()`.
@@ -241,7 +215,7 @@ export class DatasetLoader {
     const known = this.loaded.get(ordinal);
     if (known !== undefined) return known.aggregate;
     const file = segment.file!;
-    const read = readInto(file.path, this.pool);
+    const read = readAggregateFile(file.path, (size) => this.pool.bytes(size));
     let aggregate = read === null ? undefined : decodeAggregate(read.bytes, file.stamp);
     let buffer = read?.buffer ?? null;
     // An index file damaged since it was checked: the segment itself is read again.

@@ -6,7 +6,7 @@
  * of 100 KB or more straight into the old generation, which is only collected once it has grown by
  * several times the live heap: memory would grow with the size of the segments.
  */
-import { closeSync, openSync, readSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, fstatSync, openSync, readSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { FLOAT_KEYS, type JsonObject, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
 import {
   type AlertEntry,
@@ -440,23 +440,51 @@ function stampMatches(bytes: Buffer, stamp: string): boolean {
   return end + 4 <= bytes.length && bytes.toString("utf8", MAGIC.length + 4, end) === stamp;
 }
 
-/** Whether the aggregate file at `path` starts as one stamped `stamp` (reads only its first bytes). */
-export function aggregateStampMatches(path: string, stamp: string): boolean {
+/** `read` on the open file at `path`, closed after; `fallback` when it cannot be opened or read. */
+function withFile<T>(path: string, fallback: T, read: (fd: number) => T): T {
   let fd: number;
   try {
     fd = openSync(path, "r");
   } catch {
-    return false;
+    return fallback;
   }
   try {
-    const head = Buffer.alloc(MAGIC.length + 8 + Buffer.byteLength(stamp, "utf8"));
-    const read = readSync(fd, head, 0, head.length, 0);
-    return stampMatches(head.subarray(0, read), stamp);
+    return read(fd);
   } catch {
-    return false;
+    return fallback;
   } finally {
     closeSync(fd);
   }
+}
+
+/** Whether the aggregate file at `path` starts as one stamped `stamp` (reads only its first bytes). */
+export function aggregateStampMatches(path: string, stamp: string): boolean {
+  return withFile(path, false, (fd) => {
+    const head = Buffer.alloc(MAGIC.length + 8 + Buffer.byteLength(stamp, "utf8"));
+    const read = readSync(fd, head, 0, head.length, 0);
+    return stampMatches(head.subarray(0, read), stamp);
+  });
+}
+
+/**
+ * Reads the whole aggregate file at `path` into a buffer from `allocate` (at least its size, so a
+ * caller can reuse buffers); `bytes` views the file's part. Null when it cannot be read.
+ */
+export function readAggregateFile(
+  path: string,
+  allocate: (size: number) => Buffer,
+): { buffer: Buffer; bytes: Buffer } | null {
+  return withFile(path, null, (fd) => {
+    const size = fstatSync(fd).size;
+    const buffer = allocate(size);
+    let filled = 0;
+    while (filled < size) {
+      const read = readSync(fd, buffer, filled, size - filled, filled);
+      if (read === 0) break;
+      filled += read;
+    }
+    return { buffer, bytes: buffer.subarray(0, filled) };
+  });
 }
 
 /** Writes a file through a temporary name and a rename, so that readers never see half of it. */
