@@ -129,9 +129,16 @@ export async function resolveTelemetryInput(
       );
     }
     // Side by side: a job root holds one directory per rank, and each costs several file system calls.
+    // Warnings are held per directory and told in directory order, as a one-by-one read would.
+    const warnings = dirs.map((): string[] => []);
     const parts = await Promise.all(
-      dirs.map((dir) => sinkPart(dir, null, stableLegacySessionId([resolvedPath(dir), "sink"]), warn)),
+      dirs.map((dir, i) =>
+        sinkPart(dir, null, stableLegacySessionId([resolvedPath(dir), "sink"]), (message) =>
+          warnings[i]!.push(message),
+        ),
+      ),
     );
+    for (const message of warnings.flat()) warn(message);
     const kind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
     return { kind, path, absolute, parts, defaultSource, defaultSourcePath: path };
   }

@@ -14,6 +14,7 @@ import {
   loadTelemetryEvents,
   loadTelemetrySessions,
   openTelemetrySession,
+  resolveTelemetryInput,
   SessionNotFoundError,
   sinkDirectoryForProcess,
   summarizeTelemetrySessions,
@@ -190,5 +191,34 @@ describe("loaders", () => {
     expect(sessions.map((s) => [s.summary.session_id, s.eventCount])).toEqual([
       ["2cfda835-2b8e-4a5e-9a84-9a8adf638072", 42],
     ]);
+  });
+});
+
+describe("resolveTelemetryInput on a root of rank directories", () => {
+  it("reads them side by side but reports their warnings in directory order", async () => {
+    const root = tempDir();
+    const names = Array.from({ length: 12 }, (_, i) => `rank-${String(i).padStart(2, "0")}`);
+    for (const name of names) {
+      mkdirSync(join(root, name));
+      writeFileSync(
+        join(root, name, "segment-000001.jsonl"),
+        `${encodeTelemetryRecord(sampleRecord(name, 0))}\n`,
+      );
+      writeFileSync(
+        join(root, name, "manifest.json"),
+        stringifyJson({
+          schema_version: 2,
+          format: "stormlog.append_only_telemetry_sink",
+          sessions: [],
+          segments: [
+            { filename: `../${name}.jsonl`, event_count: 1, size_bytes: 1, closed: true, session_id: null },
+          ],
+        }),
+      );
+    }
+    const warnings: string[] = [];
+    const input = await resolveTelemetryInput(root, (message) => warnings.push(message));
+    expect(input.parts.map((part) => part.dir)).toEqual(names.map((name) => join(root, name)));
+    expect(warnings.map((message) => /"\.\.\/(rank-\d+)\.jsonl"/.exec(message)?.[1])).toEqual(names);
   });
 });
