@@ -1,7 +1,8 @@
 import { decodeCanonicalV3 } from "./codec-fast.js";
 import { type SourceLocation, TelemetryValidationError } from "./errors.js";
 import type { JsonObject } from "./json.js";
-import { FLOAT_KEYS, LosslessJsonParser, pythonJsonString, stringifyJson } from "./json-codec.js";
+import { LosslessJsonParser, pythonJsonString, stringifyJson } from "./json-codec.js";
+import { isRecorderPhaseScope } from "./phase-scope-shape.js";
 import { INTEGER_TELEMETRY_FIELDS, TELEMETRY_V3_FIELDS, type TelemetryRecord } from "./schema.js";
 import { validateTelemetryRecord } from "./validate.js";
 
@@ -163,30 +164,19 @@ export function encodeTelemetryRecord(record: TelemetryRecord): string {
  * a training run's lines. Returns undefined for any other shape (the generic writer handles it).
  */
 function encodePhaseScope(scope: JsonObject): string | undefined {
+  if (!isRecorderPhaseScope(scope)) return undefined;
   const { action, attributes, depth, name, parent_scope_id: parent, path, scope_id: scopeId } = scope;
   const { sequence, thread_id: threadId, thread_name: threadName } = scope;
-  let keys = 0;
-  for (const _ in scope) keys++;
-  if (keys !== (attributes === undefined ? 9 : 10)) return undefined;
-  if (typeof action !== "string" || typeof name !== "string" || typeof scopeId !== "string") return undefined;
-  if (typeof threadName !== "string" || (parent !== null && typeof parent !== "string")) return undefined;
-  if (!Number.isSafeInteger(depth) || !Number.isSafeInteger(sequence) || !Number.isSafeInteger(threadId)) {
-    return undefined;
-  }
-  if (!Array.isArray(path) || (scope as { [FLOAT_KEYS]?: unknown })[FLOAT_KEYS] !== undefined)
-    return undefined;
+  const parts = path as string[];
   let pathText = "[";
-  for (let i = 0; i < path.length; i++) {
-    const part = path[i];
-    if (typeof part !== "string") return undefined;
-    pathText += i === 0 ? pythonJsonString(part) : `, ${pythonJsonString(part)}`;
-  }
+  for (let i = 0; i < parts.length; i++)
+    pathText += i === 0 ? pythonJsonString(parts[i]!) : `, ${pythonJsonString(parts[i]!)}`;
   const attributesText =
     attributes === undefined ? "" : `"attributes": ${stringifyJson(attributes, { sortKeys: true })}, `;
   return (
-    `{"action": ${pythonJsonString(action)}, ${attributesText}"depth": ${depth}, "name": ${pythonJsonString(name)}` +
+    `{"action": ${pythonJsonString(action as string)}, ${attributesText}"depth": ${depth}, "name": ${pythonJsonString(name as string)}` +
     `, "parent_scope_id": ${parent === null ? "null" : pythonJsonString(parent as string)}, "path": ${pathText}]` +
-    `, "scope_id": ${pythonJsonString(scopeId)}, "sequence": ${sequence}, "thread_id": ${threadId}` +
-    `, "thread_name": ${pythonJsonString(threadName)}}`
+    `, "scope_id": ${pythonJsonString(scopeId as string)}, "sequence": ${sequence}, "thread_id": ${threadId}` +
+    `, "thread_name": ${pythonJsonString(threadName as string)}}`
   );
 }

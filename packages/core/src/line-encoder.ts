@@ -1,6 +1,7 @@
 import { encodeTelemetryRecord } from "./codec.js";
 import type { JsonObject, JsonValue } from "./json.js";
 import { FLOAT_KEYS, pythonJsonNumber, pythonJsonString, stringifyJson } from "./json-codec.js";
+import { isRecorderPhaseScope } from "./phase-scope-shape.js";
 import type { TelemetryEvent } from "./schema.js";
 
 /**
@@ -587,27 +588,20 @@ export class TelemetryLineEncoder {
 }
 
 /**
- * `metadata.phase_scope` as the phase recorder writes it (see core's `encodePhaseScope`, which
- * checks the same shape): -2 for any other shape (the generic writer handles it), -1 for no room.
+ * `metadata.phase_scope` as the phase recorder writes it (the shape `isRecorderPhaseScope` checks,
+ * as core's string template does): -2 for any other shape (the generic writer handles it), -1 for no room.
  */
 function putPhaseScope(out: Uint8Array, pos: number, scope: JsonObject): number {
-  const { action, attributes, depth, name, parent_scope_id: parent, path, scope_id: scopeId } = scope;
+  if (!isRecorderPhaseScope(scope)) return -2;
+  const { action, attributes, depth, name, parent_scope_id: parent, scope_id: scopeId } = scope;
   const { sequence, thread_id: threadId, thread_name: threadName } = scope;
-  let keys = 0;
-  for (const _ in scope) keys++;
-  if (keys !== (attributes === undefined ? 9 : 10)) return -2;
-  if (typeof action !== "string" || typeof name !== "string" || typeof scopeId !== "string") return -2;
-  if (typeof threadName !== "string" || (parent !== null && typeof parent !== "string")) return -2;
-  if (!Number.isSafeInteger(depth) || !Number.isSafeInteger(sequence) || !Number.isSafeInteger(threadId))
-    return -2;
-  if (!Array.isArray(path) || (scope as FloatMarked)[FLOAT_KEYS] !== undefined) return -2;
-  for (let i = 0; i < path.length; i++) if (typeof path[i] !== "string") return -2;
+  const path = scope.path as string[];
 
   if (action === "enter") pos = putBytes(out, pos, ACTION_ENTER);
   else if (action === "exit") pos = putBytes(out, pos, ACTION_EXIT);
   else {
     pos = putText(out, pos, '{"action": ');
-    if (pos >= 0) pos = putString(out, pos, action);
+    if (pos >= 0) pos = putString(out, pos, action as string);
   }
   if (pos < 0) return -1;
   if (attributes !== undefined) {
@@ -618,7 +612,7 @@ function putPhaseScope(out: Uint8Array, pos: number, scope: JsonObject): number 
   out.set(K_DEPTH, pos);
   pos = putInt(out, pos + K_DEPTH.length, depth as number);
   out.set(K_NAME, pos);
-  pos = putString(out, pos + K_NAME.length, name);
+  pos = putString(out, pos + K_NAME.length, name as string);
   if (pos < 0) return -1;
   out.set(K_PARENT, pos);
   pos += K_PARENT.length;
@@ -632,18 +626,18 @@ function putPhaseScope(out: Uint8Array, pos: number, scope: JsonObject): number 
       out[pos + 1] = 0x20;
       pos += 2;
     }
-    pos = putString(out, pos, path[i] as string);
+    pos = putString(out, pos, path[i]!);
     if (pos < 0) return -1;
   }
   out.set(K_SCOPE_ID, pos);
-  pos = putString(out, pos + K_SCOPE_ID.length, scopeId);
+  pos = putString(out, pos + K_SCOPE_ID.length, scopeId as string);
   if (pos < 0) return -1;
   out.set(K_SEQUENCE, pos);
   pos = putInt(out, pos + K_SEQUENCE.length, sequence as number);
   out.set(K_THREAD_ID, pos);
   pos = putInt(out, pos + K_THREAD_ID.length, threadId as number);
   out.set(K_THREAD_NAME, pos);
-  pos = putString(out, pos + K_THREAD_NAME.length, threadName);
+  pos = putString(out, pos + K_THREAD_NAME.length, threadName as string);
   if (pos < 0) return -1;
   out[pos] = 0x7d;
   return pos + 1;
