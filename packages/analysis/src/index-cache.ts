@@ -15,7 +15,7 @@
  * index, large inputs spill to a temporary directory removed afterwards.
  */
 import { createHash } from "node:crypto";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { type BigIntStats, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { readdir, rm, stat, writeFile } from "node:fs/promises";
 import { homedir, tmpdir } from "node:os";
 import { basename, dirname, join, relative } from "node:path";
@@ -97,19 +97,21 @@ export interface LoadedSegments {
   usage: IndexUsage;
 }
 
-async function fingerprint(path: string): Promise<Fingerprint | null> {
+/** Blocking on purpose: a stat is microseconds, a thread-pool round trip per file costs more (warm CLI path). */
+function fingerprint(path: string): Fingerprint | null {
+  let info: BigIntStats;
   try {
-    const info = await stat(path, { bigint: true });
-    return {
-      size: Number(info.size),
-      mtimeNs: info.mtimeNs.toString(),
-      ctimeNs: info.ctimeNs.toString(),
-      ino: info.ino.toString(),
-      dev: info.dev.toString(),
-    };
+    info = statSync(path, { bigint: true });
   } catch {
     return null;
   }
+  return {
+    size: Number(info.size),
+    mtimeNs: info.mtimeNs.toString(),
+    ctimeNs: info.ctimeNs.toString(),
+    ino: info.ino.toString(),
+    dev: info.dev.toString(),
+  };
 }
 
 const printText = (print: Fingerprint | null): string =>
@@ -249,7 +251,7 @@ export class SegmentIndex {
   /** Stats the input's files and reads the catalog (no segment is read yet). */
   static async open(input: ResolvedTelemetryInput, options: SegmentIndexOptions): Promise<SegmentIndex> {
     const segments = input.parts.flatMap((part) => part.segments);
-    const prints = await Promise.all(segments.map((segment) => fingerprint(segment.path)));
+    const prints = segments.map((segment) => fingerprint(segment.path));
     const missing = prints.indexOf(null);
     if (missing >= 0) {
       // Listed a moment ago and gone now (retention pruned it): the scan reports it as the reader would.
@@ -280,12 +282,10 @@ export class SegmentIndex {
     }
     // The report depends on the segments, the manifests (session ledger) and rollups.json (pruning counters).
     const nowNs = BigInt(Date.now()) * 1_000_000n;
-    const sidecars = await Promise.all(
-      input.parts.flatMap((part) => [
-        fingerprint(join(part.dir, "manifest.json")),
-        fingerprint(join(part.dir, "rollups.json")),
-      ]),
-    );
+    const sidecars = input.parts.flatMap((part) => [
+      fingerprint(join(part.dir, "manifest.json")),
+      fingerprint(join(part.dir, "rollups.json")),
+    ]);
     const racy =
       missing >= 0 ||
       solid.some((print) => isRacy(print, nowNs)) ||

@@ -4,7 +4,8 @@
  * leaks, hidden-memory gaps, cross-rank first cause, collector health, alerts and the sink's
  * counters. `analyzeEvents(events)` runs the same analyses on events in memory.
  */
-import { readdir, readFile, stat } from "node:fs/promises";
+import { type Dirent, readdirSync, type Stats, statSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import {
   type JsonObject,
@@ -280,7 +281,7 @@ export async function analyzeTelemetry(path: string, options: AnalyzeOptions = {
     ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
     ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
   });
-  const inputSize = await sizeOnDisk(input.path);
+  const inputSize = sizeOnDisk(input.path);
   // Besides the files, the report depends on the session asked for and on the path as given (it names it).
   const view = JSON.stringify([options.sessionId ?? null, input.path]);
   const stored = index.readReport(view);
@@ -328,36 +329,40 @@ async function analyzeIndexed(
   return report;
 }
 
-/** Bytes of a file, or of every file under a directory (the reference's "File size"), the index left out. */
-async function sizeOnDisk(path: string): Promise<number> {
-  let info: Awaited<ReturnType<typeof stat>>;
+/**
+ * Bytes of a file, or of every file under a directory (the reference's "File size"), the index left
+ * out. Blocking, like the input's resolution: metadata calls only.
+ */
+function fileSize(path: string): number {
   try {
-    info = await stat(path);
+    return statSync(path).size;
+  } catch {
+    return 0;
+  }
+}
+
+function sizeOnDisk(path: string): number {
+  let info: Stats;
+  try {
+    info = statSync(path);
   } catch {
     return 0;
   }
   if (!info.isDirectory()) return info.size;
-  let entries: import("node:fs").Dirent[];
+  let entries: Dirent[];
   try {
-    entries = await readdir(path, { withFileTypes: true });
+    entries = readdirSync(path, { withFileTypes: true });
   } catch {
     return 0;
   }
-  // Side by side: a job root holds one directory per rank.
-  const sizes = await Promise.all(
-    entries.map((entry) => {
-      if (entry.name === INDEX_DIRNAME) return 0;
-      const child = join(path, entry.name);
-      if (entry.isDirectory()) return sizeOnDisk(child);
-      return entry.isFile()
-        ? stat(child).then(
-            (info) => info.size,
-            () => 0,
-          )
-        : 0;
-    }),
-  );
-  return sizes.reduce((sum, size) => sum + size, 0);
+  let total = 0;
+  for (const entry of entries) {
+    if (entry.name === INDEX_DIRNAME) continue;
+    const child = join(path, entry.name);
+    if (entry.isDirectory()) total += sizeOnDisk(child);
+    else if (entry.isFile()) total += fileSize(child);
+  }
+  return total;
 }
 
 async function analyzeJsonFile(
@@ -370,7 +375,7 @@ async function analyzeJsonFile(
   const segments: SegmentData[] = [inMemorySegment(input.absolute, null, aggregateEvents(events))];
   const sessions = listSessions(segments, new Map(), input.defaultSource, input.absolute);
   const selection = selectSession(sessions, findRankGroups(sessions), options.sessionId, input.path);
-  const size = await sizeOnDisk(input.path);
+  const size = sizeOnDisk(input.path);
   return analyze({
     input: { path: input.path, kind: "json", size_bytes: size },
     sessions,

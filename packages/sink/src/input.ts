@@ -2,8 +2,7 @@
  * What a telemetry path holds, and how each of its lines becomes an event: the one place where the
  * reader (and analysis, which scans the same files its own way) learns the reference's input rules.
  */
-import { realpathSync } from "node:fs";
-import { readdir, stat } from "node:fs/promises";
+import { readdirSync, realpathSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import {
   decodeTelemetryLine,
@@ -16,11 +15,11 @@ import {
   TelemetryValidationError,
 } from "@stormlog/core";
 import { TelemetrySourceError } from "./errors.js";
-import { discoverSinkDirectories } from "./layout.js";
+import { discoverSinkDirectoriesSync } from "./layout.js";
 import {
   isSegmentFilename,
   MANIFEST_FILENAME,
-  readManifest,
+  readManifestSync,
   SEGMENT_SUFFIX,
   type SinkManifest,
 } from "./manifest.js";
@@ -65,32 +64,26 @@ function resolvedPath(path: string): string {
   }
 }
 
-async function sinkPart(
+function sinkPart(
   dir: string,
   only: string | null,
   fallbackSessionId: string,
   warn: (message: string) => void,
-): Promise<TelemetryInputPart> {
-  const manifest = await readManifest(dir, { onWarning: warn });
+): TelemetryInputPart {
+  const manifest = readManifestSync(dir, { onWarning: warn });
   const hints = new Map<string, string | null>();
   for (const segment of manifest?.segments ?? []) hints.set(segment.filename, segment.session_id);
   let names: string[];
   if (only !== null) {
     names = [only];
   } else {
-    const onDisk = (await readdir(dir, { withFileTypes: true }))
+    const onDisk = readdirSync(dir, { withFileTypes: true })
       .filter((entry) => entry.isFile() && isSegmentFilename(entry.name))
       .map((entry) => entry.name);
     // Listed but gone (pruned, or never written): the reference skips it too.
-    const present = await Promise.all(
-      (manifest?.segments ?? []).map((segment) =>
-        stat(join(dir, segment.filename)).then(
-          (info) => (info.isFile() ? segment.filename : null),
-          () => null,
-        ),
-      ),
-    );
-    const listed = present.filter((name): name is string => name !== null);
+    const listed = (manifest?.segments ?? [])
+      .map((segment) => segment.filename)
+      .filter((name) => statSync(join(dir, name), { throwIfNoEntry: false })?.isFile() === true);
     names = [...new Set([...listed, ...onDisk])].sort();
   }
   const segments = names.map((name): TelemetryInputSegment => {
@@ -110,9 +103,21 @@ export async function resolveTelemetryInput(
   path: string,
   warn: (message: string) => void = () => undefined,
 ): Promise<ResolvedTelemetryInput> {
-  let info: Awaited<ReturnType<typeof stat>>;
+  return resolveTelemetryInputSync(path, warn);
+}
+
+/**
+ * `resolveTelemetryInput`, blocking. It only lists directories, stats files and reads manifests: a
+ * 64-rank root takes a few milliseconds this way, where the same calls through the thread pool cost a
+ * fresh CLI process several times that (measured: the warm `stormlog analyze` path).
+ */
+export function resolveTelemetryInputSync(
+  path: string,
+  warn: (message: string) => void = () => undefined,
+): ResolvedTelemetryInput {
+  let info: ReturnType<typeof statSync>;
   try {
-    info = await stat(path);
+    info = statSync(path);
   } catch (error) {
     throw new TelemetrySourceError(path, "No telemetry input here: the path does not exist", {
       cause: error,
@@ -121,24 +126,16 @@ export async function resolveTelemetryInput(
   const absolute = resolvedPath(path);
   const defaultSource = `artifact:${basename(path) || absolute}`;
   if (info.isDirectory()) {
-    const dirs = await discoverSinkDirectories(path);
+    const dirs = discoverSinkDirectoriesSync(path);
     if (dirs.length === 0) {
       throw new TelemetrySourceError(
         path,
         "Not a sink directory (no manifest.json or segment-*.jsonl) and no sink directory inside it",
       );
     }
-    // Side by side: a job root holds one directory per rank, and each costs several file system calls.
-    // Warnings are held per directory and told in directory order, as a one-by-one read would.
-    const warnings = dirs.map((): string[] => []);
-    const parts = await Promise.all(
-      dirs.map((dir, i) =>
-        sinkPart(dir, null, stableLegacySessionId([resolvedPath(dir), "sink"]), (message) =>
-          warnings[i]!.push(message),
-        ),
-      ),
+    const parts = dirs.map((dir) =>
+      sinkPart(dir, null, stableLegacySessionId([resolvedPath(dir), "sink"]), warn),
     );
-    for (const message of warnings.flat()) warn(message);
     const kind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
     return { kind, path, absolute, parts, defaultSource, defaultSourcePath: path };
   }
@@ -146,11 +143,11 @@ export async function resolveTelemetryInput(
   const parent = dirname(path);
   const fallback = stableLegacySessionId([absolute, "sink"]);
   if (name === MANIFEST_FILENAME) {
-    const parts = [await sinkPart(parent, null, fallback, warn)];
+    const parts = [sinkPart(parent, null, fallback, warn)];
     return { kind: "sink", path, absolute, parts, defaultSource, defaultSourcePath: path };
   }
   if (name.endsWith(SEGMENT_SUFFIX)) {
-    const parts = [await sinkPart(parent, name, fallback, warn)];
+    const parts = [sinkPart(parent, name, fallback, warn)];
     return { kind: "jsonl", path, absolute, parts, defaultSource, defaultSourcePath: absolute };
   }
   return { kind: "json", path, absolute, parts: [], defaultSource, defaultSourcePath: absolute };
