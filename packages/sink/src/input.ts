@@ -67,7 +67,7 @@ function resolvedPath(path: string): string {
 function sinkPart(
   dir: string,
   only: string | null,
-  fallbackSessionId: string,
+  fallbackSessionId: () => string,
   warn: (message: string) => void,
 ): TelemetryInputPart {
   const manifest = readManifestSync(dir, { onWarning: warn });
@@ -86,9 +86,12 @@ function sinkPart(
       .filter((name) => statSync(join(dir, name), { throwIfNoEntry: false })?.isFile() === true);
     names = [...new Set([...listed, ...onDisk])].sort();
   }
+  // The directory's synthetic id (a realpath and a hash) only where a segment has no manifest hint.
+  let fallback: string | undefined;
   const segments = names.map((name): TelemetryInputSegment => {
     const hint = hints.get(name) ?? null;
-    return { path: join(dir, name), hint, defaultSessionId: hint ?? fallbackSessionId };
+    if (hint === null && fallback === undefined) fallback = fallbackSessionId();
+    return { path: join(dir, name), hint, defaultSessionId: hint ?? fallback! };
   });
   return { dir, manifest, segments };
 }
@@ -134,14 +137,14 @@ export function resolveTelemetryInputSync(
       );
     }
     const parts = dirs.map((dir) =>
-      sinkPart(dir, null, stableLegacySessionId([resolvedPath(dir), "sink"]), warn),
+      sinkPart(dir, null, () => stableLegacySessionId([resolvedPath(dir), "sink"]), warn),
     );
     const kind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
     return { kind, path, absolute, parts, defaultSource, defaultSourcePath: path };
   }
   const name = basename(path);
   const parent = dirname(path);
-  const fallback = stableLegacySessionId([absolute, "sink"]);
+  const fallback = () => stableLegacySessionId([absolute, "sink"]);
   if (name === MANIFEST_FILENAME) {
     const parts = [sinkPart(parent, null, fallback, warn)];
     return { kind: "sink", path, absolute, parts, defaultSource, defaultSourcePath: path };
