@@ -1,11 +1,10 @@
 /**
  * Wall-time overhead of tracking the example's training loop: the same custom loop (phases every
- * batch) timed without a tracker and with one (tfjs + process collectors, 100 ms sampling, sink on),
- * in the same process, in alternating rounds (ABBA) so drift on a shared machine cancels out.
- * Goal: <= 1 %.
+ * batch) timed without a tracker, with one writing a sink (tfjs + process collectors, 100 ms
+ * sampling: the goal's setting) and with one without a sink, in the same process, each round in
+ * another order of the three so drift on a shared machine cancels out. Goal: <= 1 % with the sink.
  *
- *   pnpm --filter tfjs-training bench            (ROUNDS=16 STEPS=100 EMPTY_STEPS=2000 by default;
- *                                                 SINK=off tracks without a sink)
+ *   pnpm --filter tfjs-training bench            (ROUNDS=16 STEPS=100 EMPTY_STEPS=2000 by default)
  *
  * A plain script rather than mitata: mitata runs one benchmark after the other, and a 1 % difference
  * needs the two measured side by side.
@@ -13,6 +12,7 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { type PerformanceEntry, PerformanceObserver, constants as perfConstants } from "node:perf_hooks";
 import { tfjsCollector } from "@stormlog/adapter-tfjs";
 import type { PhaseHost } from "@stormlog/core";
 import { noopPhaseHost } from "@stormlog/phases";
@@ -43,16 +43,37 @@ const sinkDir = mkdtempSync(join(tmpdir(), "stormlog-overhead-"));
 const tracker = new MemoryTracker({
   collectors: [tfjsCollector(tf), processCollector()],
   samplingIntervalMs: 100,
-  // SINK=off: the tracker without a sink, to split the overhead between tracking and writing.
-  sink: process.env.SINK === "off" ? undefined : { rootDir: sinkDir },
+  sink: { rootDir: sinkDir },
+});
+// The same tracker without a sink: splits the overhead between tracking and writing.
+const trackerWithoutSink = new MemoryTracker({
+  collectors: [tfjsCollector(tf), processCollector()],
+  samplingIntervalMs: 100,
 });
 
-/** Wall, process CPU and main-thread on-CPU milliseconds of one segment. */
+/** Wall, process CPU and main-thread on-CPU milliseconds of one segment, and its collections. */
 interface Timing {
   wall: number;
   cpu: number;
   /** Time the training thread itself ran (NaN where /proc has no schedstat). */
   thread: number;
+  /** Full (mark-compact) collections during the segment, and young-generation ones. */
+  majorGcs: number;
+  minorGcs: number;
+}
+
+const collections: { kind: number; start: number }[] = [];
+new PerformanceObserver((list) => {
+  for (const entry of list.getEntries()) {
+    const kind = (entry as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind;
+    if (kind !== undefined) collections.push({ kind, start: entry.startTime });
+  }
+}).observe({ entryTypes: ["gc"] });
+/** Collections of a kind that started in [from, to] (the observer reports them a tick later). */
+async function collectionsBetween(kind: number, from: number, to: number): Promise<number> {
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  return collections.filter((entry) => entry.kind === kind && entry.start >= from && entry.start <= to)
+    .length;
 }
 
 const SCHEDSTAT = `/proc/${process.pid}/task/${process.pid}/schedstat`;
@@ -68,10 +89,15 @@ function threadCpuMs(): number {
   }
 }
 
+type Mode = "untracked" | "sink" | "no sink";
+const trackerOf = (mode: Mode) =>
+  mode === "sink" ? tracker : mode === "no sink" ? trackerWithoutSink : null;
+
 /** One timed segment of `STEPS` training steps; the tracker starts and stops outside the timing. */
-async function segment(tracked: boolean): Promise<Timing> {
-  const host: PhaseHost = tracked ? tracker : noopPhaseHost;
-  if (tracked) await tracker.start();
+async function segment(mode: Mode): Promise<Timing> {
+  const active = trackerOf(mode);
+  const host: PhaseHost = active ?? noopPhaseHost;
+  await active?.start();
   // Each segment starts from a collected heap, so garbage left by the previous one (a tracker's
   // stop reads the sink back for rollups.json) is not charged to this one.
   collectGarbage?.();
@@ -82,8 +108,15 @@ async function segment(tracked: boolean): Promise<Timing> {
   const wall = performance.now() - started;
   const thread = threadCpuMs() - threadStart;
   const cpu = process.cpuUsage(cpuStart);
-  if (tracked) await tracker.stop();
-  return { wall, cpu: (cpu.user + cpu.system) / 1000, thread };
+  await active?.stop();
+  const ended = started + wall;
+  return {
+    wall,
+    cpu: (cpu.user + cpu.system) / 1000,
+    thread,
+    majorGcs: await collectionsBetween(perfConstants.NODE_PERFORMANCE_GC_MAJOR, started, ended),
+    minorGcs: await collectionsBetween(perfConstants.NODE_PERFORMANCE_GC_MINOR, started, ended),
+  };
 }
 
 const median = (values: readonly number[]) => {
@@ -93,16 +126,23 @@ const median = (values: readonly number[]) => {
 };
 
 console.log(`tfjs ${packageName} (${tf.getBackend()}), ${ROUNDS} rounds of ${STEPS} steps per mode`);
-await segment(false); // warm-up: kernels, allocator, JIT
-await segment(true);
+// Warm-up: kernels, allocator, JIT.
+for (const mode of ["untracked", "sink", "no sink"] as const) await segment(mode);
 
-const untrackedTimings: Timing[] = [];
-const trackedTimings: Timing[] = [];
-for (let round = 0; round < ROUNDS; round++) {
-  const order = round % 2 === 0 ? [false, true] : [true, false];
-  for (const withTracker of order)
-    (withTracker ? trackedTimings : untrackedTimings).push(await segment(withTracker));
-}
+const timings: Record<Mode, Timing[]> = { untracked: [], sink: [], "no sink": [] };
+// Every order of the three modes in turn: each mode follows each other one equally often.
+const ORDERS: readonly (readonly Mode[])[] = [
+  ["untracked", "sink", "no sink"],
+  ["no sink", "sink", "untracked"],
+  ["sink", "no sink", "untracked"],
+  ["untracked", "no sink", "sink"],
+  ["no sink", "untracked", "sink"],
+  ["sink", "untracked", "no sink"],
+];
+for (let round = 0; round < ROUNDS; round++)
+  for (const mode of ORDERS[round % ORDERS.length]!) timings[mode].push(await segment(mode));
+const untrackedTimings = timings.untracked;
+const trackedTimings = timings.sink;
 const quantile = (values: readonly number[], q: number) => {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
@@ -123,8 +163,8 @@ const percent = (ratio: number) => `${((ratio - 1) * 100).toFixed(2)} %`;
 const phasesPerStep = 5; // train, load_batch, forward, backward, optimizer_step
 
 /** One line per measure: the median of the per-round ratios, its 90 % interval, and the quartiles. */
-function report(label: string, pick: (timing: Timing) => number): void {
-  const ratios = trackedTimings.map((t, i) => pick(t) / pick(untrackedTimings[i]!));
+function report(label: string, pick: (timing: Timing) => number, tracked = trackedTimings): void {
+  const ratios = tracked.map((t, i) => pick(t) / pick(untrackedTimings[i]!));
   if (ratios.some((ratio) => !Number.isFinite(ratio))) return;
   const [low, high] = medianInterval(ratios);
   console.log(
@@ -139,13 +179,26 @@ console.log(
     `per ${STEPS} steps; ${phasesPerStep * STEPS} phases and ~${Math.round(wallOf(trackedTimings) / 100)} samples ` +
     "per tracked segment",
 );
-console.log("overhead, median of per-round ratios tracked/untracked:");
+console.log("overhead with the sink, median of per-round ratios tracked/untracked:");
 report("wall time", (t) => t.wall);
 // The training thread's own CPU time: what tracking costs the loop, without the time other
 // processes on a shared machine took (wall time's noise). The sink's disk writes run on libuv's
 // threads and are in the process CPU line only.
 report("training thread on-CPU time", (t) => t.thread);
 report("process CPU time (all threads)", (t) => t.cpu);
+console.log("overhead without a sink (the same tracker, nothing written):");
+report("wall time", (t) => t.wall, timings["no sink"]);
+report("training thread on-CPU time", (t) => t.thread, timings["no sink"]);
+const meanOf = (values: readonly number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
+console.log(
+  "collections per segment (mean), full / young: " +
+    (["untracked", "sink", "no sink"] as const)
+      .map(
+        (mode) =>
+          `${mode} ${meanOf(timings[mode].map((t) => t.majorGcs)).toFixed(2)} / ${meanOf(timings[mode].map((t) => t.minorGcs)).toFixed(0)}`,
+      )
+      .join(", "),
+);
 
 // Stormlog's own work per step, without the model: the same phases (train with its metadata, and
 // four inside it), the same tracker and sink, empty phase bodies, many steps per segment. Wall time
