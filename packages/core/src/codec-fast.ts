@@ -141,8 +141,12 @@ export function decodeCanonicalV3(parser: LosslessJsonParser): TelemetryRecordV3
 }
 
 const FAIL = -1.5;
-/** A digit followed by a fraction or exponent, or 16+ digits: a token JSON.parse would not keep exact. */
-const FLOAT_OR_LONG_NUMBER = /[0-9][.eE]|[0-9]{16}/;
+/**
+ * A number token with a fraction or exponent, or of 16+ digits: one JSON.parse would not keep exact.
+ * Only tokens after `:`, `[` or `,` (where JSON numbers are), so digits inside strings, such as the
+ * "30e2" of a session UUID in a phase scope id, do not send the line to the slower exact parser.
+ */
+const FLOAT_OR_LONG_NUMBER = /[:[,]\s*-?(?:[0-9]+[.eE]|[0-9]{16})/;
 
 /** Reads one canonical line; fields keep the hot loop monomorphic. */
 class CanonicalReader {

@@ -175,6 +175,25 @@ describe("decodeTelemetryLine", () => {
     expect(meta.usage_percent).toBe(85);
     expect(encodeTelemetryRecord(record)).toBe(line);
   });
+
+  it("finds a lone float or long integer wherever JSON puts a number, and not in strings", () => {
+    for (const metadata of [
+      '{"a": 2.0}',
+      '{"a": -0.5}',
+      '{"a": 1e+16}',
+      '{"a": [2.0]}',
+      '{"a": [1, 3.0]}',
+      '{"a": {"b": {"c": 4.0}}}',
+      '{"a": 1234567890123456789}',
+      '{"a": [-1234567890123456789]}',
+      // Digits and "e" inside strings only: nothing to keep exact, JSON.parse reads them right.
+      '{"scope_id": "eb1e2016-30e2-4c0f-9c31-3a07859772e2:9991", "text": "x: 1.5, [2e3"}',
+      '{"id": "12345678901234567890"}',
+    ]) {
+      const line = SAMPLE_LINE.replace('"metadata": {}', `"metadata": ${metadata}`);
+      expect(encodeTelemetryRecord(decodeTelemetryLine(line)), metadata).toBe(line);
+    }
+  });
 });
 
 describe("phase records", () => {
