@@ -64,6 +64,15 @@ function resolvedPath(path: string): string {
   }
 }
 
+/** True for a regular file (through links); false when missing or unreadable. */
+function isFile(path: string): boolean {
+  try {
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
+}
+
 function sinkPart(
   dir: string,
   only: string | null,
@@ -83,7 +92,7 @@ function sinkPart(
     // Listed but gone (pruned, or never written): the reference skips it too.
     const listed = (manifest?.segments ?? [])
       .map((segment) => segment.filename)
-      .filter((name) => statSync(join(dir, name), { throwIfNoEntry: false })?.isFile() === true);
+      .filter((name) => isFile(join(dir, name)));
     names = [...new Set([...listed, ...onDisk])].sort();
   }
   // The directory's synthetic id (a realpath and a hash) only where a segment has no manifest hint.
