@@ -329,10 +329,7 @@ async function analyzeIndexed(
   return report;
 }
 
-/**
- * Bytes of a file, or of every file under a directory (the reference's "File size"), the index left
- * out. Blocking, like the input's resolution: metadata calls only.
- */
+/** Bytes of a file; 0 when it cannot be statted. */
 function fileSize(path: string): number {
   try {
     return statSync(path).size;
@@ -341,6 +338,10 @@ function fileSize(path: string): number {
   }
 }
 
+/**
+ * Bytes of a file, or of every file under a directory (the reference's "File size"), the index left
+ * out. Blocking, like the input's resolution: metadata calls only.
+ */
 function sizeOnDisk(path: string): number {
   let info: Stats;
   try {
