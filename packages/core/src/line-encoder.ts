@@ -63,6 +63,13 @@ function putCounter(out: Uint8Array, pos: number): number {
   return pos + 9;
 }
 
+/** A counter field's value (a number or null) through putCounter; -1 for anything else. */
+function putCounterField(out: Uint8Array, pos: number, value: unknown): number {
+  if (typeof value !== "number" && value !== null) return -1;
+  COUNTER[0] = value === null ? Number.NaN : value;
+  return putCounter(out, pos);
+}
+
 /** Writes a safe integer's digits. */
 function putInt(out: Uint8Array, pos: number, value: number): number {
   COUNTER[0] = value;
@@ -358,10 +365,7 @@ export class TelemetryLineEncoder {
     let run = this.activeRun;
     out.set(run, offset);
     let pos = offset + run.length;
-    const allocated = record.allocator_allocated_bytes;
-    if (typeof allocated !== "number" && allocated !== null) return -1;
-    COUNTER[0] = allocated === null ? Number.NaN : allocated;
-    pos = putCounter(out, pos);
+    pos = putCounterField(out, pos, record.allocator_allocated_bytes);
     if (pos < 0) return -1;
 
     const { allocator_change_bytes: change, allocator_inactive_bytes: inactive } = record;
@@ -378,10 +382,7 @@ export class TelemetryLineEncoder {
     run = this.changeRun;
     out.set(run, pos);
     pos += run.length;
-    const reserved = record.allocator_reserved_bytes;
-    if (typeof reserved !== "number" && reserved !== null) return -1;
-    COUNTER[0] = reserved === null ? Number.NaN : reserved;
-    pos = putCounter(out, pos);
+    pos = putCounterField(out, pos, record.allocator_reserved_bytes);
     if (pos < 0) return -1;
 
     const { collector, context } = record;
@@ -399,10 +400,7 @@ export class TelemetryLineEncoder {
     run = collectorRun;
     pos = putBytes(out, pos, run);
     if (pos < 0) return -1;
-    const free = record.device_free_bytes;
-    if (typeof free !== "number" && free !== null) return -1;
-    COUNTER[0] = free === null ? Number.NaN : free;
-    pos = putCounter(out, pos);
+    pos = putCounterField(out, pos, record.device_free_bytes);
     if (pos < 0) return -1;
 
     const { device_id: deviceId, device_total_bytes: total } = record;
@@ -419,10 +417,7 @@ export class TelemetryLineEncoder {
     run = this.deviceRun;
     out.set(run, pos);
     pos += run.length;
-    const used = record.device_used_bytes;
-    if (typeof used !== "number" && used !== null) return -1;
-    COUNTER[0] = used === null ? Number.NaN : used;
-    pos = putCounter(out, pos);
+    pos = putCounterField(out, pos, record.device_used_bytes);
     if (pos < 0) return -1;
 
     const { event_type: eventType, host, job_id: jobId, local_rank: localRank } = record;
