@@ -66,14 +66,15 @@ const NEWLINE = 0x0a;
 /** The line `bytes[start, end)` as text without a final `\r`; null when it is blank. */
 function lineText(bytes: Buffer, start: number, end: number): string | null {
   if (end > start && bytes[end - 1] === 0x0d) end--;
-  let ascii = true;
+  let onlyAsciiSpace = true;
   for (let i = start; i < end; i++) {
     const byte = bytes[i]!;
     // A printable ASCII character: not blank, no need to look further.
     if (byte > 0x20 && byte < 0x7f) return bytes.toString("utf8", start, end);
-    if (byte !== 0x20 && (byte < 0x09 || byte > 0x0d)) ascii = false;
+    if (byte !== 0x20 && (byte < 0x09 || byte > 0x0d)) onlyAsciiSpace = false;
   }
-  if (ascii) return null; // empty, or ASCII whitespace only
+  if (onlyAsciiSpace) return null;
+  // Control or non-ASCII characters only: blank when trim() says so (Unicode spaces), as before.
   const text = bytes.toString("utf8", start, end);
   return isBlank(text) ? null : text;
 }

@@ -1,5 +1,4 @@
 import { readdirSync, statSync } from "node:fs";
-import { readdir, stat } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { InvalidConfigError } from "@stormlog/core";
@@ -51,27 +50,11 @@ export function isSinkDirectorySync(dir: string): boolean {
 
 /**
  * The sink directories at `path`: `[path]` when it is one, else its immediate sub-directories that
- * are (sorted by name), as the shared-root layout makes them. Empty when there are none.
+ * are (sorted by name), as the shared-root layout makes them. Empty when there are none. (Metadata
+ * calls only, made blocking: see `resolveTelemetryInputSync`.)
  */
 export async function discoverSinkDirectories(path: string): Promise<string[]> {
-  let names: string[];
-  try {
-    names = await readdir(path);
-  } catch {
-    return [];
-  }
-  if (names.some(marksSinkDirectory)) return [path];
-  const found: string[] = [];
-  for (const name of names.sort()) {
-    const child = join(path, name);
-    try {
-      if (!(await stat(child)).isDirectory()) continue;
-      if ((await readdir(child)).some(marksSinkDirectory)) found.push(child);
-    } catch {
-      // Vanished or unreadable: not a sink directory we can read.
-    }
-  }
-  return found;
+  return discoverSinkDirectoriesSync(path);
 }
 
 /** `discoverSinkDirectories`, blocking. */
