@@ -71,7 +71,7 @@ function main(argv) {
     const state = p.hasSource ? (p.built ? "built" : "source, not built") : "not started";
     console.log(`  ${p.name.padEnd(32)} ${state.padEnd(18)} ${p.description ?? ""}`);
   }
-  const bin = join(ROOT, "packages/cli/dist/bin.js");
+  const bin = join(ROOT, "packages/cli/dist/launch.cjs");
   if (existsSync(bin)) {
     console.log("\n▶ stormlog --help");
     return run(process.execPath, [bin, "--help"]);

@@ -1,3 +1,21 @@
+import { defineConfig } from "tsup";
 import { packageBuild } from "../../tsup.base.js";
 
-export default packageBuild({ index: "src/index.ts", bin: "src/bin.ts" });
+export default [
+  // The library entry: ESM + CJS + types, its @stormlog dependencies imported as usual.
+  packageBuild({ index: "src/index.ts" }, { clean: ["index.*"] }),
+  // The executable: one CommonJS bundle of the CLI and the packages it runs (one file to read and to
+  // keep compiled in V8's code cache; see src/launch.ts), and the small launcher that runs it. The
+  // NVML adapter stays a dependency: it finds its worker file and native library next to itself.
+  defineConfig({
+    entry: { bin: "src/bin.ts", launch: "src/launch.ts" },
+    format: ["cjs"],
+    dts: false,
+    clean: ["bin.*", "launch.*"],
+    sourcemap: true,
+    target: "node20",
+    platform: "node",
+    splitting: false,
+    noExternal: [/^@stormlog\/(core|phases|sink|tracker|analysis)$/],
+  }),
+];

@@ -1,6 +1,9 @@
 import { EventEmitter } from "node:events";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { openOutput, resolveIo } from "../src/io.js";
+import { openOutput, resolveIo, writeOutput } from "../src/io.js";
 
 /** A stdout whose buffer is full after every write until `drain` is emitted. */
 class SlowStdout extends EventEmitter {
@@ -36,5 +39,31 @@ describe("openOutput to stdout", () => {
     );
     expect(output.write("a")).toBeUndefined();
     expect(chunks).toEqual(["a"]);
+  });
+});
+
+describe("writeOutput", () => {
+  it("replaces a file's content, relative to the working directory", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "stormlog-output-"));
+    try {
+      writeFileSync(join(dir, "report.json"), "an older, longer report\n");
+      await writeOutput(resolveIo({ cwd: dir }), "report.json", "{}\n");
+      expect(readFileSync(join(dir, "report.json"), "utf8")).toBe("{}\n");
+      await expect(writeOutput(resolveIo({ cwd: dir }), "missing/report.json", "{}\n")).rejects.toMatchObject(
+        {
+          code: "ENOENT",
+        },
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("writes to stdout without a file or with -", async () => {
+    const chunks: string[] = [];
+    const io = resolveIo({ stdout: { write: (chunk: string) => chunks.push(chunk) } });
+    await writeOutput(io, undefined, "a\n");
+    await writeOutput(io, "-", "b\n");
+    expect(chunks).toEqual(["a\n", "b\n"]);
   });
 });

@@ -8,7 +8,7 @@ import {
   requirePath,
   stringFlag,
 } from "../args.js";
-import { type CliIo, createProgress, openOutput, type Progress } from "../io.js";
+import { type CliIo, createProgress, type Progress, writeOutput } from "../io.js";
 import type { Command } from "./command.js";
 
 const help: CommandHelp = {
@@ -87,9 +87,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     format === "json"
       ? `${stringifyJson(reportToJson(report), { indent: 2 })}\n`
       : ensureNewline(formatReportText(report, { color }));
-  const output = await openOutput(io, file);
-  await output.write(text);
-  await output.close();
+  await writeOutput(io, file, text);
   return 0;
 }
 

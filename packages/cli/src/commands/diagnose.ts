@@ -16,7 +16,7 @@ import {
   stringFlag,
 } from "../args.js";
 import { bytes, isoNs, offsetNs, renderTable, signedBytes } from "../format.js";
-import { type CliIo, createProgress, openOutput } from "../io.js";
+import { type CliIo, createProgress, writeOutput } from "../io.js";
 import type { Command } from "./command.js";
 
 /** Exit code of `diagnose` when a memory risk is found. */
@@ -188,9 +188,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     format === "json"
       ? formatJson(selection, diagnostics, risk)
       : formatText(selection, diagnostics, firstTimestampNs, risk);
-  const output = await openOutput(io, stringFlag(args, "output"));
-  await output.write(text);
-  await output.close();
+  await writeOutput(io, stringFlag(args, "output"), text);
   return risk ? EXIT_MEMORY_RISK : 0;
 }
 

@@ -11,7 +11,7 @@ import {
   stringFlag,
 } from "../args.js";
 import { durationNs, isoNs, renderTable } from "../format.js";
-import { type CliIo, openOutput } from "../io.js";
+import { type CliIo, writeOutput } from "../io.js";
 import type { Command } from "./command.js";
 
 const help: CommandHelp = {
@@ -65,7 +65,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const format = choice(help, args, "format", ["txt", "json"] as const, "txt");
   const sessions = await summarizeTelemetrySessions(path);
   const { rankGroups } = selectDistributedSession(sessions);
-  const output = await openOutput(io, stringFlag(args, "output"));
+  let text: string;
   if (format === "json") {
     const document: JsonObject = {
       sessions: sessions.map(sessionJson),
@@ -78,11 +78,11 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
         ranks: group.members.map((member) => member.summary.rank),
       })),
     };
-    await output.write(`${stringifyJson(document, { indent: 2 })}\n`);
+    text = `${stringifyJson(document, { indent: 2 })}\n`;
   } else {
-    await output.write(formatSessionsText(path, sessions, rankGroups));
+    text = formatSessionsText(path, sessions, rankGroups);
   }
-  await output.close();
+  await writeOutput(io, stringFlag(args, "output"), text);
   return 0;
 }
 
