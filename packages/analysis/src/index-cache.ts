@@ -14,7 +14,6 @@
  * while scanning and one rank's data while analysing, whatever the size of the input. Without an
  * index, large inputs spill to a temporary directory removed afterwards.
  */
-import { createHash } from "node:crypto";
 import { type BigIntStats, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { readdir, rm, stat, writeFile } from "node:fs/promises";
 import { homedir, tmpdir } from "node:os";
@@ -33,7 +32,7 @@ export const INDEX_DIRNAME = ".stormlog-index";
 /** `format` of the catalog. */
 export const INDEX_FORMAT = "stormlog.analysis_index";
 /** Bumped whenever what an aggregate or a stored report holds, or how it is computed, changes. */
-export const INDEX_VERSION = 4;
+export const INDEX_VERSION = 5;
 /** Environment variable naming the cache directory for indexes. */
 export const CACHE_DIR_ENV = "STORMLOG_CACHE_DIR";
 /**
@@ -134,8 +133,34 @@ function stampOf(path: string, print: Fingerprint): string {
   return `${path}|${printText(print)}|${SETTINGS}`;
 }
 
-const hash = (text: string, length: number): string =>
-  createHash("sha1").update(text).digest("hex").slice(0, length);
+/**
+ * The first `length` (<= 32) hex digits of a 128-bit hash of `text` (four multiply-xor lanes, then
+ * a final mix: cyrb128). It names index files and keys stored reports; nothing here needs a
+ * cryptographic hash, and `node:crypto` costs a warm `stormlog analyze` ~5 ms just to load.
+ */
+export function hashText(text: string, length: number): string {
+  let h1 = 1779033703;
+  let h2 = 3144134277;
+  let h3 = 1013904242;
+  let h4 = 2773480762;
+  for (let i = 0; i < text.length; i++) {
+    const k = text.charCodeAt(i);
+    h1 = h2 ^ Math.imul(h1 ^ k, 597399067);
+    h2 = h3 ^ Math.imul(h2 ^ k, 2869860233);
+    h3 = h4 ^ Math.imul(h3 ^ k, 951274213);
+    h4 = h1 ^ Math.imul(h4 ^ k, 2716044179);
+  }
+  h1 = Math.imul(h3 ^ (h1 >>> 18), 597399067);
+  h2 = Math.imul(h4 ^ (h2 >>> 22), 2869860233);
+  h3 = Math.imul(h1 ^ (h3 >>> 17), 951274213);
+  h4 = Math.imul(h2 ^ (h4 >>> 19), 2716044179);
+  h1 ^= h2 ^ h3 ^ h4;
+  h2 ^= h1;
+  h3 ^= h1;
+  h4 ^= h1;
+  const hex = (value: number) => (value >>> 0).toString(16).padStart(8, "0");
+  return `${hex(h1)}${hex(h2)}${hex(h3)}${hex(h4)}`.slice(0, length);
+}
 
 /** The user cache directory for indexes. */
 function userCacheDir(): string {
@@ -153,7 +178,7 @@ function locate(
   const file = input.kind === "jsonl" || basename(input.absolute) === "manifest.json";
   const base = file ? dirname(input.absolute) : input.absolute;
   const catalog = input.kind === "jsonl" ? `index-${basename(input.absolute)}.json` : "index.json";
-  const cached = (root: string): string => join(root, hash(base, 16));
+  const cached = (root: string): string => join(root, hashText(base, 16));
   const explicit = cacheDir ?? process.env[CACHE_DIR_ENV];
   if (explicit) return { base, catalog, dirs: [cached(explicit)], explicit: true };
   return { base, catalog, dirs: [join(base, INDEX_DIRNAME), cached(userCacheDir())], explicit: false };
@@ -292,7 +317,7 @@ export class SegmentIndex {
       sidecars.some((print) => isRacy(print, nowNs));
     const state = racy
       ? null
-      : hash(
+      : hashText(
           [
             input.kind,
             where.base,
@@ -312,7 +337,7 @@ export class SegmentIndex {
 
   private reportFile(view: string): string | null {
     if (this.state === null || this.dir === null) return null;
-    return join(this.dir, `report-${this.state.slice(0, 24)}-${hash(view, 8)}.json`);
+    return join(this.dir, `report-${this.state.slice(0, 24)}-${hashText(view, 8)}.json`);
   }
 
   /**
@@ -476,7 +501,7 @@ export class SegmentIndex {
     // Moving to another location: the aggregates already indexed elsewhere are written there too.
     const relocating = target !== null && target !== readFrom;
     const nowNs = BigInt(Date.now()) * 1_000_000n;
-    const files = missing.map((i) => `seg-${hash(stampOf(relPaths[i]!, prints[i]!), 24)}.agg`);
+    const files = missing.map((i) => `seg-${hashText(stampOf(relPaths[i]!, prints[i]!), 24)}.agg`);
     const jobs: ScanJob[] = missing.map((i, k) => ({
       segment: inputSegments[i]!,
       size: sizes[i]!,

@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { encodeTelemetryRecord, stringifyJson, type TelemetryEvent } from "@stormlog/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AnalyzeOptions, analyzeTelemetry, INDEX_DIRNAME, reportToJson } from "../src/index.js";
+import { hashText } from "../src/index-cache.js";
 import { BASE_NS, GiB, MiB, MS, settle, Timeline, writeSink } from "./report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-index-"));
@@ -240,5 +241,44 @@ describe("transparent index", () => {
     expect(report.leaks.find((leak) => leak.phase_path === "train")?.leaking_ranks).toEqual([1]);
     expect(report.gap_analysis.length).toBeGreaterThan(0);
     expect(report.summary.peaks.device_used_bytes?.value).toBeGreaterThan(3 * GiB + MiB);
+  });
+});
+
+describe("hashText (names index files, keys stored reports)", () => {
+  it("is deterministic hex of the asked length", () => {
+    expect(hashText("rank-0/segment-000001.jsonl=1|2|3", 32)).toMatch(/^[0-9a-f]{32}$/);
+    expect(hashText("rank-0/segment-000001.jsonl=1|2|3", 8)).toBe(
+      hashText("rank-0/segment-000001.jsonl=1|2|3", 32).slice(0, 8),
+    );
+    expect(hashText("", 32)).toMatch(/^[0-9a-f]{32}$/);
+  });
+
+  it("tells apart fingerprints that differ in one character, one digit or their order", () => {
+    const base = Array.from(
+      { length: 64 },
+      (_, rank) => `rank-${rank}/segment-000001.jsonl=3560000|1795528101409000000`,
+    );
+    const variants = new Set<string>([base.join("\n")]);
+    for (let rank = 0; rank < 64; rank++)
+      for (let digit = 0; digit < 10; digit++) {
+        const changed = [...base];
+        changed[rank] = changed[rank]!.replace(/0$/, String(digit));
+        variants.add(changed.join("\n"));
+      }
+    variants.add([...base].reverse().join("\n"));
+    variants.add(base.join("\n").replace("rank-1/", "rank-7/"));
+    const hashes = new Set([...variants].map((text) => hashText(text, 24)));
+    expect(variants.size).toBe(64 * 9 + 3);
+    expect(hashes.size).toBe(variants.size);
+    // Every output bit depends on the input: one changed character flips about half of them.
+    const bits = (hex: string) => BigInt(`0x${hex}`);
+    const a = bits(hashText(base.join("\n"), 32));
+    const b = bits(hashText(base.join("\n").replace("3560000", "3560001"), 32));
+    const flipped = (a ^ b)
+      .toString(2)
+      .split("")
+      .filter((bit) => bit === "1").length;
+    expect(flipped).toBeGreaterThan(40);
+    expect(flipped).toBeLessThan(88);
   });
 });

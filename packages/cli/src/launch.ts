@@ -56,7 +56,10 @@ function runBundle(source: string, cachedData: Buffer | undefined): Script {
   return script;
 }
 
-/** Writes the cache once the command is over (atomically; stale ones of other builds removed). */
+/** Entries kept: a few builds (a global and a project's install, an upgrade) can alternate without thrashing. */
+const KEEP_ENTRIES = 4;
+
+/** Writes the cache once the command is over (atomically), and removes all but the newest entries. */
 function saveOnExit(script: Script, dir: string, name: string): void {
   process.once("exit", () => {
     try {
@@ -64,8 +67,11 @@ function saveOnExit(script: Script, dir: string, name: string): void {
       const temporary = join(dir, `${name}.${process.pid}.tmp`);
       writeFileSync(temporary, script.createCachedData());
       renameSync(temporary, join(dir, name));
-      for (const other of readdirSync(dir))
-        if (other !== name && other.startsWith("bin-")) rmSync(join(dir, other), { force: true });
+      const entries = readdirSync(dir)
+        .filter((entry) => entry.startsWith("bin-") && entry.endsWith(".cache"))
+        .map((entry) => ({ entry, mtimeMs: statSync(join(dir, entry)).mtimeMs }))
+        .sort((a, b) => b.mtimeMs - a.mtimeMs);
+      for (const { entry } of entries.slice(KEEP_ENTRIES)) rmSync(join(dir, entry), { force: true });
     } catch {
       // A read-only or full cache directory: the next start compiles again.
     }

@@ -88,14 +88,17 @@ describe("the stormlog launcher", () => {
     expect(readFileSync(file).toString()).not.toBe("not a code cache");
   });
 
-  it.runIf(ownCache)("keys the cache by the bundle, and removes the stale entry", () => {
-    launch();
-    const [before] = cacheFiles();
-    writeFileSync(join(dir, "bin.cjs"), `${BUNDLE}// another build\n`);
-    expect(launch().stdout).toBe("answer 42 from bin.cjs\n");
-    const after = cacheFiles();
-    expect(after).toHaveLength(1);
-    expect(after[0]).not.toBe(before);
+  it.runIf(ownCache)("keys the cache by the bundle, and keeps only the newest entries", () => {
+    const names: string[] = [];
+    for (let build = 0; build < 6; build++) {
+      writeFileSync(join(dir, "bin.cjs"), `${BUNDLE}// build ${"x".repeat(build)}\n`);
+      expect(launch().stdout).toBe("answer 42 from bin.cjs\n");
+      const added = cacheFiles().filter((name) => !names.includes(name));
+      expect(added).toHaveLength(1);
+      names.push(added[0]!);
+    }
+    // Four builds kept (the newest), so two alternating installs do not evict each other.
+    expect(cacheFiles()).toEqual(names.slice(2).sort());
   });
 
   it("runs without a cache when it is turned off or cannot be written", () => {

@@ -3,6 +3,7 @@
  * the lossless JSONL codec and the versioned collector contract every adapter implements.
  * Depends on nothing else of Stormlog's.
  */
+export * from "./builtins.js";
 export * from "./clock.js";
 export * from "./codec.js";
 export * from "./collector.js";

@@ -1,5 +1,5 @@
-import { createHash, randomUUID } from "node:crypto";
 import { hostname } from "node:os";
+import { nodeCrypto } from "./builtins.js";
 import { type Clock, systemClock } from "./clock.js";
 import { InvalidConfigError, type SourceLocation, TelemetryValidationError } from "./errors.js";
 import type { JsonObject, JsonValue } from "./json.js";
@@ -65,7 +65,12 @@ export function uuid5(namespace: string, name: string): string {
       `expected a UUID such as ${NAMESPACE_URL}, got ${JSON.stringify(namespace)}`,
     );
   }
-  const bytes = createHash("sha1").update(namespaceBytes).update(name, "utf8").digest().subarray(0, 16);
+  const bytes = nodeCrypto()
+    .createHash("sha1")
+    .update(namespaceBytes)
+    .update(name, "utf8")
+    .digest()
+    .subarray(0, 16);
   bytes[6] = (bytes[6]! & 0x0f) | 0x50;
   bytes[8] = (bytes[8]! & 0x3f) | 0x80;
   const hex = bytes.toString("hex");
@@ -88,7 +93,7 @@ export function stableLegacySessionId(parts: readonly (PythonScalar | null | und
 
 /** A fresh random session id (UUID v4), as the reference's `new_session_id`. */
 export function newSessionId(): string {
-  return randomUUID();
+  return nodeCrypto().randomUUID();
 }
 
 /** Checks and normalizes a status (trimmed, lower-cased). Throws `InvalidConfigError` otherwise. */

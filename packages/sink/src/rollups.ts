@@ -1,4 +1,3 @@
-import { randomUUID } from "node:crypto";
 import { closeSync, fsyncSync, openSync } from "node:fs";
 import { open, rename, unlink } from "node:fs/promises";
 import { join } from "node:path";
@@ -7,6 +6,7 @@ import {
   type JsonObject,
   type JsonValue,
   markFloat,
+  nodeCrypto,
   pythonFormatFixed,
   pythonStr,
   sessionSummaryToJson,
@@ -436,7 +436,10 @@ export async function buildTelemetryRollups(dir: string, options: RollupOptions 
  */
 export async function writeTelemetryRollups(dir: string, rollups: JsonObject): Promise<string> {
   const target = join(dir, ROLLUP_FILENAME);
-  const tmp = join(dir, `${ROLLUP_FILENAME}.${process.pid}.${randomUUID().replace(/-/g, "")}.tmp`);
+  const tmp = join(
+    dir,
+    `${ROLLUP_FILENAME}.${process.pid}.${nodeCrypto().randomUUID().replace(/-/g, "")}.tmp`,
+  );
   const handle = await open(tmp, "w", 0o666);
   try {
     await handle.writeFile(`${stringifyJson(rollups, { sortKeys: true, indent: 2 })}\n`, "utf8");

@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { constants } from "node:os";
 import { resolve } from "node:path";
 import {
@@ -198,8 +198,12 @@ function settings(args: ParsedArgs, io: CliIo, stderrWarn: (message: string) => 
   };
 }
 
-/** Starts the child; resolves once it runs, rejects with the spawn error (ENOENT...). */
-function startChild(command: readonly string[], io: CliIo): Promise<ChildProcess> {
+/**
+ * Starts the child; resolves once it runs, rejects with the spawn error (ENOENT...). `node:child_process`
+ * (and the net stack it loads) is imported here, not at start-up: other commands never need it.
+ */
+async function startChild(command: readonly string[], io: CliIo): Promise<ChildProcess> {
+  const { spawn } = await import("node:child_process");
   return new Promise((done, fail) => {
     const child = spawn(command[0]!, command.slice(1), { stdio: "inherit", cwd: io.cwd, env: { ...io.env } });
     child.once("error", fail);
