@@ -214,6 +214,11 @@ function intText(value: unknown): string | undefined {
   return typeof value === "number" && Number.isSafeInteger(value) ? String(value) : undefined;
 }
 
+/** A copy of `out[from, to)`: a Buffer's `slice` would be a view of memory about to be reused. */
+function copyOut(out: Uint8Array, from: number, to: number): Uint8Array {
+  return new Uint8Array(out.buffer.slice(out.byteOffset + from, out.byteOffset + to));
+}
+
 /** Keys that sort differently by UTF-16 unit and by code point need core's slow path. */
 const ASTRAL = /[\ud800-\udfff]/;
 
@@ -230,6 +235,11 @@ class MetadataShape {
   readonly lastValues: unknown[];
   /** The whole object's bytes while the values stay the same; null until they repeat once. */
   lastBytes: Uint8Array | null = null;
+  /**
+   * Per key (sorted order), the bytes of its prefix and value while that value stays the same; null
+   * until it repeats once. A phase boundary changes `phase_scope` and keeps the dozen other keys.
+   */
+  readonly entryBytes: (Uint8Array | null)[];
 
   constructor(readonly keys: string[]) {
     const order = keys
@@ -240,6 +250,7 @@ class MetadataShape {
       ascii(`${position === 0 ? "{" : ", "}${pythonJsonString(keys[index]!)}: `),
     );
     this.lastValues = new Array(keys.length).fill(NEVER_EQUAL);
+    this.entryBytes = new Array(keys.length).fill(null);
   }
 
   matches(keys: string[]): boolean {
@@ -264,7 +275,74 @@ function comparable(value: JsonValue | undefined, isFloat: boolean): unknown {
   if (isFloat) return NEVER_EQUAL;
   if (typeof value !== "object" || value === null) return value;
   if (Array.isArray(value) && value.length === 0 && !(FLOAT_KEYS in value)) return EMPTY_ARRAY;
-  return NEVER_EQUAL;
+  return FlatSnapshot.of(value) ?? NEVER_EQUAL;
+}
+
+/** Whether `value` would be written as the value `comparable` returned `last` for. */
+function equalsLast(value: unknown, last: unknown): boolean {
+  if (value === last) return true;
+  if (typeof value !== "object" || value === null) return false;
+  if (last === EMPTY_ARRAY) return Array.isArray(value) && value.length === 0 && !(FLOAT_KEYS in value);
+  return last instanceof FlatSnapshot && last.matches(value);
+}
+
+/** A small object or array of plain scalars (collector health by collector, reasons), by value. */
+class FlatSnapshot {
+  private constructor(
+    private readonly keys: string[] | null,
+    private readonly values: unknown[],
+  ) {}
+
+  static of(value: object): FlatSnapshot | null {
+    if (FLOAT_KEYS in value) return null;
+    const values: unknown[] = [];
+    if (Array.isArray(value)) {
+      if (value.length > MAX_FLAT) return null;
+      for (let i = 0; i < value.length; i++) {
+        if (!isScalar(value[i])) return null;
+        values.push(value[i]);
+      }
+      return new FlatSnapshot(null, values);
+    }
+    const proto = Object.getPrototypeOf(value) as unknown;
+    if (proto !== Object.prototype && proto !== null) return null;
+    const keys: string[] = [];
+    for (const key in value) {
+      const item = (value as JsonObject)[key];
+      if (keys.length === MAX_FLAT || !isScalar(item)) return null;
+      keys.push(key);
+      values.push(item);
+    }
+    return new FlatSnapshot(keys, values);
+  }
+
+  matches(value: object): boolean {
+    const { keys, values } = this;
+    if (FLOAT_KEYS in value) return false;
+    if (keys === null) {
+      if (!Array.isArray(value) || value.length !== values.length) return false;
+      for (let i = 0; i < values.length; i++) if (value[i] !== values[i]) return false;
+      return true;
+    }
+    if (Array.isArray(value)) return false;
+    const proto = Object.getPrototypeOf(value) as unknown;
+    if (proto !== Object.prototype && proto !== null) return false;
+    let i = 0;
+    for (const key in value) {
+      if (i === keys.length || key !== keys[i] || (value as JsonObject)[key] !== values[i]) return false;
+      i++;
+    }
+    return i === keys.length;
+  }
+}
+
+/** Entries a value may have to be compared by value (beyond it, it is written every time). */
+const MAX_FLAT = 16;
+
+/** A value written the same whenever it is `===` (NaN is not, and is simply written again). */
+function isScalar(value: unknown): boolean {
+  const type = typeof value;
+  return type === "string" || type === "number" || type === "boolean" || value === null;
 }
 
 type FloatMarked = { [FLOAT_KEYS]?: Set<string | number> };
@@ -287,11 +365,7 @@ function scanMetadata(shape: MetadataShape, metadata: JsonObject, values: unknow
     if (i === count || key !== keys[i]) return OTHER_KEYS;
     const value = metadata[key];
     values[i] = value;
-    if (value !== last[i]) {
-      const emptyArray =
-        last[i] === EMPTY_ARRAY && Array.isArray(value) && value.length === 0 && !(FLOAT_KEYS in value);
-      if (!emptyArray) same = false;
-    }
+    if (same && value !== last[i] && !equalsLast(value, last[i])) same = false;
     i++;
   }
   if (i !== count) return OTHER_KEYS;
@@ -512,25 +586,38 @@ export class TelemetryLineEncoder {
     // record to the next: then so are its bytes.
     if (same && shape!.lastBytes !== null) return putBytes(out, pos, shape!.lastBytes);
 
-    const { keys, order, prefixes, lastValues } = shape!;
+    const { keys, order, prefixes, lastValues, entryBytes } = shape!;
     // Values are about to change one by one: the old bytes no longer match them.
     shape!.lastBytes = null;
     const start = pos;
     for (let j = 0; j < order.length; j++) {
       const i = order[j]!;
       const value = values[i] as JsonValue | undefined;
-      const isFloat = marks?.has(keys[i]!) === true;
+      const isFloat = marks !== undefined && marks.has(keys[i]!);
+      const repeated = !isFloat && equalsLast(value, lastValues[i]);
+      const cached = entryBytes[j]!;
+      if (repeated && cached !== null) {
+        pos = putBytes(out, pos, cached);
+        if (pos < 0) return -1;
+        continue;
+      }
+      const entryStart = pos;
       pos = putBytes(out, pos, prefixes[j]!);
       if (pos < 0) return -1;
       pos = this.putValue(out, pos, keys[i]!, value, isFloat);
       if (pos < 0) return -1;
-      lastValues[i] = comparable(value, isFloat);
+      if (repeated) {
+        // Kept once the value repeats, so a key whose value changes with every record never pays the copy.
+        entryBytes[j] = copyOut(out, entryStart, pos);
+      } else {
+        entryBytes[j] = null;
+        lastValues[i] = comparable(value, isFloat);
+      }
     }
     out[pos++] = 0x7d;
     // Keep the bytes once the values repeated (a stream whose values keep changing never pays the
     // copy). A copy: a Buffer's `slice` would be a view of memory about to be reused.
-    if (same)
-      shape!.lastBytes = new Uint8Array(out.buffer.slice(out.byteOffset + start, out.byteOffset + pos));
+    if (same) shape!.lastBytes = copyOut(out, start, pos);
     return pos;
   }
 
@@ -559,8 +646,8 @@ export class TelemetryLineEncoder {
             out[pos + 1] = 0x5d;
             return pos + 2;
           }
-        } else if (key === "phase_scope") {
-          const end = putPhaseScope(out, pos, value);
+        } else {
+          const end = key === "phase_scope" ? putPhaseScope(out, pos, value) : putFlatObject(out, pos, value);
           if (end !== -2) return end;
         }
         return putText(out, pos, stringifyJson(value, { sortKeys: true }));
@@ -583,6 +670,50 @@ export class TelemetryLineEncoder {
 }
 
 /**
+ * A flat object (scalar values, no float marks, keys within the BMP: phase attributes, collector
+ * health by collector) as `stringifyJson(value, { sortKeys: true })` writes it, without building
+ * the string: -2 for any other value, -1 for no room.
+ */
+function putFlatObject(out: Uint8Array, pos: number, value: JsonObject): number {
+  if (FLOAT_KEYS in value) return -2;
+  const proto = Object.getPrototypeOf(value) as unknown;
+  if (proto !== Object.prototype && proto !== null) return -2;
+  const keys = Object.keys(value);
+  if (keys.length > MAX_FLAT) return -2;
+  for (let i = 0; i < keys.length; i++) {
+    const key = keys[i]!;
+    if (!isScalar(value[key]) || ASTRAL.test(key)) return -2;
+  }
+  // Without surrogates, UTF-16 unit order (the default sort) is Python's code point order.
+  if (keys.length > 1) keys.sort();
+  out[pos++] = 0x7b;
+  for (let i = 0; i < keys.length; i++) {
+    if (i > 0) {
+      out[pos] = 0x2c;
+      out[pos + 1] = 0x20;
+      pos += 2;
+    }
+    const key = keys[i]!;
+    pos = putString(out, pos, key);
+    if (pos < 0) return -1;
+    out[pos] = 0x3a;
+    out[pos + 1] = 0x20;
+    pos += 2;
+    const item = value[key] as string | number | boolean | null;
+    if (typeof item === "string") pos = putString(out, pos, item);
+    else if (typeof item === "number")
+      pos = Number.isSafeInteger(item)
+        ? putInt(out, pos, item)
+        : putText(out, pos, pythonJsonNumber(item, false));
+    else if (item === null) pos = putNull(out, pos);
+    else pos = putText(out, pos, item ? "true" : "false");
+    if (pos < 0) return -1;
+  }
+  out[pos] = 0x7d;
+  return pos + 1;
+}
+
+/**
  * `metadata.phase_scope` as the phase recorder writes it (the shape `isRecorderPhaseScope` checks,
  * as core's string template does): -2 for any other shape (the generic writer handles it), -1 for no room.
  */
@@ -601,7 +732,9 @@ function putPhaseScope(out: Uint8Array, pos: number, scope: JsonObject): number 
   if (pos < 0) return -1;
   if (attributes !== undefined) {
     out.set(K_ATTRIBUTES, pos);
-    pos = putText(out, pos + K_ATTRIBUTES.length, stringifyJson(attributes, { sortKeys: true }));
+    pos += K_ATTRIBUTES.length;
+    const end = putFlatObject(out, pos, attributes as JsonObject);
+    pos = end !== -2 ? end : putText(out, pos, stringifyJson(attributes, { sortKeys: true }));
     if (pos < 0) return -1;
   }
   out.set(K_DEPTH, pos);

@@ -105,6 +105,10 @@ function healthMetadata(next: Random): JsonObject {
     collector_last_error: next() < 0.9 ? null : pick(next, STRINGS),
     collector_next_retry_epoch_s: null,
     collector_partial_fields: next() < 0.9 ? [] : ["device_free_bytes"],
+    collectors_health:
+      next() < 0.9
+        ? { "stormlog.cpu_tracker": "healthy", "stormlog.cuda_tracker": "healthy" }
+        : { "stormlog.cuda_tracker": pick(next, ["degraded", "failed"]), "stormlog.cpu_tracker": "healthy" },
     sampling_source: "torch.cuda.memory_stats",
     supports_device_free: true,
     supports_device_total: true,
@@ -331,6 +335,106 @@ describe("TelemetryLineEncoder.encodeInto", () => {
     markFloat(event.metadata, "collector_next_retry_epoch_s");
     encodeBoth();
     expect(encoder.encode(event)).toContain('"collector_next_retry_epoch_s": 1765000600.0');
+  });
+
+  it("compares small nested objects and arrays by value, never by identity", () => {
+    const encoder = new TelemetryLineEncoder();
+    const event = record(random(11), 1);
+    const scope = phaseScope(random(12), 1);
+    const health: JsonObject = { "stormlog.tfjs_tracker": "healthy", "stormlog.cpu_tracker": "healthy" };
+    const reasons = ["upper bound"];
+    event.metadata = { phase_scope: scope, collectors_health: health, reasons, n: 1 };
+    const buffer = Buffer.alloc(16 << 10);
+    const lines: string[] = [];
+    const encodeBoth = () => {
+      const end = encoder.encodeInto(event, buffer, 0);
+      const line = buffer.toString("latin1", 0, end);
+      expect(line).toBe(encodeTelemetryRecord(event));
+      lines.push(line);
+    };
+    // Each edit lands after the bytes of the unchanged value were kept (the value repeated once).
+    const edits: (() => void)[] = [
+      () => undefined,
+      () => {
+        health["stormlog.tfjs_tracker"] = "degraded";
+      },
+      () => {
+        health["a new collector"] = "failed";
+      },
+      () => {
+        delete health["stormlog.cpu_tracker"];
+      },
+      () => {
+        health.ratio = 2;
+      },
+      () => markFloat(health, "ratio"),
+      () => {
+        event.metadata.collectors_health = { ...health };
+      },
+      () => {
+        (event.metadata.collectors_health as JsonObject).nested = { deeper: true };
+      },
+      () => {
+        reasons[0] = "another reason";
+      },
+      () => {
+        reasons.push("a second reason");
+      },
+      () => {
+        reasons.push(3 as unknown as string);
+      },
+      () => markFloat(reasons, 2),
+      () => {
+        event.metadata.n = 1;
+        markFloat(event.metadata, "n");
+      },
+    ];
+    for (const edit of edits) {
+      edit();
+      encodeBoth();
+      encodeBoth();
+      scope.sequence = (scope.sequence as number) + 1;
+      encodeBoth();
+    }
+    expect(new Set(lines).size).toBeGreaterThan(edits.length);
+  });
+
+  it("writes phase attributes and flat objects exactly as core, whatever their keys and scalars", () => {
+    const encoder = new TelemetryLineEncoder();
+    const next = random(13);
+    const keys = ["step", "epoch", "ü", 'a "quoted" key', "Z", "10", "2", "", "tab\tkey", "\u007f"];
+    const scalars: JsonValue[] = [
+      0,
+      -0,
+      7,
+      -3,
+      2 ** 53 - 1,
+      2 ** 60,
+      0.5,
+      1e21,
+      1.5e-7,
+      Number.NaN,
+      -Infinity,
+      true,
+      false,
+      null,
+      "",
+      "é",
+      'x"y',
+      "tab\t",
+    ];
+    const buffer = Buffer.alloc(16 << 10);
+    for (let i = 0; i < 400; i++) {
+      const attributes: JsonObject = {};
+      const count = Math.floor(next() * 6);
+      for (let k = 0; k < count; k++) attributes[pick(next, keys)] = pick(next, scalars);
+      if (next() < 0.1) attributes.nested = { b: 1, a: [2] };
+      const scope = { ...phaseScope(next, i), attributes };
+      const event = record(next, i);
+      event.metadata = { phase_scope: scope, labels: { ...attributes } };
+      const end = encoder.encodeInto(event, buffer, 0);
+      expect(buffer.toString("latin1", 0, end)).toBe(encodeTelemetryRecord(event));
+    }
   });
 
   it("keeps more key sets than it remembers correct (older sets are learnt again)", () => {
