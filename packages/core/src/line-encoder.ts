@@ -593,7 +593,7 @@ export class TelemetryLineEncoder {
     for (let j = 0; j < order.length; j++) {
       const i = order[j]!;
       const value = values[i] as JsonValue | undefined;
-      const isFloat = marks !== undefined && marks.has(keys[i]!);
+      const isFloat = marks?.has(keys[i]!) === true;
       const repeated = !isFloat && equalsLast(value, lastValues[i]);
       const cached = entryBytes[j]!;
       if (repeated && cached !== null) {
