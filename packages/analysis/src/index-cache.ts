@@ -14,8 +14,15 @@
  * while scanning and one rank's data while analysing, whatever the size of the input. Without an
  * index, large inputs spill to a temporary directory removed afterwards.
  */
-import { type BigIntStats, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
-import { readdir, rm, stat, writeFile } from "node:fs/promises";
+import {
+  type BigIntStats,
+  promises as fsPromises,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+} from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { basename, dirname, join, relative } from "node:path";
 import type { ResolvedTelemetryInput, TelemetryInputSegment } from "@stormlog/sink";
@@ -398,19 +405,19 @@ export class SegmentIndex {
     try {
       writeAtomic(file, text);
       const prefix = `report-${this.state!.slice(0, 24)}-`;
-      const others = (await readdir(dir)).filter((name) =>
+      const others = (await fsPromises.readdir(dir)).filter((name) =>
         /^report-[0-9a-f]{24}-[0-9a-f]{8}\.json$/.test(name),
       );
       for (const name of others.filter((name) => !name.startsWith(prefix)))
-        await rm(join(dir, name), { force: true });
+        await fsPromises.rm(join(dir, name), { force: true });
       const current = others.filter((name) => name.startsWith(prefix));
       if (current.length > MAX_REPORTS) {
         const dated = await Promise.all(
-          current.map(async (name) => ({ name, mtime: (await stat(join(dir, name))).mtimeMs })),
+          current.map(async (name) => ({ name, mtime: (await fsPromises.stat(join(dir, name))).mtimeMs })),
         );
         dated.sort((a, b) => a.mtime - b.mtime);
         for (const { name } of dated.slice(0, dated.length - MAX_REPORTS))
-          await rm(join(dir, name), { force: true });
+          await fsPromises.rm(join(dir, name), { force: true });
       }
     } catch {
       // Best effort.
@@ -634,7 +641,7 @@ async function removeUnreferenced(
   const referenced = new Set(entries.map((entry) => entry.file));
   let names: string[];
   try {
-    names = await readdir(dir);
+    names = await fsPromises.readdir(dir);
   } catch {
     return;
   }
@@ -645,22 +652,22 @@ async function removeUnreferenced(
   }
   let files: string[];
   try {
-    files = await readdir(join(dir, "segments"));
+    files = await fsPromises.readdir(join(dir, "segments"));
   } catch {
     return;
   }
   for (const file of files) {
     if (/^seg-[0-9a-f]{24}\.agg$/.test(file) && !referenced.has(file))
-      await rm(join(dir, "segments", file), { force: true });
+      await fsPromises.rm(join(dir, "segments", file), { force: true });
   }
 }
 
 async function writeReadme(dir: string): Promise<void> {
   const path = join(dir, "README");
   try {
-    await stat(path);
+    await fsPromises.stat(path);
   } catch {
-    await writeFile(
+    await fsPromises.writeFile(
       path,
       "Index written by `stormlog analyze` (@stormlog/analysis) to make later analyses of this sink fast.\n" +
         "It is rebuilt from the segments whenever they change; deleting this directory is always safe.\n",

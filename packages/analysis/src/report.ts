@@ -4,8 +4,7 @@
  * leaks, hidden-memory gaps, cross-rank first cause, collector health, alerts and the sink's
  * counters. `analyzeEvents(events)` runs the same analyses on events in memory.
  */
-import { type Dirent, readdirSync, type Stats, statSync } from "node:fs";
-import { readFile } from "node:fs/promises";
+import { type Dirent, promises as fsPromises, readdirSync, type Stats, statSync } from "node:fs";
 import { join } from "node:path";
 import {
   type JsonObject,
@@ -195,7 +194,7 @@ function intOf(value: JsonValue | undefined): number {
 async function readRollupsCoverage(dir: string): Promise<{ pruned: number; prunedBytes: number } | null> {
   let text: string;
   try {
-    text = await readFile(join(dir, "rollups.json"), "utf8");
+    text = await fsPromises.readFile(join(dir, "rollups.json"), "utf8");
   } catch {
     return null;
   }

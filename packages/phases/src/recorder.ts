@@ -1,5 +1,10 @@
-import { isMainThread, threadId } from "node:worker_threads";
-import type { JsonObject, PhaseHost, PhaseOptions, PhaseScope } from "@stormlog/core";
+import {
+  type JsonObject,
+  nodeWorkerThreads,
+  type PhaseHost,
+  type PhaseOptions,
+  type PhaseScope,
+} from "@stormlog/core";
 import {
   type AsyncContextMode,
   asyncPhaseOpened,
@@ -204,7 +209,16 @@ function attributesOf(options: PhaseOptions | undefined): JsonObject | undefined
   return undefined;
 }
 
-const ROOT_THREAD_NAME = isMainThread ? "main" : `worker-${threadId}`;
+let jsThread: { readonly id: number; readonly name: string } | undefined;
+
+/** This JS thread's id and name (`main` or `worker-<id>`), worked out when the first recorder needs them. */
+function currentJsThread(): { readonly id: number; readonly name: string } {
+  if (jsThread === undefined) {
+    const { isMainThread, threadId } = nodeWorkerThreads();
+    jsThread = { id: threadId, name: isMainThread ? "main" : `worker-${threadId}` };
+  }
+  return jsThread;
+}
 
 /**
  * Nested phases with the Python reference's semantics (`PhaseRecorder`, §4.2): names stripped and
@@ -229,9 +243,9 @@ export class PhaseRecorder implements PhaseHost {
   private sequence = 0;
   private pinned = false;
   private root: PhaseContextNode = { current: null };
-  private rootFlow = new PhaseFlow(threadId, ROOT_THREAD_NAME, false);
+  private rootFlow = new PhaseFlow(currentJsThread().id, currentJsThread().name, false);
   private freeFlowIds: number[] = [];
-  private nextFlowId = threadId + 1;
+  private nextFlowId = currentJsThread().id + 1;
   private readonly forkedFlows = new Set<PhaseFlow>();
 
   constructor(options: PhaseRecorderOptions) {
@@ -269,9 +283,9 @@ export class PhaseRecorder implements PhaseHost {
     this.session = null;
     this.sequence = 0;
     this.root = { current: null };
-    this.rootFlow = new PhaseFlow(threadId, ROOT_THREAD_NAME, false);
+    this.rootFlow = new PhaseFlow(currentJsThread().id, currentJsThread().name, false);
     this.freeFlowIds = [];
-    this.nextFlowId = threadId + 1;
+    this.nextFlowId = currentJsThread().id + 1;
     this.forkedFlows.clear();
     if (this.pinned) {
       this.pinned = false;

@@ -1,5 +1,12 @@
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, writeSync } from "node:fs";
-import { open, readFile, rename } from "node:fs/promises";
+import {
+  closeSync,
+  promises as fsPromises,
+  fsyncSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  writeSync,
+} from "node:fs";
 import { join } from "node:path";
 import {
   type JsonObject,
@@ -204,7 +211,7 @@ export async function readManifest(
 ): Promise<SinkManifest | null> {
   let text: string;
   try {
-    text = await readFile(join(dir, MANIFEST_FILENAME), "utf8");
+    text = await fsPromises.readFile(join(dir, MANIFEST_FILENAME), "utf8");
   } catch (error) {
     if (isMissing(error)) return null;
     throw error;
@@ -271,7 +278,7 @@ export async function writeManifestText(
   stillCurrent: () => boolean = () => true,
 ): Promise<void> {
   const tmp = join(dir, MANIFEST_TMP_FILENAME);
-  const handle = await open(tmp, "w", 0o666);
+  const handle = await fsPromises.open(tmp, "w", 0o666);
   try {
     await handle.writeFile(text, "utf8");
     if (fsync) await handle.sync();
@@ -279,5 +286,5 @@ export async function writeManifestText(
     await handle.close();
   }
   if (!stillCurrent()) return;
-  await rename(tmp, join(dir, MANIFEST_FILENAME));
+  await fsPromises.rename(tmp, join(dir, MANIFEST_FILENAME));
 }

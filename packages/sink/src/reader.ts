@@ -1,4 +1,4 @@
-import { readFile } from "node:fs/promises";
+import { promises as fsPromises } from "node:fs";
 import {
   compareSessionsForSelection,
   inferSessionSummaryFromEvents,
@@ -112,7 +112,7 @@ async function* scan(
   if (input.kind === "json") {
     let text: string;
     try {
-      text = await readFile(input.path, "utf8");
+      text = await fsPromises.readFile(input.path, "utf8");
     } catch (error) {
       throw new TelemetrySourceError(input.path, "Cannot read the telemetry file", { cause: error });
     }

@@ -1,5 +1,4 @@
-import { closeSync, fsyncSync, openSync } from "node:fs";
-import { open, rename, unlink } from "node:fs/promises";
+import { closeSync, promises as fsPromises, fsyncSync, openSync } from "node:fs";
 import { join } from "node:path";
 import {
   type Clock,
@@ -440,17 +439,17 @@ export async function writeTelemetryRollups(dir: string, rollups: JsonObject): P
     dir,
     `${ROLLUP_FILENAME}.${process.pid}.${nodeCrypto().randomUUID().replace(/-/g, "")}.tmp`,
   );
-  const handle = await open(tmp, "w", 0o666);
+  const handle = await fsPromises.open(tmp, "w", 0o666);
   try {
     await handle.writeFile(`${stringifyJson(rollups, { sortKeys: true, indent: 2 })}\n`, "utf8");
     await handle.sync();
   } catch (error) {
     await handle.close();
-    await unlink(tmp).catch(() => undefined);
+    await fsPromises.unlink(tmp).catch(() => undefined);
     throw error;
   }
   await handle.close();
-  await rename(tmp, target);
+  await fsPromises.rename(tmp, target);
   try {
     const fd = openSync(dir, "r");
     try {
