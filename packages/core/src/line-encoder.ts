@@ -214,9 +214,31 @@ function intText(value: unknown): string | undefined {
   return typeof value === "number" && Number.isSafeInteger(value) ? String(value) : undefined;
 }
 
-/** A copy of `out[from, to)`: a Buffer's `slice` would be a view of memory about to be reused. */
-function copyOut(out: Uint8Array, from: number, to: number): Uint8Array {
-  return new Uint8Array(out.buffer.slice(out.byteOffset + from, out.byteOffset + to));
+/** Bytes of one arena of kept copies (see `Arena`). */
+const ARENA_BYTES = 64 << 10;
+
+/**
+ * Kept copies of encoded bytes, as views into a shared buffer: a fresh `Uint8Array` per copy would
+ * allocate a backing store each time (costly inside a training step). A full arena is replaced; views
+ * into the old one stay valid, and it is freed once none is left.
+ */
+class Arena {
+  private buffer = new Uint8Array(ARENA_BYTES);
+  private used = 0;
+
+  /** A copy of `out[from, to)` (a Buffer's `slice` would be a view of memory about to be reused). */
+  keep(out: Uint8Array, from: number, to: number): Uint8Array {
+    const length = to - from;
+    if (this.used + length > this.buffer.length) {
+      this.buffer = new Uint8Array(Math.max(ARENA_BYTES, length));
+      this.used = 0;
+    }
+    const start = this.used;
+    const buffer = this.buffer;
+    for (let i = 0; i < length; i++) buffer[start + i] = out[from + i]!;
+    this.used = start + length;
+    return buffer.subarray(start, start + length);
+  }
 }
 
 /** Keys that sort differently by UTF-16 unit and by code point need core's slow path. */
@@ -240,6 +262,8 @@ class MetadataShape {
    * until it repeats once. A phase boundary changes `phase_scope` and keeps the dozen other keys.
    */
   readonly entryBytes: (Uint8Array | null)[];
+  /** Per key (sorted order), how many records in a row have repeated its value (capped). */
+  readonly entryRepeats: Uint8Array;
 
   constructor(readonly keys: string[]) {
     const order = keys
@@ -251,6 +275,7 @@ class MetadataShape {
     );
     this.lastValues = new Array(keys.length).fill(NEVER_EQUAL);
     this.entryBytes = new Array(keys.length).fill(null);
+    this.entryRepeats = new Uint8Array(keys.length);
   }
 
   matches(keys: string[]): boolean {
@@ -382,6 +407,7 @@ function scanMetadata(shape: MetadataShape, metadata: JsonObject, values: unknow
  * `undefined` values, integers beyond 2^53) goes through core's `encodeTelemetryRecord`.
  */
 export class TelemetryLineEncoder {
+  private readonly arena = new Arena();
   // Runs of the line between the counters that change with every record (see encodeInto).
   private activeRun: Uint8Array | null = null;
   private activeKey: number | null = null;
@@ -586,7 +612,7 @@ export class TelemetryLineEncoder {
     // record to the next: then so are its bytes.
     if (same && shape!.lastBytes !== null) return putBytes(out, pos, shape!.lastBytes);
 
-    const { keys, order, prefixes, lastValues, entryBytes } = shape!;
+    const { keys, order, prefixes, lastValues, entryBytes, entryRepeats } = shape!;
     // Values are about to change one by one: the old bytes no longer match them.
     shape!.lastBytes = null;
     const start = pos;
@@ -607,17 +633,20 @@ export class TelemetryLineEncoder {
       pos = this.putValue(out, pos, keys[i]!, value, isFloat);
       if (pos < 0) return -1;
       if (repeated) {
-        // Kept once the value repeats, so a key whose value changes with every record never pays the copy.
-        entryBytes[j] = copyOut(out, entryStart, pos);
+        // Kept once the value has repeated twice: a key whose value changes every record or two (tensor
+        // counts at phase boundaries) never pays the copy.
+        if (entryRepeats[j]! >= 1) entryBytes[j] = this.arena.keep(out, entryStart, pos);
+        else entryRepeats[j] = 1;
       } else {
         entryBytes[j] = null;
+        entryRepeats[j] = 0;
         lastValues[i] = comparable(value, isFloat);
       }
     }
     out[pos++] = 0x7d;
     // Keep the bytes once the values repeated (a stream whose values keep changing never pays the
     // copy). A copy: a Buffer's `slice` would be a view of memory about to be reused.
-    if (same) shape!.lastBytes = copyOut(out, start, pos);
+    if (same) shape!.lastBytes = this.arena.keep(out, start, pos);
     return pos;
   }
 

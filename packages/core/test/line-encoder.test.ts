@@ -399,6 +399,22 @@ describe("TelemetryLineEncoder.encodeInto", () => {
     expect(new Set(lines).size).toBeGreaterThan(edits.length);
   });
 
+  it("stays exact while the kept bytes outgrow one arena (64 KB) and move to the next", () => {
+    const encoder = new TelemetryLineEncoder();
+    const event = record(random(14), 1);
+    const buffer = Buffer.alloc(16 << 10);
+    let kept = 0;
+    for (let i = 0; i < 3000; i++) {
+      // A long value that holds for three records (kept on the third), then changes.
+      const label = `${"label-".repeat(20)}${Math.floor(i / 3)}`;
+      event.metadata = { label, step: i, backend: "tfjs-cpu" };
+      const end = encoder.encodeInto(event, buffer, 0);
+      expect(buffer.toString("latin1", 0, end)).toBe(encodeTelemetryRecord(event));
+      if (i % 3 === 2) kept += label.length + 12;
+    }
+    expect(kept).toBeGreaterThan(2 * 64 * 1024);
+  });
+
   it("writes phase attributes and flat objects exactly as core, whatever their keys and scalars", () => {
     const encoder = new TelemetryLineEncoder();
     const next = random(13);
