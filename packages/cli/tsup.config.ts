@@ -20,5 +20,10 @@ export default [
     minifyWhitespace: true,
     minifySyntax: true,
     noExternal: [/^@stormlog\/(core|phases|sink|tracker|analysis)$/],
+    // The launcher runs the bundle from a `vm.Script`, which cannot serve `import()`: lazy imports
+    // (`track`'s child_process and NVML adapter) become `require` calls.
+    esbuildOptions(options) {
+      options.supported = { ...options.supported, "dynamic-import": false };
+    },
   }),
 ];

@@ -13,23 +13,13 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { Session } from "node:inspector/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { tfjsCollector } from "@stormlog/adapter-tfjs";
-import { MemoryTracker, processCollector } from "@stormlog/tracker";
-import { loadTensorFlow } from "../src/tfjs.js";
-import { buildModel, DEFAULT_CONFIG, SyntheticData, trainCustomLoop } from "../src/train.js";
+import { trainCustomLoop } from "../src/train.js";
+import { benchTracker, benchTraining } from "./setup.js";
 
 const STEPS = Number(process.env.STEPS ?? 400);
-const { tf } = await loadTensorFlow();
-const config = { ...DEFAULT_CONFIG, epochs: 1, batchesPerEpoch: 100 };
-const model = buildModel(tf, config);
-const optimizer = tf.train.adam(0.01);
-const data = new SyntheticData(tf, config);
+const { tf, config, model, optimizer, data } = await benchTraining(100);
 const sinkDir = mkdtempSync(join(tmpdir(), "stormlog-in-situ-"));
-const tracker = new MemoryTracker({
-  collectors: [tfjsCollector(tf), processCollector()],
-  samplingIntervalMs: 100,
-  sink: { rootDir: sinkDir },
-});
+const tracker = benchTracker(tf, sinkDir);
 await tracker.start();
 await trainCustomLoop(tf, tracker, model, optimizer, data, config);
 

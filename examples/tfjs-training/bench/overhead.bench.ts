@@ -13,19 +13,10 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type PerformanceEntry, PerformanceObserver, constants as perfConstants } from "node:perf_hooks";
-import { tfjsCollector } from "@stormlog/adapter-tfjs";
 import type { PhaseHost } from "@stormlog/core";
 import { noopPhaseHost } from "@stormlog/phases";
-import { MemoryTracker, processCollector } from "@stormlog/tracker";
-import { loadTensorFlow } from "../src/tfjs.js";
-import {
-  buildModel,
-  DEFAULT_CONFIG,
-  SyntheticData,
-  type TrainConfig,
-  trainCustomLoop,
-  yieldToEventLoop,
-} from "../src/train.js";
+import { trainCustomLoop, yieldToEventLoop } from "../src/train.js";
+import { benchTracker, benchTraining } from "./setup.js";
 
 /** `global.gc` when node runs with --expose-gc (the bench script passes it). */
 const collectGarbage = (globalThis as { gc?: () => void }).gc;
@@ -35,22 +26,11 @@ const collectGarbage = (globalThis as { gc?: () => void }).gc;
 const ROUNDS = Number(process.env.ROUNDS ?? 36);
 const STEPS = Number(process.env.STEPS ?? 100);
 
-const { tf, packageName } = await loadTensorFlow();
-const config: TrainConfig = { ...DEFAULT_CONFIG, epochs: 1, batchesPerEpoch: STEPS };
-const model = buildModel(tf, config);
-const optimizer = tf.train.adam(0.01);
-const data = new SyntheticData(tf, config);
+const { tf, packageName, config, model, optimizer, data } = await benchTraining(STEPS);
 const sinkDir = mkdtempSync(join(tmpdir(), "stormlog-overhead-"));
-const tracker = new MemoryTracker({
-  collectors: [tfjsCollector(tf), processCollector()],
-  samplingIntervalMs: 100,
-  sink: { rootDir: sinkDir },
-});
+const tracker = benchTracker(tf, sinkDir);
 // The same tracker without a sink: splits the overhead between tracking and writing.
-const trackerWithoutSink = new MemoryTracker({
-  collectors: [tfjsCollector(tf), processCollector()],
-  samplingIntervalMs: 100,
-});
+const trackerWithoutSink = benchTracker(tf);
 
 /** Wall, process CPU and main-thread on-CPU milliseconds of one segment, and its collections. */
 interface Timing {

@@ -33,18 +33,8 @@ function cacheRoot(): string {
 /** Runs `bin.cjs` as a CommonJS module compiled from `source`, with `cachedData` when there is some. */
 function runBundle(source: string, cachedData: Buffer | undefined): Script {
   const script = new Script(Module.wrap(source), { filename: bundle, cachedData });
-  const module = new Module(bundle, undefined);
-  module.filename = bundle;
-  module.paths = (Module as unknown as { _nodeModulePaths(from: string): string[] })._nodeModulePaths(
-    dirname(bundle),
-  );
-  const requireFromBundle = Object.assign((id: string) => module.require(id), {
-    resolve: (id: string) =>
-      (Module as unknown as { _resolveFilename(id: string, parent: Module): string })._resolveFilename(
-        id,
-        module,
-      ),
-  });
+  const module = { exports: {} };
+  const requireFromBundle = Module.createRequire(bundle);
   (script.runInThisContext() as (...args: unknown[]) => void).call(
     module.exports,
     module.exports,

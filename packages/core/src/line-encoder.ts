@@ -245,7 +245,6 @@ class Arena {
 const ASTRAL = /[\ud800-\udfff]/;
 
 const NEVER_EQUAL = Symbol("never equal");
-const EMPTY_ARRAY = Symbol("empty array");
 
 /** One metadata key set (in the record's own key order) and what the last record of it held. */
 class MetadataShape {
@@ -299,7 +298,6 @@ const MAX_CONTEXT_RUNS = 1024;
 function comparable(value: JsonValue | undefined, isFloat: boolean): unknown {
   if (isFloat) return NEVER_EQUAL;
   if (typeof value !== "object" || value === null) return value;
-  if (Array.isArray(value) && value.length === 0 && !(FLOAT_KEYS in value)) return EMPTY_ARRAY;
   return FlatSnapshot.of(value) ?? NEVER_EQUAL;
 }
 
@@ -307,11 +305,10 @@ function comparable(value: JsonValue | undefined, isFloat: boolean): unknown {
 function equalsLast(value: unknown, last: unknown): boolean {
   if (value === last) return true;
   if (typeof value !== "object" || value === null) return false;
-  if (last === EMPTY_ARRAY) return Array.isArray(value) && value.length === 0 && !(FLOAT_KEYS in value);
   return last instanceof FlatSnapshot && last.matches(value);
 }
 
-/** A small object or array of plain scalars (collector health by collector, reasons), by value. */
+/** A small object or array of plain scalars (collector health by collector, reasons, `[]`), by value. */
 class FlatSnapshot {
   private constructor(
     private readonly keys: string[] | null,
@@ -390,7 +387,7 @@ function scanMetadata(shape: MetadataShape, metadata: JsonObject, values: unknow
     if (i === count || key !== keys[i]) return OTHER_KEYS;
     const value = metadata[key];
     values[i] = value;
-    if (same && value !== last[i] && !equalsLast(value, last[i])) same = false;
+    if (same && !equalsLast(value, last[i])) same = false;
     i++;
   }
   if (i !== count) return OTHER_KEYS;

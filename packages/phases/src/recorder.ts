@@ -243,9 +243,10 @@ export class PhaseRecorder implements PhaseHost {
   private sequence = 0;
   private pinned = false;
   private root: PhaseContextNode = { current: null };
-  private rootFlow = new PhaseFlow(currentJsThread().id, currentJsThread().name, false);
+  private readonly thread = currentJsThread();
+  private rootFlow = new PhaseFlow(this.thread.id, this.thread.name, false);
   private freeFlowIds: number[] = [];
-  private nextFlowId = currentJsThread().id + 1;
+  private nextFlowId = this.thread.id + 1;
   private readonly forkedFlows = new Set<PhaseFlow>();
 
   constructor(options: PhaseRecorderOptions) {
@@ -283,9 +284,9 @@ export class PhaseRecorder implements PhaseHost {
     this.session = null;
     this.sequence = 0;
     this.root = { current: null };
-    this.rootFlow = new PhaseFlow(currentJsThread().id, currentJsThread().name, false);
+    this.rootFlow = new PhaseFlow(this.thread.id, this.thread.name, false);
     this.freeFlowIds = [];
-    this.nextFlowId = currentJsThread().id + 1;
+    this.nextFlowId = this.thread.id + 1;
     this.forkedFlows.clear();
     if (this.pinned) {
       this.pinned = false;

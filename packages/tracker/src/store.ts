@@ -293,7 +293,7 @@ export class PhaseMetadataBuilder {
   private scopeKept = true;
 
   build(scope: JsonObject, extra: JsonObject | null, base: JsonObject, counters: string): JsonObject {
-    if (this.template === null || base !== this.base || !this.sameKeys(extra)) this.learn(extra, base);
+    if (base !== this.base || !this.sameKeys(extra)) this.learn(extra, base);
     const metadata: JsonObject = { ...(this.template as JsonObject) };
     if (this.scopeKept) metadata.phase_scope = scope;
     const own = this.ownKeys;
