@@ -33,7 +33,8 @@ import {
 import { DatasetLoader, planDataset, type RankSeries, sampleTimestamp } from "./dataset.js";
 import { gapColumns } from "./distributed.js";
 import { analyzeGapColumns, analyzeGaps } from "./gap.js";
-import { SegmentIndex } from "./index-cache.js";
+import { INDEX_DIRNAME, SegmentIndex } from "./index-cache.js";
+import { locateInput, snapshotInput } from "./input-snapshot.js";
 import {
   findRankGroups,
   listSessions,
@@ -692,20 +693,35 @@ export async function diagnoseTelemetry(
   path: string,
   options: DiagnoseTelemetryOptions = {},
 ): Promise<DiagnoseTelemetryResult> {
-  const input = await resolveTelemetryInput(path, () => undefined);
-  if (input.kind === "json") return { ...(await diagnoseEvents(path, options)), index: null };
-  const index = await SegmentIndex.open(input, {
+  const indexOptions = {
     index: options.index !== false,
     ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
     ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
-  });
+  };
   const view = JSON.stringify(["diagnose", options.sessionId ?? null, options.ranks ?? null, path]);
   const cacheable = options.includeTimelines !== true;
+  const readStored = (index: SegmentIndex): DiagnoseTelemetryResult | null => {
+    const text = cacheable ? index.readStored(view) : null;
+    const stored = text === null ? null : deserializeDiagnose(text, index.stamp(view));
+    return stored === null ? null : { ...stored, index: index.reusedUsage() };
+  };
+  const location = locateInput(path);
+  const reused = location === null ? null : SegmentIndex.reuse(location, indexOptions);
+  const quick = reused === null ? null : readStored(reused);
+  if (quick !== null) return quick;
+  // Fingerprinted before it is resolved, so that a change made meanwhile shows next time.
+  const snapshot = location === null || !indexOptions.index ? null : snapshotInput(location, INDEX_DIRNAME);
+  const input = await resolveTelemetryInput(path, () => undefined);
+  if (input.kind === "json") return { ...(await diagnoseEvents(path, options)), index: null };
+  const index = await SegmentIndex.open(input, {
+    ...indexOptions,
+    ...(location !== null && snapshot !== null ? { location, snapshot } : {}),
+  });
   try {
-    if (cacheable) {
-      const text = index.readStored(view);
-      const stored = text === null ? null : deserializeDiagnose(text, index.stamp(view));
-      if (stored !== null) return { ...stored, index: index.reusedUsage() };
+    const stored = readStored(index);
+    if (stored !== null) {
+      index.storeSnapshot();
+      return stored;
     }
     const { segments, usage } = await index.loadSegments();
     const result = diagnoseSegments(input, segments, path, options) ?? (await diagnoseEvents(path, options));

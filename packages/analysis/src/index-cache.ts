@@ -2,8 +2,11 @@
  * Transparent indexing. The first analysis of a sink writes, as a by-product of its scan, one
  * aggregate file per segment and a catalog (with each segment's digest) into
  * `<sink>/.stormlog-index/` (or, when that location is not writable, a cache directory), plus the
- * finished report. A later analysis stats every segment (and the manifests and rollups): when
- * nothing changed it returns the stored report; else it takes the digest of each segment whose
+ * finished report, with the input's snapshot (`input-snapshot.ts`) when nothing in it is racy. A
+ * later analysis first checks that snapshot: when every directory and file still has its
+ * fingerprint, it returns the stored report without resolving the input. Otherwise it stats every
+ * segment (and the manifests and rollups): when none changed it returns the stored report; else it
+ * takes the digest of each segment whose
  * size, mtime, ctime and inode are unchanged from the catalog (its aggregate is read only when its
  * rank is analysed), scans only segments that changed or appeared, forgets pruned ones, and starts
  * over when the index's format or settings differ. There is no separate indexing step, and nothing
@@ -14,21 +17,24 @@
  * while scanning and one rank's data while analysing, whatever the size of the input. Without an
  * index, large inputs spill to a temporary directory removed afterwards.
  */
-import {
-  type BigIntStats,
-  promises as fsPromises,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  statSync,
-} from "node:fs";
+import { promises as fsPromises, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
-import { basename, dirname, join, relative } from "node:path";
+import { basename, join, relative } from "node:path";
 import type { ResolvedTelemetryInput, TelemetryInputSegment } from "@stormlog/sink";
 import { DETAIL_CAP, type SegmentAggregate } from "./aggregate.js";
 import { type DigestJson, digestFromJson, digestOf, digestToJson, type SegmentDigest } from "./digest.js";
 import { aggregateStampMatches, encodeAggregate, writeAggregateFile } from "./index-format.js";
+import {
+  type Fingerprint,
+  fingerprint,
+  type InputLocation,
+  type InputSnapshot,
+  isRacy,
+  locateInput,
+  printText,
+  sameFingerprint,
+  snapshotHolds,
+} from "./input-snapshot.js";
 import type { SegmentData } from "./merge.js";
 import { deserializeReport, serializeReport } from "./report-cache.js";
 import { type ScanScratch, scanSegmentSync } from "./scan.js";
@@ -56,18 +62,8 @@ const SETTINGS = JSON.stringify({
   permissiveLegacy: true,
   upgradeTo: 3,
 });
-/** A file modified this recently may still change within the file system's timestamp granularity. */
-const RACY_NS = 2_000_000_000n;
 /** Stored reports kept per index (one per session choice). */
 const MAX_REPORTS = 8;
-
-interface Fingerprint {
-  size: number;
-  mtimeNs: string;
-  ctimeNs: string;
-  ino: string;
-  dev: string;
-}
 
 interface CatalogEntry extends Fingerprint {
   /** Segment path relative to the index base. */
@@ -93,6 +89,10 @@ interface Catalog {
 export interface SegmentIndexOptions {
   index: boolean;
   cacheDir?: string;
+  /** The input's location, when the caller has it (else it is located again). */
+  location?: InputLocation;
+  /** The input's snapshot, taken before it was resolved: stored with the results for `reuse`. */
+  snapshot?: InputSnapshot;
   onProgress?: (progress: { phase: string; done: number; total: number }) => void;
 }
 
@@ -101,39 +101,6 @@ export interface LoadedSegments {
   segments: SegmentData[];
   sizes: number[];
   usage: IndexUsage;
-}
-
-/** Blocking on purpose: a stat is microseconds, a thread-pool round trip per file costs more (warm CLI path). */
-function fingerprint(path: string): Fingerprint | null {
-  let info: BigIntStats;
-  try {
-    info = statSync(path, { bigint: true });
-  } catch {
-    return null;
-  }
-  return {
-    size: Number(info.size),
-    mtimeNs: info.mtimeNs.toString(),
-    ctimeNs: info.ctimeNs.toString(),
-    ino: info.ino.toString(),
-    dev: info.dev.toString(),
-  };
-}
-
-const printText = (print: Fingerprint | null): string =>
-  print === null ? "-" : `${print.size}:${print.mtimeNs}:${print.ctimeNs}:${print.ino}:${print.dev}`;
-
-const sameFingerprint = (a: Fingerprint, b: Fingerprint): boolean =>
-  a.size === b.size &&
-  a.mtimeNs === b.mtimeNs &&
-  a.ctimeNs === b.ctimeNs &&
-  a.ino === b.ino &&
-  a.dev === b.dev;
-
-function isRacy(print: Fingerprint | null, nowNs: bigint): boolean {
-  return (
-    print !== null && (nowNs - BigInt(print.mtimeNs) < RACY_NS || nowNs - BigInt(print.ctimeNs) < RACY_NS)
-  );
 }
 
 function stampOf(path: string, print: Fingerprint): string {
@@ -177,18 +144,43 @@ function userCacheDir(): string {
   return join(xdg || join(homedir(), ".cache"), "stormlog");
 }
 
-/** Where an input's index lives: base directory, catalog file name, candidate index directories. */
+/** Where an input's index lives: base directory, catalog and snapshot file names, candidate index directories. */
 function locate(
-  input: ResolvedTelemetryInput,
+  location: InputLocation,
   cacheDir: string | undefined,
-): { base: string; catalog: string; dirs: string[]; explicit: boolean } {
-  const file = input.kind === "jsonl" || basename(input.absolute) === "manifest.json";
-  const base = file ? dirname(input.absolute) : input.absolute;
-  const catalog = input.kind === "jsonl" ? `index-${basename(input.absolute)}.json` : "index.json";
+): { base: string; catalog: string; snapshot: string; dirs: string[]; explicit: boolean } {
+  const { base } = location;
+  const suffix = location.kind === "jsonl" ? `-${basename(location.absolute)}.json` : ".json";
+  const names = { catalog: `index${suffix}`, snapshot: `inputs${suffix}` };
   const cached = (root: string): string => join(root, hashText(base, 16));
   const explicit = cacheDir ?? process.env[CACHE_DIR_ENV];
-  if (explicit) return { base, catalog, dirs: [cached(explicit)], explicit: true };
-  return { base, catalog, dirs: [join(base, INDEX_DIRNAME), cached(userCacheDir())], explicit: false };
+  if (explicit) return { base, ...names, dirs: [cached(explicit)], explicit: true };
+  return { base, ...names, dirs: [join(base, INDEX_DIRNAME), cached(userCacheDir())], explicit: false };
+}
+
+/** What `inputs*.json` holds: the input's snapshot when its results were stored, and their state. */
+interface StoredSnapshot {
+  format: string;
+  version: number;
+  settings: string;
+  kind: InputLocation["kind"];
+  absolute: string;
+  state: string;
+  segment_count: number;
+  size_bytes: number;
+  entries: [string, string][];
+}
+
+const SNAPSHOT_FORMAT = "stormlog.analysis_inputs";
+
+function readSnapshot(dir: string, name: string): StoredSnapshot | null {
+  try {
+    const value = JSON.parse(readFileSync(join(dir, name), "utf8")) as StoredSnapshot;
+    if (typeof value !== "object" || value === null || !Array.isArray(value.entries)) return null;
+    return value;
+  } catch {
+    return null;
+  }
 }
 
 function readCatalog(dir: string, name: string): Catalog | null {
@@ -278,7 +270,37 @@ export class SegmentIndex {
     private readonly reason: string | null,
     /** Digest of everything the report depends on; null when something may still be changing. */
     private readonly state: string | null,
+    /** Set by `reuse`: the stored snapshot that vouches for `state` (no catalog was read). */
+    private readonly vouched: StoredSnapshot | null = null,
   ) {}
+
+  /**
+   * The index of the input at `location` when its stored snapshot still holds, file for file: its
+   * stored results can be read without resolving the input (no directory listed, no manifest
+   * parsed, no catalog read). Null otherwise; then `open` the resolved input.
+   */
+  static reuse(location: InputLocation, options: SegmentIndexOptions): SegmentIndex | null {
+    if (!options.index || location.kind === "json") return null;
+    const where = locate(location, options.cacheDir);
+    for (const dir of where.dirs) {
+      const stored = readSnapshot(dir, where.snapshot);
+      if (stored === null) continue;
+      const usable =
+        stored.format === SNAPSHOT_FORMAT &&
+        stored.version === INDEX_VERSION &&
+        stored.settings === SETTINGS &&
+        stored.kind === location.kind &&
+        stored.absolute === location.absolute &&
+        snapshotHolds(where.base, stored.entries);
+      return usable ? new SegmentIndex(options, [], [], where, dir, null, null, stored.state, stored) : null;
+    }
+    return null;
+  }
+
+  /** The input's bytes on disk, when `reuse` vouched for it (else the caller's snapshot has them). */
+  get storedSizeBytes(): number | null {
+    return this.vouched?.size_bytes ?? null;
+  }
 
   /** Stats the input's files and reads the catalog (no segment is read yet). */
   static async open(input: ResolvedTelemetryInput, options: SegmentIndexOptions): Promise<SegmentIndex> {
@@ -290,8 +312,10 @@ export class SegmentIndex {
       prints[missing] = { size: 0, mtimeNs: "0", ctimeNs: "0", ino: "0", dev: "0" };
     }
     const solid = prints as Fingerprint[];
-    if (!options.index) return new SegmentIndex(options, segments, solid, null, null, null, null, null);
-    const where = locate(input, options.cacheDir);
+    const location = options.location ?? locateInput(input.path);
+    if (!options.index || location === null)
+      return new SegmentIndex(options, segments, solid, null, null, null, null, null);
+    const where = locate(location, options.cacheDir);
     let dir = where.dirs[0]!;
     let catalog = readCatalog(dir, where.catalog);
     if (catalog === null && where.dirs.length > 1) {
@@ -365,7 +389,7 @@ export class SegmentIndex {
     return {
       status: "reused",
       location: this.dir,
-      segments_reused: this.segmentsIn.length,
+      segments_reused: this.vouched?.segment_count ?? this.segmentsIn.length,
       segments_scanned: 0,
       segments_dropped: 0,
       report_reused: true,
@@ -381,7 +405,8 @@ export class SegmentIndex {
   /** The text stored for this exact state of the input and `view`, if there is one. */
   readStored(view: string): string | null {
     const file = this.reportFile(view);
-    if (file === null || this.catalog === null) return null;
+    // A catalog of this version (or a snapshot that vouches for the state) says the file is ours.
+    if (file === null || (this.catalog === null && this.vouched === null)) return null;
     try {
       return readFileSync(file, "utf8");
     } catch {
@@ -404,6 +429,7 @@ export class SegmentIndex {
     if (file === null || dir === null || usage === null || usage.location !== dir) return;
     try {
       writeAtomic(file, text);
+      this.storeSnapshot();
       const prefix = `report-${this.state!.slice(0, 24)}-`;
       const others = (await fsPromises.readdir(dir)).filter((name) =>
         /^report-[0-9a-f]{24}-[0-9a-f]{8}\.json$/.test(name),
@@ -421,6 +447,33 @@ export class SegmentIndex {
       }
     } catch {
       // Best effort.
+    }
+  }
+
+  /**
+   * Stores the caller's snapshot as the one that vouches for this state, so that the next analysis
+   * of the unchanged input can `reuse` this index (best effort; not when anything was racy).
+   */
+  storeSnapshot(): void {
+    const { snapshot, location } = this.options;
+    const { dir, where, state } = this;
+    if (snapshot === undefined || location === undefined || !snapshot.reusable) return;
+    if (dir === null || where === null || state === null || this.vouched !== null) return;
+    const stored: StoredSnapshot = {
+      format: SNAPSHOT_FORMAT,
+      version: INDEX_VERSION,
+      settings: SETTINGS,
+      kind: location.kind,
+      absolute: location.absolute,
+      state,
+      segment_count: this.segmentsIn.length,
+      size_bytes: snapshot.sizeBytes,
+      entries: snapshot.entries as [string, string][],
+    };
+    try {
+      writeAtomic(join(dir, where.snapshot), JSON.stringify(stored));
+    } catch {
+      // Best effort: the next analysis resolves the input again.
     }
   }
 

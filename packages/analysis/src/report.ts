@@ -4,7 +4,7 @@
  * leaks, hidden-memory gaps, cross-rank first cause, collector health, alerts and the sink's
  * counters. `analyzeEvents(events)` runs the same analyses on events in memory.
  */
-import { type Dirent, promises as fsPromises, readdirSync, type Stats, statSync } from "node:fs";
+import { promises as fsPromises } from "node:fs";
 import { join } from "node:path";
 import {
   type JsonObject,
@@ -12,6 +12,7 @@ import {
   markFloat,
   parseJson,
   type SessionSummary,
+  stringifyJson,
   type TelemetryEvent,
 } from "@stormlog/core";
 import type { PhaseReplayIndex } from "@stormlog/phases";
@@ -19,7 +20,8 @@ import { loadTelemetrySessions, type ResolvedTelemetryInput, resolveTelemetryInp
 import { CrossRankAccumulator } from "./cross-rank-columns.js";
 import { DatasetLoader, planDataset, type RankSeries } from "./dataset.js";
 import { GapAccumulator } from "./distributed.js";
-import { INDEX_DIRNAME, SegmentIndex } from "./index-cache.js";
+import { INDEX_DIRNAME, SegmentIndex, type SegmentIndexOptions } from "./index-cache.js";
+import { type InputLocation, locateInput, snapshotInput } from "./input-snapshot.js";
 import { LeakAccumulator } from "./leaks.js";
 import {
   findRankGroups,
@@ -33,6 +35,7 @@ import {
 import { buildPhaseIndex, collectOccurrences, PhaseAccumulator } from "./phase-stats.js";
 import { aggregateEvents } from "./scan.js";
 import { AlertsAccumulator, HealthAccumulator, SummaryAccumulator } from "./summary.js";
+import { formatReportText } from "./text.js";
 import type {
   AnalysisReport,
   IndexUsage,
@@ -272,24 +275,92 @@ async function sinkSection(
  * a malformed line.
  */
 export async function analyzeTelemetry(path: string, options: AnalyzeOptions = {}): Promise<AnalysisReport> {
-  const warnings: string[] = [];
-  const input = await resolveTelemetryInput(path, (message) => warnings.push(message));
-  if (input.kind === "json") return analyzeJsonFile(input, options);
-  const index = await SegmentIndex.open(input, {
+  const location = locateInput(path);
+  const reused = location === null ? null : SegmentIndex.reuse(location, indexOptionsOf(options));
+  return (await analyzeLocated(path, options, location, reused)).report;
+}
+
+/** Options of `renderTelemetryAnalysis`. */
+export interface RenderAnalysisOptions extends AnalyzeOptions {
+  /** `txt`: `formatReportText`; `json`: `reportToJson` with a 2-space indent. */
+  format: "txt" | "json";
+  /** ANSI colours in `txt` (pass true only when writing to a terminal). */
+  color?: boolean;
+}
+
+/**
+ * `analyzeTelemetry`, rendered as the `stormlog analyze` command prints it (ending with a newline).
+ * A rendering of a report that was itself read from the index is stored there too, so that the
+ * next rendering of the unchanged input reads one file instead of parsing and rendering the report.
+ */
+export async function renderTelemetryAnalysis(path: string, options: RenderAnalysisOptions): Promise<string> {
+  const { format, color = false } = options;
+  // The rendering also names the input's size, which the index's state leaves out (files beside the sink).
+  const view = (sizeBytes: number): string =>
+    JSON.stringify(["render", format, color, options.sessionId ?? null, path, sizeBytes]);
+  const unstamp = (index: SegmentIndex, viewText: string): string | null => {
+    const text = index.readStored(viewText);
+    const stamp = `${index.stamp(viewText)}\n`;
+    return text?.startsWith(stamp) ? text.slice(stamp.length) : null;
+  };
+  const location = locateInput(path);
+  const reused = location === null ? null : SegmentIndex.reuse(location, indexOptionsOf(options));
+  const storedSize = reused?.storedSizeBytes ?? null;
+  const quick = reused === null || storedSize === null ? null : unstamp(reused, view(storedSize));
+  if (quick !== null) return quick;
+  const { report, index } = await analyzeLocated(path, options, location, reused);
+  const rendered =
+    format === "json"
+      ? `${stringifyJson(reportToJson(report), { indent: 2 })}\n`
+      : formatReportText(report, { color }).replace(/\n?$/, "\n");
+  // Only a report read back from the index renders the same the next time (its usage says "reused").
+  if (index !== null && report.index?.report_reused === true) {
+    const viewText = view(report.input.size_bytes);
+    await index.writeStored(viewText, `${index.stamp(viewText)}\n${rendered}`, report.index);
+  }
+  return rendered;
+}
+
+function indexOptionsOf(options: AnalyzeOptions): SegmentIndexOptions {
+  return {
     index: options.index !== false,
     ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
     ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
-  });
-  const inputSize = sizeOnDisk(input.path);
+  };
+}
+
+/** The report, and the index it came from or went to (null for a JSON document). */
+async function analyzeLocated(
+  path: string,
+  options: AnalyzeOptions,
+  location: InputLocation | null,
+  reused: SegmentIndex | null,
+): Promise<{ report: AnalysisReport; index: SegmentIndex | null }> {
   // Besides the files, the report depends on the session asked for and on the path as given (it names it).
-  const view = JSON.stringify([options.sessionId ?? null, input.path]);
+  const view = JSON.stringify([options.sessionId ?? null, path]);
+  const quick = reused?.readReport(view) ?? null;
+  if (quick !== null) {
+    quick.input.size_bytes = reused!.storedSizeBytes!;
+    return { report: quick, index: reused };
+  }
+  // Fingerprinted before it is resolved, so that a change made meanwhile shows next time.
+  const snapshot = location === null ? null : snapshotInput(location, INDEX_DIRNAME);
+  const warnings: string[] = [];
+  const input = await resolveTelemetryInput(path, (message) => warnings.push(message));
+  const inputSize = snapshot?.sizeBytes ?? 0;
+  if (input.kind === "json") return { report: await analyzeJsonFile(input, options, inputSize), index: null };
+  const index = await SegmentIndex.open(input, {
+    ...indexOptionsOf(options),
+    ...(location !== null && snapshot !== null ? { location, snapshot } : {}),
+  });
   const stored = index.readReport(view);
   if (stored !== null) {
     stored.input.size_bytes = inputSize;
-    return stored;
+    index.storeSnapshot();
+    return { report: stored, index };
   }
   try {
-    return await analyzeIndexed(input, index, options, inputSize, warnings, view);
+    return { report: await analyzeIndexed(input, index, options, inputSize, warnings, view), index };
   } finally {
     index.dispose();
   }
@@ -328,46 +399,10 @@ async function analyzeIndexed(
   return report;
 }
 
-/** Bytes of a file; 0 when it cannot be statted. */
-function fileSize(path: string): number {
-  try {
-    return statSync(path).size;
-  } catch {
-    return 0;
-  }
-}
-
-/**
- * Bytes of a file, or of every file under a directory (the reference's "File size"), the index left
- * out. Blocking, like the input's resolution: metadata calls only.
- */
-function sizeOnDisk(path: string): number {
-  let info: Stats;
-  try {
-    info = statSync(path);
-  } catch {
-    return 0;
-  }
-  if (!info.isDirectory()) return info.size;
-  let entries: Dirent[];
-  try {
-    entries = readdirSync(path, { withFileTypes: true });
-  } catch {
-    return 0;
-  }
-  let total = 0;
-  for (const entry of entries) {
-    if (entry.name === INDEX_DIRNAME) continue;
-    const child = join(path, entry.name);
-    if (entry.isDirectory()) total += sizeOnDisk(child);
-    else if (entry.isFile()) total += fileSize(child);
-  }
-  return total;
-}
-
 async function analyzeJsonFile(
   input: ResolvedTelemetryInput,
   options: AnalyzeOptions,
+  size: number,
 ): Promise<AnalysisReport> {
   const loaded = await loadTelemetrySessions(input.path);
   const events: TelemetryEvent[] = [];
@@ -375,7 +410,6 @@ async function analyzeJsonFile(
   const segments: SegmentData[] = [inMemorySegment(input.absolute, null, aggregateEvents(events))];
   const sessions = listSessions(segments, new Map(), input.defaultSource, input.absolute);
   const selection = selectSession(sessions, findRankGroups(sessions), options.sessionId, input.path);
-  const size = sizeOnDisk(input.path);
   return analyze({
     input: { path: input.path, kind: "json", size_bytes: size },
     sessions,

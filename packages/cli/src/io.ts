@@ -35,11 +35,34 @@ function processSignals(handler: (signal: CliSignal) => void): () => void {
   };
 }
 
-/** The process's streams, directory, environment and signals, with `overrides` on top. */
+let pipeWatched = false;
+
+/**
+ * `process.stdout`, made on first use (a command that writes to `--output` never creates it: a
+ * fresh process pays ~5 ms for Node's stream modules). `stormlog export ... | head` closes the
+ * pipe early: then stop quietly, as other Unix tools do.
+ */
+function processStdout(): NodeJS.WriteStream {
+  const stdout = process.stdout;
+  if (!pipeWatched) {
+    pipeWatched = true;
+    stdout.on("error", (error: NodeJS.ErrnoException) => {
+      if (error.code === "EPIPE") process.exit(0);
+      throw error;
+    });
+  }
+  return stdout;
+}
+
+/** The process's streams (made on first use), directory, environment and signals, with `overrides` on top. */
 export function resolveIo(overrides: Partial<CliIo> = {}): CliIo {
   return {
-    stdout: overrides.stdout ?? process.stdout,
-    stderr: overrides.stderr ?? process.stderr,
+    get stdout() {
+      return overrides.stdout ?? processStdout();
+    },
+    get stderr() {
+      return overrides.stderr ?? process.stderr;
+    },
     cwd: overrides.cwd ?? process.cwd(),
     env: overrides.env ?? process.env,
     onSignal: overrides.onSignal ?? processSignals,
@@ -131,9 +154,11 @@ export interface Progress {
   finish(): void;
 }
 
-/** Progress for long loads; a no-op unless stderr is a TTY. Redraws at most 10 times a second. */
+/** Progress for long loads; a no-op unless stderr is a terminal. Redraws at most 10 times a second. */
 export function createProgress(io: CliIo, label: string): Progress {
-  if (!io.stderr.isTTY) return { update: () => undefined, elapsed: () => undefined, finish: () => undefined };
+  // Asked at the first update, so that a load that never reports progress never touches stderr.
+  let terminal: boolean | undefined;
+  const shownHere = (): boolean => (terminal ??= io.stderr.isTTY === true);
   let last = 0;
   let shown = false;
   let timer: NodeJS.Timeout | null = null;
@@ -143,6 +168,7 @@ export function createProgress(io: CliIo, label: string): Progress {
   };
   return {
     update(done, total, unit = "events") {
+      if (!shownHere()) return;
       const now = Date.now();
       if (now - last < 100) return;
       last = now;
@@ -154,6 +180,7 @@ export function createProgress(io: CliIo, label: string): Progress {
       draw(`: ${count}${of}`);
     },
     elapsed() {
+      if (!shownHere()) return;
       const start = Date.now();
       draw("...");
       timer = setInterval(() => draw(`... ${((Date.now() - start) / 1000).toFixed(1)} s`), 200);

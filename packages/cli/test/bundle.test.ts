@@ -1,4 +1,4 @@
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -75,5 +75,21 @@ describe("the built stormlog executable (launcher + bundle)", () => {
       expect(sessions.status).toBe(0);
       expect(JSON.parse(sessions.stdout).sessions).toHaveLength(1);
     }
+  });
+
+  it("stops quietly (exit 0, nothing on stderr) when the reader of its output goes away", async () => {
+    const child = spawn(process.execPath, [join(outDir, "launch.cjs"), "--help"], {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, STORMLOG_CACHE_DIR: cacheDir },
+    });
+    // As `stormlog ... | head -0`: the pipe is closed before anything is written.
+    child.stdout.destroy();
+    let stderr = "";
+    child.stderr.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const code = await new Promise<number | null>((done) => child.on("close", done));
+    expect(stderr).toBe("");
+    expect(code).toBe(0);
   });
 });

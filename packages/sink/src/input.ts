@@ -56,7 +56,8 @@ export interface ResolvedTelemetryInput {
   readonly defaultSourcePath: string;
 }
 
-function resolvedPath(path: string): string {
+/** `path` made absolute through its links (`realpath`); just made absolute when it cannot be resolved. */
+export function resolveInputPath(path: string): string {
   try {
     return realpathSync(path);
   } catch {
@@ -135,7 +136,7 @@ export function resolveTelemetryInputSync(
       cause: error,
     });
   }
-  const absolute = resolvedPath(path);
+  const absolute = resolveInputPath(path);
   const defaultSource = `artifact:${basename(path) || absolute}`;
   if (info.isDirectory()) {
     const dirs = discoverSinkDirectoriesSync(path);
@@ -146,7 +147,7 @@ export function resolveTelemetryInputSync(
       );
     }
     const parts = dirs.map((dir) =>
-      sinkPart(dir, null, () => stableLegacySessionId([resolvedPath(dir), "sink"]), warn),
+      sinkPart(dir, null, () => stableLegacySessionId([resolveInputPath(dir), "sink"]), warn),
     );
     const kind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
     return { kind, path, absolute, parts, defaultSource, defaultSourcePath: path };

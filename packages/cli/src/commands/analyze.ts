@@ -1,5 +1,4 @@
 import { resolve } from "node:path";
-import { stringifyJson } from "@stormlog/core";
 import {
   type CommandHelp,
   choice,
@@ -67,11 +66,16 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const format = choice(help, args, "format", ["txt", "json"] as const, "txt");
   const sessionId = stringFlag(args, "session-id");
   const cacheDir = stringFlag(args, "cache-dir");
-  const { analyzeTelemetry, formatReportText, reportToJson } = await import("@stormlog/analysis");
+  const { renderTelemetryAnalysis } = await import("@stormlog/analysis");
+  const file = stringFlag(args, "output");
+  // Colours only on a terminal, and never with NO_COLOR (https://no-color.org).
+  const color = (file === undefined || file === "-") && io.stdout.isTTY === true && !io.env.NO_COLOR;
   const progress = createProgress(io, "Analyzing");
-  let report: Awaited<ReturnType<typeof analyzeTelemetry>>;
+  let text: string;
   try {
-    report = await analyzeTelemetry(path, {
+    text = await renderTelemetryAnalysis(path, {
+      format,
+      color,
       ...(sessionId === undefined ? {} : { sessionId }),
       index: args.values["no-index"] !== true,
       ...(cacheDir === undefined ? {} : { cacheDir: resolve(io.cwd, cacheDir) }),
@@ -80,19 +84,8 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   } finally {
     progress.finish();
   }
-  const file = stringFlag(args, "output");
-  // Colours only on a terminal, and never with NO_COLOR (https://no-color.org).
-  const color = (file === undefined || file === "-") && io.stdout.isTTY === true && !io.env.NO_COLOR;
-  const text =
-    format === "json"
-      ? `${stringifyJson(reportToJson(report), { indent: 2 })}\n`
-      : ensureNewline(formatReportText(report, { color }));
   await writeOutput(io, file, text);
   return 0;
-}
-
-function ensureNewline(text: string): string {
-  return text.endsWith("\n") ? text : `${text}\n`;
 }
 
 /** `stormlog analyze`. */

@@ -1,0 +1,226 @@
+import {
+  appendFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { encodeTelemetryRecord, stringifyJson, type TelemetryEvent } from "@stormlog/core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  analyzeTelemetry,
+  diagnoseTelemetry,
+  formatReportText,
+  INDEX_DIRNAME,
+  renderTelemetryAnalysis,
+  reportToJson,
+} from "../src/index.js";
+import { SegmentIndex } from "../src/index-cache.js";
+import { locateInput, snapshotInput } from "../src/input-snapshot.js";
+import { BASE_NS, GiB, MS, settle, Timeline, writeSink } from "./report-helpers.js";
+
+const temp = mkdtempSync(join(tmpdir(), "stormlog-snapshot-"));
+const previousCache = process.env.STORMLOG_CACHE_DIR;
+const previousXdg = process.env.XDG_CACHE_HOME;
+afterAll(() => {
+  rmSync(temp, { recursive: true, force: true });
+  if (previousCache === undefined) delete process.env.STORMLOG_CACHE_DIR;
+  else process.env.STORMLOG_CACHE_DIR = previousCache;
+  if (previousXdg === undefined) delete process.env.XDG_CACHE_HOME;
+  else process.env.XDG_CACHE_HOME = previousXdg;
+});
+
+function rankEvents(rank: number, steps: number, start = BASE_NS, job = "job-s"): TelemetryEvent[] {
+  const t = new Timeline(
+    {
+      rank,
+      world_size: 2,
+      job_id: job,
+      session_id: `s-${rank}`,
+      pid: 20 + rank,
+      device_total_bytes: 16 * GiB,
+    },
+    start + BigInt(rank) * MS,
+  );
+  t.event("start");
+  for (let step = 0; step < steps; step++) {
+    t.enter("train").sample();
+    t.allocated += rank === 1 ? 4096 : 0;
+    t.sample().exit();
+  }
+  t.event("stop");
+  return t.events;
+}
+
+function makeRoot(name: string): string {
+  const root = join(temp, name);
+  for (const rank of [0, 1]) writeSink(join(root, `rank-${rank}`), rankEvents(rank, 12), { segmentSize: 20 });
+  return root;
+}
+
+/** The analysis of an input, as JSON text. */
+async function jsonOf(path: string, index = true): Promise<string> {
+  return stringifyJson(reportToJson(await analyzeTelemetry(path, { index })));
+}
+
+/** Whether the stored snapshot still vouches for the input (a warm analysis skips resolving it). */
+function vouched(path: string): boolean {
+  const location = locateInput(path);
+  return location !== null && SegmentIndex.reuse(location, { index: true }) !== null;
+}
+
+const NAMES = [
+  "append",
+  "rank",
+  "segment",
+  "beside",
+  "manifest",
+  "pruned",
+  "render",
+  "link",
+  "jsonl",
+  "diagnose",
+] as const;
+const roots = {} as Record<(typeof NAMES)[number], string>;
+
+describe("input snapshot (warm analyses skip resolving an unchanged input)", () => {
+  beforeAll(async () => {
+    delete process.env.STORMLOG_CACHE_DIR;
+    process.env.XDG_CACHE_HOME = join(temp, "xdg");
+    for (const name of NAMES) roots[name] = makeRoot(name);
+    symlinkSync(join(roots.link, "rank-1"), join(roots.link, "rank-9"));
+    await settle();
+    // The first analysis creates the index directory, which changes the root: not trusted for two seconds.
+    for (const name of NAMES) await analyzeTelemetry(roots[name]);
+    await analyzeTelemetry(join(roots.jsonl, "rank-0", "segment-000001.jsonl"));
+    await settle();
+    for (const name of NAMES) await analyzeTelemetry(roots[name]);
+    await analyzeTelemetry(join(roots.jsonl, "rank-0", "segment-000001.jsonl"));
+  }, 30_000);
+
+  it("is stored once nothing changed for two seconds, and vouches for the stored report", async () => {
+    const root = roots.append;
+    expect(existsSync(join(root, INDEX_DIRNAME, "inputs.json"))).toBe(true);
+    expect(vouched(root)).toBe(true);
+    const report = await analyzeTelemetry(root);
+    expect(report.index).toMatchObject({ status: "reused", report_reused: true, segments_reused: 6 });
+    expect(stringifyJson(reportToJson(report))).toBe(await jsonOf(root, false));
+  });
+
+  it("stops vouching when a line is appended to a segment, and the change is analysed", async () => {
+    const root = roots.append;
+    const t = new Timeline(
+      { rank: 0, world_size: 2, job_id: "job-s", session_id: "s-0", pid: 20 },
+      BASE_NS + 10n ** 10n,
+    );
+    t.gap = 9 * GiB;
+    t.sample();
+    appendFileSync(join(root, "rank-0", "segment-000001.jsonl"), `${encodeTelemetryRecord(t.events[0]!)}\n`);
+    expect(vouched(root)).toBe(false);
+    expect(await jsonOf(root)).toBe(await jsonOf(root, false));
+  });
+
+  it("stops vouching when a rank directory appears", async () => {
+    const root = roots.rank;
+    writeSink(join(root, "rank-2"), rankEvents(0, 4, BASE_NS, "job-t"), { segmentSize: 50 });
+    expect(vouched(root)).toBe(false);
+    const text = await jsonOf(root);
+    expect(text).toBe(await jsonOf(root, false));
+    expect(JSON.parse(text).sink.directory_count).toBe(3);
+  });
+
+  it("stops vouching when a segment appears that no manifest lists", async () => {
+    const root = roots.segment;
+    const extra = rankEvents(1, 3, BASE_NS + 10n ** 11n);
+    writeFileSync(
+      join(root, "rank-1", "segment-000042.jsonl"),
+      extra.map((event) => `${encodeTelemetryRecord(event)}\n`).join(""),
+    );
+    expect(vouched(root)).toBe(false);
+    expect(await jsonOf(root)).toBe(await jsonOf(root, false));
+  });
+
+  it("stops vouching when a file beside the sinks changes the input's size", async () => {
+    const root = roots.beside;
+    const before = (await analyzeTelemetry(root)).input.size_bytes;
+    writeFileSync(join(root, "notes.txt"), "x".repeat(1000));
+    expect(vouched(root)).toBe(false);
+    expect((await analyzeTelemetry(root)).input.size_bytes).toBe(before + 1000);
+    expect(await jsonOf(root)).toBe(await jsonOf(root, false));
+  });
+
+  it("stops vouching when a manifest is rewritten in place", async () => {
+    const root = roots.manifest;
+    const manifest = join(root, "rank-0", "manifest.json");
+    const text = readFileSync(manifest, "utf8");
+    // Same length, other session status: only the file's times tell.
+    writeFileSync(manifest, text.replace('"completed"', '"completeD"'));
+    expect(vouched(root)).toBe(false);
+  });
+
+  it("stops vouching when a segment is pruned", async () => {
+    const root = roots.pruned;
+    rmSync(join(root, "rank-1", "segment-000001.jsonl"));
+    expect(vouched(root)).toBe(false);
+    const text = await jsonOf(root);
+    expect(text).toBe(await jsonOf(root, false));
+    expect(JSON.parse(text).sink.missing_segment_count).toBe(1);
+  });
+
+  it("is not stored for an input with a link in it (changes behind it would not show)", () => {
+    expect(snapshotInput(locateInput(roots.link)!, INDEX_DIRNAME).reusable).toBe(false);
+    expect(existsSync(join(roots.link, INDEX_DIRNAME, "inputs.json"))).toBe(false);
+    expect(vouched(roots.link)).toBe(false);
+  });
+
+  it("covers a segment given as the input: its directory's files", () => {
+    const segment = join(roots.jsonl, "rank-0", "segment-000001.jsonl");
+    expect(existsSync(join(roots.jsonl, "rank-0", INDEX_DIRNAME, "inputs-segment-000001.jsonl.json"))).toBe(
+      true,
+    );
+    expect(vouched(segment)).toBe(true);
+    writeFileSync(join(roots.jsonl, "rank-0", "rollups.json"), "{}");
+    expect(vouched(segment)).toBe(false);
+  });
+
+  it("renders as analyze prints, and stores a reused report's rendering for the next run", async () => {
+    const root = roots.render;
+    const json = await renderTelemetryAnalysis(root, { format: "json" });
+    expect(json).toBe(`${stringifyJson(reportToJson(await analyzeTelemetry(root)), { indent: 2 })}\n`);
+    // Read back as stored: the same text.
+    expect(await renderTelemetryAnalysis(root, { format: "json" })).toBe(json);
+    const expectedText = async (): Promise<string> => formatReportText(await analyzeTelemetry(root));
+    const text = await renderTelemetryAnalysis(root, { format: "txt" });
+    expect(text).toBe(await expectedText());
+    expect(text.endsWith("\n")).toBe(true);
+    expect(await renderTelemetryAnalysis(root, { format: "txt" })).toBe(text);
+    expect(await renderTelemetryAnalysis(root, { format: "txt", color: true })).toContain("\x1b[");
+    // The text names the input's size: a file beside the sinks changes it, and the stored rendering is not used.
+    const size = (await analyzeTelemetry(root)).input.size_bytes;
+    expect(text).toContain(`File size: ${size} bytes`);
+    mkdirSync(join(root, "notes"));
+    writeFileSync(join(root, "notes", "a.txt"), "y".repeat(333));
+    const after = await renderTelemetryAnalysis(root, { format: "txt" });
+    expect(after).toContain(`File size: ${size + 333} bytes`);
+    expect(after).toBe(await expectedText());
+  });
+
+  it("vouches for diagnose's stored result too, and stops when a segment changes", async () => {
+    const root = roots.diagnose;
+    const plain = (result: object): unknown => ({ ...result, index: null });
+    await diagnoseTelemetry(root);
+    expect(vouched(root)).toBe(true);
+    const warm = await diagnoseTelemetry(root);
+    expect(warm.index).toMatchObject({ report_reused: true });
+    expect(plain(warm)).toEqual(plain(await diagnoseTelemetry(root, { index: false })));
+    appendFileSync(join(root, "rank-1", "segment-000001.jsonl"), "\n");
+    expect(vouched(root)).toBe(false);
+    const changed = await diagnoseTelemetry(root);
+    expect(changed.index).toMatchObject({ report_reused: false });
+  });
+});
