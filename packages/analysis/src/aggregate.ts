@@ -55,6 +55,8 @@ export interface BoundaryEntry {
   readonly eventType: string;
   /** `metadata.phase_scope` as recorded (validated later by the replay index). */
   readonly scope: JsonValue;
+  /** `scope`'s JSON text as read from the line, when the scan parsed it exactly (the index stores it as is). */
+  readonly scopeJson: string | null;
   /** Line within its segment (storage order). */
   readonly line: number;
   readonly allocated: number;
@@ -604,14 +606,20 @@ export class Accumulator {
     return part;
   }
 
-  /** A fast-read phase boundary with its already parsed `phase_scope`. */
-  addBoundaryLine(fields: LineFields, line: number, scope: JsonValue | undefined): void {
+  /** A fast-read phase boundary with its already parsed `phase_scope` (and its exact JSON text). */
+  addBoundaryLine(
+    fields: LineFields,
+    line: number,
+    scope: JsonValue | undefined,
+    scopeJson: string | null,
+  ): void {
     const part = this.addLine(fields, line);
     if (scope === undefined) return;
     part.boundaries.push({
       timestampNs: fields.timestampNs(),
       eventType: fields.eventType,
       scope,
+      scopeJson,
       line,
       allocated: fields.allocated,
       reserved: fields.reserved,
@@ -669,6 +677,7 @@ export class Accumulator {
           timestampNs: ts,
           eventType,
           scope,
+          scopeJson: null,
           line,
           allocated,
           reserved,

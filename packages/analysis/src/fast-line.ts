@@ -50,6 +50,7 @@ const K_SCHEMA_SESSION = literal(', "schema_version": 3, "session_id": ');
 const K_TIMESTAMP = literal(', "timestamp_ns": ');
 const K_WORLD_SIZE = literal(', "world_size": ');
 const TENSORS_KEY = enc("tfjs_num_tensors");
+const SCOPE_KEY = enc("phase_scope");
 
 /** Result of a failed numeric read. */
 const FAIL = -1.5;
@@ -113,6 +114,9 @@ export class CanonicalLineReader implements LineFields {
   metadataInexact = false;
   /** The metadata is `{}`. */
   metadataEmpty = true;
+  /** Byte range of the top-level `metadata.phase_scope` value (its JSON text), or -1. */
+  scopeStart = -1;
+  scopeEnd = -1;
 
   private headScratch = 0;
   private tailScratch = 0;
@@ -374,6 +378,8 @@ export class CanonicalLineReader implements LineFields {
     this.metadataStart = p;
     this.tensors = Number.NaN;
     this.metadataInexact = false;
+    this.scopeStart = -1;
+    this.scopeEnd = -1;
     if (buf[p + 1] === 0x7d) {
       this.metadataEmpty = true;
       this.pos = p + 2;
@@ -389,6 +395,8 @@ export class CanonicalLineReader implements LineFields {
     let expectKey = true;
     let allowClose = true;
     let tensorsNext = false;
+    // The value of a top-level phase_scope key is being read (its end is noted back at depth 0).
+    let scopeOpen = false;
     for (;;) {
       p = skipSpace(buf, p);
       let c: number | undefined = buf[p];
@@ -414,6 +422,7 @@ export class CanonicalLineReader implements LineFields {
             // An escaped top-level key may spell tfjs_num_tensors: leave that to the general path.
             for (let i = keyStart; i < p - 1; i++) if (buf[i] === 0x5c) return false;
             tensorsNext = sameBytes(buf, keyStart, p - 1, TENSORS_KEY);
+            scopeOpen = sameBytes(buf, keyStart, p - 1, SCOPE_KEY);
           } else {
             tensorsNext = false;
           }
@@ -421,6 +430,8 @@ export class CanonicalLineReader implements LineFields {
           if (buf[p] !== 0x3a) return false;
           p = skipSpace(buf, p + 1);
           c = buf[p];
+          // The last of duplicate keys wins, as in JSON.parse.
+          if (scopeOpen && depth === 0) this.scopeStart = p;
           expectKey = false;
           allowClose = false;
           if (c === undefined) return false;
@@ -482,6 +493,10 @@ export class CanonicalLineReader implements LineFields {
       }
       // After a value or a closed container: ',' or the closer of the current container.
       for (;;) {
+        if (scopeOpen && depth === 0) {
+          this.scopeEnd = p;
+          scopeOpen = false;
+        }
         p = skipSpace(buf, p);
         c = buf[p];
         const kind = stack[depth];

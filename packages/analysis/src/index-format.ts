@@ -31,6 +31,8 @@ type Chunks = [number, number][];
 
 type Num = number | null;
 const num = (value: number): Num => (Number.isNaN(value) ? null : value);
+/** `JSON.stringify(num(value))`, without the call. */
+const numJson = (value: number): string => (Number.isFinite(value) ? `${value}` : "null");
 const unnum = (value: Num | undefined): number =>
   value === null || value === undefined ? Number.NaN : value;
 const ts = (value: bigint | null): string | null => (value === null ? null : value.toString());
@@ -109,6 +111,7 @@ interface Header {
  * analysed) straight to the old generation, which is collected rarely, so memory grew with the input.
  */
 class Boundary implements BoundaryEntry {
+  readonly scopeJson = null;
   constructor(
     readonly timestampNs: bigint,
     readonly eventType: string,
@@ -147,7 +150,8 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
   let offset = 0;
   const texts: Buffer[] = [];
   let textOffset = 0;
-  const rows = <T>(items: readonly T[], row: (item: T) => unknown[]): Chunks => {
+  /** `row` gives an item's row, or its JSON text when it has it. */
+  const rows = <T>(items: readonly T[], row: (item: T) => unknown[] | string): Chunks => {
     const out: Chunks = [];
     let parts: string[] = [];
     let size = 0;
@@ -160,7 +164,8 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
       size = 0;
     };
     for (const item of items) {
-      const text = JSON.stringify(row(item));
+      const value = row(item);
+      const text = typeof value === "string" ? value : JSON.stringify(value);
       parts.push(text);
       size += text.length + 1;
       if (size >= ROW_CHUNK_CHARS) flush();
@@ -190,7 +195,11 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
         count,
         hasIdentity,
         offset,
-        boundaries: rows(part.boundaries, (b): BoundaryRow => {
+        boundaries: rows(part.boundaries, (b): BoundaryRow | string => {
+          if (b.scopeJson !== null) {
+            // The scope's text as read (exact: the scan parsed it with JSON.parse): not stringified again.
+            return `["${b.timestampNs}",${b.eventType === "phase_enter" ? 0 : 1},${b.line},${numJson(b.allocated)},${numJson(b.reserved)},${numJson(b.used)},${numJson(b.tensors)},${b.scopeJson},0]`;
+          }
           const plain = plainJson(b.scope);
           return [
             b.timestampNs.toString(),

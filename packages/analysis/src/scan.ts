@@ -4,7 +4,7 @@
  * path (`fast-line.ts`); every other line is decoded exactly as `@stormlog/sink`'s reader decodes it.
  */
 import { closeSync, openSync, readSync, statSync } from "node:fs";
-import { JsonlDecodeError, type JsonObject, type TelemetryEvent } from "@stormlog/core";
+import { JsonlDecodeError, type JsonValue, type TelemetryEvent } from "@stormlog/core";
 import { decodeTelemetryEventLine, type TelemetryInputSegment, TelemetrySourceError } from "@stormlog/sink";
 import { Accumulator, type SegmentAggregate } from "./aggregate.js";
 import { CanonicalLineReader } from "./fast-line.js";
@@ -123,10 +123,13 @@ export function scanSegmentSync(
         slow(buf, start, end, terminated);
         return;
       }
-      const metadata = reader.metadataEmpty
-        ? {}
-        : (JSON.parse(buf.toString("latin1", reader.metadataStart, reader.metadataEnd)) as JsonObject);
-      accumulator.addBoundaryLine(reader, lineNumber, metadata.phase_scope);
+      // Only phase_scope is kept: its text alone is parsed, and stored in the index as is.
+      if (reader.scopeStart < 0) {
+        accumulator.addBoundaryLine(reader, lineNumber, undefined, null);
+        return;
+      }
+      const scopeJson = buf.toString("latin1", reader.scopeStart, reader.scopeEnd);
+      accumulator.addBoundaryLine(reader, lineNumber, JSON.parse(scopeJson) as JsonValue, scopeJson);
       return;
     }
     accumulator.addLine(reader, lineNumber);

@@ -94,7 +94,12 @@ function expectSame(reader: CanonicalLineReader, decoded: TelemetryRecord, line:
   };
   expect(actual, line).toEqual(expected);
   const metadata = JSON.parse(line.slice(reader.metadataStart, reader.metadataEnd)) as JsonObject;
-  expect(metadata, line).toEqual(JSON.parse(JSON.stringify(decoded.metadata)));
+  const plain = JSON.parse(JSON.stringify(decoded.metadata)) as JsonObject;
+  expect(metadata, line).toEqual(plain);
+  // The top-level phase_scope's own text, which the scan parses alone and the index stores as is.
+  const scope =
+    reader.scopeStart < 0 ? undefined : JSON.parse(line.slice(reader.scopeStart, reader.scopeEnd));
+  expect(scope, line).toEqual(plain.phase_scope);
 }
 
 const METADATA: JsonObject[] = [
@@ -116,6 +121,10 @@ const METADATA: JsonObject[] = [
     },
   },
   { text: 'quote " backslash \\ tab \t newline \n unicode \u00e9 \u2028 end', tfjs_num_tensors: 5 },
+  { phase_scope: "plain", tfjs_num_tensors: 1 },
+  { phase_scope: {}, after: 1 },
+  { phase_scope: [], z: { phase_scope: { deep: true } } },
+  { a: { phase_scope: { x: 1 } }, phase_scope: { action: "exit", path: [] }, zz: [{ phase_scope: 2 }] },
   { tfjs_num_tensors: "12" },
   { tfjs_num_tensors: [1] },
   { tfjs_num_tensors: 3, later: { deep: [{ x: "y" }] } },
@@ -159,6 +168,18 @@ describe("CanonicalLineReader agrees with decodeTelemetryLine", () => {
       read++;
     }
     expect(read).toBe(400);
+  });
+
+  it("notes the last of duplicate top-level phase_scope keys, as JSON.parse keeps it", () => {
+    const line = encodeTelemetryRecord(
+      record("phase_exit", BASE_NS, { metadata: { phase_scope: { name: "first" }, zz: 1 } }),
+    ).replace('"zz": 1', '"phase_scope" : [ "second" , {"phase_scope": 3} ] ');
+    const reader = fastRead(line);
+    expect(reader, line).not.toBeNull();
+    expect(line.slice(reader!.scopeStart, reader!.scopeEnd)).toBe('[ "second" , {"phase_scope": 3} ]');
+    expect(fastRead(encodeTelemetryRecord(record("phase_exit", BASE_NS, { metadata: {} })))!.scopeStart).toBe(
+      -1,
+    );
   });
 
   it("reads the Python reference's golden sink lines like the decoder", () => {

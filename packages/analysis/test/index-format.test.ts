@@ -1,6 +1,11 @@
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { encodeTelemetryRecord } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
+import type { BoundaryEntry } from "../src/aggregate.js";
 import { decodeAggregate, encodeAggregate } from "../src/index-format.js";
-import { aggregateEvents } from "../src/scan.js";
+import { aggregateEvents, scanSegmentSync } from "../src/scan.js";
 import { GiB, Timeline } from "./report-helpers.js";
 
 /** Two ranks with many phases (their rows span several JSON chunks), alerts and health transitions. */
@@ -52,5 +57,44 @@ describe("aggregate files", () => {
   it("is refused when cut short or stamped otherwise", () => {
     expect(decodeAggregate(bytes, "stamp-2")).toBeUndefined();
     expect(decodeAggregate(bytes.subarray(0, bytes.length - 10), "stamp-1")).toBeUndefined();
+  });
+});
+
+describe("aggregate files of a scanned segment", () => {
+  it("keep each boundary's phase_scope text as read, and read back equal", () => {
+    const dir = mkdtempSync(join(tmpdir(), "stormlog-format-"));
+    try {
+      // Rank 1 has no tensor counts and an unknown device total (null counters in the rows).
+      const lines = events()
+        .map((event) =>
+          event.rank === 1 && event.event_type.startsWith("phase_")
+            ? {
+                ...event,
+                device_total_bytes: null,
+                device_free_bytes: null,
+                metadata: { phase_scope: event.metadata.phase_scope! },
+              }
+            : event,
+        )
+        .map((event) => `${encodeTelemetryRecord(event)}\n`);
+      const path = join(dir, "segment-000001.jsonl");
+      writeFileSync(path, lines.join(""));
+      const scanned = scanSegmentSync({ path, hint: null, defaultSessionId: "x" }, () => undefined, {
+        buf: null,
+      });
+      const decoded = decodeAggregate(encodeAggregate(scanned, "stamp"), "stamp")!;
+      const plain = (b: BoundaryEntry) => ({ ...b, scopeJson: null });
+      for (const [sessionId, session] of scanned.sessions) {
+        for (const [rank, written] of session.ranks) {
+          expect(written.boundaries.length).toBe(1600);
+          for (const b of written.boundaries) expect(JSON.parse(b.scopeJson!)).toEqual(b.scope);
+          const read = decoded.sessions.get(sessionId)!.ranks.get(rank)!.boundaries;
+          expect(read.map(plain)).toEqual(written.boundaries.map(plain));
+          expect(written.boundaries.some((b) => Number.isNaN(b.tensors))).toBe(rank === 1);
+        }
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
