@@ -272,21 +272,35 @@ describe("collector health (reference test_tracker_resilience)", () => {
     expect(writer.records.at(-1)?.event_type).toBe("stop");
   });
 
-  it("hands records to the sink once the caller's synchronous code is done", async () => {
+  it("hands records to the sink in batches, 50 ms after the first (between training steps)", async () => {
     const writer = new FakeWriter();
-    const { tracker } = makeTracker(
+    const { tracker, scheduler } = makeTracker(
       [new SequencedCollector([full(reading({ allocated: 1, reserved: 1 }))])],
       {
         sink: writer,
       },
     );
     await tracker.start();
-    const before = writer.records.length;
+    const phases = () => writer.records.filter((r) => r.event_type.startsWith("phase_"));
     tracker.phase("forward", () => undefined);
-    expect(writer.records).toHaveLength(before);
-    await Promise.resolve();
-    expect(writer.records.slice(before).map((r) => r.event_type)).toEqual(["phase_enter", "phase_exit"]);
+    await tracker.phase("backward", async () => {
+      await Promise.resolve();
+    });
+    expect(writer.records).toHaveLength(0);
+    await scheduler.advance(49);
+    expect(writer.records).toHaveLength(0);
+    await scheduler.advance(1);
+    expect(writer.records[0]?.event_type).toBe("start");
+    expect(phases().map((r) => r.context)).toEqual([
+      "Phase entered: forward",
+      "Phase exited: forward",
+      "Phase entered: backward",
+      "Phase exited: backward",
+    ]);
+    // `stop` hands over what is waiting, before its own record.
+    tracker.phase("optimizer", () => undefined);
     await tracker.stop();
+    expect(writer.records.slice(-3).map((r) => r.event_type)).toEqual(["phase_enter", "phase_exit", "stop"]);
   });
 
   it("disables a failing sink, keeps tracking and marks the session incomplete", async () => {
@@ -295,7 +309,8 @@ describe("collector health (reference test_tracker_resilience)", () => {
     const { tracker, scheduler, warnings } = makeTracker([collector], { sink: writer });
     await tracker.start();
     writer.failAppend = true;
-    await scheduler.advance(30);
+    // Samples reach the sink (and fail there) once their batch is handed over, 50 ms later.
+    await scheduler.advance(60);
     expect(tracker.getEvents({ eventType: "sample" }).length).toBeGreaterThanOrEqual(3);
     expect(writer.closes).toEqual(["incomplete"]);
     expect(tracker.getSessionSummary()?.status).toBe("incomplete");
