@@ -173,25 +173,19 @@ interface StoredSnapshot {
 
 const SNAPSHOT_FORMAT = "stormlog.analysis_inputs";
 
-function readSnapshot(dir: string, name: string): StoredSnapshot | null {
+/** The JSON object in `dir/name` when it has the array `listKey` (catalog, snapshot); else null. */
+function readIndexFile<T extends object>(dir: string, name: string, listKey: keyof T): T | null {
   try {
-    const value = JSON.parse(readFileSync(join(dir, name), "utf8")) as StoredSnapshot;
-    if (typeof value !== "object" || value === null || !Array.isArray(value.entries)) return null;
+    const value = JSON.parse(readFileSync(join(dir, name), "utf8")) as T | null;
+    if (typeof value !== "object" || value === null || !Array.isArray(value[listKey])) return null;
     return value;
   } catch {
     return null;
   }
 }
 
-function readCatalog(dir: string, name: string): Catalog | null {
-  try {
-    const value = JSON.parse(readFileSync(join(dir, name), "utf8")) as Catalog;
-    if (typeof value !== "object" || value === null || !Array.isArray(value.segments)) return null;
-    return value;
-  } catch {
-    return null;
-  }
-}
+const readSnapshot = (dir: string, name: string) => readIndexFile<StoredSnapshot>(dir, name, "entries");
+const readCatalog = (dir: string, name: string) => readIndexFile<Catalog>(dir, name, "segments");
 
 const writeAtomic = writeAggregateFile;
 

@@ -1,19 +1,11 @@
-import {
-  appendFileSync,
-  existsSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encodeTelemetryRecord, stringifyJson, type TelemetryEvent } from "@stormlog/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AnalyzeOptions, analyzeTelemetry, INDEX_DIRNAME, reportToJson } from "../src/index.js";
 import { hashText } from "../src/index-cache.js";
-import { BASE_NS, GiB, MiB, MS, settle, Timeline, writeSink } from "./report-helpers.js";
+import { appendSample, BASE_NS, GiB, MiB, MS, settle, Timeline, writeSink } from "./report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-index-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
@@ -155,13 +147,12 @@ describe("transparent index", () => {
 
   it("sees an appended line, even right after the last analysis", async () => {
     await analysed(root);
-    const t = new Timeline(
+    appendSample(
+      join(root, "rank-0", "segment-000002.jsonl"),
       { rank: 0, world_size: 3, job_id: "job-i", session_id: "s-0", pid: 10 },
       BASE_NS + 10n ** 10n,
+      40 * GiB,
     );
-    t.gap = 40 * GiB;
-    t.sample();
-    appendFileSync(join(root, "rank-0", "segment-000002.jsonl"), `${encodeTelemetryRecord(t.events[0]!)}\n`);
     const appended = await analysed(root);
     expect((appended.index as { segments_scanned: number }).segments_scanned).toBeGreaterThanOrEqual(1);
     expect(appended.text).toBe(await fresh(root));

@@ -22,7 +22,7 @@ import {
 } from "../src/index.js";
 import { SegmentIndex } from "../src/index-cache.js";
 import { locateInput, snapshotInput } from "../src/input-snapshot.js";
-import { BASE_NS, GiB, MS, settle, Timeline, writeSink } from "./report-helpers.js";
+import { appendSample, BASE_NS, GiB, MS, settle, Timeline, writeSink } from "./report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-snapshot-"));
 const previousCache = process.env.STORMLOG_CACHE_DIR;
@@ -114,13 +114,12 @@ describe("input snapshot (warm analyses skip resolving an unchanged input)", () 
 
   it("stops vouching when a line is appended to a segment, and the change is analysed", async () => {
     const root = roots.append;
-    const t = new Timeline(
+    appendSample(
+      join(root, "rank-0", "segment-000001.jsonl"),
       { rank: 0, world_size: 2, job_id: "job-s", session_id: "s-0", pid: 20 },
       BASE_NS + 10n ** 10n,
+      9 * GiB,
     );
-    t.gap = 9 * GiB;
-    t.sample();
-    appendFileSync(join(root, "rank-0", "segment-000001.jsonl"), `${encodeTelemetryRecord(t.events[0]!)}\n`);
     expect(vouched(root)).toBe(false);
     expect(await jsonOf(root)).toBe(await jsonOf(root, false));
   });

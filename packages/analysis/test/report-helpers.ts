@@ -1,4 +1,4 @@
-import { mkdirSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   encodeTelemetryRecord,
@@ -203,4 +203,17 @@ export function writeSink(
 /** Sleeps past the index's two-second "may still change" window. */
 export function settle(): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, 2100));
+}
+
+/** Appends one sample of `identity` at `at`, with `gap` bytes of hidden memory, to a segment file. */
+export function appendSample(
+  segment: string,
+  identity: Partial<TelemetryRecordV3>,
+  at: bigint,
+  gap: number,
+): void {
+  const t = new Timeline(identity, at);
+  t.gap = gap;
+  t.sample();
+  appendFileSync(segment, `${encodeTelemetryRecord(t.events[0]!)}\n`);
 }
