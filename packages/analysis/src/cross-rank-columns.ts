@@ -12,23 +12,19 @@ import {
   type PhaseResolver,
   phaseAttributionToPayload,
 } from "@stormlog/phases";
-import {
-  type CrossRankAnalysis,
-  type FirstCauseConfidence,
-  type FirstCauseSuspect,
-  SKEW_NOTE_MULTIPLIER,
-  SPIKE_MIN_BYTES,
-} from "./cross-rank.js";
+import { type CrossRankAnalysis, SKEW_NOTE_MULTIPLIER, SPIKE_MIN_BYTES } from "./cross-rank.js";
 import type { DatasetPlan, RankSeries } from "./dataset.js";
 import { TimeRangeError } from "./errors.js";
-
-const NOTE_NON_SAMPLE = "Ignored non-sample events during cross-rank analysis.";
-const NOTE_NO_DEVICE_USED = "Ignored samples without device-used memory during cross-rank analysis.";
-const NOTE_NO_SAMPLES = "No sample telemetry events were available for distributed analysis.";
-const NOTE_MULTIPLE_JOBS = "Multiple job_id values were observed; filtering to the most common value.";
-const NOTE_ONE_RANK = "At least two ranks are required for cross-rank first-cause analysis.";
-const NOTE_NO_SPIKES = "No qualifying cross-rank spikes were detected.";
-const NOTE_ONE_SPIKE = "Only one rank produced a qualifying spike; confidence is limited.";
+import {
+  type FirstCause,
+  NOTE_MULTIPLE_JOBS,
+  NOTE_NO_DEVICE_USED,
+  NOTE_NO_SAMPLES,
+  NOTE_NON_SAMPLE,
+  NOTE_ONE_RANK,
+  rankFirstCause,
+  type SpikeCandidate,
+} from "./first-cause.js";
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 
@@ -122,6 +118,8 @@ interface Spike {
   windowSamples: number;
   attribution: PhaseAttributionPayload | null;
 }
+
+type ColumnSpike = Spike & SpikeCandidate;
 
 interface RankPartial {
   rank: number;
@@ -466,11 +464,10 @@ function detectFirstCause(
   offsets: ReadonlyMap<number, bigint>,
   missingRanks: readonly number[],
   medianIntervalNs: bigint,
-): { clusterOnsetNs: bigint | null; suspects: FirstCauseSuspect[]; notes: string[] } {
+): FirstCause {
   if (grouped.size === 1) return { clusterOnsetNs: null, suspects: [], notes: [NOTE_ONE_RANK] };
-  const notes: string[] = [];
   const sparseRanks: number[] = [];
-  const candidates: (Spike & { rank: number; alignedFirstSpikeNs: bigint })[] = [];
+  const candidates: ColumnSpike[] = [];
   for (const [rank, partial] of grouped) {
     if (partial.count < 2) sparseRanks.push(rank);
     if (partial.spike !== null) {
@@ -481,51 +478,11 @@ function detectFirstCause(
       });
     }
   }
-  if (sparseRanks.length > 0) {
-    const listed = [...sparseRanks].sort((a, b) => a - b).join(", ");
-    notes.push(`Some ranks have fewer than two samples and cannot contribute to spike detection: ${listed}.`);
-  }
-  if (candidates.length === 0) {
-    notes.push(NOTE_NO_SPIKES);
-    return { clusterOnsetNs: null, suspects: [], notes };
-  }
-  candidates.sort((a, b) => {
-    if (a.alignedFirstSpikeNs !== b.alignedFirstSpikeNs)
-      return a.alignedFirstSpikeNs < b.alignedFirstSpikeNs ? -1 : 1;
-    if (a.peakDeltaBytes !== b.peakDeltaBytes) return b.peakDeltaBytes - a.peakDeltaBytes;
-    return a.rank - b.rank;
-  });
-  let clusterOnsetNs: bigint | null = null;
-  if (candidates.length >= 2) clusterOnsetNs = candidates[1]!.alignedFirstSpikeNs;
-  else notes.push(NOTE_ONE_SPIKE);
-  const cutoff = clusterOnsetNs ?? candidates[0]!.alignedFirstSpikeNs;
-  const ranked = candidates.filter((candidate) => candidate.alignedFirstSpikeNs <= cutoff);
-  const earliest = ranked[0]!.alignedFirstSpikeNs;
-  let earliestCount = 0;
-  for (const candidate of ranked) if (candidate.alignedFirstSpikeNs === earliest) earliestCount++;
-  const sparse = missingRanks.length > 0 || sparseRanks.length > 0;
-  const suspects = ranked.map((candidate): FirstCauseSuspect => {
-    const lead = clusterOnsetNs === null ? 0n : clusterOnsetNs - candidate.alignedFirstSpikeNs;
-    let confidence: FirstCauseConfidence = "low";
-    if (candidates.length >= 2 && candidate.alignedFirstSpikeNs === earliest) {
-      if (earliestCount === 1 && !sparse && (medianIntervalNs <= 0n || lead >= medianIntervalNs))
-        confidence = "high";
-      else confidence = sparse ? "low" : "medium";
-    }
-    return {
-      rank: candidate.rank,
-      first_spike_timestamp_ns: candidate.firstSpikeNs,
-      aligned_first_spike_timestamp_ns: candidate.alignedFirstSpikeNs,
-      peak_delta_bytes: candidate.peakDeltaBytes,
-      spike_window_samples: candidate.windowSamples,
-      lead_over_cluster_onset_ns: lead,
-      confidence,
-      evidence: {
-        device_used_delta_bytes: candidate.peakDeltaBytes,
-        supporting_ranks_at_or_before_onset: ranked.length,
-      },
-      phase_attribution: candidate.attribution,
-    };
-  });
-  return { clusterOnsetNs, suspects, notes };
+  return rankFirstCause(
+    candidates,
+    sparseRanks,
+    missingRanks,
+    medianIntervalNs,
+    (candidate) => candidate.attribution,
+  );
 }

@@ -16,10 +16,21 @@
  */
 import type { TelemetryEvent } from "@stormlog/core";
 import {
+  comparePythonStrings,
   type PhaseAttributionPayload,
   type PhaseResolver,
   phaseAttributionToPayload,
 } from "@stormlog/phases";
+import {
+  type FirstCause,
+  NOTE_MULTIPLE_JOBS,
+  NOTE_NO_DEVICE_USED,
+  NOTE_NO_SAMPLES,
+  NOTE_NON_SAMPLE,
+  NOTE_ONE_RANK,
+  rankFirstCause,
+  type SpikeCandidate,
+} from "./first-cause.js";
 
 /** Minimum cumulative device-used growth that counts as a spike (64 MiB), as in the reference. */
 export const SPIKE_MIN_BYTES = 64 * 1024 ** 2;
@@ -93,15 +104,8 @@ export interface CrossRankOptions {
   readonly phaseResolver?: PhaseResolver | null;
 }
 
-const NOTE_NON_SAMPLE = "Ignored non-sample events during cross-rank analysis.";
-const NOTE_NO_DEVICE_USED = "Ignored samples without device-used memory during cross-rank analysis.";
-const NOTE_NO_SAMPLES = "No sample telemetry events were available for distributed analysis.";
-const NOTE_MULTIPLE_JOBS = "Multiple job_id values were observed; filtering to the most common value.";
 const NOTE_NO_EVENTS = "No telemetry events were provided.";
 const NOTE_NO_ANALYSIS_EVENTS = "No telemetry events were available for distributed analysis.";
-const NOTE_ONE_RANK = "At least two ranks are required for cross-rank first-cause analysis.";
-const NOTE_NO_SPIKES = "No qualifying cross-rank spikes were detected.";
-const NOTE_ONE_SPIKE = "Only one rank produced a qualifying spike; confidence is limited.";
 
 /** Python's `event_type.casefold() == "sample"`; U+017F (long s) folds to "s". */
 function isSample(eventType: string): boolean {
@@ -110,26 +114,10 @@ function isSample(eventType: string): boolean {
   return eventType.replaceAll("\u017f", "s").toLowerCase() === "sample";
 }
 
-/** Python's string order (code points), for the `host` tie-break. */
-function compareStrings(a: string, b: string): number {
-  if (a === b) return 0;
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    const x = a.charCodeAt(i);
-    const y = b.charCodeAt(i);
-    if (x === y) continue;
-    const xs = x >= 0xd800 && x <= 0xdfff;
-    const ys = y >= 0xd800 && y <= 0xdfff;
-    if (xs !== ys && (xs ? y >= 0xe000 : x >= 0xe000)) return xs ? 1 : -1;
-    return x < y ? -1 : 1;
-  }
-  return a.length - b.length;
-}
-
 function compareSamples(a: TelemetryEvent, b: TelemetryEvent): number {
   if (a.timestamp_ns !== b.timestamp_ns) return a.timestamp_ns < b.timestamp_ns ? -1 : 1;
   if (a.pid !== b.pid) return a.pid - b.pid;
-  return compareStrings(a.host, b.host);
+  return comparePythonStrings(a.host, b.host);
 }
 
 /** `Counter(values).most_common(1)[0][0]`: the most frequent value, the first seen on ties. */
@@ -417,20 +405,16 @@ export function mergeCrossRankTimelines(events: readonly TelemetryEvent[]): Cros
   };
 }
 
-interface SpikeCandidate {
-  rank: number;
-  sessionId: string;
-  firstSpikeNs: bigint;
-  alignedFirstSpikeNs: bigint;
-  peakDeltaBytes: number;
-  windowSamples: number;
+/** A spike candidate, with the session its spike sample belongs to (for phase attribution). */
+interface EventSpike extends SpikeCandidate {
+  readonly sessionId: string;
 }
 
 /**
  * `_find_rank_spike_candidate`: the first sample where a run of consecutive increases of device
  * used memory adds up to the threshold, `max(64 MiB, 10% of the rank's peak)`.
  */
-function findSpike(samples: RankSamples, offset: bigint): SpikeCandidate | null {
+function findSpike(samples: RankSamples, offset: bigint): EventSpike | null {
   const used = samples.used;
   const n = used.length;
   if (n < 2) return null;
@@ -462,80 +446,31 @@ function findSpike(samples: RankSamples, offset: bigint): SpikeCandidate | null 
   return null;
 }
 
-interface FirstCause {
-  clusterOnsetNs: bigint | null;
-  suspects: FirstCauseSuspect[];
-  notes: string[];
-}
-
 /** `_detect_first_cause_spikes`. */
 function detectFirstCause(prepared: Prepared, phaseResolver: PhaseResolver | null | undefined): FirstCause {
   const grouped = prepared.grouped;
   if (grouped.size === 0) return { clusterOnsetNs: null, suspects: [], notes: [NOTE_NO_ANALYSIS_EVENTS] };
   if (grouped.size === 1) return { clusterOnsetNs: null, suspects: [], notes: [NOTE_ONE_RANK] };
 
-  const notes: string[] = [];
   const sparseRanks: number[] = [];
-  const candidates: SpikeCandidate[] = [];
+  const candidates: EventSpike[] = [];
   for (const [rank, samples] of grouped) {
     if (samples.events.length < 2) sparseRanks.push(rank);
     const candidate = findSpike(samples, prepared.offsets.get(rank) ?? 0n);
     if (candidate !== null) candidates.push(candidate);
   }
-  if (sparseRanks.length > 0) {
-    const listed = [...sparseRanks].sort((a, b) => a - b).join(", ");
-    notes.push(`Some ranks have fewer than two samples and cannot contribute to spike detection: ${listed}.`);
-  }
-  if (candidates.length === 0) {
-    notes.push(NOTE_NO_SPIKES);
-    return { clusterOnsetNs: null, suspects: [], notes };
-  }
-
-  candidates.sort((a, b) => {
-    if (a.alignedFirstSpikeNs !== b.alignedFirstSpikeNs)
-      return a.alignedFirstSpikeNs < b.alignedFirstSpikeNs ? -1 : 1;
-    if (a.peakDeltaBytes !== b.peakDeltaBytes) return b.peakDeltaBytes - a.peakDeltaBytes;
-    return a.rank - b.rank;
-  });
-  let clusterOnsetNs: bigint | null = null;
-  if (candidates.length >= 2) clusterOnsetNs = candidates[1]!.alignedFirstSpikeNs;
-  else notes.push(NOTE_ONE_SPIKE);
-
-  const cutoff = clusterOnsetNs ?? candidates[0]!.alignedFirstSpikeNs;
-  const ranked = candidates.filter((candidate) => candidate.alignedFirstSpikeNs <= cutoff);
-  const earliest = ranked[0]!.alignedFirstSpikeNs;
-  let earliestCount = 0;
-  for (const candidate of ranked) if (candidate.alignedFirstSpikeNs === earliest) earliestCount++;
-  const sparse = prepared.missingRanks.length > 0 || sparseRanks.length > 0;
-  const medianIntervalNs = prepared.medianIntervalNs;
-
-  const suspects = ranked.map((candidate): FirstCauseSuspect => {
-    const lead = clusterOnsetNs === null ? 0n : clusterOnsetNs - candidate.alignedFirstSpikeNs;
-    let confidence: FirstCauseConfidence = "low";
-    if (candidates.length >= 2 && candidate.alignedFirstSpikeNs === earliest) {
-      if (earliestCount === 1 && !sparse && (medianIntervalNs <= 0n || lead >= medianIntervalNs))
-        confidence = "high";
-      else confidence = sparse ? "low" : "medium";
-    }
-    const attribution = phaseResolver
-      ? phaseResolver.resolve(candidate.firstSpikeNs, candidate.sessionId, candidate.rank)
-      : null;
-    return {
-      rank: candidate.rank,
-      first_spike_timestamp_ns: candidate.firstSpikeNs,
-      aligned_first_spike_timestamp_ns: candidate.alignedFirstSpikeNs,
-      peak_delta_bytes: candidate.peakDeltaBytes,
-      spike_window_samples: candidate.windowSamples,
-      lead_over_cluster_onset_ns: lead,
-      confidence,
-      evidence: {
-        device_used_delta_bytes: candidate.peakDeltaBytes,
-        supporting_ranks_at_or_before_onset: ranked.length,
-      },
-      phase_attribution: phaseAttributionToPayload(attribution),
-    };
-  });
-  return { clusterOnsetNs, suspects, notes };
+  return rankFirstCause(
+    candidates,
+    sparseRanks,
+    prepared.missingRanks,
+    prepared.medianIntervalNs,
+    (candidate) =>
+      phaseAttributionToPayload(
+        phaseResolver
+          ? phaseResolver.resolve(candidate.firstSpikeNs, candidate.sessionId, candidate.rank)
+          : null,
+      ),
+  );
 }
 
 /**

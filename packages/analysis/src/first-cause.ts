@@ -1,0 +1,94 @@
+/**
+ * What the two cross-rank implementations share (the event version, `cross-rank.ts`, and the
+ * column version, `cross-rank-columns.ts`): the reference's notes, and how the ranks' spike
+ * candidates become the cluster onset and the ranked first-cause suspects.
+ */
+import type { PhaseAttributionPayload } from "@stormlog/phases";
+import type { FirstCauseConfidence, FirstCauseSuspect } from "./cross-rank.js";
+
+export const NOTE_NON_SAMPLE = "Ignored non-sample events during cross-rank analysis.";
+export const NOTE_NO_DEVICE_USED = "Ignored samples without device-used memory during cross-rank analysis.";
+export const NOTE_NO_SAMPLES = "No sample telemetry events were available for distributed analysis.";
+export const NOTE_MULTIPLE_JOBS = "Multiple job_id values were observed; filtering to the most common value.";
+export const NOTE_ONE_RANK = "At least two ranks are required for cross-rank first-cause analysis.";
+export const NOTE_NO_SPIKES = "No qualifying cross-rank spikes were detected.";
+export const NOTE_ONE_SPIKE = "Only one rank produced a qualifying spike; confidence is limited.";
+
+/** A rank's first qualifying spike, and when it happened on the aligned clock. */
+export interface SpikeCandidate {
+  readonly rank: number;
+  readonly firstSpikeNs: bigint;
+  readonly alignedFirstSpikeNs: bigint;
+  readonly peakDeltaBytes: number;
+  readonly windowSamples: number;
+}
+
+/** The cluster onset, the suspects and the notes of `_detect_first_cause_spikes`. */
+export interface FirstCause {
+  clusterOnsetNs: bigint | null;
+  suspects: FirstCauseSuspect[];
+  notes: string[];
+}
+
+/**
+ * `_detect_first_cause_spikes` once every rank's candidate is known: ranks with fewer than two
+ * samples (`sparseRanks`) are noted, candidates are ordered by aligned spike time (then larger
+ * growth, then rank), the second one sets the cluster onset, and those at or before it are the
+ * suspects, the earliest with high confidence when it leads alone by at least one sampling interval.
+ */
+export function rankFirstCause<C extends SpikeCandidate>(
+  candidates: C[],
+  sparseRanks: readonly number[],
+  missingRanks: readonly number[],
+  medianIntervalNs: bigint,
+  attribution: (candidate: C) => PhaseAttributionPayload | null,
+): FirstCause {
+  const notes: string[] = [];
+  if (sparseRanks.length > 0) {
+    const listed = [...sparseRanks].sort((a, b) => a - b).join(", ");
+    notes.push(`Some ranks have fewer than two samples and cannot contribute to spike detection: ${listed}.`);
+  }
+  if (candidates.length === 0) {
+    notes.push(NOTE_NO_SPIKES);
+    return { clusterOnsetNs: null, suspects: [], notes };
+  }
+  candidates.sort((a, b) => {
+    if (a.alignedFirstSpikeNs !== b.alignedFirstSpikeNs)
+      return a.alignedFirstSpikeNs < b.alignedFirstSpikeNs ? -1 : 1;
+    if (a.peakDeltaBytes !== b.peakDeltaBytes) return b.peakDeltaBytes - a.peakDeltaBytes;
+    return a.rank - b.rank;
+  });
+  let clusterOnsetNs: bigint | null = null;
+  if (candidates.length >= 2) clusterOnsetNs = candidates[1]!.alignedFirstSpikeNs;
+  else notes.push(NOTE_ONE_SPIKE);
+  const cutoff = clusterOnsetNs ?? candidates[0]!.alignedFirstSpikeNs;
+  const ranked = candidates.filter((candidate) => candidate.alignedFirstSpikeNs <= cutoff);
+  const earliest = ranked[0]!.alignedFirstSpikeNs;
+  let earliestCount = 0;
+  for (const candidate of ranked) if (candidate.alignedFirstSpikeNs === earliest) earliestCount++;
+  const sparse = missingRanks.length > 0 || sparseRanks.length > 0;
+  const suspects = ranked.map((candidate): FirstCauseSuspect => {
+    const lead = clusterOnsetNs === null ? 0n : clusterOnsetNs - candidate.alignedFirstSpikeNs;
+    let confidence: FirstCauseConfidence = "low";
+    if (candidates.length >= 2 && candidate.alignedFirstSpikeNs === earliest) {
+      if (earliestCount === 1 && !sparse && (medianIntervalNs <= 0n || lead >= medianIntervalNs))
+        confidence = "high";
+      else confidence = sparse ? "low" : "medium";
+    }
+    return {
+      rank: candidate.rank,
+      first_spike_timestamp_ns: candidate.firstSpikeNs,
+      aligned_first_spike_timestamp_ns: candidate.alignedFirstSpikeNs,
+      peak_delta_bytes: candidate.peakDeltaBytes,
+      spike_window_samples: candidate.windowSamples,
+      lead_over_cluster_onset_ns: lead,
+      confidence,
+      evidence: {
+        device_used_delta_bytes: candidate.peakDeltaBytes,
+        supporting_ranks_at_or_before_onset: ranked.length,
+      },
+      phase_attribution: attribution(candidate),
+    };
+  });
+  return { clusterOnsetNs, suspects, notes };
+}
