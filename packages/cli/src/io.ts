@@ -1,4 +1,4 @@
-import { createWriteStream, type WriteStream, writeFileSync } from "node:fs";
+import { createWriteStream, fstatSync, type WriteStream, writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 
 /** Where the CLI writes: `process.stdout`/`process.stderr`, or a test's buffer. */
@@ -54,15 +54,36 @@ function processStdout(): NodeJS.WriteStream {
   return stdout;
 }
 
+/**
+ * Whether `fd` may be a terminal, from one `fstat`: a character device other than the memory
+ * devices (`/dev/null` and kin, major 1 on Linux). Only then is Node's stream made to ask exactly:
+ * making it loads the tty and net modules (~5 ms), which a command whose stderr is a pipe or a
+ * file never needs.
+ */
+function mayBeTerminal(fd: number): boolean {
+  try {
+    const info = fstatSync(fd);
+    return info.isCharacterDevice() && info.rdev >> 8 !== 1;
+  } catch {
+    return false;
+  }
+}
+
+/** `process.stderr`, made when written to, or when it may be a terminal and someone asks. */
+const processStderr: CliStream = {
+  write: (chunk: string) => process.stderr.write(chunk),
+  get isTTY() {
+    return mayBeTerminal(2) && process.stderr.isTTY === true;
+  },
+};
+
 /** The process's streams (made on first use), directory, environment and signals, with `overrides` on top. */
 export function resolveIo(overrides: Partial<CliIo> = {}): CliIo {
   return {
     get stdout() {
       return overrides.stdout ?? processStdout();
     },
-    get stderr() {
-      return overrides.stderr ?? process.stderr;
-    },
+    stderr: overrides.stderr ?? processStderr,
     cwd: overrides.cwd ?? process.cwd(),
     env: overrides.env ?? process.env,
     onSignal: overrides.onSignal ?? processSignals,
