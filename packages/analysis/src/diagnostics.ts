@@ -33,8 +33,8 @@ import {
 import { DatasetLoader, planDataset, type RankSeries, sampleTimestamp } from "./dataset.js";
 import { gapColumns } from "./distributed.js";
 import { analyzeGapColumns, analyzeGaps } from "./gap.js";
-import { INDEX_DIRNAME, SegmentIndex } from "./index-cache.js";
-import { locateInput, snapshotInput } from "./input-snapshot.js";
+import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "./index-cache.js";
+import { type InputLocation, locateInput, snapshotInput } from "./input-snapshot.js";
 import {
   findRankGroups,
   listSessions,
@@ -45,6 +45,7 @@ import {
 import { buildPhaseIndex } from "./phase-stats.js";
 import { scratchDoubles } from "./scratch.js";
 import type { IndexUsage } from "./types.js";
+import { PACKAGE_VERSION } from "./version.js";
 
 /** A sample whose |device used - allocator reserved| / device total reaches this is a gap anomaly. */
 export const DIAGNOSTICS_GAP_RATIO_THRESHOLD = 0.05;
@@ -693,11 +694,55 @@ export async function diagnoseTelemetry(
   path: string,
   options: DiagnoseTelemetryOptions = {},
 ): Promise<DiagnoseTelemetryResult> {
-  const indexOptions = {
-    index: options.index !== false,
-    ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
-    ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
-  };
+  const location = locateInput(path);
+  const reused = location === null ? null : SegmentIndex.reuse(location, segmentIndexOptions(options));
+  return (await diagnoseLocated(path, options, location, reused)).result;
+}
+
+/** Options of `renderTelemetryDiagnosis`. */
+export interface RenderDiagnosisOptions<T extends JsonValue> extends DiagnoseTelemetryOptions {
+  /** Names the rendering (what it shows, in which version): renderings are stored under it. */
+  readonly renderKey: string;
+  /** What is returned and stored for a result: JSON (a text, an exit code...). */
+  readonly render: (result: DiagnoseTelemetryResult) => T;
+}
+
+/**
+ * `render(diagnoseTelemetry(path))`. The rendering of a result that was itself read from the index
+ * is stored there too, under `renderKey`, so that the next rendering of the unchanged input reads
+ * it instead of the result (`stormlog diagnose` keeps its table and exit code this way).
+ */
+export async function renderTelemetryDiagnosis<T extends JsonValue>(
+  path: string,
+  options: RenderDiagnosisOptions<T>,
+): Promise<T> {
+  const view = JSON.stringify([
+    "diagnose-render",
+    PACKAGE_VERSION,
+    options.renderKey,
+    options.sessionId ?? null,
+    options.ranks ?? null,
+    options.includeTimelines === true,
+    path,
+  ]);
+  const location = locateInput(path);
+  const reused = location === null ? null : SegmentIndex.reuse(location, segmentIndexOptions(options));
+  const quick = reused?.readRendering(view) ?? null;
+  if (quick !== null) return JSON.parse(quick) as T;
+  const { result, index } = await diagnoseLocated(path, options, location, reused);
+  const rendered = options.render(result);
+  await index?.writeRendering(view, JSON.stringify(rendered), result.index);
+  return rendered;
+}
+
+/** The result, and the index it came from or went to (null for a JSON document). */
+async function diagnoseLocated(
+  path: string,
+  options: DiagnoseTelemetryOptions,
+  location: InputLocation | null,
+  reused: SegmentIndex | null,
+): Promise<{ result: DiagnoseTelemetryResult; index: SegmentIndex | null }> {
+  const indexOptions = segmentIndexOptions(options);
   const view = JSON.stringify(["diagnose", options.sessionId ?? null, options.ranks ?? null, path]);
   const cacheable = options.includeTimelines !== true;
   const readStored = (index: SegmentIndex): DiagnoseTelemetryResult | null => {
@@ -705,14 +750,13 @@ export async function diagnoseTelemetry(
     const stored = text === null ? null : deserializeDiagnose(text, index.stamp(view));
     return stored === null ? null : { ...stored, index: index.reusedUsage() };
   };
-  const location = locateInput(path);
-  const reused = location === null ? null : SegmentIndex.reuse(location, indexOptions);
   const quick = reused === null ? null : readStored(reused);
-  if (quick !== null) return quick;
+  if (quick !== null) return { result: quick, index: reused };
   // Fingerprinted before it is resolved, so that a change made meanwhile shows next time.
   const snapshot = location === null || !indexOptions.index ? null : snapshotInput(location, INDEX_DIRNAME);
   const input = await resolveTelemetryInput(path, () => undefined);
-  if (input.kind === "json") return { ...(await diagnoseEvents(path, options)), index: null };
+  if (input.kind === "json")
+    return { result: { ...(await diagnoseEvents(path, options)), index: null }, index: null };
   const index = await SegmentIndex.open(input, {
     ...indexOptions,
     ...(location !== null && snapshot !== null ? { location, snapshot } : {}),
@@ -721,12 +765,12 @@ export async function diagnoseTelemetry(
     const stored = readStored(index);
     if (stored !== null) {
       index.storeSnapshot();
-      return stored;
+      return { result: stored, index };
     }
     const { segments, usage } = await index.loadSegments();
     const result = diagnoseSegments(input, segments, path, options) ?? (await diagnoseEvents(path, options));
     if (cacheable) await index.writeStored(view, serializeDiagnose(result, index.stamp(view)), usage);
-    return { ...result, index: usage };
+    return { result: { ...result, index: usage }, index };
   } finally {
     index.dispose();
   }

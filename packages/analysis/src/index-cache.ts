@@ -85,6 +85,19 @@ interface Catalog {
   segments: CatalogEntry[];
 }
 
+/** The index options of an analysis's options (`index`, `cacheDir`, `onProgress`). */
+export function segmentIndexOptions(options: {
+  readonly index?: boolean;
+  readonly cacheDir?: string;
+  readonly onProgress?: SegmentIndexOptions["onProgress"];
+}): SegmentIndexOptions {
+  return {
+    index: options.index !== false,
+    ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
+    ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
+  };
+}
+
 /** Options of `SegmentIndex.open`. */
 export interface SegmentIndexOptions {
   index: boolean;
@@ -406,6 +419,27 @@ export class SegmentIndex {
     } catch {
       return null;
     }
+  }
+
+  /**
+   * A rendering stored with `writeRendering` for `view`, when this index's stored results were
+   * vouched for by its snapshot (a rendering may name what the state leaves out: files beside the
+   * sinks); else null.
+   */
+  readRendering(view: string): string | null {
+    if (this.vouched === null) return null;
+    const text = this.readStored(view);
+    const stamp = `${this.stamp(view)}\n`;
+    return text?.startsWith(stamp) ? text.slice(stamp.length) : null;
+  }
+
+  /**
+   * Stores the rendering of a result that was itself read back from this index (`usage` says
+   * "reused"): only then is the next rendering of the unchanged input the same (best effort).
+   */
+  async writeRendering(view: string, text: string, usage: IndexUsage | null): Promise<void> {
+    if (usage?.report_reused !== true) return;
+    await this.writeStored(view, `${this.stamp(view)}\n${text}`, usage);
   }
 
   /** Stores a finished report (best effort: failures only mean the next analysis recomputes it). */

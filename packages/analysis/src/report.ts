@@ -20,7 +20,7 @@ import { loadTelemetrySessions, type ResolvedTelemetryInput, resolveTelemetryInp
 import { CrossRankAccumulator } from "./cross-rank-columns.js";
 import { DatasetLoader, planDataset, type RankSeries } from "./dataset.js";
 import { GapAccumulator } from "./distributed.js";
-import { INDEX_DIRNAME, SegmentIndex, type SegmentIndexOptions } from "./index-cache.js";
+import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "./index-cache.js";
 import { type InputLocation, locateInput, snapshotInput } from "./input-snapshot.js";
 import { LeakAccumulator } from "./leaks.js";
 import {
@@ -45,6 +45,7 @@ import type {
   SinkDirectoryReport,
   SinkReport,
 } from "./types.js";
+import { PACKAGE_VERSION } from "./version.js";
 
 /** Progress of a long analysis (bytes scanned, for a progress bar on a terminal). */
 export interface AnalyzeProgress {
@@ -276,7 +277,7 @@ async function sinkSection(
  */
 export async function analyzeTelemetry(path: string, options: AnalyzeOptions = {}): Promise<AnalysisReport> {
   const location = locateInput(path);
-  const reused = location === null ? null : SegmentIndex.reuse(location, indexOptionsOf(options));
+  const reused = location === null ? null : SegmentIndex.reuse(location, segmentIndexOptions(options));
   return (await analyzeLocated(path, options, location, reused)).report;
 }
 
@@ -295,38 +296,22 @@ export interface RenderAnalysisOptions extends AnalyzeOptions {
  */
 export async function renderTelemetryAnalysis(path: string, options: RenderAnalysisOptions): Promise<string> {
   const { format, color = false } = options;
-  // The rendering also names the input's size, which the index's state leaves out (files beside the sink).
+  // The text names the input's size, which the index's state leaves out (files beside the sinks);
+  // renderings by another version of this package are not used.
   const view = (sizeBytes: number): string =>
-    JSON.stringify(["render", format, color, options.sessionId ?? null, path, sizeBytes]);
-  const unstamp = (index: SegmentIndex, viewText: string): string | null => {
-    const text = index.readStored(viewText);
-    const stamp = `${index.stamp(viewText)}\n`;
-    return text?.startsWith(stamp) ? text.slice(stamp.length) : null;
-  };
+    JSON.stringify(["render", PACKAGE_VERSION, format, color, options.sessionId ?? null, path, sizeBytes]);
   const location = locateInput(path);
-  const reused = location === null ? null : SegmentIndex.reuse(location, indexOptionsOf(options));
+  const reused = location === null ? null : SegmentIndex.reuse(location, segmentIndexOptions(options));
   const storedSize = reused?.storedSizeBytes ?? null;
-  const quick = reused === null || storedSize === null ? null : unstamp(reused, view(storedSize));
+  const quick = reused === null || storedSize === null ? null : reused.readRendering(view(storedSize));
   if (quick !== null) return quick;
   const { report, index } = await analyzeLocated(path, options, location, reused);
   const rendered =
     format === "json"
       ? `${stringifyJson(reportToJson(report), { indent: 2 })}\n`
       : formatReportText(report, { color }).replace(/\n?$/, "\n");
-  // Only a report read back from the index renders the same the next time (its usage says "reused").
-  if (index !== null && report.index?.report_reused === true) {
-    const viewText = view(report.input.size_bytes);
-    await index.writeStored(viewText, `${index.stamp(viewText)}\n${rendered}`, report.index);
-  }
+  await index?.writeRendering(view(report.input.size_bytes), rendered, report.index);
   return rendered;
-}
-
-function indexOptionsOf(options: AnalyzeOptions): SegmentIndexOptions {
-  return {
-    index: options.index !== false,
-    ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
-    ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
-  };
 }
 
 /** The report, and the index it came from or went to (null for a JSON document). */
@@ -350,7 +335,7 @@ async function analyzeLocated(
   const inputSize = snapshot?.sizeBytes ?? 0;
   if (input.kind === "json") return { report: await analyzeJsonFile(input, options, inputSize), index: null };
   const index = await SegmentIndex.open(input, {
-    ...indexOptionsOf(options),
+    ...segmentIndexOptions(options),
     ...(location !== null && snapshot !== null ? { location, snapshot } : {}),
   });
   const stored = index.readReport(view);

@@ -18,6 +18,7 @@ import {
   formatReportText,
   INDEX_DIRNAME,
   renderTelemetryAnalysis,
+  renderTelemetryDiagnosis,
   reportToJson,
 } from "../src/index.js";
 import { SegmentIndex } from "../src/index-cache.js";
@@ -85,6 +86,7 @@ const NAMES = [
   "link",
   "jsonl",
   "diagnose",
+  "diagnoseRender",
 ] as const;
 const roots = {} as Record<(typeof NAMES)[number], string>;
 
@@ -221,5 +223,30 @@ describe("input snapshot (warm analyses skip resolving an unchanged input)", () 
     expect(vouched(root)).toBe(false);
     const changed = await diagnoseTelemetry(root);
     expect(changed.index).toMatchObject({ report_reused: false });
+  });
+
+  it("keeps a diagnosis's rendering once its result was read back, and renders again after a change", async () => {
+    const root = roots.diagnoseRender;
+    let calls = 0;
+    const render = async (key = "table v1") =>
+      renderTelemetryDiagnosis(root, {
+        renderKey: key,
+        render: (result) => {
+          calls++;
+          return { rows: result.diagnostics.rows.length, reused: result.index?.report_reused === true };
+        },
+      });
+    // Computed, then read back from the index (rendered again, and stored), then the stored rendering.
+    expect(await render()).toEqual({ rows: 2, reused: false });
+    expect(await render()).toEqual({ rows: 2, reused: true });
+    expect(calls).toBe(2);
+    expect(await render()).toEqual({ rows: 2, reused: true });
+    expect(calls).toBe(2);
+    // Another renderer's key is not served this one's rendering.
+    expect(await render("table v2")).toEqual({ rows: 2, reused: true });
+    expect(calls).toBe(3);
+    writeSink(join(root, "rank-2"), rankEvents(0, 4, BASE_NS, "job-t"), { segmentSize: 50 });
+    expect(await render()).toEqual({ rows: 2, reused: false });
+    expect(calls).toBe(4);
   });
 });

@@ -3,7 +3,6 @@
  * `main(argv, io)` runs it in-process with injectable streams, for tests and embedding.
  */
 import { StormlogError } from "@stormlog/core";
-import packageJson from "../package.json" with { type: "json" };
 import { formatCommandHelp } from "./args.js";
 import { analyzeCommand } from "./commands/analyze.js";
 import type { Command } from "./commands/command.js";
@@ -13,6 +12,7 @@ import { sessionsCommand } from "./commands/sessions.js";
 import { trackCommand } from "./commands/track.js";
 import { CliUsageError } from "./errors.js";
 import { type CliIo, resolveIo } from "./io.js";
+import { VERSION } from "./version.js";
 
 export {
   type ChildProcessCollector,
@@ -21,9 +21,7 @@ export {
 } from "./child-collector.js";
 export { CliUsageError } from "./errors.js";
 export type { CliIo, CliSignal, CliStream } from "./io.js";
-
-/** The CLI's version (the package's). */
-export const VERSION: string = packageJson.version;
+export { VERSION } from "./version.js";
 
 /** The subcommands, in `--help` order. */
 export const COMMANDS: readonly Command[] = [

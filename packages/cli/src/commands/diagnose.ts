@@ -3,8 +3,8 @@ import {
   type AnomalyIndicator,
   type DistributedDiagnostics,
   type DistributedSelection,
-  diagnoseTelemetry,
   diagnosticsFoundRisk,
+  renderTelemetryDiagnosis,
 } from "@stormlog/analysis";
 import { type JsonObject, stringifyJson } from "@stormlog/core";
 import {
@@ -17,6 +17,7 @@ import {
 } from "../args.js";
 import { bytes, isoNs, offsetNs, renderTable, signedBytes } from "../format.js";
 import { type CliIo, createProgress, writeOutput } from "../io.js";
+import { VERSION } from "../version.js";
 import type { Command } from "./command.js";
 
 /** Exit code of `diagnose` when a memory risk is found. */
@@ -171,25 +172,31 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const sessionId = stringFlag(args, "session-id");
   const ranks = stringFlag(args, "ranks");
   const progress = createProgress(io, "Reading telemetry");
-  let result: Awaited<ReturnType<typeof diagnoseTelemetry>>;
+  let rendered: { text: string; code: number };
   progress.elapsed();
   try {
-    // The indexed dataset, as `analyze` reads it: one pass, one rank in memory, reused when unchanged.
-    result = await diagnoseTelemetry(path, {
+    // The indexed dataset, as `analyze` reads it: one pass, one rank in memory, and for an unchanged
+    // sink the table (and exit code) stored by the previous run.
+    rendered = await renderTelemetryDiagnosis(path, {
       ...(sessionId === undefined ? {} : { sessionId }),
       ...(ranks === undefined ? {} : { ranks }),
+      renderKey: `stormlog ${VERSION} diagnose ${format}`,
+      render: ({ selection, diagnostics, firstTimestampNs }) => {
+        const risk = diagnosticsFoundRisk(diagnostics);
+        return {
+          text:
+            format === "json"
+              ? formatJson(selection, diagnostics, risk)
+              : formatText(selection, diagnostics, firstTimestampNs, risk),
+          code: risk ? EXIT_MEMORY_RISK : 0,
+        };
+      },
     });
   } finally {
     progress.finish();
   }
-  const { selection, diagnostics, firstTimestampNs } = result;
-  const risk = diagnosticsFoundRisk(diagnostics);
-  const text =
-    format === "json"
-      ? formatJson(selection, diagnostics, risk)
-      : formatText(selection, diagnostics, firstTimestampNs, risk);
-  await writeOutput(io, stringFlag(args, "output"), text);
-  return risk ? EXIT_MEMORY_RISK : 0;
+  await writeOutput(io, stringFlag(args, "output"), rendered.text);
+  return rendered.code;
 }
 
 /** `stormlog diagnose`. */
