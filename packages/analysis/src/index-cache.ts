@@ -6,12 +6,11 @@
  * later analysis first checks that snapshot: when every directory and file still has its
  * fingerprint, it returns the stored report without resolving the input. Otherwise it stats every
  * segment (and the manifests and rollups): when none changed it returns the stored report; else it
- * takes the digest of each segment whose
- * size, mtime, ctime and inode are unchanged from the catalog (its aggregate is read only when its
- * rank is analysed), scans only segments that changed or appeared, forgets pruned ones, and starts
- * over when the index's format or settings differ. There is no separate indexing step, and nothing
- * is used unless its source provably did not change: a file modified within two seconds of being
- * indexed is read again.
+ * takes the digest of each segment whose size, mtime, ctime and inode are unchanged from the catalog
+ * (its aggregate is read only when its rank is analysed), scans only segments that changed or
+ * appeared, forgets pruned ones, and starts over when the index's format or settings differ. There
+ * is no separate indexing step, and nothing is used unless its source provably did not change: a
+ * file modified within two seconds of being indexed is read again.
  *
  * Scanned aggregates go to disk as soon as they are made, so memory holds one segment's aggregate
  * while scanning and one rank's data while analysing, whatever the size of the input. Without an
