@@ -203,6 +203,25 @@ describe("CanonicalLineReader agrees with decodeTelemetryLine", () => {
     expect(read).toBeGreaterThan(1000);
   });
 
+  it("declines a line with any byte of any top-level key changed", () => {
+    const line = encodeTelemetryRecord(
+      record("sample", BASE_NS, { device_used_bytes: 100, device_total_bytes: 1000, metadata: { a: 1 } }),
+    );
+    expect(fastRead(line)).not.toBeNull();
+    let changed = 0;
+    for (const match of line.matchAll(/"([a-z_]+)": /g)) {
+      // Keys inside the metadata are the metadata's own: any name is fine there.
+      if (match[1] === "a") continue;
+      for (let i = match.index + 1; i < match.index + 1 + match[1]!.length; i++) {
+        const other = line[i] === "x" ? "y" : "x";
+        const mutated = `${line.slice(0, i)}${other}${line.slice(i + 1)}`;
+        expect(fastRead(mutated), mutated).toBeNull();
+        changed++;
+      }
+    }
+    expect(changed).toBeGreaterThan(200);
+  });
+
   it("declines what it does not read exactly, and never accepts a line the decoder rejects", () => {
     const line = encodeTelemetryRecord(
       record("sample", BASE_NS, {
