@@ -24,8 +24,7 @@ function random(seed: number): () => number {
 }
 
 /** Reads `line` with the fast reader; null when it declines. */
-function fastRead(line: string): CanonicalLineReader | null {
-  const reader = new CanonicalLineReader();
+function fastRead(line: string, reader = new CanonicalLineReader()): CanonicalLineReader | null {
   const bytes = Buffer.from(`${line}\nNEXT`, "utf8");
   return reader.read(bytes, 0, Buffer.byteLength(line)) ? reader : null;
 }
@@ -201,6 +200,24 @@ describe("CanonicalLineReader agrees with decodeTelemetryLine", () => {
       }
     }
     expect(read).toBeGreaterThan(1000);
+  });
+
+  it("reads each line's strings, not the previous line's, when one reader reads them all", () => {
+    const reader = new CanonicalLineReader();
+    const hosts = ["node-0", "node-0", "node-01", "node-1", "node-", "node-1", "n", "node-1"];
+    hosts.forEach((host, i) => {
+      const line = encodeTelemetryRecord(
+        record("sample", BASE_NS + BigInt(i), {
+          host,
+          job_id: i % 3 === 0 ? null : `job-${i % 2}`,
+          session_id: `s-${i >> 1}`,
+          collector: i < 4 ? "stormlog.tfjs_tracker" : "stormlog.tfjs_tracker2",
+          device_used_bytes: 100,
+        }),
+      );
+      expect(fastRead(line, reader), line).toBe(reader);
+      expectSame(reader, decodeTelemetryLine(line), line);
+    });
   });
 
   it("declines a line with any byte of any top-level key changed", () => {
