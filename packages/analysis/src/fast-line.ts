@@ -59,23 +59,49 @@ const SCOPE_KEY = enc("phase_scope");
 /** Result of a failed numeric read. */
 const FAIL = -1.5;
 
+/** Values remembered per string field. */
+const INTERN_VALUES = 4;
+
 /** An interned string field: the same bytes give back the same string without decoding. */
 class InternSlot {
-  bytes: Uint8Array = new Uint8Array(0);
-  value = "";
+  /** The last few distinct values (event types cycle through a few) and their bytes. */
+  private readonly bytes: Uint8Array[] = [];
+  private readonly values: string[] = [];
+  private next = 0;
 
-  get(buf: Uint8Array, start: number, end: number): string {
-    const cached = this.bytes;
-    const length = end - start;
-    if (length === cached.length) {
+  /**
+   * The remembered value whose bytes start at `start` and are followed by a quote, if any: those
+   * bytes passed the caller's checks when they were first read, so this comparison is the whole
+   * check. Sets `end` to the quote's position.
+   */
+  match(buf: Uint8Array, start: number): string | undefined {
+    const all = this.bytes;
+    for (let k = 0; k < all.length; k++) {
+      const cached = all[k]!;
+      const n = cached.length;
+      if (buf[start + n] !== 0x22) continue;
       let i = 0;
-      while (i < length && buf[start + i] === cached[i]) i++;
-      if (i === length) return this.value;
+      while (i < n && buf[start + i] === cached[i]) i++;
+      if (i === n) {
+        this.end = start + n;
+        return this.values[k];
+      }
     }
-    // ASCII only (checked by the caller): latin1 decoding is exact and makes a flat copy.
-    this.value = Buffer.from(buf.buffer, buf.byteOffset + start, length).toString("latin1");
-    this.bytes = new Uint8Array(buf.subarray(start, end)); // a copy: the read buffer is reused
-    return this.value;
+    return undefined;
+  }
+
+  /** Set by `match`. */
+  end = 0;
+
+  /** The string of `buf[start, end)` (validated ASCII), remembered for `match`. */
+  get(buf: Uint8Array, start: number, end: number): string {
+    // latin1 decoding of ASCII is exact and makes a flat copy.
+    const value = Buffer.from(buf.buffer, buf.byteOffset + start, end - start).toString("latin1");
+    const k = this.next;
+    this.next = (k + 1) % INTERN_VALUES;
+    this.bytes[k] = new Uint8Array(buf.subarray(start, end)); // a copy: the read buffer is reused
+    this.values[k] = value;
+    return value;
   }
 }
 
@@ -340,17 +366,12 @@ export class CanonicalLineReader implements LineFields {
     const buf = this.buf;
     if (buf[this.pos] !== 0x22) return undefined;
     const start = this.pos + 1;
-    // The slot's last value again (the usual case: one host, session, collector per segment): its
-    // bytes passed these checks when it was read, so comparing them is the whole check.
-    const cached = slot.bytes;
-    const n = cached.length;
-    if (n > 0 && buf[start + n] === 0x22) {
-      let i = 0;
-      while (i < n && buf[start + i] === cached[i]) i++;
-      if (i === n) {
-        this.pos = start + n + 1;
-        return slot.value;
-      }
+    // A value the slot remembers (the usual case: one host, session and collector per segment, a
+    // few event types).
+    const known = slot.match(buf, start);
+    if (known !== undefined) {
+      this.pos = slot.end + 1;
+      return known;
     }
     let p = start;
     for (;;) {

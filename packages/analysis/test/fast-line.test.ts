@@ -204,10 +204,33 @@ describe("CanonicalLineReader agrees with decodeTelemetryLine", () => {
 
   it("reads each line's strings, not the previous line's, when one reader reads them all", () => {
     const reader = new CanonicalLineReader();
-    const hosts = ["node-0", "node-0", "node-01", "node-1", "node-", "node-1", "n", "node-1"];
+    const hosts = [
+      "node-0",
+      "node-0",
+      "node-01",
+      "node-1",
+      "node-",
+      "node-1",
+      "n",
+      "node-1",
+      "node-0",
+      "node-01",
+    ];
+    // More event types than a slot remembers, and some again after they were forgotten.
+    const types = [
+      "sample",
+      "phase_enter",
+      "sample",
+      "phase_exit",
+      "start",
+      "warning",
+      "sample",
+      "stop",
+      "sample",
+    ];
     hosts.forEach((host, i) => {
       const line = encodeTelemetryRecord(
-        record("sample", BASE_NS + BigInt(i), {
+        record(types[i % types.length]!, BASE_NS + BigInt(i), {
           host,
           job_id: i % 3 === 0 ? null : `job-${i % 2}`,
           session_id: `s-${i >> 1}`,
