@@ -13,22 +13,28 @@ import type { LineFields } from "./aggregate.js";
 const enc = (text: string): Uint8Array => Uint8Array.from(text, (c) => c.charCodeAt(0));
 
 /**
- * A key literal, also as 8-byte chunks read as doubles so that it is compared eight bytes at a time
- * (ASCII bytes never spell a NaN or a negative zero, so equal doubles are equal bytes), then the
- * rest byte by byte.
+ * A key literal (8 bytes or more) as 8-byte chunks read as doubles, so that it is compared eight
+ * bytes at a time: ASCII bytes never spell a NaN or a negative zero, so equal doubles are equal
+ * bytes. The last chunk ends where the literal ends (overlapping the one before it).
  */
 interface Literal {
-  readonly bytes: Uint8Array;
   readonly chunks: Float64Array;
+  /** Where each chunk starts in the literal. */
+  readonly offsets: Uint8Array;
   readonly length: number;
 }
 
 function literal(text: string): Literal {
   const bytes = enc(text);
-  const chunks = new Float64Array(bytes.length >> 3);
+  const count = Math.ceil(bytes.length / 8);
+  const chunks = new Float64Array(count);
+  const offsets = new Uint8Array(count);
   const view = new DataView(bytes.buffer);
-  for (let i = 0; i < chunks.length; i++) chunks[i] = view.getFloat64(8 * i, true);
-  return { bytes, chunks, length: bytes.length };
+  for (let i = 0; i < count; i++) {
+    offsets[i] = Math.min(8 * i, bytes.length - 8);
+    chunks[i] = view.getFloat64(offsets[i]!, true);
+  }
+  return { chunks, offsets, length: bytes.length };
 }
 
 const K_ACTIVE = literal('{"allocator_active_bytes": ');
@@ -279,13 +285,10 @@ export class CanonicalLineReader implements LineFields {
   private expect(literal: Literal): boolean {
     const view = this.view;
     const pos = this.pos;
-    const chunks = literal.chunks;
+    const { chunks, offsets } = literal;
     const n = chunks.length;
     if (pos + literal.length > this.limit) return false;
-    for (let i = 0; i < n; i++) if (view.getFloat64(pos + 8 * i, true) !== chunks[i]) return false;
-    const bytes = literal.bytes;
-    const buf = this.buf;
-    for (let i = 8 * n; i < bytes.length; i++) if (buf[pos + i] !== bytes[i]) return false;
+    for (let i = 0; i < n; i++) if (view.getFloat64(pos + offsets[i]!, true) !== chunks[i]) return false;
     this.pos = pos + literal.length;
     return true;
   }
