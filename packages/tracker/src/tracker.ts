@@ -982,8 +982,9 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
    * Hands a stored record to the sink and, for alerts, to the callbacks. Records for the sink are
    * built in batches, COMMIT_DELAY_MS after the first one of a batch: at a phase boundary inside a
    * training step the tracker only stores numbers, and the record objects are built together, with
-   * warm caches, between steps. (Built after each microtask instead, as before, a tracked tfjs step
-   * spent ~25 % more of its time in Stormlog: async steps yield at every boundary.)
+   * warm caches, between steps. (Built after each microtask instead, as before, they came a step's
+   * worth or less at a time, since a step yields at every `await`, and a tracked tfjs step spent
+   * ~25 % more of its time in Stormlog: `bench:in-situ` of examples/tfjs-training.)
    */
   private committed(index: number, eventType: string): void {
     const writer = this.writer;
