@@ -32,7 +32,7 @@ import {
 } from "@stormlog/sink";
 import { DatasetLoader, planDataset, type RankSeries, sampleTimestamp } from "./dataset.js";
 import { gapColumns } from "./distributed.js";
-import { analyzeGapColumns, analyzeGaps } from "./gap.js";
+import { analyzeGapColumns, analyzeGaps, type GapFinding } from "./gap.js";
 import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "./index-cache.js";
 import { type InputLocation, locateInput, snapshotInput } from "./input-snapshot.js";
 import {
@@ -81,17 +81,8 @@ export interface RankDiagnosticsRow {
 }
 
 /** A first-cause indicator (`AnomalyIndicator`): the earliest anomaly, or the most severe one. */
-export interface AnomalyIndicator {
+export interface AnomalyIndicator extends DiagnosticsAnomaly {
   kind: "earliest" | "most_severe";
-  rank: number;
-  severity: DiagnosticsSeverity;
-  timestamp_ns: bigint;
-  /** `alert:<type>`, `gap_ratio_breach`, `gap:<class>` or `collective:<class>`. */
-  signal: string;
-  details: string;
-  confidence: number | null;
-  reason_codes: string[];
-  phase_path: string | null;
 }
 
 /** Per-rank series for plotting (only with `includeTimelines`). */
@@ -124,6 +115,7 @@ export interface DiagnosticsAnomaly {
   rank: number;
   severity: DiagnosticsSeverity;
   timestamp_ns: bigint;
+  /** `alert:<type>`, `gap_ratio_breach`, `gap:<class>` or `collective:<class>`. */
   signal: string;
   details: string;
   confidence: number | null;
@@ -211,6 +203,61 @@ function round3(value: number): number {
   return Math.round(value * 1000) / 1000;
 }
 
+/** An alert event as an anomaly candidate. */
+function alertAnomaly(
+  rank: number,
+  severity: DiagnosticsSeverity,
+  timestampNs: bigint,
+  eventType: string,
+  context: string | null,
+  phasePath: string | null,
+): DiagnosticsAnomaly {
+  return {
+    rank,
+    severity,
+    timestamp_ns: timestampNs,
+    signal: `alert:${eventType}`,
+    details: context || "Alert event",
+    confidence: null,
+    reason_codes: [],
+    phase_path: phasePath,
+  };
+}
+
+/** A sample whose hidden gap is over DIAGNOSTICS_GAP_RATIO_THRESHOLD of the device. */
+function gapBreachAnomaly(
+  rank: number,
+  timestampNs: bigint,
+  ratio: number,
+  phasePath: string | null,
+): DiagnosticsAnomaly {
+  return {
+    rank,
+    severity: "warning",
+    timestamp_ns: timestampNs,
+    signal: "gap_ratio_breach",
+    details: `gap ratio ${percent(ratio)} exceeded threshold`,
+    confidence: null,
+    reason_codes: [],
+    phase_path: phasePath,
+  };
+}
+
+/** A hidden-memory finding; Python's `evidence_timestamp_ns or fallback`: 0 falls back too. */
+function gapFindingAnomaly(rank: number, finding: GapFinding, fallbackNs: bigint): DiagnosticsAnomaly {
+  const evidenceNs = finding.evidence_timestamp_ns;
+  return {
+    rank,
+    severity: finding.severity,
+    timestamp_ns: evidenceNs !== null && evidenceNs !== 0n ? evidenceNs : fallbackNs,
+    signal: `gap:${finding.classification}`,
+    details: finding.description,
+    confidence: null,
+    reason_codes: [],
+    phase_path: summarizePhaseAttributionPayload(finding.phase_attribution),
+  };
+}
+
 function rankCandidates(
   rank: number,
   rankEvents: readonly TelemetryEvent[],
@@ -222,16 +269,16 @@ function rankCandidates(
   for (const event of rankEvents) {
     const severity = ALERT_SEVERITY[event.event_type];
     if (severity === undefined) continue;
-    candidates.push({
-      rank,
-      severity,
-      timestamp_ns: event.timestamp_ns,
-      signal: `alert:${event.event_type}`,
-      details: event.context || "Alert event",
-      confidence: null,
-      reason_codes: [],
-      phase_path: phaseOf(resolver, event),
-    });
+    candidates.push(
+      alertAnomaly(
+        rank,
+        severity,
+        event.timestamp_ns,
+        event.event_type,
+        event.context,
+        phaseOf(resolver, event),
+      ),
+    );
   }
 
   let firstBreachNs: bigint | null = null;
@@ -243,34 +290,12 @@ function rankCandidates(
     const ratio = Math.abs(event.device_used_bytes - event.allocator_reserved_bytes) / total;
     if (ratio < DIAGNOSTICS_GAP_RATIO_THRESHOLD) continue;
     firstBreachNs ??= event.timestamp_ns;
-    candidates.push({
-      rank,
-      severity: "warning",
-      timestamp_ns: event.timestamp_ns,
-      signal: "gap_ratio_breach",
-      details: `gap ratio ${percent(ratio)} exceeded threshold`,
-      confidence: null,
-      reason_codes: [],
-      phase_path: phaseOf(resolver, event),
-    });
+    candidates.push(gapBreachAnomaly(rank, event.timestamp_ns, ratio, phaseOf(resolver, event)));
   }
 
   const firstNs = (rankSamples[0] ?? rankEvents[0])!.timestamp_ns;
   const findings = analyzeGaps(rankEvents.filter(hasAllocatorCounters), { phaseResolver: resolver });
-  for (const finding of findings) {
-    // Python's `evidence_timestamp_ns or fallback`: 0 falls back too.
-    const evidenceNs = finding.evidence_timestamp_ns;
-    candidates.push({
-      rank,
-      severity: finding.severity,
-      timestamp_ns: evidenceNs !== null && evidenceNs !== 0n ? evidenceNs : (firstBreachNs ?? firstNs),
-      signal: `gap:${finding.classification}`,
-      details: finding.description,
-      confidence: null,
-      reason_codes: [],
-      phase_path: summarizePhaseAttributionPayload(finding.phase_attribution),
-    });
-  }
+  for (const finding of findings) candidates.push(gapFindingAnomaly(rank, finding, firstBreachNs ?? firstNs));
 
   collectiveCandidates(candidates, rank, collective, firstNs);
   return candidates;
@@ -451,20 +476,7 @@ export function buildDistributedDiagnostics(
   for (const rank of expected) {
     const rankEvents = grouped.get(rank) ?? [];
     if (rankEvents.length === 0) {
-      rows.push({
-        rank,
-        availability: "missing",
-        samples: 0,
-        allocated_delta_bytes: null,
-        reserved_delta_bytes: null,
-        device_used_delta_bytes: null,
-        hidden_gap_latest_bytes: null,
-        hidden_gap_peak_abs_bytes: null,
-        has_anomaly: false,
-        first_anomaly_timestamp_ns: null,
-        first_anomaly_signal: null,
-        first_anomaly_phase_path: null,
-      });
+      rows.push(missingRow(rank));
       continue;
     }
     const rankSamples = samples.get(rank) ?? [];
@@ -970,16 +982,16 @@ function rankFromColumns(series: RankSeries): { row: RankDiagnosticsRow; candida
   for (const alert of alerts) {
     const severity = ALERT_SEVERITY[alert.eventType];
     if (severity === undefined) continue;
-    candidates.push({
-      rank,
-      severity,
-      timestamp_ns: alert.timestampNs,
-      signal: `alert:${alert.eventType}`,
-      details: alert.context || "Alert event",
-      confidence: null,
-      reason_codes: [],
-      phase_path: phaseAt(alert.timestampNs, alert.eventType, alert.origin),
-    });
+    candidates.push(
+      alertAnomaly(
+        rank,
+        severity,
+        alert.timestampNs,
+        alert.eventType,
+        alert.context,
+        phaseAt(alert.timestampNs, alert.eventType, alert.origin),
+      ),
+    );
   }
   let firstBreachNs: bigint | null = null;
   for (let i = 0; i < n; i++) {
@@ -1009,19 +1021,7 @@ function rankFromColumns(series: RankSeries): { row: RankDiagnosticsRow; candida
     { ...gapColumns(series), total: maskedTotal },
     { phaseResolver: resolver },
   );
-  for (const finding of findings) {
-    const evidenceNs = finding.evidence_timestamp_ns;
-    candidates.push({
-      rank,
-      severity: finding.severity,
-      timestamp_ns: evidenceNs !== null && evidenceNs !== 0n ? evidenceNs : (firstBreachNs ?? firstNs),
-      signal: `gap:${finding.classification}`,
-      details: finding.description,
-      confidence: null,
-      reason_codes: [],
-      phase_path: summarizePhaseAttributionPayload(finding.phase_attribution),
-    });
-  }
+  for (const finding of findings) candidates.push(gapFindingAnomaly(rank, finding, firstBreachNs ?? firstNs));
   const earliest = minBy(candidates, byTime);
   const last = n - 1;
   const row: RankDiagnosticsRow = {
