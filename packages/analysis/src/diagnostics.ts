@@ -1002,16 +1002,7 @@ function rankFromColumns(series: RankSeries): { row: RankDiagnosticsRow; candida
     if (ratio < DIAGNOSTICS_GAP_RATIO_THRESHOLD) continue;
     const timestampNs = sampleTimestamp(series, i);
     firstBreachNs ??= timestampNs;
-    candidates.push({
-      rank,
-      severity: "warning",
-      timestamp_ns: timestampNs,
-      signal: "gap_ratio_breach",
-      details: `gap ratio ${percent(ratio)} exceeded threshold`,
-      confidence: null,
-      reason_codes: [],
-      phase_path: phaseAt(timestampNs, "sample", null),
-    });
+    candidates.push(gapBreachAnomaly(rank, timestampNs, ratio, phaseAt(timestampNs, "sample", null)));
   }
   const firstNs = n > 0 ? sampleTimestamp(series, 0) : series.minTs!;
   // The event version keeps samples with all three allocator counters: the others lose their total.
