@@ -34,7 +34,7 @@ import { DatasetLoader, planDataset, type RankSeries, sampleTimestamp } from "./
 import { gapColumns } from "./distributed.js";
 import { analyzeGapColumns, analyzeGaps, type GapFinding } from "./gap.js";
 import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "./index-cache.js";
-import { type InputLocation, locateInput, snapshotInput } from "./input-snapshot.js";
+import { type InputLocation, snapshotInput } from "./input-snapshot.js";
 import {
   findRankGroups,
   listSessions,
@@ -706,8 +706,7 @@ export async function diagnoseTelemetry(
   path: string,
   options: DiagnoseTelemetryOptions = {},
 ): Promise<DiagnoseTelemetryResult> {
-  const location = locateInput(path);
-  const reused = location === null ? null : SegmentIndex.reuse(location, segmentIndexOptions(options));
+  const { location, reused } = SegmentIndex.locateReusable(path, segmentIndexOptions(options));
   return (await diagnoseLocated(path, options, location, reused)).result;
 }
 
@@ -737,8 +736,7 @@ export async function renderTelemetryDiagnosis<T extends JsonValue>(
     options.includeTimelines === true,
     path,
   ]);
-  const location = locateInput(path);
-  const reused = location === null ? null : SegmentIndex.reuse(location, segmentIndexOptions(options));
+  const { location, reused } = SegmentIndex.locateReusable(path, segmentIndexOptions(options));
   const quick = reused?.readRendering(view) ?? null;
   if (quick !== null) return JSON.parse(quick) as T;
   const { result, index } = await diagnoseLocated(path, options, location, reused);

@@ -74,11 +74,13 @@ class InternSlot {
   private readonly bytes: Uint8Array[] = [];
   private readonly values: string[] = [];
   private next = 0;
+  /** Where the string `match` found ends (its closing quote). */
+  end = 0;
 
   /**
    * The remembered value whose bytes start at `start` and are followed by a quote, if any: those
    * bytes passed the caller's checks when they were first read, so this comparison is the whole
-   * check. Sets `end` to the quote's position.
+   * check.
    */
   match(buf: Uint8Array, start: number): string | undefined {
     const all = this.bytes;
@@ -95,9 +97,6 @@ class InternSlot {
     }
     return undefined;
   }
-
-  /** Set by `match`. */
-  end = 0;
 
   /** The string of `buf[start, end)` (validated ASCII), remembered for `match`. */
   get(buf: Uint8Array, start: number, end: number): string {

@@ -303,6 +303,15 @@ export class SegmentIndex {
     return null;
   }
 
+  /** The input at `path` located, and its index when `reuse` can vouch for it (see there). */
+  static locateReusable(
+    path: string,
+    options: SegmentIndexOptions,
+  ): { location: InputLocation | null; reused: SegmentIndex | null } {
+    const location = locateInput(path);
+    return { location, reused: location === null ? null : SegmentIndex.reuse(location, options) };
+  }
+
   /** The input's bytes on disk, when `reuse` vouched for it (else the caller's snapshot has them). */
   get storedSizeBytes(): number | null {
     return this.vouched?.size_bytes ?? null;

@@ -195,23 +195,18 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
         count,
         hasIdentity,
         offset,
-        boundaries: rows(part.boundaries, (b): BoundaryRow | string => {
-          if (b.scopeJson !== null) {
-            // The scope's text as read (exact: the scan parsed it with JSON.parse): not stringified again.
-            return `["${b.timestampNs}",${b.eventType === "phase_enter" ? 0 : 1},${b.line},${numJson(b.allocated)},${numJson(b.reserved)},${numJson(b.used)},${numJson(b.tensors)},${b.scopeJson},0]`;
+        boundaries: rows(part.boundaries, (b): string => {
+          // A `BoundaryRow`. The scope's text as the scan read it (exact: it parsed it with
+          // JSON.parse), else the scope, or its exact text (flag 1) where JSON would lose something.
+          let scope = b.scopeJson;
+          let exact = 0;
+          if (scope === null) {
+            const plain = plainJson(b.scope);
+            scope = JSON.stringify(plain ? b.scope : stringifyJson(b.scope));
+            exact = plain ? 0 : 1;
           }
-          const plain = plainJson(b.scope);
-          return [
-            b.timestampNs.toString(),
-            b.eventType === "phase_enter" ? 0 : 1,
-            b.line,
-            num(b.allocated),
-            num(b.reserved),
-            num(b.used),
-            num(b.tensors),
-            plain ? b.scope : stringifyJson(b.scope),
-            plain ? 0 : 1,
-          ];
+          const type = b.eventType === "phase_enter" ? 0 : 1;
+          return `["${b.timestampNs}",${type},${b.line},${numJson(b.allocated)},${numJson(b.reserved)},${numJson(b.used)},${numJson(b.tensors)},${scope},${exact}]`;
         }),
         alerts: rows(
           part.alerts,

@@ -21,7 +21,7 @@ import { CrossRankAccumulator } from "./cross-rank-columns.js";
 import { DatasetLoader, planDataset, type RankSeries } from "./dataset.js";
 import { GapAccumulator } from "./distributed.js";
 import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "./index-cache.js";
-import { type InputLocation, locateInput, snapshotInput } from "./input-snapshot.js";
+import { type InputLocation, snapshotInput } from "./input-snapshot.js";
 import { LeakAccumulator } from "./leaks.js";
 import {
   findRankGroups,
@@ -276,8 +276,7 @@ async function sinkSection(
  * a malformed line.
  */
 export async function analyzeTelemetry(path: string, options: AnalyzeOptions = {}): Promise<AnalysisReport> {
-  const location = locateInput(path);
-  const reused = location === null ? null : SegmentIndex.reuse(location, segmentIndexOptions(options));
+  const { location, reused } = SegmentIndex.locateReusable(path, segmentIndexOptions(options));
   return (await analyzeLocated(path, options, location, reused)).report;
 }
 
@@ -300,8 +299,7 @@ export async function renderTelemetryAnalysis(path: string, options: RenderAnaly
   // renderings by another version of this package are not used.
   const view = (sizeBytes: number): string =>
     JSON.stringify(["render", PACKAGE_VERSION, format, color, options.sessionId ?? null, path, sizeBytes]);
-  const location = locateInput(path);
-  const reused = location === null ? null : SegmentIndex.reuse(location, segmentIndexOptions(options));
+  const { location, reused } = SegmentIndex.locateReusable(path, segmentIndexOptions(options));
   const storedSize = reused?.storedSizeBytes ?? null;
   const quick = reused === null || storedSize === null ? null : reused.readRendering(view(storedSize));
   if (quick !== null) return quick;

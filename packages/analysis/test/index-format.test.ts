@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { encodeTelemetryRecord } from "@stormlog/core";
+import { encodeTelemetryRecord, type JsonObject, markFloat, stringifyJson } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
 import type { BoundaryEntry } from "../src/aggregate.js";
 import { decodeAggregate, encodeAggregate } from "../src/index-format.js";
@@ -98,3 +98,30 @@ describe("aggregate files of a scanned segment", () => {
     }
   });
 });
+
+describe("aggregate files of scopes JSON cannot carry as they are", () => {
+  it("keep a float-marked value exact (the scope stored as exact text)", () => {
+    const events = eventsWithFloatScope();
+    const aggregate = aggregateEvents(events);
+    const decoded = decodeAggregate(encodeAggregate(aggregate, "s"), "s")!;
+    const written = aggregate.sessions.get("s-0")!.ranks.get(0)!.boundaries;
+    const read = decoded.sessions.get("s-0")!.ranks.get(0)!.boundaries;
+    expect(read.length).toBe(written.length);
+    // `1.0` stays a float: the text written again is the same, mark included.
+    expect(read.map((b) => stringifyJson(b.scope))).toEqual(written.map((b) => stringifyJson(b.scope)));
+    expect(stringifyJson(read[0]!.scope)).toContain('"lr": 1.0');
+  });
+});
+
+function eventsWithFloatScope() {
+  const t = new Timeline({ rank: 0, world_size: 1, session_id: "s-0", pid: 1 });
+  t.enter("train").sample().exit();
+  for (const event of t.events) {
+    const scope = event.metadata.phase_scope as JsonObject | undefined;
+    if (scope === undefined) continue;
+    const attributes: JsonObject = { lr: 1 };
+    markFloat(attributes, "lr");
+    scope.attributes = attributes;
+  }
+  return t.events;
+}
