@@ -20,6 +20,7 @@ export {
   type RetryBackoff,
   retryDelaySeconds,
 } from "./health.js";
+export { SinkWorkerError } from "./off-thread-sink.js";
 export {
   classifyOOMError,
   legacyEventPayload,

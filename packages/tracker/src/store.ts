@@ -1,11 +1,11 @@
 import {
   type JsonObject,
   MEMORY_COUNTER_FIELDS,
+  type MemoryCapabilities,
   type MemoryReading,
   type TelemetryEvent,
 } from "@stormlog/core";
 import { phaseBoundaryContext, phaseScopePayload, type RecordedPhase } from "@stormlog/phases";
-import type { DeviceGroup } from "./device-group.js";
 import { markFloatIfIntegral } from "./health.js";
 
 const FIELDS = MEMORY_COUNTER_FIELDS.length;
@@ -19,6 +19,13 @@ export const PHASE_ENTER = 1;
 export const PHASE_EXIT = 2;
 /** A phase record whose counters were read at the boundary (else: the last sample's). */
 export const BOUNDARY_READ = 4;
+
+/** What a record needs of its device group (a `DeviceGroup`, or its copy in the sink worker). */
+export interface StoredGroup {
+  readonly collectorString: string;
+  readonly deviceId: number;
+  readonly capabilities: MemoryCapabilities;
+}
 
 /** What every record of a session shares. */
 export interface RecordContext {
@@ -47,7 +54,7 @@ export class EventStore {
   private readonly ts: BigInt64Array;
   private readonly types: string[];
   private readonly contexts: (string | null)[];
-  private readonly groups: (DeviceGroup | undefined)[];
+  private readonly groups: (StoredGroup | undefined)[];
   private readonly counters: Float64Array;
   private readonly changes: Float64Array;
   private readonly bases: (JsonObject | undefined)[];
@@ -89,7 +96,7 @@ export class EventStore {
     ts: bigint,
     eventType: string,
     context: string | null,
-    group: DeviceGroup,
+    group: StoredGroup,
     reading: MemoryReading | null,
     change: number | null,
     base: JsonObject,
@@ -157,13 +164,74 @@ export class EventStore {
   }
 
   deviceId(index: number): number {
-    return (this.groups[index % this.capacity] as DeviceGroup).deviceId;
+    return (this.groups[index % this.capacity] as StoredGroup).deviceId;
+  }
+
+  /**
+   * Copies stored records into a batch for the sink worker: numbers into typed arrays (transferred,
+   * not copied), groups, base metadata and phase scopes once each by id (`ids` remembers them).
+   */
+  pack(indices: readonly number[], ids: BatchIds): StoredBatch {
+    const count = indices.length;
+    const timestamps = new BigInt64Array(count);
+    const numbers = new Float64Array(count * BATCH_WIDTH);
+    const types: string[] = new Array(count);
+    const contexts: (string | null)[] = new Array(count);
+    const extras: (JsonObject | null)[] = new Array(count);
+    const groups: [number, StoredGroup][] = [];
+    const bases: [number, JsonObject][] = [];
+    const scopes: [number, RecordedPhase][] = [];
+    const counters = this.counters;
+    for (let i = 0; i < count; i++) {
+      const slot = (indices[i] as number) % this.capacity;
+      timestamps[i] = this.ts[slot] as bigint;
+      types[i] = this.types[slot] as string;
+      contexts[i] = this.contexts[slot] as string | null;
+      extras[i] = this.extras[slot] ?? null;
+      const out = i * BATCH_WIDTH;
+      const row = slot * FIELDS;
+      for (let f = 0; f < FIELDS; f++) numbers[out + f] = counters[row + f] as number;
+      numbers[out + FIELDS] = this.changes[slot] as number;
+      numbers[out + FIELDS + 1] = this.sequences[slot] as number;
+      numbers[out + FIELDS + 2] = this.flags[slot] as number;
+      numbers[out + FIELDS + 3] = ids.idOf(this.groups[slot] as StoredGroup, groups, copyGroup);
+      numbers[out + FIELDS + 4] = ids.idOf(this.bases[slot] as JsonObject, bases, sameObject);
+      const scope = this.scopes[slot];
+      numbers[out + FIELDS + 5] =
+        scope === null || scope === undefined ? -1 : ids.idOf(scope, scopes, copyScope);
+    }
+    return { count, timestamps, numbers, types, contexts, extras, groups, bases, scopes };
+  }
+
+  /** Stores the `i`-th record of a batch (the sink worker's side) and returns its index. */
+  unpack(batch: StoredBatch, i: number, tables: BatchTables): number {
+    const index = this.written++;
+    const slot = index % this.capacity;
+    const source = batch.numbers;
+    const at = i * BATCH_WIDTH;
+    this.counters.set(source.subarray(at, at + FIELDS), slot * FIELDS);
+    this.ts[slot] = batch.timestamps[i] as bigint;
+    this.types[slot] = batch.types[i] as string;
+    this.contexts[slot] = batch.contexts[i] ?? null;
+    this.extras[slot] = batch.extras[i] ?? null;
+    this.changes[slot] = source[at + FIELDS] as number;
+    this.sequences[slot] = source[at + FIELDS + 1] as number;
+    const flags = source[at + FIELDS + 2] as number;
+    this.flags[slot] = flags;
+    this.groups[slot] = tables.groups.get(source[at + FIELDS + 3] as number);
+    this.bases[slot] = tables.bases.get(source[at + FIELDS + 4] as number);
+    const scopeId = source[at + FIELDS + 5] as number;
+    const scope = scopeId < 0 ? null : (tables.scopes.get(scopeId) ?? null);
+    this.scopes[slot] = scope;
+    // A scope is referenced by its enter and its exit record: after the exit, never again.
+    if (scope !== null && (flags & PHASE_EXIT) !== 0) tables.scopes.delete(scopeId);
+    return index;
   }
 
   /** The record at `index`, as a new object. */
   materialize(index: number, context: RecordContext): TelemetryEvent {
     const slot = index % this.capacity;
-    const group = this.groups[slot] as DeviceGroup;
+    const group = this.groups[slot] as StoredGroup;
     const flags = this.flags[slot] as number;
     const scope = this.scopes[slot] as RecordedPhase | null;
     const base = this.bases[slot] as JsonObject;
@@ -267,6 +335,82 @@ export class EventStore {
       metadata,
     };
   }
+}
+
+/** Numbers per record in a `StoredBatch`: the counters, change, sequence, flags, group, base, scope. */
+const BATCH_WIDTH = FIELDS + 6;
+
+/** Stored records on their way from the tracker to its sink worker (see `EventStore.pack`). */
+export interface StoredBatch {
+  readonly count: number;
+  readonly timestamps: BigInt64Array;
+  readonly numbers: Float64Array;
+  readonly types: string[];
+  readonly contexts: (string | null)[];
+  readonly extras: (JsonObject | null)[];
+  /** Groups, base metadata and scopes first referenced in this batch, by id. */
+  readonly groups: [number, StoredGroup][];
+  readonly bases: [number, JsonObject][];
+  readonly scopes: [number, RecordedPhase][];
+}
+
+/** The tracker's side of batch ids: each object gets one id, sent with the first batch that uses it. */
+export class BatchIds {
+  private readonly ids = new WeakMap<object, number>();
+  private next = 0;
+
+  idOf<T extends object>(value: T, fresh: [number, T][], copy: (value: T) => T): number {
+    let id = this.ids.get(value);
+    if (id === undefined) {
+      id = this.next++;
+      this.ids.set(value, id);
+      fresh.push([id, copy(value)]);
+    }
+    return id;
+  }
+}
+
+/** The sink worker's side: what the ids stand for. */
+export class BatchTables {
+  readonly groups = new Map<number, StoredGroup>();
+  readonly bases = new Map<number, JsonObject>();
+  readonly scopes = new Map<number, RecordedPhase>();
+
+  /** Learns the objects a batch introduces. */
+  learn(batch: StoredBatch): void {
+    for (const [id, group] of batch.groups) this.groups.set(id, group);
+    for (const [id, base] of batch.bases) this.bases.set(id, base);
+    for (const [id, scope] of batch.scopes) this.scopes.set(id, scope);
+  }
+}
+
+const sameObject = <T>(value: T): T => value;
+
+/** A group's fields as plain data (a `DeviceGroup` holds collectors, which cannot cross threads). */
+function copyGroup(group: StoredGroup): StoredGroup {
+  return {
+    collectorString: group.collectorString,
+    deviceId: group.deviceId,
+    capabilities: group.capabilities,
+  };
+}
+
+/** The fields a phase record is written from, as plain data (a recorded scope is a class instance). */
+function copyScope(scope: RecordedPhase): RecordedPhase {
+  const copy = {
+    scopeId: scope.scopeId,
+    name: scope.name,
+    path: scope.path,
+    phasePath: scope.phasePath,
+    depth: scope.depth,
+    parentScopeId: scope.parentScopeId,
+    sequence: scope.sequence,
+    threadId: scope.threadId,
+    threadName: scope.threadName,
+    attributes: scope.attributes,
+  };
+  // Only `materialize` reads it on the other side, and it reads only these fields.
+  return copy as unknown as RecordedPhase;
 }
 
 /** The first counter that was read (NaN marks unread), else 0. */

@@ -66,6 +66,7 @@ import {
   type RetryBackoff,
   retryDelaySeconds,
 } from "./health.js";
+import { OffThreadSink } from "./off-thread-sink.js";
 import {
   classifyOOMError,
   OOMFlightRecorder,
@@ -126,6 +127,12 @@ export interface MemoryTrackerOptions {
   readonly env?: Readonly<Record<string, string | undefined>> | false;
   /** A writer (e.g. a `TelemetrySink`) or `TelemetrySinkOptions` to create one at each start. */
   readonly sink?: TrackerSinkOption;
+  /**
+   * Where a sink made from options writes (default `"worker"`): on a worker thread, which builds,
+   * encodes and writes the records so that the training thread only stores numbers; or `"main"`, the
+   * training thread. Sink options with a `clock` or `scheduler` (test fakes) always write on `"main"`.
+   */
+  readonly sinkThread?: "worker" | "main";
   /** Schema of the records written (default 3, what the reference's readers accept; 4 writes nulls). */
   readonly schemaVersion?: 3 | 4;
   /**
@@ -247,6 +254,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private readonly handleProcessExit: boolean;
   private readonly sessionSource: string;
   private readonly sinkOption: TrackerSinkOption | undefined;
+  private readonly sinkThread: "worker" | "main";
   private readonly recorder: PhaseRecorder;
   private readonly oom: OOMFlightRecorder;
   private readonly store: EventStore;
@@ -315,6 +323,12 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     this.handleProcessExit = options.handleProcessExit ?? true;
     this.sessionSource = options.sessionSource ?? "stormlog.tracker";
     this.sinkOption = options.sink;
+    if (options.sinkThread !== undefined && options.sinkThread !== "worker" && options.sinkThread !== "main")
+      throw new InvalidConfigError(
+        "sinkThread",
+        `expected "worker" or "main", got ${String(options.sinkThread)}`,
+      );
+    this.sinkThread = options.sinkThread ?? "worker";
     this.host = options.hostname ?? osHostname();
     this.pid = options.pid ?? process.pid;
     const env = options.env === false ? undefined : (options.env ?? process.env);
@@ -377,7 +391,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
         ? null
         : isTelemetryWriter(this.sinkOption)
           ? this.sinkOption
-          : createSink(this.sinkOption);
+          : createSink(this.sinkOption, this.sinkThread);
 
     let summary = createSessionSummary({
       source: this.sessionSource,
@@ -999,9 +1013,13 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
         this.commitTimer = this.scheduler.setTimeout(this.flushCommitsTask, COMMIT_DELAY_MS);
       return;
     }
-    this.flushCommits();
+    if (writer instanceof OffThreadSink && !this.writerFailed) {
+      // Built on the worker like every other record (an object crossing threads loses float marks).
+      this.pendingCommits.push(index);
+      this.flushCommits();
+    } else this.flushCommits();
     const record = this.store.materialize(index, this.recordContext as RecordContext);
-    if (writer !== null && !this.writerFailed) {
+    if (writer !== null && !this.writerFailed && !(writer instanceof OffThreadSink)) {
       try {
         writer.append(record);
       } catch (error) {
@@ -1037,8 +1055,10 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     if (writer === null || this.writerFailed) return;
     const context = this.recordContext as RecordContext;
     try {
-      for (let i = 0; i < pending.length; i++)
-        writer.append(this.store.materialize(pending[i] as number, context));
+      if (writer instanceof OffThreadSink) writer.appendStored(this.store, pending, context);
+      else
+        for (let i = 0; i < pending.length; i++)
+          writer.append(this.store.materialize(pending[i] as number, context));
     } catch (error) {
       this.disableWriter("append", error);
     }

@@ -1,5 +1,6 @@
 import type { SessionStatus, SessionSummary, TelemetryEvent } from "@stormlog/core";
 import { TelemetrySink, type TelemetrySinkOptions } from "@stormlog/sink";
+import { canWriteOffThread, OffThreadSink } from "./off-thread-sink.js";
 
 /** The sink counters the tracker reports (the reference's five; more are passed through). */
 export interface WriterDiagnostics {
@@ -34,9 +35,15 @@ export function isTelemetryWriter(option: TrackerSinkOption): option is Telemetr
   return typeof (option as { append?: unknown }).append === "function";
 }
 
-/** Creates the `TelemetrySink` for sink options. */
-export function createSink(options: TelemetrySinkOptions): TelemetryWriter {
-  return new TelemetrySink({ source: "stormlog.tracker", ...options });
+/** Creates the sink for sink options: on a worker thread (see `OffThreadSink`) or this one. */
+export function createSink(
+  options: TelemetrySinkOptions,
+  thread: "worker" | "main" = "main",
+): TelemetryWriter {
+  const withSource = { source: "stormlog.tracker", ...options };
+  return thread === "worker" && canWriteOffThread(options)
+    ? new OffThreadSink(withSource)
+    : new TelemetrySink(withSource);
 }
 
 /** The reference's five sink counters, zero when unknown. */

@@ -1,0 +1,60 @@
+/** What the tracker's `OffThreadSink` and its sink worker say to each other. */
+import type { SessionStatus, SessionSummary, TelemetryEvent } from "@stormlog/core";
+import type { TelemetrySinkOptions } from "@stormlog/sink";
+import type { RecordContext, StoredBatch } from "./store.js";
+import type { WriterDiagnostics } from "./writer.js";
+
+/** The sink options that cross to the worker (functions cannot: the logger stays, clock and scheduler keep the sink on the main thread). */
+export type WorkerSinkOptions = Omit<TelemetrySinkOptions, "logger" | "clock" | "scheduler">;
+
+/** The worker's `workerData`. */
+export interface SinkWorkerData {
+  readonly options: WorkerSinkOptions;
+  /** `DIAGNOSTIC_KEYS.length` doubles the worker keeps current. */
+  readonly diagnostics: SharedArrayBuffer;
+  /** One int32, set to 1 when `closeSync` is done. */
+  readonly closed: SharedArrayBuffer;
+}
+
+export type SinkWorkerRequest =
+  | { readonly kind: "session"; readonly summary: Partial<Omit<SessionSummary, "status" | "ended_at_ns">> }
+  | { readonly kind: "batch"; readonly batch: StoredBatch; readonly context?: RecordContext }
+  | { readonly kind: "records"; readonly records: readonly TelemetryEvent[] }
+  | { readonly kind: "close"; readonly status: SessionStatus; readonly id: number }
+  | { readonly kind: "closeSync"; readonly status: SessionStatus };
+
+export type SinkWorkerReply =
+  | { readonly kind: "log"; readonly level: "warn" | "info"; readonly message: string }
+  | { readonly kind: "closed"; readonly id: number }
+  | { readonly kind: "failed"; readonly message: string };
+
+/** The sink counters shared through memory, so that reading them never waits for the worker. */
+export const DIAGNOSTIC_KEYS = [
+  "rollover_count",
+  "pruned_segment_count",
+  "pruned_bytes",
+  "final_retained_files",
+  "final_retained_bytes",
+  "dropped_events",
+  "rejected_events",
+  "appended_events",
+  "written_events",
+  "queued_events",
+] as const;
+
+/** Stores the numeric diagnostics in the shared array. */
+export function writeSharedDiagnostics(into: Float64Array, diagnostics: object): void {
+  const source = diagnostics as Readonly<Record<string, unknown>>;
+  for (let i = 0; i < DIAGNOSTIC_KEYS.length; i++) {
+    const value = source[DIAGNOSTIC_KEYS[i] as string];
+    into[i] = typeof value === "number" ? value : 0;
+  }
+}
+
+/** Reads the shared diagnostics back. */
+export function readSharedDiagnostics(from: Float64Array): WriterDiagnostics & Record<string, number> {
+  const diagnostics: Record<string, number> = {};
+  for (let i = 0; i < DIAGNOSTIC_KEYS.length; i++)
+    diagnostics[DIAGNOSTIC_KEYS[i] as string] = from[i] as number;
+  return diagnostics;
+}
