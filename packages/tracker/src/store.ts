@@ -175,45 +175,48 @@ export class EventStore {
     const count = indices.length;
     const timestamps = new BigInt64Array(count);
     const numbers = new Float64Array(count * BATCH_WIDTH);
-    const types: string[] = new Array(count);
-    const contexts: (string | null)[] = new Array(count);
-    const extras: (JsonObject | null)[] = new Array(count);
-    const groups: [number, StoredGroup][] = [];
-    const bases: [number, JsonObject][] = [];
-    const scopes: [number, RecordedPhase][] = [];
+    const objects: BatchObjects = {
+      types: new Array(count),
+      contexts: new Array(count),
+      extras: new Array(count),
+      groups: [],
+      bases: [],
+      scopes: [],
+    };
     const counters = this.counters;
     for (let i = 0; i < count; i++) {
       const slot = (indices[i] as number) % this.capacity;
       timestamps[i] = this.ts[slot] as bigint;
-      types[i] = this.types[slot] as string;
-      contexts[i] = this.contexts[slot] as string | null;
-      extras[i] = this.extras[slot] ?? null;
+      objects.types[i] = this.types[slot] as string;
+      objects.contexts[i] = this.contexts[slot] as string | null;
+      objects.extras[i] = this.extras[slot] ?? null;
       const out = i * BATCH_WIDTH;
       const row = slot * FIELDS;
       for (let f = 0; f < FIELDS; f++) numbers[out + f] = counters[row + f] as number;
       numbers[out + FIELDS] = this.changes[slot] as number;
       numbers[out + FIELDS + 1] = this.sequences[slot] as number;
       numbers[out + FIELDS + 2] = this.flags[slot] as number;
-      numbers[out + FIELDS + 3] = ids.idOf(this.groups[slot] as StoredGroup, groups, copyGroup);
-      numbers[out + FIELDS + 4] = ids.idOf(this.bases[slot] as JsonObject, bases, sameObject);
+      numbers[out + FIELDS + 3] = ids.idOf(this.groups[slot] as StoredGroup, objects.groups, copyGroup);
+      numbers[out + FIELDS + 4] = ids.idOf(this.bases[slot] as JsonObject, objects.bases, sameObject);
       const scope = this.scopes[slot];
       numbers[out + FIELDS + 5] =
-        scope === null || scope === undefined ? -1 : ids.idOf(scope, scopes, copyScope);
+        scope === null || scope === undefined ? -1 : ids.idOf(scope, objects.scopes, copyScope);
     }
-    return { count, timestamps, numbers, types, contexts, extras, groups, bases, scopes };
+    return { count, timestamps, numbers, objects: asText(objects) };
   }
 
-  /** Stores the `i`-th record of a batch (the sink worker's side) and returns its index. */
+  /** Stores the `i`-th record of a batch (after `tables.learn(batch)`) and returns its index. */
   unpack(batch: StoredBatch, i: number, tables: BatchTables): number {
+    const objects = tables.objects;
     const index = this.written++;
     const slot = index % this.capacity;
     const source = batch.numbers;
     const at = i * BATCH_WIDTH;
     this.counters.set(source.subarray(at, at + FIELDS), slot * FIELDS);
     this.ts[slot] = batch.timestamps[i] as bigint;
-    this.types[slot] = batch.types[i] as string;
-    this.contexts[slot] = batch.contexts[i] ?? null;
-    this.extras[slot] = batch.extras[i] ?? null;
+    this.types[slot] = objects.types[i] as string;
+    this.contexts[slot] = objects.contexts[i] ?? null;
+    this.extras[slot] = objects.extras[i] ?? null;
     this.changes[slot] = source[at + FIELDS] as number;
     this.sequences[slot] = source[at + FIELDS + 1] as number;
     const flags = source[at + FIELDS + 2] as number;
@@ -340,18 +343,35 @@ export class EventStore {
 /** Numbers per record in a `StoredBatch`: the counters, change, sequence, flags, group, base, scope. */
 const BATCH_WIDTH = FIELDS + 6;
 
-/** Stored records on their way from the tracker to its sink worker (see `EventStore.pack`). */
+/**
+ * Stored records on their way from the tracker to its sink worker (see `EventStore.pack`): numbers
+ * in typed arrays, the rest as JSON text, which crosses threads as one copy where structured clone
+ * walks every object (~5x the training thread's time for a batch of phase records).
+ */
 export interface StoredBatch {
   readonly count: number;
   readonly timestamps: BigInt64Array;
   readonly numbers: Float64Array;
+  /** `BatchObjects` as JSON, or itself when it holds what JSON cannot (a bigint). */
+  readonly objects: string | BatchObjects;
+}
+
+/** A batch's strings and objects: per record, then groups, base metadata and scopes new in it, by id. */
+export interface BatchObjects {
   readonly types: string[];
   readonly contexts: (string | null)[];
   readonly extras: (JsonObject | null)[];
-  /** Groups, base metadata and scopes first referenced in this batch, by id. */
   readonly groups: [number, StoredGroup][];
   readonly bases: [number, JsonObject][];
   readonly scopes: [number, RecordedPhase][];
+}
+
+function asText(objects: BatchObjects): string | BatchObjects {
+  try {
+    return JSON.stringify(objects);
+  } catch {
+    return objects;
+  }
 }
 
 /** The tracker's side of batch ids: each object gets one id, sent with the first batch that uses it. */
@@ -370,17 +390,21 @@ export class BatchIds {
   }
 }
 
-/** The sink worker's side: what the ids stand for. */
+/** The sink worker's side: what the ids stand for, and the current batch's objects. */
 export class BatchTables {
   readonly groups = new Map<number, StoredGroup>();
   readonly bases = new Map<number, JsonObject>();
   readonly scopes = new Map<number, RecordedPhase>();
+  objects: BatchObjects = { types: [], contexts: [], extras: [], groups: [], bases: [], scopes: [] };
 
-  /** Learns the objects a batch introduces. */
+  /** Reads a batch's objects and learns the groups, bases and scopes it introduces. */
   learn(batch: StoredBatch): void {
-    for (const [id, group] of batch.groups) this.groups.set(id, group);
-    for (const [id, base] of batch.bases) this.bases.set(id, base);
-    for (const [id, scope] of batch.scopes) this.scopes.set(id, scope);
+    const objects =
+      typeof batch.objects === "string" ? (JSON.parse(batch.objects) as BatchObjects) : batch.objects;
+    this.objects = objects;
+    for (const [id, group] of objects.groups) this.groups.set(id, group);
+    for (const [id, base] of objects.bases) this.bases.set(id, base);
+    for (const [id, scope] of objects.scopes) this.scopes.set(id, scope);
   }
 }
 

@@ -195,6 +195,12 @@ const ALERT_TYPES: ReadonlySet<string> = new Set(["warning", "critical", "error"
  * a reader sees; long enough that a training step's boundaries are built together.
  */
 const COMMIT_DELAY_MS = 50;
+/**
+ * The same for a sink on a worker thread: each hand-over wakes the worker, which cost ~100 us of the
+ * training thread per batch inside tfjs steps (`bench:in-situ`); four a second keep that near 0.1 %.
+ * Still far below the sink's 2 s flush interval.
+ */
+const OFF_THREAD_COMMIT_DELAY_MS = 250;
 const SKIPPED = Symbol("skipped");
 type Outcome = CheckedReading | CheckedFailure | typeof SKIPPED;
 
@@ -994,9 +1000,9 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
 
   /**
    * Hands a stored record to the sink and, for alerts, to the callbacks. Records for the sink are
-   * built in batches, COMMIT_DELAY_MS after the first one of a batch: at a phase boundary inside a
-   * training step the tracker only stores numbers, and the record objects are built together, with
-   * warm caches, between steps. (Built after each microtask instead, as before, they came a step's
+   * handed over in batches, COMMIT_DELAY_MS after the first one of a batch (OFF_THREAD_COMMIT_DELAY_MS
+   * for a worker, which builds them itself): at a phase boundary inside a training step the tracker
+   * only stores numbers, and the record objects are built together, with warm caches, between steps. (Built after each microtask instead, as before, they came a step's
    * worth or less at a time, since a step yields at every `await`, and a tracked tfjs step spent
    * ~25 % more of its time in Stormlog: `bench:in-situ` of examples/tfjs-training.)
    */
@@ -1010,7 +1016,10 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       // Never let the ring overwrite a record that the sink has not received.
       if (pending.length >= this.commitBatchLimit) this.flushCommits();
       else if (this.commitTimer === null)
-        this.commitTimer = this.scheduler.setTimeout(this.flushCommitsTask, COMMIT_DELAY_MS);
+        this.commitTimer = this.scheduler.setTimeout(
+          this.flushCommitsTask,
+          writer instanceof OffThreadSink ? OFF_THREAD_COMMIT_DELAY_MS : COMMIT_DELAY_MS,
+        );
       return;
     }
     if (writer instanceof OffThreadSink && !this.writerFailed) {
