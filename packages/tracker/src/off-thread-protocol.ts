@@ -7,26 +7,39 @@ import type { WriterDiagnostics } from "./writer.js";
 /** The sink options that cross to the worker (functions cannot: the logger stays, clock and scheduler keep the sink on the main thread). */
 export type WorkerSinkOptions = Omit<TelemetrySinkOptions, "logger" | "clock" | "scheduler">;
 
-/** The worker's `workerData`. */
-export interface SinkWorkerData {
-  readonly options: WorkerSinkOptions;
-  /** `DIAGNOSTIC_KEYS.length` doubles the worker keeps current. */
-  readonly diagnostics: SharedArrayBuffer;
-  /** One int32, set to 1 when `closeSync` is done. */
-  readonly closed: SharedArrayBuffer;
-}
-
+/**
+ * Requests to the worker, each for one sink (`sink` numbers them; one worker serves every sink of
+ * the process). `open` carries the memory the worker shares with that sink's `OffThreadSink`.
+ */
 export type SinkWorkerRequest =
-  | { readonly kind: "session"; readonly summary: Partial<Omit<SessionSummary, "status" | "ended_at_ns">> }
-  | { readonly kind: "batch"; readonly batch: StoredBatch; readonly context?: RecordContext }
-  | { readonly kind: "records"; readonly records: readonly TelemetryEvent[] }
-  | { readonly kind: "close"; readonly status: SessionStatus; readonly id: number }
-  | { readonly kind: "closeSync"; readonly status: SessionStatus };
+  | {
+      readonly kind: "open";
+      readonly sink: number;
+      readonly options: WorkerSinkOptions;
+      /** `DIAGNOSTIC_KEYS.length` doubles the worker keeps current. */
+      readonly diagnostics: SharedArrayBuffer;
+      /** One int32, set to 1 when `closeSync` is done. */
+      readonly closed: SharedArrayBuffer;
+    }
+  | {
+      readonly kind: "session";
+      readonly sink: number;
+      readonly summary: Partial<Omit<SessionSummary, "status" | "ended_at_ns">>;
+    }
+  | {
+      readonly kind: "batch";
+      readonly sink: number;
+      readonly batch: StoredBatch;
+      readonly context?: RecordContext;
+    }
+  | { readonly kind: "records"; readonly sink: number; readonly records: readonly TelemetryEvent[] }
+  | { readonly kind: "close"; readonly sink: number; readonly status: SessionStatus }
+  | { readonly kind: "closeSync"; readonly sink: number; readonly status: SessionStatus };
 
 export type SinkWorkerReply =
-  | { readonly kind: "log"; readonly level: "warn" | "info"; readonly message: string }
-  | { readonly kind: "closed"; readonly id: number }
-  | { readonly kind: "failed"; readonly message: string };
+  | { readonly kind: "log"; readonly sink: number; readonly level: "warn" | "info"; readonly message: string }
+  | { readonly kind: "closed"; readonly sink: number }
+  | { readonly kind: "failed"; readonly sink: number; readonly message: string };
 
 /** The sink counters shared through memory, so that reading them never waits for the worker. */
 export const DIAGNOSTIC_KEYS = [

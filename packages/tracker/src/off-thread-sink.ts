@@ -19,7 +19,6 @@ import {
 import {
   DIAGNOSTIC_KEYS,
   readSharedDiagnostics,
-  type SinkWorkerData,
   type SinkWorkerReply,
   type SinkWorkerRequest,
   type WorkerSinkOptions,
@@ -57,11 +56,14 @@ export function canWriteOffThread(options: TelemetrySinkOptions): boolean {
 /**
  * A `TelemetrySink` on a worker thread. The tracker hands it batches of stored records as typed
  * arrays (`appendStored`); building the records, encoding them and the disk work happen on the
- * worker, not between training steps. Counters are shared through memory, and `closeSync` (process
- * exit) blocks until the worker has written everything, as the in-thread sink's does.
+ * worker, not between training steps. One worker serves every sink of the process and stays for the
+ * next session (it starts once, and never keeps the process alive). Counters are shared through
+ * memory, and `closeSync` (process exit) blocks until the worker has written everything, as the
+ * in-thread sink's does.
  */
 export class OffThreadSink implements TelemetryWriter {
-  private readonly worker: Worker;
+  private readonly connection: WorkerConnection;
+  private readonly id: number;
   private readonly logger: SinkLogger;
   private readonly handleProcessExit: boolean;
   private readonly diagnostics: Float64Array;
@@ -70,11 +72,10 @@ export class OffThreadSink implements TelemetryWriter {
   private sentContext: RecordContext | null = null;
   private failure: string | null = null;
   private finished = false;
-  private nextCloseId = 0;
-  private readonly closing = new Map<number, () => void>();
+  private onClosed: (() => void) | null = null;
   private unregisterExit: (() => void) | null = null;
 
-  /** Checks the options (throws `InvalidConfigError` as `TelemetrySink` does) and starts the worker. */
+  /** Checks the options (throws `InvalidConfigError` as `TelemetrySink` does) and opens the sink on the worker. */
   constructor(options: TelemetrySinkOptions) {
     resolveSinkConfig(options);
     const { logger, clock: _clock, scheduler: _scheduler, ...crossing } = options;
@@ -84,16 +85,15 @@ export class OffThreadSink implements TelemetryWriter {
     const closed = new SharedArrayBuffer(Int32Array.BYTES_PER_ELEMENT);
     this.diagnostics = new Float64Array(diagnostics);
     this.closedFlag = new Int32Array(closed);
-    const data: SinkWorkerData = { options: crossing satisfies WorkerSinkOptions, diagnostics, closed };
-    this.worker = startSinkWorker(data);
-    this.worker.on("message", (reply: SinkWorkerReply) => this.onReply(reply));
-    this.worker.on("error", (error) => this.fail(error.message));
-    this.worker.on("exit", (code) => {
-      if (!this.finished) this.fail(`it exited with code ${code}`);
+    this.connection = WorkerConnection.shared();
+    this.id = this.connection.add(this);
+    this.post({
+      kind: "open",
+      sink: this.id,
+      options: crossing satisfies WorkerSinkOptions,
+      diagnostics,
+      closed,
     });
-    // Like the sampling timers, the worker never keeps the process alive on its own (after the
-    // listeners: adding a "message" listener refs it again).
-    this.worker.unref();
   }
 
   startSession(partial: Partial<Omit<SessionSummary, "status" | "ended_at_ns">>): SessionSummary {
@@ -113,6 +113,7 @@ export class OffThreadSink implements TelemetryWriter {
     });
     this.post({
       kind: "session",
+      sink: this.id,
       summary: { ...partial, session_id: summary.session_id, started_at_ns: summary.started_at_ns },
     });
     if (this.handleProcessExit && this.unregisterExit === null) {
@@ -127,51 +128,58 @@ export class OffThreadSink implements TelemetryWriter {
 
   /**
    * Sends one record as an object. The tracker sends stored records with `appendStored`; this is for
-   * other writers' callers (an integral float written `1.0` by the tracker loses its mark here).
+   * other callers (an integral float that the tracker writes `1.0` loses its mark here).
    */
   append(record: TelemetryEvent): void {
     this.ensureRunning();
-    this.post({ kind: "records", records: [record] });
+    this.post({ kind: "records", sink: this.id, records: [record] });
   }
 
   /** Sends stored records (`indices` of `store`) to be built and written on the worker. */
   appendStored(store: EventStore, indices: readonly number[], context: RecordContext): void {
     this.ensureRunning();
     const batch = store.pack(indices, this.ids);
-    const fresh = context !== this.sentContext;
+    const request: SinkWorkerRequest =
+      context === this.sentContext
+        ? { kind: "batch", sink: this.id, batch }
+        : { kind: "batch", sink: this.id, batch, context };
     this.sentContext = context;
-    const request: SinkWorkerRequest = fresh ? { kind: "batch", batch, context } : { kind: "batch", batch };
-    this.worker.postMessage(request, [
+    this.connection.post(request, [
       batch.timestamps.buffer as ArrayBuffer,
       batch.numbers.buffer as ArrayBuffer,
     ]);
   }
 
-  /** Writes what the worker holds, closes the session, then stops the worker. Never rejects. */
+  /** Writes what the worker holds for this sink and closes the session. Never rejects. */
   close(status: SessionStatus = "completed"): Promise<void> {
     if (this.finished) return Promise.resolve();
     this.finished = true;
     this.unregister();
     if (this.failure !== null) return Promise.resolve();
-    const id = this.nextCloseId++;
     // Waiting for the worker must keep the process alive (a `beforeExit` close).
-    this.worker.ref();
+    this.connection.hold();
     return new Promise<void>((resolve) => {
-      this.closing.set(id, resolve);
-      this.post({ kind: "close", status, id });
-    }).then(() => this.stopWorker());
+      this.onClosed = resolve;
+      this.post({ kind: "close", sink: this.id, status });
+    }).then(() => {
+      // A later `closeSync` (an exit hook) has nothing left to wait for.
+      Atomics.store(this.closedFlag, 0, 1);
+      this.connection.release();
+      this.connection.remove(this.id);
+    });
   }
 
   /** Closes on `process.exit()`: blocks until the worker has written everything (at most 5 s). */
   closeSync(status: SessionStatus = "completed"): void {
-    if (this.finished) return;
+    if (this.failure !== null || Atomics.load(this.closedFlag, 0) === 1) return;
+    const wasClosing = this.finished;
     this.finished = true;
     this.unregister();
-    if (this.failure !== null) return;
-    this.post({ kind: "closeSync", status });
+    this.post({ kind: "closeSync", sink: this.id, status });
     if (Atomics.wait(this.closedFlag, 0, 0, CLOSE_SYNC_TIMEOUT_MS) === "timed-out")
       this.logger.warn(
-        `the sink worker did not finish writing within ${CLOSE_SYNC_TIMEOUT_MS} ms of process exit; the session stays as recovery finds it`,
+        `the sink worker did not finish writing within ${CLOSE_SYNC_TIMEOUT_MS} ms of process exit; ` +
+          `the session is left for recovery${wasClosing ? " (it was closing)" : ""}`,
       );
   }
 
@@ -179,23 +187,16 @@ export class OffThreadSink implements TelemetryWriter {
     return readSharedDiagnostics(this.diagnostics);
   }
 
-  private post(request: SinkWorkerRequest): void {
-    this.worker.postMessage(request);
-  }
-
-  private ensureRunning(): void {
-    if (this.failure !== null) throw new SinkWorkerError(this.failure);
-  }
-
-  private onReply(reply: SinkWorkerReply): void {
+  /** A reply of the worker for this sink. */
+  receive(reply: SinkWorkerReply): void {
     switch (reply.kind) {
       case "log":
         if (reply.level === "warn") this.logger.warn(reply.message);
         else this.logger.info?.(reply.message);
         return;
       case "closed":
-        this.closing.get(reply.id)?.();
-        this.closing.delete(reply.id);
+        this.onClosed?.();
+        this.onClosed = null;
         return;
       case "failed":
         this.fail(reply.message);
@@ -203,18 +204,23 @@ export class OffThreadSink implements TelemetryWriter {
     }
   }
 
-  private fail(reason: string): void {
+  /** The worker failed, or refused this sink's records: nothing more is sent. */
+  fail(reason: string): void {
     if (this.failure !== null) return;
     this.failure = reason;
     this.logger.warn(new SinkWorkerError(reason).message);
-    for (const resolve of this.closing.values()) resolve();
-    this.closing.clear();
-    void this.worker.terminate();
+    if (this.onClosed !== null) this.connection.release();
+    this.onClosed?.();
+    this.onClosed = null;
+    this.connection.remove(this.id);
   }
 
-  private stopWorker(): void {
-    this.worker.removeAllListeners("exit");
-    void this.worker.terminate();
+  private post(request: SinkWorkerRequest): void {
+    this.connection.post(request);
+  }
+
+  private ensureRunning(): void {
+    if (this.failure !== null) throw new SinkWorkerError(this.failure);
   }
 
   private unregister(): void {
@@ -224,20 +230,78 @@ export class OffThreadSink implements TelemetryWriter {
   }
 }
 
+/** The process's sink worker and the sinks it serves. */
+class WorkerConnection {
+  private static current: WorkerConnection | null = null;
+  private readonly worker: Worker;
+  private readonly sinks = new Map<number, OffThreadSink>();
+  private nextId = 0;
+  private holds = 0;
+  private failed = false;
+
+  /** The running worker, started on first use (and again after a failure). */
+  static shared(): WorkerConnection {
+    if (WorkerConnection.current === null) WorkerConnection.current = new WorkerConnection();
+    return WorkerConnection.current;
+  }
+
+  private constructor() {
+    this.worker = startSinkWorker();
+    this.worker.on("message", (reply: SinkWorkerReply) => this.sinks.get(reply.sink)?.receive(reply));
+    this.worker.on("error", (error) => this.failAll(error.message));
+    this.worker.on("exit", (code) => this.failAll(`it exited with code ${code}`));
+    // Like the sampling timers, the worker never keeps the process alive on its own (unref'd after
+    // the listeners: adding a "message" listener refs it again).
+    this.worker.unref();
+  }
+
+  add(sink: OffThreadSink): number {
+    const id = this.nextId++;
+    this.sinks.set(id, sink);
+    return id;
+  }
+
+  remove(id: number): void {
+    this.sinks.delete(id);
+  }
+
+  post(request: SinkWorkerRequest, transfer?: ArrayBuffer[]): void {
+    if (this.failed) return;
+    this.worker.postMessage(request, transfer);
+  }
+
+  /** Keeps the process alive while a close waits for the worker. */
+  hold(): void {
+    if (this.holds++ === 0) this.worker.ref();
+  }
+
+  release(): void {
+    if (--this.holds === 0) this.worker.unref();
+  }
+
+  private failAll(reason: string): void {
+    if (this.failed) return;
+    this.failed = true;
+    if (WorkerConnection.current === this) WorkerConnection.current = null;
+    for (const sink of [...this.sinks.values()]) sink.fail(reason);
+    void this.worker.terminate();
+  }
+}
+
 /**
  * Starts `sink-worker` next to this module: the built `.js`/`.cjs`, or, when the tracker runs from
  * its TypeScript source (this repository's tests and examples), the `.ts` file through tsx.
  */
-function startSinkWorker(workerData: SinkWorkerData): Worker {
+function startSinkWorker(): Worker {
   const here = import.meta.url;
   if (!here.endsWith(".ts")) {
     const entry = new URL(here.endsWith(".cjs") ? "./sink-worker.cjs" : "./sink-worker.js", here);
-    return new Worker(entry, { workerData, execArgv: [] });
+    return new Worker(entry, { execArgv: [] });
   }
   const entry = new URL("./sink-worker.ts", here).href;
   const tsx = tsxLoaderUrl(here);
   const bootstrap = `import(${JSON.stringify(tsx)}).then(({ tsImport }) => tsImport(${JSON.stringify(entry)}, ${JSON.stringify(entry)}));`;
-  return new Worker(bootstrap, { eval: true, workerData, execArgv: ["--conditions=@stormlog/source"] });
+  return new Worker(bootstrap, { eval: true, execArgv: ["--conditions=@stormlog/source"] });
 }
 
 /** tsx's ESM loader API (`tsx/esm/api`, its `import` export), found from `from`. */

@@ -1,14 +1,12 @@
 /**
- * The sink worker: a `TelemetrySink` on its own thread, fed batches of stored records by the
- * tracker's `OffThreadSink`. It rebuilds each record with the tracker's own `EventStore` (the same
- * `materialize` as on the training thread, so the lines are identical), appends it and does the
- * sink's encoding and disk work here instead of between training steps.
+ * The sink worker: the `TelemetrySink`s of the process's `OffThreadSink`s, on one thread of their
+ * own. Each batch of stored records is rebuilt with the tracker's own `EventStore` (the same
+ * `materialize` as on the training thread, so the lines are identical), appended, and encoded and
+ * written here instead of between training steps.
  */
-import { parentPort, workerData } from "node:worker_threads";
-import type { SessionStatus } from "@stormlog/core";
-import { type SinkLogger, TelemetrySink } from "@stormlog/sink";
+import { parentPort } from "node:worker_threads";
+import { TelemetrySink } from "@stormlog/sink";
 import {
-  type SinkWorkerData,
   type SinkWorkerReply,
   type SinkWorkerRequest,
   writeSharedDiagnostics,
@@ -16,37 +14,72 @@ import {
 import { BatchTables, EventStore, type RecordContext } from "./store.js";
 
 const port = parentPort;
-if (port === null) throw new Error("sink-worker.ts runs as a worker thread (started by the tracker)");
-const data = workerData as SinkWorkerData;
+if (port === null) throw new Error("sink-worker runs as a worker thread (the tracker starts it)");
 const reply = (message: SinkWorkerReply) => port.postMessage(message);
-const logger: SinkLogger = {
-  warn: (message) => reply({ kind: "log", level: "warn", message }),
-  info: (message) => reply({ kind: "log", level: "info", message }),
-};
-const sink = new TelemetrySink({ ...data.options, logger, handleProcessExit: false });
-const diagnostics = new Float64Array(data.diagnostics);
-const closed = new Int32Array(data.closed);
-// One record at a time is rebuilt and handed over: the store needs no more room than that.
-const store = new EventStore(1);
-const tables = new BatchTables();
-let context: RecordContext | null = null;
 
-function share(): void {
-  writeSharedDiagnostics(diagnostics, sink.getDiagnostics());
+interface OpenSink {
+  readonly sink: TelemetrySink;
+  readonly tables: BatchTables;
+  readonly diagnostics: Float64Array;
+  readonly closed: Int32Array;
+  /** Above this many records waiting for the disk, the next batch waits for a flush. */
+  readonly highWater: number;
+  context: RecordContext | null;
 }
 
-function handle(request: SinkWorkerRequest): void {
+const sinks = new Map<number, OpenSink>();
+// One record at a time is rebuilt and appended: the store needs no more room than that.
+const store = new EventStore(1);
+/** Requests not handled yet, in the order they came. */
+const backlog: SinkWorkerRequest[] = [];
+let draining = false;
+
+function share(open: OpenSink): void {
+  writeSharedDiagnostics(open.diagnostics, open.sink.getDiagnostics());
+}
+
+function open(request: Extract<SinkWorkerRequest, { kind: "open" }>): void {
+  const id = request.sink;
+  const sink = new TelemetrySink({
+    ...request.options,
+    handleProcessExit: false,
+    logger: {
+      warn: (message) => reply({ kind: "log", sink: id, level: "warn", message }),
+      info: (message) => reply({ kind: "log", sink: id, level: "info", message }),
+    },
+  });
+  const state: OpenSink = {
+    sink,
+    tables: new BatchTables(),
+    diagnostics: new Float64Array(request.diagnostics),
+    closed: new Int32Array(request.closed),
+    highWater: Math.floor(sink.getDiagnostics().max_queue_events / 2),
+    context: null,
+  };
+  sinks.set(id, state);
+  share(state);
+}
+
+/** Handles one request; a `close` resolves once the session is closed. */
+function handle(request: SinkWorkerRequest): Promise<void> | undefined {
+  if (request.kind === "open") {
+    open(request);
+    return undefined;
+  }
+  const state = sinks.get(request.sink);
+  if (state === undefined) return undefined;
+  const sink = state.sink;
   switch (request.kind) {
     case "session":
       sink.startSession(request.summary);
       break;
     case "batch": {
-      if (request.context !== undefined) context = request.context;
+      if (request.context !== undefined) state.context = request.context;
       const batch = request.batch;
-      tables.learn(batch);
+      state.tables.learn(batch);
       for (let i = 0; i < batch.count; i++) {
-        const index = store.unpack(batch, i, tables);
-        sink.append(store.materialize(index, context as RecordContext));
+        const index = store.unpack(batch, i, state.tables);
+        sink.append(store.materialize(index, state.context as RecordContext));
       }
       break;
     }
@@ -54,26 +87,65 @@ function handle(request: SinkWorkerRequest): void {
       for (const record of request.records) sink.append(record);
       break;
     case "close":
-      void sink.close(request.status as SessionStatus).then(() => {
-        share();
-        reply({ kind: "closed", id: request.id });
+      return sink.close(request.status).then(() => {
+        share(state);
+        sinks.delete(request.sink);
+        reply({ kind: "closed", sink: request.sink });
       });
-      return;
     case "closeSync":
-      sink.closeSync(request.status as SessionStatus);
-      share();
-      Atomics.store(closed, 0, 1);
-      Atomics.notify(closed, 0);
-      return;
+      sink.closeSync(request.status);
+      share(state);
+      sinks.delete(request.sink);
+      Atomics.store(state.closed, 0, 1);
+      Atomics.notify(state.closed, 0);
+      return undefined;
   }
-  share();
+  share(state);
+  return undefined;
+}
+
+function handleSafely(request: SinkWorkerRequest): Promise<void> | undefined {
+  try {
+    return handle(request);
+  } catch (error) {
+    reply({
+      kind: "failed",
+      sink: request.sink,
+      message: error instanceof Error ? error.message : String(error),
+    });
+    return undefined;
+  }
+}
+
+/**
+ * Handles the backlog in order. A batch for a sink with many records waiting for the disk waits for
+ * a flush first: a burst of records (thousands of phases in a fast loop) waits here, in the message
+ * queue, instead of overflowing the sink's bounded queue.
+ */
+async function drain(): Promise<void> {
+  draining = true;
+  while (backlog.length > 0) {
+    const request = backlog[0] as SinkWorkerRequest;
+    const state = request.kind === "batch" ? sinks.get(request.sink) : undefined;
+    if (state !== undefined && state.sink.pendingEvents >= state.highWater) {
+      await state.sink.flush();
+      // A `closeSync` meanwhile handled the backlog itself.
+      if (backlog[0] !== request) continue;
+    }
+    backlog.shift();
+    const closing = handleSafely(request);
+    if (closing !== undefined) await closing;
+  }
+  draining = false;
 }
 
 port.on("message", (request: SinkWorkerRequest) => {
-  try {
-    handle(request);
-  } catch (error) {
-    reply({ kind: "failed", message: error instanceof Error ? error.message : String(error) });
+  if (request.kind === "closeSync") {
+    // Process exit: the training thread waits, blocked; everything before it is handled now.
+    for (const earlier of backlog.splice(0)) void handleSafely(earlier);
+    handleSafely(request);
+    return;
   }
+  backlog.push(request);
+  if (!draining) void drain();
 });
-share();

@@ -13,12 +13,12 @@ afterEach(() => {
   for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 });
 
-function run(mode: "signal" | "exit" | "natural") {
+function run(mode: "signal" | "exit" | "natural", sinkThread: "worker" | "main") {
   const root = join(mkdtempSync(join(tmpdir(), "stormlog-exit-")), "sink");
   dirs.push(dirname(root));
   const result = spawnSync(
     process.execPath,
-    ["--conditions=@stormlog/source", "--import", "tsx", child, root, mode],
+    ["--conditions=@stormlog/source", "--import", "tsx", child, root, mode, sinkThread],
     {
       encoding: "utf8",
       timeout: 30_000,
@@ -29,17 +29,23 @@ function run(mode: "signal" | "exit" | "natural") {
 
 describe("process end", () => {
   it.each([
-    ["natural", "completed"],
-    ["exit", "completed"],
-    ["signal", "interrupted"],
-  ] as const)("records stop and closes the sink session on %s end", async (mode, status) => {
-    const { root, result } = run(mode);
-    if (mode === "signal") expect(result.signal).toBe("SIGTERM");
-    else expect(result.status).toBe(0);
-    const sessions = await loadTelemetrySessions(root);
-    expect(sessions).toHaveLength(1);
-    expect(sessions[0]?.summary.status).toBe(status);
-    expect(sessions[0]?.events.at(-1)?.event_type).toBe("stop");
-    expect(sessions[0]?.events.map((e) => e.event_type)).toContain("phase_exit");
-  });
+    ["natural", "worker", "completed"],
+    ["exit", "worker", "completed"],
+    ["signal", "worker", "interrupted"],
+    ["natural", "main", "completed"],
+    ["exit", "main", "completed"],
+    ["signal", "main", "interrupted"],
+  ] as const)(
+    "records stop and closes the sink session on %s end (sink on the %s thread)",
+    async (mode, thread, status) => {
+      const { root, result } = run(mode, thread);
+      if (mode === "signal") expect(result.signal).toBe("SIGTERM");
+      else expect(result.status).toBe(0);
+      const sessions = await loadTelemetrySessions(root);
+      expect(sessions).toHaveLength(1);
+      expect(sessions[0]?.summary.status).toBe(status);
+      expect(sessions[0]?.events.at(-1)?.event_type).toBe("stop");
+      expect(sessions[0]?.events.map((e) => e.event_type)).toContain("phase_exit");
+    },
+  );
 });

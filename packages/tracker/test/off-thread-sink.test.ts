@@ -1,0 +1,212 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { SampleResult } from "@stormlog/core";
+import { loadTelemetrySessions } from "@stormlog/sink";
+import { afterEach, describe, expect, it } from "vitest";
+import { SinkWorkerError } from "../src/index.js";
+import { OffThreadSink } from "../src/off-thread-sink.js";
+import {
+  BatchIds,
+  BatchTables,
+  EventStore,
+  PHASE_ENTER,
+  PHASE_EXIT,
+  type RecordContext,
+} from "../src/store.js";
+import { cudaCapabilities, full, makeTracker, reading, SequencedCollector } from "./helpers.js";
+
+const GiB = 1024 ** 3;
+const dirs: string[] = [];
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "stormlog-off-thread-"));
+  dirs.push(dir);
+  return dir;
+}
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A GPU-like collector whose boundary reads carry tensor counts, as tfjs's do. */
+class CountingCollector extends SequencedCollector {
+  tensors = 0;
+  readSync(): SampleResult {
+    this.tensors++;
+    return {
+      kind: "full",
+      reading: reading({ allocated: GiB + this.tensors * 1024, reserved: 2 * GiB, total: 4 * GiB }),
+      metadata: { tensor_count: this.tensors, backend: "test" },
+    };
+  }
+}
+
+/** The same session (samples, alerts, nested phases with attributes) tracked into `root`. */
+async function trackScenario(root: string, sinkThread: "worker" | "main"): Promise<string> {
+  const gpu = (allocated: number) =>
+    full(reading({ allocated, reserved: allocated, used: allocated, total: 4 * GiB }));
+  const collector = new CountingCollector([gpu(1 * GiB), gpu(4 * GiB), gpu(1.5 * GiB)]);
+  const { tracker } = makeTracker([collector], {
+    sink: { rootDir: root, handleProcessExit: false },
+    sinkThread,
+    alerts: true,
+  });
+  await tracker.start();
+  await tracker.sampleNow();
+  for (let step = 0; step < 3; step++) {
+    tracker.phase(
+      "train",
+      () => {
+        tracker.phase("forward", () => undefined);
+        tracker.phase("backward", () => undefined, { metadata: { micro_batches: [1, 2], lr: 0.5 } });
+      },
+      { metadata: { step } },
+    );
+    await tracker.sampleNow();
+  }
+  const sessionId = tracker.getSessionSummary()?.session_id ?? "";
+  await tracker.stop();
+  const segments = readdirSync(root).filter((name) => name.endsWith(".jsonl"));
+  const text = segments.map((name) => readFileSync(join(root, name), "utf8")).join("");
+  return text.replaceAll(sessionId, "<session>");
+}
+
+describe("a sink on a worker thread", () => {
+  it("writes, byte for byte, the lines the training thread's sink writes", async () => {
+    const onWorker = await trackScenario(join(tempDir(), "worker"), "worker");
+    const onMain = await trackScenario(join(tempDir(), "main"), "main");
+    const lines = onWorker.trimEnd().split("\n");
+    // Samples, an alert (float-marked usage_percent), and phase records with boundary detail.
+    expect(lines.length).toBeGreaterThan(20);
+    expect(onWorker).toMatch(/"event_type": "critical".*"usage_percent": 100.0/);
+    expect(onWorker).toContain('"tensor_count": 12');
+    expect(onWorker).toContain('"attributes": {"lr": 0.5, "micro_batches": [1, 2]}');
+    expect(onWorker).toBe(onMain);
+  });
+
+  it("closes the session with the sink's counters once the worker has written everything", async () => {
+    const root = join(tempDir(), "sink");
+    const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
+    const { tracker } = makeTracker([collector], { sink: { rootDir: root, handleProcessExit: false } });
+    await tracker.start();
+    await tracker.sampleNow();
+    for (let i = 0; i < 300; i++) tracker.phase("step", () => undefined);
+    await tracker.stop();
+    const sessions = await loadTelemetrySessions(root);
+    expect(sessions[0]?.summary.status).toBe("completed");
+    // start, peak, sample, 600 boundaries, stop: more than one 256-record batch.
+    expect(sessions[0]?.events).toHaveLength(604);
+    const statistics = tracker.getStatistics();
+    expect(statistics.finalRetainedFiles).toBe(1);
+    expect(statistics.finalRetainedBytes).toBe(readFileSync(join(root, "segment-000001.jsonl")).length);
+  });
+
+  it("takes a burst far beyond the sink's queue without dropping a record", async () => {
+    const root = join(tempDir(), "sink");
+    const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
+    const { tracker } = makeTracker([collector], {
+      sink: { rootDir: root, handleProcessExit: false, maxQueueEvents: 500 },
+    });
+    await tracker.start();
+    // 8000 records with no pause: 32 batches reach the worker at once, 16 times its sink's queue.
+    for (let i = 0; i < 4000; i++) tracker.phase("step", () => undefined);
+    await tracker.stop();
+    const sessions = await loadTelemetrySessions(root);
+    expect(sessions[0]?.summary.status).toBe("completed");
+    expect(sessions[0]?.events).toHaveLength(8002);
+  });
+
+  it("reports a failed worker: the tracker goes on without the sink and the session is incomplete", async () => {
+    const root = join(tempDir(), "sink");
+    const warnings: string[] = [];
+    const sink = new OffThreadSink({
+      rootDir: root,
+      handleProcessExit: false,
+      logger: { warn: (message) => warnings.push(message) },
+    });
+    sink.startSession({ session_id: "a", started_at_ns: 1n });
+    // A record of another session: the worker's sink refuses it, and the worker reports the failure.
+    sink.append({ session_id: "b" } as never);
+    await expect.poll(() => warnings.length, { timeout: 10_000 }).toBe(1);
+    expect(warnings[0]).toMatch(/worker thread failed \(Record session_id "b" does not match/);
+    expect(warnings[0]).toContain('sinkThread: "main"');
+    let thrown: unknown;
+    try {
+      sink.append({ session_id: "a" } as never);
+    } catch (error) {
+      thrown = error;
+    }
+    expect(SinkWorkerError.isInstance(thrown)).toBe(true);
+    await sink.close();
+  });
+
+  it("rejects an unknown sinkThread", () => {
+    expect(() => makeTracker([], { sinkThread: "gpu" as never })).toThrow(/sinkThread.*"worker" or "main"/);
+  });
+});
+
+describe("stored batches", () => {
+  const context: RecordContext = {
+    schemaVersion: 3,
+    sessionId: "s",
+    samplingIntervalMs: 100,
+    pid: 1,
+    host: "h",
+    jobId: null,
+    rank: 0,
+    localRank: 0,
+    worldSize: 1,
+  };
+  const group = { collectorString: "test", deviceId: 0, capabilities: cudaCapabilities() };
+  const base = { collector_health_status: "healthy", telemetry_partial: false };
+  const scope = {
+    scopeId: "s:1",
+    name: "forward",
+    path: ["train", "forward"],
+    phasePath: "train / forward",
+    depth: 1,
+    parentScopeId: "s:0",
+    sequence: 1,
+    threadId: 1,
+    threadName: "main",
+    attributes: { step: 3 },
+  } as never;
+
+  function fill(store: EventStore, extra: Record<string, unknown> | null): number[] {
+    const counters = reading({ allocated: 10, reserved: 20 });
+    return [
+      store.push(5n, "sample", "Sample", group, counters, 0, base, extra as never, null, 0, 0),
+      store.push(6n, "phase_enter", null, group, counters, 0, base, { tensors: 4 }, scope, 1, PHASE_ENTER),
+      store.push(7n, "phase_exit", null, group, null, null, base, null, scope, 2, PHASE_EXIT),
+    ];
+  }
+
+  it("rebuild the records the tracker stored, as JSON text or, with a bigint, as objects", () => {
+    for (const extra of [{ usage_percent: 50, fragmentation: 0.25 }, { huge: 2n ** 64n }]) {
+      const store = new EventStore(8);
+      const indices = fill(store, extra);
+      const batch = store.pack(indices, new BatchIds());
+      expect(typeof batch.objects).toBe(typeof extra.huge === "bigint" ? "object" : "string");
+      const tables = new BatchTables();
+      tables.learn(batch);
+      const worker = new EventStore(1);
+      for (let i = 0; i < batch.count; i++) {
+        const rebuilt = worker.materialize(worker.unpack(batch, i, tables), context);
+        expect(rebuilt).toEqual(store.materialize(indices[i] as number, context));
+      }
+      // A scope is forgotten after its exit record.
+      expect(tables.scopes.size).toBe(0);
+    }
+  });
+
+  it("send each group, base and scope once", () => {
+    const store = new EventStore(8);
+    const ids = new BatchIds();
+    const first = store.pack(fill(store, null), ids);
+    const second = store.pack([store.push(8n, "sample", null, group, null, 0, base, null, null, 0, 0)], ids);
+    const objects = (batch: typeof first) => JSON.parse(batch.objects as string);
+    expect(objects(first).groups).toHaveLength(1);
+    expect(objects(first).bases).toHaveLength(1);
+    expect(objects(first).scopes).toHaveLength(1);
+    expect(objects(second)).toMatchObject({ groups: [], bases: [], scopes: [] });
+  });
+});
