@@ -23,7 +23,7 @@ const { values: args } = parseArgs({
   options: {
     out: { type: "string" },
     json: { type: "string" },
-    duration: { type: "string", default: "1" },
+    duration: { type: "string", default: "2" },
   },
 });
 const sinkDir = resolve(args.out ?? process.env.STORMLOG_SINK_DIR ?? "stormlog-sink");
@@ -83,11 +83,11 @@ console.log("  history    200 records in memory; the sink keeps the rest until r
 console.log();
 
 console.log("▶ run 1: completes");
-const first = await runService("run 1", ["--duration", args.duration ?? "1"], false);
+const first = await runService("run 1", ["--duration", args.duration ?? "2"], false);
 console.log("▶ run 2: killed with SIGKILL mid-run");
 const second = await runService("run 2", [], true);
 console.log("▶ run 3: completes (opening the sink marks run 2 interrupted)");
-const third = await runService("run 3", ["--duration", args.duration ?? "1"], false);
+const third = await runService("run 3", ["--duration", args.duration ?? "2"], false);
 if (first.code !== 0 || second.signal !== "SIGKILL" || third.code !== 0) {
   console.error("a run did not end as planned; see above");
   process.exit(1);
