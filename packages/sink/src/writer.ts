@@ -1,5 +1,6 @@
 import { join } from "node:path";
 import {
+  type Clock,
   createSessionSummary,
   encodeTelemetryRecord,
   type SessionStatus,
@@ -64,6 +65,30 @@ export interface SinkDiagnostics {
 
 /** Options of `startSession`: a full or partial summary (snake_case, as core's `SessionSummary`). */
 export type StartSessionOptions = Partial<Omit<SessionSummary, "status" | "ended_at_ns">>;
+
+/**
+ * The `running` summary `startSession(options)` registers: the given fields, a new id and the
+ * current time where they are missing, rank 0 of a world of 1 by default.
+ */
+export function runningSessionSummary(
+  options: StartSessionOptions,
+  source: string,
+  clock?: Clock,
+): SessionSummary {
+  return createSessionSummary({
+    source: options.source ?? source,
+    status: "running",
+    sessionId: options.session_id ?? null,
+    startedAtNs: options.started_at_ns ?? null,
+    host: options.host ?? null,
+    pid: options.pid ?? null,
+    jobId: options.job_id ?? null,
+    rank: options.rank ?? 0,
+    localRank: options.local_rank ?? 0,
+    worldSize: options.world_size ?? 1,
+    ...(clock === undefined ? {} : { clock }),
+  });
+}
 
 /** Flushes (`flush()`), periodic flushes, and session closes travel in the queue, in order with the records. */
 class Barrier {
@@ -259,19 +284,7 @@ export class TelemetrySink {
   startSession(options: StartSessionOptions = {}): SessionSummary {
     const active = this.currentSession();
     if (active !== null) return active;
-    const summary = createSessionSummary({
-      source: options.source ?? this.config.source,
-      status: "running",
-      sessionId: options.session_id ?? null,
-      startedAtNs: options.started_at_ns ?? null,
-      host: options.host ?? null,
-      pid: options.pid ?? null,
-      jobId: options.job_id ?? null,
-      rank: options.rank ?? 0,
-      localRank: options.local_rank ?? 0,
-      worldSize: options.world_size ?? 1,
-      clock: this.config.clock,
-    });
+    const summary = runningSessionSummary(options, this.config.source, this.config.clock);
     this.sessions.set(summary.session_id, summary);
     this.sessionLoss.set(summary.session_id, 0);
     this.activeSessionId = summary.session_id;

@@ -2,17 +2,12 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { pathToFileURL } from "node:url";
 import { Worker } from "node:worker_threads";
-import {
-  createSessionSummary,
-  type SessionStatus,
-  type SessionSummary,
-  StormlogError,
-  type TelemetryEvent,
-} from "@stormlog/core";
+import { type SessionStatus, type SessionSummary, StormlogError, type TelemetryEvent } from "@stormlog/core";
 import {
   consoleSinkLogger,
   registerExitParticipant,
   resolveSinkConfig,
+  runningSessionSummary,
   type SinkLogger,
   type TelemetrySinkOptions,
 } from "@stormlog/sink";
@@ -98,19 +93,8 @@ export class OffThreadSink implements TelemetryWriter {
 
   startSession(partial: Partial<Omit<SessionSummary, "status" | "ended_at_ns">>): SessionSummary {
     this.ensureRunning();
-    // The same summary the worker's sink makes of these fields (the tracker gives id and start time).
-    const summary = createSessionSummary({
-      source: partial.source ?? "stormlog.tracker",
-      status: "running",
-      sessionId: partial.session_id ?? null,
-      startedAtNs: partial.started_at_ns ?? null,
-      host: partial.host ?? null,
-      pid: partial.pid ?? null,
-      jobId: partial.job_id ?? null,
-      rank: partial.rank ?? 0,
-      localRank: partial.local_rank ?? 0,
-      worldSize: partial.world_size ?? 1,
-    });
+    // The summary the worker's sink registers too (the tracker gives the id and the start time).
+    const summary = runningSessionSummary(partial, "stormlog.tracker");
     this.post({
       kind: "session",
       sink: this.id,

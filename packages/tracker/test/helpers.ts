@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import {
   type Clock,
   COLLECTOR_SPECIFICATION_VERSION,
@@ -13,12 +16,26 @@ import {
   type TelemetryEvent,
   type TimerHandle,
 } from "@stormlog/core";
+import { afterEach } from "vitest";
 import {
   MemoryTracker,
   type MemoryTrackerOptions,
   type TelemetryWriter,
   type WriterDiagnostics,
 } from "../src/index.js";
+
+/** A maker of temporary directories (prefix `prefix`), each removed after the test that made it. */
+export function temporaryDirectories(prefix: string): () => string {
+  const dirs: string[] = [];
+  afterEach(() => {
+    for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  });
+  return () => {
+    const dir = mkdtempSync(join(tmpdir(), prefix));
+    dirs.push(dir);
+    return dir;
+  };
+}
 
 /** A clock the test moves by hand, starting at a whole number of epoch seconds. */
 export class FakeClock implements Clock {

@@ -1,9 +1,8 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { SampleResult } from "@stormlog/core";
 import { loadTelemetrySessions } from "@stormlog/sink";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { SinkWorkerError } from "../src/index.js";
 import { OffThreadSink } from "../src/off-thread-sink.js";
 import {
@@ -14,18 +13,17 @@ import {
   PHASE_EXIT,
   type RecordContext,
 } from "../src/store.js";
-import { cudaCapabilities, full, makeTracker, reading, SequencedCollector } from "./helpers.js";
+import {
+  cudaCapabilities,
+  full,
+  makeTracker,
+  reading,
+  SequencedCollector,
+  temporaryDirectories,
+} from "./helpers.js";
 
 const GiB = 1024 ** 3;
-const dirs: string[] = [];
-function tempDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), "stormlog-off-thread-"));
-  dirs.push(dir);
-  return dir;
-}
-afterEach(() => {
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const tempDir = temporaryDirectories("stormlog-off-thread-");
 
 /** A GPU-like collector whose boundary reads carry tensor counts, as tfjs's do. */
 class CountingCollector extends SequencedCollector {

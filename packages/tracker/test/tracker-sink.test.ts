@@ -1,20 +1,10 @@
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadTelemetrySessions, TelemetrySink } from "@stormlog/sink";
-import { afterEach, describe, expect, it } from "vitest";
-import { full, makeTracker, reading, SequencedCollector } from "./helpers.js";
+import { describe, expect, it } from "vitest";
+import { full, makeTracker, reading, SequencedCollector, temporaryDirectories } from "./helpers.js";
 
-const dirs: string[] = [];
-function tempDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), "stormlog-tracker-"));
-  dirs.push(dir);
-  return dir;
-}
-
-afterEach(() => {
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const tempDir = temporaryDirectories("stormlog-tracker-");
 
 describe("with the real TelemetrySink", () => {
   it("writes a completed session the loaders read back, from sink options", async () => {
