@@ -49,6 +49,10 @@ const model = tf.sequential({
 const optimizer = tf.train.sgd(0.05);
 const teacher = tf.randomNormal([FEATURES, CLASSES], 0, 1, "float32", 7);
 
+// Started before reporting ready, so that every rank's tracker (and its sink worker) is running
+// when the synchronized steps begin.
+await tracker.start();
+
 const startAtMs = await new Promise<number>((resolve) => {
   process.on("message", (message: StartMessage) => {
     if (message.type === "start") resolve(message.startAtMs);
@@ -59,7 +63,6 @@ const sleepUntil = (epochMs: number) =>
   new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, epochMs - Date.now())));
 
 await sleepUntil(startAtMs);
-await tracker.start();
 
 /** Buffers this rank keeps for the rest of the run (its gradient bucket). */
 const kept: tf.Tensor[] = [];

@@ -38,6 +38,7 @@ export type SinkWorkerRequest =
 
 export type SinkWorkerReply =
   | { readonly kind: "log"; readonly sink: number; readonly level: "warn" | "info"; readonly message: string }
+  | { readonly kind: "opened"; readonly sink: number }
   | { readonly kind: "closed"; readonly sink: number }
   | { readonly kind: "failed"; readonly sink: number; readonly message: string };
 

@@ -23,6 +23,8 @@ import type { TelemetryWriter, WriterDiagnostics } from "./writer.js";
 
 /** How long `closeSync` (process exit) waits for the worker to write what it holds. */
 const CLOSE_SYNC_TIMEOUT_MS = 5000;
+/** How long `ready()` waits for the worker to start and open the sink. */
+const READY_TIMEOUT_MS = 15_000;
 
 const SINK_WORKER_MARKER = Symbol.for("stormlog.error.sink_worker");
 
@@ -33,8 +35,8 @@ export class SinkWorkerError extends StormlogError {
 
   constructor(reason: string) {
     super(
-      `the telemetry sink's worker thread failed (${reason}); tracking goes on without the sink. ` +
-        'Pass sinkThread: "main" to MemoryTracker to write the sink on the training thread instead.',
+      `the telemetry sink's worker thread failed (${reason}); pass sinkThread: "main" to MemoryTracker ` +
+        "to write the sink on the training thread",
     );
   }
 
@@ -68,6 +70,8 @@ export class OffThreadSink implements TelemetryWriter {
   private failure: string | null = null;
   private finished = false;
   private onClosed: (() => void) | null = null;
+  private onOpened: ((opened: boolean) => void) | null = null;
+  private readonly opened: Promise<boolean>;
   private unregisterExit: (() => void) | null = null;
 
   /** Checks the options (throws `InvalidConfigError` as `TelemetrySink` does) and opens the sink on the worker. */
@@ -80,6 +84,9 @@ export class OffThreadSink implements TelemetryWriter {
     const closed = new SharedArrayBuffer(Int32Array.BYTES_PER_ELEMENT);
     this.diagnostics = new Float64Array(diagnostics);
     this.closedFlag = new Int32Array(closed);
+    this.opened = new Promise<boolean>((resolve) => {
+      this.onOpened = resolve;
+    });
     this.connection = WorkerConnection.shared();
     this.id = this.connection.add(this);
     this.post({
@@ -88,6 +95,26 @@ export class OffThreadSink implements TelemetryWriter {
       options: crossing satisfies WorkerSinkOptions,
       diagnostics,
       closed,
+    });
+  }
+
+  /**
+   * Resolves true once the worker has opened the sink (recovery of the directory included), false
+   * if it failed or took longer than 15 s (the worker is then stopped). Keeps the process alive
+   * meanwhile. The tracker's `start()` waits for it, so that the worker's start-up is not paid
+   * during the first training steps, and falls back to the training thread on false.
+   */
+  ready(): Promise<boolean> {
+    if (this.onOpened === null) return this.opened;
+    this.connection.hold();
+    const timer = setTimeout(
+      () => this.connection.abandon(`it did not open the sink within ${READY_TIMEOUT_MS / 1000} s`),
+      READY_TIMEOUT_MS,
+    );
+    return this.opened.then((opened) => {
+      clearTimeout(timer);
+      this.connection.release();
+      return opened;
     });
   }
 
@@ -178,6 +205,10 @@ export class OffThreadSink implements TelemetryWriter {
         if (reply.level === "warn") this.logger.warn(reply.message);
         else this.logger.info?.(reply.message);
         return;
+      case "opened":
+        this.onOpened?.(true);
+        this.onOpened = null;
+        return;
       case "closed":
         this.onClosed?.();
         this.onClosed = null;
@@ -193,7 +224,8 @@ export class OffThreadSink implements TelemetryWriter {
     if (this.failure !== null) return;
     this.failure = reason;
     this.logger.warn(new SinkWorkerError(reason).message);
-    if (this.onClosed !== null) this.connection.release();
+    this.onOpened?.(false);
+    this.onOpened = null;
     this.onClosed?.();
     this.onClosed = null;
     this.connection.remove(this.id);
@@ -261,6 +293,11 @@ class WorkerConnection {
 
   release(): void {
     if (--this.holds === 0) this.worker.unref();
+  }
+
+  /** Gives up on the worker: every sink fails with `reason`, and the next sink starts a new worker. */
+  abandon(reason: string): void {
+    this.failAll(reason);
   }
 
   private failAll(reason: string): void {

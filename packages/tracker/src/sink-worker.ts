@@ -58,6 +58,7 @@ function open(request: Extract<SinkWorkerRequest, { kind: "open" }>): void {
   };
   sinks.set(id, state);
   share(state);
+  reply({ kind: "opened", sink: id });
 }
 
 /** Handles one request; a `close` resolves once the session is closed. */

@@ -282,6 +282,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private stopping: Promise<void> | null = null;
   private session: SessionSummary | null = null;
   private writer: TelemetryWriter | null = null;
+  private starting: Promise<void> | null = null;
   private writerFailed = false;
   /** Store indices of records not yet given to the sink (see `committed`). */
   private pendingCommits: number[] = [];
@@ -385,6 +386,28 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   async start(): Promise<void> {
     if (this.stopping !== null) await this.stopping;
     if (this.running) return;
+    this.starting ??= this.begin().finally(() => {
+      this.starting = null;
+    });
+    return this.starting;
+  }
+
+  /** The sink for a session: the given writer, or one made from the options (see `sinkThread`). */
+  private async openWriter(): Promise<TelemetryWriter | null> {
+    const option = this.sinkOption;
+    if (option === undefined) return null;
+    if (isTelemetryWriter(option)) return option;
+    const writer = createSink(option, this.sinkThread);
+    if (!(writer instanceof OffThreadSink) || (await writer.ready())) return writer;
+    this.logger.warn(
+      "the sink's worker thread did not start: writing the sink on the training thread instead",
+    );
+    return createSink(option, "main");
+  }
+
+  private async begin(): Promise<void> {
+    // First, as it may wait: a worker's start-up is paid here, not in the first training steps.
+    const openedWriter = await this.openWriter();
     this.prepareCollectors();
     this.store.reset();
     this.historyStart = 0;
@@ -392,12 +415,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     this.lastOomDumpPath = null;
     this.counters = emptySinkCounters();
     this.writerFailed = false;
-    this.writer =
-      this.sinkOption === undefined
-        ? null
-        : isTelemetryWriter(this.sinkOption)
-          ? this.sinkOption
-          : createSink(this.sinkOption, this.sinkThread);
+    this.writer = openedWriter;
 
     let summary = createSessionSummary({
       source: this.sessionSource,
