@@ -498,12 +498,14 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
    * and stops sampling. Idempotent. A sample still in flight is discarded.
    */
   stop(): Promise<void> {
+    // A start still waiting for its sink's worker: stop the session it is about to begin.
+    if (this.starting !== null && !this.running) return this.starting.then(() => this.finish("completed"));
     return this.finish("completed");
   }
 
   /** `await using tracker = ...` stops it. */
   [Symbol.asyncDispose](): Promise<void> {
-    return this.finish("completed");
+    return this.stop();
   }
 
   private finish(status: SessionStatus, sync = false): Promise<void> {
@@ -1020,9 +1022,10 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
    * Hands a stored record to the sink and, for alerts, to the callbacks. Records for the sink are
    * handed over in batches, COMMIT_DELAY_MS after the first one of a batch (OFF_THREAD_COMMIT_DELAY_MS
    * for a worker, which builds them itself): at a phase boundary inside a training step the tracker
-   * only stores numbers, and the record objects are built together, with warm caches, between steps. (Built after each microtask instead, as before, they came a step's
-   * worth or less at a time, since a step yields at every `await`, and a tracked tfjs step spent
-   * ~25 % more of its time in Stormlog: `bench:in-situ` of examples/tfjs-training.)
+   * only stores numbers, and the record objects are built together, with warm caches, between
+   * steps. (Built after each microtask instead, as before, they came a step's worth or less at a
+   * time, since a step yields at every `await`, and a tracked tfjs step spent ~25 % more of its time
+   * in Stormlog: `bench:in-situ` of examples/tfjs-training.)
    */
   private committed(index: number, eventType: string): void {
     const writer = this.writer;

@@ -98,6 +98,19 @@ describe("a sink on a worker thread", () => {
     expect(statistics.finalRetainedBytes).toBe(readFileSync(join(root, "segment-000001.jsonl")).length);
   });
 
+  it("stops a session whose start is still waiting for the worker", async () => {
+    const root = join(tempDir(), "sink");
+    const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
+    const { tracker } = makeTracker([collector], { sink: { rootDir: root, handleProcessExit: false } });
+    const starting = tracker.start();
+    await tracker.stop();
+    await starting;
+    expect(tracker.isTracking).toBe(false);
+    const sessions = await loadTelemetrySessions(root);
+    expect(sessions.map((session) => session.summary.status)).toEqual(["completed"]);
+    expect(sessions[0]?.events.map((event) => event.event_type)).toEqual(["start", "stop"]);
+  });
+
   it("takes a burst far beyond the sink's queue without dropping a record", async () => {
     const root = join(tempDir(), "sink");
     const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
