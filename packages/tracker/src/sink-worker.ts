@@ -4,6 +4,8 @@
  * `materialize` as on the training thread, so the lines are identical), appended, and encoded and
  * written here instead of between training steps.
  */
+import { readlinkSync } from "node:fs";
+import { setPriority } from "node:os";
 import { parentPort } from "node:worker_threads";
 import { TelemetrySink } from "@stormlog/sink";
 import {
@@ -16,6 +18,22 @@ import { BatchTables, EventStore, type RecordContext } from "./store.js";
 const port = parentPort;
 if (port === null) throw new Error("sink-worker runs as a worker thread (the tracker starts it)");
 const reply = (message: SinkWorkerReply) => port.postMessage(message);
+
+/**
+ * Runs this thread at the lowest priority (nice 19), the process's other threads unchanged: where
+ * the CPUs are busy (tfjs-node's kernels use every core), training comes first and the sink takes
+ * what is left. On Linux a thread's id is a pid to setpriority; elsewhere, or if not allowed, the
+ * thread keeps the normal priority.
+ */
+function lowerThisThreadsPriority(): void {
+  try {
+    const threadId = Number(readlinkSync("/proc/thread-self").split("/").pop());
+    if (Number.isInteger(threadId) && threadId !== process.pid) setPriority(threadId, 19);
+  } catch {
+    // Not Linux, or not permitted.
+  }
+}
+lowerThisThreadsPriority();
 
 interface OpenSink {
   readonly sink: TelemetrySink;

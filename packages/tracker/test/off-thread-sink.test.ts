@@ -98,6 +98,23 @@ describe("a sink on a worker thread", () => {
     expect(statistics.finalRetainedBytes).toBe(readFileSync(join(root, "segment-000001.jsonl")).length);
   });
 
+  it("runs the worker at the lowest priority, and only the worker", async () => {
+    const { tracker } = makeTracker(
+      [new SequencedCollector([full(reading({ allocated: 1, reserved: 1 }))])],
+      {
+        sink: { rootDir: join(tempDir(), "sink"), handleProcessExit: false },
+      },
+    );
+    await tracker.start();
+    // Field 19 of /proc/<pid>/task/<tid>/stat is the thread's nice value.
+    const niceOf = (task: string) =>
+      Number(readFileSync(`/proc/${process.pid}/task/${task}/stat`, "utf8").split(") ")[1]?.split(" ")[16]);
+    const nices = readdirSync(`/proc/${process.pid}/task`).map(niceOf);
+    await tracker.stop();
+    expect(nices.filter((nice) => nice === 19)).toHaveLength(1);
+    expect(niceOf(String(process.pid))).toBe(0);
+  });
+
   it("stops a session whose start is still waiting for the worker", async () => {
     const root = join(tempDir(), "sink");
     const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
