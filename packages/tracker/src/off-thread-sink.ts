@@ -219,7 +219,10 @@ export class OffThreadSink implements TelemetryWriter {
     }
   }
 
-  /** The worker failed, or refused this sink's records: nothing more is sent. */
+  /**
+   * The worker failed, or refused this sink's records: nothing more is sent but, if the worker still
+   * runs, a close that ends the session `incomplete` there.
+   */
   fail(reason: string): void {
     if (this.failure !== null) return;
     this.failure = reason;
@@ -228,6 +231,7 @@ export class OffThreadSink implements TelemetryWriter {
     this.onOpened = null;
     this.onClosed?.();
     this.onClosed = null;
+    this.post({ kind: "close", sink: this.id, status: "incomplete" });
     this.connection.remove(this.id);
   }
 

@@ -165,6 +165,12 @@ describe("a sink on a worker thread", () => {
     }
     expect(SinkWorkerError.isInstance(thrown)).toBe(true);
     await sink.close();
+    // The worker closed the session it had opened: incomplete, not left running.
+    await expect
+      .poll(async () => (await loadTelemetrySessions(root)).map((session) => session.summary.status), {
+        timeout: 10_000,
+      })
+      .toEqual(["incomplete"]);
   });
 
   it("rejects an unknown sinkThread", () => {
