@@ -5,7 +5,9 @@
 //  3. runs publint and @arethetypeswrong/cli (profile node16) on each tarball,
 //  4. installs all tarballs together into an empty temporary project with npm, and
 //  5. loads each package there once with `import` (ESM) and once with `require` (CJS), and runs its bins
-//     with --help.
+//     with --help, and
+//  6. with @stormlog/tracker: tracks into a sink from each build, which starts the sink worker from the
+//     installed package's own files.
 import { spawn, spawnSync } from "node:child_process";
 import {
   existsSync,
@@ -83,6 +85,23 @@ function closure(all, selected) {
 }
 
 /** Runs a command, capturing its output. Resolves with {code, out}. */
+/** A script that tracks one phase into a sink (written by the worker) and prints status and record count. */
+function sinkWorkerProbe(load) {
+  const head =
+    load === "import"
+      ? 'import { MemoryTracker } from "@stormlog/tracker";\nimport { loadTelemetrySessions } from "@stormlog/sink";\n'
+      : 'const { MemoryTracker } = require("@stormlog/tracker");\nconst { loadTelemetrySessions } = require("@stormlog/sink");\n';
+  return `${head}(async () => {
+  const tracker = new MemoryTracker({ sink: { rootDir: "sink-${load}" }, initialSample: false });
+  await tracker.start();
+  tracker.phase("probe", () => undefined);
+  await tracker.stop();
+  const [session] = await loadTelemetrySessions("sink-${load}");
+  console.log(session.summary.status, session.events.filter((e) => e.event_type !== "stop").length);
+})();
+`;
+}
+
 function exec(cmd, args, cwd, timeoutMs = 600_000) {
   return new Promise((done) => {
     const child = spawn(cmd, args, { cwd, env: CHILD_ENV, stdio: ["ignore", "pipe", "pipe"] });
@@ -319,6 +338,19 @@ export async function main(argv) {
       console.log(
         `  ${p.name}: import ${e.ok ? "ok" : "FAILED"}, require ${c.ok ? "ok" : "FAILED"}${exportsInfo ? `, ${exportsInfo}` : ""}${binResults.length ? `, ${binResults.join(", ")}` : ""}`,
       );
+    }
+    // 6. The tracker's sink worker, started from the installed files (ESM and CJS builds).
+    if (selected.some((p) => p.name === "@stormlog/tracker")) {
+      console.log("▶ a tracker writing a sink on its worker thread (ESM and CJS)");
+      writeFileSync(join(project, "sink-worker.mjs"), sinkWorkerProbe("import"));
+      writeFileSync(join(project, "sink-worker.cjs"), sinkWorkerProbe("require"));
+      for (const probe of ["sink-worker.mjs", "sink-worker.cjs"]) {
+        const res = await exec(process.execPath, [probe], project, 60_000);
+        // The fallback to the training thread would complete too: it must not have been needed.
+        const ok = res.code === 0 && res.out.includes("completed 3") && !res.out.includes("worker thread");
+        if (!ok) fail("@stormlog/tracker", `sink worker (${probe})`, `exited with ${res.code}:\n${res.out}`);
+        console.log(`  ${probe}: ${ok ? "ok" : "FAILED"}`);
+      }
     }
   } finally {
     if (opts.keep) console.log(`(kept ${work})`);
