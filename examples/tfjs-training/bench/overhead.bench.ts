@@ -1,10 +1,11 @@
 /**
  * Wall-time overhead of tracking the example's training loop: the same custom loop (phases every
  * batch) timed without a tracker, with one writing a sink (tfjs + process collectors, 100 ms
- * sampling: the goal's setting) and with one without a sink, in the same process, each round in
- * another order of the three so drift on a shared machine cancels out. Goal: <= 1 % with the sink.
+ * sampling: the goal's setting; the sink on its worker thread), with the sink written on the
+ * training thread instead, and with the tracker writing nothing, in the same process, the rounds in
+ * a balanced order of the four so drift on a shared machine cancels out. Goal: <= 1 % with the sink.
  *
- *   pnpm --filter tfjs-training bench            (ROUNDS=36 STEPS=100 EMPTY_STEPS=2000 by default: ~8 min)
+ *   pnpm --filter tfjs-training bench            (ROUNDS=36 STEPS=100 EMPTY_STEPS=2000 by default: ~10 min)
  *
  * A plain script rather than mitata: mitata runs one benchmark after the other, and a 1 % difference
  * needs the two measured side by side.
@@ -29,6 +30,9 @@ const STEPS = Number(process.env.STEPS ?? 100);
 const { tf, packageName, config, model, optimizer, data } = await benchTraining(STEPS);
 const sinkDir = mkdtempSync(join(tmpdir(), "stormlog-overhead-"));
 const tracker = benchTracker(tf, sinkDir);
+// The sink written on the training thread instead of a worker (`sinkThread: "main"`), to compare.
+const mainThreadSinkDir = mkdtempSync(join(tmpdir(), "stormlog-overhead-main-"));
+const trackerWithMainThreadSink = benchTracker(tf, mainThreadSinkDir, "main");
 // The same tracker without a sink: splits the overhead between tracking and writing.
 const trackerWithoutSink = benchTracker(tf);
 
@@ -70,9 +74,16 @@ function threadCpuMs(): number {
   }
 }
 
-type Mode = "untracked" | "sink" | "no sink";
+type Mode = "untracked" | "sink" | "sink on main" | "no sink";
+const MODES: readonly Mode[] = ["untracked", "sink", "sink on main", "no sink"];
 const trackerOf = (mode: Mode) =>
-  mode === "sink" ? tracker : mode === "no sink" ? trackerWithoutSink : null;
+  mode === "sink"
+    ? tracker
+    : mode === "sink on main"
+      ? trackerWithMainThreadSink
+      : mode === "no sink"
+        ? trackerWithoutSink
+        : null;
 
 /** One timed segment of `STEPS` training steps; the tracker starts and stops outside the timing. */
 async function segment(mode: Mode): Promise<Timing> {
@@ -107,19 +118,15 @@ const median = (values: readonly number[]) => {
 };
 
 console.log(`tfjs ${packageName} (${tf.getBackend()}), ${ROUNDS} rounds of ${STEPS} steps per mode`);
-// Warm-up: kernels, allocator, JIT.
-for (const mode of ["untracked", "sink", "no sink"] as const) await segment(mode);
+// Warm-up: kernels, allocator, JIT, the sink worker.
+for (const mode of MODES) await segment(mode);
 
-const timings: Record<Mode, Timing[]> = { untracked: [], sink: [], "no sink": [] };
-// Every order of the three modes in turn: each mode follows each other one equally often.
-const ORDERS: readonly (readonly Mode[])[] = [
-  ["untracked", "sink", "no sink"],
-  ["no sink", "sink", "untracked"],
-  ["sink", "no sink", "untracked"],
-  ["untracked", "no sink", "sink"],
-  ["no sink", "untracked", "sink"],
-  ["sink", "untracked", "no sink"],
-];
+const timings: Record<Mode, Timing[]> = { untracked: [], sink: [], "sink on main": [], "no sink": [] };
+// A balanced Latin square of the four modes: over four rounds each mode runs in each position once
+// and follows each other mode once, so drift and carry-over cancel out.
+const ORDERS: readonly (readonly Mode[])[] = [0, 1, 3, 2].map((_, row) =>
+  [0, 1, 3, 2].map((column) => MODES[(column + row) % MODES.length] as Mode),
+);
 for (let round = 0; round < ROUNDS; round++)
   for (const mode of ORDERS[round % ORDERS.length]!) timings[mode].push(await segment(mode));
 const untrackedTimings = timings.untracked;
@@ -167,18 +174,19 @@ report("wall time", (t) => t.wall);
 // threads and are in the process CPU line only.
 report("training thread on-CPU time", (t) => t.thread);
 report("process CPU time (all threads)", (t) => t.cpu);
+console.log('overhead with the sink written on the training thread (sinkThread: "main"):');
+report("wall time", (t) => t.wall, timings["sink on main"]);
+report("training thread on-CPU time", (t) => t.thread, timings["sink on main"]);
 console.log("overhead without a sink (the same tracker, nothing written):");
 report("wall time", (t) => t.wall, timings["no sink"]);
 report("training thread on-CPU time", (t) => t.thread, timings["no sink"]);
 const meanOf = (values: readonly number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
 console.log(
   "collections per segment (mean), full / young: " +
-    (["untracked", "sink", "no sink"] as const)
-      .map(
-        (mode) =>
-          `${mode} ${meanOf(timings[mode].map((t) => t.majorGcs)).toFixed(2)} / ${meanOf(timings[mode].map((t) => t.minorGcs)).toFixed(0)}`,
-      )
-      .join(", "),
+    MODES.map(
+      (mode) =>
+        `${mode} ${meanOf(timings[mode].map((t) => t.majorGcs)).toFixed(2)} / ${meanOf(timings[mode].map((t) => t.minorGcs)).toFixed(0)}`,
+    ).join(", "),
 );
 
 // Stormlog's own work per step, without the model: the same phases (train with its metadata, and
@@ -221,3 +229,4 @@ console.log(
 );
 
 rmSync(sinkDir, { recursive: true, force: true });
+rmSync(mainThreadSinkDir, { recursive: true, force: true });

@@ -19,11 +19,15 @@ export async function benchTraining(steps: number) {
   };
 }
 
-/** A tracker as the overhead goal sets it: tfjs and process collectors, 100 ms sampling, a sink when given. */
-export function benchTracker(tf: TfNamespace, sinkDir?: string): MemoryTracker {
+/** A tracker as the overhead goal sets it: tfjs and process collectors, 100 ms sampling, a sink when given (on `sinkThread`). */
+export function benchTracker(
+  tf: TfNamespace,
+  sinkDir?: string,
+  sinkThread: "worker" | "main" = "worker",
+): MemoryTracker {
   return new MemoryTracker({
     collectors: [tfjsCollector(tf), processCollector()],
     samplingIntervalMs: 100,
-    ...(sinkDir === undefined ? {} : { sink: { rootDir: sinkDir } }),
+    ...(sinkDir === undefined ? {} : { sink: { rootDir: sinkDir }, sinkThread }),
   });
 }
