@@ -4,7 +4,10 @@ import type { TelemetrySinkOptions } from "@stormlog/sink";
 import type { RecordContext, StoredBatch } from "./store.js";
 import type { WriterDiagnostics } from "./writer.js";
 
-/** The sink options that cross to the worker (functions cannot: the logger stays, clock and scheduler keep the sink on the main thread). */
+/**
+ * The sink options that cross to the worker. Functions cannot: the logger stays on the training
+ * thread, and a clock or scheduler keeps the whole sink there.
+ */
 export type WorkerSinkOptions = Omit<TelemetrySinkOptions, "logger" | "clock" | "scheduler">;
 
 /**
