@@ -268,8 +268,8 @@ class WorkerConnection {
   private constructor() {
     this.worker = startSinkWorker();
     this.worker.on("message", (reply: SinkWorkerReply) => this.sinks.get(reply.sink)?.receive(reply));
-    this.worker.on("error", (error) => this.failAll(error.message));
-    this.worker.on("exit", (code) => this.failAll(`it exited with code ${code}`));
+    this.worker.on("error", (error) => this.abandon(error.message));
+    this.worker.on("exit", (code) => this.abandon(`it exited with code ${code}`));
     // Like the sampling timers, the worker never keeps the process alive on its own (unref'd after
     // the listeners: adding a "message" listener refs it again).
     this.worker.unref();
@@ -301,10 +301,6 @@ class WorkerConnection {
 
   /** Gives up on the worker: every sink fails with `reason`, and the next sink starts a new worker. */
   abandon(reason: string): void {
-    this.failAll(reason);
-  }
-
-  private failAll(reason: string): void {
     if (this.failed) return;
     this.failed = true;
     if (WorkerConnection.current === this) WorkerConnection.current = null;

@@ -1043,20 +1043,19 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
         );
       return;
     }
-    if (writer instanceof OffThreadSink && !this.writerFailed) {
-      // Built on the worker like every other record (an object crossing threads loses float marks).
-      this.pendingCommits.push(index);
-      this.flushCommits();
-    } else this.flushCommits();
+    // A worker builds the alert's record like every other one (an object crossing threads would
+    // lose its float marks); this thread builds it only for the callbacks.
+    const offThread = writer instanceof OffThreadSink && !this.writerFailed;
+    if (offThread) this.pendingCommits.push(index);
+    this.flushCommits();
     const record = this.store.materialize(index, this.recordContext as RecordContext);
-    if (writer !== null && !this.writerFailed && !(writer instanceof OffThreadSink)) {
+    if (writer !== null && !this.writerFailed && !offThread) {
       try {
         writer.append(record);
       } catch (error) {
         this.disableWriter("append", error);
       }
     }
-    if (!alert) return;
     this.alertCount++;
     for (const callback of this.alertCallbacks) {
       try {
@@ -1072,7 +1071,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     }
   }
 
-  /** Builds the records waiting for the sink and appends them, in order. */
+  /** Builds the records waiting for the sink and appends them, in order (a worker builds them itself). */
   private flushCommits(): void {
     if (this.commitTimer !== null) {
       this.scheduler.clearTimeout(this.commitTimer);

@@ -16,6 +16,7 @@ import {
   type TelemetryEvent,
   type TimerHandle,
 } from "@stormlog/core";
+import type { TelemetrySinkOptions } from "@stormlog/sink";
 import { afterEach } from "vitest";
 import {
   MemoryTracker,
@@ -262,4 +263,21 @@ export function makeTracker(
 
 export function types(tracker: MemoryTracker): string[] {
   return tracker.getEvents().map((event) => event.event_type);
+}
+
+/** A tracker (fake time) writing a sink into `root`, sampling one collector at 128 / 256 bytes. */
+export function trackerWithSink(root: string, sink: Partial<TelemetrySinkOptions> = {}) {
+  const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
+  return makeTracker([collector], { sink: { rootDir: root, handleProcessExit: false, ...sink } });
+}
+
+/** The records of `trackOnePhase`, in order. */
+export const ONE_PHASE_SESSION: readonly string[] = ["start", "peak", "sample", "phase_enter", "phase_exit", "stop"];
+
+/** Starts, samples once, runs one phase and stops. */
+export async function trackOnePhase(tracker: MemoryTracker): Promise<void> {
+  await tracker.start();
+  await tracker.sampleNow();
+  tracker.phase("train", () => undefined);
+  await tracker.stop();
 }

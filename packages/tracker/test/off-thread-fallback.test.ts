@@ -1,6 +1,6 @@
 import { loadTelemetrySessions } from "@stormlog/sink";
 import { expect, it, vi } from "vitest";
-import { full, makeTracker, reading, SequencedCollector, temporaryDirectories } from "./helpers.js";
+import { ONE_PHASE_SESSION, temporaryDirectories, trackerWithSink, trackOnePhase } from "./helpers.js";
 
 // A platform where worker threads cannot start (the worker reports an error at once).
 vi.mock("node:worker_threads", async (importOriginal) => {
@@ -25,24 +25,11 @@ const tempDir = temporaryDirectories("stormlog-fallback-");
 
 it("writes the sink on the training thread when its worker cannot start", async () => {
   const root = `${tempDir()}/sink`;
-  const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
-  const { tracker, warnings } = makeTracker([collector], {
-    sink: { rootDir: root, handleProcessExit: false },
-  });
-  await tracker.start();
-  await tracker.sampleNow();
-  tracker.phase("train", () => undefined);
-  await tracker.stop();
+  const { tracker, warnings } = trackerWithSink(root);
+  await trackOnePhase(tracker);
 
   expect(warnings).toEqual([expect.stringContaining("writing the sink on the training thread instead")]);
   const sessions = await loadTelemetrySessions(root);
   expect(sessions[0]?.summary.status).toBe("completed");
-  expect(sessions[0]?.events.map((event) => event.event_type)).toEqual([
-    "start",
-    "peak",
-    "sample",
-    "phase_enter",
-    "phase_exit",
-    "stop",
-  ]);
+  expect(sessions[0]?.events.map((event) => event.event_type)).toEqual(ONE_PHASE_SESSION);
 });

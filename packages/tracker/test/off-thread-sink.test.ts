@@ -20,6 +20,7 @@ import {
   reading,
   SequencedCollector,
   temporaryDirectories,
+  trackerWithSink,
 } from "./helpers.js";
 
 const GiB = 1024 ** 3;
@@ -83,8 +84,7 @@ describe("a sink on a worker thread", () => {
 
   it("closes the session with the sink's counters once the worker has written everything", async () => {
     const root = join(tempDir(), "sink");
-    const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
-    const { tracker } = makeTracker([collector], { sink: { rootDir: root, handleProcessExit: false } });
+    const { tracker } = trackerWithSink(root);
     await tracker.start();
     await tracker.sampleNow();
     for (let i = 0; i < 300; i++) tracker.phase("step", () => undefined);
@@ -99,12 +99,7 @@ describe("a sink on a worker thread", () => {
   });
 
   it("runs the worker at the lowest priority, and only the worker", async () => {
-    const { tracker } = makeTracker(
-      [new SequencedCollector([full(reading({ allocated: 1, reserved: 1 }))])],
-      {
-        sink: { rootDir: join(tempDir(), "sink"), handleProcessExit: false },
-      },
-    );
+    const { tracker } = trackerWithSink(join(tempDir(), "sink"));
     await tracker.start();
     // Field 19 of /proc/<pid>/task/<tid>/stat is the thread's nice value.
     const niceOf = (task: string) =>
@@ -117,8 +112,7 @@ describe("a sink on a worker thread", () => {
 
   it("stops a session whose start is still waiting for the worker", async () => {
     const root = join(tempDir(), "sink");
-    const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
-    const { tracker } = makeTracker([collector], { sink: { rootDir: root, handleProcessExit: false } });
+    const { tracker } = trackerWithSink(root);
     const starting = tracker.start();
     await tracker.stop();
     await starting;
@@ -130,10 +124,7 @@ describe("a sink on a worker thread", () => {
 
   it("takes a burst far beyond the sink's queue without dropping a record", async () => {
     const root = join(tempDir(), "sink");
-    const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
-    const { tracker } = makeTracker([collector], {
-      sink: { rootDir: root, handleProcessExit: false, maxQueueEvents: 500 },
-    });
+    const { tracker } = trackerWithSink(root, { maxQueueEvents: 500 });
     await tracker.start();
     // 8000 records with no pause: 32 batches reach the worker at once, 16 times its sink's queue.
     for (let i = 0; i < 4000; i++) tracker.phase("step", () => undefined);

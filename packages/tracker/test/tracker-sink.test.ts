@@ -2,19 +2,24 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadTelemetrySessions, TelemetrySink } from "@stormlog/sink";
 import { describe, expect, it } from "vitest";
-import { full, makeTracker, reading, SequencedCollector, temporaryDirectories } from "./helpers.js";
+import {
+  full,
+  makeTracker,
+  ONE_PHASE_SESSION,
+  reading,
+  SequencedCollector,
+  temporaryDirectories,
+  trackerWithSink,
+  trackOnePhase,
+} from "./helpers.js";
 
 const tempDir = temporaryDirectories("stormlog-tracker-");
 
 describe("with the real TelemetrySink", () => {
   it("writes a completed session the loaders read back, from sink options", async () => {
     const root = join(tempDir(), "sink");
-    const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
-    const { tracker } = makeTracker([collector], { sink: { rootDir: root, handleProcessExit: false } });
-    await tracker.start();
-    await tracker.sampleNow();
-    tracker.phase("train", () => undefined);
-    await tracker.stop();
+    const { tracker } = trackerWithSink(root);
+    await trackOnePhase(tracker);
 
     const sessions = await loadTelemetrySessions(root);
     expect(sessions).toHaveLength(1);
@@ -22,14 +27,7 @@ describe("with the real TelemetrySink", () => {
     expect(session?.summary.status).toBe("completed");
     expect(session?.summary.source).toBe("stormlog.tracker");
     expect(session?.summary.session_id).toBe(tracker.getSessionSummary()?.session_id);
-    expect(session?.events.map((e) => e.event_type)).toEqual([
-      "start",
-      "peak",
-      "sample",
-      "phase_enter",
-      "phase_exit",
-      "stop",
-    ]);
+    expect(session?.events.map((e) => e.event_type)).toEqual(ONE_PHASE_SESSION);
     const line = readFileSync(join(root, "segment-000001.jsonl"), "utf8").split("\n")[2] ?? "";
     expect(line).toContain('"event_type": "sample"');
     expect(line).toContain('"collector_next_retry_epoch_s": null');
