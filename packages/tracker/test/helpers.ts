@@ -272,7 +272,14 @@ export function trackerWithSink(root: string, sink: Partial<TelemetrySinkOptions
 }
 
 /** The records of `trackOnePhase`, in order. */
-export const ONE_PHASE_SESSION: readonly string[] = ["start", "peak", "sample", "phase_enter", "phase_exit", "stop"];
+export const ONE_PHASE_SESSION: readonly string[] = [
+  "start",
+  "peak",
+  "sample",
+  "phase_enter",
+  "phase_exit",
+  "stop",
+];
 
 /** Starts, samples once, runs one phase and stops. */
 export async function trackOnePhase(tracker: MemoryTracker): Promise<void> {
