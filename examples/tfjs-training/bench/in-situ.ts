@@ -19,7 +19,7 @@ import { benchTracker, benchTraining } from "./setup.js";
 const STEPS = Number(process.env.STEPS ?? 400);
 const { tf, config, model, optimizer, data } = await benchTraining(100);
 const sinkDir = mkdtempSync(join(tmpdir(), "stormlog-in-situ-"));
-const tracker = benchTracker(tf, sinkDir);
+const tracker = benchTracker(tf, { sinkDir });
 await tracker.start();
 await trainCustomLoop(tf, tracker, model, optimizer, data, config);
 

@@ -29,10 +29,10 @@ const STEPS = Number(process.env.STEPS ?? 100);
 
 const { tf, packageName, config, model, optimizer, data } = await benchTraining(STEPS);
 const sinkDir = mkdtempSync(join(tmpdir(), "stormlog-overhead-"));
-const tracker = benchTracker(tf, sinkDir);
+const tracker = benchTracker(tf, { sinkDir });
 // The sink written on the training thread instead of a worker (`sinkThread: "main"`), to compare.
 const mainThreadSinkDir = mkdtempSync(join(tmpdir(), "stormlog-overhead-main-"));
-const trackerWithMainThreadSink = benchTracker(tf, mainThreadSinkDir, "main");
+const trackerWithMainThreadSink = benchTracker(tf, { sinkDir: mainThreadSinkDir, sinkThread: "main" });
 // The same tracker without a sink: splits the overhead between tracking and writing.
 const trackerWithoutSink = benchTracker(tf);
 

@@ -1,5 +1,6 @@
 /** What both benchmarks train and how they track it: the example's model, and the goal's tracker settings. */
 import { tfjsCollector } from "@stormlog/adapter-tfjs";
+import type { Scheduler } from "@stormlog/core";
 import { MemoryTracker, processCollector } from "@stormlog/tracker";
 import { loadTensorFlow, type TfNamespace } from "../src/tfjs.js";
 import { buildModel, DEFAULT_CONFIG, SyntheticData, type TrainConfig } from "../src/train.js";
@@ -19,15 +20,21 @@ export async function benchTraining(steps: number) {
   };
 }
 
-/** A tracker as the overhead goal sets it: tfjs and process collectors, 100 ms sampling, a sink when given (on `sinkThread`). */
-export function benchTracker(
-  tf: TfNamespace,
-  sinkDir?: string,
-  sinkThread: "worker" | "main" = "worker",
-): MemoryTracker {
+/** Where a bench tracker writes, and the timers it runs on. */
+export interface BenchTrackerOptions {
+  /** The sink's root directory; none: the tracker writes nothing. */
+  readonly sinkDir?: string;
+  readonly sinkThread?: "worker" | "main";
+  readonly scheduler?: Scheduler;
+}
+
+/** A tracker as the overhead goal sets it: tfjs and process collectors, 100 ms sampling, a sink when given. */
+export function benchTracker(tf: TfNamespace, options: BenchTrackerOptions = {}): MemoryTracker {
+  const { sinkDir, sinkThread = "worker", scheduler } = options;
   return new MemoryTracker({
     collectors: [tfjsCollector(tf), processCollector()],
     samplingIntervalMs: 100,
     ...(sinkDir === undefined ? {} : { sink: { rootDir: sinkDir }, sinkThread }),
+    ...(scheduler === undefined ? {} : { scheduler }),
   });
 }

@@ -8,7 +8,7 @@ import {
   noCapabilities,
   type SampleResult,
 } from "@stormlog/core";
-import type { TfMemoryInfo, TfNamespace } from "./types.js";
+import type { TfEngine, TfMemoryInfo, TfNamespace } from "./types.js";
 
 /** The telemetry `collector` of TensorFlow.js readings. */
 export const TFJS_COLLECTOR_NAME = "stormlog.tfjs_tracker";
@@ -26,8 +26,9 @@ export interface TfjsCollectorOptions {
 }
 
 /**
- * A collector whose `sample()` and `readSync()` are the same synchronous `tf.memory()` read;
- * `readSync()` (phase boundaries) carries the counters and tensor counts, without the backend notes.
+ * A collector whose `sample()` and `readSync()` read `tf.memory()` synchronously; `readSync()`
+ * (phase boundaries) carries the counters and tensor counts, without the backend notes, and on the
+ * cpu and `tensorflow` backends reads the same counts from `tf.engine().state`.
  */
 export interface TfjsCollector extends MemoryCollector {
   sample(): SampleResult;
@@ -143,6 +144,23 @@ export function tfjsCollector(tf: TfNamespace, options: TfjsCollectorOptions = {
     return { kind: "partial", reading, missing: ["allocator_reserved_bytes"], reason, metadata };
   };
 
+  // A phase boundary inside a training step runs with caches full of tensor data, where
+  // `tf.memory()` (a backend call and two objects) costs ~5x reading the engine's counts.
+  const engine = ENGINE_COUNTED_BACKENDS.has(backendName) ? engineOf(tf) : undefined;
+  const readBoundary = (): SampleResult => {
+    if (engine !== undefined && !closed && engine.backendName === backendName) {
+      const state = engine.state;
+      if (isCount(state.numBytes)) {
+        return {
+          kind: "full",
+          reading: { allocator_allocated_bytes: state.numBytes },
+          metadata: { tfjs_num_tensors: state.numTensors, tfjs_num_data_buffers: state.numDataBuffers },
+        };
+      }
+    }
+    return read(false);
+  };
+
   return {
     specificationVersion: COLLECTOR_SPECIFICATION_VERSION,
     name,
@@ -159,11 +177,30 @@ export function tfjsCollector(tf: TfNamespace, options: TfjsCollectorOptions = {
       }
     },
     sample: () => read(true),
-    readSync: () => read(false),
+    readSync: readBoundary,
     close(): void {
       closed = true;
     },
   };
+}
+
+/**
+ * Backends whose `memory()` adds nothing but notes to the engine's counts (no reserved or GPU
+ * figures): at phase boundaries the collector reads `tf.engine().state` instead.
+ */
+const ENGINE_COUNTED_BACKENDS: ReadonlySet<string> = new Set(["cpu", "tensorflow"]);
+
+/** `tf.engine()` when it has the counts `tf.memory()` copies, else undefined. */
+function engineOf(tf: TfNamespace): TfEngine | undefined {
+  try {
+    const engine = tf.engine?.();
+    const state = engine?.state;
+    return state !== undefined && typeof state.numBytes === "number" && typeof state.numTensors === "number"
+      ? engine
+      : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Bytes of the wasm backend's heap (`backend.wasm.HEAPU8.buffer`), updated by Emscripten on growth. */

@@ -25,4 +25,12 @@ export {
   profilePhase,
   summarizeProfile,
 } from "./profile.js";
-export type { TfKernelInfo, TfMemoryInfo, TfNamespace, TfProfileInfo, TfProfiler } from "./types.js";
+export type {
+  TfEngine,
+  TfEngineState,
+  TfKernelInfo,
+  TfMemoryInfo,
+  TfNamespace,
+  TfProfileInfo,
+  TfProfiler,
+} from "./types.js";

@@ -21,12 +21,29 @@ export interface TfMemoryInfo {
   numBytesAllocatedInGPU?: number;
 }
 
+/** The counts tfjs's engine keeps itself (`tf.engine().state`), which `tf.memory()` copies. */
+export interface TfEngineState {
+  numBytes: number;
+  numTensors: number;
+  numDataBuffers: number;
+}
+
+/** `tf.engine()`, as far as the collector reads it. */
+export interface TfEngine {
+  /** The active backend's name; null before a backend is initialised. */
+  readonly backendName: string | null;
+  /** Replaced by `engine.reset()`: read it each time. */
+  readonly state: TfEngineState;
+}
+
 /** The `tf` namespace, as far as the collector reads it. */
 export interface TfNamespace {
   memory(): TfMemoryInfo;
   getBackend(): string;
   /** The active backend object (`tf.backend()`). */
   backend(): object;
+  /** tfjs's engine; optional, as builds that hide it still work through `memory()`. */
+  engine?(): TfEngine;
 }
 
 /** One kernel of a `tf.profile()` result (`KernelInfo` in tfjs-core). */

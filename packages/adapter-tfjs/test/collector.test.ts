@@ -1,6 +1,12 @@
 import * as tf from "@tensorflow/tfjs";
 import { beforeAll, describe, expect, it } from "vitest";
-import { TFJS_COLLECTOR_NAME, type TfMemoryInfo, type TfNamespace, tfjsCollector } from "../src/index.js";
+import {
+  TFJS_COLLECTOR_NAME,
+  type TfEngineState,
+  type TfMemoryInfo,
+  type TfNamespace,
+  tfjsCollector,
+} from "../src/index.js";
 import { describeCollectorContract } from "./support/collector-contract.js";
 
 beforeAll(async () => {
@@ -152,6 +158,81 @@ describe("tfjsCollector on tfjs-node's tensorflow backend (memory() shape)", () 
   it("fails rather than report a non-count numBytes", () => {
     const collector = tfjsCollector(nodeBackendNamespace({ numBytes: Number.NaN, numTensors: 0 }));
     expect(collector.sample()).toMatchObject({ kind: "failure" });
+  });
+});
+
+describe("tfjsCollector's boundary read from the engine's counts", () => {
+  /** The real `tf` on cpu, counting `memory()` calls. */
+  function countingNamespace(): { namespace: TfNamespace; memoryCalls: () => number } {
+    let calls = 0;
+    const namespace: TfNamespace = {
+      getBackend: () => tf.getBackend(),
+      backend: () => tf.backend(),
+      engine: () => tf.engine(),
+      memory: () => {
+        calls++;
+        return tf.memory() as TfMemoryInfo;
+      },
+    };
+    return { namespace, memoryCalls: () => calls };
+  }
+
+  it("reads what tf.memory() reports, on cpu, without calling it", () => {
+    const { namespace, memoryCalls } = countingNamespace();
+    const collector = tfjsCollector(namespace);
+    const kept = [tf.zeros([64, 64]), tf.ones([3])];
+    const viaMemory = tf.memory();
+    const callsBefore = memoryCalls();
+    const read = collector.readSync();
+    expect(memoryCalls()).toBe(callsBefore);
+    expect(read).toEqual({
+      kind: "full",
+      reading: { allocator_allocated_bytes: viaMemory.numBytes },
+      metadata: { tfjs_num_tensors: viaMemory.numTensors, tfjs_num_data_buffers: viaMemory.numDataBuffers },
+    });
+    tf.dispose(kept);
+    const after = collector.readSync();
+    expect(after).toMatchObject({
+      reading: { allocator_allocated_bytes: viaMemory.numBytes - (64 * 64 + 3) * 4 },
+      metadata: { tfjs_num_tensors: viaMemory.numTensors - 2 },
+    });
+    // Samples keep reading tf.memory(): they carry the backend's notes.
+    collector.sample();
+    expect(memoryCalls()).toBe(callsBefore + 1);
+  });
+
+  it("goes back to tf.memory() once the backend is another, and when closed", () => {
+    const engine = {
+      backendName: "tensorflow" as string | null,
+      state: { numBytes: 10, numTensors: 1, numDataBuffers: 1 },
+    };
+    const memoryState = { numBytes: 99, numTensors: 9 };
+    const namespace: TfNamespace = { ...nodeBackendNamespace(memoryState), engine: () => engine };
+    const collector = tfjsCollector(namespace);
+    expect(collector.readSync()).toMatchObject({ reading: { allocator_allocated_bytes: 10 } });
+    engine.backendName = "wasm";
+    expect(collector.readSync()).toMatchObject({ reading: { allocator_allocated_bytes: 99 } });
+    engine.backendName = "tensorflow";
+    collector.close?.();
+    expect(collector.readSync()).toMatchObject({ kind: "failure" });
+  });
+
+  it("uses tf.memory() where the engine has no counts, and on backends that add their own (webgl)", () => {
+    const withoutCounts: TfNamespace = {
+      ...nodeBackendNamespace({ numBytes: 7, numTensors: 1 }),
+      engine: () => ({ backendName: "tensorflow", state: undefined as unknown as TfEngineState }),
+    };
+    expect(tfjsCollector(withoutCounts).readSync()).toMatchObject({
+      reading: { allocator_allocated_bytes: 7 },
+    });
+    const webgl: TfNamespace = {
+      ...webglNamespace({ inUse: 1000, allocated: 5000, free: 4000 }),
+      engine: () => ({ backendName: "webgl", state: { numBytes: 1, numTensors: 1, numDataBuffers: 1 } }),
+    };
+    expect(tfjsCollector(webgl).readSync()).toMatchObject({
+      reading: { allocator_allocated_bytes: 1100, allocator_reserved_bytes: 5000 },
+      metadata: { tfjs_gpu_bytes_in_use: 1000 },
+    });
   });
 });
 
