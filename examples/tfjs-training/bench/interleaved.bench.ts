@@ -10,19 +10,21 @@
  * differ by 10-30 % and `bench`'s per-segment ratio scatters by a percent or more from run to run.
  * Two steps timed one after the other almost always run in the same regime.
  *
- * A tracked step sends its phases to the tracker, and the tracker's timers (sampling, hand-overs to
- * the sink's worker) run only in tracked steps: a timer that comes due in an untracked step waits
- * for the next tracked one (~20 ms late). The tracked half thus carries all of the session's timer
- * work while being half of the steps, so the estimate of tracking every step is
- *   (sum tracked - sum untracked - timer work / 2) / sum untracked,
- * where timer work is the callbacks' own time; what they leave behind (cold caches) stays in the
- * tracked steps in full, which errs towards more overhead. Pairs where one step took 25 % more
- * than the other straddle a regime switch or a full collection, which tracking (under 0.5 ms per
- * step) does not cause; the estimate is printed without them (the figure to read) and over all
- * pairs. The A/A line (no tracker, both steps alike) shows what the method reads when there is
- * nothing to find. What pairing cannot see: the sink's worker slowing the training core through
- * shared caches and garbage the tracker leaves (collected in whichever step comes next); `bench`
- * times whole segments and counts collections.
+ * A tracked step sends its phases to the tracker; the tracker's timers run only at the start of a
+ * tracked step (a timer that came due waits for it, ~20 ms at most), so the sampling ticks, the
+ * hand-overs to the sink's worker and the worker's work they start (a few ms, beside the step)
+ * all fall in tracked steps. Records come from tracked steps only, so per-record work is what
+ * tracking every step would cost per step; sampling ticks come as often as in a fully tracked run,
+ * which puts all of them in half the steps. Hence the estimate of tracking every step:
+ *   (sum tracked - sum untracked - sampling ticks' time / 2) / sum untracked,
+ * which errs towards more overhead (what a tick leaves behind, cold caches, and the hand-overs'
+ * fixed cost still count twice). Pairs where one step took 25 % more than the other straddle a
+ * regime switch or a full collection, which tracking (under 0.5 ms per step) does not cause; the
+ * estimate is printed without them (the figure to read; how many of them had the tracked step
+ * slower shows that they are left out evenly) and over all pairs. The A/A line (no tracker, both
+ * steps alike) shows what the method reads when there is nothing to find. What pairing cannot see:
+ * garbage the tracker leaves, collected in whichever step comes next; `bench` times whole segments
+ * and counts collections.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -31,28 +33,37 @@ import type { PhaseHost, Scheduler, TimerHandle } from "@stormlog/core";
 import { noopPhaseHost } from "@stormlog/phases";
 import type { MemoryTracker } from "@stormlog/tracker";
 import { trainCustomLoop } from "../src/train.js";
-import { benchTracker, benchTraining } from "./setup.js";
+import { BENCH_SAMPLING_INTERVAL_MS, benchTracker, benchTraining } from "./setup.js";
 
 const PAIRS = Number(process.env.PAIRS ?? 3000);
 const WARM_UP_STEPS = 100;
 /** |log(tracked / untracked)| above this: a regime switch or a full collection, not tracking. */
 const OUTLIER_LOG_RATIO = Math.log(1.25);
 
-/** The system scheduler, except that timers coming due while closed wait for `open()`. */
+/**
+ * The system scheduler, except that a timer coming due waits for `runDue()`, called at the start of
+ * each tracked step, so the tracker's timer work and the sink worker's work it starts both fall in
+ * tracked steps. Time spent in callbacks is summed, sampling ticks apart.
+ */
 class SteppedScheduler implements Scheduler {
-  private isOpen = false;
-  private readonly waiting = new Set<() => void>();
-  /** Milliseconds spent in timer callbacks so far. */
-  workMs = 0;
+  private readonly due = new Set<() => void>();
+  /** Milliseconds spent in sampling ticks (timers of the sampling interval) so far. */
+  samplingMs = 0;
+  /** Milliseconds spent in other timers (hand-overs to the sink) so far. */
+  otherMs = 0;
 
   setTimeout(callback: () => void, delayMs: number): TimerHandle {
+    // The tracker schedules its next tick an interval after the last one began: 100 ms minus that tick's time.
+    const sampling = delayMs > 0.9 * BENCH_SAMPLING_INTERVAL_MS && delayMs <= BENCH_SAMPLING_INTERVAL_MS;
     const fire = () => {
-      this.waiting.delete(fire);
+      this.due.delete(fire);
       const started = performance.now();
       callback();
-      this.workMs += performance.now() - started;
+      const spent = performance.now() - started;
+      if (sampling) this.samplingMs += spent;
+      else this.otherMs += spent;
     };
-    const timer = setTimeout(() => (this.isOpen ? fire() : this.waiting.add(fire)), delayMs);
+    const timer = setTimeout(() => this.due.add(fire), delayMs);
     timer.unref();
     return { timer, fire };
   }
@@ -60,17 +71,12 @@ class SteppedScheduler implements Scheduler {
   clearTimeout(handle: TimerHandle): void {
     const { timer, fire } = handle as { timer: ReturnType<typeof setTimeout>; fire: () => void };
     clearTimeout(timer);
-    this.waiting.delete(fire);
+    this.due.delete(fire);
   }
 
-  /** Lets timers run, first those that came due while closed. */
-  open(): void {
-    this.isOpen = true;
-    for (const fire of [...this.waiting]) fire();
-  }
-
-  close(): void {
-    this.isOpen = false;
+  /** Runs the timers that came due. */
+  runDue(): void {
+    for (const fire of [...this.due]) fire();
   }
 }
 
@@ -79,21 +85,21 @@ const oneStep = { ...config, epochs: 1, batchesPerEpoch: 1 };
 
 /** One step's wall time, and the tracker's timer work inside it. */
 async function timedStep(host: PhaseHost, scheduler: SteppedScheduler | null): Promise<[number, number]> {
-  const workBefore = scheduler?.workMs ?? 0;
+  const samplingBefore = scheduler?.samplingMs ?? 0;
   const started = performance.now();
-  // Timers fire in the yield that ends a step; those that waited, at the start of a tracked one.
-  scheduler?.open();
+  scheduler?.runDue();
   await trainCustomLoop(tf, host, model, optimizer, data, oneStep);
   const elapsed = performance.now() - started;
-  scheduler?.close();
-  return [elapsed, (scheduler?.workMs ?? 0) - workBefore];
+  return [elapsed, (scheduler?.samplingMs ?? 0) - samplingBefore];
 }
 
-/** Per pair: the tracked step, the untracked step, the timer work in the tracked step (ms). */
+/** Per pair: the tracked step, the untracked step, the sampling ticks' time in the tracked step (ms). */
 interface Pairs {
   tracked: Float64Array;
   untracked: Float64Array;
-  timerWork: Float64Array;
+  sampling: Float64Array;
+  /** Time in the tracker's other timers (hand-overs), over the whole run. */
+  otherTimersMs: number;
 }
 
 /** PAIRS pairs of steps, ABBA; `tracker` null is the A/A run (both steps untracked). */
@@ -105,8 +111,10 @@ async function pairedRun(tracker: MemoryTracker | null, scheduler: SteppedSchedu
   const pairs: Pairs = {
     tracked: new Float64Array(PAIRS),
     untracked: new Float64Array(PAIRS),
-    timerWork: new Float64Array(PAIRS),
+    sampling: new Float64Array(PAIRS),
+    otherTimersMs: 0,
   };
+  const otherBefore = scheduler?.otherMs ?? 0;
   for (let pair = 0; pair < PAIRS; pair++) {
     let tracked: [number, number];
     if (pair % 2 === 0) {
@@ -116,9 +124,10 @@ async function pairedRun(tracker: MemoryTracker | null, scheduler: SteppedSchedu
       pairs.untracked[pair] = (await timedStep(noopPhaseHost, null))[0];
       tracked = await timedStep(trackedHost, scheduler);
     }
-    [pairs.tracked[pair], pairs.timerWork[pair]] = tracked;
+    [pairs.tracked[pair], pairs.sampling[pair]] = tracked;
   }
-  scheduler?.open();
+  pairs.otherTimersMs = (scheduler?.otherMs ?? 0) - otherBefore;
+  scheduler?.runDue();
   await tracker?.stop();
   return pairs;
 }
@@ -127,13 +136,13 @@ async function pairedRun(tracker: MemoryTracker | null, scheduler: SteppedSchedu
 function estimate(pairs: Pairs, indices: readonly number[]): number {
   let tracked = 0;
   let untracked = 0;
-  let timerWork = 0;
+  let sampling = 0;
   for (const i of indices) {
     tracked += pairs.tracked[i]!;
     untracked += pairs.untracked[i]!;
-    timerWork += pairs.timerWork[i]!;
+    sampling += pairs.sampling[i]!;
   }
-  return (tracked - untracked - timerWork / 2) / untracked;
+  return (tracked - untracked - sampling / 2) / untracked;
 }
 
 /** The estimate and its 90 % bootstrap interval over pairs (fixed seed). */
@@ -201,15 +210,18 @@ for (const mode of selected) {
   const kept = all.filter(
     (i) => Math.abs(Math.log(pairs.tracked[i]! / pairs.untracked[i]!)) <= OUTLIER_LOG_RATIO,
   );
+  const slowerTracked = all.filter(
+    (i) => Math.log(pairs.tracked[i]! / pairs.untracked[i]!) > OUTLIER_LOG_RATIO,
+  ).length;
   const [value, low, high] = withInterval(pairs, kept);
   const [allValue, allLow, allHigh] = withInterval(pairs, all);
   const wall = pairs.tracked.reduce((a, b) => a + b, 0) + pairs.untracked.reduce((a, b) => a + b, 0);
-  const timerWork = pairs.timerWork.reduce((a, b) => a + b, 0);
+  const sampling = pairs.sampling.reduce((a, b) => a + b, 0);
   console.log(
     `${label.padEnd(28)} ${percent(value).padStart(7)} (${percent(low)} .. ${percent(high)}), ` +
-      `${PAIRS - kept.length} pairs over 25 % left out; all pairs ${percent(allValue)} (${percent(allLow)} .. ${percent(allHigh)}); ` +
+      `${PAIRS - kept.length} pairs over 25 % left out (${slowerTracked} with the tracked step slower); all pairs ${percent(allValue)} (${percent(allLow)} .. ${percent(allHigh)}); ` +
       `median step ${median(pairs.untracked).toFixed(2)} ms untracked, ${median(pairs.tracked).toFixed(2)} ms tracked; ` +
-      `timer work ${percent(timerWork / wall)} of the run's wall time`,
+      `sampling ticks ${percent(sampling / wall)}, hand-overs ${percent(pairs.otherTimersMs / wall)} of the run's wall time`,
   );
 }
 rmSync(sinkDir, { recursive: true, force: true });

@@ -20,6 +20,9 @@ export async function benchTraining(steps: number) {
   };
 }
 
+/** The goal's sampling interval. */
+export const BENCH_SAMPLING_INTERVAL_MS = 100;
+
 /** Where a bench tracker writes, and the timers it runs on. */
 export interface BenchTrackerOptions {
   /** The sink's root directory; none: the tracker writes nothing. */
@@ -33,7 +36,7 @@ export function benchTracker(tf: TfNamespace, options: BenchTrackerOptions = {})
   const { sinkDir, sinkThread = "worker", scheduler } = options;
   return new MemoryTracker({
     collectors: [tfjsCollector(tf), processCollector()],
-    samplingIntervalMs: 100,
+    samplingIntervalMs: BENCH_SAMPLING_INTERVAL_MS,
     ...(sinkDir === undefined ? {} : { sink: { rootDir: sinkDir }, sinkThread }),
     ...(scheduler === undefined ? {} : { scheduler }),
   });
