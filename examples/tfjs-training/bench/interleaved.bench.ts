@@ -33,7 +33,7 @@ import type { PhaseHost, Scheduler, TimerHandle } from "@stormlog/core";
 import { noopPhaseHost } from "@stormlog/phases";
 import type { MemoryTracker } from "@stormlog/tracker";
 import { trainCustomLoop } from "../src/train.js";
-import { BENCH_SAMPLING_INTERVAL_MS, benchTracker, benchTraining } from "./setup.js";
+import { BENCH_SAMPLING_INTERVAL_MS, benchTracker, benchTraining, bootstrapInterval } from "./setup.js";
 
 const PAIRS = Number(process.env.PAIRS ?? 3000);
 const WARM_UP_STEPS = 100;
@@ -147,21 +147,7 @@ function estimate(pairs: Pairs, indices: readonly number[]): number {
 
 /** The estimate and its 90 % bootstrap interval over pairs (fixed seed). */
 function withInterval(pairs: Pairs, indices: readonly number[]): [number, number, number] {
-  let seed = 0x9e3779b9;
-  const random = () => {
-    seed = (seed * 1664525 + 1013904223) >>> 0;
-    return seed / 2 ** 32;
-  };
-  const estimates: number[] = [];
-  for (let b = 0; b < 1000; b++)
-    estimates.push(
-      estimate(
-        pairs,
-        indices.map(() => indices[Math.floor(random() * indices.length)]!),
-      ),
-    );
-  estimates.sort((a, b) => a - b);
-  return [estimate(pairs, indices), estimates[50]!, estimates[949]!];
+  return [estimate(pairs, indices), ...bootstrapInterval(indices, (sample) => estimate(pairs, sample))];
 }
 
 const percent = (value: number) => `${(value * 100).toFixed(2)} %`;

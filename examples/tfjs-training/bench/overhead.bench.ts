@@ -17,7 +17,7 @@ import { type PerformanceEntry, PerformanceObserver, constants as perfConstants 
 import type { PhaseHost } from "@stormlog/core";
 import { noopPhaseHost } from "@stormlog/phases";
 import { trainCustomLoop, yieldToEventLoop } from "../src/train.js";
-import { benchTracker, benchTraining } from "./setup.js";
+import { benchTracker, benchTraining, bootstrapInterval } from "./setup.js";
 
 /** `global.gc` when node runs with --expose-gc (the bench script passes it). */
 const collectGarbage = (globalThis as { gc?: () => void }).gc;
@@ -136,17 +136,7 @@ const quantile = (values: readonly number[], q: number) => {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
 };
 /** 90 % bootstrap interval of the median (fixed seed: the same rounds give the same interval). */
-function medianInterval(values: readonly number[]): [number, number] {
-  let seed = 0x9e3779b9;
-  const random = () => {
-    seed = (seed * 1664525 + 1013904223) >>> 0;
-    return seed / 2 ** 32;
-  };
-  const medians: number[] = [];
-  for (let b = 0; b < 2000; b++)
-    medians.push(median(values.map(() => values[Math.floor(random() * values.length)]!)));
-  return [quantile(medians, 0.05), quantile(medians, 0.95)];
-}
+const medianInterval = (values: readonly number[]) => bootstrapInterval(values, median, 2000);
 const percent = (ratio: number) => `${((ratio - 1) * 100).toFixed(2)} %`;
 const phasesPerStep = 5; // train, load_batch, forward, backward, optimizer_step
 

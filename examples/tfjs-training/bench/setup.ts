@@ -41,3 +41,24 @@ export function benchTracker(tf: TfNamespace, options: BenchTrackerOptions = {})
     ...(scheduler === undefined ? {} : { scheduler }),
   });
 }
+
+/**
+ * A 90 % bootstrap interval of `statistic` over `values` (resampled with replacement), with a fixed
+ * seed so that the same measurements always give the same interval.
+ */
+export function bootstrapInterval<T>(
+  values: readonly T[],
+  statistic: (sample: readonly T[]) => number,
+  resamples = 1000,
+): [number, number] {
+  let seed = 0x9e3779b9;
+  const random = () => {
+    seed = (seed * 1664525 + 1013904223) >>> 0;
+    return seed / 2 ** 32;
+  };
+  const results: number[] = [];
+  for (let b = 0; b < resamples; b++)
+    results.push(statistic(values.map(() => values[Math.floor(random() * values.length)]!)));
+  results.sort((a, b) => a - b);
+  return [results[Math.floor(0.05 * resamples)]!, results[Math.floor(0.95 * resamples)]!];
+}
