@@ -9,6 +9,8 @@
  *
  * A plain script rather than mitata: mitata runs one benchmark after the other, and a 1 % difference
  * needs the two measured side by side.
+ * On a machine whose speed drifts over seconds (a shared VM), segments scatter too much to resolve
+ * 1 %: `bench:steps` (interleaved.bench.ts) times step against step instead.
  */
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
