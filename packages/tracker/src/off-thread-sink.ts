@@ -63,6 +63,8 @@ export class OffThreadSink implements TelemetryWriter {
   private readonly id: number;
   private readonly logger: SinkLogger;
   private readonly handleProcessExit: boolean;
+  /** The summaries' `source`, as the worker's sink resolves it. */
+  private readonly source: string;
   private readonly diagnostics: Float64Array;
   private readonly closedFlag: Int32Array;
   private readonly ids = new BatchIds();
@@ -76,7 +78,7 @@ export class OffThreadSink implements TelemetryWriter {
 
   /** Checks the options (throws `InvalidConfigError` as `TelemetrySink` does) and opens the sink on the worker. */
   constructor(options: TelemetrySinkOptions) {
-    resolveSinkConfig(options);
+    this.source = resolveSinkConfig(options).source;
     const { logger, clock: _clock, scheduler: _scheduler, ...crossing } = options;
     this.logger = logger ?? consoleSinkLogger;
     this.handleProcessExit = options.handleProcessExit ?? true;
@@ -121,7 +123,7 @@ export class OffThreadSink implements TelemetryWriter {
   startSession(partial: Partial<Omit<SessionSummary, "status" | "ended_at_ns">>): SessionSummary {
     this.ensureRunning();
     // The summary the worker's sink registers too (the tracker gives the id and the start time).
-    const summary = runningSessionSummary(partial, "stormlog.tracker");
+    const summary = runningSessionSummary(partial, this.source);
     this.post({
       kind: "session",
       sink: this.id,

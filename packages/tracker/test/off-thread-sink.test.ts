@@ -134,6 +134,16 @@ describe("a sink on a worker thread", () => {
     expect(sessions[0]?.events).toHaveLength(8002);
   });
 
+  it("returns the summary its worker's sink registers, source included", async () => {
+    const root = join(tempDir(), "sink");
+    const sink = new OffThreadSink({ rootDir: root, handleProcessExit: false, source: "my.trainer" });
+    const summary = sink.startSession({ session_id: "s", started_at_ns: 5n });
+    await sink.close();
+    const [written] = await loadTelemetrySessions(root);
+    expect(summary.source).toBe("my.trainer");
+    expect(written?.summary.source).toBe(summary.source);
+  });
+
   it("reports a failed worker: the tracker goes on without the sink and the session is incomplete", async () => {
     const root = join(tempDir(), "sink");
     const warnings: string[] = [];
