@@ -10,15 +10,17 @@
  * differ by 10-30 % and `bench`'s per-segment ratio scatters by a percent or more from run to run.
  * Two steps timed one after the other almost always run in the same regime.
  *
- * A tracked step sends its phases to the tracker; the tracker's timers run only at the start of a
- * tracked step (a timer that came due waits for it, ~20 ms at most), so the sampling ticks, the
- * hand-overs to the sink's worker and the worker's work they start (a few ms, beside the step)
- * all fall in tracked steps. Records come from tracked steps only, so per-record work is what
- * tracking every step would cost per step; sampling ticks come as often as in a fully tracked run,
- * which puts all of them in half the steps. Hence the estimate of tracking every step:
- *   (sum tracked - sum untracked - sampling ticks' time / 2) / sum untracked,
- * which errs towards more overhead (what a tick leaves behind, cold caches, and the hand-overs'
- * fixed cost still count twice). Pairs where one step took 25 % more than the other straddle a
+ * A tracked step sends its phases to the tracker. The tracker's scheduler keeps time only during
+ * tracked steps, and runs a timer that came due at the start of the next tracked step (where a run
+ * that tracks every step would run it: the loop yields between steps). So the sampling ticks, the
+ * hand-overs to the sink's worker and the worker's work they start (a few ms, beside the step) all
+ * fall in tracked steps, as often per tracked step, each hand-over carrying as many records, as when
+ * every step is tracked (the bench prints the rates). Hence the estimate of tracking every step:
+ *   (sum tracked - sum untracked) / sum untracked,
+ * in which what a tick leaves behind (cold caches) and each hand-over's fixed cost count as often
+ * as they would. (The previous version kept wall-clock time, which put twice the ticks and
+ * hand-overs in each tracked step, and took half the ticks' own time back out: their aftermath and
+ * the hand-overs' fixed cost still counted twice.) Pairs where one step took 25 % more than the other straddle a
  * regime switch or a full collection, which tracking (under 0.5 ms per step) does not cause; the
  * estimate is printed without them (the figure to read; how many of them had the tracked step
  * slower shows that they are left out evenly) and over all pairs. The A/A line (no tracker, both
@@ -41,93 +43,125 @@ const WARM_UP_STEPS = 100;
 const OUTLIER_LOG_RATIO = Math.log(1.25);
 
 /**
- * The system scheduler, except that a timer coming due waits for `runDue()`, called at the start of
- * each tracked step, so the tracker's timer work and the sink worker's work it starts both fall in
- * tracked steps. Time spent in callbacks is summed, sampling ticks apart.
+ * A scheduler whose clock runs only during tracked steps: a timer is due once tracked steps have
+ * taken its delay, and runs at the start of the next tracked step (as a timer in a run that tracks
+ * every step runs at the next step's start, where the loop yields). So the tracker's timer work,
+ * and the sink worker's work it starts, all fall in tracked steps, as often per tracked step as in
+ * such a run. Timer callbacks are counted and timed, sampling ticks apart.
  */
-class SteppedScheduler implements Scheduler {
-  private readonly due = new Set<() => void>();
-  /** Milliseconds spent in sampling ticks (timers of the sampling interval) so far. */
+class TrackedTimeScheduler implements Scheduler {
+  private readonly timers = new Set<{ dueMs: number; fire: () => void }>();
+  /** Milliseconds of tracked steps so far, the current one excluded. */
+  private trackedMs = 0;
+  private stepStartedAt: number | null = null;
+  /** Sampling ticks (timers of the sampling interval) so far, and the milliseconds spent in them. */
+  samplingTicks = 0;
   samplingMs = 0;
-  /** Milliseconds spent in other timers (hand-overs to the sink) so far. */
+  /** Other timers (hand-overs to the sink) so far, and the milliseconds spent in them. */
+  otherTimers = 0;
   otherMs = 0;
+
+  private now(): number {
+    return this.trackedMs + (this.stepStartedAt === null ? 0 : performance.now() - this.stepStartedAt);
+  }
 
   setTimeout(callback: () => void, delayMs: number): TimerHandle {
     // The tracker schedules its next tick an interval after the last one began: 100 ms minus that tick's time.
     const sampling = delayMs > 0.9 * BENCH_SAMPLING_INTERVAL_MS && delayMs <= BENCH_SAMPLING_INTERVAL_MS;
-    const fire = () => {
-      this.due.delete(fire);
-      const started = performance.now();
-      callback();
-      const spent = performance.now() - started;
-      if (sampling) this.samplingMs += spent;
-      else this.otherMs += spent;
+    const timer = {
+      dueMs: this.now() + delayMs,
+      fire: () => {
+        const started = performance.now();
+        callback();
+        const spent = performance.now() - started;
+        if (sampling) {
+          this.samplingTicks++;
+          this.samplingMs += spent;
+        } else {
+          this.otherTimers++;
+          this.otherMs += spent;
+        }
+      },
     };
-    const timer = setTimeout(() => this.due.add(fire), delayMs);
-    timer.unref();
-    return { timer, fire };
+    this.timers.add(timer);
+    return timer;
   }
 
   clearTimeout(handle: TimerHandle): void {
-    const { timer, fire } = handle as { timer: ReturnType<typeof setTimeout>; fire: () => void };
-    clearTimeout(timer);
-    this.due.delete(fire);
+    this.timers.delete(handle as { dueMs: number; fire: () => void });
   }
 
-  /** Runs the timers that came due. */
-  runDue(): void {
-    for (const fire of [...this.due]) fire();
+  /** Starts a tracked step: runs the timers that came due. */
+  beginStep(): void {
+    this.stepStartedAt = performance.now();
+    const now = this.trackedMs;
+    for (const timer of [...this.timers]) {
+      if (timer.dueMs > now || !this.timers.has(timer)) continue;
+      this.timers.delete(timer);
+      timer.fire();
+    }
+  }
+
+  endStep(): void {
+    if (this.stepStartedAt !== null) this.trackedMs += performance.now() - this.stepStartedAt;
+    this.stepStartedAt = null;
   }
 }
 
 const { tf, packageName, config, model, optimizer, data } = await benchTraining(1);
 const oneStep = { ...config, epochs: 1, batchesPerEpoch: 1 };
 
-/** One step's wall time, and the tracker's timer work inside it. */
-async function timedStep(host: PhaseHost, scheduler: SteppedScheduler | null): Promise<[number, number]> {
-  const samplingBefore = scheduler?.samplingMs ?? 0;
+/** One step's wall time. */
+async function timedStep(host: PhaseHost, scheduler: TrackedTimeScheduler | null): Promise<number> {
   const started = performance.now();
-  scheduler?.runDue();
+  scheduler?.beginStep();
   await trainCustomLoop(tf, host, model, optimizer, data, oneStep);
-  const elapsed = performance.now() - started;
-  return [elapsed, (scheduler?.samplingMs ?? 0) - samplingBefore];
+  scheduler?.endStep();
+  return performance.now() - started;
 }
 
-/** Per pair: the tracked step, the untracked step, the sampling ticks' time in the tracked step (ms). */
+/** Per pair, the tracked and the untracked step (ms); the tracker's timers over the paired steps. */
 interface Pairs {
   tracked: Float64Array;
   untracked: Float64Array;
-  sampling: Float64Array;
-  /** Time in the tracker's other timers (hand-overs), over the whole run. */
-  otherTimersMs: number;
+  samplingTicks: number;
+  samplingMs: number;
+  /** Hand-overs to the sink, and any other timer. */
+  otherTimers: number;
+  otherMs: number;
 }
 
 /** PAIRS pairs of steps, ABBA; `tracker` null is the A/A run (both steps untracked). */
-async function pairedRun(tracker: MemoryTracker | null, scheduler: SteppedScheduler | null): Promise<Pairs> {
+async function pairedRun(
+  tracker: MemoryTracker | null,
+  scheduler: TrackedTimeScheduler | null,
+): Promise<Pairs> {
   await tracker?.start();
   const trackedHost: PhaseHost = tracker ?? noopPhaseHost;
   for (let step = 0; step < WARM_UP_STEPS; step++)
     await timedStep(step % 2 ? trackedHost : noopPhaseHost, step % 2 ? scheduler : null);
-  const pairs: Pairs = {
-    tracked: new Float64Array(PAIRS),
-    untracked: new Float64Array(PAIRS),
-    sampling: new Float64Array(PAIRS),
-    otherTimersMs: 0,
-  };
-  const otherBefore = scheduler?.otherMs ?? 0;
+  const tracked = new Float64Array(PAIRS);
+  const untracked = new Float64Array(PAIRS);
+  const before = { ...scheduler };
   for (let pair = 0; pair < PAIRS; pair++) {
-    let tracked: [number, number];
     if (pair % 2 === 0) {
-      tracked = await timedStep(trackedHost, scheduler);
-      pairs.untracked[pair] = (await timedStep(noopPhaseHost, null))[0];
+      tracked[pair] = await timedStep(trackedHost, scheduler);
+      untracked[pair] = await timedStep(noopPhaseHost, null);
     } else {
-      pairs.untracked[pair] = (await timedStep(noopPhaseHost, null))[0];
-      tracked = await timedStep(trackedHost, scheduler);
+      untracked[pair] = await timedStep(noopPhaseHost, null);
+      tracked[pair] = await timedStep(trackedHost, scheduler);
     }
-    [pairs.tracked[pair], pairs.sampling[pair]] = tracked;
   }
-  pairs.otherTimersMs = (scheduler?.otherMs ?? 0) - otherBefore;
-  scheduler?.runDue();
+  const since = (key: "samplingTicks" | "samplingMs" | "otherTimers" | "otherMs") =>
+    (scheduler?.[key] ?? 0) - (before[key] ?? 0);
+  const pairs: Pairs = {
+    tracked,
+    untracked,
+    samplingTicks: since("samplingTicks"),
+    samplingMs: since("samplingMs"),
+    otherTimers: since("otherTimers"),
+    otherMs: since("otherMs"),
+  };
   await tracker?.stop();
   return pairs;
 }
@@ -136,13 +170,11 @@ async function pairedRun(tracker: MemoryTracker | null, scheduler: SteppedSchedu
 function estimate(pairs: Pairs, indices: readonly number[]): number {
   let tracked = 0;
   let untracked = 0;
-  let sampling = 0;
   for (const i of indices) {
     tracked += pairs.tracked[i]!;
     untracked += pairs.untracked[i]!;
-    sampling += pairs.sampling[i]!;
   }
-  return (tracked - untracked - sampling / 2) / untracked;
+  return (tracked - untracked) / untracked;
 }
 
 /** The estimate and its 90 % bootstrap interval over pairs (fixed seed). */
@@ -160,21 +192,21 @@ const MODES: Record<string, [string, () => Promise<Pairs>]> = {
   sink: [
     "sink (worker thread)",
     () => {
-      const scheduler = new SteppedScheduler();
+      const scheduler = new TrackedTimeScheduler();
       return pairedRun(benchTracker(tf, { sinkDir, scheduler }), scheduler);
     },
   ],
   main: [
     "sink on the training thread",
     () => {
-      const scheduler = new SteppedScheduler();
+      const scheduler = new TrackedTimeScheduler();
       return pairedRun(benchTracker(tf, { sinkDir: mainSinkDir, sinkThread: "main", scheduler }), scheduler);
     },
   ],
   none: [
     "no sink",
     () => {
-      const scheduler = new SteppedScheduler();
+      const scheduler = new TrackedTimeScheduler();
       return pairedRun(benchTracker(tf, { scheduler }), scheduler);
     },
   ],
@@ -201,13 +233,16 @@ for (const mode of selected) {
   ).length;
   const [value, low, high] = withInterval(pairs, kept);
   const [allValue, allLow, allHigh] = withInterval(pairs, all);
-  const wall = pairs.tracked.reduce((a, b) => a + b, 0) + pairs.untracked.reduce((a, b) => a + b, 0);
-  const sampling = pairs.sampling.reduce((a, b) => a + b, 0);
+  const trackedMs = pairs.tracked.reduce((a, b) => a + b, 0);
+  const wall = trackedMs + pairs.untracked.reduce((a, b) => a + b, 0);
+  // Per second of tracked steps here, against per second of a run tracking every step (wall / interval).
+  const rate = (count: number) => (count / trackedMs) * 1000;
   console.log(
     `${label.padEnd(28)} ${percent(value).padStart(7)} (${percent(low)} .. ${percent(high)}), ` +
       `${PAIRS - kept.length} pairs over 25 % left out (${slowerTracked} with the tracked step slower); all pairs ${percent(allValue)} (${percent(allLow)} .. ${percent(allHigh)}); ` +
       `median step ${median(pairs.untracked).toFixed(2)} ms untracked, ${median(pairs.tracked).toFixed(2)} ms tracked; ` +
-      `sampling ticks ${percent(sampling / wall)}, hand-overs ${percent(pairs.otherTimersMs / wall)} of the run's wall time`,
+      `per second of tracked steps: ${rate(pairs.samplingTicks).toFixed(1)} sampling ticks (every step tracked: ${(1000 / BENCH_SAMPLING_INTERVAL_MS).toFixed(1)}), ` +
+      `${rate(pairs.otherTimers).toFixed(1)} hand-overs; their time ${percent(pairs.samplingMs / trackedMs)} and ${percent(pairs.otherMs / trackedMs)} of tracked steps' (wall ${(wall / 1000).toFixed(0)} s)`,
   );
 }
 rmSync(sinkDir, { recursive: true, force: true });

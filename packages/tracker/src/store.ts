@@ -169,25 +169,26 @@ export class EventStore {
 
   /**
    * Copies stored records into a batch for the sink worker: numbers into typed arrays (transferred,
-   * not copied), groups, base metadata and phase scopes once each by id (`ids` remembers them).
+   * not copied); event types, groups, base metadata and phase scopes once each by id (`ids`
+   * remembers them), a scope as its phase kind's id and its own few fields.
    */
   pack(indices: readonly number[], ids: BatchIds): StoredBatch {
     const count = indices.length;
     const timestamps = new BigInt64Array(count);
     const numbers = new Float64Array(count * BATCH_WIDTH);
     const objects: BatchObjects = {
-      types: new Array(count),
       contexts: new Array(count),
       extras: new Array(count),
+      texts: [],
       groups: [],
       bases: [],
+      kinds: [],
       scopes: [],
     };
     const counters = this.counters;
     for (let i = 0; i < count; i++) {
       const slot = (indices[i] as number) % this.capacity;
       timestamps[i] = this.ts[slot] as bigint;
-      objects.types[i] = this.types[slot] as string;
       objects.contexts[i] = this.contexts[slot] as string | null;
       objects.extras[i] = this.extras[slot] ?? null;
       const out = i * BATCH_WIDTH;
@@ -199,8 +200,8 @@ export class EventStore {
       numbers[out + FIELDS + 3] = ids.idOf(this.groups[slot] as StoredGroup, objects.groups, copyGroup);
       numbers[out + FIELDS + 4] = ids.idOf(this.bases[slot] as JsonObject, objects.bases, sameObject);
       const scope = this.scopes[slot];
-      numbers[out + FIELDS + 5] =
-        scope === null || scope === undefined ? -1 : ids.idOf(scope, objects.scopes, copyScope);
+      numbers[out + FIELDS + 5] = scope === null || scope === undefined ? -1 : ids.idOfScope(scope, objects);
+      numbers[out + FIELDS + 6] = ids.idOfText(this.types[slot] as string, objects.texts);
     }
     return { count, timestamps, numbers, objects: asText(objects) };
   }
@@ -214,7 +215,7 @@ export class EventStore {
     const at = i * BATCH_WIDTH;
     this.counters.set(source.subarray(at, at + FIELDS), slot * FIELDS);
     this.ts[slot] = batch.timestamps[i] as bigint;
-    this.types[slot] = objects.types[i] as string;
+    this.types[slot] = tables.texts.get(source[at + FIELDS + 6] as number) as string;
     this.contexts[slot] = objects.contexts[i] ?? null;
     this.extras[slot] = objects.extras[i] ?? null;
     this.changes[slot] = source[at + FIELDS] as number;
@@ -340,8 +341,8 @@ export class EventStore {
   }
 }
 
-/** Numbers per record in a `StoredBatch`: the counters, change, sequence, flags, group, base, scope. */
-const BATCH_WIDTH = FIELDS + 6;
+/** Numbers per record in a `StoredBatch`: the counters, change, sequence, flags, group, base, scope, event type. */
+const BATCH_WIDTH = FIELDS + 7;
 
 /**
  * Stored records on their way from the tracker to its sink worker (see `EventStore.pack`): numbers
@@ -356,14 +357,43 @@ export interface StoredBatch {
   readonly objects: string | BatchObjects;
 }
 
-/** A batch's strings and objects: per record, then groups, base metadata and scopes new in it, by id. */
+/** What phase scopes of one phase path (on one thread) share: sent once, then named by id. */
+export interface PhaseKind {
+  readonly name: string;
+  readonly path: readonly string[];
+  readonly phasePath: string;
+  readonly depth: number;
+  readonly threadId: number;
+  readonly threadName: string;
+}
+
+/**
+ * A scope new in a batch: its id, its kind's id, its scope id and its parent's as a prefix (a text
+ * id: the session's, in the recorder's ids) and the rest, its sequence and its attributes.
+ */
+export type PackedScope = [
+  id: number,
+  kind: number,
+  prefix: number,
+  suffix: string,
+  parentPrefix: number,
+  parentSuffix: string | null,
+  sequence: number,
+  attributes: JsonObject | null,
+];
+
+/**
+ * A batch's strings and objects: per record, then the texts (event types, scope id prefixes),
+ * groups, base metadata, phase kinds and scopes new in it, by id.
+ */
 export interface BatchObjects {
-  readonly types: string[];
   readonly contexts: (string | null)[];
   readonly extras: (JsonObject | null)[];
+  readonly texts: [number, string][];
   readonly groups: [number, StoredGroup][];
   readonly bases: [number, JsonObject][];
-  readonly scopes: [number, RecordedPhase][];
+  readonly kinds: [number, PhaseKind][];
+  readonly scopes: PackedScope[];
 }
 
 function asText(objects: BatchObjects): string | BatchObjects {
@@ -377,6 +407,13 @@ function asText(objects: BatchObjects): string | BatchObjects {
 /** The tracker's side of batch ids: each object gets one id, sent with the first batch that uses it. */
 export class BatchIds {
   private readonly ids = new WeakMap<object, number>();
+  /** Event types and scope id prefixes: a handful per session. */
+  private readonly texts = new Map<string, number>();
+  /** Phase kinds by thread id, then phase path. */
+  private readonly kinds = new Map<number, Map<string, [number, PhaseKind]>>();
+  /** The last scope id prefix, and its text id. */
+  private lastPrefix: string | null = null;
+  private lastPrefixId = -1;
   private next = 0;
 
   idOf<T extends object>(value: T, fresh: [number, T][], copy: (value: T) => T): number {
@@ -388,23 +425,150 @@ export class BatchIds {
     }
     return id;
   }
+
+  idOfText(value: string, fresh: [number, string][]): number {
+    let id = this.texts.get(value);
+    if (id === undefined) {
+      id = this.next++;
+      this.texts.set(value, id);
+      fresh.push([id, value]);
+    }
+    return id;
+  }
+
+  /**
+   * A scope's id; a new scope goes into the batch as its kind (name, path, thread: the same at
+   * every step) and its own fields, so that a step's scopes cost the batch a few bytes each.
+   */
+  idOfScope(scope: RecordedPhase, objects: BatchObjects): number {
+    let id = this.ids.get(scope);
+    if (id !== undefined) return id;
+    id = this.next++;
+    this.ids.set(scope, id);
+    const scopeId = scope.scopeId;
+    const prefix = this.prefixOf(scopeId, objects.texts);
+    const suffix = scopeId.slice((this.lastPrefix as string).length);
+    const parentScopeId = scope.parentScopeId;
+    let parentPrefix = -1;
+    let parentSuffix: string | null = null;
+    if (parentScopeId !== null) {
+      parentPrefix = this.prefixOf(parentScopeId, objects.texts);
+      parentSuffix = parentScopeId.slice((this.lastPrefix as string).length);
+    }
+    objects.scopes.push([
+      id,
+      this.idOfKind(scope, objects.kinds),
+      prefix,
+      suffix,
+      parentPrefix,
+      parentSuffix,
+      scope.sequence,
+      scope.attributes ?? null,
+    ]);
+    return id;
+  }
+
+  /**
+   * The text id of a scope id's prefix, up to its last ":" (the session's, in the recorder's ids);
+   * `lastPrefix` is that prefix after the call.
+   */
+  private prefixOf(scopeId: string, fresh: [number, string][]): number {
+    const last = this.lastPrefix;
+    if (last !== null && scopeId.startsWith(last) && scopeId.indexOf(":", last.length) < 0)
+      return this.lastPrefixId;
+    const prefix = scopeId.slice(0, scopeId.lastIndexOf(":") + 1);
+    this.lastPrefix = prefix;
+    this.lastPrefixId = this.idOfText(prefix, fresh);
+    return this.lastPrefixId;
+  }
+
+  private idOfKind(scope: RecordedPhase, fresh: [number, PhaseKind][]): number {
+    let byPath = this.kinds.get(scope.threadId);
+    if (byPath === undefined) {
+      byPath = new Map();
+      this.kinds.set(scope.threadId, byPath);
+    }
+    const known = byPath.get(scope.phasePath);
+    // Names may contain " / ": two paths can join into one phase path.
+    if (
+      known !== undefined &&
+      known[1].threadName === scope.threadName &&
+      samePath(known[1].path, scope.path)
+    )
+      return known[0];
+    const kind: PhaseKind = {
+      name: scope.name,
+      path: scope.path,
+      phasePath: scope.phasePath,
+      depth: scope.depth,
+      threadId: scope.threadId,
+      threadName: scope.threadName,
+    };
+    const id = this.next++;
+    byPath.set(scope.phasePath, [id, kind]);
+    fresh.push([id, kind]);
+    return id;
+  }
+}
+
+function samePath(a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 /** The sink worker's side: what the ids stand for, and the current batch's objects. */
 export class BatchTables {
+  readonly texts = new Map<number, string>();
   readonly groups = new Map<number, StoredGroup>();
   readonly bases = new Map<number, JsonObject>();
+  readonly kinds = new Map<number, PhaseKind>();
   readonly scopes = new Map<number, RecordedPhase>();
-  objects: BatchObjects = { types: [], contexts: [], extras: [], groups: [], bases: [], scopes: [] };
+  objects: BatchObjects = {
+    contexts: [],
+    extras: [],
+    texts: [],
+    groups: [],
+    bases: [],
+    kinds: [],
+    scopes: [],
+  };
 
-  /** Reads a batch's objects and learns the groups, bases and scopes it introduces. */
+  /** Reads a batch's objects and learns what it introduces. */
   learn(batch: StoredBatch): void {
     const objects =
       typeof batch.objects === "string" ? (JSON.parse(batch.objects) as BatchObjects) : batch.objects;
     this.objects = objects;
+    for (const [id, text] of objects.texts) this.texts.set(id, text);
     for (const [id, group] of objects.groups) this.groups.set(id, group);
     for (const [id, base] of objects.bases) this.bases.set(id, base);
-    for (const [id, scope] of objects.scopes) this.scopes.set(id, scope);
+    for (const [id, kind] of objects.kinds) this.kinds.set(id, kind);
+    for (const [
+      id,
+      kindId,
+      prefix,
+      suffix,
+      parentPrefix,
+      parentSuffix,
+      sequence,
+      attributes,
+    ] of objects.scopes) {
+      const kind = this.kinds.get(kindId) as PhaseKind;
+      // Only `materialize` reads it, and it reads only these fields.
+      const scope = {
+        scopeId: (this.texts.get(prefix) as string) + suffix,
+        name: kind.name,
+        path: kind.path,
+        phasePath: kind.phasePath,
+        depth: kind.depth,
+        parentScopeId: parentSuffix === null ? null : (this.texts.get(parentPrefix) as string) + parentSuffix,
+        sequence,
+        threadId: kind.threadId,
+        threadName: kind.threadName,
+        attributes: attributes ?? undefined,
+      };
+      this.scopes.set(id, scope as unknown as RecordedPhase);
+    }
   }
 }
 
@@ -417,24 +581,6 @@ function copyGroup(group: StoredGroup): StoredGroup {
     deviceId: group.deviceId,
     capabilities: group.capabilities,
   };
-}
-
-/** The fields a phase record is written from, as plain data (a recorded scope is a class instance). */
-function copyScope(scope: RecordedPhase): RecordedPhase {
-  const copy = {
-    scopeId: scope.scopeId,
-    name: scope.name,
-    path: scope.path,
-    phasePath: scope.phasePath,
-    depth: scope.depth,
-    parentScopeId: scope.parentScopeId,
-    sequence: scope.sequence,
-    threadId: scope.threadId,
-    threadName: scope.threadName,
-    attributes: scope.attributes,
-  };
-  // Only `materialize` reads it on the other side, and it reads only these fields.
-  return copy as unknown as RecordedPhase;
 }
 
 /** The first counter that was read (NaN marks unread), else 0. */

@@ -287,6 +287,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   /** Store indices of records not yet given to the sink (see `committed`). */
   private pendingCommits: number[] = [];
   private readonly commitBatchLimit: number;
+  private readonly onTimerTask = (): void => this.onTimer();
   private readonly flushCommitsTask = (): void => {
     this.commitTimer = null;
     this.flushCommits();
@@ -627,7 +628,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   // ------------------------------------------------------------------ sampling
 
   private schedule(delayMs: number): void {
-    this.timer = this.scheduler.setTimeout(() => this.onTimer(), delayMs);
+    this.timer = this.scheduler.setTimeout(this.onTimerTask, delayMs);
   }
 
   private onTimer(): void {
@@ -635,14 +636,9 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     if (!this.running) return;
     const generation = this.generation;
     const startedNs = this.clock.nowNs();
-    const next = (backoffMs = 0) => {
-      if (!this.running || generation !== this.generation || this.timer !== null) return;
-      const elapsedMs = Number(this.clock.nowNs() - startedNs) / 1e6;
-      this.schedule(Math.max(backoffMs, this.samplingIntervalMs - elapsedMs, 0));
-    };
     // A `sampleNow()` still reading: this tick is skipped rather than overlapping it.
     if (this.busy !== null) {
-      next();
+      this.scheduleNext(generation, startedNs, 0);
       return;
     }
     let pending: Promise<void> | undefined;
@@ -650,24 +646,34 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       pending = this.iteration();
     } catch (error) {
       this.trackingError(error);
-      next(1_000);
+      this.scheduleNext(generation, startedNs, 1_000);
       return;
     }
     if (pending === undefined) {
-      next();
+      this.scheduleNext(generation, startedNs, 0);
       return;
     }
     this.busy = pending.then(
       () => {
         this.busy = null;
-        next();
+        this.scheduleNext(generation, startedNs, 0);
       },
       (error: unknown) => {
         this.busy = null;
         this.trackingError(error);
-        next(1_000);
+        this.scheduleNext(generation, startedNs, 1_000);
       },
     );
+  }
+
+  /**
+   * The next tick, an interval after this one began (at least `backoffMs` from now). A method, not
+   * a closure made per tick: a tick runs ten times a second inside training.
+   */
+  private scheduleNext(generation: number, startedNs: bigint, backoffMs: number): void {
+    if (!this.running || generation !== this.generation || this.timer !== null) return;
+    const elapsedMs = Number(this.clock.nowNs() - startedNs) / 1e6;
+    this.schedule(Math.max(backoffMs, this.samplingIntervalMs - elapsedMs, 0));
   }
 
   /**

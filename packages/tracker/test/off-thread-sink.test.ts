@@ -7,11 +7,13 @@ import { SinkWorkerError } from "../src/index.js";
 import { OffThreadSink } from "../src/off-thread-sink.js";
 import {
   BatchIds,
+  type BatchObjects,
   BatchTables,
   EventStore,
   PHASE_ENTER,
   PHASE_EXIT,
   type RecordContext,
+  type StoredBatch,
 } from "../src/store.js";
 import {
   cudaCapabilities,
@@ -242,6 +244,64 @@ describe("stored batches", () => {
     expect(objects(first).groups).toHaveLength(1);
     expect(objects(first).bases).toHaveLength(1);
     expect(objects(first).scopes).toHaveLength(1);
-    expect(objects(second)).toMatchObject({ groups: [], bases: [], scopes: [] });
+    expect(objects(second)).toMatchObject({ texts: [], groups: [], bases: [], kinds: [], scopes: [] });
+  });
+
+  it("send a phase's path, thread and scope id prefix once, and each later scope in a few bytes", () => {
+    const store = new EventStore(8);
+    const ids = new BatchIds();
+    const tables = new BatchTables();
+    const worker = new EventStore(1);
+    const objects = (batch: StoredBatch) => JSON.parse(batch.objects as string) as BatchObjects;
+    for (const sequence of [10, 20]) {
+      const next = { ...(scope as object), scopeId: `s:${sequence}`, sequence } as never;
+      const indices = [
+        store.push(6n, "phase_enter", null, group, null, 0, base, null, next, sequence, PHASE_ENTER),
+        store.push(7n, "phase_exit", null, group, null, 0, base, null, next, sequence + 1, PHASE_EXIT),
+      ];
+      const batch = store.pack(indices, ids);
+      const sent = objects(batch);
+      expect(sent.scopes).toHaveLength(1);
+      expect(sent.scopes[0]?.[3]).toBe(String(sequence));
+      // The kind (name, path, thread) and the texts (event types, "s:") only with the first batch.
+      expect(sent.kinds).toHaveLength(sequence === 10 ? 1 : 0);
+      expect(sent.texts.map(([, text]) => text)).toEqual(
+        sequence === 10 ? ["s:", "phase_enter", "phase_exit"] : [],
+      );
+      tables.learn(batch);
+      for (let i = 0; i < batch.count; i++) {
+        const rebuilt = worker.materialize(worker.unpack(batch, i, tables), context);
+        expect(rebuilt).toEqual(store.materialize(indices[i] as number, context));
+      }
+    }
+  });
+
+  it("keep apart paths that join into one phase path, and scope ids of any form", () => {
+    const store = new EventStore(8);
+    const nested = {
+      ...(scope as object),
+      ...{ name: "b", path: ["a", "b"], phasePath: "a / b", depth: 2 },
+      ...{ scopeId: "run:7:3", parentScopeId: "other:2" },
+    };
+    const slashed = {
+      ...nested,
+      name: "a / b",
+      path: ["a / b"],
+      depth: 1,
+      scopeId: "plain",
+      parentScopeId: null,
+    };
+    const indices = [nested, slashed].map((one, i) =>
+      store.push(BigInt(i), "phase_enter", null, group, null, 0, base, null, one as never, i, PHASE_ENTER),
+    );
+    const batch = store.pack(indices, new BatchIds());
+    expect((JSON.parse(batch.objects as string) as BatchObjects).kinds).toHaveLength(2);
+    const tables = new BatchTables();
+    tables.learn(batch);
+    const worker = new EventStore(1);
+    for (let i = 0; i < batch.count; i++) {
+      const rebuilt = worker.materialize(worker.unpack(batch, i, tables), context);
+      expect(rebuilt).toEqual(store.materialize(indices[i] as number, context));
+    }
   });
 });
