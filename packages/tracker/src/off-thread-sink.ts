@@ -65,6 +65,8 @@ export class OffThreadSink implements TelemetryWriter {
   private readonly handleProcessExit: boolean;
   /** The summaries' `source`, as the worker's sink resolves it. */
   private readonly source: string;
+  /** At most half the worker's sink queue (see `appendStored`). */
+  private readonly recordsPerBatch: number;
   private readonly diagnostics: Float64Array;
   private readonly closedFlag: Int32Array;
   private readonly ids = new BatchIds();
@@ -78,7 +80,9 @@ export class OffThreadSink implements TelemetryWriter {
 
   /** Checks the options (throws `InvalidConfigError` as `TelemetrySink` does) and opens the sink on the worker. */
   constructor(options: TelemetrySinkOptions) {
-    this.source = resolveSinkConfig(options).source;
+    const resolved = resolveSinkConfig(options);
+    this.source = resolved.source;
+    this.recordsPerBatch = Math.max(1, Math.floor(resolved.maxQueueEvents / 2));
     const { logger, clock: _clock, scheduler: _scheduler, ...crossing } = options;
     this.logger = logger ?? consoleSinkLogger;
     this.handleProcessExit = options.handleProcessExit ?? true;
@@ -151,6 +155,16 @@ export class OffThreadSink implements TelemetryWriter {
   /** Sends stored records (`indices` of `store`) to be built and written on the worker. */
   appendStored(store: EventStore, indices: readonly number[], context: RecordContext): void {
     this.ensureRunning();
+    // The worker waits for a flush before a batch while half its sink's queue is taken: a batch
+    // larger than that would overflow the queue.
+    const most = this.recordsPerBatch;
+    if (indices.length <= most) this.sendBatch(store, indices, context);
+    else
+      for (let start = 0; start < indices.length; start += most)
+        this.sendBatch(store, indices.slice(start, start + most), context);
+  }
+
+  private sendBatch(store: EventStore, indices: readonly number[], context: RecordContext): void {
     const batch = store.pack(indices, this.ids);
     const request: SinkWorkerRequest =
       context === this.sentContext
