@@ -208,6 +208,21 @@ describe("stored batches", () => {
     attributes: { step: 3 },
   } as never;
 
+  /** The worker (`tables`, `worker`) rebuilds each packed record as the tracker's store builds it. */
+  function expectRebuiltAlike(
+    store: EventStore,
+    indices: readonly number[],
+    batch: StoredBatch,
+    tables: BatchTables,
+    worker: EventStore,
+  ): void {
+    tables.learn(batch);
+    for (let i = 0; i < batch.count; i++) {
+      const rebuilt = worker.materialize(worker.unpack(batch, i, tables), context);
+      expect(rebuilt).toEqual(store.materialize(indices[i] as number, context));
+    }
+  }
+
   function fill(store: EventStore, extra: Record<string, unknown> | null): number[] {
     const counters = reading({ allocated: 10, reserved: 20 });
     return [
@@ -224,12 +239,7 @@ describe("stored batches", () => {
       const batch = store.pack(indices, new BatchIds());
       expect(typeof batch.objects).toBe(typeof extra.huge === "bigint" ? "object" : "string");
       const tables = new BatchTables();
-      tables.learn(batch);
-      const worker = new EventStore(1);
-      for (let i = 0; i < batch.count; i++) {
-        const rebuilt = worker.materialize(worker.unpack(batch, i, tables), context);
-        expect(rebuilt).toEqual(store.materialize(indices[i] as number, context));
-      }
+      expectRebuiltAlike(store, indices, batch, tables, new EventStore(1));
       // A scope is forgotten after its exit record.
       expect(tables.scopes.size).toBe(0);
     }
@@ -268,11 +278,7 @@ describe("stored batches", () => {
       expect(sent.texts.map(([, text]) => text)).toEqual(
         sequence === 10 ? ["s:", "phase_enter", "phase_exit"] : [],
       );
-      tables.learn(batch);
-      for (let i = 0; i < batch.count; i++) {
-        const rebuilt = worker.materialize(worker.unpack(batch, i, tables), context);
-        expect(rebuilt).toEqual(store.materialize(indices[i] as number, context));
-      }
+      expectRebuiltAlike(store, indices, batch, tables, worker);
     }
   });
 
@@ -296,12 +302,6 @@ describe("stored batches", () => {
     );
     const batch = store.pack(indices, new BatchIds());
     expect((JSON.parse(batch.objects as string) as BatchObjects).kinds).toHaveLength(2);
-    const tables = new BatchTables();
-    tables.learn(batch);
-    const worker = new EventStore(1);
-    for (let i = 0; i < batch.count; i++) {
-      const rebuilt = worker.materialize(worker.unpack(batch, i, tables), context);
-      expect(rebuilt).toEqual(store.materialize(indices[i] as number, context));
-    }
+    expectRebuiltAlike(store, indices, batch, new BatchTables(), new EventStore(1));
   });
 });
