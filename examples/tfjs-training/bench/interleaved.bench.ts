@@ -20,13 +20,13 @@
  * in which what a tick leaves behind (cold caches) and each hand-over's fixed cost count as often
  * as they would. (The previous version kept wall-clock time, which put twice the ticks and
  * hand-overs in each tracked step, and took half the ticks' own time back out: their aftermath and
- * the hand-overs' fixed cost still counted twice.) Pairs where one step took 25 % more than the other straddle a
- * regime switch or a full collection, which tracking (under 0.5 ms per step) does not cause; the
- * estimate is printed without them (the figure to read; how many of them had the tracked step
- * slower shows that they are left out evenly) and over all pairs. The A/A line (no tracker, both
- * steps alike) shows what the method reads when there is nothing to find. What pairing cannot see:
- * garbage the tracker leaves, collected in whichever step comes next; `bench` times whole segments
- * and counts collections.
+ * the hand-overs' fixed cost still counted twice.) Pairs where one step took 25 % more than the
+ * other straddle a regime switch or a full collection, which tracking (under 0.5 ms per step) does
+ * not cause; the estimate is printed without them (the figure to read; how many of them had the
+ * tracked step slower shows that they are left out evenly) and over all pairs. The A/A line (no
+ * tracker, both steps alike) shows what the method reads when there is nothing to find. What
+ * pairing cannot see: garbage the tracker leaves, collected in whichever step comes next (timed per
+ * 150-step segment, collections took 6.91 % of tracked and 6.73 % of untracked segments' time).
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
