@@ -198,11 +198,12 @@ export class EventStore {
       numbers[out + FIELDS + 1] = this.sequences[slot] as number;
       numbers[out + FIELDS + 2] = this.flags[slot] as number;
       numbers[out + FIELDS + 3] = ids.idOf(this.groups[slot] as StoredGroup, objects.groups, copyGroup);
-      numbers[out + FIELDS + 4] = ids.idOf(this.bases[slot] as JsonObject, objects.bases, sameObject);
+      numbers[out + FIELDS + 4] = ids.idOfBase(this.bases[slot] as JsonObject, objects.bases);
       const scope = this.scopes[slot];
       numbers[out + FIELDS + 5] = scope === null || scope === undefined ? -1 : ids.idOfScope(scope, objects);
       numbers[out + FIELDS + 6] = ids.idOfText(this.types[slot] as string, objects.texts);
     }
+    ids.endBatch();
     return { count, timestamps, numbers, objects: asText(objects) };
   }
 
@@ -411,6 +412,9 @@ export class BatchIds {
   private readonly texts = new Map<string, number>();
   /** Phase kinds by thread id, then phase path. */
   private readonly kinds = new Map<number, Map<string, [number, PhaseKind]>>();
+  /** Base metadata ids of the batch being packed, and of the one before. */
+  private basesNow = new Map<JsonObject, number>();
+  private basesBefore = new Map<JsonObject, number>();
   /** The last scope id prefix, and its text id. */
   private lastPrefix: string | null = null;
   private lastPrefixId = -1;
@@ -424,6 +428,29 @@ export class BatchIds {
       fresh.push([id, copy(value)]);
     }
     return id;
+  }
+
+  /**
+   * A base metadata object's id. Bases come and go with collector health (a flapping collector makes
+   * new ones every sample), so both sides keep only those of the last batch: one used again after
+   * a batch without it is sent again.
+   */
+  idOfBase(base: JsonObject, fresh: [number, JsonObject][]): number {
+    let id = this.basesNow.get(base);
+    if (id !== undefined) return id;
+    id = this.basesBefore.get(base);
+    if (id === undefined) {
+      id = this.next++;
+      fresh.push([id, base]);
+    }
+    this.basesNow.set(base, id);
+    return id;
+  }
+
+  /** Ends a batch (see `idOfBase`). */
+  endBatch(): void {
+    this.basesBefore = this.basesNow;
+    this.basesNow = new Map();
   }
 
   idOfText(value: string, fresh: [number, string][]): number {
@@ -521,7 +548,8 @@ function samePath(a: readonly string[], b: readonly string[]): boolean {
 export class BatchTables {
   readonly texts = new Map<number, string>();
   readonly groups = new Map<number, StoredGroup>();
-  readonly bases = new Map<number, JsonObject>();
+  /** The base metadata of the current batch's records (`BatchIds.idOfBase`). */
+  bases = new Map<number, JsonObject>();
   readonly kinds = new Map<number, PhaseKind>();
   readonly scopes = new Map<number, RecordedPhase>();
   objects: BatchObjects = {
@@ -541,7 +569,14 @@ export class BatchTables {
     this.objects = objects;
     for (const [id, text] of objects.texts) this.texts.set(id, text);
     for (const [id, group] of objects.groups) this.groups.set(id, group);
-    for (const [id, base] of objects.bases) this.bases.set(id, base);
+    const previous = this.bases;
+    const fresh = new Map(objects.bases);
+    this.bases = new Map();
+    const numbers = batch.numbers;
+    for (let at = FIELDS + 4; at < numbers.length; at += BATCH_WIDTH) {
+      const id = numbers[at] as number;
+      if (!this.bases.has(id)) this.bases.set(id, (fresh.get(id) ?? previous.get(id)) as JsonObject);
+    }
     for (const [id, kind] of objects.kinds) this.kinds.set(id, kind);
     for (const [
       id,
@@ -571,8 +606,6 @@ export class BatchTables {
     }
   }
 }
-
-const sameObject = <T>(value: T): T => value;
 
 /** A group's fields as plain data (a `DeviceGroup` holds collectors, which cannot cross threads). */
 function copyGroup(group: StoredGroup): StoredGroup {

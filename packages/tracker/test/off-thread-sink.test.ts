@@ -282,6 +282,33 @@ describe("stored batches", () => {
     }
   });
 
+  it("keep only the last batch's base metadata on both sides, however often health flaps", () => {
+    const store = new EventStore(8);
+    const ids = new BatchIds();
+    const tables = new BatchTables();
+    const worker = new EventStore(1);
+    const sample = (onBase: object) =>
+      store.push(5n, "sample", "Sample", group, null, 0, onBase as never, null, null, 0, 0);
+    const sentBases = (batch: StoredBatch) => (JSON.parse(batch.objects as string) as BatchObjects).bases;
+    const steady = { ...base };
+    for (let round = 0; round < 100; round++) {
+      // A flapping collector: a new base each sample, beside the steady one.
+      const flapping = { ...base, collector_health_status: round % 2 ? "healthy" : "degraded" };
+      const indices = [sample(steady), sample(flapping)];
+      const batch = store.pack(indices, ids);
+      expect(sentBases(batch)).toHaveLength(round === 0 ? 2 : 1);
+      expectRebuiltAlike(store, indices, batch, tables, worker);
+      expect(tables.bases.size).toBe(2);
+    }
+    // A base used again after a batch without it is sent again, and rebuilt alike.
+    const gap = store.pack([sample({ ...base })], ids);
+    expectRebuiltAlike(store, [store.written - 1], gap, tables, worker);
+    const again = [sample(steady)];
+    const batch = store.pack(again, ids);
+    expect(sentBases(batch)).toHaveLength(1);
+    expectRebuiltAlike(store, again, batch, tables, worker);
+  });
+
   it("keep apart paths that join into one phase path, and scope ids of any form", () => {
     const store = new EventStore(8);
     const nested = {
