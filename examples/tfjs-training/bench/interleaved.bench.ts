@@ -49,8 +49,13 @@ const OUTLIER_LOG_RATIO = Math.log(1.25);
  * and the sink worker's work it starts, all fall in tracked steps, as often per tracked step as in
  * such a run. Timer callbacks are counted and timed, sampling ticks apart.
  */
+interface SteppedTimer {
+  readonly dueMs: number;
+  readonly fire: () => void;
+}
+
 class TrackedTimeScheduler implements Scheduler {
-  private readonly timers = new Set<{ dueMs: number; fire: () => void }>();
+  private readonly timers = new Set<SteppedTimer>();
   /** Milliseconds of tracked steps so far, the current one excluded. */
   private trackedMs = 0;
   private stepStartedAt: number | null = null;
@@ -68,7 +73,7 @@ class TrackedTimeScheduler implements Scheduler {
   setTimeout(callback: () => void, delayMs: number): TimerHandle {
     // The tracker schedules its next tick an interval after the last one began: 100 ms minus that tick's time.
     const sampling = delayMs > 0.9 * BENCH_SAMPLING_INTERVAL_MS && delayMs <= BENCH_SAMPLING_INTERVAL_MS;
-    const timer = {
+    const timer: SteppedTimer = {
       dueMs: this.now() + delayMs,
       fire: () => {
         const started = performance.now();
@@ -88,7 +93,15 @@ class TrackedTimeScheduler implements Scheduler {
   }
 
   clearTimeout(handle: TimerHandle): void {
-    this.timers.delete(handle as { dueMs: number; fire: () => void });
+    this.timers.delete(handle as SteppedTimer);
+  }
+
+  /** Starts the counts afresh (after the warm-up). */
+  resetCounts(): void {
+    this.samplingTicks = 0;
+    this.samplingMs = 0;
+    this.otherTimers = 0;
+    this.otherMs = 0;
   }
 
   /** Starts a tracked step: runs the timers that came due. */
@@ -122,13 +135,9 @@ async function timedStep(host: PhaseHost, scheduler: TrackedTimeScheduler | null
 
 /** Per pair, the tracked and the untracked step (ms); the tracker's timers over the paired steps. */
 interface Pairs {
-  tracked: Float64Array;
-  untracked: Float64Array;
-  samplingTicks: number;
-  samplingMs: number;
-  /** Hand-overs to the sink, and any other timer. */
-  otherTimers: number;
-  otherMs: number;
+  readonly tracked: Float64Array;
+  readonly untracked: Float64Array;
+  readonly timers: Pick<TrackedTimeScheduler, "samplingTicks" | "samplingMs" | "otherTimers" | "otherMs">;
 }
 
 /** PAIRS pairs of steps, ABBA; `tracker` null is the A/A run (both steps untracked). */
@@ -142,7 +151,7 @@ async function pairedRun(
     await timedStep(step % 2 ? trackedHost : noopPhaseHost, step % 2 ? scheduler : null);
   const tracked = new Float64Array(PAIRS);
   const untracked = new Float64Array(PAIRS);
-  const before = { ...scheduler };
+  scheduler?.resetCounts();
   for (let pair = 0; pair < PAIRS; pair++) {
     if (pair % 2 === 0) {
       tracked[pair] = await timedStep(trackedHost, scheduler);
@@ -152,18 +161,9 @@ async function pairedRun(
       tracked[pair] = await timedStep(trackedHost, scheduler);
     }
   }
-  const since = (key: "samplingTicks" | "samplingMs" | "otherTimers" | "otherMs") =>
-    (scheduler?.[key] ?? 0) - (before[key] ?? 0);
-  const pairs: Pairs = {
-    tracked,
-    untracked,
-    samplingTicks: since("samplingTicks"),
-    samplingMs: since("samplingMs"),
-    otherTimers: since("otherTimers"),
-    otherMs: since("otherMs"),
-  };
+  const { samplingTicks = 0, samplingMs = 0, otherTimers = 0, otherMs = 0 } = scheduler ?? {};
   await tracker?.stop();
-  return pairs;
+  return { tracked, untracked, timers: { samplingTicks, samplingMs, otherTimers, otherMs } };
 }
 
 /** The overhead of tracking every step, estimated from the given pairs (see the file's comment). */
@@ -235,14 +235,15 @@ for (const mode of selected) {
   const [allValue, allLow, allHigh] = withInterval(pairs, all);
   const trackedMs = pairs.tracked.reduce((a, b) => a + b, 0);
   const wall = trackedMs + pairs.untracked.reduce((a, b) => a + b, 0);
-  // Per second of tracked steps here, against per second of a run tracking every step (wall / interval).
+  const { samplingTicks, samplingMs, otherTimers, otherMs } = pairs.timers;
+  // Per second of tracked steps; a run tracking every step has at most 1000 / interval ticks a second.
   const rate = (count: number) => (count / trackedMs) * 1000;
   console.log(
     `${label.padEnd(28)} ${percent(value).padStart(7)} (${percent(low)} .. ${percent(high)}), ` +
       `${PAIRS - kept.length} pairs over 25 % left out (${slowerTracked} with the tracked step slower); all pairs ${percent(allValue)} (${percent(allLow)} .. ${percent(allHigh)}); ` +
       `median step ${median(pairs.untracked).toFixed(2)} ms untracked, ${median(pairs.tracked).toFixed(2)} ms tracked; ` +
-      `per second of tracked steps: ${rate(pairs.samplingTicks).toFixed(1)} sampling ticks (every step tracked: ${(1000 / BENCH_SAMPLING_INTERVAL_MS).toFixed(1)}), ` +
-      `${rate(pairs.otherTimers).toFixed(1)} hand-overs; their time ${percent(pairs.samplingMs / trackedMs)} and ${percent(pairs.otherMs / trackedMs)} of tracked steps' (wall ${(wall / 1000).toFixed(0)} s)`,
+      `per second of tracked steps: ${rate(samplingTicks).toFixed(1)} sampling ticks (at most ${(1000 / BENCH_SAMPLING_INTERVAL_MS).toFixed(1)}), ` +
+      `${rate(otherTimers).toFixed(1)} hand-overs; their time ${percent(samplingMs / trackedMs)} and ${percent(otherMs / trackedMs)} of tracked steps' (wall ${(wall / 1000).toFixed(0)} s)`,
   );
 }
 rmSync(sinkDir, { recursive: true, force: true });

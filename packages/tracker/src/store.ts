@@ -197,7 +197,7 @@ export class EventStore {
       numbers[out + FIELDS] = this.changes[slot] as number;
       numbers[out + FIELDS + 1] = this.sequences[slot] as number;
       numbers[out + FIELDS + 2] = this.flags[slot] as number;
-      numbers[out + FIELDS + 3] = ids.idOf(this.groups[slot] as StoredGroup, objects.groups, copyGroup);
+      numbers[out + FIELDS + 3] = ids.idOfGroup(this.groups[slot] as StoredGroup, objects.groups);
       numbers[out + FIELDS + 4] = ids.idOfBase(this.bases[slot] as JsonObject, objects.bases);
       const scope = this.scopes[slot];
       numbers[out + FIELDS + 5] = scope === null || scope === undefined ? -1 : ids.idOfScope(scope, objects);
@@ -407,6 +407,7 @@ function asText(objects: BatchObjects): string | BatchObjects {
 
 /** The tracker's side of batch ids: each object gets one id, sent with the first batch that uses it. */
 export class BatchIds {
+  /** Device groups and phase scopes, by identity. */
   private readonly ids = new WeakMap<object, number>();
   /** Event types and scope id prefixes: a handful per session. */
   private readonly texts = new Map<string, number>();
@@ -420,12 +421,13 @@ export class BatchIds {
   private lastPrefixId = -1;
   private next = 0;
 
-  idOf<T extends object>(value: T, fresh: [number, T][], copy: (value: T) => T): number {
-    let id = this.ids.get(value);
+  /** A device group's id (a session has a few, fixed: sent once). */
+  idOfGroup(group: StoredGroup, fresh: [number, StoredGroup][]): number {
+    let id = this.ids.get(group);
     if (id === undefined) {
       id = this.next++;
-      this.ids.set(value, id);
-      fresh.push([id, copy(value)]);
+      this.ids.set(group, id);
+      fresh.push([id, copyGroup(group)]);
     }
     return id;
   }
