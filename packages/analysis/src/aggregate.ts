@@ -11,6 +11,9 @@
 import { ALERT_EVENT_TYPES, type JsonObject, type JsonValue, type TelemetryEvent } from "@stormlog/core";
 import { TimeRangeError } from "./errors.js";
 
+/** `metadata.phase_counters` of a phase record whose counters were read at the boundary itself. */
+export const BOUNDARY_READ = "boundary_read";
+
 /** At most this many alerts and health transitions are kept per rank and segment (counts stay exact). */
 export const DETAIL_CAP = 1000;
 
@@ -64,6 +67,13 @@ export interface BoundaryEntry {
   readonly used: number;
   /** `metadata.tfjs_num_tensors` on the boundary record, NaN when absent. */
   readonly tensors: number;
+  /** `device_total_bytes` on the boundary record, NaN when null. */
+  readonly total: number;
+  /**
+   * `metadata.phase_counters === "boundary_read"`: the counters were read at the boundary itself.
+   * Otherwise (`"last_sample"`, or absent as the Python Stormlog writes) they repeat the last sample.
+   */
+  readonly boundaryRead: boolean;
 }
 
 /** An alert event (`warning`, `critical`, `error`). */
@@ -516,6 +526,8 @@ export interface LineFields {
   readonly used: number;
   readonly total: number;
   readonly tensors: number;
+  /** Top-level `metadata.phase_counters` is `"boundary_read"`. */
+  readonly boundaryRead: boolean;
   timestampNs(): bigint;
 }
 
@@ -625,6 +637,8 @@ export class Accumulator {
       reserved: fields.reserved,
       used: fields.used,
       tensors: fields.tensors,
+      total: fields.total,
+      boundaryRead: fields.boundaryRead,
     });
   }
 
@@ -683,6 +697,8 @@ export class Accumulator {
           reserved,
           used,
           tensors: tensorsOf(event.metadata),
+          total: nullable(event.device_total_bytes),
+          boundaryRead: event.metadata.phase_counters === BOUNDARY_READ,
         });
       }
     } else if (ALERT_EVENT_TYPES.has(eventType)) {

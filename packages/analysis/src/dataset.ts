@@ -54,6 +54,8 @@ export interface RankSeries {
   readonly peaks: readonly [CounterPeak | null, CounterPeak | null, CounterPeak | null];
   /** Phase boundaries in storage order. */
   readonly boundaries: readonly BoundaryEntry[];
+  /** Storage order of each boundary (as `order`), so that boundaries and samples interleave exactly. */
+  readonly boundaryOrder: Float64Array;
   readonly alerts: readonly AlertEntry[];
   readonly health: readonly HealthEntry[];
 }
@@ -287,6 +289,7 @@ function single(
     maxTs: part.maxTs,
     peaks: part.peaks,
     boundaries: part.boundaries,
+    boundaryOrder: Float64Array.from(part.boundaries, (boundary) => orderBase + boundary.line),
     alerts: part.alerts,
     health: part.health,
   });
@@ -314,6 +317,7 @@ function combine(
   const identities: SampleIdentity[] = [];
   let identity: Uint16Array | null = null;
   const boundaries: BoundaryEntry[] = [];
+  const boundaryOrders: number[] = [];
   const alerts: AlertEntry[] = [];
   const health: HealthEntry[] = [];
   const peaks: [CounterPeak | null, CounterPeak | null, CounterPeak | null] = [null, null, null];
@@ -360,7 +364,10 @@ function combine(
       for (let i = 0; i < count; i++) identity[offset + i] = map[local === null ? 0 : local[i]!]!;
     }
     offset += count;
-    for (const boundary of part.boundaries) boundaries.push(boundary);
+    for (const boundary of part.boundaries) {
+      boundaries.push(boundary);
+      boundaryOrders.push(orderBase + boundary.line);
+    }
     for (const alert of part.alerts) alerts.push(alert);
     for (const entry of part.health) health.push(entry);
     part.peaks.forEach((peak, i) => {
@@ -396,6 +403,7 @@ function combine(
     maxTs,
     peaks,
     boundaries,
+    boundaryOrder: Float64Array.from(boundaryOrders),
     alerts,
     health,
   });

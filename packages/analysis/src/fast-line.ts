@@ -5,7 +5,7 @@
  * reads the same values; anything else (other layouts, escapes, non-ASCII, float tokens, NaN in
  * metadata, a rule broken) returns false and the caller decodes the line on the general path,
  * which also produces the precise error. The metadata object is validated as JSON byte by byte and
- * its top-level `tfjs_num_tensors` is read on the way.
+ * its top-level `tfjs_num_tensors` and `phase_counters` are read on the way.
  */
 
 import type { LineFields } from "./aggregate.js";
@@ -61,6 +61,8 @@ const K_TIMESTAMP = literal(', "timestamp_ns": ');
 const K_WORLD_SIZE = literal(', "world_size": ');
 const TENSORS_KEY = enc("tfjs_num_tensors");
 const SCOPE_KEY = enc("phase_scope");
+const COUNTERS_KEY = enc("phase_counters");
+const BOUNDARY_READ_VALUE = enc('"boundary_read"');
 
 /** Result of a failed numeric read. */
 const FAIL = -1.5;
@@ -152,6 +154,8 @@ export class CanonicalLineReader implements LineFields {
   /** Byte range of the top-level `metadata.phase_scope` value (its JSON text), or -1. */
   scopeStart = -1;
   scopeEnd = -1;
+  /** Top-level `metadata.phase_counters` is `"boundary_read"`. */
+  boundaryRead = false;
 
   private headScratch = 0;
   private tailScratch = 0;
@@ -408,7 +412,7 @@ export class CanonicalLineReader implements LineFields {
   /**
    * Validates the metadata object as JSON (RFC 8259 grammar; escapes allowed inside strings,
    * non-ASCII and Python's NaN/Infinity sent to the general path), noting its extent, whether a
-   * token would need the exact parser, and the top-level `tfjs_num_tensors`.
+   * token would need the exact parser, the top-level `tfjs_num_tensors` and `phase_counters`.
    */
   private metadata(): boolean {
     const buf = this.buf;
@@ -419,6 +423,7 @@ export class CanonicalLineReader implements LineFields {
     this.metadataInexact = false;
     this.scopeStart = -1;
     this.scopeEnd = -1;
+    this.boundaryRead = false;
     if (buf[p + 1] === 0x7d) {
       this.metadataEmpty = true;
       this.pos = p + 2;
@@ -434,6 +439,7 @@ export class CanonicalLineReader implements LineFields {
     let expectKey = true;
     let allowClose = true;
     let tensorsNext = false;
+    let countersNext = false;
     // The value of a top-level phase_scope key is being read (its end is noted back at depth 0).
     let scopeOpen = false;
     for (;;) {
@@ -462,8 +468,12 @@ export class CanonicalLineReader implements LineFields {
             for (let i = keyStart; i < p - 1; i++) if (buf[i] === 0x5c) return false;
             tensorsNext = sameBytes(buf, keyStart, p - 1, TENSORS_KEY);
             scopeOpen = sameBytes(buf, keyStart, p - 1, SCOPE_KEY);
+            countersNext = sameBytes(buf, keyStart, p - 1, COUNTERS_KEY);
+            // The last of duplicate keys wins: a phase_counters that is not "boundary_read" resets it.
+            if (countersNext) this.boundaryRead = false;
           } else {
             tensorsNext = false;
+            countersNext = false;
           }
           p = skipSpace(buf, p);
           if (buf[p] !== 0x3a) return false;
@@ -492,13 +502,20 @@ export class CanonicalLineReader implements LineFields {
           expectKey = c === 0x7b;
           allowClose = true;
           tensorsNext = false;
+          countersNext = false;
           continue;
         } else {
           // A tfjs_num_tensors that is not a number counts as absent (set again below when it is).
           if (tensorsNext) this.tensors = Number.NaN;
           if (c === 0x22) {
+            const valueStart = p;
             p = skipString(buf, p);
             if (p < 0) return false;
+            if (countersNext) {
+              // An escape could spell boundary_read: the general path decides.
+              for (let i = valueStart; i < p; i++) if (buf[i] === 0x5c) return false;
+              this.boundaryRead = sameBytes(buf, valueStart, p, BOUNDARY_READ_VALUE);
+            }
           } else if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
             const start = p;
             p = skipNumber(buf, p);
@@ -528,6 +545,7 @@ export class CanonicalLineReader implements LineFields {
             return false;
           }
           tensorsNext = false;
+          countersNext = false;
         }
       }
       // After a value or a closed container: ',' or the closer of the current container.

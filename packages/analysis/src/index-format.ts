@@ -21,7 +21,7 @@ import {
   SessionPart,
 } from "./aggregate.js";
 
-const MAGIC = Buffer.from("SLAGG\u0003\u0000\u0000", "latin1");
+const MAGIC = Buffer.from("SLAGG\u0004\u0000\u0000", "latin1");
 
 /** Rows are cut into JSON texts of about this many characters (well under V8's 100 KB). */
 const ROW_CHUNK_CHARS = 32 * 1024;
@@ -81,8 +81,11 @@ interface RankHeader {
   health: Chunks;
 }
 
-/** [ts, type (0 enter, 1 exit), line, allocated, reserved, used, tensors, scope, exact]: scope is plain JSON, or an exact JSON string when `exact` is 1. */
-type BoundaryRow = [string, number, number, Num, Num, Num, Num, JsonValue, number];
+/**
+ * [ts, type (0 enter, 1 exit), line, allocated, reserved, used, tensors, scope, exact, total,
+ * boundary read (0/1)]: scope is plain JSON, or an exact JSON string when `exact` is 1.
+ */
+type BoundaryRow = [string, number, number, Num, Num, Num, Num, JsonValue, number, Num, number];
 /** [ts, type, context, oom reason, used, allocated, origin hints as exact JSON or null]. */
 type AlertRow = [string, string, string | null, string | null, Num, Num, string | null];
 type HealthRow = [string, string, string, string | null, string | null, string | null];
@@ -121,6 +124,8 @@ class Boundary implements BoundaryEntry {
     readonly reserved: number,
     readonly used: number,
     readonly tensors: number,
+    readonly total: number,
+    readonly boundaryRead: boolean,
   ) {}
 }
 
@@ -206,7 +211,7 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
             exact = plain ? 0 : 1;
           }
           const type = b.eventType === "phase_enter" ? 0 : 1;
-          return `["${b.timestampNs}",${type},${b.line},${numJson(b.allocated)},${numJson(b.reserved)},${numJson(b.used)},${numJson(b.tensors)},${scope},${exact}]`;
+          return `["${b.timestampNs}",${type},${b.line},${numJson(b.allocated)},${numJson(b.reserved)},${numJson(b.used)},${numJson(b.tensors)},${scope},${exact},${numJson(b.total)},${b.boundaryRead ? 1 : 0}]`;
         }),
         alerts: rows(
           part.alerts,
@@ -382,7 +387,7 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
       samples.tensors = new Float64Array(buffer, at + 48 * n, n);
       samples.identity = r.hasIdentity ? new Uint16Array(buffer, at + 56 * n, n) : null;
       const boundariesRead = eachRow<BoundaryRow>(r.boundaries, (row) => {
-        const [t, type, line, allocated, reserved, used, tensors, scope, exact] = row;
+        const [t, type, line, allocated, reserved, used, tensors, scope, exact, total, boundaryRead] = row;
         part.boundaries.push(
           new Boundary(
             BigInt(t),
@@ -393,6 +398,8 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
             unnum(reserved),
             unnum(used),
             unnum(tensors),
+            unnum(total),
+            boundaryRead === 1,
           ),
         );
       });
