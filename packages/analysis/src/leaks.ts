@@ -1,88 +1,79 @@
 /**
- * Leak verdicts per phase path. A phase leaks when its repeated occurrences keep adding memory that
- * stays: each occurrence ends higher than it started (net change > 0) AND the level left behind
- * keeps rising from one occurrence to the next, through the later occurrences, not just at the
- * start. Checked per rank (each process leaks on its own) on the second half of the occurrences:
+ * Leak verdicts per phase path, by retention (docs/leak-verdicts.md). A phase leaks when memory that
+ * grows during it is still held when its enclosing repeated unit (the parent's next occurrence: the
+ * step) comes around again, and the unit's level keeps rising from occurrence to occurrence.
  *
- * - a phase that allocates and a sibling that frees (forward/backward) is not a leak: its level
- *   after each occurrence stays flat;
- * - a sibling of a leaking phase is not a leak: its net change is zero, though the level rises;
- * - warm-up (arenas, caches) is a plateau: the phase's own net changes raised the level over the
- *   first half, and the level then stopped rising;
- * - the last third must still grow at a rate of at least half the retained amount per occurrence,
- *   so a plateau that begins late in the run is not taken for a leak.
+ * - The unit's level when it ends is tested for a rising trend (Mann-Kendall, Theil-Sen slope) over
+ *   all its occurrences, its later half and its last third; a rise made of one step is a plateau.
+ * - Inside the unit, each child's growth is paid back first-in first-out by what later siblings and
+ *   the parent's own code free in the same occurrence; what stays unpaid is the child's retention.
+ *   It is computed on the unit's average profile (one reading per boundary, averaged over the
+ *   occurrences that share the commonest list of children), with segments that noise alone explains
+ *   set to zero, and bootstrapped over occurrences for the share behind the confidence.
+ * - A top-level phase, or one whose parent repeats too rarely, is judged on its own occurrences: its
+ *   level when it ends keeps rising and its own net change carries at least a quarter of that rise.
+ * - Phase records that carry the last sample's counters (the Python tracker's) cannot separate the
+ *   children of a step: they get `insufficient_data`, and the step is judged on its levels.
  *
- * The same test runs on bytes (allocator allocated, else device used) and on tensor counts where
- * the tfjs adapter records them.
+ * The same test runs on bytes (allocator allocated, else device used) and on tfjs tensor counts.
  */
 import { formatBytes } from "@stormlog/core";
-import { median, type Occurrence } from "./phase-stats.js";
+import type { Occurrence } from "./phase-stats.js";
+import { localNoise, median, risingTrend, seededRandom, type TrendTest } from "./trend.js";
 import type { LeakEvidence, LeakReport, LeakVerdictKind } from "./types.js";
 
 /** Occurrences per rank needed for a verdict. */
-export const MIN_LEAK_OCCURRENCES = 5;
-/** Share of later occurrences that must end higher than they began. */
-export const MIN_POSITIVE_FRACTION = 0.6;
-/** Share of later occurrences after which the level rose, unless the trend is a clean line (R² >= 0.8). */
-export const MIN_GROWTH_FRACTION = 0.6;
-export const MIN_TREND_R_SQUARED = 0.8;
+export const MIN_LEAK_OCCURRENCES = 6;
+/** p-values below which the unit's level "keeps rising": over all occurrences, the later half, the last third. */
+export const RISING_P_ALL = 0.005;
+export const RISING_P_HALF = 0.05;
+export const RISING_P_THIRD = 0.1;
+/** Points from which the later half and last third must rise significantly (fewer: only rise). */
+const SIGNIFICANT_TAIL = 8;
+/** Share of the unit's growth a child must keep, in the estimate and in this share of bootstrap resamples. */
+export const CHILD_SHARE = 0.25;
+export const CHILD_BOOTSTRAP_SHARE = 0.8;
+/** Resamples of the unit's occurrences behind a child's share. */
+export const BOOTSTRAP_ROUNDS = 200;
+/** Occurrences of the unit the profile averages at most (the latest ones). */
+const MAX_PROFILE_UNITS = 2000;
+/** Growth per occurrence below which nothing is called a leak, whatever its significance. */
+const MIN_RETAINED: Readonly<Record<LeakEvidence["metric"], number>> = {
+  allocator_allocated_bytes: 4096,
+  device_used_bytes: 4096,
+  tfjs_num_tensors: 0.5,
+};
+/** A level step larger than this many noise deviations is a real step (one-time growth), not noise. */
+const STEP_NOISE_MULTIPLE = 6;
+const LAST_SAMPLE_REASON =
+  "its phase records carry the last sample's counters, which cannot separate the phases of one step " +
+  "(the Python tracker writes them so; Stormlog's tracker reads counters at the boundaries)";
 
-interface Levels {
-  enter: number[];
-  exit: number[];
-}
+type Metric = LeakEvidence["metric"];
+type Reader = (occurrence: Occurrence, end: "enter" | "exit") => number;
 
-/** A verdict on one metric. */
+const READERS: Readonly<Record<Metric, Reader>> = {
+  allocator_allocated_bytes: (o, end) => (end === "enter" ? o.enterAllocated : o.exitAllocated),
+  device_used_bytes: (o, end) => (end === "enter" ? o.enterUsed : o.exitUsed),
+  tfjs_num_tensors: (o, end) => (end === "enter" ? o.enterTensors : o.exitTensors),
+};
+
+/** One metric's verdict on one path of one rank. */
 export interface MetricVerdict {
   verdict: LeakVerdictKind;
   confidence: number;
   evidence: LeakEvidence | null;
+  /** Kept per occurrence of the unit (leaking only). */
   retained: number;
+  reason: string | null;
 }
 
-function fraction(values: readonly number[], predicate: (value: number) => boolean): number {
-  if (values.length === 0) return 0;
-  let hits = 0;
-  for (const value of values) if (predicate(value)) hits++;
-  return hits / values.length;
-}
-
-/**
- * A robust slope of `y` against its index: the median of the slopes between points half the window
- * apart. A transient bump touching fewer than half of those pairs does not move it, and it costs
- * O(n log n), not the O(n²) of Theil-Sen.
- */
-function robustSlope(y: readonly number[]): number {
-  const n = y.length;
-  if (n < 2) return 0;
-  const lag = Math.ceil(n / 2);
-  const slopes: number[] = [];
-  for (let i = 0; i + lag < n; i++) slopes.push((y[i + lag]! - y[i]!) / lag);
-  if (slopes.length === 0) return (y[n - 1]! - y[0]!) / (n - 1);
-  return median(slopes);
-}
-
-/** Least-squares slope and R² of `y` against its index. */
-function trend(y: readonly number[]): { slope: number; rSquared: number } {
-  const n = y.length;
-  if (n < 2) return { slope: 0, rSquared: 0 };
-  const meanX = (n - 1) / 2;
-  let meanY = 0;
-  for (const value of y) meanY += value;
-  meanY /= n;
-  let sxy = 0;
-  let sxx = 0;
-  let syy = 0;
-  for (let i = 0; i < n; i++) {
-    const dx = i - meanX;
-    const dy = y[i]! - meanY;
-    sxy += dx * dy;
-    sxx += dx * dx;
-    syy += dy * dy;
-  }
-  const slope = sxy / sxx;
-  const rSquared = syy === 0 ? 0 : (sxy * sxy) / (sxx * syy);
-  return { slope, rSquared };
+/** One session's rank's verdicts on one path. */
+export interface RankVerdicts {
+  rank: number;
+  occurrences: number;
+  bytes: MetricVerdict | null;
+  tensors: MetricVerdict | null;
 }
 
 const round = (value: number, digits: number): number => {
@@ -90,81 +81,518 @@ const round = (value: number, digits: number): number => {
   return Math.round(value * scale) / scale;
 };
 
-/** The verdict of one metric on one rank's occurrences (in time order). */
-export function judgeLevels(levels: Levels, metric: LeakEvidence["metric"]): MetricVerdict {
-  const n = levels.exit.length;
-  if (n < MIN_LEAK_OCCURRENCES)
-    return { verdict: "insufficient_data", confidence: 0, evidence: null, retained: 0 };
-  const { enter, exit } = levels;
-  const half = Math.floor(n / 2);
-  const net: number[] = [];
-  for (let i = half; i < n; i++) net.push(exit[i]! - enter[i]!);
-  const retained: number[] = [];
-  for (let i = Math.max(1, half); i < n; i++) retained.push(exit[i]! - exit[i - 1]!);
-  const tail = exit.slice(half);
-  const { rSquared } = trend(tail);
-  const slope = robustSlope(tail);
-  const positiveFraction = fraction(net, (value) => value > 0);
-  const growthFraction = fraction(retained, (value) => value > 0);
-  const netMedian = median(net);
-  const retainedMedian = median(retained);
-  const retainedMean =
-    retained.length > 0 ? (exit[n - 1]! - exit[Math.max(1, half) - 1]!) / retained.length : 0;
-  const headGrowth = exit[half]! - exit[0]!;
-  const tailGrowth = exit[n - 1]! - exit[half]!;
-  // Decisions use robust slopes, so that a transient bump at either end of a window does not hide a trend.
-  const third = Math.max(3, Math.floor(n / 3));
-  const lastThirdRate = robustSlope(exit.slice(n - third));
-  const perOccurrence = retainedMedian > 0 ? retainedMedian : retainedMean;
-  const evidence: LeakEvidence = {
-    metric,
-    retained_per_occurrence: round(perOccurrence, 3),
-    net_per_occurrence: round(netMedian, 3),
-    positive_fraction: round(positiveFraction, 3),
-    growth_fraction: round(growthFraction, 3),
-    slope_per_occurrence: round(slope, 3),
-    r_squared: round(rSquared, 4),
-    head_growth: headGrowth,
-    tail_growth: tailGrowth,
+const byStart = (a: Occurrence, b: Occurrence): number =>
+  a.span.startNs < b.span.startNs ? -1 : a.span.startNs > b.span.startNs ? 1 : 0;
+
+/** The rank's occurrences of one path, closed, in time order. */
+interface PathOccurrences {
+  path: string;
+  list: Occurrence[];
+}
+
+/** How the unit's level behaved over its occurrences. */
+interface LevelVerdict {
+  test: TrendTest;
+  /** Rising over all, the later half and the last third, and not by one step. */
+  growing: boolean;
+  /** Material growth after the first occurrence (for a plateau), in the metric's unit. */
+  rise: number;
+  /** Occurrence indices (from 1) whose level step is real (above noise) and positive. */
+  risingSteps: number[];
+  pHalf: number;
+  levels: number[];
+}
+
+function judgeLevels(levels: readonly number[], metric: Metric): LevelVerdict {
+  const n = levels.length;
+  const test = risingTrend(levels);
+  const half = risingTrend(levels.slice(Math.floor(n / 2)));
+  const third = risingTrend(levels.slice(n - Math.max(3, Math.floor(n / 3))));
+  // Short tails cannot reach significance: there the later parts need only rise.
+  const halfRising = half.points >= SIGNIFICANT_TAIL ? half.pRising < RISING_P_HALF : half.s > 0;
+  const thirdRising = third.points >= SIGNIFICANT_TAIL ? third.pRising < RISING_P_THIRD : third.s > 0;
+  const noise = localNoise(levels);
+  const floor = MIN_RETAINED[metric];
+  const stepSize = Math.max(floor, STEP_NOISE_MULTIPLE * noise);
+  const risingSteps: number[] = [];
+  for (let i = 1; i < n; i++) if (levels[i]! - levels[i - 1]! > stepSize) risingSteps.push(i);
+  // A rise in the later half made of one real step is a one-time step, not a trend.
+  const halfStart = Math.floor(n / 2);
+  const halfRise = levels[n - 1]! - levels[halfStart]!;
+  let largestStep = 0;
+  for (let i = halfStart + 1; i < n; i++) largestStep = Math.max(largestStep, levels[i]! - levels[i - 1]!);
+  const oneStep = largestStep > stepSize && largestStep >= 0.5 * halfRise;
+  const growing =
+    n >= MIN_LEAK_OCCURRENCES &&
+    test.pRising < RISING_P_ALL &&
+    halfRising &&
+    thirdRising &&
+    half.slope > 0 &&
+    test.slope >= floor &&
+    !oneStep;
+  const rise = levels[n - 1]! - levels[0]!;
+  return {
+    test,
+    growing,
+    rise: rise > Math.max(floor, STEP_NOISE_MULTIPLE * noise) ? rise : 0,
+    risingSteps,
+    pHalf: half.pRising,
+    levels: [...levels],
   };
-  const consistent = growthFraction >= MIN_GROWTH_FRACTION || rSquared >= MIN_TREND_R_SQUARED;
-  const leaking =
-    positiveFraction >= MIN_POSITIVE_FRACTION &&
-    netMedian > 0 &&
-    slope > 0 &&
-    perOccurrence > 0 &&
-    consistent &&
-    lastThirdRate >= 0.5 * Math.min(perOccurrence, slope);
-  if (leaking) {
-    const confidence =
-      0.4 * positiveFraction +
-      0.3 * Math.max(growthFraction, rSquared) +
-      0.3 * Math.min(1, n / (4 * MIN_LEAK_OCCURRENCES));
+}
+
+/** A unit (one occurrence of the parent) with the readings of its boundaries and its children's. */
+interface Unit {
+  /** Readings in order: unit enter, each child's enter and exit, unit exit. */
+  readings: number[];
+  /** Owner of each segment between readings: a child path, or null for the parent's own code. */
+  owners: (string | null)[];
+}
+
+interface Retention {
+  kept: Map<string, number>;
+  /** Per child path: the later sibling that paid part of its growth and stopped short. */
+  shortfall: Map<string, string>;
+}
+
+/**
+ * First-in first-out give-back over one unit's segments: a rise is a debt of its owner, a fall pays
+ * the oldest debts of the same unit first. What stays unpaid per child is its retention.
+ */
+function giveBack(segments: readonly number[], owners: readonly (string | null)[]): Retention {
+  const debts: { owner: string | null; amount: number }[] = [];
+  const shortfall = new Map<string, string>();
+  for (let j = 0; j < segments.length; j++) {
+    const delta = segments[j]!;
+    const owner = owners[j]!;
+    if (delta > 0) debts.push({ owner, amount: delta });
+    else if (delta < 0) {
+      let free = -delta;
+      for (const debt of debts) {
+        if (free <= 0) break;
+        if (debt.amount <= 0) continue;
+        const paid = Math.min(debt.amount, free);
+        debt.amount -= paid;
+        free -= paid;
+        if (debt.amount > 0 && owner !== null && debt.owner !== null && owner !== debt.owner)
+          shortfall.set(debt.owner, owner);
+      }
+    }
+  }
+  const kept = new Map<string, number>();
+  for (const debt of debts)
+    if (debt.owner !== null && debt.amount > 0) kept.set(debt.owner, (kept.get(debt.owner) ?? 0) + debt.amount);
+  return { kept, shortfall };
+}
+
+/** Means over units of each segment, with segments that noise alone explains (|mean| < 2 s.e.) set to zero. */
+function segmentMeans(units: readonly Unit[], picks: readonly number[], mask: readonly boolean[] | null): number[] {
+  const m = units[0]!.readings.length - 1;
+  const means = new Array<number>(m).fill(0);
+  for (const k of picks) {
+    const r = units[k]!.readings;
+    for (let j = 0; j < m; j++) means[j]! += r[j + 1]! - r[j]!;
+  }
+  for (let j = 0; j < m; j++) {
+    means[j] = means[j]! / picks.length;
+    if (mask !== null && !mask[j]) means[j] = 0;
+  }
+  return means;
+}
+
+function significantSegments(units: readonly Unit[]): boolean[] {
+  const m = units[0]!.readings.length - 1;
+  const n = units.length;
+  const mask: boolean[] = [];
+  for (let j = 0; j < m; j++) {
+    let sum = 0;
+    let sumSq = 0;
+    for (const unit of units) {
+      const d = unit.readings[j + 1]! - unit.readings[j]!;
+      sum += d;
+      sumSq += d * d;
+    }
+    const mean = sum / n;
+    const variance = n > 1 ? Math.max(0, (sumSq - n * mean * mean) / (n - 1)) : 0;
+    mask.push(mean !== 0 && Math.abs(mean) >= 2 * Math.sqrt(variance / n));
+  }
+  return mask;
+}
+
+/** Readings of the rank's parent units on one metric, grouped by their list of children. */
+function unitsOf(
+  parents: readonly Occurrence[],
+  childrenOf: ReadonlyMap<Occurrence, Occurrence[]>,
+  read: Reader,
+): Unit[] {
+  const bySignature = new Map<string, Unit[]>();
+  for (const parent of parents) {
+    const children = childrenOf.get(parent) ?? [];
+    const readings = [read(parent, "enter")];
+    const owners: (string | null)[] = [];
+    let ok = true;
+    for (const child of children) {
+      if (child.span.syntheticEnd) {
+        ok = false;
+        break;
+      }
+      readings.push(read(child, "enter"), read(child, "exit"));
+      owners.push(null, child.span.phasePath);
+    }
+    readings.push(read(parent, "exit"));
+    owners.push(null);
+    if (!ok || readings.some(Number.isNaN)) continue;
+    const signature = owners.join("\n");
+    const list = bySignature.get(signature);
+    if (list === undefined) bySignature.set(signature, [{ readings, owners }]);
+    else list.push({ readings, owners });
+  }
+  let best: Unit[] = [];
+  for (const list of bySignature.values()) if (list.length > best.length) best = list;
+  return best.slice(-MAX_PROFILE_UNITS);
+}
+
+/** Everything the verdicts of one rank need. */
+interface RankModel {
+  paths: Map<string, PathOccurrences>;
+  /** Direct children of each occurrence, in time order. */
+  childrenOf: Map<Occurrence, Occurrence[]>;
+  /** Parent path of each path (null for top level or when no parent occurrence encloses it). */
+  parentPath: Map<string, string | null>;
+  lastSample: boolean;
+}
+
+function modelOf(occurrences: readonly Occurrence[]): RankModel {
+  const paths = new Map<string, PathOccurrences>();
+  for (const occurrence of occurrences) {
+    const key = occurrence.span.phasePath;
+    const entry = paths.get(key);
+    if (entry === undefined) paths.set(key, { path: key, list: [occurrence] });
+    else entry.list.push(occurrence);
+  }
+  for (const entry of paths.values()) entry.list.sort(byStart);
+  const childrenOf = new Map<Occurrence, Occurrence[]>();
+  const parentPath = new Map<string, string | null>();
+  for (const entry of paths.values()) {
+    const path = entry.list[0]!.span.path;
+    const parentKey = path.length > 1 ? path.slice(0, -1).join(" / ") : null;
+    const parents = parentKey === null ? undefined : paths.get(parentKey);
+    if (parents === undefined) {
+      parentPath.set(entry.path, null);
+      continue;
+    }
+    let found = false;
+    for (const child of entry.list) {
+      const parent = enclosing(parents.list, child);
+      if (parent === null) continue;
+      found = true;
+      const list = childrenOf.get(parent);
+      if (list === undefined) childrenOf.set(parent, [child]);
+      else list.push(child);
+    }
+    parentPath.set(entry.path, found ? parentKey : null);
+  }
+  for (const list of childrenOf.values()) list.sort(byStart);
+  return { paths, childrenOf, parentPath, lastSample: countersAreLastSample(occurrences) };
+}
+
+/** The last parent occurrence that starts at or before `child` and ends at or after it, same thread. */
+function enclosing(parents: readonly Occurrence[], child: Occurrence): Occurrence | null {
+  let lo = 0;
+  let hi = parents.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (parents[mid]!.span.startNs <= child.span.startNs) lo = mid + 1;
+    else hi = mid;
+  }
+  for (let i = lo - 1; i >= 0 && i >= lo - 8; i--) {
+    const parent = parents[i]!;
+    if (parent.span.endNs >= child.span.endNs && parent.span.threadId === child.span.threadId) return parent;
+  }
+  return null;
+}
+
+/**
+ * Whether the rank's phase records repeat the last sample's counters. Records that say they were
+ * read at the boundary settle it; without that flag (the Python tracker writes none), every boundary
+ * reading equal to the sample before it, in a run whose readings vary, does.
+ */
+function countersAreLastSample(occurrences: readonly Occurrence[]): boolean {
+  if (occurrences.length === 0 || occurrences.some((o) => o.boundaryRead)) return false;
+  const series = occurrences[0]!.series;
+  if (series.count === 0) return false;
+  let compared = 0;
+  let distinct = false;
+  let first = Number.NaN;
+  for (const occurrence of occurrences) {
+    for (const [value, ns] of [
+      [occurrence.enterAllocated, occurrence.span.startNs],
+      [occurrence.exitAllocated, occurrence.span.endNs],
+    ] as const) {
+      if (Number.isNaN(value)) continue;
+      if (Number.isNaN(first)) first = value;
+      else if (value !== first) distinct = true;
+      const sampled = sampleBefore(series, ns);
+      if (Number.isNaN(sampled)) continue;
+      if (sampled !== value) return false;
+      compared++;
+    }
+  }
+  return compared > 0 && distinct;
+}
+
+/** The allocated counter of the last sample at or before `ns` (NaN without one). */
+function sampleBefore(series: Occurrence["series"], ns: bigint): number {
+  const t = Number(ns - series.base);
+  let lo = 0;
+  let hi = series.count;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (series.t[mid]! <= t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo === 0 ? Number.NaN : series.allocated[lo - 1]!;
+}
+
+function closedLevels(list: readonly Occurrence[], read: Reader): { levels: number[]; nets: number[] } {
+  const levels: number[] = [];
+  const nets: number[] = [];
+  for (const occurrence of list) {
+    if (occurrence.span.syntheticEnd) continue;
+    const enter = read(occurrence, "enter");
+    const exit = read(occurrence, "exit");
+    if (Number.isNaN(exit)) continue;
+    levels.push(exit);
+    nets.push(Number.isNaN(enter) ? Number.NaN : exit - enter);
+  }
+  return { levels, nets };
+}
+
+function evidence(
+  metric: Metric,
+  method: LeakEvidence["method"],
+  unitPath: string,
+  level: LevelVerdict,
+  retained: number,
+  share: number | null,
+  shortfall: string | null,
+): LeakEvidence {
+  return {
+    metric,
+    method,
+    unit_path: unitPath,
+    unit_occurrences: level.levels.length,
+    retained_per_occurrence: round(retained, 3),
+    level_slope_per_occurrence: round(level.test.slope, 3),
+    level_growth: level.levels.length > 0 ? level.levels[level.levels.length - 1]! - level.levels[0]! : 0,
+    p_rising: Number(level.pHalf.toPrecision(3)),
+    share: share === null ? null : round(share, 3),
+    shortfall_sibling: shortfall,
+  };
+}
+
+const insufficient = (reason: string): MetricVerdict => ({
+  verdict: "insufficient_data",
+  confidence: 0,
+  evidence: null,
+  retained: 0,
+  reason,
+});
+
+/** A phase judged on its own occurrences (top level, or its parent repeats too rarely). */
+function judgeOwn(entry: PathOccurrences, metric: Metric, lastSample: boolean): MetricVerdict {
+  const { levels, nets } = closedLevels(entry.list, READERS[metric]);
+  if (levels.length < MIN_LEAK_OCCURRENCES)
+    return insufficient(`${levels.length} closed occurrences on a rank (${MIN_LEAK_OCCURRENCES} needed)`);
+  const level = judgeLevels(levels, metric);
+  const tail = nets.slice(Math.floor(nets.length / 2)).filter((net) => !Number.isNaN(net));
+  // With last-sample counters a phase's own net change is not measured: its levels decide alone.
+  const ownNet = lastSample || tail.length === 0 ? level.test.slope : median(tail);
+  if (level.growing && ownNet >= CHILD_SHARE * level.test.slope) {
+    const retained = Math.min(Math.max(ownNet, 0), level.test.slope);
     return {
       verdict: "leaking",
-      confidence: round(Math.min(1, confidence), 2),
-      evidence,
-      retained: perOccurrence,
+      confidence: round(1 - level.pHalf, 2),
+      evidence: evidence(metric, "own_levels", entry.path, level, retained, null, null),
+      retained,
+      reason: null,
     };
   }
-  // The phase itself added memory over the first half, and the level stopped rising: warm-up.
-  let ownHeadGrowth = 0;
-  for (let i = 0; i < half; i++) ownHeadGrowth += Math.max(0, exit[i]! - enter[i]!);
-  const robustTailGrowth = Math.max(0, slope) * (n - half - 1);
-  if (headGrowth > 0 && ownHeadGrowth >= 0.5 * headGrowth && robustTailGrowth < 0.25 * headGrowth) {
+  let ownRise = 0;
+  for (let i = 1; i < nets.length; i++) if (!Number.isNaN(nets[i]!)) ownRise += nets[i]!;
+  if (level.rise > 0 && !level.growing && (lastSample || ownRise >= 0.5 * level.rise)) {
     return {
       verdict: "plateau",
-      confidence: round(Math.min(1, 0.5 + 0.5 * (1 - robustTailGrowth / headGrowth)), 2),
-      evidence,
+      confidence: round(1 - level.test.pRising, 2),
+      evidence: evidence(metric, "own_levels", entry.path, level, 0, null, null),
       retained: 0,
+      reason: null,
     };
   }
   return {
     verdict: "stable",
-    confidence: round(Math.max(0.5, 1 - positiveFraction * growthFraction), 2),
-    evidence,
+    confidence: round(stableConfidence(level), 2),
+    evidence: evidence(metric, "own_levels", entry.path, level, 0, null, null),
     retained: 0,
+    reason: null,
   };
+}
+
+/** 1 - p of "rising" over the later half when it falls, else that p: how little the level suggests growth. */
+function stableConfidence(level: LevelVerdict): number {
+  return Math.min(1, Math.max(0.5, level.pHalf));
+}
+
+/** The children of one parent path, judged on the parent's units. */
+function judgeChildren(
+  model: RankModel,
+  parent: PathOccurrences,
+  children: readonly PathOccurrences[],
+  metric: Metric,
+): Map<string, MetricVerdict> {
+  const out = new Map<string, MetricVerdict>();
+  const read = READERS[metric];
+  const { levels } = closedLevels(parent.list, read);
+  if (levels.length < MIN_LEAK_OCCURRENCES) {
+    for (const child of children) out.set(child.path, judgeOwn(child, metric, model.lastSample));
+    return out;
+  }
+  if (model.lastSample) {
+    for (const child of children) out.set(child.path, insufficient(LAST_SAMPLE_REASON));
+    return out;
+  }
+  const level = judgeLevels(levels, metric);
+  const units = unitsOf(
+    parent.list.filter((o) => !o.span.syntheticEnd),
+    model.childrenOf,
+    read,
+  );
+  const inProfile = new Set(units[0]?.owners.filter((o): o is string => o !== null) ?? []);
+  for (const child of children) {
+    if (!inProfile.has(child.path) || units.length < MIN_LEAK_OCCURRENCES) {
+      out.set(child.path, judgeOwn(child, metric, false));
+      continue;
+    }
+  }
+  const profiled = children.filter((child) => !out.has(child.path));
+  if (profiled.length === 0) return out;
+
+  if (level.growing) {
+    const mask = significantSegments(units);
+    const all = units.map((_, k) => k);
+    const owners = units[0]!.owners;
+    const estimate = giveBack(segmentMeans(units, all, mask), owners);
+    const threshold = Math.max(MIN_RETAINED[metric], CHILD_SHARE * level.test.slope);
+    const hits = new Map<string, number>();
+    const random = seededRandom(units.length * 2654435761 + owners.length);
+    const picks = new Array<number>(units.length);
+    for (let round = 0; round < BOOTSTRAP_ROUNDS; round++) {
+      for (let i = 0; i < units.length; i++) picks[i] = Math.floor(random() * units.length);
+      const kept = giveBack(segmentMeans(units, picks, mask), owners).kept;
+      for (const [owner, amount] of kept)
+        if (amount >= threshold) hits.set(owner, (hits.get(owner) ?? 0) + 1);
+    }
+    for (const child of profiled) {
+      const retained = estimate.kept.get(child.path) ?? 0;
+      const share = (hits.get(child.path) ?? 0) / BOOTSTRAP_ROUNDS;
+      const shortfall = estimate.shortfall.get(child.path) ?? null;
+      const leaking = retained >= threshold && share >= CHILD_BOOTSTRAP_SHARE;
+      out.set(child.path, {
+        verdict: leaking ? "leaking" : "stable",
+        confidence: round(leaking ? (1 - level.pHalf) * share : Math.max(0.5, 1 - share), 2),
+        evidence: evidence(metric, "retention_profile", parent.path, level, retained, share, shortfall),
+        retained: leaking ? retained : 0,
+        reason: null,
+      });
+    }
+    return out;
+  }
+
+  if (level.rise > 0) {
+    // Warm-up or a one-time step: who kept the growth in the occurrences where the level stepped up.
+    const closed = parent.list.filter((o) => !o.span.syntheticEnd && !Number.isNaN(read(o, "exit")));
+    const kept = new Map<string, number>();
+    let total = 0;
+    for (const index of level.risingSteps) {
+      const occurrence = closed[index];
+      if (occurrence === undefined) continue;
+      const unit = unitsOf([occurrence], model.childrenOf, read)[0];
+      if (unit === undefined) continue;
+      const segments = unit.readings.slice(1).map((value, j) => value - unit.readings[j]!);
+      for (const [owner, amount] of giveBack(segments, unit.owners).kept) {
+        kept.set(owner, (kept.get(owner) ?? 0) + amount);
+        total += amount;
+      }
+    }
+    for (const child of profiled) {
+      const share = total > 0 ? (kept.get(child.path) ?? 0) / total : 0;
+      out.set(child.path, {
+        verdict: share >= CHILD_SHARE ? "plateau" : "stable",
+        confidence: round(share >= CHILD_SHARE ? (1 - level.test.pRising) * share : 1 - share, 2),
+        evidence: evidence(metric, "retention_profile", parent.path, level, 0, null, null),
+        retained: 0,
+        reason: null,
+      });
+    }
+    return out;
+  }
+  for (const child of profiled) {
+    out.set(child.path, {
+      verdict: "stable",
+      confidence: round(stableConfidence(level), 2),
+      evidence: evidence(metric, "retention_profile", parent.path, level, 0, null, null),
+      retained: 0,
+      reason: null,
+    });
+  }
+  return out;
+}
+
+/** The bytes metric of a rank: allocator allocated where recorded, else device used. */
+function bytesMetric(occurrences: readonly Occurrence[]): Metric | null {
+  let used = false;
+  for (const o of occurrences) {
+    if (!Number.isNaN(o.exitAllocated)) return "allocator_allocated_bytes";
+    if (!Number.isNaN(o.exitUsed)) used = true;
+  }
+  return used ? "device_used_bytes" : null;
+}
+
+function hasTensors(occurrences: readonly Occurrence[]): boolean {
+  return occurrences.some((o) => !Number.isNaN(o.exitTensors));
+}
+
+/** Verdicts for every path of one session's rank (its occurrences of all paths, any order). */
+export function judgeRank(occurrences: readonly Occurrence[]): Map<string, RankVerdicts> {
+  const out = new Map<string, RankVerdicts>();
+  if (occurrences.length === 0) return out;
+  const model = modelOf(occurrences);
+  const rank = occurrences[0]!.span.rank;
+  const metrics: [Metric | null, "bytes" | "tensors"][] = [
+    [bytesMetric(occurrences), "bytes"],
+    [hasTensors(occurrences) ? "tfjs_num_tensors" : null, "tensors"],
+  ];
+  for (const entry of model.paths.values())
+    out.set(entry.path, { rank, occurrences: entry.list.length, bytes: null, tensors: null });
+  for (const [metric, slot] of metrics) {
+    if (metric === null) continue;
+    const childrenByParent = new Map<string, PathOccurrences[]>();
+    for (const entry of model.paths.values()) {
+      const parentKey = model.parentPath.get(entry.path) ?? null;
+      if (parentKey === null) {
+        out.get(entry.path)![slot] = judgeOwn(entry, metric, model.lastSample);
+        continue;
+      }
+      const list = childrenByParent.get(parentKey);
+      if (list === undefined) childrenByParent.set(parentKey, [entry]);
+      else list.push(entry);
+    }
+    for (const [parentKey, children] of childrenByParent) {
+      const verdicts = judgeChildren(model, model.paths.get(parentKey)!, children, metric);
+      for (const [path, verdict] of verdicts) out.get(path)![slot] = verdict;
+    }
+  }
+  return out;
 }
 
 const VERDICT_RANK: Readonly<Record<LeakVerdictKind, number>> = {
@@ -173,30 +601,6 @@ const VERDICT_RANK: Readonly<Record<LeakVerdictKind, number>> = {
   stable: 2,
   insufficient_data: 3,
 };
-
-/** One session's rank's verdicts on one path. */
-export interface RankVerdicts {
-  rank: number;
-  bytes: MetricVerdict | null;
-  tensors: MetricVerdict | null;
-}
-
-function levelsOf(
-  occurrences: readonly Occurrence[],
-  enter: (o: Occurrence) => number,
-  exit: (o: Occurrence) => number,
-): Levels | null {
-  const levels: Levels = { enter: [], exit: [] };
-  for (const occurrence of occurrences) {
-    if (occurrence.span.syntheticEnd) continue;
-    const a = enter(occurrence);
-    const b = exit(occurrence);
-    if (Number.isNaN(a) || Number.isNaN(b)) continue;
-    levels.enter.push(a);
-    levels.exit.push(b);
-  }
-  return levels.exit.length === 0 ? null : levels;
-}
 
 function strongest(verdicts: readonly (MetricVerdict | null)[]): MetricVerdict | null {
   let best: MetricVerdict | null = null;
@@ -216,50 +620,21 @@ function formatCount(value: number): string {
   return Number.isInteger(value) ? String(value) : value.toFixed(1);
 }
 
-/** The verdicts of one session's rank on one path (its occurrences, any order). */
-export function judgeRank(list: readonly Occurrence[]): RankVerdicts {
-  const occurrences = [...list].sort((a, b) =>
-    a.span.startNs < b.span.startNs ? -1 : a.span.startNs > b.span.startNs ? 1 : 0,
-  );
-  let bytesLevels = levelsOf(
-    occurrences,
-    (o) => o.enterAllocated,
-    (o) => o.exitAllocated,
-  );
-  let bytesMetric: LeakEvidence["metric"] = "allocator_allocated_bytes";
-  if (bytesLevels === null) {
-    bytesLevels = levelsOf(
-      occurrences,
-      (o) => o.enterUsed,
-      (o) => o.exitUsed,
-    );
-    bytesMetric = "device_used_bytes";
-  }
-  const tensorLevels = levelsOf(
-    occurrences,
-    (o) => o.enterTensors,
-    (o) => o.exitTensors,
-  );
-  return {
-    rank: occurrences[0]!.span.rank,
-    bytes: bytesLevels === null ? null : judgeLevels(bytesLevels, bytesMetric),
-    tensors: tensorLevels === null ? null : judgeLevels(tensorLevels, "tfjs_num_tensors"),
-  };
-}
-
-/** Leak verdicts accumulated one session's rank at a time (see `PhaseAccumulator`'s `onPath`). */
+/** Leak verdicts accumulated one session's rank at a time. */
 export class LeakAccumulator {
   private readonly paths = new Map<string, { perRank: RankVerdicts[]; occurrences: number }>();
 
-  /** The occurrences of `phasePath` on one session's rank. */
-  add(phasePath: string, occurrences: readonly Occurrence[]): void {
-    let entry = this.paths.get(phasePath);
-    if (entry === undefined) {
-      entry = { perRank: [], occurrences: 0 };
-      this.paths.set(phasePath, entry);
+  /** All occurrences (every path) of one session's rank. */
+  addRank(occurrences: readonly Occurrence[]): void {
+    for (const [phasePath, verdicts] of judgeRank(occurrences)) {
+      let entry = this.paths.get(phasePath);
+      if (entry === undefined) {
+        entry = { perRank: [], occurrences: 0 };
+        this.paths.set(phasePath, entry);
+      }
+      entry.perRank.push(verdicts);
+      entry.occurrences += verdicts.occurrences;
     }
-    entry.perRank.push(judgeRank(occurrences));
-    entry.occurrences += occurrences.length;
   }
 
   /** Verdicts for every path, leaking ones first. */
@@ -277,27 +652,27 @@ export class LeakAccumulator {
   }
 }
 
-/** Leak verdicts for occurrences already grouped by path (all ranks). */
-export function detectLeaks(groups: ReadonlyMap<string, readonly Occurrence[]>): LeakReport[] {
-  const accumulator = new LeakAccumulator();
-  for (const [phasePath, list] of groups) {
-    const byRank = new Map<string, Occurrence[]>();
-    for (const occurrence of list) {
-      const key = `${occurrence.span.rank}\u0000${occurrence.span.sessionId}`;
-      const entry = byRank.get(key);
-      if (entry === undefined) byRank.set(key, [occurrence]);
-      else entry.push(occurrence);
-    }
-    for (const occurrences of byRank.values()) accumulator.add(phasePath, occurrences);
+/** Leak verdicts for the occurrences of any number of sessions' ranks. */
+export function detectLeaks(occurrences: readonly Occurrence[]): LeakReport[] {
+  const byRank = new Map<string, Occurrence[]>();
+  for (const occurrence of occurrences) {
+    const key = `${occurrence.span.rank}\u0000${occurrence.span.sessionId}`;
+    const entry = byRank.get(key);
+    if (entry === undefined) byRank.set(key, [occurrence]);
+    else entry.push(occurrence);
   }
+  const accumulator = new LeakAccumulator();
+  for (const list of byRank.values()) accumulator.addRank(list);
   return accumulator.finish();
+}
+
+function isLeaking(r: RankVerdicts): boolean {
+  return r.bytes?.verdict === "leaking" || r.tensors?.verdict === "leaking";
 }
 
 function report(phasePath: string, verdicts: readonly RankVerdicts[], occurrences: number): LeakReport {
   const perRank = [...verdicts].sort((a, b) => a.rank - b.rank);
-  const leakingRanks = perRank.filter(
-    (r) => r.bytes?.verdict === "leaking" || r.tensors?.verdict === "leaking",
-  );
+  const leakingRanks = perRank.filter(isLeaking);
   const analyzed = perRank.filter(
     (r) =>
       (r.bytes !== null && r.bytes.verdict !== "insufficient_data") ||
@@ -310,44 +685,54 @@ function report(phasePath: string, verdicts: readonly RankVerdicts[], occurrence
     verdict = "plateau";
   else verdict = "stable";
 
-  const pool = verdict === "leaking" ? leakingRanks : analyzed;
+  const pool = verdict === "leaking" ? leakingRanks : verdict === "insufficient_data" ? perRank : analyzed;
   const best = pool
     .map((r) => ({ r, v: strongest([r.bytes, r.tensors]) }))
     .filter((x) => x.v !== null && x.v.verdict === verdict)
     .sort((a, b) => b.v!.confidence - a.v!.confidence)[0];
   const confidences = pool.map((r) => strongest([r.bytes, r.tensors])?.confidence ?? 0);
   const confidence = verdict === "insufficient_data" ? 0 : round(median(confidences), 2);
-  const leakingBytes = leakingRanks
-    .filter((r) => r.bytes?.verdict === "leaking")
-    .map((r) => r.bytes!.retained);
+  const leakingBytes = leakingRanks.filter((r) => r.bytes?.verdict === "leaking").map((r) => r.bytes!.retained);
   const leakingTensors = leakingRanks
     .filter((r) => r.tensors?.verdict === "leaking")
     .map((r) => r.tensors!.retained);
   const bytesPer = leakingBytes.length > 0 ? Math.round(median(leakingBytes)) : null;
   const tensorsPer = leakingTensors.length > 0 ? round(median(leakingTensors), 1) : null;
+  const reason =
+    verdict === "insufficient_data"
+      ? (strongest([perRank[0]?.bytes ?? null, perRank[0]?.tensors ?? null])?.reason ?? "no readings")
+      : null;
+  const bestEvidence = best?.r ?? perRank[0];
+  const unitPath = bestEvidence?.bytes?.evidence?.unit_path ?? bestEvidence?.tensors?.evidence?.unit_path;
+  const shortfall =
+    verdict === "leaking"
+      ? (bestEvidence?.bytes?.evidence?.shortfall_sibling ?? bestEvidence?.tensors?.evidence?.shortfall_sibling ?? null)
+      : null;
   return {
     phase_path: phasePath,
     verdict,
     confidence,
-    message: message(
-      phasePath,
-      verdict,
+    message: message(phasePath, verdict, {
       bytesPer,
       tensorsPer,
-      leakingRanks.map((r) => r.rank),
-      perRank.length,
+      leakingRanks: leakingRanks.map((r) => r.rank),
+      rankCount: perRank.length,
       occurrences,
-    ),
+      unitPath: unitPath ?? phasePath,
+      shortfall,
+      reason,
+    }),
     bytes_per_occurrence: bytesPer,
     tensors_per_occurrence: tensorsPer,
     occurrences,
     ranks_analyzed: analyzed.length,
     leaking_ranks: leakingRanks.map((r) => r.rank),
     evidence: {
-      bytes: best?.r.bytes?.evidence ?? null,
-      tensors: best?.r.tensors?.evidence ?? null,
-      rank: best?.r.rank ?? null,
+      bytes: bestEvidence?.bytes?.evidence ?? null,
+      tensors: bestEvidence?.tensors?.evidence ?? null,
+      rank: bestEvidence?.rank ?? null,
     },
+    reason,
   };
 }
 
@@ -358,39 +743,54 @@ function listRanks(ranks: readonly number[], total: number): string {
   return ` (rank${ranks.length > 1 ? "s" : ""} ${shown}${ranks.length > 8 ? ", ..." : ""} of ${total})`;
 }
 
-function message(
-  phasePath: string,
-  verdict: LeakVerdictKind,
-  bytesPer: number | null,
-  tensorsPer: number | null,
-  leakingRanks: readonly number[],
-  rankCount: number,
-  occurrences: number,
-): string {
+interface MessageParts {
+  bytesPer: number | null;
+  tensorsPer: number | null;
+  leakingRanks: readonly number[];
+  rankCount: number;
+  occurrences: number;
+  unitPath: string;
+  shortfall: string | null;
+  reason: string | null;
+}
+
+function message(phasePath: string, verdict: LeakVerdictKind, parts: MessageParts): string {
   const label = `\`${phasePath}\``;
+  const per = parts.unitPath === phasePath ? "per occurrence" : `per \`${parts.unitPath}\``;
   switch (verdict) {
     case "leaking": {
-      const parts: string[] = [];
-      if (tensorsPer !== null) parts.push(`${formatCount(tensorsPer)} tensor${tensorsPer === 1 ? "" : "s"}`);
-      if (bytesPer !== null) parts.push(formatBytes(bytesPer));
-      return `${label} keeps ${parts.join(", ")} per occurrence${listRanks(leakingRanks, rankCount)}`;
+      const kept: string[] = [];
+      if (parts.tensorsPer !== null)
+        kept.push(`${formatCount(parts.tensorsPer)} tensor${parts.tensorsPer === 1 ? "" : "s"}`);
+      if (parts.bytesPer !== null) kept.push(formatBytes(parts.bytesPer));
+      let text = `${label} keeps ${kept.join(", ")} ${per}, still held as it comes around again${listRanks(parts.leakingRanks, parts.rankCount)}`;
+      if (parts.shortfall !== null)
+        text +=
+          `; or \`${parts.shortfall}\` frees less than ${label} allocated and keeps its own: ` +
+          "counters cannot tell these apart (tfjs birth-phase attribution can)";
+      return text;
     }
     case "plateau":
-      return `${label} grew over its first occurrences, then held steady (warm-up, not a leak)`;
+      return `${label} grew, then held steady (warm-up or a one-time step, not a leak)`;
     case "stable":
-      return `${label} does not retain memory across its ${occurrences} occurrences`;
+      return `${label} does not retain memory across its ${parts.occurrences} occurrences`;
     default:
-      return `${label} has too few occurrences per rank to judge (${MIN_LEAK_OCCURRENCES} needed)`;
+      return `${label} cannot be judged: ${parts.reason ?? "no readings"}`;
   }
 }
 
-/** A leaking parent whose leak is a leaking child's says so. */
+/** A leaking parent whose growth a leaking child keeps says which child. */
 function annotateParents(reports: LeakReport[]): void {
   const leaking = reports.filter((report) => report.verdict === "leaking");
   for (const parent of leaking) {
-    const child = leaking
-      .filter((candidate) => candidate.phase_path.startsWith(`${parent.phase_path} / `))
-      .sort((a, b) => b.phase_path.split(" / ").length - a.phase_path.split(" / ").length)[0];
-    if (child !== undefined) parent.message += `; the growth is inside \`${child.phase_path}\``;
+    const children = leaking.filter(
+      (candidate) =>
+        candidate.phase_path.startsWith(`${parent.phase_path} / `) &&
+        candidate.evidence.bytes?.unit_path !== candidate.phase_path,
+    );
+    const deepest = children.sort(
+      (a, b) => b.phase_path.split(" / ").length - a.phase_path.split(" / ").length,
+    )[0];
+    if (deepest !== undefined) parent.message += `; the growth is kept inside \`${deepest.phase_path}\``;
   }
 }

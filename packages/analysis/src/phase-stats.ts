@@ -8,6 +8,7 @@ import type { JsonObject, JsonValue } from "@stormlog/core";
 import { type PhaseEventLike, PhaseReplayIndex, type PhaseSpan } from "@stormlog/phases";
 import type { BoundaryEntry } from "./aggregate.js";
 import type { RankSeries } from "./dataset.js";
+import { median } from "./trend.js";
 import type { NetChange, PhaseOccurrence, PhaseStat } from "./types.js";
 
 /** The replay index of one session's rank: its boundaries, its last event as the group's end. */
@@ -75,6 +76,8 @@ export interface Occurrence {
   readonly peakAllocatedNs: bigint;
   readonly peakUsed: number;
   readonly peakUsedNs: bigint;
+  /** Its records say their counters were read at the boundary (`phase_counters: "boundary_read"`). */
+  readonly boundaryRead: boolean;
 }
 
 function scopeIdOf(scope: BoundaryEntry["scope"]): string | null {
@@ -133,6 +136,7 @@ class RankOccurrence implements Occurrence {
     readonly peakAllocatedNs: bigint,
     readonly peakUsed: number,
     readonly peakUsedNs: bigint,
+    readonly boundaryRead: boolean,
   ) {}
 }
 
@@ -223,6 +227,7 @@ export function collectOccurrences(series: RankSeries, index: PhaseReplayIndex |
           peakAllocatedNs,
           peakUsed,
           peakUsedNs,
+          (enter?.boundaryRead ?? false) || (exit?.boundaryRead ?? false),
         ),
       );
     }
@@ -230,13 +235,6 @@ export function collectOccurrences(series: RankSeries, index: PhaseReplayIndex |
   return out;
 }
 
-/** Median of a sorted copy. */
-export function median(values: readonly number[]): number {
-  if (values.length === 0) return Number.NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-}
 
 function netChange(values: readonly number[]): NetChange | null {
   if (values.length === 0) return null;
@@ -295,17 +293,9 @@ interface PathStats {
   worstReport: PhaseOccurrence | null;
 }
 
-/**
- * Phase statistics accumulated one session's rank at a time (occurrences are let go after each),
- * with each rank's occurrences per path handed to `onPath` (the leak verdicts).
- */
+/** Phase statistics accumulated one session's rank at a time (occurrences are let go after each). */
 export class PhaseAccumulator {
   private readonly paths = new Map<string, PathStats>();
-
-  constructor(
-    private readonly onPath: (phasePath: string, occurrences: readonly Occurrence[]) => void = () =>
-      undefined,
-  ) {}
 
   add(occurrences: readonly Occurrence[]): void {
     const byPath = new Map<string, Occurrence[]>();
@@ -380,7 +370,6 @@ export class PhaseAccumulator {
         stats.worstReport = occurrenceReport(stats.worst);
         stats.worst = detach(stats.worst);
       }
-      this.onPath(phasePath, list);
     }
   }
 

@@ -117,7 +117,7 @@ function analyze(parts: ReportParts): AnalysisReport {
   const alerts = new AlertsAccumulator();
   const gaps = new GapAccumulator();
   const leaks = new LeakAccumulator();
-  const phases = new PhaseAccumulator((phasePath, occurrences) => leaks.add(phasePath, occurrences));
+  const phases = new PhaseAccumulator();
   const crossRank = plan.ranks.length > 1 ? new CrossRankAccumulator(plan) : null;
   // A segment holding several ranks stays loaded until the last of them is done.
   const lastUse = new Map<number, number>();
@@ -134,7 +134,9 @@ function analyze(parts: ReportParts): AnalysisReport {
       health.add(series);
       alerts.add(series, index);
       gaps.add(series, index);
-      phases.add(collectOccurrences(series, index));
+      const occurrences = collectOccurrences(series, index);
+      phases.add(occurrences);
+      leaks.addRank(occurrences);
     }
     crossRank?.addRank(rank, rankSeries, (series) => resolvers.get(series) ?? null);
     loader.release([...lastUse.entries()].filter(([, last]) => last > k).map(([ordinal]) => ordinal));
@@ -489,14 +491,7 @@ export function reportToJson(report: AnalysisReport): JsonObject {
   for (const leak of report.leaks) {
     floats(leak, ["confidence"]);
     for (const evidence of [leak.evidence.bytes, leak.evidence.tensors]) {
-      floats(evidence, [
-        "retained_per_occurrence",
-        "net_per_occurrence",
-        "positive_fraction",
-        "growth_fraction",
-        "slope_per_occurrence",
-        "r_squared",
-      ]);
+      floats(evidence, ["retained_per_occurrence", "level_slope_per_occurrence", "p_rising", "share"]);
     }
   }
   const json: Record<string, unknown> = {

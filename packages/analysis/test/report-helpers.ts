@@ -65,6 +65,9 @@ export class Timeline {
     this.now = start;
   }
 
+  /** `metadata.phase_counters` of phase records (our tracker's reads at the boundary), null to leave it out. */
+  phaseCounters: "boundary_read" | "last_sample" | null = "boundary_read";
+
   private counters(): Partial<TelemetryRecordV3> {
     return {
       allocator_allocated_bytes: this.allocated,
@@ -127,6 +130,7 @@ export class Timeline {
         ...this.counters(),
         context: `Phase ${action === "enter" ? "entered" : "exited"}: ${scope.path.join(" / ")}`,
         metadata: this.metadata({
+          ...(this.phaseCounters === null ? {} : { phase_counters: this.phaseCounters }),
           phase_scope: {
             action,
             name: scope.name,

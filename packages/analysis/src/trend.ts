@@ -1,0 +1,105 @@
+/**
+ * Noise-robust trend statistics for leak verdicts: the Mann-Kendall test (is a series rising, and
+ * how surely) and the Theil-Sen slope (how fast), both rank-based, so one outlier or a transient
+ * bump moves neither. Long series are reduced to block medians first, which keeps both O(k²) on at
+ * most `MAX_TREND_POINTS` points.
+ */
+
+/** Points a trend test looks at; longer series are reduced to this many block medians. */
+export const MAX_TREND_POINTS = 400;
+
+/** Median of a sorted copy (NaN for no values). */
+export function median(values: readonly number[]): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+/** The series as at most `max` block medians (each block the same number of points, the last may be shorter). */
+export function reduceToBlocks(values: readonly number[], max = MAX_TREND_POINTS): number[] {
+  if (values.length <= max) return [...values];
+  const size = Math.ceil(values.length / max);
+  const out: number[] = [];
+  for (let start = 0; start < values.length; start += size) out.push(median(values.slice(start, start + size)));
+  return out;
+}
+
+/** Standard normal upper tail, P(Z > z) (Abramowitz-Stegun 7.1.26 through erfc; error < 1.5e-7). */
+export function normalUpperTail(z: number): number {
+  const x = Math.abs(z) / Math.SQRT2;
+  const t = 1 / (1 + 0.3275911 * x);
+  const erfc =
+    t *
+    (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))) *
+    Math.exp(-x * x);
+  return z >= 0 ? erfc / 2 : 1 - erfc / 2;
+}
+
+/** A rising-trend test's result. */
+export interface TrendTest {
+  /** Points tested (after block reduction). */
+  readonly points: number;
+  /** Kendall's S: concordant minus discordant pairs. */
+  readonly s: number;
+  /** One-sided p-value of "the series rises" (1 when it cannot be tested). */
+  readonly pRising: number;
+  /** Theil-Sen slope per original step (per occurrence). */
+  readonly slope: number;
+}
+
+/**
+ * Mann-Kendall test of an upward trend, with the tie correction of its variance and the continuity
+ * correction, and the Theil-Sen slope (median of pairwise slopes), per original index step.
+ */
+export function risingTrend(values: readonly number[]): TrendTest {
+  const y = reduceToBlocks(values);
+  const n = y.length;
+  if (n < 3) return { points: n, s: 0, pRising: 1, slope: 0 };
+  const step = values.length / n;
+  let s = 0;
+  const slopes: number[] = [];
+  for (let i = 0; i < n - 1; i++) {
+    const yi = y[i]!;
+    for (let j = i + 1; j < n; j++) {
+      const d = y[j]! - yi;
+      if (d > 0) s++;
+      else if (d < 0) s--;
+      slopes.push(d / (j - i));
+    }
+  }
+  const ties = new Map<number, number>();
+  for (const value of y) ties.set(value, (ties.get(value) ?? 0) + 1);
+  let tieTerm = 0;
+  for (const count of ties.values()) if (count > 1) tieTerm += count * (count - 1) * (2 * count + 5);
+  const variance = (n * (n - 1) * (2 * n + 5) - tieTerm) / 18;
+  let pRising = 1;
+  if (variance > 0) {
+    const z = s > 0 ? (s - 1) / Math.sqrt(variance) : s < 0 ? (s + 1) / Math.sqrt(variance) : 0;
+    pRising = normalUpperTail(z);
+  }
+  return { points: n, s, pRising, slope: median(slopes) / step };
+}
+
+/**
+ * Noise of a series around its local level: 1.4826 x the median absolute first difference / sqrt 2
+ * (a robust standard deviation that a trend or a single step barely moves).
+ */
+export function localNoise(values: readonly number[]): number {
+  if (values.length < 3) return 0;
+  const diffs: number[] = [];
+  for (let i = 1; i < values.length; i++) diffs.push(Math.abs(values[i]! - values[i - 1]!));
+  return (1.4826 * median(diffs)) / Math.SQRT2;
+}
+
+/** mulberry32: a small seeded generator, so a verdict's bootstrap is the same on every run. */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
