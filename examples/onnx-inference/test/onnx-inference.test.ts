@@ -110,6 +110,31 @@ describe("examples/onnx-inference", () => {
     expect(lastCycle.map((a) => a.onnx_new_input_signature)).toEqual([true, true, true, false, false, true]);
   });
 
+  it("phase records carry RSS read at their enter and exit, so each phase shows its own growth", async () => {
+    const [session] = await loadTelemetrySessions(join(work, "sink"));
+    const entered = new Map<string, number>();
+    const growth = new Map<string, number[]>();
+    for (const event of session!.events) {
+      if (event.event_type !== "phase_enter" && event.event_type !== "phase_exit") continue;
+      // Only the process collector reads here, and it has no readSync(): every phase asks for readings.
+      expect(event.metadata.phase_counters).toBe("boundary_read");
+      const scope = event.metadata.phase_scope as { path: string[]; scope_id: string };
+      const rss = event.allocator_allocated_bytes as number;
+      if (event.event_type === "phase_enter") entered.set(scope.scope_id, rss);
+      else {
+        const path = scope.path.join(" / ");
+        growth.set(path, [...(growth.get(path) ?? []), rss - (entered.get(scope.scope_id) as number)]);
+      }
+    }
+    expect(growth.get("serve / onnx:mlp / run")).toHaveLength(CYCLES * RUNS_PER_CYCLE);
+    // The first create sets up onnxruntime's session state and arena: megabytes of RSS, in its own records.
+    expect(growth.get("serve / onnx:mlp / create")?.[0]).toBeGreaterThan(1024 * 1024);
+    expect(growth.get("serve")?.[0]).toBeGreaterThan(1024 * 1024);
+    // Runs differ: some grow, and their readings are not one sample repeated.
+    expect(growth.get("serve / onnx:mlp / run")?.some((bytes) => bytes !== 0)).toBe(true);
+    expect(new Set(entered.values()).size).toBeGreaterThan(1);
+  });
+
   it("the analysis has per-run phases and the change per cycle", () => {
     const report = parseJson(readFileSync(join(work, "report.json"), "utf8")) as unknown as {
       phases: PhaseStat[];

@@ -1,4 +1,10 @@
-import { InvalidConfigError, type JsonObject, type PhaseHost, systemClock } from "@stormlog/core";
+import {
+  InvalidConfigError,
+  type JsonObject,
+  type PhaseHost,
+  type PhaseOptions,
+  systemClock,
+} from "@stormlog/core";
 import type { OrtNamespace, OrtSessionLike, OrtSessionOptionsLike, OrtValueLike } from "./types.js";
 
 /** Options of {@link instrumentSession}. */
@@ -9,6 +15,12 @@ export interface InstrumentSessionOptions {
   readonly recordRss?: boolean;
   /** Wrap `run()` in phases (default true). False tracks only create/release. */
   readonly runPhases?: boolean;
+  /**
+   * Open the session's phases with `{ readings: true }` (default true): the tracker reads memory at
+   * their enter and exit even from collectors it does not read at every boundary (the process
+   * collector's RSS, about 2 us on Linux), so each run, create and release shows its own growth.
+   */
+  readonly readings?: boolean;
 }
 
 /** What the adapter knows about an instrumented session. */
@@ -65,7 +77,8 @@ function nextCycle(host: PhaseHost, name: string): number {
  * Wraps `run()` in the phase `onnx:<name> / run` with the input shapes as attributes, and
  * `release()` in `onnx:<name> / release`, so memory readings line up with inference calls and
  * create/release cycles. onnxruntime has no memory API: pair this with the tracker's process
- * collector (host RSS) and the NVML collector (device memory).
+ * collector (host RSS) and the NVML collector (device memory). The phases ask for readings
+ * (`PhaseOptions.readings`), so their records carry RSS read at their enter and exit.
  *
  * Returns a proxy of the session: every other member is the session's own.
  *
@@ -119,6 +132,7 @@ export async function createInstrumentedSession<S extends OrtSessionLike, O exte
   if (typeof model === "string") attributes.onnx_model = model;
   else attributes.onnx_model_bytes = model.byteLength;
 
+  const readings = options.readings !== false;
   const createdAtNs = systemClock.nowNs();
   const session = await host.phase(
     sessionPhaseName(options.name),
@@ -129,9 +143,9 @@ export async function createInstrumentedSession<S extends OrtSessionLike, O exte
           typeof model === "string"
             ? ort.InferenceSession.create(model, sessionOptions)
             : ort.InferenceSession.create(model, sessionOptions),
-        { metadata: attributes },
+        { metadata: attributes, readings },
       ),
-    { metadata: { onnx_session: options.name } },
+    { metadata: { onnx_session: options.name }, readings },
   );
   const state: MutableInstrumentation = {
     name: options.name,
@@ -152,7 +166,11 @@ function wrap<S extends OrtSessionLike>(
   options: InstrumentSessionOptions,
 ): S {
   const outer = sessionPhaseName(state.name);
-  const outerOptions = { metadata: { onnx_session: state.name } };
+  // The session's phases ask for readings at their boundaries (PhaseOptions.readings): a run
+  // takes hundreds of microseconds or more, so the tracker reads collectors too costly for every
+  // boundary (the process collector's RSS) at its enter and exit, and the phase shows its own growth.
+  const readings = options.readings !== false;
+  const outerOptions: PhaseOptions = { metadata: { onnx_session: state.name }, readings };
   const runPhases = options.runPhases !== false;
   const recordRss = options.recordRss !== false;
 
@@ -174,7 +192,7 @@ function wrap<S extends OrtSessionLike>(
       onnx_new_input_signature: isNew,
       onnx_distinct_input_signatures: state.signatures.length,
     };
-    return host.phase(outer, () => host.phase("run", call, { metadata: attributes }), outerOptions);
+    return host.phase(outer, () => host.phase("run", call, { metadata: attributes, readings }), outerOptions);
   };
 
   const release = (): Promise<void> => {
@@ -193,7 +211,7 @@ function wrap<S extends OrtSessionLike>(
             await session.release();
             state.released = true;
           },
-          { metadata: attributes },
+          { metadata: attributes, readings },
         ),
       outerOptions,
     );

@@ -81,6 +81,14 @@ export interface MemoryCollector {
    * Absent when the backend has no such counter (NVML, /proc).
    */
   readSync?(): SampleResult;
+  /**
+   * A synchronous reading too costly for every phase boundary (microseconds: a file read, a system
+   * call), taken only at the boundaries of phases opened with `{ readings: true }`
+   * (`PhaseOptions.readings`), so that such phases carry what they measured rather than the last
+   * sample. Ignored when the collector also has `readSync()`. Should not throw; a throw or a
+   * failure leaves the record with the last sample's counters.
+   */
+  readOnDemand?(): SampleResult;
   /** Releases native handles. */
   close?(): void | Promise<void>;
 }

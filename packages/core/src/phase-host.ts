@@ -3,6 +3,14 @@ import type { JsonObject } from "./json.js";
 /** Options of a phase: `metadata` becomes the phase's `attributes` in its telemetry records. */
 export interface PhaseOptions {
   readonly metadata?: JsonObject;
+  /**
+   * Read memory at this phase's enter and exit even from collectors too costly to read at every
+   * boundary (their `readOnDemand()`, e.g. the process collector's RSS, a few microseconds), so its
+   * records carry what it measured (`phase_counters: "boundary_read"`) rather than the last sample.
+   * For phases that run long enough to be worth it (an inference call, a model load); default false.
+   * Collectors with a cheap `readSync()` are read at every boundary regardless.
+   */
+  readonly readings?: boolean;
 }
 
 /** An open phase. `close()` is idempotent; `using` closes it at the end of the block. */

@@ -46,6 +46,11 @@ export interface RecordedPhase extends PhaseScope {
   readonly threadId: number;
   readonly threadName: string;
   readonly attributes: JsonObject | undefined;
+  /**
+   * Opened with `{ readings: true }` (`PhaseOptions.readings`): the boundary listener reads memory at
+   * its enter and exit even from collectors too costly to read at every boundary.
+   */
+  readonly readings?: boolean;
 }
 
 /**
@@ -158,6 +163,7 @@ class PhaseFrame implements RecordedPhase, PhaseContextNode {
     readonly sequence: number,
     sessionId: string,
     readonly attributes: JsonObject | undefined,
+    readonly readings: boolean,
   ) {
     if (parent === null) {
       this.path = [name];
@@ -425,6 +431,7 @@ export class PhaseRecorder implements PhaseHost {
       sequence,
       this.session as string,
       attributesOf(options),
+      options?.readings === true,
     );
     flow.stack.push(frame);
     this.emit(PHASE_ENTER_EVENT, frame, sequence);

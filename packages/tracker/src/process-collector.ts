@@ -36,6 +36,8 @@ export interface ProcessCollectorOptions {
 /** The process collector: a {@link MemoryCollector} whose `sample()` is synchronous. */
 export interface ProcessCollector extends MemoryCollector {
   sample(): SampleResult;
+  /** RSS alone, read for the boundaries of phases that ask for readings (no V8 statistics, no metadata). */
+  readOnDemand(): SampleResult;
   close(): void;
 }
 
@@ -47,7 +49,8 @@ const DEFAULT_PAGE_SIZE = 4096;
  * The Node process's host memory: resident set size as allocated and reserved (the reference's CPU
  * mode: `stormlog.cpu_tracker`, device -1), with the V8 heap, external memory and array buffers in
  * metadata. On Linux RSS comes from a kept-open `/proc/self/statm` read into a reused buffer
- * (about 2 us); elsewhere from `process.memoryUsage.rss()`.
+ * (about 2 us); elsewhere from `process.memoryUsage.rss()`. `readOnDemand()` reads RSS alone the same
+ * way, for the boundaries of phases opened with `{ readings: true }`.
  *
  * @example
  * const collector = processCollector();
@@ -125,6 +128,15 @@ export function processCollector(options: ProcessCollectorOptions = {}): Process
           reading: { allocator_allocated_bytes: rss, allocator_reserved_bytes: rss },
           metadata,
         };
+      } catch (error) {
+        return { kind: "failure", error: `could not read process memory: ${describe(error)}`, cause: error };
+      }
+    },
+    readOnDemand(): SampleResult {
+      if (closed) return { kind: "failure", error: "the process collector was closed" };
+      try {
+        const rss = readRss();
+        return { kind: "full", reading: { allocator_allocated_bytes: rss, allocator_reserved_bytes: rss } };
       } catch (error) {
         return { kind: "failure", error: `could not read process memory: ${describe(error)}`, cause: error };
       }

@@ -280,6 +280,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private states: CollectorState[] = [];
   private primary: DeviceGroup = new DeviceGroup(-1, []);
   private boundaryStates: CollectorState[] = [];
+  /** Primary-device collectors read only at the boundaries of phases that ask (`readOnDemand()`). */
+  private onDemandStates: CollectorState[] = [];
 
   private running = false;
   private generation = 0;
@@ -632,6 +634,14 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     this.boundaryStates = this.boundaryReadings
       ? this.primary.states.filter(
           (state) => typeof state.collector.readSync === "function" && state.owned.length > 0,
+        )
+      : [];
+    this.onDemandStates = this.boundaryReadings
+      ? this.primary.states.filter(
+          (state) =>
+            typeof state.collector.readSync !== "function" &&
+            typeof state.collector.readOnDemand === "function" &&
+            state.owned.length > 0,
         )
       : [];
   }
@@ -1186,7 +1196,38 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       // Collector detail read at the boundary (tfjs tensor counts) lets analysis count tensors per phase.
       if (result.metadata !== undefined) this.store.mergeExtra(index, result.metadata);
     }
+    // A phase that asks for readings (an onnxruntime run) also reads the costlier collectors; other
+    // boundaries pay only this check.
+    if (boundary.scope.readings === true && this.onDemandStates.length > 0) this.readOnDemandInto(index);
     this.committed(index, eventType);
+  }
+
+  /**
+   * Writes what `readOnDemand()` collectors read now over the record's last-sample counters. A throw
+   * or a failure leaves them as they are (health follows samples).
+   */
+  private readOnDemandInto(index: number): void {
+    const states = this.onDemandStates;
+    for (let i = 0; i < states.length; i++) {
+      const state = states[i] as CollectorState;
+      let result: ReturnType<NonNullable<MemoryCollector["readOnDemand"]>>;
+      try {
+        result = (state.collector.readOnDemand as () => typeof result)();
+      } catch {
+        continue;
+      }
+      if (result === null || typeof result !== "object" || result.kind === "failure") continue;
+      const owned = state.owned;
+      for (let j = 0; j < owned.length; j++) {
+        const field = owned[j] as keyof MemoryReading;
+        const value = result.reading?.[field];
+        if (typeof value === "number" && value >= 0) {
+          this.store.setCounter(index, COUNTER_INDEX[field] as number, value);
+          this.store.addFlags(index, BOUNDARY_READ);
+        }
+      }
+      if (result.metadata !== undefined) this.store.mergeExtra(index, result.metadata);
+    }
   }
 
   /**
