@@ -150,14 +150,17 @@ interface Unit {
 }
 
 interface Retention {
-  kept: Map<string, number>;
+  /** Per owner (a child path; null for the parent's own code). */
+  kept: Map<string | null, number>;
   /** Per child path: the later sibling that paid part of its growth and stopped short. */
   shortfall: Map<string, string>;
 }
 
 /**
- * First-in first-out give-back over one unit's segments: a rise is a debt of its owner, a fall pays
- * the oldest debts of the same unit first. What stays unpaid per child is its retention.
+ * Give-back over one unit's segments: a rise is a debt of its owner; a fall pays debts of the same
+ * unit. A sibling's fall pays the latest debts first (backward frees what forward just allocated); the
+ * parent's own code pays the oldest first (it disposes what an early child returned, the batch).
+ * What stays unpaid per owner is what it keeps.
  */
 function giveBack(segments: readonly number[], owners: readonly (string | null)[]): Retention {
   const debts: { owner: string | null; amount: number }[] = [];
@@ -168,8 +171,9 @@ function giveBack(segments: readonly number[], owners: readonly (string | null)[
     if (delta > 0) debts.push({ owner, amount: delta });
     else if (delta < 0) {
       let free = -delta;
-      for (const debt of debts) {
-        if (free <= 0) break;
+      const latestFirst = owner !== null;
+      for (let i = 0; i < debts.length && free > 0; i++) {
+        const debt = debts[latestFirst ? debts.length - 1 - i : i]!;
         if (debt.amount <= 0) continue;
         const paid = Math.min(debt.amount, free);
         debt.amount -= paid;
@@ -179,25 +183,42 @@ function giveBack(segments: readonly number[], owners: readonly (string | null)[
       }
     }
   }
-  const kept = new Map<string, number>();
+  const kept = new Map<string | null, number>();
   for (const debt of debts)
-    if (debt.owner !== null && debt.amount > 0) kept.set(debt.owner, (kept.get(debt.owner) ?? 0) + debt.amount);
+    if (debt.amount > 0) kept.set(debt.owner, (kept.get(debt.owner) ?? 0) + debt.amount);
   return { kept, shortfall };
 }
 
-/** Means over units of each segment, with segments that noise alone explains (|mean| < 2 s.e.) set to zero. */
-function segmentMeans(units: readonly Unit[], picks: readonly number[], mask: readonly boolean[] | null): number[] {
-  const m = units[0]!.readings.length - 1;
-  const means = new Array<number>(m).fill(0);
+function totalKept(kept: ReadonlyMap<string | null, number>): number {
+  let total = 0;
+  for (const amount of kept.values()) total += amount;
+  return total;
+}
+
+/**
+ * The unit's average profile as segments. Readings at both ends of a segment that noise alone
+ * explains measure one level: they are pooled (averaged together), so such a segment is zero and
+ * the noise of its readings averages out instead of landing in a neighbour's share.
+ */
+function segmentMeans(units: readonly Unit[], picks: readonly number[], mask: readonly boolean[]): number[] {
+  const m = units[0]!.readings.length;
+  const levels = new Array<number>(m).fill(0);
   for (const k of picks) {
     const r = units[k]!.readings;
-    for (let j = 0; j < m; j++) means[j]! += r[j + 1]! - r[j]!;
+    for (let j = 0; j < m; j++) levels[j]! += r[j]! - r[0]!;
   }
-  for (let j = 0; j < m; j++) {
-    means[j] = means[j]! / picks.length;
-    if (mask !== null && !mask[j]) means[j] = 0;
+  const pooled = new Array<number>(m);
+  let start = 0;
+  for (let j = 1; j <= m; j++) {
+    if (j < m && !mask[j - 1]) continue;
+    let sum = 0;
+    for (let i = start; i < j; i++) sum += levels[i]!;
+    for (let i = start; i < j; i++) pooled[i] = sum / (j - start) / picks.length;
+    start = j;
   }
-  return means;
+  const segments: number[] = [];
+  for (let j = 0; j + 1 < m; j++) segments.push(pooled[j + 1]! - pooled[j]!);
+  return segments;
 }
 
 function significantSegments(units: readonly Unit[]): boolean[] {
@@ -219,19 +240,66 @@ function significantSegments(units: readonly Unit[]): boolean[] {
   return mask;
 }
 
-/** Readings of the rank's parent units on one metric, grouped by their list of children. */
-function unitsOf(
+/**
+ * One occurrence of a repeated unit: a parent occurrence, or (when the parent repeats too rarely) one
+ * cycle of its children, from one start of its first child to the next.
+ */
+interface UnitSpec {
+  readonly children: readonly Occurrence[];
+  enter(read: Reader): number;
+  /** The level when the unit ends (for a cycle: when the next one begins). */
+  exit(read: Reader): number;
+}
+
+function parentUnits(
   parents: readonly Occurrence[],
   childrenOf: ReadonlyMap<Occurrence, Occurrence[]>,
-  read: Reader,
-): Unit[] {
-  const bySignature = new Map<string, Unit[]>();
+): UnitSpec[] {
+  return parents
+    .filter((parent) => !parent.span.syntheticEnd)
+    .map((parent) => ({
+      children: childrenOf.get(parent) ?? [],
+      enter: (read: Reader) => read(parent, "enter"),
+      exit: (read: Reader) => read(parent, "exit"),
+    }));
+}
+
+/** The children of rare parent occurrences cut into cycles, each starting where the first child starts again. */
+function cycleUnits(
+  parents: readonly Occurrence[],
+  childrenOf: ReadonlyMap<Occurrence, Occurrence[]>,
+): UnitSpec[] {
+  const units: UnitSpec[] = [];
   for (const parent of parents) {
     const children = childrenOf.get(parent) ?? [];
-    const readings = [read(parent, "enter")];
+    if (children.length === 0) continue;
+    const head = children[0]!.span.phasePath;
+    const starts: number[] = [];
+    children.forEach((child, i) => {
+      if (child.span.phasePath === head) starts.push(i);
+    });
+    starts.forEach((start, k) => {
+      const end = starts[k + 1] ?? children.length;
+      const cycle = children.slice(start, end);
+      const next = children[end];
+      units.push({
+        children: cycle,
+        enter: (read) => read(cycle[0]!, "enter"),
+        exit: (read) => (next !== undefined ? read(next, "enter") : read(cycle[cycle.length - 1]!, "exit")),
+      });
+    });
+  }
+  return units;
+}
+
+/** Readings of the units on one metric, those that share the commonest list of children. */
+function unitsOf(specs: readonly UnitSpec[], read: Reader): Unit[] {
+  const bySignature = new Map<string, Unit[]>();
+  for (const spec of specs) {
+    const readings = [spec.enter(read)];
     const owners: (string | null)[] = [];
     let ok = true;
-    for (const child of children) {
+    for (const child of spec.children) {
       if (child.span.syntheticEnd) {
         ok = false;
         break;
@@ -239,7 +307,7 @@ function unitsOf(
       readings.push(read(child, "enter"), read(child, "exit"));
       owners.push(null, child.span.phasePath);
     }
-    readings.push(read(parent, "exit"));
+    readings.push(spec.exit(read));
     owners.push(null);
     if (!ok || readings.some(Number.isNaN)) continue;
     const signature = owners.join("\n");
@@ -405,10 +473,13 @@ function judgeOwn(entry: PathOccurrences, metric: Metric, lastSample: boolean): 
   if (levels.length < MIN_LEAK_OCCURRENCES)
     return insufficient(`${levels.length} closed occurrences on a rank (${MIN_LEAK_OCCURRENCES} needed)`);
   const level = judgeLevels(levels, metric);
-  const tail = nets.slice(Math.floor(nets.length / 2)).filter((net) => !Number.isNaN(net));
+  const measured = nets.filter((net) => !Number.isNaN(net));
   // With last-sample counters a phase's own net change is not measured: its levels decide alone.
-  const ownNet = lastSample || tail.length === 0 ? level.test.slope : median(tail);
-  if (level.growing && ownNet >= CHILD_SHARE * level.test.slope) {
+  // Otherwise the growth counts as the phase's unless its mean net is surely below a quarter of it.
+  const own = lastSample || measured.length < 2 ? null : meanWithError(measured);
+  const ownNet = own === null ? level.test.slope : own.mean;
+  const ownUpper = own === null ? ownNet : own.mean + 2 * own.error;
+  if (level.growing && ownUpper >= CHILD_SHARE * level.test.slope) {
     const retained = Math.min(Math.max(ownNet, 0), level.test.slope);
     return {
       verdict: "leaking",
@@ -438,6 +509,15 @@ function judgeOwn(entry: PathOccurrences, metric: Metric, lastSample: boolean): 
   };
 }
 
+function meanWithError(values: readonly number[]): { mean: number; error: number } {
+  let sum = 0;
+  for (const value of values) sum += value;
+  const mean = sum / values.length;
+  let squares = 0;
+  for (const value of values) squares += (value - mean) ** 2;
+  return { mean, error: Math.sqrt(squares / (values.length - 1) / values.length) };
+}
+
 /** 1 - p of "rising" over the later half when it falls, else that p: how little the level suggests growth. */
 function stableConfidence(level: LevelVerdict): number {
   return Math.min(1, Math.max(0.5, level.pHalf));
@@ -452,26 +532,30 @@ function judgeChildren(
 ): Map<string, MetricVerdict> {
   const out = new Map<string, MetricVerdict>();
   const read = READERS[metric];
-  const { levels } = closedLevels(parent.list, read);
-  if (levels.length < MIN_LEAK_OCCURRENCES) {
-    for (const child of children) out.set(child.path, judgeOwn(child, metric, model.lastSample));
-    return out;
-  }
   if (model.lastSample) {
     for (const child of children) out.set(child.path, insufficient(LAST_SAMPLE_REASON));
     return out;
   }
+  const closedParents = parent.list.filter((o) => !o.span.syntheticEnd);
+  // A parent that repeats too rarely (one `train` around the whole loop): its children's cycles are the unit.
+  const cycles = closedParents.length < MIN_LEAK_OCCURRENCES;
+  const specs = cycles
+    ? cycleUnits(closedParents, model.childrenOf)
+    : parentUnits(closedParents, model.childrenOf);
+  const specLevels = specs.map((spec) => spec.exit(read));
+  const levelSpecs = specs.filter((_, i) => !Number.isNaN(specLevels[i]!));
+  const levels = specLevels.filter((value) => !Number.isNaN(value));
+  if (levels.length < MIN_LEAK_OCCURRENCES) {
+    for (const child of children) out.set(child.path, judgeOwn(child, metric, false));
+    return out;
+  }
+  const unitPath = cycles ? `${parent.path} (each round of its children)` : parent.path;
   const level = judgeLevels(levels, metric);
-  const units = unitsOf(
-    parent.list.filter((o) => !o.span.syntheticEnd),
-    model.childrenOf,
-    read,
-  );
+  const units = unitsOf(specs, read);
   const inProfile = new Set(units[0]?.owners.filter((o): o is string => o !== null) ?? []);
   for (const child of children) {
     if (!inProfile.has(child.path) || units.length < MIN_LEAK_OCCURRENCES) {
       out.set(child.path, judgeOwn(child, metric, false));
-      continue;
     }
   }
   const profiled = children.filter((child) => !out.has(child.path));
@@ -482,25 +566,39 @@ function judgeChildren(
     const all = units.map((_, k) => k);
     const owners = units[0]!.owners;
     const estimate = giveBack(segmentMeans(units, all, mask), owners);
-    const threshold = Math.max(MIN_RETAINED[metric], CHILD_SHARE * level.test.slope);
+    const estimateTotal = totalKept(estimate.kept);
     const hits = new Map<string, number>();
     const random = seededRandom(units.length * 2654435761 + owners.length);
     const picks = new Array<number>(units.length);
     for (let round = 0; round < BOOTSTRAP_ROUNDS; round++) {
       for (let i = 0; i < units.length; i++) picks[i] = Math.floor(random() * units.length);
       const kept = giveBack(segmentMeans(units, picks, mask), owners).kept;
+      const total = totalKept(kept);
       for (const [owner, amount] of kept)
-        if (amount >= threshold) hits.set(owner, (hits.get(owner) ?? 0) + 1);
+        if (owner !== null && total > 0 && amount >= CHILD_SHARE * total)
+          hits.set(owner, (hits.get(owner) ?? 0) + 1);
     }
     for (const child of profiled) {
-      const retained = estimate.kept.get(child.path) ?? 0;
+      const kept = estimate.kept.get(child.path) ?? 0;
+      const fraction = estimateTotal > 0 ? kept / estimateTotal : 0;
+      // The unit's slope is the well-measured total; the profile says how much of it this child keeps.
+      const retained = Math.max(0, level.test.slope) * fraction;
       const share = (hits.get(child.path) ?? 0) / BOOTSTRAP_ROUNDS;
       const shortfall = estimate.shortfall.get(child.path) ?? null;
-      const leaking = retained >= threshold && share >= CHILD_BOOTSTRAP_SHARE;
+      const leaking =
+        fraction >= CHILD_SHARE && share >= CHILD_BOOTSTRAP_SHARE && retained >= MIN_RETAINED[metric];
       out.set(child.path, {
         verdict: leaking ? "leaking" : "stable",
         confidence: round(leaking ? (1 - level.pHalf) * share : Math.max(0.5, 1 - share), 2),
-        evidence: evidence(metric, "retention_profile", parent.path, level, retained, share, shortfall),
+        evidence: evidence(
+          metric,
+          "retention_profile",
+          unitPath,
+          level,
+          leaking ? retained : 0,
+          share,
+          shortfall,
+        ),
         retained: leaking ? retained : 0,
         reason: null,
       });
@@ -510,17 +608,16 @@ function judgeChildren(
 
   if (level.rise > 0) {
     // Warm-up or a one-time step: who kept the growth in the occurrences where the level stepped up.
-    const closed = parent.list.filter((o) => !o.span.syntheticEnd && !Number.isNaN(read(o, "exit")));
     const kept = new Map<string, number>();
     let total = 0;
     for (const index of level.risingSteps) {
-      const occurrence = closed[index];
-      if (occurrence === undefined) continue;
-      const unit = unitsOf([occurrence], model.childrenOf, read)[0];
+      const spec = levelSpecs[index];
+      if (spec === undefined) continue;
+      const unit = unitsOf([spec], read)[0];
       if (unit === undefined) continue;
       const segments = unit.readings.slice(1).map((value, j) => value - unit.readings[j]!);
       for (const [owner, amount] of giveBack(segments, unit.owners).kept) {
-        kept.set(owner, (kept.get(owner) ?? 0) + amount);
+        if (owner !== null) kept.set(owner, (kept.get(owner) ?? 0) + amount);
         total += amount;
       }
     }
@@ -529,7 +626,7 @@ function judgeChildren(
       out.set(child.path, {
         verdict: share >= CHILD_SHARE ? "plateau" : "stable",
         confidence: round(share >= CHILD_SHARE ? (1 - level.test.pRising) * share : 1 - share, 2),
-        evidence: evidence(metric, "retention_profile", parent.path, level, 0, null, null),
+        evidence: evidence(metric, "retention_profile", unitPath, level, 0, null, null),
         retained: 0,
         reason: null,
       });
@@ -540,7 +637,7 @@ function judgeChildren(
     out.set(child.path, {
       verdict: "stable",
       confidence: round(stableConfidence(level), 2),
-      evidence: evidence(metric, "retention_profile", parent.path, level, 0, null, null),
+      evidence: evidence(metric, "retention_profile", unitPath, level, 0, null, null),
       retained: 0,
       reason: null,
     });
@@ -692,7 +789,9 @@ function report(phasePath: string, verdicts: readonly RankVerdicts[], occurrence
     .sort((a, b) => b.v!.confidence - a.v!.confidence)[0];
   const confidences = pool.map((r) => strongest([r.bytes, r.tensors])?.confidence ?? 0);
   const confidence = verdict === "insufficient_data" ? 0 : round(median(confidences), 2);
-  const leakingBytes = leakingRanks.filter((r) => r.bytes?.verdict === "leaking").map((r) => r.bytes!.retained);
+  const leakingBytes = leakingRanks
+    .filter((r) => r.bytes?.verdict === "leaking")
+    .map((r) => r.bytes!.retained);
   const leakingTensors = leakingRanks
     .filter((r) => r.tensors?.verdict === "leaking")
     .map((r) => r.tensors!.retained);
@@ -706,7 +805,9 @@ function report(phasePath: string, verdicts: readonly RankVerdicts[], occurrence
   const unitPath = bestEvidence?.bytes?.evidence?.unit_path ?? bestEvidence?.tensors?.evidence?.unit_path;
   const shortfall =
     verdict === "leaking"
-      ? (bestEvidence?.bytes?.evidence?.shortfall_sibling ?? bestEvidence?.tensors?.evidence?.shortfall_sibling ?? null)
+      ? (bestEvidence?.bytes?.evidence?.shortfall_sibling ??
+        bestEvidence?.tensors?.evidence?.shortfall_sibling ??
+        null)
       : null;
   return {
     phase_path: phasePath,

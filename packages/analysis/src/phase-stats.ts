@@ -235,7 +235,6 @@ export function collectOccurrences(series: RankSeries, index: PhaseReplayIndex |
   return out;
 }
 
-
 function netChange(values: readonly number[]): NetChange | null {
   if (values.length === 0) return null;
   let total = 0;

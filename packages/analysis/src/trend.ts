@@ -21,7 +21,8 @@ export function reduceToBlocks(values: readonly number[], max = MAX_TREND_POINTS
   if (values.length <= max) return [...values];
   const size = Math.ceil(values.length / max);
   const out: number[] = [];
-  for (let start = 0; start < values.length; start += size) out.push(median(values.slice(start, start + size)));
+  for (let start = 0; start < values.length; start += size)
+    out.push(median(values.slice(start, start + size)));
   return out;
 }
 
