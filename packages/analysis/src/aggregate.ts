@@ -9,6 +9,7 @@
  * that does not is refused with `TimeRangeError`.
  */
 import { ALERT_EVENT_TYPES, type JsonObject, type JsonValue, type TelemetryEvent } from "@stormlog/core";
+import { LIVE_BY_PHASE_KEY } from "@stormlog/phases";
 import { TimeRangeError } from "./errors.js";
 
 /** `metadata.phase_counters` of a phase record whose counters were read at the boundary itself. */
@@ -74,6 +75,13 @@ export interface BoundaryEntry {
    * Otherwise (`"last_sample"`, or absent as the Python Stormlog writes) they repeat the last sample.
    */
   readonly boundaryRead: boolean;
+}
+
+/** A sample's live tensors by birth phase (`metadata.tfjs_live_by_phase`, the tfjs adapter's attribution). */
+export interface BirthEntry {
+  readonly timestampNs: bigint;
+  /** The object's JSON text, as stored in the index. */
+  readonly json: string;
 }
 
 /** An alert event (`warning`, `critical`, `error`). */
@@ -227,6 +235,7 @@ export class RankPart {
   private readonly peakTs = [0, 0, 0];
   private readonly peakDevices = [0, 0, 0];
   readonly boundaries: BoundaryEntry[] = [];
+  readonly births: BirthEntry[] = [];
   readonly alerts: AlertEntry[] = [];
   readonly health: HealthEntry[] = [];
   /** Samples whose device used memory is null (schema v4). */
@@ -684,6 +693,9 @@ export class Accumulator {
         tensorsOf(event.metadata),
         identity,
       );
+      const births = event.metadata[LIVE_BY_PHASE_KEY];
+      if (typeof births === "object" && births !== null && !Array.isArray(births))
+        part.births.push({ timestampNs: ts, json: JSON.stringify(births) });
     } else if (eventType === "phase_enter" || eventType === "phase_exit") {
       const scope = event.metadata.phase_scope;
       if (scope !== undefined) {

@@ -7,6 +7,7 @@
  */
 import type {
   AlertEntry,
+  BirthEntry,
   BoundaryEntry,
   CounterPeak,
   HealthEntry,
@@ -58,6 +59,8 @@ export interface RankSeries {
   readonly boundaryOrder: Float64Array;
   readonly alerts: readonly AlertEntry[];
   readonly health: readonly HealthEntry[];
+  /** Samples' live tensors by birth phase (tfjs attribution), in storage order. */
+  readonly births: readonly BirthEntry[];
 }
 
 /** Where one session's rank lies: the ordinals of the segments holding parts of it. */
@@ -292,6 +295,7 @@ function single(
     boundaryOrder: Float64Array.from(part.boundaries, (boundary) => orderBase + boundary.line),
     alerts: part.alerts,
     health: part.health,
+    births: part.births,
   });
 }
 
@@ -320,6 +324,7 @@ function combine(
   const boundaryOrders: number[] = [];
   const alerts: AlertEntry[] = [];
   const health: HealthEntry[] = [];
+  const births: BirthEntry[] = [];
   const peaks: [CounterPeak | null, CounterPeak | null, CounterPeak | null] = [null, null, null];
   let eventCount = 0;
   let samplesWithoutUsed = 0;
@@ -370,6 +375,7 @@ function combine(
     }
     for (const alert of part.alerts) alerts.push(alert);
     for (const entry of part.health) health.push(entry);
+    for (const entry of part.births) births.push(entry);
     part.peaks.forEach((peak, i) => {
       const current = peaks[i] ?? null;
       if (peak !== null && (current === null || peak.value > current.value)) peaks[i] = { ...peak };
@@ -406,6 +412,7 @@ function combine(
     boundaryOrder: Float64Array.from(boundaryOrders),
     alerts,
     health,
+    births,
   });
 }
 

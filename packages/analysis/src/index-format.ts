@@ -73,6 +73,8 @@ interface RankHeader {
   offset: number;
   /** Boundaries (`BoundaryRow`s). */
   boundaries: Chunks;
+  /** Live tensors by birth phase (`BirthRow`s). */
+  births: Chunks;
   /** Alerts (`AlertRow`s). */
   alerts: Chunks;
   /** [largest positive world_size, several seen (0/1), samples with origin hints, alerts truncated (0/1)]. */
@@ -86,6 +88,8 @@ interface RankHeader {
  * boundary read (0/1)]: scope is plain JSON, or an exact JSON string when `exact` is 1.
  */
 type BoundaryRow = [string, number, number, Num, Num, Num, Num, JsonValue, number, Num, number];
+/** [ts, the sample's `tfjs_live_by_phase` as JSON text]. */
+type BirthRow = [string, string];
 /** [ts, type, context, oom reason, used, allocated, origin hints as exact JSON or null]. */
 type AlertRow = [string, string, string | null, string | null, Num, Num, string | null];
 type HealthRow = [string, string, string, string | null, string | null, string | null];
@@ -213,6 +217,7 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
           const type = b.eventType === "phase_enter" ? 0 : 1;
           return `["${b.timestampNs}",${type},${b.line},${numJson(b.allocated)},${numJson(b.reserved)},${numJson(b.used)},${numJson(b.tensors)},${scope},${exact},${numJson(b.total)},${b.boundaryRead ? 1 : 0}]`;
         }),
+        births: rows(part.births, (b): BirthRow => [b.timestampNs.toString(), b.json]),
         alerts: rows(
           part.alerts,
           (a): AlertRow => [
@@ -403,6 +408,9 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
           ),
         );
       });
+      const birthsRead = eachRow<BirthRow>(r.births, ([t, json]) => {
+        part.births.push({ timestampNs: BigInt(t), json });
+      });
       const alertsRead = eachRow<AlertRow>(r.alerts, (row) => {
         const [t, eventType, context, oomReason, used, allocated, origin] = row;
         part.alerts.push({
@@ -429,7 +437,7 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
           status,
         } satisfies HealthEntry);
       });
-      if (!boundariesRead || !alertsRead || !healthRead) return undefined;
+      if (!boundariesRead || !birthsRead || !alertsRead || !healthRead) return undefined;
       session.ranks.set(r.rank, part);
     }
     sessions.set(s.sessionId, session);

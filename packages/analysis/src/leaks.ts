@@ -1,384 +1,28 @@
 /**
- * Leak verdicts per phase path, by retention (docs/leak-verdicts.md). A phase leaks when memory that
- * grows during it is still held when its enclosing repeated unit (the parent's next occurrence: the
- * step) comes around again, and the unit's level keeps rising from occurrence to occurrence.
- *
- * - The unit's level when it ends is tested for a rising trend (Mann-Kendall, Theil-Sen slope) over
- *   all its occurrences, its later half and its last third; a rise made of one step is a plateau.
- * - Inside the unit, each child's growth is paid back first-in first-out by what later siblings and
- *   the parent's own code free in the same occurrence; what stays unpaid is the child's retention.
- *   It is computed on the unit's average profile (one reading per boundary, averaged over the
- *   occurrences that share the commonest list of children), with segments that noise alone explains
- *   set to zero, and bootstrapped over occurrences for the share behind the confidence.
- * - A top-level phase, or one whose parent repeats too rarely, is judged on its own occurrences: its
- *   level when it ends keeps rising and its own net change carries at least a quarter of that rise.
- * - Phase records that carry the last sample's counters (the Python tracker's) cannot separate the
- *   children of a step: they get `insufficient_data`, and the step is judged on its levels.
- *
- * The same test runs on bytes (allocator allocated, else device used) and on tfjs tensor counts.
+ * Leak verdicts per phase path for the analysis report: each session's rank is judged by
+ * `judgeRetention` (@stormlog/phases, shared with the tracker's leak alerts; how a verdict is reached
+ * is in docs/leak-verdicts.md), and the ranks' verdicts are pooled per path with a message.
  */
 import { formatBytes } from "@stormlog/core";
+import {
+  type BirthCount,
+  type BirthSnapshot,
+  judgeRetention,
+  type MetricVerdict,
+  MIN_LEAK_OCCURRENCES,
+  median,
+  type RankVerdicts,
+} from "@stormlog/phases";
+import type { BirthEntry } from "./aggregate.js";
 import type { Occurrence } from "./phase-stats.js";
-import { localNoise, median, risingTrend, seededRandom, type TrendTest } from "./trend.js";
-import type { LeakEvidence, LeakReport, LeakVerdictKind } from "./types.js";
+import type { BirthEvidence, BirthGroup, LeakReport, LeakVerdictKind } from "./types.js";
 
-/** Occurrences per rank needed for a verdict. */
-export const MIN_LEAK_OCCURRENCES = 6;
-/** p-values below which the unit's level "keeps rising": over all occurrences, the later half, the last third. */
-export const RISING_P_ALL = 0.005;
-export const RISING_P_HALF = 0.05;
-export const RISING_P_THIRD = 0.1;
-/** Points from which the later half and last third must rise significantly (fewer: only rise). */
-const SIGNIFICANT_TAIL = 8;
-/** Share of the unit's growth a child must keep, in the estimate and in this share of bootstrap resamples. */
-export const CHILD_SHARE = 0.25;
-export const CHILD_BOOTSTRAP_SHARE = 0.8;
-/** Resamples of the unit's occurrences behind a child's share. */
-export const BOOTSTRAP_ROUNDS = 200;
-/** Occurrences of the unit the profile averages at most (the latest ones). */
-const MAX_PROFILE_UNITS = 2000;
-/** Growth per occurrence below which nothing is called a leak, whatever its significance. */
-const MIN_RETAINED: Readonly<Record<LeakEvidence["metric"], number>> = {
-  allocator_allocated_bytes: 4096,
-  device_used_bytes: 4096,
-  tfjs_num_tensors: 0.5,
-};
-/** A level step larger than this many noise deviations is a real step (one-time growth), not noise. */
-const STEP_NOISE_MULTIPLE = 6;
-const LAST_SAMPLE_REASON =
-  "its phase records carry the last sample's counters, which cannot separate the phases of one step " +
-  "(the Python tracker writes them so; Stormlog's tracker reads counters at the boundaries)";
-
-type Metric = LeakEvidence["metric"];
-type Reader = (occurrence: Occurrence, end: "enter" | "exit") => number;
-
-const READERS: Readonly<Record<Metric, Reader>> = {
-  allocator_allocated_bytes: (o, end) => (end === "enter" ? o.enterAllocated : o.exitAllocated),
-  device_used_bytes: (o, end) => (end === "enter" ? o.enterUsed : o.exitUsed),
-  tfjs_num_tensors: (o, end) => (end === "enter" ? o.enterTensors : o.exitTensors),
-};
-
-/** One metric's verdict on one path of one rank. */
-export interface MetricVerdict {
-  verdict: LeakVerdictKind;
-  confidence: number;
-  evidence: LeakEvidence | null;
-  /** Kept per occurrence of the unit (leaking only). */
-  retained: number;
-  reason: string | null;
-}
-
-/** One session's rank's verdicts on one path. */
-export interface RankVerdicts {
-  rank: number;
-  occurrences: number;
-  bytes: MetricVerdict | null;
-  tensors: MetricVerdict | null;
-}
+export { MIN_LEAK_OCCURRENCES };
 
 const round = (value: number, digits: number): number => {
   const scale = 10 ** digits;
   return Math.round(value * scale) / scale;
 };
-
-const byStart = (a: Occurrence, b: Occurrence): number =>
-  a.span.startNs < b.span.startNs ? -1 : a.span.startNs > b.span.startNs ? 1 : 0;
-
-/** The rank's occurrences of one path, closed, in time order. */
-interface PathOccurrences {
-  path: string;
-  list: Occurrence[];
-}
-
-/** How the unit's level behaved over its occurrences. */
-interface LevelVerdict {
-  test: TrendTest;
-  /** Rising over all, the later half and the last third, and not by one step. */
-  growing: boolean;
-  /** Material growth after the first occurrence (for a plateau), in the metric's unit. */
-  rise: number;
-  /** Occurrence indices (from 1) whose level step is real (above noise) and positive. */
-  risingSteps: number[];
-  pHalf: number;
-  levels: number[];
-}
-
-function judgeLevels(levels: readonly number[], metric: Metric): LevelVerdict {
-  const n = levels.length;
-  const test = risingTrend(levels);
-  const half = risingTrend(levels.slice(Math.floor(n / 2)));
-  const third = risingTrend(levels.slice(n - Math.max(3, Math.floor(n / 3))));
-  // Short tails cannot reach significance: there the later parts need only rise.
-  const halfRising = half.points >= SIGNIFICANT_TAIL ? half.pRising < RISING_P_HALF : half.s > 0;
-  const thirdRising = third.points >= SIGNIFICANT_TAIL ? third.pRising < RISING_P_THIRD : third.s > 0;
-  const noise = localNoise(levels);
-  const floor = MIN_RETAINED[metric];
-  const stepSize = Math.max(floor, STEP_NOISE_MULTIPLE * noise);
-  const risingSteps: number[] = [];
-  for (let i = 1; i < n; i++) if (levels[i]! - levels[i - 1]! > stepSize) risingSteps.push(i);
-  // A rise in the later half made of one real step is a one-time step, not a trend.
-  const halfStart = Math.floor(n / 2);
-  const halfRise = levels[n - 1]! - levels[halfStart]!;
-  let largestStep = 0;
-  for (let i = halfStart + 1; i < n; i++) largestStep = Math.max(largestStep, levels[i]! - levels[i - 1]!);
-  const oneStep = largestStep > stepSize && largestStep >= 0.5 * halfRise;
-  const growing =
-    n >= MIN_LEAK_OCCURRENCES &&
-    test.pRising < RISING_P_ALL &&
-    halfRising &&
-    thirdRising &&
-    half.slope > 0 &&
-    test.slope >= floor &&
-    !oneStep;
-  const rise = levels[n - 1]! - levels[0]!;
-  return {
-    test,
-    growing,
-    rise: rise > Math.max(floor, STEP_NOISE_MULTIPLE * noise) ? rise : 0,
-    risingSteps,
-    pHalf: half.pRising,
-    levels: [...levels],
-  };
-}
-
-/** A unit (one occurrence of the parent) with the readings of its boundaries and its children's. */
-interface Unit {
-  /** Readings in order: unit enter, each child's enter and exit, unit exit. */
-  readings: number[];
-  /** Owner of each segment between readings: a child path, or null for the parent's own code. */
-  owners: (string | null)[];
-}
-
-interface Retention {
-  /** Per owner (a child path; null for the parent's own code). */
-  kept: Map<string | null, number>;
-  /** Per child path: the later sibling that paid part of its growth and stopped short. */
-  shortfall: Map<string, string>;
-}
-
-/**
- * Give-back over one unit's segments: a rise is a debt of its owner; a fall pays debts of the same
- * unit. A sibling's fall pays the latest debts first (backward frees what forward just allocated); the
- * parent's own code pays the oldest first (it disposes what an early child returned, the batch).
- * What stays unpaid per owner is what it keeps.
- */
-function giveBack(segments: readonly number[], owners: readonly (string | null)[]): Retention {
-  const debts: { owner: string | null; amount: number }[] = [];
-  const shortfall = new Map<string, string>();
-  for (let j = 0; j < segments.length; j++) {
-    const delta = segments[j]!;
-    const owner = owners[j]!;
-    if (delta > 0) debts.push({ owner, amount: delta });
-    else if (delta < 0) {
-      let free = -delta;
-      const latestFirst = owner !== null;
-      for (let i = 0; i < debts.length && free > 0; i++) {
-        const debt = debts[latestFirst ? debts.length - 1 - i : i]!;
-        if (debt.amount <= 0) continue;
-        const paid = Math.min(debt.amount, free);
-        debt.amount -= paid;
-        free -= paid;
-        if (debt.amount > 0 && owner !== null && debt.owner !== null && owner !== debt.owner)
-          shortfall.set(debt.owner, owner);
-      }
-    }
-  }
-  const kept = new Map<string | null, number>();
-  for (const debt of debts)
-    if (debt.amount > 0) kept.set(debt.owner, (kept.get(debt.owner) ?? 0) + debt.amount);
-  return { kept, shortfall };
-}
-
-function totalKept(kept: ReadonlyMap<string | null, number>): number {
-  let total = 0;
-  for (const amount of kept.values()) total += amount;
-  return total;
-}
-
-/**
- * The unit's average profile as segments. Readings at both ends of a segment that noise alone
- * explains measure one level: they are pooled (averaged together), so such a segment is zero and
- * the noise of its readings averages out instead of landing in a neighbour's share.
- */
-function segmentMeans(units: readonly Unit[], picks: readonly number[], mask: readonly boolean[]): number[] {
-  const m = units[0]!.readings.length;
-  const levels = new Array<number>(m).fill(0);
-  for (const k of picks) {
-    const r = units[k]!.readings;
-    for (let j = 0; j < m; j++) levels[j]! += r[j]! - r[0]!;
-  }
-  const pooled = new Array<number>(m);
-  let start = 0;
-  for (let j = 1; j <= m; j++) {
-    if (j < m && !mask[j - 1]) continue;
-    let sum = 0;
-    for (let i = start; i < j; i++) sum += levels[i]!;
-    for (let i = start; i < j; i++) pooled[i] = sum / (j - start) / picks.length;
-    start = j;
-  }
-  const segments: number[] = [];
-  for (let j = 0; j + 1 < m; j++) segments.push(pooled[j + 1]! - pooled[j]!);
-  return segments;
-}
-
-function significantSegments(units: readonly Unit[]): boolean[] {
-  const m = units[0]!.readings.length - 1;
-  const n = units.length;
-  const mask: boolean[] = [];
-  for (let j = 0; j < m; j++) {
-    let sum = 0;
-    let sumSq = 0;
-    for (const unit of units) {
-      const d = unit.readings[j + 1]! - unit.readings[j]!;
-      sum += d;
-      sumSq += d * d;
-    }
-    const mean = sum / n;
-    const variance = n > 1 ? Math.max(0, (sumSq - n * mean * mean) / (n - 1)) : 0;
-    mask.push(mean !== 0 && Math.abs(mean) >= 2 * Math.sqrt(variance / n));
-  }
-  return mask;
-}
-
-/**
- * One occurrence of a repeated unit: a parent occurrence, or (when the parent repeats too rarely) one
- * cycle of its children, from one start of its first child to the next.
- */
-interface UnitSpec {
-  readonly children: readonly Occurrence[];
-  enter(read: Reader): number;
-  /** The level when the unit ends (for a cycle: when the next one begins). */
-  exit(read: Reader): number;
-}
-
-function parentUnits(
-  parents: readonly Occurrence[],
-  childrenOf: ReadonlyMap<Occurrence, Occurrence[]>,
-): UnitSpec[] {
-  return parents
-    .filter((parent) => !parent.span.syntheticEnd)
-    .map((parent) => ({
-      children: childrenOf.get(parent) ?? [],
-      enter: (read: Reader) => read(parent, "enter"),
-      exit: (read: Reader) => read(parent, "exit"),
-    }));
-}
-
-/** The children of rare parent occurrences cut into cycles, each starting where the first child starts again. */
-function cycleUnits(
-  parents: readonly Occurrence[],
-  childrenOf: ReadonlyMap<Occurrence, Occurrence[]>,
-): UnitSpec[] {
-  const units: UnitSpec[] = [];
-  for (const parent of parents) {
-    const children = childrenOf.get(parent) ?? [];
-    if (children.length === 0) continue;
-    const head = children[0]!.span.phasePath;
-    const starts: number[] = [];
-    children.forEach((child, i) => {
-      if (child.span.phasePath === head) starts.push(i);
-    });
-    starts.forEach((start, k) => {
-      const end = starts[k + 1] ?? children.length;
-      const cycle = children.slice(start, end);
-      const next = children[end];
-      units.push({
-        children: cycle,
-        enter: (read) => read(cycle[0]!, "enter"),
-        exit: (read) => (next !== undefined ? read(next, "enter") : read(cycle[cycle.length - 1]!, "exit")),
-      });
-    });
-  }
-  return units;
-}
-
-/** Readings of the units on one metric, those that share the commonest list of children. */
-function unitsOf(specs: readonly UnitSpec[], read: Reader): Unit[] {
-  const bySignature = new Map<string, Unit[]>();
-  for (const spec of specs) {
-    const readings = [spec.enter(read)];
-    const owners: (string | null)[] = [];
-    let ok = true;
-    for (const child of spec.children) {
-      if (child.span.syntheticEnd) {
-        ok = false;
-        break;
-      }
-      readings.push(read(child, "enter"), read(child, "exit"));
-      owners.push(null, child.span.phasePath);
-    }
-    readings.push(spec.exit(read));
-    owners.push(null);
-    if (!ok || readings.some(Number.isNaN)) continue;
-    const signature = owners.join("\n");
-    const list = bySignature.get(signature);
-    if (list === undefined) bySignature.set(signature, [{ readings, owners }]);
-    else list.push({ readings, owners });
-  }
-  let best: Unit[] = [];
-  for (const list of bySignature.values()) if (list.length > best.length) best = list;
-  return best.slice(-MAX_PROFILE_UNITS);
-}
-
-/** Everything the verdicts of one rank need. */
-interface RankModel {
-  paths: Map<string, PathOccurrences>;
-  /** Direct children of each occurrence, in time order. */
-  childrenOf: Map<Occurrence, Occurrence[]>;
-  /** Parent path of each path (null for top level or when no parent occurrence encloses it). */
-  parentPath: Map<string, string | null>;
-  lastSample: boolean;
-}
-
-function modelOf(occurrences: readonly Occurrence[]): RankModel {
-  const paths = new Map<string, PathOccurrences>();
-  for (const occurrence of occurrences) {
-    const key = occurrence.span.phasePath;
-    const entry = paths.get(key);
-    if (entry === undefined) paths.set(key, { path: key, list: [occurrence] });
-    else entry.list.push(occurrence);
-  }
-  for (const entry of paths.values()) entry.list.sort(byStart);
-  const childrenOf = new Map<Occurrence, Occurrence[]>();
-  const parentPath = new Map<string, string | null>();
-  for (const entry of paths.values()) {
-    const path = entry.list[0]!.span.path;
-    const parentKey = path.length > 1 ? path.slice(0, -1).join(" / ") : null;
-    const parents = parentKey === null ? undefined : paths.get(parentKey);
-    if (parents === undefined) {
-      parentPath.set(entry.path, null);
-      continue;
-    }
-    let found = false;
-    for (const child of entry.list) {
-      const parent = enclosing(parents.list, child);
-      if (parent === null) continue;
-      found = true;
-      const list = childrenOf.get(parent);
-      if (list === undefined) childrenOf.set(parent, [child]);
-      else list.push(child);
-    }
-    parentPath.set(entry.path, found ? parentKey : null);
-  }
-  for (const list of childrenOf.values()) list.sort(byStart);
-  return { paths, childrenOf, parentPath, lastSample: countersAreLastSample(occurrences) };
-}
-
-/** The last parent occurrence that starts at or before `child` and ends at or after it, same thread. */
-function enclosing(parents: readonly Occurrence[], child: Occurrence): Occurrence | null {
-  let lo = 0;
-  let hi = parents.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (parents[mid]!.span.startNs <= child.span.startNs) lo = mid + 1;
-    else hi = mid;
-  }
-  for (let i = lo - 1; i >= 0 && i >= lo - 8; i--) {
-    const parent = parents[i]!;
-    if (parent.span.endNs >= child.span.endNs && parent.span.threadId === child.span.threadId) return parent;
-  }
-  return null;
-}
 
 /**
  * Whether the rank's phase records repeat the last sample's counters. Records that say they were
@@ -422,274 +66,58 @@ function sampleBefore(series: Occurrence["series"], ns: bigint): number {
   return lo === 0 ? Number.NaN : series.allocated[lo - 1]!;
 }
 
-function closedLevels(list: readonly Occurrence[], read: Reader): { levels: number[]; nets: number[] } {
-  const levels: number[] = [];
-  const nets: number[] = [];
-  for (const occurrence of list) {
-    if (occurrence.span.syntheticEnd) continue;
-    const enter = read(occurrence, "enter");
-    const exit = read(occurrence, "exit");
-    if (Number.isNaN(exit)) continue;
-    levels.push(exit);
-    nets.push(Number.isNaN(enter) ? Number.NaN : exit - enter);
-  }
-  return { levels, nets };
-}
-
-function evidence(
-  metric: Metric,
-  method: LeakEvidence["method"],
-  unitPath: string,
-  level: LevelVerdict,
-  retained: number,
-  share: number | null,
-  shortfall: string | null,
-): LeakEvidence {
-  return {
-    metric,
-    method,
-    unit_path: unitPath,
-    unit_occurrences: level.levels.length,
-    retained_per_occurrence: round(retained, 3),
-    level_slope_per_occurrence: round(level.test.slope, 3),
-    level_growth: level.levels.length > 0 ? level.levels[level.levels.length - 1]! - level.levels[0]! : 0,
-    p_rising: Number(level.pHalf.toPrecision(3)),
-    share: share === null ? null : round(share, 3),
-    shortfall_sibling: shortfall,
-  };
-}
-
-const insufficient = (reason: string): MetricVerdict => ({
-  verdict: "insufficient_data",
-  confidence: 0,
-  evidence: null,
-  retained: 0,
-  reason,
-});
-
-/** A phase judged on its own occurrences (top level, or its parent repeats too rarely). */
-function judgeOwn(entry: PathOccurrences, metric: Metric, lastSample: boolean): MetricVerdict {
-  const { levels, nets } = closedLevels(entry.list, READERS[metric]);
-  if (levels.length < MIN_LEAK_OCCURRENCES)
-    return insufficient(`${levels.length} closed occurrences on a rank (${MIN_LEAK_OCCURRENCES} needed)`);
-  const level = judgeLevels(levels, metric);
-  const measured = nets.filter((net) => !Number.isNaN(net));
-  // With last-sample counters a phase's own net change is not measured: its levels decide alone.
-  // Otherwise the growth counts as the phase's unless its mean net is surely below a quarter of it.
-  const own = lastSample || measured.length < 2 ? null : meanWithError(measured);
-  const ownNet = own === null ? level.test.slope : own.mean;
-  const ownUpper = own === null ? ownNet : own.mean + 2 * own.error;
-  if (level.growing && ownUpper >= CHILD_SHARE * level.test.slope) {
-    const retained = Math.min(Math.max(ownNet, 0), level.test.slope);
-    return {
-      verdict: "leaking",
-      confidence: round(1 - level.pHalf, 2),
-      evidence: evidence(metric, "own_levels", entry.path, level, retained, null, null),
-      retained,
-      reason: null,
-    };
-  }
-  let ownRise = 0;
-  for (let i = 1; i < nets.length; i++) if (!Number.isNaN(nets[i]!)) ownRise += nets[i]!;
-  if (level.rise > 0 && !level.growing && (lastSample || ownRise >= 0.5 * level.rise)) {
-    return {
-      verdict: "plateau",
-      confidence: round(1 - level.test.pRising, 2),
-      evidence: evidence(metric, "own_levels", entry.path, level, 0, null, null),
-      retained: 0,
-      reason: null,
-    };
-  }
-  return {
-    verdict: "stable",
-    confidence: round(stableConfidence(level), 2),
-    evidence: evidence(metric, "own_levels", entry.path, level, 0, null, null),
-    retained: 0,
-    reason: null,
-  };
-}
-
-function meanWithError(values: readonly number[]): { mean: number; error: number } {
-  let sum = 0;
-  for (const value of values) sum += value;
-  const mean = sum / values.length;
-  let squares = 0;
-  for (const value of values) squares += (value - mean) ** 2;
-  return { mean, error: Math.sqrt(squares / (values.length - 1) / values.length) };
-}
-
-/** 1 - p of "rising" over the later half when it falls, else that p: how little the level suggests growth. */
-function stableConfidence(level: LevelVerdict): number {
-  return Math.min(1, Math.max(0.5, level.pHalf));
-}
-
-/** The children of one parent path, judged on the parent's units. */
-function judgeChildren(
-  model: RankModel,
-  parent: PathOccurrences,
-  children: readonly PathOccurrences[],
-  metric: Metric,
-): Map<string, MetricVerdict> {
-  const out = new Map<string, MetricVerdict>();
-  const read = READERS[metric];
-  if (model.lastSample) {
-    for (const child of children) out.set(child.path, insufficient(LAST_SAMPLE_REASON));
-    return out;
-  }
-  const closedParents = parent.list.filter((o) => !o.span.syntheticEnd);
-  // A parent that repeats too rarely (one `train` around the whole loop): its children's cycles are the unit.
-  const cycles = closedParents.length < MIN_LEAK_OCCURRENCES;
-  const specs = cycles
-    ? cycleUnits(closedParents, model.childrenOf)
-    : parentUnits(closedParents, model.childrenOf);
-  const specLevels = specs.map((spec) => spec.exit(read));
-  const levelSpecs = specs.filter((_, i) => !Number.isNaN(specLevels[i]!));
-  const levels = specLevels.filter((value) => !Number.isNaN(value));
-  if (levels.length < MIN_LEAK_OCCURRENCES) {
-    for (const child of children) out.set(child.path, judgeOwn(child, metric, false));
-    return out;
-  }
-  const unitPath = cycles ? `${parent.path} (each round of its children)` : parent.path;
-  const level = judgeLevels(levels, metric);
-  const units = unitsOf(specs, read);
-  const inProfile = new Set(units[0]?.owners.filter((o): o is string => o !== null) ?? []);
-  for (const child of children) {
-    if (!inProfile.has(child.path) || units.length < MIN_LEAK_OCCURRENCES) {
-      out.set(child.path, judgeOwn(child, metric, false));
+/**
+ * The rank's samples' live tensors by birth phase, as the engine reads them. Entries that are not
+ * `{ tensors, bytes, largest }` objects (another writer's) are left out rather than guessed at.
+ */
+export function birthSnapshots(entries: readonly BirthEntry[]): BirthSnapshot[] {
+  const out: BirthSnapshot[] = [];
+  for (const entry of entries) {
+    let value: unknown;
+    try {
+      value = JSON.parse(entry.json);
+    } catch {
+      continue;
     }
-  }
-  const profiled = children.filter((child) => !out.has(child.path));
-  if (profiled.length === 0) return out;
-
-  if (level.growing) {
-    const mask = significantSegments(units);
-    const all = units.map((_, k) => k);
-    const owners = units[0]!.owners;
-    const estimate = giveBack(segmentMeans(units, all, mask), owners);
-    const estimateTotal = totalKept(estimate.kept);
-    const hits = new Map<string, number>();
-    const random = seededRandom(units.length * 2654435761 + owners.length);
-    const picks = new Array<number>(units.length);
-    for (let round = 0; round < BOOTSTRAP_ROUNDS; round++) {
-      for (let i = 0; i < units.length; i++) picks[i] = Math.floor(random() * units.length);
-      const kept = giveBack(segmentMeans(units, picks, mask), owners).kept;
-      const total = totalKept(kept);
-      for (const [owner, amount] of kept)
-        if (owner !== null && total > 0 && amount >= CHILD_SHARE * total)
-          hits.set(owner, (hits.get(owner) ?? 0) + 1);
+    if (typeof value !== "object" || value === null) continue;
+    const phases = new Map<string, BirthCount>();
+    for (const [phase, count] of Object.entries(value as Record<string, unknown>)) {
+      const parsed = birthCount(count);
+      if (parsed !== null) phases.set(phase, parsed);
     }
-    for (const child of profiled) {
-      const kept = estimate.kept.get(child.path) ?? 0;
-      const fraction = estimateTotal > 0 ? kept / estimateTotal : 0;
-      // The unit's slope is the well-measured total; the profile says how much of it this child keeps.
-      const retained = Math.max(0, level.test.slope) * fraction;
-      const share = (hits.get(child.path) ?? 0) / BOOTSTRAP_ROUNDS;
-      const shortfall = estimate.shortfall.get(child.path) ?? null;
-      const leaking =
-        fraction >= CHILD_SHARE && share >= CHILD_BOOTSTRAP_SHARE && retained >= MIN_RETAINED[metric];
-      out.set(child.path, {
-        verdict: leaking ? "leaking" : "stable",
-        confidence: round(leaking ? (1 - level.pHalf) * share : Math.max(0.5, 1 - share), 2),
-        evidence: evidence(
-          metric,
-          "retention_profile",
-          unitPath,
-          level,
-          leaking ? retained : 0,
-          share,
-          shortfall,
-        ),
-        retained: leaking ? retained : 0,
-        reason: null,
-      });
-    }
-    return out;
-  }
-
-  if (level.rise > 0) {
-    // Warm-up or a one-time step: who kept the growth in the occurrences where the level stepped up.
-    const kept = new Map<string, number>();
-    let total = 0;
-    for (const index of level.risingSteps) {
-      const spec = levelSpecs[index];
-      if (spec === undefined) continue;
-      const unit = unitsOf([spec], read)[0];
-      if (unit === undefined) continue;
-      const segments = unit.readings.slice(1).map((value, j) => value - unit.readings[j]!);
-      for (const [owner, amount] of giveBack(segments, unit.owners).kept) {
-        if (owner !== null) kept.set(owner, (kept.get(owner) ?? 0) + amount);
-        total += amount;
-      }
-    }
-    for (const child of profiled) {
-      const share = total > 0 ? (kept.get(child.path) ?? 0) / total : 0;
-      out.set(child.path, {
-        verdict: share >= CHILD_SHARE ? "plateau" : "stable",
-        confidence: round(share >= CHILD_SHARE ? (1 - level.test.pRising) * share : 1 - share, 2),
-        evidence: evidence(metric, "retention_profile", unitPath, level, 0, null, null),
-        retained: 0,
-        reason: null,
-      });
-    }
-    return out;
-  }
-  for (const child of profiled) {
-    out.set(child.path, {
-      verdict: "stable",
-      confidence: round(stableConfidence(level), 2),
-      evidence: evidence(metric, "retention_profile", unitPath, level, 0, null, null),
-      retained: 0,
-      reason: null,
-    });
+    out.push({ timestampNs: entry.timestampNs, phases });
   }
   return out;
 }
 
-/** The bytes metric of a rank: allocator allocated where recorded, else device used. */
-function bytesMetric(occurrences: readonly Occurrence[]): Metric | null {
-  let used = false;
-  for (const o of occurrences) {
-    if (!Number.isNaN(o.exitAllocated)) return "allocator_allocated_bytes";
-    if (!Number.isNaN(o.exitUsed)) used = true;
-  }
-  return used ? "device_used_bytes" : null;
-}
-
-function hasTensors(occurrences: readonly Occurrence[]): boolean {
-  return occurrences.some((o) => !Number.isNaN(o.exitTensors));
-}
-
-/** Verdicts for every path of one session's rank (its occurrences of all paths, any order). */
-export function judgeRank(occurrences: readonly Occurrence[]): Map<string, RankVerdicts> {
-  const out = new Map<string, RankVerdicts>();
-  if (occurrences.length === 0) return out;
-  const model = modelOf(occurrences);
-  const rank = occurrences[0]!.span.rank;
-  const metrics: [Metric | null, "bytes" | "tensors"][] = [
-    [bytesMetric(occurrences), "bytes"],
-    [hasTensors(occurrences) ? "tfjs_num_tensors" : null, "tensors"],
-  ];
-  for (const entry of model.paths.values())
-    out.set(entry.path, { rank, occurrences: entry.list.length, bytes: null, tensors: null });
-  for (const [metric, slot] of metrics) {
-    if (metric === null) continue;
-    const childrenByParent = new Map<string, PathOccurrences[]>();
-    for (const entry of model.paths.values()) {
-      const parentKey = model.parentPath.get(entry.path) ?? null;
-      if (parentKey === null) {
-        out.get(entry.path)![slot] = judgeOwn(entry, metric, model.lastSample);
-        continue;
-      }
-      const list = childrenByParent.get(parentKey);
-      if (list === undefined) childrenByParent.set(parentKey, [entry]);
-      else list.push(entry);
-    }
-    for (const [parentKey, children] of childrenByParent) {
-      const verdicts = judgeChildren(model, model.paths.get(parentKey)!, children, metric);
-      for (const [path, verdict] of verdicts) out.get(path)![slot] = verdict;
+function birthCount(value: unknown): BirthCount | null {
+  if (typeof value !== "object" || value === null) return null;
+  const { tensors, bytes, largest } = value as Record<string, unknown>;
+  if (typeof tensors !== "number" || typeof bytes !== "number") return null;
+  const groups: BirthGroup[] = [];
+  if (Array.isArray(largest)) {
+    for (const group of largest as unknown[]) {
+      if (typeof group !== "object" || group === null) continue;
+      const { dtype, shape, bytes: groupBytes, count } = group as Record<string, unknown>;
+      if (
+        typeof dtype === "string" &&
+        Array.isArray(shape) &&
+        shape.every((dim) => typeof dim === "number") &&
+        typeof groupBytes === "number" &&
+        typeof count === "number"
+      )
+        groups.push({ dtype, shape: shape as number[], bytes: groupBytes, count });
     }
   }
-  return out;
+  return { tensors, bytes, largest: groups };
+}
+
+/** Verdicts for every path of one session's rank. */
+export function judgeRank(
+  occurrences: readonly Occurrence[],
+  births: readonly BirthSnapshot[] = [],
+): Map<string, RankVerdicts> {
+  return judgeRetention(occurrences, { lastSample: countersAreLastSample(occurrences), births });
 }
 
 const VERDICT_RANK: Readonly<Record<LeakVerdictKind, number>> = {
@@ -722,8 +150,8 @@ export class LeakAccumulator {
   private readonly paths = new Map<string, { perRank: RankVerdicts[]; occurrences: number }>();
 
   /** All occurrences (every path) of one session's rank. */
-  addRank(occurrences: readonly Occurrence[]): void {
-    for (const [phasePath, verdicts] of judgeRank(occurrences)) {
+  addRank(occurrences: readonly Occurrence[], births: readonly BirthSnapshot[] = []): void {
+    for (const [phasePath, verdicts] of judgeRank(occurrences, births)) {
       let entry = this.paths.get(phasePath);
       if (entry === undefined) {
         entry = { perRank: [], occurrences: 0 };
@@ -764,7 +192,7 @@ export function detectLeaks(occurrences: readonly Occurrence[]): LeakReport[] {
 }
 
 function isLeaking(r: RankVerdicts): boolean {
-  return r.bytes?.verdict === "leaking" || r.tensors?.verdict === "leaking";
+  return r.bytes?.verdict === "leaking" || r.tensors?.verdict === "leaking" || r.births?.leaking === true;
 }
 
 function report(phasePath: string, verdicts: readonly RankVerdicts[], occurrences: number): LeakReport {
@@ -787,7 +215,11 @@ function report(phasePath: string, verdicts: readonly RankVerdicts[], occurrence
     .map((r) => ({ r, v: strongest([r.bytes, r.tensors]) }))
     .filter((x) => x.v !== null && x.v.verdict === verdict)
     .sort((a, b) => b.v!.confidence - a.v!.confidence)[0];
-  const confidences = pool.map((r) => strongest([r.bytes, r.tensors])?.confidence ?? 0);
+  const confidences = pool.map((r) =>
+    verdict === "leaking" && r.births?.leaking
+      ? r.births.confidence
+      : (strongest([r.bytes, r.tensors])?.confidence ?? 0),
+  );
   const confidence = verdict === "insufficient_data" ? 0 : round(median(confidences), 2);
   const leakingBytes = leakingRanks
     .filter((r) => r.bytes?.verdict === "leaking")
@@ -801,7 +233,12 @@ function report(phasePath: string, verdicts: readonly RankVerdicts[], occurrence
     verdict === "insufficient_data"
       ? (strongest([perRank[0]?.bytes ?? null, perRank[0]?.tensors ?? null])?.reason ?? "no readings")
       : null;
-  const bestEvidence = best?.r ?? perRank[0];
+  const birthRanks = leakingRanks.filter((r) => r.births?.leaking === true);
+  const births =
+    birthRanks.length > 0
+      ? birthRanks.map((r) => r.births!).sort((a, b) => b.confidence - a.confidence)[0]!
+      : null;
+  const bestEvidence = birthRanks[0] ?? best?.r ?? perRank[0];
   const unitPath = bestEvidence?.bytes?.evidence?.unit_path ?? bestEvidence?.tensors?.evidence?.unit_path;
   const shortfall =
     verdict === "leaking"
@@ -822,6 +259,7 @@ function report(phasePath: string, verdicts: readonly RankVerdicts[], occurrence
       unitPath: unitPath ?? phasePath,
       shortfall,
       reason,
+      births: births?.evidence ?? null,
     }),
     bytes_per_occurrence: bytesPer,
     tensors_per_occurrence: tensorsPer,
@@ -833,6 +271,7 @@ function report(phasePath: string, verdicts: readonly RankVerdicts[], occurrence
       tensors: bestEvidence?.tensors?.evidence ?? null,
       rank: bestEvidence?.rank ?? null,
     },
+    births: births?.evidence ?? null,
     reason,
   };
 }
@@ -853,6 +292,7 @@ interface MessageParts {
   unitPath: string;
   shortfall: string | null;
   reason: string | null;
+  births: BirthEvidence | null;
 }
 
 function message(phasePath: string, verdict: LeakVerdictKind, parts: MessageParts): string {
@@ -860,6 +300,7 @@ function message(phasePath: string, verdict: LeakVerdictKind, parts: MessagePart
   const per = parts.unitPath === phasePath ? "per occurrence" : `per \`${parts.unitPath}\``;
   switch (verdict) {
     case "leaking": {
+      if (parts.births !== null) return birthMessage(label, parts.births, parts);
       const kept: string[] = [];
       if (parts.tensorsPer !== null)
         kept.push(`${formatCount(parts.tensorsPer)} tensor${parts.tensorsPer === 1 ? "" : "s"}`);
@@ -878,6 +319,26 @@ function message(phasePath: string, verdict: LeakVerdictKind, parts: MessagePart
     default:
       return `${label} cannot be judged: ${parts.reason ?? "no readings"}`;
   }
+}
+
+function groupText(group: BirthGroup): string {
+  return `${group.dtype} [${group.shape.join(", ")}]`;
+}
+
+/** "`train / backward`: 1 tensor (16.00 MB, float32 [2048, 2048]) born here per step is still alive 30 steps later". */
+function birthMessage(label: string, births: BirthEvidence, parts: MessageParts): string {
+  const count = births.tensors_per_occurrence;
+  const top = births.largest[0];
+  const each = top !== undefined && top.count > 0 ? `, ${groupText(top)}` : "";
+  const step = births.unit_path === births.birth_phase ? "occurrence" : "step";
+  let text =
+    `${label}: ${formatCount(count)} tensor${count === 1 ? "" : "s"} (${formatBytes(births.bytes_per_occurrence)}${each}) ` +
+    `born here per ${step} ${count === 1 ? "is" : "are"} still alive ${births.alive_for_occurrences} ${step}s later`;
+  if (step === "step") text += ` (step: \`${births.unit_path}\`)`;
+  text += `; ${births.live_tensors} alive now (${formatBytes(births.live_bytes)})`;
+  if (births.largest.length > 0)
+    text += `, largest: ${births.largest.map((g) => `${g.count} x ${groupText(g)} (${formatBytes(g.bytes)})`).join(", ")}`;
+  return text + listRanks(parts.leakingRanks, parts.rankCount);
 }
 
 /** A leaking parent whose growth a leaking child keeps says which child. */

@@ -5,10 +5,9 @@
  * carry the readings taken at the boundary, and the samples inside each span.
  */
 import type { JsonObject, JsonValue } from "@stormlog/core";
-import { type PhaseEventLike, PhaseReplayIndex, type PhaseSpan } from "@stormlog/phases";
+import { median, type PhaseEventLike, PhaseReplayIndex, type PhaseSpan } from "@stormlog/phases";
 import type { BoundaryEntry } from "./aggregate.js";
 import type { RankSeries } from "./dataset.js";
-import { median } from "./trend.js";
 import type { NetChange, PhaseOccurrence, PhaseStat } from "./types.js";
 
 /** The replay index of one session's rank: its boundaries, its last event as the group's end. */

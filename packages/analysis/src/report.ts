@@ -22,7 +22,7 @@ import { DatasetLoader, planDataset, type RankSeries } from "./dataset.js";
 import { GapAccumulator } from "./distributed.js";
 import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "./index-cache.js";
 import { type InputLocation, snapshotInput } from "./input-snapshot.js";
-import { LeakAccumulator } from "./leaks.js";
+import { birthSnapshots, LeakAccumulator } from "./leaks.js";
 import {
   findRankGroups,
   inMemorySegment,
@@ -136,7 +136,7 @@ function analyze(parts: ReportParts): AnalysisReport {
       gaps.add(series, index);
       const occurrences = collectOccurrences(series, index);
       phases.add(occurrences);
-      leaks.addRank(occurrences);
+      leaks.addRank(occurrences, birthSnapshots(series.births));
     }
     crossRank?.addRank(rank, rankSeries, (series) => resolvers.get(series) ?? null);
     loader.release([...lastUse.entries()].filter(([, last]) => last > k).map(([ordinal]) => ordinal));

@@ -5,8 +5,9 @@
  */
 import { closeSync, openSync, readSync, statSync } from "node:fs";
 import { JsonlDecodeError, type JsonValue, type TelemetryEvent } from "@stormlog/core";
+import { LIVE_BY_PHASE_KEY } from "@stormlog/phases";
 import { decodeTelemetryEventLine, type TelemetryInputSegment, TelemetrySourceError } from "@stormlog/sink";
-import { Accumulator, type SegmentAggregate } from "./aggregate.js";
+import { Accumulator, type RankPart, type SegmentAggregate } from "./aggregate.js";
 import { CanonicalLineReader } from "./fast-line.js";
 
 /** Chunk size of segment reads; memory stays bounded by this plus the longest line. */
@@ -33,6 +34,22 @@ function hasOriginKey(buf: Buffer, start: number, end: number): boolean {
     if (k === ORIGIN_PREFIX.length) return true;
   }
   return false;
+}
+
+const BIRTHS_KEY = Buffer.from(`"${LIVE_BY_PHASE_KEY}"`, "latin1");
+
+/** A sample's live tensors by birth phase, when its metadata has them (parsed only then). */
+function addBirths(part: RankPart, timestampNs: bigint, buf: Buffer, start: number, end: number): void {
+  const metadata = buf.subarray(start, end);
+  if (metadata.indexOf(BIRTHS_KEY) === -1) return;
+  let births: unknown;
+  try {
+    births = (JSON.parse(metadata.toString("utf8")) as Record<string, unknown>)[LIVE_BY_PHASE_KEY];
+  } catch {
+    return;
+  }
+  if (typeof births === "object" && births !== null && !Array.isArray(births))
+    part.births.push({ timestampNs, json: JSON.stringify(births) });
 }
 
 /**
@@ -111,6 +128,8 @@ export function scanSegmentSync(
       const part = accumulator.addLine(reader, lineNumber);
       if (!reader.metadataEmpty && hasOriginKey(buf, reader.metadataStart, reader.metadataEnd))
         part.originSamples++;
+      if (!reader.metadataEmpty)
+        addBirths(part, reader.timestampNs(), buf, reader.metadataStart, reader.metadataEnd);
       return;
     }
     if (DETAILED_TYPES.has(eventType)) {

@@ -3,6 +3,7 @@
  * `--format json` output; `reportToJson` only drops what JSON does not carry (`input`, `index`) and
  * the absent `cross_rank_analysis`. Timestamps and durations in ns are exact `bigint`s.
  */
+import type { BirthEvidence, RetentionEvidence, RetentionVerdictKind } from "@stormlog/phases";
 import type { CrossRankAnalysis } from "./cross-rank.js";
 import type { GapFinding } from "./gap.js";
 
@@ -149,41 +150,12 @@ export interface PhaseStat {
 }
 
 /** A leak verdict for one phase path. */
-export type LeakVerdictKind = "leaking" | "plateau" | "stable" | "insufficient_data";
+export type LeakVerdictKind = RetentionVerdictKind;
 
 /** Evidence behind a leak verdict, for one metric (bytes or tensors). See docs/leak-verdicts.md. */
-export interface LeakEvidence {
-  metric: "allocator_allocated_bytes" | "device_used_bytes" | "tfjs_num_tensors";
-  /**
-   * How the phase's share was found: `own_levels` (a phase judged on its own occurrences: a top-level
-   * phase, or one whose parent repeats too rarely), `retention_profile` (the parent's repeated unit,
-   * its children's growth minus what later siblings and the parent give back in the same unit).
-   */
-  method: "own_levels" | "retention_profile";
-  /** The repeated unit whose next occurrence must still hold the memory (the parent path, or the phase itself). */
-  unit_path: string;
-  /** Occurrences of the unit on the rank the evidence comes from. */
-  unit_occurrences: number;
-  /** What this phase keeps per occurrence of the unit (after give-backs in the same unit). */
-  retained_per_occurrence: number;
-  /** Theil-Sen slope of the unit's level when it ends, per occurrence. */
-  level_slope_per_occurrence: number;
-  /** The unit's level growth from its first to its last occurrence. */
-  level_growth: number;
-  /** One-sided Mann-Kendall p-value of "the unit's level keeps rising" over its later half. */
-  p_rising: number;
-  /**
-   * Share of bootstrap resamples of the unit's occurrences in which this phase still keeps at least a
-   * quarter of the unit's growth (`retention_profile` only; null otherwise).
-   */
-  share: number | null;
-  /**
-   * Set when a later sibling gave back part of this phase's growth and stopped short: counters
-   * cannot tell "this phase kept part of what it allocated" from "that sibling freed less and kept
-   * its own". Exact tfjs attribution (birth phases) can.
-   */
-  shortfall_sibling: string | null;
-}
+export type LeakEvidence = RetentionEvidence;
+
+export type { BirthEvidence, BirthGroup } from "@stormlog/phases";
 
 /** A leak verdict with its evidence (pooled over ranks; `leaking_ranks` are those that leak). */
 export interface LeakReport {
@@ -200,6 +172,8 @@ export interface LeakReport {
   leaking_ranks: number[];
   /** Evidence of the rank with the strongest verdict, per metric. */
   evidence: { bytes: LeakEvidence | null; tensors: LeakEvidence | null; rank: number | null };
+  /** Live tensors born in this phase that keep accumulating (tfjs birth-phase attribution); null without. */
+  births: BirthEvidence | null;
   /** Why the verdict is `insufficient_data` (too few occurrences, last-sample counters); null otherwise. */
   reason: string | null;
 }

@@ -1,9 +1,12 @@
-import { readdirSync, readFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { decodeTelemetryLine, type TelemetryEvent } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { analyzeEvents, type LeakReport } from "../src/index.js";
-import { MiB, Timeline } from "./report-helpers.js";
+import { analyzeEvents, analyzeTelemetry, type LeakReport } from "../src/index.js";
+import { decodeAggregate, encodeAggregate } from "../src/index-format.js";
+import { aggregateEvents } from "../src/scan.js";
+import { MiB, Timeline, writeSink } from "./report-helpers.js";
 import { type TrainingRun, trainingRun } from "./support/training-runs.js";
 
 const LEAK_CASES = join(import.meta.dirname, "../../../fixtures/golden/leaks");
@@ -262,5 +265,73 @@ describe("generated runs of the same kinds", () => {
   it("a growing leak and a leak of tensors only", () => {
     want({ keep: { optimizer_step: (step) => step * 64 * 1024 } }, ["train", "train / optimizer_step"]);
     want({ keepTensors: () => 1 }, ["train", "train / forward"]);
+  });
+});
+
+describe("birth-phase evidence (tfjs attribution)", () => {
+  /** A backward leak of one 16 MiB tensor per step, with the adapter's live tensors by birth phase on samples. */
+  function withBirths(): TelemetryEvent[] {
+    let step = 0;
+    return trainingRun({ keep: { backward: () => 16 * MiB }, loader: 4 * MiB }).map((event) => {
+      if (event.event_type !== "sample") return event;
+      const kept = step++;
+      const live = {
+        "train / backward": {
+          tensors: kept,
+          bytes: kept * 16 * MiB,
+          largest:
+            kept > 0 ? [{ dtype: "float32", shape: [2048, 2048], bytes: kept * 16 * MiB, count: kept }] : [],
+        },
+        "": { tensors: 100, bytes: 2048 * MiB, largest: [] },
+      };
+      return {
+        ...event,
+        metadata: { ...event.metadata, tfjs_live_by_phase: live, tfjs_attribution: "birth_phase" },
+      };
+    });
+  }
+
+  it("names the phase the survivors were born in, over what counters would guess", () => {
+    const report = analyzeEvents(withBirths());
+    const backward = report.leaks.find((leak) => leak.phase_path === "train / backward")!;
+    expect(backward.verdict).toBe("leaking");
+    expect(backward.births).toMatchObject({
+      birth_phase: "train / backward",
+      unit_path: "train",
+      tensors_per_occurrence: 1,
+      bytes_per_occurrence: 16 * MiB,
+      largest: [{ dtype: "float32", shape: [2048, 2048] }],
+    });
+    expect(backward.message).toMatch(
+      /^`train \/ backward`: 1 tensor \(16\.00 MB, float32 \[2048, 2048\]\) born here per step is still alive \d+ steps later/,
+    );
+    // Counters alone blame forward (backward frees less than forward allocated); births clear it.
+    expect(report.leaks.find((leak) => leak.phase_path === "train / forward")!.verdict).toBe("stable");
+    expect(report.leaks.find((leak) => leak.phase_path === "train / load_batch")!.verdict).not.toBe(
+      "leaking",
+    );
+    expect(report.leaks.find((leak) => leak.phase_path === "train")!.verdict).toBe("leaking");
+  });
+
+  it("reads births the same from a sink's segments (fast scan) and from the index's rows", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "stormlog-births-"));
+    try {
+      const events = withBirths();
+      writeSink(dir, events, { segmentSize: 100 });
+      const report = await analyzeTelemetry(dir, { index: false });
+      const backward = report.leaks.find((leak) => leak.phase_path === "train / backward")!;
+      expect(backward.verdict).toBe("leaking");
+      expect(backward.births?.tensors_per_occurrence).toBe(1);
+      // The index keeps each sample's births as a row, read back unchanged.
+      const aggregate = aggregateEvents(events);
+      const written = aggregate.sessions.get("session-a")!.ranks.get(0)!;
+      expect(written.births.length).toBe(30);
+      const read = decodeAggregate(encodeAggregate(aggregate, "s"), "s")!
+        .sessions.get("session-a")!
+        .ranks.get(0)!;
+      expect(read.births).toEqual(written.births);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -20,3 +20,5 @@ export {
   type RecordedPhase,
 } from "./recorder.js";
 export * from "./replay.js";
+// Leak verdicts by retention (shared by the analysis and the tracker's leak alerts).
+export * from "./retention/index.js";

@@ -1,0 +1,30 @@
+export {
+  type BirthCount,
+  type BirthSnapshot,
+  type BirthUnit,
+  type BirthVerdict,
+  judgeBirths,
+  LIVE_BY_PHASE_KEY,
+} from "./births.js";
+export { median, normalUpperTail, risingTrend, type TrendTest } from "./trend.js";
+export type {
+  BirthEvidence,
+  BirthGroup,
+  RetentionEvidence,
+  RetentionMetric,
+  RetentionVerdictKind,
+} from "./types.js";
+export {
+  BOOTSTRAP_ROUNDS,
+  CHILD_BOOTSTRAP_SHARE,
+  CHILD_SHARE,
+  judgeRetention,
+  type MetricVerdict,
+  MIN_LEAK_OCCURRENCES,
+  type RankVerdicts,
+  type RetentionInput,
+  type RetentionOccurrence,
+  RISING_P_ALL,
+  RISING_P_HALF,
+  RISING_P_THIRD,
+} from "./verdicts.js";
