@@ -20,7 +20,7 @@
  */
 import type { PhaseSpan } from "../replay.js";
 import { type BirthSnapshot, type BirthVerdict, judgeBirths } from "./births.js";
-import { localNoise, median, risingTrend, seededRandom, type TrendTest } from "./trend.js";
+import { localNoise, risingTrend, seededRandom, type TrendTest } from "./trend.js";
 import type { RetentionEvidence, RetentionMetric, RetentionVerdictKind } from "./types.js";
 
 /** RetentionOccurrences per rank needed for a verdict. */
