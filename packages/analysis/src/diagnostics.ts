@@ -4,8 +4,14 @@
  * samples, allocator change, hidden gap and first anomaly, and the two first-cause indicators
  * (`earliest`, `most_severe`). Anomaly candidates are the reference's: alert events
  * (`alert:<type>`), samples whose |gap| / device total reaches 5 % (`gap_ratio_breach`), hidden-memory
- * gap findings (`gap:<class>`) and, when given, collective-communication attributions
- * (`collective:<class>`).
+ * gap findings (`gap:<class>`), when given, collective-communication attributions
+ * (`collective:<class>`), and phases the analysis report judges leaking (`leak:<phase path>`).
+ *
+ * Readings are the samples and, merged in by time, the phase records whose counters were read at
+ * the boundary (`metadata.phase_counters: "boundary_read"`, see `diagnostics-phases.ts`): a leak that
+ * shows only at phase boundaries shows in the deltas, the hidden gap and the timeline. Without such
+ * records (the Python Stormlog's phase records repeat the last sample) the readings are the samples,
+ * as in the reference.
  */
 import {
   InvalidConfigError,
@@ -31,6 +37,13 @@ import {
   type SessionInfo,
 } from "@stormlog/sink";
 import { DatasetLoader, planDataset, type RankSeries, sampleTimestamp } from "./dataset.js";
+import {
+  isBoundaryReading,
+  LeakAnomalies,
+  leakAnomaliesOfEvents,
+  type ReadingColumns,
+  readingColumns,
+} from "./diagnostics-phases.js";
 import { gapColumns } from "./distributed.js";
 import { analyzeGapColumns, analyzeGaps, type GapFinding } from "./gap.js";
 import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "./index-cache.js";
@@ -66,13 +79,15 @@ export interface RankDiagnosticsRow {
   /** `missing` for a rank below the job's world size that wrote nothing. */
   availability: "present" | "missing";
   samples: number;
-  /** Last minus first sample (null without samples or without the counter). */
+  /** Phase records with counters read at the boundary, counted among the readings besides the samples. */
+  boundary_readings: number;
+  /** Last minus first reading (null without readings or without the counter). */
   allocated_delta_bytes: number | null;
   reserved_delta_bytes: number | null;
   device_used_delta_bytes: number | null;
-  /** `device_used - allocator_reserved` of the rank's last sample that has both. */
+  /** `device_used - allocator_reserved` of the rank's last reading that has both. */
   hidden_gap_latest_bytes: number | null;
-  /** Largest |gap| over the rank's samples. */
+  /** Largest |gap| over the rank's readings. */
   hidden_gap_peak_abs_bytes: number | null;
   has_anomaly: boolean;
   first_anomaly_timestamp_ns: bigint | null;
@@ -115,7 +130,7 @@ export interface DiagnosticsAnomaly {
   rank: number;
   severity: DiagnosticsSeverity;
   timestamp_ns: bigint;
-  /** `alert:<type>`, `gap_ratio_breach`, `gap:<class>` or `collective:<class>`. */
+  /** `alert:<type>`, `gap_ratio_breach`, `gap:<class>`, `collective:<class>` or `leak:<phase path>`. */
   signal: string;
   details: string;
   confidence: number | null;
@@ -182,6 +197,15 @@ function phaseOf(resolver: PhaseResolver | null, event: TelemetryEvent): string 
   return summarizePhaseAttribution(resolver.resolveForEvent(event));
 }
 
+/** A sample's phase, or a boundary reading's by its time alone (the index keeps no hints of phase records). */
+function readingPhase(resolver: PhaseResolver | null, event: TelemetryEvent): string | null {
+  if (resolver === null || isSample(event.event_type)) return phaseOf(resolver, event);
+  const { session_id, timestamp_ns, rank, event_type } = event;
+  return summarizePhaseAttribution(
+    resolver.resolveForEvent({ session_id, timestamp_ns, rank, event_type, metadata: {} }),
+  );
+}
+
 /** Python's `f"{ratio:.1%}"`. */
 function percent(ratio: number): string {
   return `${(ratio * 100).toFixed(1)}%`;
@@ -224,7 +248,7 @@ function alertAnomaly(
   };
 }
 
-/** A sample whose hidden gap is over DIAGNOSTICS_GAP_RATIO_THRESHOLD of the device. */
+/** A reading whose hidden gap is over DIAGNOSTICS_GAP_RATIO_THRESHOLD of the device. */
 function gapBreachAnomaly(
   rank: number,
   timestampNs: bigint,
@@ -262,6 +286,7 @@ function rankCandidates(
   rank: number,
   rankEvents: readonly TelemetryEvent[],
   rankSamples: readonly TelemetryEvent[],
+  rankReadings: readonly TelemetryEvent[],
   collective: readonly CollectiveAttributionLike[],
   resolver: PhaseResolver | null,
 ): DiagnosticsAnomaly[] {
@@ -282,7 +307,7 @@ function rankCandidates(
   }
 
   let firstBreachNs: bigint | null = null;
-  for (const event of rankSamples) {
+  for (const event of rankReadings) {
     const total = event.device_total_bytes;
     if (!total || total <= 0 || event.device_used_bytes === null || event.allocator_reserved_bytes === null) {
       continue;
@@ -290,7 +315,7 @@ function rankCandidates(
     const ratio = Math.abs(event.device_used_bytes - event.allocator_reserved_bytes) / total;
     if (ratio < DIAGNOSTICS_GAP_RATIO_THRESHOLD) continue;
     firstBreachNs ??= event.timestamp_ns;
-    candidates.push(gapBreachAnomaly(rank, event.timestamp_ns, ratio, phaseOf(resolver, event)));
+    candidates.push(gapBreachAnomaly(rank, event.timestamp_ns, ratio, readingPhase(resolver, event)));
   }
 
   const firstNs = (rankSamples[0] ?? rankEvents[0])!.timestamp_ns;
@@ -364,8 +389,8 @@ function indicatorsOf(anomalies: readonly DiagnosticsAnomaly[]): AnomalyIndicato
   return [indicator("earliest", earliest), indicator("most_severe", mostSevere)];
 }
 
-function timeline(samples: readonly TelemetryEvent[]): RankTimeline {
-  const complete = samples.filter(hasAllocatorCounters);
+function timeline(readings: readonly TelemetryEvent[]): RankTimeline {
+  const complete = readings.filter(hasAllocatorCounters);
   if (complete.length > 0) {
     return {
       timestamps_ns: complete.map((event) => event.timestamp_ns),
@@ -374,7 +399,7 @@ function timeline(samples: readonly TelemetryEvent[]): RankTimeline {
       gap: complete.map((event) => event.device_used_bytes! - event.allocator_reserved_bytes!),
     };
   }
-  const device = samples.filter((event) => event.device_used_bytes !== null);
+  const device = readings.filter((event) => event.device_used_bytes !== null);
   return {
     timestamps_ns: device.map((event) => event.timestamp_ns),
     device_used: device.map((event) => event.device_used_bytes!),
@@ -410,22 +435,20 @@ export function buildDistributedDiagnostics(
   );
   const grouped = new Map<number, TelemetryEvent[]>();
   const samples = new Map<number, TelemetryEvent[]>();
+  // Samples and boundary readings, in time order.
+  const readings = new Map<number, TelemetryEvent[]>();
   const worldSizes = new Set<number>();
+  const push = (map: Map<number, TelemetryEvent[]>, event: TelemetryEvent): void => {
+    const list = map.get(event.rank);
+    if (list === undefined) map.set(event.rank, [event]);
+    else list.push(event);
+  };
   for (const event of sorted) {
-    let list = grouped.get(event.rank);
-    if (list === undefined) {
-      list = [];
-      grouped.set(event.rank, list);
-    }
-    list.push(event);
+    push(grouped, event);
     if (isSample(event.event_type)) {
-      let sampleList = samples.get(event.rank);
-      if (sampleList === undefined) {
-        sampleList = [];
-        samples.set(event.rank, sampleList);
-      }
-      sampleList.push(event);
-    }
+      push(samples, event);
+      push(readings, event);
+    } else if (isBoundaryReading(event)) push(readings, event);
     if (event.world_size > 0) worldSizes.add(event.world_size);
   }
   const presentAll = [...grouped.keys()].sort((a, b) => a - b);
@@ -470,6 +493,9 @@ export function buildDistributedDiagnostics(
     list.push(attribution);
   }
 
+  // The leak verdicts of the diagnosed ranks, as the analysis report reaches them.
+  const leaks = leakAnomaliesOfEvents(events.filter((event) => presentSet.has(event.rank)));
+
   const rows: RankDiagnosticsRow[] = [];
   const anomalies: DiagnosticsAnomaly[] = [];
   const timelines = new Map<number, RankTimeline>();
@@ -480,11 +506,12 @@ export function buildDistributedDiagnostics(
       continue;
     }
     const rankSamples = samples.get(rank) ?? [];
-    const first = rankSamples[0];
-    const last = rankSamples[rankSamples.length - 1];
+    const rankReadings = readings.get(rank) ?? [];
+    const first = rankReadings[0];
+    const last = rankReadings[rankReadings.length - 1];
     let gapLatest: number | null = null;
     let gapPeak: number | null = null;
-    for (const event of rankSamples) {
+    for (const event of rankReadings) {
       if (event.device_used_bytes === null || event.allocator_reserved_bytes === null) continue;
       const gap = event.device_used_bytes - event.allocator_reserved_bytes;
       gapLatest = gap;
@@ -494,14 +521,17 @@ export function buildDistributedDiagnostics(
       rank,
       rankEvents,
       rankSamples,
+      rankReadings,
       collectiveByRank.get(rank) ?? [],
       resolver,
     );
+    for (const leak of leaks.get(rank) ?? []) candidates.push(leak);
     const earliest = minBy(candidates, byTime);
     rows.push({
       rank,
       availability: "present",
       samples: rankSamples.length,
+      boundary_readings: rankReadings.length - rankSamples.length,
       allocated_delta_bytes:
         first && last ? delta(first.allocator_allocated_bytes, last.allocator_allocated_bytes) : null,
       reserved_delta_bytes:
@@ -515,7 +545,7 @@ export function buildDistributedDiagnostics(
       first_anomaly_phase_path: earliest?.phase_path ?? null,
     });
     for (const candidate of candidates) anomalies.push(candidate);
-    if (options.includeTimelines) timelines.set(rank, timeline(rankSamples));
+    if (options.includeTimelines) timelines.set(rank, timeline(rankReadings));
   }
 
   const indicators = indicatorsOf(anomalies);
@@ -894,7 +924,8 @@ function diagnoseSegments(
     for (const ordinal of byRank.get(rank)?.ordinals ?? []) lastUse.set(ordinal, k);
   });
   const rows: RankDiagnosticsRow[] = [];
-  const anomalies: DiagnosticsAnomaly[] = [];
+  const perRank: { row: RankDiagnosticsRow; candidates: DiagnosticsAnomaly[] }[] = [];
+  const leaks = new LeakAnomalies();
   const timelines = new Map<number, RankTimeline>();
   for (let k = 0; k < expected.length; k++) {
     const rank = expected[k]!;
@@ -906,11 +937,27 @@ function diagnoseSegments(
     const series = loader.load(seriesPlan);
     // Hints the columns do not keep, or alerts the index left out: only the events are exact.
     if (series.originSamples > 0 || series.alertsTruncated) return null;
-    const { row, candidates } = rankFromColumns(series);
-    rows.push(row);
-    for (const candidate of candidates) anomalies.push(candidate);
-    if (options.includeTimelines) timelines.set(rank, timelineOfColumns(series));
+    const readings = readingColumns(series);
+    const entry = rankFromColumns(series, readings, leaks);
+    rows.push(entry.row);
+    perRank.push(entry);
+    if (options.includeTimelines) timelines.set(rank, timelineOfColumns(series, readings));
     loader.release([...lastUse.entries()].filter(([, last]) => last > k).map(([ordinal]) => ordinal));
+  }
+  // Leak verdicts need every rank: their anomalies join each rank's candidates at the end.
+  const leakAnomalies = leaks.finish();
+  const anomalies: DiagnosticsAnomaly[] = [];
+  for (const { row, candidates } of perRank) {
+    const rankLeaks = leakAnomalies.get(row.rank) ?? [];
+    for (const leak of rankLeaks) candidates.push(leak);
+    if (rankLeaks.length > 0) {
+      const earliest = minBy(candidates, byTime)!;
+      row.has_anomaly = true;
+      row.first_anomaly_timestamp_ns = earliest.timestamp_ns;
+      row.first_anomaly_signal = earliest.signal;
+      row.first_anomaly_phase_path = earliest.phase_path;
+    }
+    for (const candidate of candidates) anomalies.push(candidate);
   }
   return {
     selection,
@@ -933,6 +980,7 @@ function missingRow(rank: number): RankDiagnosticsRow {
     rank,
     availability: "missing",
     samples: 0,
+    boundary_readings: 0,
     allocated_delta_bytes: null,
     reserved_delta_bytes: null,
     device_used_delta_bytes: null,
@@ -948,10 +996,19 @@ function missingRow(rank: number): RankDiagnosticsRow {
 const orNull = (value: number | undefined): number | null =>
   value === undefined || Number.isNaN(value) ? null : value;
 
-/** One present rank's row and anomaly candidates, as `buildDistributedDiagnostics` makes them. */
-function rankFromColumns(series: RankSeries): { row: RankDiagnosticsRow; candidates: DiagnosticsAnomaly[] } {
-  const { rank, count: n, used, reserved, allocated, total } = series;
+/**
+ * One present rank's row and anomaly candidates, as `buildDistributedDiagnostics` makes them (but
+ * for its leak anomalies: `leaks` is given the rank, and its verdicts come once every rank is in).
+ */
+function rankFromColumns(
+  series: RankSeries,
+  readings: ReadingColumns,
+  leaks: LeakAnomalies,
+): { row: RankDiagnosticsRow; candidates: DiagnosticsAnomaly[] } {
+  const { rank, count: n, allocated } = series;
+  const { count: m, used, reserved, total } = readings;
   const resolver = buildPhaseIndex(series);
+  leaks.addSeries(series, resolver);
   const phaseAt = (timestampNs: bigint, eventType: string, metadata: JsonObject | null): string | null =>
     resolver === null
       ? null
@@ -966,7 +1023,7 @@ function rankFromColumns(series: RankSeries): { row: RankDiagnosticsRow; candida
         );
   let gapLatest: number | null = null;
   let gapPeak: number | null = null;
-  for (let i = 0; i < n; i++) {
+  for (let i = 0; i < m; i++) {
     const gap = used[i]! - reserved[i]!;
     if (Number.isNaN(gap)) continue;
     gapLatest = gap;
@@ -992,34 +1049,38 @@ function rankFromColumns(series: RankSeries): { row: RankDiagnosticsRow; candida
     );
   }
   let firstBreachNs: bigint | null = null;
-  for (let i = 0; i < n; i++) {
+  for (let i = 0; i < m; i++) {
     const deviceTotal = total[i]!;
     const gap = used[i]! - reserved[i]!;
     if (!(deviceTotal > 0) || Number.isNaN(gap)) continue;
     const ratio = Math.abs(gap) / deviceTotal;
     if (ratio < DIAGNOSTICS_GAP_RATIO_THRESHOLD) continue;
-    const timestampNs = sampleTimestamp(series, i);
+    const timestampNs = readingTimestamp(series, readings, i);
+    const boundary = readings.boundary?.[i] ?? -1;
+    const eventType = boundary < 0 ? "sample" : series.boundaries[boundary]!.eventType;
     firstBreachNs ??= timestampNs;
-    candidates.push(gapBreachAnomaly(rank, timestampNs, ratio, phaseAt(timestampNs, "sample", null)));
+    candidates.push(gapBreachAnomaly(rank, timestampNs, ratio, phaseAt(timestampNs, eventType, null)));
   }
   const firstNs = n > 0 ? sampleTimestamp(series, 0) : series.minTs!;
   // The event version keeps samples with all three allocator counters: the others lose their total.
   const maskedTotal = scratchDoubles("diagnostics.maskedTotal", n);
-  for (let i = 0; i < n; i++) maskedTotal[i] = Number.isNaN(allocated[i]!) ? Number.NaN : total[i]!;
+  for (let i = 0; i < n; i++) maskedTotal[i] = Number.isNaN(allocated[i]!) ? Number.NaN : series.total[i]!;
   const findings = analyzeGapColumns(
     { ...gapColumns(series), total: maskedTotal },
     { phaseResolver: resolver },
   );
   for (const finding of findings) candidates.push(gapFindingAnomaly(rank, finding, firstBreachNs ?? firstNs));
   const earliest = minBy(candidates, byTime);
-  const last = n - 1;
+  const last = m - 1;
+  const readAllocated = readings.allocated;
   const row: RankDiagnosticsRow = {
     rank,
     availability: "present",
     samples: n,
-    allocated_delta_bytes: n > 0 ? delta(orNull(allocated[0]), orNull(allocated[last])) : null,
-    reserved_delta_bytes: n > 0 ? delta(orNull(reserved[0]), orNull(reserved[last])) : null,
-    device_used_delta_bytes: n > 0 ? delta(orNull(used[0]), orNull(used[last])) : null,
+    boundary_readings: readings.boundaryReadings,
+    allocated_delta_bytes: m > 0 ? delta(orNull(readAllocated[0]), orNull(readAllocated[last])) : null,
+    reserved_delta_bytes: m > 0 ? delta(orNull(reserved[0]), orNull(reserved[last])) : null,
+    device_used_delta_bytes: m > 0 ? delta(orNull(used[0]), orNull(used[last])) : null,
     hidden_gap_latest_bytes: gapLatest,
     hidden_gap_peak_abs_bytes: gapPeak,
     has_anomaly: candidates.length > 0,
@@ -1030,8 +1091,13 @@ function rankFromColumns(series: RankSeries): { row: RankDiagnosticsRow; candida
   return { row, candidates };
 }
 
-function timelineOfColumns(series: RankSeries): RankTimeline {
-  const { count: n, used, reserved, allocated } = series;
+/** The exact timestamp of reading `i`. */
+function readingTimestamp(series: RankSeries, readings: ReadingColumns, i: number): bigint {
+  return series.base + BigInt(readings.t[i]!);
+}
+
+function timelineOfColumns(series: RankSeries, readings: ReadingColumns): RankTimeline {
+  const { count: n, used, reserved, allocated } = readings;
   const complete: number[] = [];
   const device: number[] = [];
   for (let i = 0; i < n; i++) {
@@ -1041,19 +1107,20 @@ function timelineOfColumns(series: RankSeries): RankTimeline {
   }
   if (complete.length > 0) {
     return {
-      timestamps_ns: complete.map((i) => sampleTimestamp(series, i)),
+      timestamps_ns: complete.map((i) => readingTimestamp(series, readings, i)),
       allocated: complete.map((i) => allocated[i]!),
       reserved: complete.map((i) => reserved[i]!),
       gap: complete.map((i) => used[i]! - reserved[i]!),
     };
   }
   return {
-    timestamps_ns: device.map((i) => sampleTimestamp(series, i)),
+    timestamps_ns: device.map((i) => readingTimestamp(series, readings, i)),
     device_used: device.map((i) => used[i]!),
   };
 }
 
-const DIAGNOSE_FORMAT = "stormlog.diagnose_result";
+/** Versioned: results stored by an earlier version (before boundary readings and leak anomalies) are not read. */
+const DIAGNOSE_FORMAT = "stormlog.diagnose_result.v2";
 
 function serializeDiagnose(result: Diagnosed, stamp: string): string {
   const { per_rank_timelines: _timelines, ...diagnostics } = result.diagnostics;

@@ -11,12 +11,18 @@
  * handling in Perfetto (google/perfetto#394), so rank R is process `R + 1`, named `rank R @ host`
  * and sorted by rank.
  *
+ * Memory counters take the samples' values and, in time order with them, those of phase records
+ * whose counters were read at the boundary (`metadata.phase_counters: "boundary_read"`), so a leak
+ * that shows only at phase boundaries rises in the counters too; phase records that repeat the last
+ * sample (`"last_sample"`, or the Python Stormlog's without the key) add nothing.
+ *
  * This module builds a trace from events in memory; `streamPerfettoTrace` (export-stream.ts) writes
  * the same events from a sink one session at a time.
  */
 import type { TelemetryEvent } from "@stormlog/core";
 import { PhaseReplayIndex, type PhaseResolver } from "@stormlog/phases";
 import { summarizeCrossRankAnalysis } from "./cross-rank.js";
+import { isBoundaryReading } from "./diagnostics-phases.js";
 import {
   compareNs,
   counterEvent,
@@ -95,7 +101,7 @@ export function buildPerfettoTrace(
       groups.set(event.session_id, ranks);
     }
     ranks.add(event.rank);
-    if (isSample(event.event_type)) process.deviceIds.add(event.device_id);
+    if (isSample(event.event_type) || isBoundaryReading(event)) process.deviceIds.add(event.device_id);
   }
 
   const index = options.phaseIndex ?? PhaseReplayIndex.fromEvents(sorted);
@@ -121,7 +127,8 @@ export function buildPerfettoTrace(
   for (const event of sorted) {
     const process = processOf(event.rank);
     const ts = micros(event.timestamp_ns);
-    if (isSample(event.event_type)) {
+    // A boundary reading is a reading like a sample (and no instant).
+    if (isSample(event.event_type) || isBoundaryReading(event)) {
       const tracks = tracksOf(process, event.device_id);
       const used = event.device_used_bytes;
       const reserved = event.allocator_reserved_bytes;

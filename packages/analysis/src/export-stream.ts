@@ -8,7 +8,8 @@
  * session comes as a block (its ranks' metadata, its phase slices, then its counters and
  * instants in time order), and the analyses' instants (taken from `analyzeTelemetry`'s report)
  * close the trace. Samples are read with the analysis scan's byte-level line reader into typed
- * columns; only other records become objects.
+ * columns; only other records become objects. Phase records whose counters were read at the
+ * boundary feed the counter tracks as samples do, in time order with them.
  */
 import { closeSync, openSync, readSync } from "node:fs";
 import { JsonlDecodeError, readJsonlLines, type SessionSummary, type TelemetryEvent } from "@stormlog/core";
@@ -23,6 +24,7 @@ import {
   TelemetrySourceError,
 } from "@stormlog/sink";
 import { loadDistributedEvents, selectDistributedSession } from "./diagnostics.js";
+import { isBoundaryReading } from "./diagnostics-phases.js";
 import { buildPerfettoTrace, perfettoTraceChunks } from "./export-perfetto.js";
 import {
   counterEvent,
@@ -398,6 +400,7 @@ function readSession(
         );
       } else {
         records.push({ event, diff, order });
+        if (isBoundaryReading(event)) rankOf(event.rank).devices.add(event.device_id);
       }
       return true;
     });
@@ -479,6 +482,10 @@ function* sessionTraceEvents(
     ) {
       const record = records[j++]!;
       const owner = processOf(record.event.rank);
+      if (isBoundaryReading(record.event)) {
+        yield* readingCounters(owner, record.event, record.diff / 1000);
+        continue;
+      }
       const instant = recordInstant(record.event, owner.pid, record.diff / 1000, resolver);
       if (instant !== null) yield instant;
     }
@@ -509,6 +516,23 @@ function* sessionTraceEvents(
       if (event !== null) yield event;
     }
   }
+}
+
+/** The counter events of a boundary reading (only changed values), as a sample's. */
+function* readingCounters(process: RankProcess, event: TelemetryEvent, ts: number): Generator<TraceEvent> {
+  const tracks = tracksOf(process, event.device_id);
+  const pid = process.pid;
+  const used = event.device_used_bytes;
+  const reserved = event.allocator_reserved_bytes;
+  for (const counter of [
+    counterEvent(tracks.allocated, event.allocator_allocated_bytes, pid, ts),
+    counterEvent(tracks.reserved, reserved, pid, ts),
+    counterEvent(tracks.used, used, pid, ts),
+    used !== null && reserved !== null && event.device_total_bytes
+      ? counterEvent(tracks.gap, used - reserved, pid, ts)
+      : null,
+  ])
+    if (counter !== null) yield counter;
 }
 
 /** Batches trace event lines into chunks of about 64 KB. */

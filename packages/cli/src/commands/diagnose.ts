@@ -31,7 +31,10 @@ const help: CommandHelp = {
     "The Python reference TUI's Diagnostics tab in the terminal: per rank its availability, samples,\n" +
     "allocated and reserved change, hidden gap (device used - allocator reserved; latest and peak) and\n" +
     "first anomaly (time, signal, phase), then which rank was earliest and which most severe.\n" +
-    "Anomalies: alert events, samples whose gap reaches 5% of the device, and hidden-memory findings.\n" +
+    "Changes and gaps are read from the samples and from phase records whose counters were read at the\n" +
+    "boundary (phase_counters: boundary_read; a BOUNDARY READS column counts them when there are any).\n" +
+    "Anomalies: alert events, readings whose gap reaches 5% of the device, hidden-memory findings, and\n" +
+    "phases that analyze judges leaking (leak:<phase path>).\n" +
     "Exit code: 0 when nothing was found, 2 when a memory risk was found (a warning or critical\n" +
     "anomaly), 1 on error.",
   options: {
@@ -83,10 +86,13 @@ function formatText(
       }`,
     "",
   );
+  // The boundary readings' column only where there are some: the reference's table otherwise.
+  const boundaryColumn = diagnostics.rows.some((row) => row.boundary_readings > 0);
   const rows = diagnostics.rows.map((row) => [
     String(row.rank),
     row.availability,
     String(row.samples),
+    ...(boundaryColumn ? [String(row.boundary_readings)] : []),
     signedBytes(row.allocated_delta_bytes),
     signedBytes(row.reserved_delta_bytes),
     row.hidden_gap_latest_bytes === null ? "-" : signedBytes(row.hidden_gap_latest_bytes),
@@ -102,6 +108,7 @@ function formatText(
           "RANK",
           "STATUS",
           "SAMPLES",
+          ...(boundaryColumn ? ["BOUNDARY READS"] : []),
           "ALLOCATED Δ",
           "RESERVED Δ",
           "GAP LATEST",
@@ -111,7 +118,7 @@ function formatText(
           "PHASE",
         ],
         rows,
-        new Set([0, 2, 3, 4, 5, 6, 7]),
+        new Set(boundaryColumn ? [0, 2, 3, 4, 5, 6, 7, 8] : [0, 2, 3, 4, 5, 6, 7]),
       ),
       "",
     );
@@ -123,7 +130,7 @@ function formatText(
       indicatorLine("Most severe:", mostSevere, origin),
     );
   } else {
-    lines.push("No anomaly found: no alert, no hidden-memory gap breach, no gap finding.");
+    lines.push("No anomaly found: no alert, no hidden-memory gap breach, no gap finding, no leaking phase.");
   }
   for (const warning of diagnostics.warnings) lines.push(`Warning: ${warning}`);
   lines.push(
