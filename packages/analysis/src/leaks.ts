@@ -148,6 +148,8 @@ function formatCount(value: number): string {
 /** Leak verdicts accumulated one session's rank at a time. */
 export class LeakAccumulator {
   private readonly paths = new Map<string, { perRank: RankVerdicts[]; occurrences: number }>();
+  /** Per path, each rank's mean net change (exit minus entry) in bytes: the other ranks' baseline. */
+  private readonly nets = new Map<string, Map<number, number>>();
 
   /** All occurrences (every path) of one session's rank. */
   addRank(occurrences: readonly Occurrence[], births: readonly BirthSnapshot[] = []): void {
@@ -160,10 +162,16 @@ export class LeakAccumulator {
       entry.perRank.push(verdicts);
       entry.occurrences += verdicts.occurrences;
     }
+    for (const [phasePath, net] of meanNets(occurrences)) {
+      let byRank = this.nets.get(phasePath);
+      if (byRank === undefined) this.nets.set(phasePath, (byRank = new Map()));
+      if (occurrences.length > 0) byRank.set(occurrences[0]!.span.rank, net);
+    }
   }
 
   /** Verdicts for every path, leaking ones first. */
   finish(): LeakReport[] {
+    this.settleShortfalls();
     const reports: LeakReport[] = [];
     for (const [phasePath, entry] of this.paths)
       reports.push(report(phasePath, entry.perRank, entry.occurrences));
@@ -175,6 +183,71 @@ export class LeakAccumulator {
         (a.phase_path < b.phase_path ? -1 : a.phase_path > b.phase_path ? 1 : 0),
     );
   }
+
+  /**
+   * Counters cannot tell "a phase kept part of what it allocated" from "a later sibling freed less".
+   * Ranks that do not leak run the same step and show each phase's usual net change: the phase whose
+   * net change differs on the leaking ranks by the kept amount is the one that keeps it.
+   */
+  private settleShortfalls(): void {
+    for (const [phasePath, entry] of this.paths) {
+      const leaking = entry.perRank.filter(
+        (r) => r.bytes?.verdict === "leaking" && r.bytes.evidence?.shortfall_sibling && r.births === null,
+      );
+      if (leaking.length === 0) continue;
+      const sibling = leaking[0]!.bytes!.evidence!.shortfall_sibling!;
+      const leakingRanks = new Set(leaking.map((r) => r.rank));
+      const shift = (path: string): number | null => {
+        const byRank = this.nets.get(path);
+        if (byRank === undefined) return null;
+        const inside: number[] = [];
+        const outside: number[] = [];
+        for (const [rank, net] of byRank) (leakingRanks.has(rank) ? inside : outside).push(net);
+        if (inside.length === 0 || outside.length === 0) return null;
+        return median(inside) - median(outside);
+      };
+      const own = shift(phasePath);
+      const theirs = shift(sibling);
+      if (own === null || theirs === null) continue;
+      const kept = median(leaking.map((r) => r.bytes!.retained));
+      const siblingEntry = this.paths.get(sibling);
+      if (Math.abs(own) >= 0.5 * kept && Math.abs(theirs) < 0.5 * kept) {
+        for (const r of leaking) r.bytes!.evidence!.shortfall_sibling = null;
+      } else if (Math.abs(theirs) >= 0.5 * kept && Math.abs(own) < 0.5 * kept && siblingEntry !== undefined) {
+        // The sibling's net change is what moved: the leak is the sibling's.
+        for (const r of leaking) {
+          const moved = siblingEntry.perRank.find((candidate) => candidate.rank === r.rank);
+          if (moved === undefined || moved.bytes === null) continue;
+          moved.bytes = {
+            ...r.bytes!,
+            evidence: { ...r.bytes!.evidence!, shortfall_sibling: null },
+          };
+          r.bytes = {
+            ...r.bytes!,
+            verdict: "stable",
+            retained: 0,
+            evidence: { ...r.bytes!.evidence!, retained_per_occurrence: 0, shortfall_sibling: null },
+          };
+        }
+      }
+    }
+  }
+}
+
+/** Per path, the mean net change in bytes (allocator allocated, else device used) of closed occurrences. */
+function meanNets(occurrences: readonly Occurrence[]): Map<string, number> {
+  const sums = new Map<string, { total: number; count: number }>();
+  for (const o of occurrences) {
+    if (o.span.syntheticEnd) continue;
+    let net = o.exitAllocated - o.enterAllocated;
+    if (Number.isNaN(net)) net = o.exitUsed - o.enterUsed;
+    if (Number.isNaN(net)) continue;
+    const sum = sums.get(o.span.phasePath) ?? { total: 0, count: 0 };
+    sum.total += net;
+    sum.count++;
+    sums.set(o.span.phasePath, sum);
+  }
+  return new Map([...sums].map(([path, { total, count }]) => [path, total / count]));
 }
 
 /** Leak verdicts for the occurrences of any number of sessions' ranks. */

@@ -295,12 +295,15 @@ export function formatReportText(report: AnalysisReport, options: TextOptions = 
     for (const leak of shown)
       lines.push(`  ${leakLabel(leak, paint)}  ${leak.confidence.toFixed(2)}  ${leak.message}`);
     const stable = report.leaks.filter((leak) => leak.verdict === "stable").map((leak) => leak.phase_path);
-    const unknown = report.leaks
-      .filter((leak) => leak.verdict === "insufficient_data")
-      .map((leak) => leak.phase_path);
+    const unknown = new Map<string, string[]>();
+    for (const leak of report.leaks) {
+      if (leak.verdict !== "insufficient_data") continue;
+      const reason = leak.reason ?? "no readings";
+      unknown.set(reason, [...(unknown.get(reason) ?? []), leak.phase_path]);
+    }
     if (shown.length === 0) lines.push("  No phase keeps memory across its occurrences.");
     if (stable.length > 0) lines.push(`  Stable: ${stable.join(", ")}`);
-    if (unknown.length > 0) lines.push(`  Too few occurrences to judge: ${unknown.join(", ")}`);
+    for (const [reason, paths] of unknown) lines.push(`  Not judged (${reason}): ${paths.join(", ")}`);
   }
 
   // Hidden memory.

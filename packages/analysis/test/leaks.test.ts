@@ -249,6 +249,30 @@ describe("generated runs of the same kinds", () => {
     want({ loader: 64 * MiB, keep: { load_batch: () => 4 * MiB } }, ["train", "train / load_batch"]);
   });
 
+  it("on a multi-rank job, the ranks that do not leak tell a phase's shortfall from its sibling's", () => {
+    for (const [phase, other] of [
+      ["backward", "forward"],
+      ["forward", "backward"],
+    ] as const) {
+      const events: TelemetryEvent[] = [];
+      for (const rank of [0, 1, 2, 3])
+        events.push(
+          ...trainingRun({
+            seed: rank + 1,
+            noise: 256 * 1024,
+            keep: rank === 2 ? { [phase]: () => 16 * MiB } : {},
+            identity: { rank, world_size: 4, session_id: `rank-${rank}`, job_id: "job" },
+          }),
+        );
+      const report = analyzeEvents(events);
+      const leak = report.leaks.find((l) => l.phase_path === `train / ${phase}`)!;
+      expect(leak, phase).toMatchObject({ verdict: "leaking", leaking_ranks: [2] });
+      expect(leak.evidence.bytes?.shortfall_sibling, phase).toBeNull();
+      expect(leak.message, phase).not.toContain("cannot tell");
+      expect(report.leaks.find((l) => l.phase_path === `train / ${other}`)!.verdict, phase).toBe("stable");
+    }
+  });
+
   it("memory freed in the next step (pipelining) is no leak", () => {
     want({ pipelined: 50 * MiB }, []);
   });
