@@ -15,7 +15,7 @@ import { BOUNDARY_READ } from "./aggregate.js";
 import { DatasetLoader, planDataset, type RankSeries } from "./dataset.js";
 import type { DiagnosticsAnomaly } from "./diagnostics.js";
 import { TimeRangeError } from "./errors.js";
-import { LeakAccumulator } from "./leaks.js";
+import { birthSnapshots, LeakAccumulator } from "./leaks.js";
 import { inMemorySegment } from "./merge.js";
 import { buildPhaseIndex, collectOccurrences, type Occurrence } from "./phase-stats.js";
 import { aggregateEvents } from "./scan.js";
@@ -131,6 +131,11 @@ export function growthOnset(occurrences: readonly Occurrence[]): bigint | null {
     }
     if (onset !== null) return onset;
   }
+  return firstStart(occurrences);
+}
+
+/** The earliest start of `occurrences` (null for none). */
+function firstStart(occurrences: readonly Occurrence[]): bigint | null {
   let first: bigint | null = null;
   for (const occurrence of occurrences)
     if (first === null || occurrence.span.startNs < first) first = occurrence.span.startNs;
@@ -145,12 +150,17 @@ export class LeakAnomalies {
   private readonly leaks = new LeakAccumulator();
   /** Per rank, per phase path: the earliest growth onset over the rank's sessions. */
   private readonly onsets = new Map<number, Map<string, bigint>>();
+  /** Per rank, its first phase occurrence's start: for a phase judged leaking without occurrences there. */
+  private readonly firstStarts = new Map<number, bigint>();
 
-  /** One session's rank (its phase index, when already built). */
+  /** One session's rank (its phase index, when already built), fed to the verdicts as the report feeds it. */
   addSeries(series: RankSeries, index: PhaseReplayIndex | null = buildPhaseIndex(series)): void {
     const occurrences = collectOccurrences(series, index);
+    this.leaks.addRank(occurrences, birthSnapshots(series.births));
     if (occurrences.length === 0) return;
-    this.leaks.addRank(occurrences);
+    const first = firstStart(occurrences)!;
+    const known = this.firstStarts.get(series.rank);
+    if (known === undefined || first < known) this.firstStarts.set(series.rank, first);
     const byPath = new Map<string, Occurrence[]>();
     for (const occurrence of occurrences) {
       const list = byPath.get(occurrence.span.phasePath);
@@ -175,7 +185,7 @@ export class LeakAnomalies {
     for (const report of this.leaks.finish()) {
       if (report.verdict !== "leaking") continue;
       for (const rank of report.leaking_ranks) {
-        const onset = this.onsets.get(rank)?.get(report.phase_path);
+        const onset = this.onsets.get(rank)?.get(report.phase_path) ?? this.firstStarts.get(rank);
         if (onset === undefined) continue;
         let list = out.get(rank);
         if (list === undefined) {
@@ -205,8 +215,7 @@ export class LeakAnomalies {
  */
 export function leakAnomaliesOfEvents(events: readonly TelemetryEvent[]): Map<number, DiagnosticsAnomaly[]> {
   const leaks = new LeakAnomalies();
-  if (!events.some((event) => event.event_type === "phase_enter" || event.event_type === "phase_exit"))
-    return new Map();
+  if (events.length === 0) return new Map();
   try {
     const segment = inMemorySegment("<events>", null, aggregateEvents(events));
     const plan = planDataset([segment], [...new Set(events.map((event) => event.session_id))]);
