@@ -61,6 +61,16 @@ export type CollectorAvailability =
   | { readonly available: false; readonly reason: string };
 
 /**
+ * The tracker's phases as a collector sees them: where code runs now. For collectors that attribute
+ * memory to the phase that allocated it, so `currentPhasePath()` runs per allocation: it is cheap
+ * (no allocation; a few nanoseconds without async phases) and does not throw.
+ */
+export interface PhaseContextLike {
+  /** The innermost open phase's path where code runs now (`train / backward`), or "" outside any. */
+  currentPhasePath(): string;
+}
+
+/**
  * The contract every backend adapter implements (tfjs, NVML, onnxruntime, the Node process).
  * Adapters depend on `@stormlog/core` only and declare `specificationVersion` so the tracker can
  * refuse an adapter built against an incompatible contract.
@@ -89,6 +99,11 @@ export interface MemoryCollector {
    * failure leaves the record with the last sample's counters.
    */
   readOnDemand?(): SampleResult;
+  /**
+   * Receives the tracker's phase context at `start()`, for collectors that attribute memory to the
+   * phase that allocated it (the tfjs collector's birth phases). Optional; must not throw.
+   */
+  bindPhases?(context: PhaseContextLike): void;
   /** Releases native handles. */
   close?(): void | Promise<void>;
 }

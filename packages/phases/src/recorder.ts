@@ -300,6 +300,17 @@ export class PhaseRecorder implements PhaseHost {
     }
   }
 
+  /**
+   * The innermost open phase's path where code runs now, or "" outside any phase or session: the
+   * tracker hands it to collectors that attribute allocations to phases (core's `PhaseContextLike`),
+   * which call it per allocation, so it allocates nothing.
+   */
+  currentPhasePath(): string {
+    if (this.session === null) return "";
+    const current = this.currentContext().current;
+    return current === null ? "" : current.phasePath;
+  }
+
   /** Every open phase, outermost first per stack (for diagnostics). */
   openPhases(): RecordedPhase[] {
     const result: RecordedPhase[] = [];

@@ -488,6 +488,14 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     this.running = true;
     this.generation++;
     this.recorder.begin(summary.session_id);
+    // Collectors that attribute allocations to phases (tfjs birth phases) ask the recorder where code runs.
+    for (const state of this.states) {
+      try {
+        state.collector.bindPhases?.(this.recorder);
+      } catch (error) {
+        this.logger.warn(`collector ${state.name} could not bind the phases: ${describe(error)}`);
+      }
+    }
     if (this.registerGlobal && getPhaseHost() === noopPhaseHost) {
       setGlobalPhaseHost(this);
       this.registeredGlobal = true;
