@@ -3,6 +3,8 @@
  * webgpu, tfjs-node, tfjs-node-gpu), `model.fit` phases and opt-in per-kernel detail.
  * Depends on `@stormlog/core` only; the `tf` namespace is injected.
  */
+
+export { LARGEST_GROUPS, type LivePhaseTensors, type LiveTensorGroup } from "./attribution.js";
 export {
   type StormlogCallbackOptions,
   type StormlogFitCallback,
@@ -33,4 +35,5 @@ export type {
   TfNamespace,
   TfProfileInfo,
   TfProfiler,
+  TfTrackedTensor,
 } from "./types.js";

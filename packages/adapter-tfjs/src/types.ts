@@ -26,6 +26,17 @@ export interface TfEngineState {
   numBytes: number;
   numTensors: number;
   numDataBuffers: number;
+  /** Per data buffer; birth-phase attribution reads string tensors' bytes from it. */
+  readonly tensorInfo?: { get(dataId: object): { readonly bytes: number } | undefined };
+}
+
+/** A tensor as the engine tracks it (the fields of `tf.Tensor` that birth-phase attribution reads). */
+export interface TfTrackedTensor {
+  readonly id: number;
+  readonly dtype: string;
+  readonly shape: readonly number[];
+  readonly size: number;
+  readonly dataId: object;
 }
 
 /** `tf.engine()`, as far as the collector reads it. */
@@ -34,6 +45,10 @@ export interface TfEngine {
   readonly backendName: string | null;
   /** Replaced by `engine.reset()`: read it each time. */
   readonly state: TfEngineState;
+  /** Counts a new tensor; every creation path goes through it (wrapped for birth-phase attribution). */
+  trackTensor?(tensor: TfTrackedTensor, backend: unknown): void;
+  /** Uncounts a disposed tensor (wrapped for birth-phase attribution). */
+  disposeTensor?(tensor: TfTrackedTensor): void;
 }
 
 /** The `tf` namespace, as far as the collector reads it. */

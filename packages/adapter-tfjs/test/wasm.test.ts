@@ -4,6 +4,7 @@ import * as tf from "@tensorflow/tfjs";
 import { setWasmPaths } from "@tensorflow/tfjs-backend-wasm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tfjsCollector, wasmHeapBytes } from "../src/index.js";
+import { asyncPhases } from "./support/async-phases.js";
 import { describeCollectorContract } from "./support/collector-contract.js";
 
 // In Node the wasm backend loads its .wasm files from disk: point it at the installed package.
@@ -74,6 +75,47 @@ describe("tfjsCollector on the wasm backend", () => {
       await tf.setBackend("wasm");
     }
     expect(collector.sample().kind).toBe("full");
+  });
+});
+
+describe("birth-phase attribution on the wasm backend", () => {
+  it("attributes wasm tensors to their birth phase and drops them when disposed", async () => {
+    const phases = asyncPhases();
+    const collector = tfjsCollector(tf);
+    collector.bindPhases(phases);
+    const leaked: tf.Tensor[] = [];
+    const live = () => {
+      const sampled = collector.sample();
+      if (sampled.kind === "failure") throw new Error(sampled.error);
+      expect(sampled.metadata?.tfjs_attribution).toBe("birth_phase");
+      return sampled.metadata?.tfjs_live_by_phase as Record<string, { tensors: number; bytes: number }>;
+    };
+    try {
+      for (let step = 1; step <= 3; step++) {
+        await phases.phase("train", async () => {
+          const batch = phases.phase("load_batch", () => tf.randomNormal([32, 16]));
+          await new Promise<void>((resolve) => setImmediate(resolve));
+          phases.phase("backward", () => {
+            tf.tidy(() => {
+              leaked.push(tf.keep(tf.zeros([64, 64])));
+              tf.matMul(batch, batch, true).sum();
+            });
+          });
+          batch.dispose();
+        });
+        expect(live()).toEqual({
+          "train / backward": {
+            tensors: step,
+            bytes: step * 64 * 64 * 4,
+            largest: [{ dtype: "float32", shape: [64, 64], bytes: step * 64 * 64 * 4, count: step }],
+          },
+        });
+      }
+      tf.dispose(leaked);
+      expect(live()).toEqual({});
+    } finally {
+      collector.close();
+    }
   });
 });
 
