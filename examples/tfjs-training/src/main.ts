@@ -3,7 +3,8 @@
  *
  *   pnpm start [-- --leak] [--out DIR] [--json FILE] [--epochs N] [--batches N]
  *
- * --leak   forget to dispose an intermediate tensor in `forward`; the analysis names the phase.
+ * --leak   `backward` keeps a gradient copy every step (a leak), `load_batch` hands the step tensors
+ *          it disposes (not one); samples attribute live tensors to the phase they were born in.
  * --out    the sink directory (default ./stormlog-sink; STORMLOG_SINK_DIR also sets it).
  * --json   also write the analysis as JSON to FILE.
  */
@@ -65,6 +66,9 @@ const shown = (path: string) => {
 const log = args.quiet ? () => undefined : (line = "") => console.log(line);
 
 const { tf, packageName } = await loadTensorFlow();
+// Made before the model: tensors are attributed to the phase they are born in from now on, and the
+// model's weights, born outside any phase, show under "".
+const tfjs = tfjsCollector(tf);
 const model = buildModel(tf, config);
 const optimizer = tf.train.adam(0.01);
 const data = new SyntheticData(tf, config);
@@ -72,7 +76,7 @@ const data = new SyntheticData(tf, config);
 // Both collectors read the host (device -1), so each sample is one record: tfjs's tensor bytes as
 // allocated (read again at every phase boundary) and the process's resident set as reserved.
 const tracker = new MemoryTracker({
-  collectors: [tfjsCollector(tf), processCollector()],
+  collectors: [tfjs, processCollector()],
   samplingIntervalMs: 100,
   sink: { rootDir: sinkDir },
 });
@@ -85,8 +89,12 @@ log(
     `${model.countParams().toLocaleString("en-US")} parameters, Adam, batch ${config.batchSize}`,
 );
 log("  collectors      tf.memory() (tensor bytes, every sample and phase boundary), process RSS");
+log("  attribution     each sample: live tensors by the phase that created them (tfjs_live_by_phase)");
 log(`  sampling        every ${tracker.samplingIntervalMs} ms, into the sink ${shown(sinkDir)}`);
-if (config.leak) log("  --leak          `forward` forgets to dispose the standardised inputs, every step");
+if (config.leak) {
+  log("  --leak          `backward` keeps a copy of a gradient every step, never disposed (a leak);");
+  log("                  `load_batch` hands the step tensors that it disposes later (not a leak)");
+}
 log();
 
 await tracker.start();
@@ -129,5 +137,5 @@ if (!config.leak) {
   // From the repository root the demo script is at hand; anywhere else in the workspace, --filter is.
   const atRoot = existsSync(join(userCwd, "pnpm-workspace.yaml"));
   const leakCommand = atRoot ? "pnpm demo -- --leak" : "pnpm --filter tfjs-training start --leak";
-  log(`  ${leakCommand}    # forget to dispose a tensor in \`forward\`: the analysis finds it`);
+  log(`  ${leakCommand}    # a tensor kept every step, and a loader that only looks like a leak`);
 }

@@ -13,7 +13,11 @@ export interface TrainConfig {
   readonly features: number;
   readonly hidden: number;
   readonly classes: number;
-  /** Forget to dispose the standardised inputs in `forward` (the bug the analysis should find). */
+  /**
+   * Plant a real leak: `backward` keeps a copy of a gradient in a global array every step (the bug
+   * the analysis should find), while `load_batch` makes the batch's tensors itself and hands them to
+   * the step, which disposes them (memory that looks kept at the loader's exit, but is not a leak).
+   */
   readonly leak: boolean;
 }
 
@@ -98,6 +102,17 @@ export class SyntheticData {
   }
 }
 
+/** The batch as tensors (the caller disposes them). */
+function batchTensors(tf: TfNamespace, batch: Batch, config: TrainConfig): { xs: Tensor; ys: Tensor } {
+  return {
+    xs: tf.tensor2d(batch.x, [config.batchSize, config.features]),
+    ys: tf.tensor2d(batch.y, [config.batchSize, config.classes]),
+  };
+}
+
+/** With --leak: gradient copies kept "for debugging" and never disposed, one per step. */
+export const keptGradients: Tensor[] = [];
+
 /** A small MLP: features -> hidden -> hidden -> classes (logits). */
 export function buildModel(tf: TfNamespace, config: TrainConfig): LayersModel {
   return tf.sequential({
@@ -154,11 +169,14 @@ function trainStep(
   data: SyntheticData,
   config: TrainConfig,
 ): Tensor {
-  const batch = host.phase("load_batch", () => data.nextBatch());
+  // With --leak the loader makes the tensors itself; the step disposes them once backward is done.
+  const loaded = host.phase("load_batch", () => {
+    const batch = data.nextBatch();
+    return config.leak ? batchTensors(tf, batch, config) : batch;
+  });
 
   const forward = host.enterPhase("forward");
-  const xs = tf.tensor2d(batch.x, [config.batchSize, config.features]);
-  const ys = tf.tensor2d(batch.y, [config.batchSize, config.classes]);
+  const { xs, ys } = "xs" in loaded ? loaded : batchTensors(tf, loaded, config);
   // An intermediate tensor: the inputs standardised per batch. It must be disposed by hand.
   const features = tf.tidy(() => {
     const { mean, variance } = tf.moments(xs, 0);
@@ -174,10 +192,13 @@ function trainStep(
     backward = host.enterPhase("backward");
     return value;
   });
-  // The batch is not needed once the gradients exist.
-  tf.dispose([xs, ys]);
-  if (!config.leak) features.dispose(); // with --leak this line is "forgotten"
+  // The bug --leak plants: a copy of the first layer's gradient kept every step, never disposed.
+  const firstGradient = Object.values(grads)[0];
+  if (config.leak && firstGradient !== undefined) keptGradients.push(firstGradient.clone());
+  features.dispose();
   backward?.close();
+  // The batch is not needed once the gradients exist: the step disposes it, wherever it was made.
+  tf.dispose([xs, ys]);
 
   host.phase("optimizer_step", () => {
     optimizer.applyGradients(grads);
