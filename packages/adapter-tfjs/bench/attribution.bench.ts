@@ -1,15 +1,20 @@
 import { AsyncLocalStorage } from "node:async_hooks";
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import type { PhaseContextLike } from "@stormlog/core";
 import * as tf from "@tensorflow/tfjs";
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { type TfjsCollector, tfjsCollector } from "../src/index.js";
 
-// What birth-phase attribution costs (goal < 100 ns per tensor created and disposed), off and on
-// side by side on the cpu backend: (a) per tensor, (b) a small training step. mitata's medians
-// first, then interleaved rounds (off/on alternating ABBA, so both see the same machine state; CPU
-// time, as the machines are shared) with the median per-round difference and ratio. The wrappers
-// alone, on an engine that does nothing else, are timed in attribution-hook.bench.ts, a process of
-// their own so that their engine does not share the wrappers' type feedback with tfjs's.
+// What birth-phase attribution costs on the cpu backend (goal < 100 ns per tensor created and
+// disposed), off and on side by side: (a) per tensor, (b) a small training step.
+// 1. mitata's medians, off then on in this process.
+// 2. Separate processes, off and on alternating (ABBA, PROCESSES of each): switching attribution
+//    re-patches the engine's prototype, which sends tfjs's callers back to unoptimised code and
+//    leaves them less optimised than a process that never switches, so each process keeps one mode
+//    throughout, as a training job does. CPU time per round; the medians over processes.
+// The wrappers alone, on an engine that does nothing else, are timed in attribution-hook.bench.ts.
+// On a shared machine pin it for steadier figures: nice -n -15 taskset -c 1 node ... <this file>.
 await tf.setBackend("cpu");
 tf.enableProdMode();
 
@@ -28,7 +33,7 @@ const values = new Float32Array([1, 2, 3, 4]);
 function churn(): void {
   for (let i = 0; i < TENSORS; i++) tf.tensor1d(values).dispose();
 }
-/** 100 kernel outputs (tf.add inside tf.tidy): the path training steps take. */
+/** 100 kernel outputs (tf.add inside tf.tidy; each also makes and disposes the scalar 1). */
 const a = tf.ones([4]);
 function kernels(): void {
   tf.tidy(() => {
@@ -62,25 +67,73 @@ function trainStep(): void {
   value.dispose();
   syncPath = "train / backward";
 }
-for (let i = 0; i < 20; i++) trainStep();
-// Tensors one step creates (each asks the context for its phase once): what the step pays for.
-let births = 0;
-const counting = tfjsCollector(tf, { attribution: true });
-counting.bindPhases({
-  currentPhasePath: () => {
-    births++;
-    return syncPath;
-  },
-});
-trainStep();
-counting.close();
-const TENSORS_PER_STEP = births;
 
 /** A collector with attribution on, bound to `context` (the caller closes it). */
 function attributed(context: PhaseContextLike): TfjsCollector {
   const collector = tfjsCollector(tf, { attribution: true });
   collector.bindPhases(context);
   return collector;
+}
+
+function median(list: readonly number[]): number {
+  const sorted = [...list].sort((x, y) => x - y);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1
+    ? (sorted[mid] as number)
+    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+}
+
+/** CPU time (GC threads included; the machines are shared) of `repeat` runs of `work`, in ns per run. */
+function cpuNs(work: () => void, repeat: number): number {
+  const start = process.cpuUsage();
+  for (let i = 0; i < repeat; i++) work();
+  const used = process.cpuUsage(start);
+  return ((used.user + used.system) * 1000) / repeat;
+}
+
+/** What one child process measured in its mode. */
+interface ChildResult {
+  /** Median ns per tensor created and disposed. */
+  tensor: number;
+  /** Median ms per training step. */
+  step: number;
+  /** Tensors one step creates. */
+  tensorsPerStep: number;
+}
+
+const CHILD_MODE = process.env.STORMLOG_ATTRIBUTION_BENCH_MODE;
+if (CHILD_MODE === "on" || CHILD_MODE === "off") {
+  let births = 0;
+  if (CHILD_MODE === "on") {
+    tfjsCollector(tf, { attribution: true }).bindPhases({
+      currentPhasePath: () => {
+        births++;
+        return syncPath;
+      },
+    });
+  }
+  for (let i = 0; i < 1000; i++) churn();
+  for (let i = 0; i < 20; i++) trainStep();
+  const tensor = median(Array.from({ length: 15 }, () => cpuNs(churn, 200) / TENSORS));
+  births = 0;
+  trainStep();
+  const tensorsPerStep = births;
+  const step = median(Array.from({ length: 8 }, () => cpuNs(trainStep, 5) / 1e6));
+  const result: ChildResult = { tensor, step, tensorsPerStep };
+  console.log(`attribution-child ${JSON.stringify(result)}`);
+  process.exit(0);
+}
+
+for (let i = 0; i < 20; i++) trainStep();
+
+/** A bench of `work` with attribution off or on; it first runs `warm` rounds untimed after the switch. */
+function measured(attribution: PhaseContextLike | null, work: () => void, warm: number) {
+  return function* () {
+    const collector = attribution === null ? undefined : attributed(attribution);
+    for (let i = 0; i < warm; i++) work();
+    yield work;
+    collector?.close();
+  };
 }
 
 const OFF_TENSOR = "tfjs/attribution off: 100 x tensor1d+dispose";
@@ -90,19 +143,6 @@ const OFF_KERNEL = "tfjs/attribution off: 100 x add in tidy";
 const ON_KERNEL = "tfjs/attribution on: 100 x add in tidy";
 const OFF_STEP = "tfjs/attribution off: train step";
 const ON_STEP = "tfjs/attribution on: train step";
-
-/**
- * A bench of `work` with attribution off or on. Switching re-patches the engine's prototype, which
- * sends tfjs's callers back to unoptimised code: each bench first runs `warm` rounds untimed.
- */
-function measured(attribution: PhaseContextLike | null, work: () => void, warm: number) {
-  return function* () {
-    const collector = attribution === null ? undefined : attributed(attribution);
-    for (let i = 0; i < warm; i++) work();
-    yield work;
-    collector?.close();
-  };
-}
 
 group(`(a) ${TENSORS} tensors created and disposed, cpu backend`, () => {
   summary(() => {
@@ -147,75 +187,51 @@ group("sample() with 10 000 live tensors", () => {
 
 const results = await run();
 
-function median(list: readonly number[]): number {
-  const sorted = [...list].sort((x, y) => x - y);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 === 1
-    ? (sorted[mid] as number)
-    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
-}
-
 const p50 = new Map<string, number>();
 for (const trial of results.benchmarks) for (const r of trial.runs) if (r.stats) p50.set(r.name, r.stats.p50);
 const at = (name: string) => p50.get(name) ?? Number.NaN;
 const perTensor = (on: string, off: string) => `+${((at(on) - at(off)) / TENSORS).toFixed(1)} ns`;
 const ratio = (on: string, off: string) => (at(on) / at(off)).toFixed(3);
-console.log("mitata medians, attribution on vs off:");
+console.log("1. mitata medians, attribution off then on in one process:");
 console.log(
   `  (a) tensor1d+dispose: ${(at(OFF_TENSOR) / TENSORS).toFixed(0)} ns off, ${perTensor(ON_TENSOR, OFF_TENSOR)} per tensor ` +
     `(ratio ${ratio(ON_TENSOR, OFF_TENSOR)}), in an async phase ${perTensor(ON_TENSOR_ASYNC, OFF_TENSOR)}`,
 );
 console.log(
-  `  (a) add in tidy: ${(at(OFF_KERNEL) / TENSORS).toFixed(0)} ns off, ${perTensor(ON_KERNEL, OFF_KERNEL)} per tensor (ratio ${ratio(ON_KERNEL, OFF_KERNEL)})`,
+  `  (a) add in tidy: ${(at(OFF_KERNEL) / TENSORS).toFixed(0)} ns off, ${perTensor(ON_KERNEL, OFF_KERNEL)} per kernel (2 tensors; ratio ${ratio(ON_KERNEL, OFF_KERNEL)})`,
 );
 console.log(
-  `  (b) train step: ${(at(OFF_STEP) / 1e6).toFixed(2)} ms off, ${(at(ON_STEP) / 1e6).toFixed(2)} ms on (ratio ${ratio(ON_STEP, OFF_STEP)}); ` +
-    `${TENSORS_PER_STEP} tensors per step, at the (a) cost per tensor ${((((at(ON_TENSOR) - at(OFF_TENSOR)) / TENSORS) * TENSORS_PER_STEP) / 1000).toFixed(1)} us, ` +
-    `${((((at(ON_TENSOR) - at(OFF_TENSOR)) / TENSORS) * TENSORS_PER_STEP * 100) / at(OFF_STEP)).toFixed(3)} % of a step`,
+  `  (b) train step: ${(at(OFF_STEP) / 1e6).toFixed(2)} ms off, ${(at(ON_STEP) / 1e6).toFixed(2)} ms on (ratio ${ratio(ON_STEP, OFF_STEP)})`,
 );
 
-// Interleaved rounds: the same work timed with attribution off and on, alternating ABBA, in CPU time.
-// Each switch re-patches the engine's prototype, which sends tfjs's callers back to unoptimised code
-// for a while: each round runs its work untimed, then timed (50 000 tensors, or 10 steps).
-const ROUNDS = Number(process.env.ROUNDS ?? 12);
-interface Rounds {
-  readonly off: number[];
-  readonly on: number[];
-}
-function interleaved(work: () => void, repeat: number): Rounds {
-  const rounds: Rounds = { off: [], on: [] };
-  const time = (attribution: boolean): number => {
-    const collector = attribution ? attributed(syncContext) : undefined;
-    // Untimed first: after the switch tfjs's callers of the patched methods are optimised again.
-    for (let i = 0; i < repeat; i++) work();
-    // Process CPU time (GC threads included), not wall time: the machines are shared.
-    const start = process.cpuUsage();
-    for (let i = 0; i < repeat; i++) work();
-    const used = process.cpuUsage(start);
-    collector?.close();
-    return ((used.user + used.system) * 1000) / repeat;
-  };
-  for (let round = 0; round < ROUNDS; round++) {
-    const onFirst = round % 2 === 0;
-    const first = time(onFirst);
-    const second = time(!onFirst);
-    rounds.on.push(onFirst ? first : second);
-    rounds.off.push(onFirst ? second : first);
+// 2. Separate processes, one mode each, ABBA.
+const PROCESSES = Number(process.env.PROCESSES ?? 2);
+const self = fileURLToPath(import.meta.url);
+const children: Record<"off" | "on", ChildResult[]> = { off: [], on: [] };
+for (let i = 0; i < PROCESSES; i++) {
+  for (const mode of i % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) {
+    const env: NodeJS.ProcessEnv = { ...process.env, STORMLOG_ATTRIBUTION_BENCH_MODE: mode };
+    delete env.STORMLOG_BENCH_OUT;
+    const child = spawnSync(process.execPath, [...process.execArgv, self], { env, encoding: "utf8" });
+    const line = child.stdout.split("\n").find((text) => text.startsWith("attribution-child "));
+    if (line === undefined) throw new Error(`the ${mode} process failed: ${child.stderr}`);
+    children[mode].push(JSON.parse(line.slice("attribution-child ".length)) as ChildResult);
   }
-  return rounds;
 }
-const difference = (r: Rounds) => median(r.on.map((v, i) => v - (r.off[i] as number)));
-const ratioOf = (r: Rounds) => median(r.on.map((v, i) => v / (r.off[i] as number)));
-const churnRounds = interleaved(churn, 500);
-const stepRounds = interleaved(trainStep, 10);
-console.log(`interleaved, ${ROUNDS} rounds, CPU time (medians per round):`);
+const offTensor = median(children.off.map((r) => r.tensor));
+const onTensor = median(children.on.map((r) => r.tensor));
+const offStep = median(children.off.map((r) => r.step));
+const onStep = median(children.on.map((r) => r.step));
+const perStep = children.on[0]?.tensorsPerStep ?? 0;
+console.log(`2. separate processes (${PROCESSES} of each, ABBA), CPU time, medians:`);
 console.log(
-  `  (a) tensor1d+dispose: ${(median(churnRounds.off) / TENSORS).toFixed(1)} ns off, ${(median(churnRounds.on) / TENSORS).toFixed(1)} ns on per tensor; ` +
-    `+${(difference(churnRounds) / TENSORS).toFixed(1)} ns per tensor, ratio ${ratioOf(churnRounds).toFixed(3)}`,
+  `  (a) tensor1d+dispose: ${offTensor.toFixed(0)} ns off, ${onTensor.toFixed(0)} ns on: +${(onTensor - offTensor).toFixed(1)} ns per tensor ` +
+    `(ratio ${(onTensor / offTensor).toFixed(3)})`,
 );
 console.log(
-  `  (b) train step: ${(median(stepRounds.off) / 1e6).toFixed(2)} ms off, ${(median(stepRounds.on) / 1e6).toFixed(2)} ms on; ` +
-    `ratio ${ratioOf(stepRounds).toFixed(4)} (${((ratioOf(stepRounds) - 1) * 100).toFixed(2)} %)`,
+  `  (b) train step: ${offStep.toFixed(2)} ms off, ${onStep.toFixed(2)} ms on (ratio ${(onStep / offStep).toFixed(4)}); ` +
+    `${perStep} tensors per step: at the (a) difference ${(((onTensor - offTensor) * perStep) / 1000).toFixed(1)} us, ` +
+    `${((((onTensor - offTensor) * perStep) / (offStep * 1e6)) * 100).toFixed(3)} % of a step`,
 );
 
 tf.dispose([a, xs, ys]);
