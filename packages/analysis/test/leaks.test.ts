@@ -337,6 +337,17 @@ describe("birth-phase evidence (tfjs attribution)", () => {
     expect(report.leaks.find((leak) => leak.phase_path === "train")!.verdict).toBe("leaking");
   });
 
+  it("judges survivors while the step runs, not over the flat stretch after the loop ends", () => {
+    const events = withBirths();
+    const last = events.filter((event) => event.event_type === "sample").at(-1)!;
+    // Evaluation after training: 40 more samples, the survivors unchanged.
+    for (let i = 1; i <= 40; i++)
+      events.push({ ...last, timestamp_ns: last.timestamp_ns + BigInt(i) * 100_000_000n });
+    const backward = analyzeEvents(events).leaks.find((leak) => leak.phase_path === "train / backward")!;
+    expect(backward.verdict).toBe("leaking");
+    expect(backward.births?.birth_phase).toBe("train / backward");
+  });
+
   it("reads births the same from a sink's segments (fast scan) and from the index's rows", async () => {
     const dir = mkdtempSync(join(tmpdir(), "stormlog-births-"));
     try {

@@ -55,6 +55,24 @@ function occurrencesBetween(starts: readonly bigint[], from: bigint, to: bigint)
 }
 
 /**
+ * The readings taken while the unit runs: from its first start to the first reading after its last
+ * start. Survivors accumulate only while steps run; the flat stretch after a loop ends (evaluation,
+ * saving) says nothing about whether they would have kept growing.
+ */
+function whileRunning(ordered: readonly BirthSnapshot[], startsNs: readonly bigint[]): BirthSnapshot[] {
+  if (startsNs.length === 0) return [...ordered];
+  const first = startsNs[0]!;
+  const last = startsNs[startsNs.length - 1]!;
+  const out: BirthSnapshot[] = [];
+  for (const snapshot of ordered) {
+    if (snapshot.timestampNs < first) continue;
+    out.push(snapshot);
+    if (snapshot.timestampNs >= last) break;
+  }
+  return out;
+}
+
+/**
  * Judges every birth phase of one rank. A phase leaks when its live tensors rise over all readings
  * (Mann-Kendall p < 0.005), over the later half (p < 0.05, or only rise when the half is short), and
  * by at least half a tensor per occurrence of its unit.
@@ -72,8 +90,11 @@ export function judgeBirths(
   for (const snapshot of ordered) for (const phase of snapshot.phases.keys()) phases.add(phase);
   for (const phase of phases) {
     if (phase === "") continue;
-    const tensors = ordered.map((s) => s.phases.get(phase)?.tensors ?? 0);
-    const bytes = ordered.map((s) => s.phases.get(phase)?.bytes ?? 0);
+    const unit = unitOf(phase);
+    const window = unit === null ? ordered : whileRunning(ordered, unit.startsNs);
+    if (window.length < MIN_SNAPSHOTS) continue;
+    const tensors = window.map((s) => s.phases.get(phase)?.tensors ?? 0);
+    const bytes = window.map((s) => s.phases.get(phase)?.bytes ?? 0);
     const all = risingTrend(tensors);
     const halfStart = Math.floor(tensors.length / 2);
     const half = risingTrend(tensors.slice(halfStart));
@@ -82,9 +103,8 @@ export function judgeBirths(
     const low = Math.min(...tensors);
     let begin = 0;
     for (let i = 0; i < tensors.length; i++) if (tensors[i] === low) begin = i;
-    const first = ordered[begin]!;
-    const last = ordered[ordered.length - 1]!;
-    const unit = unitOf(phase);
+    const first = window[begin]!;
+    const last = window[window.length - 1]!;
     const occurrences =
       unit === null ? 0 : occurrencesBetween(unit.startsNs, first.timestampNs, last.timestampNs);
     const added = tensors[tensors.length - 1]! - tensors[begin]!;
