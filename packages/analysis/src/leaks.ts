@@ -3,10 +3,12 @@
  * `judgeRetention` (@stormlog/phases, shared with the tracker's leak alerts; how a verdict is reached
  * is in docs/leak-verdicts.md), and the ranks' verdicts are pooled per path with a message.
  */
-import { formatBytes } from "@stormlog/core";
 import {
   type BirthCount,
   type BirthSnapshot,
+  describeBirths,
+  describeKept,
+  describeKeptInside,
   judgeRetention,
   type MetricVerdict,
   MIN_LEAK_OCCURRENCES,
@@ -139,10 +141,6 @@ function strongest(verdicts: readonly (MetricVerdict | null)[]): MetricVerdict |
       best = verdict;
   }
   return best;
-}
-
-function formatCount(value: number): string {
-  return Number.isInteger(value) ? String(value) : value.toFixed(1);
 }
 
 /** Leak verdicts accumulated one session's rank at a time. */
@@ -368,22 +366,14 @@ interface MessageParts {
   births: BirthEvidence | null;
 }
 
+/** The wording of a leak is shared with the tracker's leak alerts (@stormlog/phases, retention/describe.ts). */
 function message(phasePath: string, verdict: LeakVerdictKind, parts: MessageParts): string {
   const label = `\`${phasePath}\``;
-  const per = parts.unitPath === phasePath ? "per occurrence" : `per \`${parts.unitPath}\``;
   switch (verdict) {
     case "leaking": {
-      if (parts.births !== null) return birthMessage(label, parts.births, parts);
-      const kept: string[] = [];
-      if (parts.tensorsPer !== null)
-        kept.push(`${formatCount(parts.tensorsPer)} tensor${parts.tensorsPer === 1 ? "" : "s"}`);
-      if (parts.bytesPer !== null) kept.push(formatBytes(parts.bytesPer));
-      let text = `${label} keeps ${kept.join(", ")} ${per}, still held as it comes around again${listRanks(parts.leakingRanks, parts.rankCount)}`;
-      if (parts.shortfall !== null)
-        text +=
-          `; or \`${parts.shortfall}\` frees less than ${label} allocated and keeps its own: ` +
-          "counters cannot tell these apart (tfjs birth-phase attribution can)";
-      return text;
+      const ranks = listRanks(parts.leakingRanks, parts.rankCount);
+      if (parts.births !== null) return describeBirths(phasePath, parts.births, ranks);
+      return describeKept(phasePath, parts, ranks);
     }
     case "plateau":
       return `${label} grew, then held steady (warm-up or a one-time step, not a leak)`;
@@ -392,26 +382,6 @@ function message(phasePath: string, verdict: LeakVerdictKind, parts: MessagePart
     default:
       return `${label} cannot be judged: ${parts.reason ?? "no readings"}`;
   }
-}
-
-function groupText(group: BirthGroup): string {
-  return `${group.dtype} [${group.shape.join(", ")}]`;
-}
-
-/** "`train / backward`: 1 tensor (16.00 MB, float32 [2048, 2048]) born here per step is still alive 30 steps later". */
-function birthMessage(label: string, births: BirthEvidence, parts: MessageParts): string {
-  const count = births.tensors_per_occurrence;
-  const top = births.largest[0];
-  const each = top !== undefined && top.count > 0 ? `, ${groupText(top)}` : "";
-  const step = births.unit_path === births.birth_phase ? "occurrence" : "step";
-  let text =
-    `${label}: ${formatCount(count)} tensor${count === 1 ? "" : "s"} (${formatBytes(births.bytes_per_occurrence)}${each}) ` +
-    `born here per ${step} ${count === 1 ? "is" : "are"} still alive ${births.alive_for_occurrences} ${step}s later`;
-  if (step === "step") text += ` (step: \`${births.unit_path}\`)`;
-  text += `; ${births.live_tensors} alive now (${formatBytes(births.live_bytes)})`;
-  if (births.largest.length > 0)
-    text += `, largest: ${births.largest.map((g) => `${g.count} x ${groupText(g)} (${formatBytes(g.bytes)})`).join(", ")}`;
-  return text + listRanks(parts.leakingRanks, parts.rankCount);
 }
 
 /** A leaking parent whose growth a leaking child keeps says which child. */
@@ -426,6 +396,6 @@ function annotateParents(reports: LeakReport[]): void {
     const deepest = children.sort(
       (a, b) => b.phase_path.split(" / ").length - a.phase_path.split(" / ").length,
     )[0];
-    if (deepest !== undefined) parent.message += `; the growth is kept inside \`${deepest.phase_path}\``;
+    if (deepest !== undefined) parent.message += describeKeptInside(deepest.phase_path);
   }
 }

@@ -6,6 +6,14 @@ export {
   judgeBirths,
   LIVE_BY_PHASE_KEY,
 } from "./births.js";
+export {
+  describeBirths,
+  describeKept,
+  describeKeptInside,
+  describeTensorGroup,
+  formatCount,
+  type KeptParts,
+} from "./describe.js";
 export { median, normalUpperTail, risingTrend, type TrendTest } from "./trend.js";
 export type {
   BirthEvidence,

@@ -59,16 +59,20 @@ export function risingTrend(values: readonly number[]): TrendTest {
   if (n < 3) return { points: n, s: 0, pRising: 1, slope: 0 };
   const step = values.length / n;
   let s = 0;
-  const slopes: number[] = [];
+  // Pairwise slopes in a typed array, their median selected in linear time: the same median as a
+  // sort finds, several times faster (the tracker's leak checks run this on the training thread).
+  const slopes = new Float64Array((n * (n - 1)) / 2);
+  let k = 0;
   for (let i = 0; i < n - 1; i++) {
     const yi = y[i]!;
     for (let j = i + 1; j < n; j++) {
       const d = y[j]! - yi;
       if (d > 0) s++;
       else if (d < 0) s--;
-      slopes.push(d / (j - i));
+      slopes[k++] = d / (j - i);
     }
   }
+  const slopeMedian = medianInPlace(slopes);
   const ties = new Map<number, number>();
   for (const value of y) ties.set(value, (ties.get(value) ?? 0) + 1);
   let tieTerm = 0;
@@ -79,7 +83,50 @@ export function risingTrend(values: readonly number[]): TrendTest {
     const z = s > 0 ? (s - 1) / Math.sqrt(variance) : s < 0 ? (s + 1) / Math.sqrt(variance) : 0;
     pRising = normalUpperTail(z);
   }
-  return { points: n, s, pRising, slope: median(slopes) / step };
+  return { points: n, s, pRising, slope: slopeMedian / step };
+}
+
+/**
+ * The median of `values` (not NaN, at least one), reordering them: quickselect of the upper middle
+ * (Hoare partitions around a median-of-three pivot), then the largest value below it when the count is even.
+ */
+function medianInPlace(values: Float64Array): number {
+  const n = values.length;
+  const mid = n >> 1;
+  let lo = 0;
+  let hi = n - 1;
+  while (lo < hi) {
+    const m = (lo + hi) >>> 1;
+    const a = values[lo]!;
+    const b = values[m]!;
+    const c = values[hi]!;
+    // The median of the three.
+    let pivot = b;
+    if (a < b) {
+      if (c < b) pivot = Math.max(a, c);
+    } else if (c > b) pivot = Math.min(a, c);
+    let i = lo;
+    let j = hi;
+    while (i <= j) {
+      while (values[i]! < pivot) i++;
+      while (values[j]! > pivot) j--;
+      if (i <= j) {
+        const t = values[i]!;
+        values[i] = values[j]!;
+        values[j] = t;
+        i++;
+        j--;
+      }
+    }
+    if (mid <= j) hi = j;
+    else if (mid >= i) lo = i;
+    else break;
+  }
+  const upper = values[mid]!;
+  if (n % 2 === 1) return upper;
+  let lower = values[0]!;
+  for (let i = 1; i < mid; i++) if (values[i]! > lower) lower = values[i]!;
+  return (lower + upper) / 2;
 }
 
 /**
