@@ -20,6 +20,15 @@ export {
   type RetryBackoff,
   retryDelaySeconds,
 } from "./health.js";
+export {
+  DEFAULT_LEAK_CHECK_INTERVAL_MS,
+  LEAK_WINDOW_OCCURRENCES,
+  LEAK_WINDOW_PATHS,
+  LEAK_WINDOW_SNAPSHOTS,
+  type LeakAlertOptions,
+  type ResolvedLeakAlerts,
+  resolveLeakAlerts,
+} from "./leak-alerts.js";
 export { SinkWorkerError } from "./off-thread-sink.js";
 export {
   classifyOOMError,

@@ -159,6 +159,26 @@ export class EventStore {
     return this.types[index % this.capacity] as string;
   }
 
+  /**
+   * Copies a stored record's allocated, reserved and device-used counters as written (NaN when
+   * unread) into `out` from `at`, and returns its flag bits (`BOUNDARY_READ`...): the leak watch's
+   * read of a phase record, one slot lookup.
+   */
+  readCounters(index: number, out: Float64Array, at: number): number {
+    const slot = index % this.capacity;
+    const row = slot * FIELDS;
+    const counters = this.counters;
+    out[at] = counters[row] as number;
+    out[at + 1] = counters[row + 1] as number;
+    out[at + 2] = counters[row + 4] as number;
+    return this.flags[slot] as number;
+  }
+
+  /** The collector detail attached to a stored record (`mergeExtra`), or null. */
+  extra(index: number): JsonObject | null {
+    return this.extras[index % this.capacity] ?? null;
+  }
+
   timestamp(index: number): bigint {
     return this.ts[index % this.capacity] as bigint;
   }

@@ -66,6 +66,7 @@ import {
   type RetryBackoff,
   retryDelaySeconds,
 } from "./health.js";
+import { type LeakAlertOptions, LeakWatch, resolveLeakAlerts } from "./leak-alerts.js";
 import { OffThreadSink } from "./off-thread-sink.js";
 import {
   classifyOOMError,
@@ -121,6 +122,11 @@ export interface MemoryTrackerOptions {
   readonly thresholds?: Partial<AlertThresholds>;
   /** `false` disables alerts; an object tunes them (default: one alert per episode). */
   readonly alerts?: boolean | AlertPolicy;
+  /**
+   * Leak alerts (default on, checked every 10 s and at `stop()`): the phase paths that `stormlog
+   * analyze` would call leaking raise one `warning` each (`Leak suspected: ...`). `false` turns them off.
+   */
+  readonly leakAlerts?: boolean | LeakAlertOptions;
   /** Explicit distributed identity; what is missing comes from the environment, then defaults. */
   readonly identity?: DistributedIdentityInput;
   /** Environment read for identity (default `process.env`; `false` ignores it). */
@@ -272,6 +278,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private readonly oom: OOMFlightRecorder;
   private readonly store: EventStore;
   private readonly alertCallbacks = new Set<AlertCallback>();
+  /** The leak watch (`leakAlerts`), or null when turned off. */
+  private readonly leakWatch: LeakWatch | null;
   private readonly collectorsGiven: readonly MemoryCollector[] | undefined;
 
   private collectors: MemoryCollector[];
@@ -328,6 +336,24 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     this.scheduler = options.scheduler ?? systemScheduler;
     this.logger = options.logger ?? consoleTrackerLogger;
     this.alertPolicy = resolveAlertPolicy(options.alerts);
+    const leakAlerts = resolveLeakAlerts(options.leakAlerts);
+    this.leakWatch = leakAlerts.enabled
+      ? new LeakWatch(leakAlerts, {
+          clock: this.clock,
+          scheduler: this.scheduler,
+          warn: (message) => this.logger.warn(message),
+          emit: (context, metadata) =>
+            this.emit(
+              this.primary,
+              "warning",
+              this.clock.nowNs(),
+              this.primary.lastReading,
+              0,
+              context,
+              metadata,
+            ),
+        })
+      : null;
     this.thresholdValues = { ...DEFAULT_THRESHOLDS };
     for (const [name, value] of Object.entries(options.thresholds ?? {})) {
       const key = thresholdKey(name);
@@ -511,6 +537,11 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       undefined,
     );
     this.schedule(this.samplingIntervalMs);
+    this.leakWatch?.begin({
+      sessionId: summary.session_id,
+      rank: this.identity.rank,
+      schemaVersion: this.schemaVersion,
+    });
     // A first reading now, so phases opened right after start() have real counters to carry.
     if (this.takeInitialSample) await this.sampleNow();
   }
@@ -532,6 +563,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
 
   private finish(status: SessionStatus, sync = false): Promise<void> {
     if (!this.running) return this.stopping ?? Promise.resolve();
+    // A last leak check before `stop` (not inside a synchronous exit handler).
+    this.leakWatch?.end(!sync);
     this.running = false;
     this.generation++;
     if (this.timer !== null) {
@@ -840,6 +873,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       else this.sampled(group, state, outcome, answered ? reading : group.lastReading, ts);
     });
     if (!answered) return;
+    this.leakWatch?.sampled(group === this.primary, ts, metadata);
 
     group.lastReading = reading;
     group.lastMissing = missing;
@@ -1168,8 +1202,9 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private onPhaseBoundary(boundary: PhaseBoundary): void {
     const group = this.primary;
     const eventType = boundary.eventType;
+    const ts = this.clock.nowNs();
     const index = this.store.push(
-      this.clock.nowNs(),
+      ts,
       eventType,
       null,
       group,
@@ -1207,6 +1242,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     // A phase that asks for readings (an onnxruntime run) also reads the costlier collectors; other
     // boundaries pay only this check.
     if (boundary.scope.readings === true && this.onDemandStates.length > 0) this.readOnDemandInto(index);
+    this.leakWatch?.boundary(eventType === "phase_exit", boundary.scope, ts, this.store, index);
     this.committed(index, eventType);
   }
 

@@ -1,0 +1,156 @@
+import {
+  COLLECTOR_SPECIFICATION_VERSION,
+  type JsonObject,
+  type MemoryCollector,
+  noCapabilities,
+  type SampleResult,
+} from "@stormlog/core";
+import { bench, do_not_optimize, group, run, summary } from "mitata";
+import {
+  LEAK_WINDOW_OCCURRENCES,
+  LEAK_WINDOW_PATHS,
+  LEAK_WINDOW_SNAPSHOTS,
+  MemoryTracker,
+} from "../src/index.js";
+
+// The leak watch's cost. At a phase boundary it appends a few numbers to its path's arrays (goal:
+// no measurable change to the boundary's cost); a check judges the whole window on its own timer
+// (every 10 s by default, and never more than 1 % of the time: a slower check spaces the next ones).
+const MiB = 2 ** 20;
+const capabilities = {
+  ...noCapabilities("tensorflow", "stormlog.tfjs_tracker", "tf.memory"),
+  supports_allocator_allocated: true,
+  supports_allocator_reserved: true,
+};
+
+/** A tfjs-like collector whose bytes the loop drives, with noise; birth counts on samples when set. */
+function collector(state: { bytes: number; seed: number; live: JsonObject | null }): MemoryCollector {
+  const read = (extra: JsonObject = {}): SampleResult => {
+    state.seed = (Math.imul(state.seed, 1664525) + 1013904223) >>> 0;
+    const bytes = state.bytes + Math.round((state.seed / 2 ** 32 - 0.5) * 64 * 1024);
+    return {
+      kind: "full",
+      reading: { allocator_allocated_bytes: bytes, allocator_reserved_bytes: bytes + 4096 },
+      metadata: { tfjs_num_tensors: 100, tfjs_num_data_buffers: 100, ...extra },
+    };
+  };
+  return {
+    specificationVersion: COLLECTOR_SPECIFICATION_VERSION,
+    name: "stormlog.tfjs_tracker",
+    deviceId: 0,
+    capabilities,
+    availability: () => ({ available: true }),
+    sample: () => read(state.live === null ? {} : { tfjs_live_by_phase: state.live }),
+    readSync: () => read(),
+  };
+}
+
+const common = {
+  env: false as const,
+  handleProcessExit: false,
+  registerGlobal: false,
+  samplingIntervalMs: 3_600_000,
+  initialSample: false,
+  alerts: false,
+  // Checked by hand below.
+  leakAlerts: { intervalMs: 3_600_000 },
+  logger: { warn: () => undefined },
+};
+
+interface Watch {
+  verdicts(): Map<string, unknown>;
+  paths: number;
+  windows: Map<string, { judged: unknown[] }>;
+}
+const watchOf = (tracker: MemoryTracker) => (tracker as unknown as { leakWatch: Watch }).leakWatch;
+/**
+ * A check whose window is all new since the last one (a loop of more than 51 steps a second between
+ * two checks 10 s apart): the engine's occurrence objects are made again, not reused.
+ */
+const freshCheck = (tracker: MemoryTracker) => {
+  const watch = watchOf(tracker);
+  for (const window of watch.windows.values()) window.judged.fill(null);
+  return watch.verdicts();
+};
+
+/**
+ * A tracker whose window is full: `LEAK_WINDOW_OCCURRENCES` steps of `train` around `children - 1`
+ * children, the last of which keeps `keep` bytes per step (0: stable), plus birth snapshots.
+ */
+async function fullWindow(children: number, keep: number, births: boolean): Promise<MemoryTracker> {
+  const state = { bytes: 512 * MiB, seed: 1, live: null as JsonObject | null };
+  const tracker = new MemoryTracker({ ...common, maxEvents: 1000, collectors: [collector(state)] });
+  await tracker.start();
+  const names = Array.from({ length: children - 1 }, (_, i) => `op${i}`);
+  for (let s = 0; s < Math.max(LEAK_WINDOW_OCCURRENCES, LEAK_WINDOW_SNAPSHOTS); s++) {
+    tracker.phase("train", () => {
+      for (let c = 0; c < names.length; c++) {
+        tracker.phase(names[c] as string, () => {
+          state.bytes += 2 * MiB;
+          state.bytes -= c === names.length - 1 ? 2 * MiB - keep : 2 * MiB;
+        });
+      }
+    });
+    if (births) {
+      const live: JsonObject = {};
+      for (let c = 0; c < Math.min(names.length, 10); c++)
+        live[`train / ${names[c]}`] = {
+          tensors: c === 0 ? s : 3,
+          bytes: (c === 0 ? s : 3) * 4096,
+          largest: [
+            { dtype: "float32", shape: [32, 32], bytes: (c === 0 ? s : 3) * 4096, count: c === 0 ? s : 3 },
+          ],
+        };
+      state.live = live;
+      await tracker.sampleNow();
+    }
+  }
+  return tracker;
+}
+
+const typical = await fullWindow(4, 0, false);
+const typicalLeak = await fullWindow(4, MiB, false);
+const wide = await fullWindow(LEAK_WINDOW_PATHS, 0, false);
+const wideLeak = await fullWindow(LEAK_WINDOW_PATHS, MiB, false);
+const wideBirths = await fullWindow(LEAK_WINDOW_PATHS, MiB, true);
+const paths = watchOf(wide).paths;
+console.log(
+  `full window: ${paths} paths x ${LEAK_WINDOW_OCCURRENCES} occurrences (+ ${LEAK_WINDOW_SNAPSHOTS} birth snapshots in the last)`,
+);
+
+group("leak check over a full window (timer only)", () => {
+  summary(() => {
+    bench("leak check/4 paths x 512, stable", () => do_not_optimize(freshCheck(typical)));
+    bench("leak check/4 paths x 512, leaking", () => do_not_optimize(freshCheck(typicalLeak)));
+    bench("leak check/50 paths x 512, stable", () => do_not_optimize(freshCheck(wide)));
+    bench("leak check/50 paths x 512, leaking", () => do_not_optimize(freshCheck(wideLeak)));
+    bench("leak check/50 paths x 512, leaking + 512 birth snapshots", () =>
+      do_not_optimize(freshCheck(wideBirths)),
+    );
+    bench("leak check/50 paths x 512, leaking, occurrences unchanged since the last check", () =>
+      do_not_optimize(watchOf(wideLeak).verdicts()),
+    );
+  });
+});
+
+// The boundary path with and without the watch (tfjs readSync boundary readings, no sink).
+const readingState = { bytes: MiB, seed: 1, live: null };
+const watched = new MemoryTracker({ ...common, collectors: [collector(readingState)] });
+const unwatched = new MemoryTracker({ ...common, collectors: [collector(readingState)], leakAlerts: false });
+await watched.start();
+await unwatched.start();
+const body = () => readingState.bytes;
+
+group("phase enter+exit, tfjs readSync boundary reading", () => {
+  summary(() => {
+    bench("tracker/phase(name, fn), leakAlerts off", () => do_not_optimize(unwatched.phase("forward", body)));
+    bench("tracker/phase(name, fn), leak watch on (default)", () =>
+      do_not_optimize(watched.phase("forward", body)),
+    );
+  });
+});
+
+await run();
+await Promise.all(
+  [typical, typicalLeak, wide, wideLeak, wideBirths, watched, unwatched].map((t) => t.stop()),
+);

@@ -1,0 +1,776 @@
+/**
+ * The tracker's leak alerts: a bounded window of recent phase occurrences (with the counters their
+ * phase records carry) and of birth-phase snapshots, judged now and then by the engine behind
+ * `stormlog analyze` (`judgeRetention`, @stormlog/phases). A path that turns `leaking` raises one
+ * `warning` per episode, worded as the analysis words it (retention/describe.ts).
+ *
+ * Cost: a phase boundary appends a few numbers to its path's typed arrays (no object is made once
+ * the arrays have grown); judging, which builds the occurrences and runs the trend tests, runs only
+ * on its own timer and at `stop()`.
+ */
+import {
+  type Clock,
+  InvalidConfigError,
+  type JsonObject,
+  type Scheduler,
+  type TimerHandle,
+} from "@stormlog/core";
+import {
+  type BirthCount,
+  type BirthGroup,
+  type BirthSnapshot,
+  describeBirths,
+  describeKept,
+  describeKeptInside,
+  judgeRetention,
+  LIVE_BY_PHASE_KEY,
+  type MetricVerdict,
+  type PhaseSpan,
+  type RankVerdicts,
+  type RecordedPhase,
+  type RetentionEvidence,
+  type RetentionOccurrence,
+} from "@stormlog/phases";
+import { BOUNDARY_READ, type EventStore } from "./store.js";
+
+/** `leakAlerts` of `MemoryTrackerOptions`. */
+export interface LeakAlertOptions {
+  /** Default true. False: no leak watch at all (nothing is kept at phase boundaries). */
+  readonly enabled?: boolean;
+  /**
+   * Milliseconds between checks (default 10000). A check that takes longer than 1 % of this waits
+   * proportionally longer for the next one, so judging never takes more than 1 % of the time.
+   */
+  readonly intervalMs?: number;
+}
+
+/** `LeakAlertOptions` with defaults filled in. */
+export interface ResolvedLeakAlerts {
+  readonly enabled: boolean;
+  readonly intervalMs: number;
+}
+
+/** Closed occurrences kept per phase path (the latest ones). */
+export const LEAK_WINDOW_OCCURRENCES = 512;
+/** Phase paths watched; a new one beyond this replaces the path seen least recently. */
+export const LEAK_WINDOW_PATHS = 50;
+/** Birth-phase snapshots kept (samples whose metadata has `tfjs_live_by_phase`; the latest ones). */
+export const LEAK_WINDOW_SNAPSHOTS = 512;
+/** Phases open at once that are remembered (the oldest are dropped: phases never closed). */
+const MAX_OPEN = 256;
+/** Default time between checks. */
+export const DEFAULT_LEAK_CHECK_INTERVAL_MS = 10_000;
+/** A check may take at most this share of the time between checks (else the next one waits). */
+const CHECK_TIME_SHARE = 0.01;
+const FIRST_CAPACITY = 16;
+/** Per occurrence end: allocated, reserved, used (`EventStore.readCounters`), tensors. */
+const VALUES = 4;
+/** Per open phase: its enter's VALUES, then whether they were read at the boundary. */
+const OPEN_WIDTH = VALUES + 1;
+const OPTION_KEYS: ReadonlySet<string> = new Set(["enabled", "intervalMs"]);
+
+/** Resolves `leakAlerts: boolean | LeakAlertOptions`; throws `InvalidConfigError`. */
+export function resolveLeakAlerts(option: boolean | LeakAlertOptions | undefined): ResolvedLeakAlerts {
+  if (option === undefined || option === true)
+    return { enabled: true, intervalMs: DEFAULT_LEAK_CHECK_INTERVAL_MS };
+  if (option === false) return { enabled: false, intervalMs: DEFAULT_LEAK_CHECK_INTERVAL_MS };
+  if (typeof option !== "object" || option === null || Array.isArray(option))
+    throw new InvalidConfigError(
+      "leakAlerts",
+      `expected true, false or { enabled?: boolean, intervalMs?: number }, got ${describeValue(option)}`,
+    );
+  for (const key of Object.keys(option)) {
+    if (!OPTION_KEYS.has(key))
+      throw new InvalidConfigError(
+        "leakAlerts",
+        `unknown key '${key}'; the keys are 'enabled' (boolean) and 'intervalMs' (milliseconds between checks)`,
+      );
+  }
+  const { enabled, intervalMs } = option;
+  if (enabled !== undefined && typeof enabled !== "boolean")
+    throw new InvalidConfigError(
+      "leakAlerts.enabled",
+      `expected true or false, got ${describeValue(enabled)}; use leakAlerts: false to turn leak alerts off`,
+    );
+  if (
+    intervalMs !== undefined &&
+    (typeof intervalMs !== "number" || !Number.isFinite(intervalMs) || intervalMs <= 0)
+  )
+    throw new InvalidConfigError(
+      "leakAlerts.intervalMs",
+      `expected a number of milliseconds > 0 (default ${DEFAULT_LEAK_CHECK_INTERVAL_MS}), got ${describeValue(intervalMs)}`,
+    );
+  return { enabled: enabled ?? true, intervalMs: intervalMs ?? DEFAULT_LEAK_CHECK_INTERVAL_MS };
+}
+
+function describeValue(value: unknown): string {
+  if (typeof value === "string") return JSON.stringify(value);
+  if (Array.isArray(value)) return "an array";
+  return String(value);
+}
+
+function describeError(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** One path's recent closed occurrences, in a ring of typed arrays that grows up to the window. */
+class PathWindow {
+  path = "";
+  parts: readonly string[] = [];
+  /** When a phase of the path last opened (a use count: least recently used windows are replaced first). */
+  lastUse = 0;
+  /** Bumped when the window is given to another path (an open phase of the old one is then dropped). */
+  generation = 0;
+  /** The windows of its child paths by phase name: found without hashing a child's path (a new string each time). */
+  readonly children = new Map<string, PathWindow>();
+  capacity = 0;
+  count = 0;
+  /** Where the next closed occurrence goes. */
+  next = 0;
+  starts = new BigInt64Array(0);
+  ends = new BigInt64Array(0);
+  threads = new Float64Array(0);
+  sequences = new Float64Array(0);
+  /** Per occurrence: the enter's VALUES, then the exit's. */
+  values = new Float64Array(0);
+  /** Per occurrence: either record's counters were read at the boundary. */
+  read = new Uint8Array(0);
+  /**
+   * The thread names (shared strings). Nothing made per occurrence is kept (its scope id, its
+   * bigints): objects that outlive a young-generation collection would cost the collector more than
+   * the boundary's own work. The engine reads neither ids nor sequences.
+   */
+  threadNames: string[] = [];
+  /** Per occurrence: the engine's object for it, made by the first check that reads it (it never changes). */
+  judged: (RetentionOccurrence | null)[] = [];
+
+  reset(path: string, parts: readonly string[]): void {
+    this.generation++;
+    this.children.clear();
+    this.path = path;
+    this.parts = parts;
+    this.count = 0;
+    this.next = 0;
+    this.threadNames.fill("");
+    this.judged.fill(null);
+  }
+
+  /** The slot of the next closed occurrence (the oldest one's once the window is full). */
+  claim(): number {
+    if (this.count === this.capacity && this.capacity < LEAK_WINDOW_OCCURRENCES) this.grow();
+    const slot = this.next;
+    this.next = slot + 1 === this.capacity ? 0 : slot + 1;
+    if (this.count < this.capacity) this.count++;
+    this.judged[slot] = null;
+    return slot;
+  }
+
+  /** Doubles the arrays (up to the window), before the ring first wraps: it is in order then. */
+  private grow(): void {
+    const capacity = Math.min(LEAK_WINDOW_OCCURRENCES, Math.max(FIRST_CAPACITY, this.capacity * 2));
+    const starts = new BigInt64Array(capacity);
+    starts.set(this.starts);
+    this.starts = starts;
+    const ends = new BigInt64Array(capacity);
+    ends.set(this.ends);
+    this.ends = ends;
+    const threads = new Float64Array(capacity);
+    threads.set(this.threads);
+    this.threads = threads;
+    const sequences = new Float64Array(capacity);
+    sequences.set(this.sequences);
+    this.sequences = sequences;
+    const values = new Float64Array(capacity * 2 * VALUES);
+    values.set(this.values);
+    this.values = values;
+    const read = new Uint8Array(capacity);
+    read.set(this.read);
+    this.read = read;
+    this.threadNames.length = capacity;
+    this.judged.length = capacity;
+    this.threadNames.fill("", this.count);
+    this.judged.fill(null, this.count);
+    this.capacity = capacity;
+    this.next = this.count;
+  }
+
+  /** Index of the oldest closed occurrence in the ring. */
+  get oldest(): number {
+    return this.capacity === 0 ? 0 : (this.next - this.count + this.capacity) % this.capacity;
+  }
+
+  /** The window has dropped occurrences: it reaches back only to its oldest start. */
+  get full(): boolean {
+    return this.count === LEAK_WINDOW_OCCURRENCES;
+  }
+}
+
+/** A snapshot as kept: the sample's object, parsed the first time a check reads it. */
+interface SnapshotEntry {
+  readonly timestampNs: bigint;
+  raw: object | null;
+  parsed: BirthSnapshot | null;
+}
+
+/** What the tracker gives the watch. */
+export interface LeakAlertHost {
+  readonly clock: Clock;
+  readonly scheduler: Scheduler;
+  warn(message: string): void;
+  /** Records a `warning` with this context and metadata. */
+  emit(context: string, metadata: JsonObject): void;
+}
+
+/** What a session's records say about themselves (see `begin`). */
+export interface LeakSession {
+  readonly sessionId: string;
+  readonly rank: number;
+  readonly schemaVersion: 3 | 4;
+}
+
+/** A leaking path as the alert reports it (the analysis' report of one rank). */
+export interface LeakSuspicion {
+  readonly phasePath: string;
+  readonly message: string;
+  readonly bytesPerOccurrence: number | null;
+  readonly tensorsPerOccurrence: number | null;
+  readonly confidence: number;
+  readonly unitPath: string;
+  /** `birth_phase`, or the counters' `own_levels` / `retention_profile` (`RetentionEvidence.method`). */
+  readonly method: RetentionEvidence["method"];
+  /** The unit path of its counters' evidence, for the parent's "kept inside" note (as the analysis). */
+  readonly evidenceUnitPath: string | undefined;
+}
+
+const round = (value: number, digits: number): number => {
+  const scale = 10 ** digits;
+  return Math.round(value * scale) / scale;
+};
+
+const VERDICT_RANK: Readonly<Record<MetricVerdict["verdict"], number>> = {
+  leaking: 0,
+  plateau: 1,
+  stable: 2,
+  insufficient_data: 3,
+};
+
+/** The analysis' choice among a rank's metric verdicts (leaks.ts `strongest`). */
+function strongest(verdicts: readonly (MetricVerdict | null)[]): MetricVerdict | null {
+  let best: MetricVerdict | null = null;
+  for (const verdict of verdicts) {
+    if (verdict === null) continue;
+    if (
+      best === null ||
+      VERDICT_RANK[verdict.verdict] < VERDICT_RANK[best.verdict] ||
+      (verdict.verdict === best.verdict && verdict.confidence > best.confidence)
+    )
+      best = verdict;
+  }
+  return best;
+}
+
+function isLeaking(r: RankVerdicts): boolean {
+  return r.bytes?.verdict === "leaking" || r.tensors?.verdict === "leaking" || r.births?.leaking === true;
+}
+
+/** Judged and found not leaking (rather than not judged at all): the end of an episode. */
+function isQuiet(r: RankVerdicts): boolean {
+  if (isLeaking(r)) return false;
+  const judged = (v: MetricVerdict | null) => v?.verdict === "stable" || v?.verdict === "plateau";
+  return judged(r.bytes) || judged(r.tensors) || r.births !== null;
+}
+
+/**
+ * What `stormlog analyze` reports for a leaking path of one rank (leaks.ts `report()` with one
+ * rank, `annotateParents` apart): its message, figures and evidence.
+ */
+export function describeSuspicion(phasePath: string, r: RankVerdicts): LeakSuspicion {
+  const evidenceUnitPath = r.bytes?.evidence?.unit_path;
+  if (r.births?.leaking === true) {
+    const births = r.births.evidence;
+    return {
+      phasePath,
+      message: describeBirths(phasePath, births),
+      bytesPerOccurrence: births.bytes_per_occurrence,
+      tensorsPerOccurrence: births.tensors_per_occurrence,
+      confidence: round(r.births.confidence, 2),
+      unitPath: births.unit_path,
+      method: "birth_phase",
+      evidenceUnitPath,
+    };
+  }
+  const bytes = r.bytes?.verdict === "leaking" ? r.bytes : null;
+  const tensors = r.tensors?.verdict === "leaking" ? r.tensors : null;
+  const bytesPer = bytes !== null ? Math.round(bytes.retained) : null;
+  const tensorsPer = tensors !== null ? round(tensors.retained, 1) : null;
+  const unitPath = r.bytes?.evidence?.unit_path ?? r.tensors?.evidence?.unit_path ?? phasePath;
+  const shortfall = r.bytes?.evidence?.shortfall_sibling ?? r.tensors?.evidence?.shortfall_sibling ?? null;
+  const method = (bytes ?? tensors)?.evidence?.method ?? "own_levels";
+  return {
+    phasePath,
+    message: describeKept(phasePath, { bytesPer, tensorsPer, unitPath, shortfall }),
+    bytesPerOccurrence: bytesPer,
+    tensorsPerOccurrence: tensorsPer,
+    confidence: round(strongest([r.bytes, r.tensors])?.confidence ?? 0, 2),
+    unitPath,
+    method,
+    evidenceUnitPath,
+  };
+}
+
+/** A sample's `tfjs_live_by_phase` as the engine reads it (entries of another shape are left out, as the analysis does). */
+export function parseBirthSnapshot(timestampNs: bigint, value: object): BirthSnapshot {
+  const phases = new Map<string, BirthCount>();
+  for (const [phase, count] of Object.entries(value as Record<string, unknown>)) {
+    if (typeof count !== "object" || count === null) continue;
+    const { tensors, bytes, largest } = count as Record<string, unknown>;
+    if (typeof tensors !== "number" || typeof bytes !== "number") continue;
+    const groups: BirthGroup[] = [];
+    if (Array.isArray(largest)) {
+      for (const group of largest as unknown[]) {
+        if (typeof group !== "object" || group === null) continue;
+        const { dtype, shape, bytes: groupBytes, count: groupCount } = group as Record<string, unknown>;
+        if (
+          typeof dtype === "string" &&
+          Array.isArray(shape) &&
+          shape.every((dim) => typeof dim === "number") &&
+          typeof groupBytes === "number" &&
+          typeof groupCount === "number"
+        )
+          groups.push({ dtype, shape: [...(shape as number[])], bytes: groupBytes, count: groupCount });
+      }
+    }
+    phases.set(phase, { tensors, bytes, largest: groups });
+  }
+  return { timestampNs, phases };
+}
+
+/**
+ * The leak watch of one tracker: `boundary()` at every phase record, `sampled()` at every sample,
+ * `begin()` / `end()` with the session; checks on its own timer.
+ */
+export class LeakWatch {
+  private readonly windows = new Map<string, PathWindow>();
+  /** Open phases (enter seen, exit not yet), innermost last: the scope, its start, its enter's values. */
+  private readonly openScopes: (RecordedPhase | null)[] = new Array(MAX_OPEN).fill(null);
+  private readonly openStarts: bigint[] = new Array(MAX_OPEN).fill(0n);
+  private readonly openWindows: (PathWindow | null)[] = new Array(MAX_OPEN).fill(null);
+  private readonly openGenerations: number[] = new Array(MAX_OPEN).fill(0);
+  private readonly openValues = new Float64Array(MAX_OPEN * OPEN_WIDTH);
+  private openCount = 0;
+  private uses = 0;
+  private readonly snapshots: (SnapshotEntry | undefined)[] = new Array(LEAK_WINDOW_SNAPSHOTS);
+  private snapshotCount = 0;
+  private snapshotNext = 0;
+  /** The last sample's tensor count (NaN before one), for records without their own. */
+  private sampledTensors = Number.NaN;
+  /** Paths whose leak was reported and has not ended since. */
+  private readonly alerted = new Set<string>();
+  private session: LeakSession | null = null;
+  private timer: TimerHandle | null = null;
+  private failed = false;
+  /** The timer runs from the session's first phase boundary on (without phases there is nothing to judge). */
+  private armed = false;
+  private lastCheckMs = 0;
+  private readonly checkTask = (): void => {
+    this.timer = null;
+    if (this.session === null) return;
+    this.check();
+    this.schedule();
+  };
+
+  constructor(
+    readonly options: ResolvedLeakAlerts,
+    private readonly host: LeakAlertHost,
+  ) {}
+
+  /** Starts watching a session, forgetting the last one; the timer starts at its first phase boundary. */
+  begin(session: LeakSession): void {
+    this.stopTimer();
+    this.session = session;
+    this.windows.clear();
+    this.openScopes.fill(null);
+    this.openWindows.fill(null);
+    this.openCount = 0;
+    this.alerted.clear();
+    this.snapshots.fill(undefined);
+    this.snapshotCount = 0;
+    this.snapshotNext = 0;
+    this.sampledTensors = Number.NaN;
+    this.failed = false;
+    this.armed = false;
+    this.lastCheckMs = 0;
+  }
+
+  /** Stops the timer; `finalCheck` judges the window once more first (at `stop()`). */
+  end(finalCheck: boolean): void {
+    this.stopTimer();
+    if (finalCheck && this.session !== null) this.check();
+    this.session = null;
+    this.armed = false;
+  }
+
+  /** Phase paths watched now. */
+  get paths(): number {
+    return this.windows.size;
+  }
+
+  private stopTimer(): void {
+    if (this.timer !== null) {
+      this.host.scheduler.clearTimeout(this.timer);
+      this.timer = null;
+    }
+  }
+
+  private schedule(): void {
+    const delay = Math.max(this.options.intervalMs, this.lastCheckMs / CHECK_TIME_SHARE);
+    this.timer = this.host.scheduler.setTimeout(this.checkTask, delay);
+  }
+
+  private fail(what: string, error: unknown): void {
+    if (this.failed) return;
+    this.failed = true;
+    this.host.warn(`leak alerts: ${what} failed (${describeError(error)}); tracking goes on`);
+  }
+
+  /**
+   * A phase record was stored at `index` at `ts` (its counters final): the enter opens an occurrence,
+   * the exit closes it into its path's window with the counters of both records. Everything stays in
+   * this one body so that no counter is boxed on its way. Never throws.
+   */
+  boundary(exit: boolean, scope: RecordedPhase, ts: bigint, store: EventStore, index: number): void {
+    try {
+      if (!this.armed) {
+        this.armed = true;
+        this.schedule();
+      }
+      const extra = store.extra(index);
+      const tensors = extra === null ? undefined : extra.tfjs_num_tensors;
+      const open = this.openValues;
+      if (!exit) {
+        if (this.openCount === MAX_OPEN) this.dropOpen(0);
+        const window = this.windowAtEnter(scope);
+        const k = this.openCount++;
+        this.openScopes[k] = scope;
+        this.openStarts[k] = ts;
+        this.openWindows[k] = window;
+        this.openGenerations[k] = window.generation;
+        const at = k * OPEN_WIDTH;
+        const flags = store.readCounters(index, open, at);
+        open[at + 3] = typeof tensors === "number" ? tensors : this.sampledTensors;
+        open[at + 4] = (flags & BOUNDARY_READ) !== 0 ? 1 : 0;
+        return;
+      }
+      let k = this.openCount - 1;
+      while (k >= 0 && this.openScopes[k] !== scope) k--;
+      // Entered before the watch began, or dropped as never closed: nothing to pair it with.
+      if (k < 0) return;
+      const window = this.openWindows[k] as PathWindow;
+      if (window.generation !== this.openGenerations[k]) {
+        // Its window went to another path meanwhile (more than LEAK_WINDOW_PATHS paths).
+        this.dropOpen(k);
+        return;
+      }
+      const slot = window.claim();
+      const v = window.values;
+      const at = slot * 2 * VALUES;
+      const from = k * OPEN_WIDTH;
+      v[at] = open[from]!;
+      v[at + 1] = open[from + 1]!;
+      v[at + 2] = open[from + 2]!;
+      v[at + 3] = open[from + 3]!;
+      const flags = store.readCounters(index, v, at + 4);
+      v[at + 7] = typeof tensors === "number" ? tensors : this.sampledTensors;
+      window.read[slot] = open[from + 4] !== 0 || (flags & BOUNDARY_READ) !== 0 ? 1 : 0;
+      window.starts[slot] = this.openStarts[k]!;
+      window.ends[slot] = ts;
+      window.threads[slot] = scope.threadId;
+      window.sequences[slot] = scope.sequence;
+      window.threadNames[slot] = scope.threadName;
+      if (k === this.openCount - 1) {
+        this.openCount = k;
+        this.openScopes[k] = null;
+        this.openWindows[k] = null;
+      } else this.dropOpen(k);
+    } catch (error) {
+      this.fail("recording a phase boundary", error);
+    }
+  }
+
+  /** Forgets the `k`-th open phase (closed out of order, or the oldest when too many are open). */
+  private dropOpen(k: number): void {
+    const last = this.openCount - 1;
+    for (let i = k; i < last; i++) {
+      this.openScopes[i] = this.openScopes[i + 1]!;
+      this.openStarts[i] = this.openStarts[i + 1]!;
+      this.openWindows[i] = this.openWindows[i + 1]!;
+      this.openGenerations[i] = this.openGenerations[i + 1]!;
+    }
+    this.openValues.copyWithin(k * OPEN_WIDTH, (k + 1) * OPEN_WIDTH, this.openCount * OPEN_WIDTH);
+    this.openScopes[last] = null;
+    this.openWindows[last] = null;
+    this.openCount = last;
+  }
+
+  /** A sample's metadata: its tensor count (primary device) and birth-phase snapshot. Never throws. */
+  sampled(primary: boolean, ts: bigint, metadata: JsonObject): void {
+    try {
+      if (primary) {
+        const tensors = metadata.tfjs_num_tensors;
+        if (typeof tensors === "number") this.sampledTensors = tensors;
+      }
+      const live = metadata[LIVE_BY_PHASE_KEY];
+      if (typeof live !== "object" || live === null || Array.isArray(live)) return;
+      this.snapshots[this.snapshotNext] = { timestampNs: ts, raw: live, parsed: null };
+      this.snapshotNext = (this.snapshotNext + 1) % LEAK_WINDOW_SNAPSHOTS;
+      if (this.snapshotCount < LEAK_WINDOW_SNAPSHOTS) this.snapshotCount++;
+    } catch (error) {
+      this.fail("reading a sample", error);
+    }
+  }
+
+  /**
+   * The window of a phase that opens: its parent's (open, usually just below it) child of that name,
+   * else found by path. `phasePath` is a new string for every nested phase, which a map would hash.
+   */
+  private windowAtEnter(scope: RecordedPhase): PathWindow {
+    const parentId = scope.parentScopeId;
+    let window: PathWindow | undefined;
+    if (parentId !== null) {
+      for (let j = this.openCount - 1; j >= 0; j--) {
+        if ((this.openScopes[j] as RecordedPhase).scopeId !== parentId) continue;
+        const parent = this.openWindows[j] as PathWindow;
+        if (parent.generation === this.openGenerations[j]) {
+          window = parent.children.get(scope.name);
+          if (window === undefined) {
+            window = this.windowOf(scope);
+            // Unless finding it gave the parent's own window to another path.
+            if (parent.generation === this.openGenerations[j]) parent.children.set(scope.name, window);
+          }
+        }
+        break;
+      }
+    }
+    window ??= this.windowOf(scope);
+    window.lastUse = ++this.uses;
+    return window;
+  }
+
+  private windowOf(scope: RecordedPhase): PathWindow {
+    const path = scope.phasePath;
+    let window = this.windows.get(path);
+    if (window === undefined) {
+      if (this.windows.size >= LEAK_WINDOW_PATHS) {
+        let stalest: PathWindow | undefined;
+        for (const candidate of this.windows.values())
+          if (stalest === undefined || candidate.lastUse < stalest.lastUse) stalest = candidate;
+        window = stalest as PathWindow;
+        this.windows.delete(window.path);
+        this.alerted.delete(window.path);
+        for (const other of this.windows.values()) other.children.clear();
+      } else {
+        window = new PathWindow();
+      }
+      window.reset(path, scope.path);
+      this.windows.set(path, window);
+    }
+    return window;
+  }
+
+  /** Judges the window and records a warning for each path whose leak is new. Never throws. */
+  check(): void {
+    const started = this.host.clock.nowNs();
+    try {
+      for (const suspicion of this.judge()) {
+        this.host.emit(`Leak suspected: ${suspicion.message}`, {
+          leak_phase_path: suspicion.phasePath,
+          leak_bytes_per_occurrence: suspicion.bytesPerOccurrence,
+          leak_tensors_per_occurrence: suspicion.tensorsPerOccurrence,
+          leak_confidence: suspicion.confidence,
+          leak_unit_path: suspicion.unitPath,
+          leak_method: suspicion.method,
+        });
+      }
+    } catch (error) {
+      this.fail("a leak check", error);
+    }
+    this.lastCheckMs = Math.max(0, Number(this.host.clock.nowNs() - started) / 1e6);
+  }
+
+  /** The paths whose leak starts now (and updates the episodes). */
+  judge(): LeakSuspicion[] {
+    const verdicts = this.verdicts();
+    const leaking: LeakSuspicion[] = [];
+    for (const [path, r] of verdicts) {
+      if (isLeaking(r)) leaking.push(describeSuspicion(path, r));
+      else if (isQuiet(r)) this.alerted.delete(path);
+    }
+    const out: LeakSuspicion[] = [];
+    for (const suspicion of leaking) {
+      if (this.alerted.has(suspicion.phasePath)) continue;
+      this.alerted.add(suspicion.phasePath);
+      out.push(withKeptInside(suspicion, leaking));
+    }
+    return out;
+  }
+
+  /** `judgeRetention` over the window, as the analysis judges one rank's records. */
+  verdicts(): Map<string, RankVerdicts> {
+    const session = this.session;
+    if (session === null) return new Map();
+    const now = this.host.clock.nowNs();
+    const occurrences: RetentionOccurrence[] = [];
+    let boundaryRead = false;
+    // Snapshots older than every full window's reach would count too few steps per snapshot.
+    let reach: bigint | null = null;
+    const v3 = session.schemaVersion === 3;
+    for (const window of this.windows.values()) {
+      const { capacity, count } = window;
+      if (window.full) {
+        const oldest = window.starts[window.oldest] as bigint;
+        if (reach === null || oldest > reach) reach = oldest;
+      }
+      for (let n = 0, i = window.oldest; n < count; n++, i = i + 1 === capacity ? 0 : i + 1) {
+        if (window.read[i] !== 0) boundaryRead = true;
+        const judged = window.judged[i];
+        if (judged !== null && judged !== undefined) {
+          occurrences.push(judged);
+          continue;
+        }
+        const at = i * 2 * VALUES;
+        const v = window.values;
+        const span: PhaseSpan = {
+          sessionId: session.sessionId,
+          rank: session.rank,
+          threadId: window.threads[i] as number,
+          threadName: window.threadNames[i] as string,
+          scopeId: "",
+          path: window.parts,
+          phasePath: window.path,
+          depth: window.parts.length,
+          startNs: window.starts[i] as bigint,
+          endNs: window.ends[i] as bigint,
+          sequence: window.sequences[i] as number,
+          syntheticEnd: false,
+        };
+        const made = occurrence(
+          span,
+          v[at]!,
+          v[at + 1]!,
+          v[at + 2]!,
+          v[at + 3]!,
+          v[at + 4]!,
+          v[at + 5]!,
+          v[at + 6]!,
+          v[at + 7]!,
+          v3,
+        );
+        window.judged[i] = made;
+        occurrences.push(made);
+      }
+    }
+    // Open phases end "now", as the analysis ends unclosed scopes at the session's last record.
+    for (let k = 0; k < this.openCount; k++) {
+      const scope = this.openScopes[k] as RecordedPhase;
+      const from = k * OPEN_WIDTH;
+      const ov = this.openValues;
+      if (ov[from + 4] !== 0) boundaryRead = true;
+      const span: PhaseSpan = {
+        sessionId: session.sessionId,
+        rank: session.rank,
+        threadId: scope.threadId,
+        threadName: scope.threadName,
+        scopeId: scope.scopeId,
+        path: scope.path,
+        phasePath: scope.phasePath,
+        depth: scope.path.length,
+        startNs: this.openStarts[k] as bigint,
+        endNs: now,
+        sequence: scope.sequence,
+        syntheticEnd: true,
+      };
+      const n = Number.NaN;
+      occurrences.push(
+        occurrence(span, ov[from]!, ov[from + 1]!, ov[from + 2]!, ov[from + 3]!, n, n, n, n, v3),
+      );
+    }
+    if (occurrences.length === 0) return new Map();
+    return judgeRetention(occurrences, { lastSample: !boundaryRead, births: this.births(reach) });
+  }
+
+  /** The snapshots since `reach`, oldest first, parsed. */
+  private births(reach: bigint | null): BirthSnapshot[] {
+    const out: BirthSnapshot[] = [];
+    const count = this.snapshotCount;
+    const first = (this.snapshotNext - count + LEAK_WINDOW_SNAPSHOTS) % LEAK_WINDOW_SNAPSHOTS;
+    for (let n = 0; n < count; n++) {
+      const entry = this.snapshots[(first + n) % LEAK_WINDOW_SNAPSHOTS] as SnapshotEntry;
+      if (reach !== null && entry.timestampNs < reach) continue;
+      if (entry.parsed === null) {
+        entry.parsed = parseBirthSnapshot(entry.timestampNs, entry.raw as object);
+        entry.raw = null;
+      }
+      out.push(entry.parsed);
+    }
+    return out;
+  }
+}
+
+/**
+ * One occurrence with the counters a reader of its records sees: schema 3 writes an unread allocated
+ * as device used (else reserved) and an unread device used as max(allocated, reserved), as the
+ * records do (store.ts `materialize`); schema 4 writes what was read.
+ */
+function occurrence(
+  span: PhaseSpan,
+  enterAllocated: number,
+  enterReserved: number,
+  enterUsed: number,
+  enterTensors: number,
+  exitAllocated: number,
+  exitReserved: number,
+  exitUsed: number,
+  exitTensors: number,
+  v3: boolean,
+): RetentionOccurrence {
+  if (!v3) return { span, enterAllocated, exitAllocated, enterUsed, exitUsed, enterTensors, exitTensors };
+  const a0 = v3Allocated(enterAllocated, enterUsed, enterReserved);
+  const a1 = v3Allocated(exitAllocated, exitUsed, exitReserved);
+  return {
+    span,
+    enterAllocated: a0,
+    exitAllocated: a1,
+    enterUsed: v3Used(enterUsed, a0, enterReserved),
+    exitUsed: v3Used(exitUsed, a1, exitReserved),
+    enterTensors,
+    exitTensors,
+  };
+}
+
+function v3Allocated(allocated: number, used: number, reserved: number): number {
+  if (!Number.isNaN(allocated)) return allocated;
+  return Number.isNaN(used) ? reserved : used;
+}
+
+function v3Used(used: number, allocated: number, reserved: number): number {
+  if (!Number.isNaN(used)) return used;
+  return Math.max(allocated, Number.isNaN(reserved) ? allocated : reserved);
+}
+
+/** The analysis' note on a leaking parent: the deepest leaking descendant judged inside it. */
+function withKeptInside(suspicion: LeakSuspicion, leaking: readonly LeakSuspicion[]): LeakSuspicion {
+  const prefix = `${suspicion.phasePath} / `;
+  let deepest: LeakSuspicion | undefined;
+  let depth = 0;
+  for (const candidate of leaking) {
+    if (!candidate.phasePath.startsWith(prefix) || candidate.evidenceUnitPath === candidate.phasePath)
+      continue;
+    const d = candidate.phasePath.split(" / ").length;
+    if (d > depth) {
+      deepest = candidate;
+      depth = d;
+    }
+  }
+  if (deepest === undefined) return suspicion;
+  return { ...suspicion, message: suspicion.message + describeKeptInside(deepest.phasePath) };
+}

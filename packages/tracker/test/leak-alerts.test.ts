@@ -1,0 +1,327 @@
+import {
+  COLLECTOR_SPECIFICATION_VERSION,
+  type CollectorAvailability,
+  InvalidConfigError,
+  type JsonObject,
+  type MemoryCollector,
+  noCapabilities,
+  type SampleResult,
+  type TelemetryEvent,
+} from "@stormlog/core";
+import { loadTelemetrySessions } from "@stormlog/sink";
+import { describe, expect, it, vi } from "vitest";
+import type { MemoryTracker } from "../src/index.js";
+import { type FakeClock, type FakeScheduler, makeTracker, temporaryDirectories } from "./helpers.js";
+
+/** Set by a test to make the engine throw, as a bug in it would. */
+const judge = vi.hoisted(() => ({ fail: false, calls: 0 }));
+vi.mock("@stormlog/phases", async (importOriginal) => {
+  const actual = await importOriginal<typeof import("@stormlog/phases")>();
+  return {
+    ...actual,
+    judgeRetention: (...args: Parameters<typeof actual.judgeRetention>) => {
+      judge.calls++;
+      if (judge.fail) throw new Error("the engine broke");
+      return actual.judgeRetention(...args);
+    },
+  };
+});
+
+const MiB = 1024 * 1024;
+const tempDir = temporaryDirectories("stormlog-leak-alerts-");
+
+/** A seeded uniform random in [0, 1). */
+function seeded(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return state / 2 ** 32;
+  };
+}
+
+/**
+ * A tfjs-like collector whose readings the test drives: `held` (what steps keep) plus `transient`
+ * (what a step holds while it runs) plus noise read afresh at every reading; `readSync()` at the
+ * boundaries, tensor counts in metadata, and, when `live` is set, birth-phase counts on samples.
+ */
+class DrivenCollector implements MemoryCollector {
+  readonly specificationVersion = COLLECTOR_SPECIFICATION_VERSION;
+  readonly name = "stormlog.tfjs_tracker";
+  readonly deviceId = 0;
+  readonly capabilities = {
+    ...noCapabilities("tensorflow", "stormlog.tfjs_tracker", "tf.memory"),
+    supports_allocator_allocated: true,
+  };
+  held = 64 * MiB;
+  transient = 0;
+  tensors = 120;
+  live: Record<string, { tensors: number; bytes: number; largest: JsonObject[] }> | null = null;
+  private readonly random: () => number;
+  constructor(
+    seed: number,
+    private readonly noise = 32 * 1024,
+  ) {
+    this.random = seeded(seed);
+  }
+  availability(): CollectorAvailability {
+    return { available: true };
+  }
+  private read(metadata: JsonObject): SampleResult {
+    const jitter = Math.round((this.random() * 2 - 1) * this.noise);
+    return {
+      kind: "full",
+      reading: { allocator_allocated_bytes: this.held + this.transient + jitter },
+      metadata: { tfjs_num_tensors: this.tensors, ...metadata },
+    };
+  }
+  sample(): SampleResult {
+    return this.read(this.live === null ? {} : { tfjs_live_by_phase: structuredClone(this.live) });
+  }
+  readSync(): SampleResult {
+    return this.read({});
+  }
+}
+
+interface Loop {
+  tracker: MemoryTracker;
+  clock: FakeClock;
+  scheduler: FakeScheduler;
+  collector: DrivenCollector;
+  warnings: string[];
+}
+
+function loop(options: Parameters<typeof makeTracker>[1] = {}, seed = 7): Loop {
+  const collector = new DrivenCollector(seed);
+  const made = makeTracker([collector], {
+    samplingIntervalMs: 600_000,
+    leakAlerts: { intervalMs: 1000 },
+    ...options,
+  });
+  return { ...made, collector };
+}
+
+/**
+ * One training step: `train` around forward, backward and optimizer, each of which frees what it
+ * allocates (as `tf.tidy` does) except backward, which keeps `keep` bytes.
+ */
+function step({ tracker, clock, collector }: Loop, keep: number): void {
+  tracker.phase("train", () => {
+    clock.advanceMs(1);
+    tracker.phase("forward", () => {
+      collector.transient += 8 * MiB;
+      clock.advanceMs(3);
+      collector.transient -= 8 * MiB;
+    });
+    tracker.phase("backward", () => {
+      collector.transient += 4 * MiB;
+      clock.advanceMs(2);
+      collector.transient -= 4 * MiB;
+      collector.held += keep;
+      clock.advanceMs(1);
+    });
+    tracker.phase("optimizer", () => {
+      collector.transient += MiB;
+      clock.advanceMs(1);
+      collector.transient -= MiB;
+    });
+    clock.advanceMs(1);
+  });
+}
+
+/** `steps` steps, with the leak check's timer fired every `checkEvery` steps. */
+async function run(l: Loop, steps: number, keep: number, checkEvery = 10): Promise<void> {
+  for (let i = 1; i <= steps; i++) {
+    step(l, keep);
+    if (i % checkEvery === 0) await l.scheduler.advance(1000);
+  }
+}
+
+const leakAlerts = (alerts: readonly TelemetryEvent[], path: string) =>
+  alerts.filter((alert) => alert.context?.startsWith(`Leak suspected: \`${path}\``));
+
+describe("leak alerts", () => {
+  it("a loop whose backward keeps 1 MiB per step raises one warning for it, in memory and in the sink", async () => {
+    const root = tempDir();
+    const l = loop({ sink: { rootDir: root, handleProcessExit: false }, sinkThread: "main" });
+    await l.tracker.start();
+    await run(l, 80, MiB);
+    const sessionId = l.tracker.getSessionSummary()?.session_id;
+    await l.tracker.stop();
+
+    const alerts = l.tracker.getAlerts();
+    const backward = leakAlerts(alerts, "train / backward");
+    expect(backward).toHaveLength(1);
+    const [alert] = backward as [TelemetryEvent];
+    expect(alert.event_type).toBe("warning");
+    expect(alert.context).toBe(
+      "Leak suspected: `train / backward` keeps 1.00 MB per `train`, still held as it comes around again",
+    );
+    expect(alert.metadata).toMatchObject({
+      leak_phase_path: "train / backward",
+      leak_tensors_per_occurrence: null,
+      leak_unit_path: "train",
+      leak_method: "retention_profile",
+    });
+    expect(Math.abs((alert.metadata.leak_bytes_per_occurrence as number) - MiB)).toBeLessThan(MiB / 50);
+    expect(alert.metadata.leak_confidence).toBeGreaterThan(0.9);
+    // The step itself grows too, as the analysis reports it, and says where.
+    const train = leakAlerts(alerts, "train");
+    expect(train).toHaveLength(1);
+    expect(train[0]?.context).toMatch(
+      /^Leak suspected: `train` keeps \d+\.\d\d [KM]B per occurrence, still held as it comes around again; the growth is kept inside `train \/ backward`$/,
+    );
+    expect(leakAlerts(alerts, "train / forward")).toHaveLength(0);
+    expect(leakAlerts(alerts, "train / optimizer")).toHaveLength(0);
+    expect(l.warnings).toEqual([]);
+
+    const [session] = await loadTelemetrySessions(root);
+    expect(session?.summary.session_id).toBe(sessionId);
+    const written = leakAlerts(session?.events ?? [], "train / backward");
+    expect(written).toHaveLength(1);
+    expect(written[0]?.context).toBe(alert.context);
+    expect(written[0]?.metadata).toMatchObject(alert.metadata);
+  });
+
+  it("a stable loop with noise raises none, at the checks or at stop()", async () => {
+    const l = loop();
+    await l.tracker.start();
+    await run(l, 300, 0, 25);
+    await l.tracker.stop();
+    expect(judge.calls).toBeGreaterThan(10);
+    expect(l.tracker.getAlerts()).toEqual([]);
+  });
+
+  it("a loop that leaks, stops leaking and leaks again raises one warning per episode", async () => {
+    const l = loop({}, 11);
+    await l.tracker.start();
+    await run(l, 60, MiB);
+    expect(leakAlerts(l.tracker.getAlerts(), "train / backward")).toHaveLength(1);
+    // Long enough for the window (512 steps) to hold no leaking step.
+    await run(l, 600, 0, 50);
+    expect(leakAlerts(l.tracker.getAlerts(), "train / backward")).toHaveLength(1);
+    await run(l, 400, MiB, 50);
+    await l.tracker.stop();
+    expect(leakAlerts(l.tracker.getAlerts(), "train / backward")).toHaveLength(2);
+  });
+
+  it("birth-phase counts that keep growing raise a birth_phase warning naming backward", async () => {
+    const l = loop();
+    const group = { dtype: "float32", shape: [2048, 2048], bytes: 16 * MiB, count: 1 };
+    await l.tracker.start();
+    for (let i = 0; i < 30; i++) {
+      l.collector.live = {
+        "train / forward": { tensors: 4, bytes: 4096, largest: [] },
+        "train / backward": {
+          tensors: i,
+          bytes: i * 16 * MiB,
+          largest: i === 0 ? [] : [{ ...group, bytes: i * 16 * MiB, count: i }],
+        },
+      };
+      step(l, 0);
+      await l.tracker.sampleNow();
+      l.clock.advanceMs(1);
+      if (i % 10 === 9) await l.scheduler.advance(1000);
+    }
+    await l.tracker.stop();
+    const backward = leakAlerts(l.tracker.getAlerts(), "train / backward");
+    expect(backward).toHaveLength(1);
+    expect(backward[0]?.context).toMatch(
+      /^Leak suspected: `train \/ backward`: 1 tensor \(16\.00 MB, float32 \[2048, 2048\]\) born here per step is still alive \d+ steps later \(step: `train`\); \d+ alive now \(\d+\.\d\d MB\), largest: \d+ x float32 \[2048, 2048\] \(\d+\.\d\d MB\)$/,
+    );
+    expect(backward[0]?.metadata).toMatchObject({
+      leak_phase_path: "train / backward",
+      leak_bytes_per_occurrence: 16 * MiB,
+      leak_tensors_per_occurrence: 1,
+      leak_unit_path: "train",
+      leak_method: "birth_phase",
+    });
+    expect(leakAlerts(l.tracker.getAlerts(), "train / forward")).toHaveLength(0);
+  });
+
+  it("an engine that throws never reaches the training loop: logged once, tracking goes on", async () => {
+    const l = loop();
+    judge.fail = true;
+    try {
+      await l.tracker.start();
+      await run(l, 60, MiB);
+      await l.tracker.stop();
+    } finally {
+      judge.fail = false;
+    }
+    expect(l.tracker.getAlerts()).toEqual([]);
+    expect(l.warnings).toEqual(["leak alerts: a leak check failed (the engine broke); tracking goes on"]);
+    expect(l.tracker.getEvents({ eventType: "phase_exit" })).toHaveLength(240);
+    expect(l.tracker.getEvents({ eventType: "stop" })).toHaveLength(1);
+  });
+
+  it("leakAlerts: false raises none and keeps no timer", async () => {
+    const l = loop({ leakAlerts: false });
+    await l.tracker.start();
+    const calls = judge.calls;
+    step(l, MiB);
+    expect(l.scheduler.pending).toBe(1); // sampling only
+    await run(l, 80, MiB);
+    await l.tracker.stop();
+    expect(judge.calls).toBe(calls);
+    expect(l.tracker.getAlerts()).toEqual([]);
+  });
+
+  it("{ enabled: false } turns them off too; the defaults check every 10 s", async () => {
+    const off = loop({ leakAlerts: { enabled: false, intervalMs: 5 } });
+    await off.tracker.start();
+    await run(off, 80, MiB);
+    await off.tracker.stop();
+    expect(off.tracker.getAlerts()).toEqual([]);
+
+    const l = loop({ leakAlerts: undefined });
+    await l.tracker.start();
+    await run(l, 80, MiB, 1000);
+    await l.scheduler.advance(9_000);
+    expect(leakAlerts(l.tracker.getAlerts(), "train / backward")).toHaveLength(0);
+    await l.scheduler.advance(1_000);
+    expect(leakAlerts(l.tracker.getAlerts(), "train / backward")).toHaveLength(1);
+    await l.tracker.stop();
+  });
+
+  it("keeps at most 50 phase paths, replacing the least recently seen", async () => {
+    const l = loop();
+    await l.tracker.start();
+    for (let i = 0; i < 120; i++) l.tracker.phase(`request ${i}`, () => l.clock.advanceMs(1));
+    await run(l, 10, 0);
+    const watch = (l.tracker as unknown as { leakWatch: { paths: number } }).leakWatch;
+    expect(watch.paths).toBe(50);
+    await l.tracker.stop();
+    expect(l.tracker.getAlerts()).toEqual([]);
+  });
+
+  it("rejects invalid options with InvalidConfigError saying what to write", () => {
+    const cases: [unknown, RegExp][] = [
+      [
+        "on",
+        /Invalid option 'leakAlerts': expected true, false or \{ enabled\?: boolean, intervalMs\?: number \}, got "on"/,
+      ],
+      [
+        { interval: 5000 },
+        /'leakAlerts': unknown key 'interval'; the keys are 'enabled' .* and 'intervalMs'/,
+      ],
+      [
+        { intervalMs: 0 },
+        /'leakAlerts.intervalMs': expected a number of milliseconds > 0 \(default 10000\), got 0/,
+      ],
+      [{ intervalMs: "10s" }, /'leakAlerts.intervalMs': .* got "10s"/],
+      [{ intervalMs: Number.NaN }, /'leakAlerts.intervalMs'/],
+      [{ enabled: "yes" }, /'leakAlerts.enabled': expected true or false, got "yes"; use leakAlerts: false/],
+      [[], /'leakAlerts': .* got an array/],
+    ];
+    for (const [value, message] of cases) {
+      let thrown: unknown;
+      try {
+        makeTracker([], { leakAlerts: value as never });
+      } catch (error) {
+        thrown = error;
+      }
+      expect(thrown).toBeInstanceOf(InvalidConfigError);
+      expect((thrown as Error).message).toMatch(message);
+    }
+  });
+});
