@@ -4,7 +4,6 @@
  * is in docs/leak-verdicts.md), and the ranks' verdicts are pooled per path with a message.
  */
 import {
-  type BirthCount,
   type BirthSnapshot,
   describeBirths,
   describeKept,
@@ -13,11 +12,12 @@ import {
   type MetricVerdict,
   MIN_LEAK_OCCURRENCES,
   median,
+  parseBirthCounts,
   type RankVerdicts,
 } from "@stormlog/phases";
 import type { BirthEntry } from "./aggregate.js";
 import type { Occurrence } from "./phase-stats.js";
-import type { BirthEvidence, BirthGroup, LeakReport, LeakVerdictKind } from "./types.js";
+import type { BirthEvidence, LeakReport, LeakVerdictKind } from "./types.js";
 
 export { MIN_LEAK_OCCURRENCES };
 
@@ -81,37 +81,9 @@ export function birthSnapshots(entries: readonly BirthEntry[]): BirthSnapshot[] 
     } catch {
       continue;
     }
-    if (typeof value !== "object" || value === null) continue;
-    const phases = new Map<string, BirthCount>();
-    for (const [phase, count] of Object.entries(value as Record<string, unknown>)) {
-      const parsed = birthCount(count);
-      if (parsed !== null) phases.set(phase, parsed);
-    }
-    out.push({ timestampNs: entry.timestampNs, phases });
+    out.push({ timestampNs: entry.timestampNs, phases: parseBirthCounts(value) });
   }
   return out;
-}
-
-function birthCount(value: unknown): BirthCount | null {
-  if (typeof value !== "object" || value === null) return null;
-  const { tensors, bytes, largest } = value as Record<string, unknown>;
-  if (typeof tensors !== "number" || typeof bytes !== "number") return null;
-  const groups: BirthGroup[] = [];
-  if (Array.isArray(largest)) {
-    for (const group of largest as unknown[]) {
-      if (typeof group !== "object" || group === null) continue;
-      const { dtype, shape, bytes: groupBytes, count } = group as Record<string, unknown>;
-      if (
-        typeof dtype === "string" &&
-        Array.isArray(shape) &&
-        shape.every((dim) => typeof dim === "number") &&
-        typeof groupBytes === "number" &&
-        typeof count === "number"
-      )
-        groups.push({ dtype, shape: shape as number[], bytes: groupBytes, count });
-    }
-  }
-  return { tensors, bytes, largest: groups };
 }
 
 /** Verdicts for every path of one session's rank. */
@@ -162,7 +134,10 @@ export class LeakAccumulator {
     }
     for (const [phasePath, net] of meanNets(occurrences)) {
       let byRank = this.nets.get(phasePath);
-      if (byRank === undefined) this.nets.set(phasePath, (byRank = new Map()));
+      if (byRank === undefined) {
+        byRank = new Map();
+        this.nets.set(phasePath, byRank);
+      }
       if (occurrences.length > 0) byRank.set(occurrences[0]!.span.rank, net);
     }
   }

@@ -16,8 +16,6 @@ import {
   type TimerHandle,
 } from "@stormlog/core";
 import {
-  type BirthCount,
-  type BirthGroup,
   type BirthSnapshot,
   describeBirths,
   describeKept,
@@ -26,6 +24,7 @@ import {
   LIVE_BY_PHASE_KEY,
   type MetricVerdict,
   type PhaseSpan,
+  parseBirthCounts,
   type RankVerdicts,
   type RecordedPhase,
   type RetentionEvidence,
@@ -38,8 +37,8 @@ export interface LeakAlertOptions {
   /** Default true. False: no leak watch at all (nothing is kept at phase boundaries). */
   readonly enabled?: boolean;
   /**
-   * Milliseconds between checks (default 10000). A check that takes longer than 1 % of this waits
-   * proportionally longer for the next one, so judging never takes more than 1 % of the time.
+   * Milliseconds between checks (default 10000). A check that takes longer than 0.2 % of this waits
+   * proportionally longer for the next one, so judging never takes more than 0.2 % of the time.
    */
   readonly intervalMs?: number;
 }
@@ -61,7 +60,7 @@ const MAX_OPEN = 256;
 /** Default time between checks. */
 export const DEFAULT_LEAK_CHECK_INTERVAL_MS = 10_000;
 /** A check may take at most this share of the time between checks (else the next one waits). */
-const CHECK_TIME_SHARE = 0.01;
+const CHECK_TIME_SHARE = 0.002;
 const FIRST_CAPACITY = 16;
 /** Per occurrence end: allocated, reserved, used (`EventStore.readCounters`), tensors. */
 const VALUES = 4;
@@ -320,29 +319,7 @@ export function describeSuspicion(phasePath: string, r: RankVerdicts): LeakSuspi
 
 /** A sample's `tfjs_live_by_phase` as the engine reads it (entries of another shape are left out, as the analysis does). */
 export function parseBirthSnapshot(timestampNs: bigint, value: object): BirthSnapshot {
-  const phases = new Map<string, BirthCount>();
-  for (const [phase, count] of Object.entries(value as Record<string, unknown>)) {
-    if (typeof count !== "object" || count === null) continue;
-    const { tensors, bytes, largest } = count as Record<string, unknown>;
-    if (typeof tensors !== "number" || typeof bytes !== "number") continue;
-    const groups: BirthGroup[] = [];
-    if (Array.isArray(largest)) {
-      for (const group of largest as unknown[]) {
-        if (typeof group !== "object" || group === null) continue;
-        const { dtype, shape, bytes: groupBytes, count: groupCount } = group as Record<string, unknown>;
-        if (
-          typeof dtype === "string" &&
-          Array.isArray(shape) &&
-          shape.every((dim) => typeof dim === "number") &&
-          typeof groupBytes === "number" &&
-          typeof groupCount === "number"
-        )
-          groups.push({ dtype, shape: [...(shape as number[])], bytes: groupBytes, count: groupCount });
-      }
-    }
-    phases.set(phase, { tensors, bytes, largest: groups });
-  }
-  return { timestampNs, phases };
+  return { timestampNs, phases: parseBirthCounts(value) };
 }
 
 /**

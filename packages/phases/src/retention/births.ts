@@ -34,6 +34,37 @@ export interface BirthVerdict {
   readonly evidence: BirthEvidence;
 }
 
+/**
+ * A sample's `tfjs_live_by_phase` object as counts by birth phase. Entries that are not
+ * `{ tensors, bytes, largest }` objects (another writer's) are left out rather than guessed at.
+ */
+export function parseBirthCounts(value: unknown): Map<string, BirthCount> {
+  const phases = new Map<string, BirthCount>();
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return phases;
+  for (const [phase, count] of Object.entries(value as Record<string, unknown>)) {
+    if (typeof count !== "object" || count === null) continue;
+    const { tensors, bytes, largest } = count as Record<string, unknown>;
+    if (typeof tensors !== "number" || typeof bytes !== "number") continue;
+    const groups: BirthGroup[] = [];
+    if (Array.isArray(largest)) {
+      for (const group of largest as unknown[]) {
+        if (typeof group !== "object" || group === null) continue;
+        const { dtype, shape, bytes: groupBytes, count: groupCount } = group as Record<string, unknown>;
+        if (
+          typeof dtype === "string" &&
+          Array.isArray(shape) &&
+          shape.every((dim) => typeof dim === "number") &&
+          typeof groupBytes === "number" &&
+          typeof groupCount === "number"
+        )
+          groups.push({ dtype, shape: [...(shape as number[])], bytes: groupBytes, count: groupCount });
+      }
+    }
+    phases.set(phase, { tensors, bytes, largest: groups });
+  }
+  return phases;
+}
+
 /** The metadata key the tfjs adapter writes. */
 export const LIVE_BY_PHASE_KEY = "tfjs_live_by_phase";
 

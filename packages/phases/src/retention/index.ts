@@ -5,6 +5,7 @@ export {
   type BirthVerdict,
   judgeBirths,
   LIVE_BY_PHASE_KEY,
+  parseBirthCounts,
 } from "./births.js";
 export {
   describeBirths,
