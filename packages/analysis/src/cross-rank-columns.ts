@@ -11,6 +11,7 @@ import {
   type PhaseAttributionPayload,
   type PhaseResolver,
   phaseAttributionToPayload,
+  selectKth,
 } from "@stormlog/phases";
 import { type CrossRankAnalysis, SKEW_NOTE_MULTIPLIER, SPIKE_MIN_BYTES } from "./cross-rank.js";
 import type { DatasetPlan, RankSeries } from "./dataset.js";
@@ -51,37 +52,11 @@ function mostCommon<K>(counts: ReadonlyMap<K, { count: number; first: Position }
   return best;
 }
 
-/** The k-th smallest value (0-based) of `values`, which it reorders (Hoare's selection). */
-function select(values: Float64Array | Uint32Array, k: number): number {
-  let lo = 0;
-  let hi = values.length - 1;
-  while (lo < hi) {
-    const pivot = values[(lo + hi) >>> 1]!;
-    let i = lo;
-    let j = hi;
-    while (i <= j) {
-      while (values[i]! < pivot) i++;
-      while (values[j]! > pivot) j--;
-      if (i <= j) {
-        const swap = values[i]!;
-        values[i] = values[j]!;
-        values[j] = swap;
-        i++;
-        j--;
-      }
-    }
-    if (k <= j) hi = j;
-    else if (k >= i) lo = i;
-    else return values[k]!;
-  }
-  return values[k]!;
-}
-
 /** `int(statistics.median(values))` of exact integers held in doubles (as cross-rank.ts computes it). */
 function integerMedian(values: Float64Array | Uint32Array): bigint {
   const n = values.length;
-  if (n % 2 === 1) return BigInt(select(values, n >> 1));
-  const b = select(values, n >> 1);
+  if (n % 2 === 1) return BigInt(selectKth(values, n >> 1));
+  const b = selectKth(values, n >> 1);
   // Everything before the upper middle is at most it: the lower middle is their largest.
   let a = Number.NEGATIVE_INFINITY;
   for (let i = 0; i < n >> 1; i++) if (values[i]! > a) a = values[i]!;

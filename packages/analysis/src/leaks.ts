@@ -9,11 +9,12 @@ import {
   describeKept,
   describeKeptInside,
   judgeRetention,
-  type MetricVerdict,
   MIN_LEAK_OCCURRENCES,
   median,
   parseBirthCounts,
   type RankVerdicts,
+  strongestVerdict,
+  VERDICT_ORDER,
 } from "@stormlog/phases";
 import type { BirthEntry } from "./aggregate.js";
 import type { Occurrence } from "./phase-stats.js";
@@ -94,27 +95,6 @@ export function judgeRank(
   return judgeRetention(occurrences, { lastSample: countersAreLastSample(occurrences), births });
 }
 
-const VERDICT_RANK: Readonly<Record<LeakVerdictKind, number>> = {
-  leaking: 0,
-  plateau: 1,
-  stable: 2,
-  insufficient_data: 3,
-};
-
-function strongest(verdicts: readonly (MetricVerdict | null)[]): MetricVerdict | null {
-  let best: MetricVerdict | null = null;
-  for (const verdict of verdicts) {
-    if (verdict === null) continue;
-    if (
-      best === null ||
-      VERDICT_RANK[verdict.verdict] < VERDICT_RANK[best.verdict] ||
-      (verdict.verdict === best.verdict && verdict.confidence > best.confidence)
-    )
-      best = verdict;
-  }
-  return best;
-}
-
 /** Leak verdicts accumulated one session's rank at a time. */
 export class LeakAccumulator {
   private readonly paths = new Map<string, { perRank: RankVerdicts[]; occurrences: number }>();
@@ -151,7 +131,7 @@ export class LeakAccumulator {
     annotateParents(reports);
     return reports.sort(
       (a, b) =>
-        VERDICT_RANK[a.verdict] - VERDICT_RANK[b.verdict] ||
+        VERDICT_ORDER[a.verdict] - VERDICT_ORDER[b.verdict] ||
         b.confidence - a.confidence ||
         (a.phase_path < b.phase_path ? -1 : a.phase_path > b.phase_path ? 1 : 0),
     );
@@ -258,13 +238,13 @@ function report(phasePath: string, verdicts: readonly RankVerdicts[], occurrence
 
   const pool = verdict === "leaking" ? leakingRanks : verdict === "insufficient_data" ? perRank : analyzed;
   const best = pool
-    .map((r) => ({ r, v: strongest([r.bytes, r.tensors]) }))
+    .map((r) => ({ r, v: strongestVerdict([r.bytes, r.tensors]) }))
     .filter((x) => x.v !== null && x.v.verdict === verdict)
     .sort((a, b) => b.v!.confidence - a.v!.confidence)[0];
   const confidences = pool.map((r) =>
     verdict === "leaking" && r.births?.leaking
       ? r.births.confidence
-      : (strongest([r.bytes, r.tensors])?.confidence ?? 0),
+      : (strongestVerdict([r.bytes, r.tensors])?.confidence ?? 0),
   );
   const confidence = verdict === "insufficient_data" ? 0 : round(median(confidences), 2);
   const leakingBytes = leakingRanks
@@ -277,7 +257,7 @@ function report(phasePath: string, verdicts: readonly RankVerdicts[], occurrence
   const tensorsPer = leakingTensors.length > 0 ? round(median(leakingTensors), 1) : null;
   const reason =
     verdict === "insufficient_data"
-      ? (strongest([perRank[0]?.bytes ?? null, perRank[0]?.tensors ?? null])?.reason ?? "no readings")
+      ? (strongestVerdict([perRank[0]?.bytes ?? null, perRank[0]?.tensors ?? null])?.reason ?? "no readings")
       : null;
   const birthRanks = leakingRanks.filter((r) => r.births?.leaking === true);
   const births =

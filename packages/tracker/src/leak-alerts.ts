@@ -29,6 +29,7 @@ import {
   type RecordedPhase,
   type RetentionEvidence,
   type RetentionOccurrence,
+  strongestVerdict,
 } from "@stormlog/phases";
 import { BOUNDARY_READ, type EventStore } from "./store.js";
 
@@ -246,28 +247,6 @@ const round = (value: number, digits: number): number => {
   return Math.round(value * scale) / scale;
 };
 
-const VERDICT_RANK: Readonly<Record<MetricVerdict["verdict"], number>> = {
-  leaking: 0,
-  plateau: 1,
-  stable: 2,
-  insufficient_data: 3,
-};
-
-/** The analysis' choice among a rank's metric verdicts (leaks.ts `strongest`). */
-function strongest(verdicts: readonly (MetricVerdict | null)[]): MetricVerdict | null {
-  let best: MetricVerdict | null = null;
-  for (const verdict of verdicts) {
-    if (verdict === null) continue;
-    if (
-      best === null ||
-      VERDICT_RANK[verdict.verdict] < VERDICT_RANK[best.verdict] ||
-      (verdict.verdict === best.verdict && verdict.confidence > best.confidence)
-    )
-      best = verdict;
-  }
-  return best;
-}
-
 function isLeaking(r: RankVerdicts): boolean {
   return r.bytes?.verdict === "leaking" || r.tensors?.verdict === "leaking" || r.births?.leaking === true;
 }
@@ -310,7 +289,7 @@ export function describeSuspicion(phasePath: string, r: RankVerdicts): LeakSuspi
     message: describeKept(phasePath, { bytesPer, tensorsPer, unitPath, shortfall }),
     bytesPerOccurrence: bytesPer,
     tensorsPerOccurrence: tensorsPer,
-    confidence: round(strongest([r.bytes, r.tensors])?.confidence ?? 0, 2),
+    confidence: round(strongestVerdict([r.bytes, r.tensors])?.confidence ?? 0, 2),
     unitPath,
     method,
     evidenceUnitPath,

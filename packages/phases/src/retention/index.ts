@@ -15,7 +15,7 @@ export {
   formatCount,
   type KeptParts,
 } from "./describe.js";
-export { median, normalUpperTail, risingTrend, type TrendTest } from "./trend.js";
+export { median, normalUpperTail, risingTrend, selectKth, type TrendTest } from "./trend.js";
 export type {
   BirthEvidence,
   BirthGroup,
@@ -36,4 +36,6 @@ export {
   RISING_P_ALL,
   RISING_P_HALF,
   RISING_P_THIRD,
+  strongestVerdict,
+  VERDICT_ORDER,
 } from "./verdicts.js";

@@ -87,14 +87,12 @@ export function risingTrend(values: readonly number[]): TrendTest {
 }
 
 /**
- * The median of `values` (not NaN, at least one), reordering them: quickselect of the upper middle
- * (Hoare partitions around a median-of-three pivot), then the largest value below it when the count is even.
+ * The k-th smallest value (0-based) of `values`, which it reorders: Hoare's selection around a
+ * median-of-three pivot, O(n) on average without sorting.
  */
-function medianInPlace(values: Float64Array): number {
-  const n = values.length;
-  const mid = n >> 1;
+export function selectKth(values: Float64Array | Uint32Array, k: number): number {
   let lo = 0;
-  let hi = n - 1;
+  let hi = values.length - 1;
   while (lo < hi) {
     const m = (lo + hi) >>> 1;
     const a = values[lo]!;
@@ -118,10 +116,21 @@ function medianInPlace(values: Float64Array): number {
         j--;
       }
     }
-    if (mid <= j) hi = j;
-    else if (mid >= i) lo = i;
-    else break;
+    if (k <= j) hi = j;
+    else if (k >= i) lo = i;
+    else return values[k]!;
   }
+  return values[k]!;
+}
+
+/**
+ * The median of `values` (not NaN, at least one), reordering them: the upper middle by selection, then
+ * the largest value below it when the count is even.
+ */
+function medianInPlace(values: Float64Array): number {
+  const n = values.length;
+  const mid = n >> 1;
+  selectKth(values, mid);
   const upper = values[mid]!;
   if (n % 2 === 1) return upper;
   let lower = values[0]!;

@@ -728,3 +728,26 @@ function applyBirths(
     }
   }
 }
+
+/** Order of verdicts, strongest first (leaking outranks plateau, stable, insufficient data). */
+export const VERDICT_ORDER: Readonly<Record<RetentionVerdictKind, number>> = {
+  leaking: 0,
+  plateau: 1,
+  stable: 2,
+  insufficient_data: 3,
+};
+
+/** The strongest of a rank's metric verdicts (by `VERDICT_ORDER`, then confidence). */
+export function strongestVerdict(verdicts: readonly (MetricVerdict | null)[]): MetricVerdict | null {
+  let best: MetricVerdict | null = null;
+  for (const verdict of verdicts) {
+    if (verdict === null) continue;
+    if (
+      best === null ||
+      VERDICT_ORDER[verdict.verdict] < VERDICT_ORDER[best.verdict] ||
+      (verdict.verdict === best.verdict && verdict.confidence > best.confidence)
+    )
+      best = verdict;
+  }
+  return best;
+}
