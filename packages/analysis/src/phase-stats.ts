@@ -60,17 +60,12 @@ class ScopeHolder {
   constructor(readonly phase_scope: JsonValue) {}
 }
 
-/** One occurrence with the readings it needs for statistics and leak detection. */
-export interface Occurrence {
+/**
+ * One occurrence with the readings it needs for statistics and leak detection: the engine's
+ * `RetentionOccurrence` (readings at entry and exit, NaN when absent) plus its rank's series and peaks.
+ */
+export interface Occurrence extends RetentionOccurrence {
   readonly series: RankSeries;
-  readonly span: PhaseSpan;
-  /** Readings at entry and exit (NaN when absent; exit absent for a synthetic end). */
-  readonly enterAllocated: number;
-  readonly exitAllocated: number;
-  readonly enterUsed: number;
-  readonly exitUsed: number;
-  readonly enterTensors: number;
-  readonly exitTensors: number;
   readonly peakAllocated: number;
   readonly peakAllocatedNs: bigint;
   readonly peakUsed: number;
