@@ -3,7 +3,8 @@
  * setting: tfjs + process collectors, 100 ms sampling, the sink on), and consecutive training steps
  * alternate between tracked and untracked, in pairs whose order alternates (ABBA).
  *
- *   pnpm --filter tfjs-training bench:steps     (PAIRS=3000 per mode; MODES=aa,sink,main,none: ~10 min)
+ *   pnpm --filter tfjs-training bench:steps     (PAIRS=3000 per mode; MODES=aa,sink,main,none: ~10 min;
+ *   MODES=aa,sink,plain compares the default with birth-phase attribution and leak alerts off)
  *
  * Why: on a shared VM a training step's time switches between regimes (here ~20 ms and ~33 ms per
  * step, each lasting one to several seconds), so two segments of 100 steps timed seconds apart
@@ -187,6 +188,7 @@ const median = (values: Float64Array) => [...values].sort((a, b) => a - b)[value
 
 const sinkDir = mkdtempSync(join(tmpdir(), "stormlog-steps-"));
 const mainSinkDir = mkdtempSync(join(tmpdir(), "stormlog-steps-main-"));
+const plainSinkDir = mkdtempSync(join(tmpdir(), "stormlog-steps-plain-"));
 const MODES: Record<string, [string, () => Promise<Pairs>]> = {
   aa: ["A/A (nothing tracked)", () => pairedRun(null, null)],
   sink: [
@@ -194,6 +196,16 @@ const MODES: Record<string, [string, () => Promise<Pairs>]> = {
     () => {
       const scheduler = new TrackedTimeScheduler();
       return pairedRun(benchTracker(tf, { sinkDir, scheduler }), scheduler);
+    },
+  ],
+  plain: [
+    "sink, no attribution, no leak alerts",
+    () => {
+      const scheduler = new TrackedTimeScheduler();
+      return pairedRun(
+        benchTracker(tf, { sinkDir: plainSinkDir, scheduler, leakEvidence: false }),
+        scheduler,
+      );
     },
   ],
   main: [
@@ -248,3 +260,4 @@ for (const mode of selected) {
 }
 rmSync(sinkDir, { recursive: true, force: true });
 rmSync(mainSinkDir, { recursive: true, force: true });
+rmSync(plainSinkDir, { recursive: true, force: true });

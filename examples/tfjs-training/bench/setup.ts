@@ -29,13 +29,16 @@ export interface BenchTrackerOptions {
   readonly sinkDir?: string;
   readonly sinkThread?: "worker" | "main";
   readonly scheduler?: Scheduler;
+  /** The tfjs collector's birth-phase attribution and the tracker's leak alerts (default: on, as for users). */
+  readonly leakEvidence?: boolean;
 }
 
 /** A tracker as the overhead goal sets it: tfjs and process collectors, 100 ms sampling, a sink when given. */
 export function benchTracker(tf: TfNamespace, options: BenchTrackerOptions = {}): MemoryTracker {
-  const { sinkDir, sinkThread = "worker", scheduler } = options;
+  const { sinkDir, sinkThread = "worker", scheduler, leakEvidence = true } = options;
   return new MemoryTracker({
-    collectors: [tfjsCollector(tf), processCollector()],
+    collectors: [tfjsCollector(tf, { attribution: leakEvidence }), processCollector()],
+    leakAlerts: leakEvidence,
     samplingIntervalMs: BENCH_SAMPLING_INTERVAL_MS,
     ...(sinkDir === undefined ? {} : { sink: { rootDir: sinkDir }, sinkThread }),
     ...(scheduler === undefined ? {} : { scheduler }),
