@@ -6,8 +6,8 @@
 import {
   type BirthSnapshot,
   describeBirths,
+  describeGrowthInside,
   describeKept,
-  describeKeptInside,
   judgeRetention,
   MIN_LEAK_OCCURRENCES,
   median,
@@ -341,16 +341,13 @@ function message(phasePath: string, verdict: LeakVerdictKind, parts: MessagePart
 
 /** A leaking parent whose growth a leaking child keeps says which child. */
 function annotateParents(reports: LeakReport[]): void {
-  const leaking = reports.filter((report) => report.verdict === "leaking");
-  for (const parent of leaking) {
-    const children = leaking.filter(
-      (candidate) =>
-        candidate.phase_path.startsWith(`${parent.phase_path} / `) &&
-        candidate.evidence.bytes?.unit_path !== candidate.phase_path,
-    );
-    const deepest = children.sort(
-      (a, b) => b.phase_path.split(" / ").length - a.phase_path.split(" / ").length,
-    )[0];
-    if (deepest !== undefined) parent.message += describeKeptInside(deepest.phase_path);
-  }
+  const judged = reports
+    .filter((report) => report.verdict !== "insufficient_data")
+    .map((report) => ({
+      path: report.phase_path,
+      leaking: report.verdict === "leaking",
+      ownUnit: (report.evidence.bytes ?? report.evidence.tensors)?.unit_path === report.phase_path,
+    }));
+  for (const parent of reports)
+    if (parent.verdict === "leaking") parent.message += describeGrowthInside(parent.phase_path, judged);
 }

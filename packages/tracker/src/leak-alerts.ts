@@ -18,8 +18,9 @@ import {
 import {
   type BirthSnapshot,
   describeBirths,
+  describeGrowthInside,
   describeKept,
-  describeKeptInside,
+  type JudgedInside,
   judgeRetention,
   LIVE_BY_PHASE_KEY,
   type MetricVerdict,
@@ -561,11 +562,21 @@ export class LeakWatch {
       if (isLeaking(r)) leaking.push(describeSuspicion(path, r));
       else if (isQuiet(r)) this.alerted.delete(path);
     }
+    const judged: JudgedInside[] = [];
+    for (const [path, r] of verdicts) {
+      const verdict = strongestVerdict([r.bytes, r.tensors]);
+      if (verdict === null || verdict.verdict === "insufficient_data") continue;
+      const leakingPath = isLeaking(r);
+      judged.push({ path, leaking: leakingPath, ownUnit: verdict.evidence?.unit_path === path });
+    }
     const out: LeakSuspicion[] = [];
     for (const suspicion of leaking) {
       if (this.alerted.has(suspicion.phasePath)) continue;
       this.alerted.add(suspicion.phasePath);
-      out.push(withKeptInside(suspicion, leaking));
+      out.push({
+        ...suspicion,
+        message: suspicion.message + describeGrowthInside(suspicion.phasePath, judged),
+      });
     }
     return out;
   }
@@ -711,22 +722,4 @@ function v3Allocated(allocated: number, used: number, reserved: number): number 
 function v3Used(used: number, allocated: number, reserved: number): number {
   if (!Number.isNaN(used)) return used;
   return Math.max(allocated, Number.isNaN(reserved) ? allocated : reserved);
-}
-
-/** The analysis' note on a leaking parent: the deepest leaking descendant judged inside it. */
-function withKeptInside(suspicion: LeakSuspicion, leaking: readonly LeakSuspicion[]): LeakSuspicion {
-  const prefix = `${suspicion.phasePath} / `;
-  let deepest: LeakSuspicion | undefined;
-  let depth = 0;
-  for (const candidate of leaking) {
-    if (!candidate.phasePath.startsWith(prefix) || candidate.evidenceUnitPath === candidate.phasePath)
-      continue;
-    const d = candidate.phasePath.split(" / ").length;
-    if (d > depth) {
-      deepest = candidate;
-      depth = d;
-    }
-  }
-  if (deepest === undefined) return suspicion;
-  return { ...suspicion, message: suspicion.message + describeKeptInside(deepest.phasePath) };
 }

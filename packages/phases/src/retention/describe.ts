@@ -71,3 +71,36 @@ export function describeBirths(phasePath: string, births: BirthEvidence, ranks =
 export function describeKeptInside(childPath: string): string {
   return `; the growth is kept inside \`${childPath}\``;
 }
+
+/** A judged path under a leaking parent, for `describeGrowthInside`. */
+export interface JudgedInside {
+  readonly path: string;
+  readonly leaking: boolean;
+  /** Judged on its own occurrences rather than as a part of the parent's unit. */
+  readonly ownUnit: boolean;
+}
+
+/**
+ * The note on a leaking parent: the deepest leaking descendant judged as a part of its unit, or, when
+ * it has judged descendants and none of them stands out, that the readings do not single one out.
+ */
+export function describeGrowthInside(parentPath: string, judged: readonly JudgedInside[]): string {
+  const prefix = `${parentPath} / `;
+  let deepest: string | undefined;
+  let depth = 0;
+  let inside = false;
+  for (const candidate of judged) {
+    if (!candidate.path.startsWith(prefix)) continue;
+    inside = true;
+    if (!candidate.leaking || candidate.ownUnit) continue;
+    const d = candidate.path.split(" / ").length;
+    if (d > depth) {
+      deepest = candidate.path;
+      depth = d;
+    }
+  }
+  if (deepest !== undefined) return describeKeptInside(deepest);
+  return inside
+    ? "; no phase inside it keeps the growth clearly (its readings are too noisy to tell, or its own code keeps it)"
+    : "";
+}

@@ -9,10 +9,12 @@ export {
 } from "./births.js";
 export {
   describeBirths,
+  describeGrowthInside,
   describeKept,
   describeKeptInside,
   describeTensorGroup,
   formatCount,
+  type JudgedInside,
   type KeptParts,
 } from "./describe.js";
 export { median, normalUpperTail, risingTrend, selectKth, type TrendTest } from "./trend.js";

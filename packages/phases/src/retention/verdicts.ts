@@ -33,7 +33,7 @@ export const RISING_P_THIRD = 0.1;
 const SIGNIFICANT_TAIL = 8;
 /** Share of the unit's growth a child must keep, in the estimate and in this share of bootstrap resamples. */
 export const CHILD_SHARE = 0.25;
-export const CHILD_BOOTSTRAP_SHARE = 0.8;
+export const CHILD_BOOTSTRAP_SHARE = 0.6;
 /** Resamples of the unit's occurrences behind a child's share. */
 export const BOOTSTRAP_ROUNDS = 200;
 /** RetentionOccurrences of the unit the profile averages at most (the latest ones). */
@@ -243,14 +243,16 @@ function segmentMeans(units: readonly Unit[], picks: readonly number[], mask: re
   return segments;
 }
 
-function significantSegments(units: readonly Unit[]): boolean[] {
+/** Per segment: does its mean over the picked units stand out of its noise (two standard errors)? */
+function significantSegments(units: readonly Unit[], picks: readonly number[]): boolean[] {
   const m = units[0]!.readings.length - 1;
-  const n = units.length;
+  const n = picks.length;
   const mask: boolean[] = [];
   for (let j = 0; j < m; j++) {
     let sum = 0;
     let sumSq = 0;
-    for (const unit of units) {
+    for (const k of picks) {
+      const unit = units[k]!;
       const d = unit.readings[j + 1]! - unit.readings[j]!;
       sum += d;
       sumSq += d * d;
@@ -548,8 +550,8 @@ function judgeChildren(
   if (profiled.length === 0) return out;
 
   if (level.growing) {
-    const mask = significantSegments(units);
     const all = units.map((_, k) => k);
+    const mask = significantSegments(units, all);
     const owners = units[0]!.owners;
     const estimate = giveBack(segmentMeans(units, all, mask), owners);
     const estimateTotal = totalKept(estimate.kept);
@@ -558,7 +560,8 @@ function judgeChildren(
     const picks = new Array<number>(units.length);
     for (let round = 0; round < BOOTSTRAP_ROUNDS; round++) {
       for (let i = 0; i < units.length; i++) picks[i] = Math.floor(random() * units.length);
-      const kept = giveBack(segmentMeans(units, picks, mask), owners).kept;
+      // Each resample decides anew which segments stand out: which readings are noise is uncertain too.
+      const kept = giveBack(segmentMeans(units, picks, significantSegments(units, picks)), owners).kept;
       const total = totalKept(kept);
       for (const [owner, amount] of kept)
         if (owner !== null && total > 0 && amount >= CHILD_SHARE * total)
