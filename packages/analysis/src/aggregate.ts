@@ -8,7 +8,13 @@
  * timestamp, a bigint). One process's timeline spans far less than 2^53 ns (104 days); a rank part
  * that does not is refused with `TimeRangeError`.
  */
-import { ALERT_EVENT_TYPES, type JsonObject, type JsonValue, type TelemetryEvent } from "@stormlog/core";
+import {
+  ALERT_EVENT_TYPES,
+  type JsonObject,
+  type JsonValue,
+  stringifyJson,
+  type TelemetryEvent,
+} from "@stormlog/core";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases";
 import { TimeRangeError } from "./errors.js";
 
@@ -695,7 +701,8 @@ export class Accumulator {
       );
       const births = event.metadata[LIVE_BY_PHASE_KEY];
       if (typeof births === "object" && births !== null && !Array.isArray(births))
-        part.births.push({ timestampNs: ts, json: JSON.stringify(births) });
+        // Decoded metadata may hold bigints (integers past 2^53): the lossless encoder writes them.
+        part.births.push({ timestampNs: ts, json: stringifyJson(births) });
     } else if (eventType === "phase_enter" || eventType === "phase_exit") {
       const scope = event.metadata.phase_scope;
       if (scope !== undefined) {

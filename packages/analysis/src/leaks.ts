@@ -100,6 +100,9 @@ export class LeakAccumulator {
   private readonly paths = new Map<string, { perRank: RankVerdicts[]; occurrences: number }>();
   /** Per path, each rank's mean net change (exit minus entry) in bytes: the other ranks' baseline. */
   private readonly nets = new Map<string, Map<number, number>>();
+  /** Two sessions of one rank: baselines by rank would mix them, so shortfalls stay unsettled. */
+  private readonly seenRanks = new Set<number>();
+  private rankSeenTwice = false;
 
   /** All occurrences (every path) of one session's rank. */
   addRank(occurrences: readonly Occurrence[], births: readonly BirthSnapshot[] = []): void {
@@ -112,6 +115,9 @@ export class LeakAccumulator {
       entry.perRank.push(verdicts);
       entry.occurrences += verdicts.occurrences;
     }
+    const rank = occurrences[0]?.span.rank;
+    if (rank !== undefined && this.seenRanks.has(rank)) this.rankSeenTwice = true;
+    if (rank !== undefined) this.seenRanks.add(rank);
     for (const [phasePath, net] of meanNets(occurrences)) {
       let byRank = this.nets.get(phasePath);
       if (byRank === undefined) {
@@ -143,6 +149,7 @@ export class LeakAccumulator {
    * net change differs on the leaking ranks by the kept amount is the one that keeps it.
    */
   private settleShortfalls(): void {
+    if (this.rankSeenTwice) return;
     for (const [phasePath, entry] of this.paths) {
       const leaking = entry.perRank.filter(
         (r) => r.bytes?.verdict === "leaking" && r.bytes.evidence?.shortfall_sibling && r.births === null,

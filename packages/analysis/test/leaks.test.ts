@@ -380,6 +380,25 @@ describe("birth-phase evidence (tfjs attribution)", () => {
     expect(backward.births?.birth_phase).toBe("train / backward");
   });
 
+  it("takes births whose counts exceed 2^53 (decoded as bigints) without failing", () => {
+    const events = withBirths().map((event) =>
+      event.event_type === "sample"
+        ? ({
+            ...event,
+            metadata: {
+              ...event.metadata,
+              tfjs_live_by_phase: {
+                ...(event.metadata.tfjs_live_by_phase as object),
+                "train / héllo": { tensors: 1, bytes: 2n ** 60n, largest: [] },
+              },
+            },
+          } as unknown as TelemetryEvent)
+        : event,
+    );
+    const backward = analyzeEvents(events).leaks.find((leak) => leak.phase_path === "train / backward")!;
+    expect(backward.verdict).toBe("leaking");
+  });
+
   it("reads births the same from a sink's segments (fast scan) and from the index's rows", async () => {
     const dir = mkdtempSync(join(tmpdir(), "stormlog-births-"));
     try {

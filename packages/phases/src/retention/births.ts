@@ -131,7 +131,8 @@ export function judgeBirths(
     const half = risingTrend(tensors.slice(halfStart));
     const halfRising = half.points >= 8 ? half.pRising < 0.05 : half.s > 0;
     // Where the survivors began to accumulate: the last reading at the run's lowest count.
-    const low = Math.min(...tensors);
+    let low = Number.POSITIVE_INFINITY;
+    for (const count of tensors) if (count < low) low = count;
     let begin = 0;
     for (let i = 0; i < tensors.length; i++) if (tensors[i] === low) begin = i;
     const first = window[begin]!;
