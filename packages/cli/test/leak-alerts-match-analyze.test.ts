@@ -118,7 +118,71 @@ async function trackedRun(births: boolean) {
   return { alerts, leaks };
 }
 
+/**
+ * 600 steps of `train` with `per` rounds of forward and backward inside (micro-batches): a child's
+ * window (512 occurrences) reaches back fewer steps than its parent's. The names and amounts of the
+ * leaks, alerted and analysed.
+ */
+async function microBatches(per: number) {
+  const time = new ManualTime();
+  const state = { bytes: 256 * MiB, live: null as JsonObject | null, seed: 3 };
+  const tracker = new MemoryTracker({
+    collectors: [drivenCollector(state)],
+    clock: time,
+    scheduler: time,
+    env: false,
+    handleProcessExit: false,
+    registerGlobal: false,
+    initialSample: false,
+    alerts: false,
+    leakAlerts: { intervalMs: 3_600_000 },
+  });
+  await tracker.start();
+  for (let step = 0; step < 600; step++) {
+    tracker.phase("train", () => {
+      time.advanceMs(1);
+      for (let round = 0; round < per; round++) {
+        tracker.phase("forward", () => {
+          state.bytes += 8 * MiB;
+          time.advanceMs(2);
+          state.bytes -= 8 * MiB;
+        });
+        tracker.phase("backward", () => {
+          state.bytes += 4 * MiB;
+          time.advanceMs(2);
+          state.bytes -= 3 * MiB;
+        });
+      }
+      time.advanceMs(1);
+    });
+    if (step % 5 === 0) await tracker.sampleNow();
+    time.advanceMs(1);
+  }
+  await tracker.stop();
+  const named = (text: string) => text.replace(/keeps [0-9.]+ [KMG]?B/, "keeps N");
+  const alerts = tracker
+    .getAlerts()
+    .map((alert) => alert.context as string)
+    .filter((context) => context.startsWith("Leak suspected: "))
+    .map(named)
+    .sort();
+  const report = analyzeEvents(tracker.getEvents({}).filter((event) => event.event_type !== "warning"));
+  const leaks = report.leaks
+    .filter((leak) => leak.verdict === "leaking")
+    .map((leak) => named(`Leak suspected: ${leak.message}`))
+    .sort();
+  return { alerts, leaks };
+}
+
 describe("the tracker's leak alerts and stormlog analyze", () => {
+  it("name the same phases when a child runs several times per step (its window reaches back less)", async () => {
+    const { alerts, leaks } = await microBatches(4);
+    expect(leaks).toContain(
+      "Leak suspected: `train / backward` keeps N per `train`, still held as it comes around again",
+    );
+    expect(alerts).toEqual(leaks);
+  });
+
   it("name the same leaks in the same words (counters)", async () => {
     const { alerts, leaks } = await trackedRun(false);
     expect(leaks.some((leak) => leak.startsWith("Leak suspected: `train / backward` keeps 1.00 MB"))).toBe(

@@ -588,7 +588,7 @@ export class LeakWatch {
     const now = this.host.clock.nowNs();
     const occurrences: RetentionOccurrence[] = [];
     let boundaryRead = false;
-    // Snapshots older than every full window's reach would count too few steps per snapshot.
+    // The latest start among full windows' oldest occurrences: before it, some path's window is empty.
     let reach: bigint | null = null;
     const v3 = session.schemaVersion === 3;
     for (const window of this.windows.values()) {
@@ -662,7 +662,13 @@ export class LeakWatch {
       );
     }
     if (occurrences.length === 0) return new Map();
-    return judgeRetention(occurrences, { lastSample: !boundaryRead, births: this.births(reach) });
+    // Windows of paths that run several times per step reach back fewer steps than their parent's: all
+    // are cut to the shortest full one's reach, so that every unit judged still has its children.
+    const judged =
+      reach === null
+        ? occurrences
+        : occurrences.filter((o) => o.span.syntheticEnd || o.span.startNs >= (reach as bigint));
+    return judgeRetention(judged, { lastSample: !boundaryRead, births: this.births(reach) });
   }
 
   /** The snapshots since `reach`, oldest first, parsed. */
