@@ -151,6 +151,24 @@ describe("leak verdicts by retention", () => {
     expect(leakOf(events, "train / step / backward").verdict).toBe("stable");
   });
 
+  it("does not judge a phase on its exit readings alone (no reading at entry)", () => {
+    const events = training({ leakBytes: () => MiB, tensors: false }).map((event) =>
+      event.event_type === "phase_enter"
+        ? ({
+            ...event,
+            schema_version: 4,
+            allocator_allocated_bytes: null,
+            allocator_reserved_bytes: null,
+            device_used_bytes: null,
+          } as unknown as TelemetryEvent)
+        : event,
+    );
+    for (const path of ["train / forward", "train / backward", "train / optimizer"]) {
+      const leak = leakOf(events, path);
+      expect(leak.verdict, path).not.toBe("leaking");
+    }
+  });
+
   it("falls back to device used memory when the allocator counter is absent (schema v4 nulls)", () => {
     const events = training({ leakBytes: () => 65536 }).map((event) =>
       event.event_type.startsWith("phase")

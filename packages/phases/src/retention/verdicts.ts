@@ -462,6 +462,10 @@ function judgeOwn(entry: PathOccurrences, metric: Metric, lastSample: boolean): 
     return insufficient(`${levels.length} closed occurrences on a rank (${MIN_LEAK_OCCURRENCES} needed)`);
   const level = judgeLevels(levels, metric);
   const measured = nets.filter((net) => !Number.isNaN(net));
+  if (!lastSample && measured.length < MIN_LEAK_OCCURRENCES)
+    return insufficient(
+      `its phase records carry no reading at entry, so its own growth cannot be told from its surroundings`,
+    );
   // With last-sample counters a phase's own net change is not measured: its levels decide alone.
   // Otherwise the growth counts as the phase's unless its mean net is surely below a quarter of it.
   const own = lastSample || measured.length < 2 ? null : meanWithError(measured);
