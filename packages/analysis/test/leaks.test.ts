@@ -323,6 +323,17 @@ describe("generated runs of the same kinds", () => {
     }
   });
 
+  it("a small leak is named while an arena warms up in the first steps (the profile is the steady state)", () => {
+    want(
+      {
+        steps: 40,
+        noise: 4 * 1024,
+        keep: { forward: () => 12 * 1024, optimizer_step: (step) => (step < 8 || step === 9 ? 64 * MiB : 0) },
+      },
+      ["train", "train / forward"],
+    );
+  });
+
   it("memory freed in the next step (pipelining) is no leak", () => {
     want({ pipelined: 50 * MiB }, []);
   });

@@ -20,7 +20,7 @@
  */
 import type { PhaseSpan } from "../replay.js";
 import { type BirthSnapshot, type BirthVerdict, judgeBirths } from "./births.js";
-import { localNoise, risingTrend, seededRandom, type TrendTest } from "./trend.js";
+import { localNoise, median, risingTrend, seededRandom, selectKth, type TrendTest } from "./trend.js";
 import type { RetentionEvidence, RetentionMetric, RetentionVerdictKind } from "./types.js";
 
 /** RetentionOccurrences per rank needed for a verdict. */
@@ -138,12 +138,21 @@ function judgeLevels(levels: readonly number[], metric: Metric): LevelVerdict {
   const stepSize = Math.max(floor, STEP_NOISE_MULTIPLE * noise);
   const risingSteps: number[] = [];
   for (let i = 1; i < n; i++) if (levels[i]! - levels[i - 1]! > stepSize) risingSteps.push(i);
-  // A rise in the later half made of one real step is a one-time step, not a trend.
+  // A rise in the later half made of one real step that stays (the level after it holds at least half
+  // of it) is a one-time step, not a trend; a transient spike that comes back down is neither.
   const halfStart = Math.floor(n / 2);
   const halfRise = levels[n - 1]! - levels[halfStart]!;
   let largestStep = 0;
-  for (let i = halfStart + 1; i < n; i++) largestStep = Math.max(largestStep, levels[i]! - levels[i - 1]!);
-  const oneStep = largestStep > stepSize && largestStep >= 0.5 * halfRise;
+  let stepAt = -1;
+  for (let i = halfStart + 1; i < n; i++) {
+    const step = levels[i]! - levels[i - 1]!;
+    if (step > largestStep) {
+      largestStep = step;
+      stepAt = i;
+    }
+  }
+  const held = stepAt < 0 ? 0 : median(levels.slice(stepAt)) - levels[stepAt - 1]!;
+  const oneStep = largestStep > stepSize && held >= 0.5 * largestStep && largestStep >= 0.5 * halfRise;
   const growing =
     n >= MIN_LEAK_OCCURRENCES &&
     test.pRising < RISING_P_ALL &&
@@ -218,16 +227,22 @@ function totalKept(kept: ReadonlyMap<string | null, number>): number {
 }
 
 /**
- * The unit's average profile as segments. Readings at both ends of a segment that noise alone
- * explains measure one level: they are pooled (averaged together), so such a segment is zero and
- * the noise of its readings averages out instead of landing in a neighbour's share.
+ * The unit's typical profile as segments: at each boundary, the trimmed mean over the picked units of
+ * its reading relative to the unit's entry (trimmed, so the few units that a transient spike or a
+ * collection crosses do not move it). Readings at both ends of a segment that noise alone explains
+ * measure one level: they are pooled (averaged together), so such a segment is zero and the noise
+ * of its readings averages out instead of landing in a neighbour's share.
  */
 function segmentMeans(units: readonly Unit[], picks: readonly number[], mask: readonly boolean[]): number[] {
   const m = units[0]!.readings.length;
+  const scratch = new Float64Array(picks.length);
   const levels = new Array<number>(m).fill(0);
-  for (const k of picks) {
-    const r = units[k]!.readings;
-    for (let j = 0; j < m; j++) levels[j]! += r[j]! - r[0]!;
+  for (let j = 1; j < m; j++) {
+    picks.forEach((k, i) => {
+      const r = units[k]!.readings;
+      scratch[i] = r[j]! - r[0]!;
+    });
+    levels[j] = trimmedMean(scratch).mean;
   }
   const pooled = new Array<number>(m);
   let start = 0;
@@ -235,7 +250,7 @@ function segmentMeans(units: readonly Unit[], picks: readonly number[], mask: re
     if (j < m && !mask[j - 1]) continue;
     let sum = 0;
     for (let i = start; i < j; i++) sum += levels[i]!;
-    for (let i = start; i < j; i++) pooled[i] = sum / (j - start) / picks.length;
+    for (let i = start; i < j; i++) pooled[i] = sum / (j - start);
     start = j;
   }
   const segments: number[] = [];
@@ -243,23 +258,51 @@ function segmentMeans(units: readonly Unit[], picks: readonly number[], mask: re
   return segments;
 }
 
-/** Per segment: does its mean over the picked units stand out of its noise (two standard errors)? */
+/** Share of units cut at each end by the trimmed means below. */
+const TRIM = 0.1;
+
+/**
+ * The 10 % trimmed mean of `values` (which it reorders) and its standard error (winsorized variance):
+ * as efficient as a mean on plain noise, and the few units a transient spike crosses do not move it.
+ */
+function trimmedMean(values: Float64Array): { mean: number; error: number } {
+  const n = values.length;
+  const cut = Math.floor(TRIM * n);
+  // Under ten units nothing is cut.
+  const low = cut > 0 ? selectKth(values, cut) : Number.NEGATIVE_INFINITY;
+  const high = cut > 0 ? selectKth(values, n - 1 - cut) : Number.POSITIVE_INFINITY;
+  let sum = 0;
+  let count = 0;
+  let wSum = 0;
+  let wSquares = 0;
+  for (let i = 0; i < n; i++) {
+    const value = values[i]!;
+    if (value >= low && value <= high) {
+      sum += value;
+      count++;
+    }
+    const w = Math.min(Math.max(value, low), high);
+    wSum += w;
+    wSquares += w * w;
+  }
+  const mean = count > 0 ? sum / count : 0;
+  const wMean = wSum / n;
+  const wVariance = n > 1 ? Math.max(0, (wSquares - n * wMean * wMean) / (n - 1)) : 0;
+  return { mean, error: Math.sqrt(wVariance / n) / (1 - 2 * (cut / n)) };
+}
+
+/** Per segment: does its trimmed mean over the picked units stand out of its noise (two standard errors)? */
 function significantSegments(units: readonly Unit[], picks: readonly number[]): boolean[] {
   const m = units[0]!.readings.length - 1;
-  const n = picks.length;
+  const values = new Float64Array(picks.length);
   const mask: boolean[] = [];
   for (let j = 0; j < m; j++) {
-    let sum = 0;
-    let sumSq = 0;
-    for (const k of picks) {
-      const unit = units[k]!;
-      const d = unit.readings[j + 1]! - unit.readings[j]!;
-      sum += d;
-      sumSq += d * d;
-    }
-    const mean = sum / n;
-    const variance = n > 1 ? Math.max(0, (sumSq - n * mean * mean) / (n - 1)) : 0;
-    mask.push(mean !== 0 && Math.abs(mean) >= 2 * Math.sqrt(variance / n));
+    picks.forEach((k, i) => {
+      const r = units[k]!.readings;
+      values[i] = r[j + 1]! - r[j]!;
+    });
+    const { mean, error } = trimmedMean(values);
+    mask.push(mean !== 0 && Math.abs(mean) >= 2 * error);
   }
   return mask;
 }
@@ -317,7 +360,7 @@ function cycleUnits(
 }
 
 /** Readings of the units on one metric, those that share the commonest list of children. */
-function unitsOf(specs: readonly UnitSpec[], read: Reader): Unit[] {
+function unitsOf(specs: readonly UnitSpec[], read: Reader): readonly Unit[] {
   const bySignature = new Map<string, Unit[]>();
   for (const spec of specs) {
     const readings = [spec.enter(read)];
@@ -341,7 +384,50 @@ function unitsOf(specs: readonly UnitSpec[], read: Reader): Unit[] {
   }
   let best: Unit[] = [];
   for (const list of bySignature.values()) if (list.length > best.length) best = list;
-  return best.slice(-MAX_PROFILE_UNITS);
+  return steadyUnits(best.slice(-MAX_PROFILE_UNITS));
+}
+
+/** Occurrences per side a warm-up test compares at most (evenly spaced), to keep it cheap. */
+const WARM_UP_SAMPLE = 200;
+
+/**
+ * The steady state of a unit's occurrences: without its first quarter when that quarter differs from
+ * the rest (warm-up: arenas and caches filling), else all of them (the more occurrences, the less
+ * noise in the profile). "Differs": a segment whose values in the first quarter and in the rest a
+ * Mann-Whitney test tells apart (|z| > 3.3, two-sided p < 0.001); rank-based, so a few large
+ * warm-up steps count as much as many small ones.
+ */
+function steadyUnits(units: readonly Unit[]): readonly Unit[] {
+  if (units.length < 4 * MIN_LEAK_OCCURRENCES) return units;
+  const quarter = Math.floor(units.length / 4);
+  const spaced = (from: number, to: number): number[] => {
+    const count = Math.min(WARM_UP_SAMPLE, to - from);
+    return Array.from({ length: count }, (_, i) => from + Math.floor((i * (to - from)) / count));
+  };
+  const head = spaced(0, quarter);
+  const rest = spaced(quarter, units.length);
+  const m = units[0]!.readings.length - 1;
+  const delta = (k: number, j: number) => units[k]!.readings[j + 1]! - units[k]!.readings[j]!;
+  for (let j = 0; j < m; j++) {
+    let u = 0;
+    for (const h of head) {
+      const a = delta(h, j);
+      for (const r of rest) {
+        const b = delta(r, j);
+        u += a > b ? 1 : a === b ? 0.5 : 0;
+      }
+    }
+    const pairs = head.length * rest.length;
+    // The variance of U with ties corrected: exact repeats (an allocation of the same size each step) are common.
+    const n = head.length + rest.length;
+    const counts = new Map<number, number>();
+    for (const k of [...head, ...rest]) counts.set(delta(k, j), (counts.get(delta(k, j)) ?? 0) + 1);
+    let ties = 0;
+    for (const t of counts.values()) ties += t * t * t - t;
+    const sd = Math.sqrt((pairs / 12) * (n + 1 - ties / (n * (n - 1))));
+    if (sd > 0 && Math.abs(u - pairs / 2) / sd > 3.3) return units.slice(quarter);
+  }
+  return units;
 }
 
 /** Everything the verdicts of one rank need. */
