@@ -19,6 +19,7 @@ import {
   type PhaseOptions,
   type PhaseScope,
   resolveDistributedIdentity,
+  type SampleResult,
   type Scheduler,
   type SessionStatus,
   type SessionSummary,
@@ -1216,47 +1217,32 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       boundary.sequence,
       eventType === "phase_enter" ? PHASE_ENTER : PHASE_EXIT,
     );
-    const states = this.boundaryStates;
     // Counters read now, written over the last sample's in place (no merged object on this path).
-    for (let i = 0; i < states.length; i++) {
-      const state = states[i] as CollectorState;
-      let result: ReturnType<NonNullable<MemoryCollector["readSync"]>>;
-      try {
-        result = (state.collector.readSync as () => typeof result)();
-      } catch {
-        continue;
-      }
-      if (result.kind === "failure") continue;
-      const owned = state.owned;
-      for (let j = 0; j < owned.length; j++) {
-        const field = owned[j] as keyof MemoryReading;
-        const value = result.reading[field];
-        if (typeof value === "number" && value >= 0) {
-          this.store.setCounter(index, COUNTER_INDEX[field] as number, value);
-          this.store.addFlags(index, BOUNDARY_READ);
-        }
-      }
-      // Collector detail read at the boundary (tfjs tensor counts) lets analysis count tensors per phase.
-      if (result.metadata !== undefined) this.store.mergeExtra(index, result.metadata);
-    }
+    if (this.boundaryStates.length > 0) this.readInto(index, this.boundaryStates, "readSync");
     // A phase that asks for readings (an onnxruntime run) also reads the costlier collectors; other
     // boundaries pay only this check.
-    if (boundary.scope.readings === true && this.onDemandStates.length > 0) this.readOnDemandInto(index);
+    if (boundary.scope.readings === true && this.onDemandStates.length > 0)
+      this.readInto(index, this.onDemandStates, "readOnDemand");
     this.leakWatch?.boundary(eventType === "phase_exit", boundary.scope, ts, this.store, index);
     this.committed(index, eventType);
   }
 
   /**
-   * Writes what `readOnDemand()` collectors read now over the record's last-sample counters. A throw
-   * or a failure leaves them as they are (health follows samples).
+   * Writes what `states`' collectors read now (`readSync()` at every boundary, `readOnDemand()` at those
+   * of phases that ask) over the record's last-sample counters, with their detail (tfjs tensor counts,
+   * so analysis counts tensors per phase). A throw or a failure leaves the record as it is: health
+   * follows samples.
    */
-  private readOnDemandInto(index: number): void {
-    const states = this.onDemandStates;
+  private readInto(
+    index: number,
+    states: readonly CollectorState[],
+    read: "readSync" | "readOnDemand",
+  ): void {
     for (let i = 0; i < states.length; i++) {
       const state = states[i] as CollectorState;
-      let result: ReturnType<NonNullable<MemoryCollector["readOnDemand"]>>;
+      let result: SampleResult;
       try {
-        result = (state.collector.readOnDemand as () => typeof result)();
+        result = (state.collector[read] as () => SampleResult)();
       } catch {
         continue;
       }
@@ -1264,7 +1250,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       const owned = state.owned;
       for (let j = 0; j < owned.length; j++) {
         const field = owned[j] as keyof MemoryReading;
-        const value = result.reading?.[field];
+        const value = result.reading[field];
         if (typeof value === "number" && value >= 0) {
           this.store.setCounter(index, COUNTER_INDEX[field] as number, value);
           this.store.addFlags(index, BOUNDARY_READ);
