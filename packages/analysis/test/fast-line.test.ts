@@ -6,22 +6,12 @@ import {
   type JsonObject,
   type TelemetryRecord,
 } from "@stormlog/core";
+import { seededRandom } from "@stormlog/phases";
 import { describe, expect, it } from "vitest";
 import { CanonicalLineReader } from "../src/fast-line.js";
 import { BASE_NS, record } from "./report-helpers.js";
 
 const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden");
-
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Reads `line` with the fast reader; null when it declines. */
 function fastRead(line: string, reader = new CanonicalLineReader()): CanonicalLineReader | null {
@@ -131,7 +121,7 @@ const METADATA: JsonObject[] = [
 
 describe("CanonicalLineReader agrees with decodeTelemetryLine", () => {
   it("reads canonical lines exactly (random values, every metadata shape)", () => {
-    const next = random(7);
+    const next = seededRandom(7);
     let read = 0;
     for (let i = 0; i < 400; i++) {
       const total = next() < 0.2 ? null : Math.floor(next() * 2 ** 40);

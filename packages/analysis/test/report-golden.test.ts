@@ -1,5 +1,5 @@
 import type { JsonObject, TelemetryEvent } from "@stormlog/core";
-import { PhaseReplayIndex } from "@stormlog/phases";
+import { PhaseReplayIndex, seededRandom } from "@stormlog/phases";
 import { describe, expect, it } from "vitest";
 import { analyzeEvents, analyzeGaps, summarizeCrossRankAnalysis } from "../src/index.js";
 import { canonical, goldenCases, loadEvents, loadExpected, sortedByTimestamp } from "./golden-helpers.js";
@@ -38,20 +38,9 @@ describe("the report's gap analysis is gap.ts on each rank's samples (golden cas
   });
 });
 
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** A random distributed job exercising every rule of the cross-rank analysis. */
 function randomJob(seed: number): TelemetryEvent[] {
-  const next = random(seed);
+  const next = seededRandom(seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)]!;
   const worldSize = 2 + Math.floor(next() * 10);
   const events: TelemetryEvent[] = [];

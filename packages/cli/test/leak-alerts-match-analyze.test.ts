@@ -60,7 +60,22 @@ function drivenCollector(state: { bytes: number; live: JsonObject | null; seed: 
   };
 }
 
-async function trackedRun(births: boolean) {
+interface DrivenRun {
+  steps: number;
+  /** Rounds of forward and backward per `train` step (micro-batches when more than one). */
+  rounds: number;
+  /** Samples carry birth-phase counts (backward's tensors accumulate) and the bytes balance. */
+  births: boolean;
+  sampleEvery: number;
+  /** Leave amounts out of the compared texts (windows of different reach estimate them apart). */
+  amountsAsN: boolean;
+}
+
+/**
+ * A tracked loop whose `train / backward` keeps 1 MiB per round (or, with births, a 4 MiB tensor per
+ * step), judged only at stop() so the watch sees what the analysis sees; the leak texts of both.
+ */
+async function drivenRun(run: DrivenRun) {
   const time = new ManualTime();
   const state = { bytes: 256 * MiB, live: null as JsonObject | null, seed: 3 };
   const tracker = new MemoryTracker({
@@ -77,71 +92,20 @@ async function trackedRun(births: boolean) {
     logger: { warn: () => undefined },
   });
   await tracker.start();
-  for (let i = 0; i < 60; i++) {
-    if (births)
+  for (let step = 0; step < run.steps; step++) {
+    if (run.births)
       state.live = {
         "train / forward": { tensors: 2, bytes: 8192, largest: [] },
         "train / backward": {
-          tensors: i,
-          bytes: i * 4 * MiB,
-          largest: i === 0 ? [] : [{ dtype: "float32", shape: [1024, 1024], bytes: i * 4 * MiB, count: i }],
+          tensors: step,
+          bytes: step * 4 * MiB,
+          largest:
+            step === 0 ? [] : [{ dtype: "float32", shape: [1024, 1024], bytes: step * 4 * MiB, count: step }],
         },
       };
     tracker.phase("train", () => {
       time.advanceMs(1);
-      tracker.phase("forward", () => {
-        state.bytes += 8 * MiB;
-        time.advanceMs(2);
-        state.bytes -= 8 * MiB;
-      });
-      tracker.phase("backward", () => {
-        state.bytes += 4 * MiB;
-        time.advanceMs(2);
-        state.bytes -= births ? 4 * MiB : 3 * MiB;
-      });
-      time.advanceMs(1);
-    });
-    await tracker.sampleNow();
-    time.advanceMs(1);
-  }
-  await tracker.stop();
-  const alerts = tracker
-    .getAlerts()
-    .map((alert) => alert.context as string)
-    .filter((context) => context.startsWith("Leak suspected: "))
-    .sort();
-  const report = analyzeEvents(tracker.getEvents({}).filter((event) => event.event_type !== "warning"));
-  const leaks = report.leaks
-    .filter((leak) => leak.verdict === "leaking")
-    .map((leak) => `Leak suspected: ${leak.message}`)
-    .sort();
-  return { alerts, leaks };
-}
-
-/**
- * 600 steps of `train` with `per` rounds of forward and backward inside (micro-batches): a child's
- * window (512 occurrences) reaches back fewer steps than its parent's. The names and amounts of the
- * leaks, alerted and analysed.
- */
-async function microBatches(per: number) {
-  const time = new ManualTime();
-  const state = { bytes: 256 * MiB, live: null as JsonObject | null, seed: 3 };
-  const tracker = new MemoryTracker({
-    collectors: [drivenCollector(state)],
-    clock: time,
-    scheduler: time,
-    env: false,
-    handleProcessExit: false,
-    registerGlobal: false,
-    initialSample: false,
-    alerts: false,
-    leakAlerts: { intervalMs: 3_600_000 },
-  });
-  await tracker.start();
-  for (let step = 0; step < 600; step++) {
-    tracker.phase("train", () => {
-      time.advanceMs(1);
-      for (let round = 0; round < per; round++) {
+      for (let round = 0; round < run.rounds; round++) {
         tracker.phase("forward", () => {
           state.bytes += 8 * MiB;
           time.advanceMs(2);
@@ -150,29 +114,36 @@ async function microBatches(per: number) {
         tracker.phase("backward", () => {
           state.bytes += 4 * MiB;
           time.advanceMs(2);
-          state.bytes -= 3 * MiB;
+          state.bytes -= run.births ? 4 * MiB : 3 * MiB;
         });
       }
       time.advanceMs(1);
     });
-    if (step % 5 === 0) await tracker.sampleNow();
+    if (step % run.sampleEvery === 0) await tracker.sampleNow();
     time.advanceMs(1);
   }
   await tracker.stop();
-  const named = (text: string) => text.replace(/keeps [0-9.]+ [KMG]?B/, "keeps N");
+  const text = (message: string) =>
+    run.amountsAsN ? message.replace(/keeps [0-9.]+ [KMG]?B/, "keeps N") : message;
   const alerts = tracker
     .getAlerts()
     .map((alert) => alert.context as string)
     .filter((context) => context.startsWith("Leak suspected: "))
-    .map(named)
+    .map(text)
     .sort();
   const report = analyzeEvents(tracker.getEvents({}).filter((event) => event.event_type !== "warning"));
   const leaks = report.leaks
     .filter((leak) => leak.verdict === "leaking")
-    .map((leak) => named(`Leak suspected: ${leak.message}`))
+    .map((leak) => text(`Leak suspected: ${leak.message}`))
     .sort();
   return { alerts, leaks };
 }
+
+const trackedRun = (births: boolean) =>
+  drivenRun({ steps: 60, rounds: 1, births, sampleEvery: 1, amountsAsN: false });
+// 600 steps x 4 rounds: a child's window (512 occurrences) reaches back fewer steps than its parent's.
+const microBatches = (rounds: number) =>
+  drivenRun({ steps: 600, rounds, births: false, sampleEvery: 5, amountsAsN: true });
 
 describe("the tracker's leak alerts and stormlog analyze", () => {
   it("name the same phases when a child runs several times per step (its window reaches back less)", async () => {

@@ -9,6 +9,7 @@ import {
   PhaseReplayIndex,
   type PhaseSpan,
   parsePhaseBoundary,
+  seededRandom,
 } from "../src/index.js";
 
 // Ports of the Python reference's tests/test_phases.py (replay and resolver cases), then our own.
@@ -424,23 +425,11 @@ describe("PhaseReplayIndex semantics", () => {
   });
 });
 
-/** Deterministic PRNG (mulberry32) so failures reproduce. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 describe("PhaseReplayIndex stabbing queries", () => {
   it("returns exactly the spans a linear scan finds, in the same order", () => {
     let sawSynthetic = false;
     for (let seed = 1; seed <= 12; seed++) {
-      const random = prng(seed);
+      const random = seededRandom(seed);
       const base = 1_760_000_000_000_000_000n;
       const events: TelemetryRecordV3[] = [];
       let sequence = 0;

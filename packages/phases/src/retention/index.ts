@@ -17,7 +17,7 @@ export {
   type JudgedInside,
   type KeptParts,
 } from "./describe.js";
-export { median, normalUpperTail, risingTrend, selectKth, type TrendTest } from "./trend.js";
+export { median, normalUpperTail, risingTrend, seededRandom, selectKth, type TrendTest } from "./trend.js";
 export type {
   BirthEvidence,
   BirthGroup,
