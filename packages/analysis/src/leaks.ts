@@ -9,7 +9,6 @@ import {
   describeGrowthInside,
   describeKept,
   judgeRetention,
-  MIN_LEAK_OCCURRENCES,
   median,
   parseBirthCounts,
   type RankVerdicts,
@@ -19,8 +18,6 @@ import {
 import type { BirthEntry } from "./aggregate.js";
 import type { Occurrence } from "./phase-stats.js";
 import type { BirthEvidence, LeakReport, LeakVerdictKind } from "./types.js";
-
-export { MIN_LEAK_OCCURRENCES };
 
 const round = (value: number, digits: number): number => {
   const scale = 10 ** digits;
@@ -88,7 +85,7 @@ export function birthSnapshots(entries: readonly BirthEntry[]): BirthSnapshot[] 
 }
 
 /** Verdicts for every path of one session's rank. */
-export function judgeRank(
+function judgeRank(
   occurrences: readonly Occurrence[],
   births: readonly BirthSnapshot[] = [],
 ): Map<string, RankVerdicts> {
@@ -101,7 +98,6 @@ export class LeakAccumulator {
   /** Per path, each rank's mean net change (exit minus entry) in bytes: the other ranks' baseline. */
   private readonly nets = new Map<string, Map<number, number>>();
   /** Two sessions of one rank: baselines by rank would mix them, so shortfalls stay unsettled. */
-  private readonly seenRanks = new Set<number>();
   private rankSeenTwice = false;
 
   /** All occurrences (every path) of one session's rank. */
@@ -115,16 +111,15 @@ export class LeakAccumulator {
       entry.perRank.push(verdicts);
       entry.occurrences += verdicts.occurrences;
     }
-    const rank = occurrences[0]?.span.rank;
-    if (rank !== undefined && this.seenRanks.has(rank)) this.rankSeenTwice = true;
-    if (rank !== undefined) this.seenRanks.add(rank);
     for (const [phasePath, net] of meanNets(occurrences)) {
+      const rank = occurrences[0]!.span.rank;
       let byRank = this.nets.get(phasePath);
       if (byRank === undefined) {
         byRank = new Map();
         this.nets.set(phasePath, byRank);
       }
-      if (occurrences.length > 0) byRank.set(occurrences[0]!.span.rank, net);
+      if (byRank.has(rank)) this.rankSeenTwice = true;
+      byRank.set(rank, net);
     }
   }
 
@@ -208,20 +203,6 @@ function meanNets(occurrences: readonly Occurrence[]): Map<string, number> {
     sums.set(o.span.phasePath, sum);
   }
   return new Map([...sums].map(([path, { total, count }]) => [path, total / count]));
-}
-
-/** Leak verdicts for the occurrences of any number of sessions' ranks. */
-export function detectLeaks(occurrences: readonly Occurrence[]): LeakReport[] {
-  const byRank = new Map<string, Occurrence[]>();
-  for (const occurrence of occurrences) {
-    const key = `${occurrence.span.rank}\u0000${occurrence.span.sessionId}`;
-    const entry = byRank.get(key);
-    if (entry === undefined) byRank.set(key, [occurrence]);
-    else entry.push(occurrence);
-  }
-  const accumulator = new LeakAccumulator();
-  for (const list of byRank.values()) accumulator.addRank(list);
-  return accumulator.finish();
 }
 
 function isLeaking(r: RankVerdicts): boolean {

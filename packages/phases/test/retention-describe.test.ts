@@ -1,12 +1,6 @@
 import { describe, expect, it } from "vitest";
-import {
-  type BirthEvidence,
-  describeBirths,
-  describeKept,
-  describeKeptInside,
-  formatCount,
-  risingTrend,
-} from "../src/index.js";
+import { type BirthEvidence, risingTrend } from "../src/index.js";
+import { describeBirths, describeKept, describeKeptInside, formatCount } from "../src/retention/describe.js";
 
 const MiB = 2 ** 20;
 

@@ -297,11 +297,6 @@ export function describeSuspicion(phasePath: string, r: RankVerdicts): LeakSuspi
   };
 }
 
-/** A sample's `tfjs_live_by_phase` as the engine reads it (entries of another shape are left out, as the analysis does). */
-export function parseBirthSnapshot(timestampNs: bigint, value: object): BirthSnapshot {
-  return { timestampNs, phases: parseBirthCounts(value) };
-}
-
 /**
  * The leak watch of one tracker: `boundary()` at every phase record, `sampled()` at every sample,
  * `begin()` / `end()` with the session; checks on its own timer.
@@ -680,7 +675,7 @@ export class LeakWatch {
       const entry = this.snapshots[(first + n) % LEAK_WINDOW_SNAPSHOTS] as SnapshotEntry;
       if (reach !== null && entry.timestampNs < reach) continue;
       if (entry.parsed === null) {
-        entry.parsed = parseBirthSnapshot(entry.timestampNs, entry.raw as object);
+        entry.parsed = { timestampNs: entry.timestampNs, phases: parseBirthCounts(entry.raw) };
         entry.raw = null;
       }
       out.push(entry.parsed);

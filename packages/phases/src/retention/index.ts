@@ -1,3 +1,4 @@
+// Curated: what the analysis and the tracker use; the engine's thresholds and helpers stay inside.
 export {
   type BirthCount,
   type BirthSnapshot,
@@ -11,13 +12,10 @@ export {
   describeBirths,
   describeGrowthInside,
   describeKept,
-  describeKeptInside,
-  describeTensorGroup,
-  formatCount,
   type JudgedInside,
   type KeptParts,
 } from "./describe.js";
-export { median, normalUpperTail, risingTrend, seededRandom, selectKth, type TrendTest } from "./trend.js";
+export { median, risingTrend, seededRandom, selectKth, type TrendTest } from "./trend.js";
 export type {
   BirthEvidence,
   BirthGroup,
@@ -26,18 +24,12 @@ export type {
   RetentionVerdictKind,
 } from "./types.js";
 export {
-  BOOTSTRAP_ROUNDS,
-  CHILD_BOOTSTRAP_SHARE,
-  CHILD_SHARE,
   judgeRetention,
   type MetricVerdict,
   MIN_LEAK_OCCURRENCES,
   type RankVerdicts,
   type RetentionInput,
   type RetentionOccurrence,
-  RISING_P_ALL,
-  RISING_P_HALF,
-  RISING_P_THIRD,
   strongestVerdict,
   VERDICT_ORDER,
 } from "./verdicts.js";
