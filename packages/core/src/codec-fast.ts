@@ -1,5 +1,5 @@
 import type { JsonObject } from "./json.js";
-import type { LosslessJsonParser } from "./json-codec.js";
+import { type LosslessJsonParser, MAX_JSON_DEPTH } from "./json-codec.js";
 import type { TelemetryRecordV3 } from "./schema.js";
 
 /**
@@ -68,6 +68,8 @@ export function decodeCanonicalV3(parser: LosslessJsonParser): TelemetryRecordV3
     const end = text.lastIndexOf(', "pid": ');
     if (end <= r.pos) return undefined;
     const slice = text.slice(r.pos, end);
+    // Too deep for the exact parser's limit: its general path says so with the file and line.
+    if (slice.length > 2 * MAX_JSON_DEPTH && bracketCount(slice) > MAX_JSON_DEPTH) return undefined;
     if (FLOAT_OR_LONG_NUMBER.test(slice)) {
       // Floats need their marks and long integers their digits: the exact parser handles those.
       parser.pos = r.pos;
@@ -229,4 +231,14 @@ class CanonicalReader {
     if (first <= 0x20 || last <= 0x20 || first > 0x7e || last > 0x7e) return undefined;
     return value;
   }
+}
+
+/** `{` and `[` in `text`: at least its nesting depth (strings may hold some too). */
+function bracketCount(text: string): number {
+  let count = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x7b || c === 0x5b) count++;
+  }
+  return count;
 }

@@ -19,4 +19,5 @@ export type * from "./phase-host.js";
 export * from "./pyrepr.js";
 export * from "./schema.js";
 export * from "./session.js";
+export * from "./terminal-text.js";
 export * from "./validate.js";

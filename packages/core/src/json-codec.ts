@@ -32,6 +32,12 @@ export interface NumberToken {
 const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 
 /**
+ * Arrays and objects nested deeper than this are refused: telemetry never nests past a handful of
+ * levels, and the parser (like every consumer of the value) recurses once per level.
+ */
+export const MAX_JSON_DEPTH = 512;
+
+/**
  * A small, exact JSON parser: integers beyond 2^53 become `bigint`, integral float tokens are marked
  * (see `FLOAT_KEYS`), and Python's `NaN`/`Infinity` tokens are accepted as `json.loads` accepts them.
  */
@@ -39,6 +45,8 @@ export class LosslessJsonParser {
   pos = 0;
   /** Set by `readNumber`: whether the last number token had a fraction or exponent. */
   lastNumberWasFloat = false;
+  /** Arrays and objects open around the position. */
+  depth = 0;
 
   constructor(
     readonly text: string,
@@ -46,9 +54,17 @@ export class LosslessJsonParser {
   ) {}
 
   fail(message: string): never {
+    // A caller may retry from another position (the fast decoder falls back to the full one).
+    this.depth = 0;
     throw new JsonlDecodeError(`Invalid JSON at column ${this.pos + 1}: ${message}`, {
       location: this.location,
     });
+  }
+
+  failTooDeep(): never {
+    return this.fail(
+      `arrays or objects nested deeper than ${MAX_JSON_DEPTH} levels; telemetry never nests so deep`,
+    );
   }
 
   skipWhitespace(): void {
@@ -102,9 +118,11 @@ export class LosslessJsonParser {
     const text = this.text;
     const result: JsonObject = {};
     this.pos++; // {
+    if (++this.depth > MAX_JSON_DEPTH) this.failTooDeep();
     this.skipWhitespace();
     if (text.charCodeAt(this.pos) === 0x7d) {
       this.pos++;
+      this.depth--;
       return result;
     }
     for (;;) {
@@ -124,7 +142,10 @@ export class LosslessJsonParser {
       this.skipWhitespace();
       const c = text.charCodeAt(this.pos++);
       if (c === 0x2c) continue;
-      if (c === 0x7d) return result;
+      if (c === 0x7d) {
+        this.depth--;
+        return result;
+      }
       this.pos--;
       this.fail("expected ',' or '}'");
     }
@@ -134,9 +155,11 @@ export class LosslessJsonParser {
     const text = this.text;
     const result: JsonValue[] = [];
     this.pos++; // [
+    if (++this.depth > MAX_JSON_DEPTH) this.failTooDeep();
     this.skipWhitespace();
     if (text.charCodeAt(this.pos) === 0x5d) {
       this.pos++;
+      this.depth--;
       return result;
     }
     for (;;) {
@@ -149,7 +172,10 @@ export class LosslessJsonParser {
       this.skipWhitespace();
       const c = text.charCodeAt(this.pos++);
       if (c === 0x2c) continue;
-      if (c === 0x5d) return result;
+      if (c === 0x5d) {
+        this.depth--;
+        return result;
+      }
       this.pos--;
       this.fail("expected ',' or ']'");
     }
