@@ -3,7 +3,7 @@
  * exist (so scripts grepping them keep working), then sessions, phases, leaks, hidden memory,
  * alerts and collector health as aligned tables for a terminal.
  */
-import { formatBytes } from "@stormlog/core";
+import { formatBytes, terminalText } from "@stormlog/core";
 import { type PhaseAttributionPayload, summarizePhaseResolution } from "@stormlog/phases";
 import type { AnalysisReport, LeakReport, PhaseStat, RankGapFinding } from "./types.js";
 
@@ -63,6 +63,11 @@ export function formatDuration(ns: bigint | number): string {
 
 const count = (value: number): string => value.toLocaleString("en-US");
 
+/** Input-derived text in a table cell (phase names, contexts, collectors): escaped, one line, cut past 100. */
+const cell = (value: string): string => terminalText(value, { maxLength: 100 });
+/** Input-derived text on a line of its own (ids, paths, messages quoting phase paths): escaped, one line. */
+const shownText = (value: string): string => terminalText(value, { maxLength: 500 });
+
 /** Lays out rows as columns; `align` has "l" or "r" per column. */
 function table(
   header: readonly string[],
@@ -115,7 +120,7 @@ function rankList(ranks: readonly number[]): string {
 }
 
 function referenceLines(report: AnalysisReport): string[] {
-  const input = report.input.path ?? "<events>";
+  const input = shownText(report.input.path ?? "<events>");
   const lines = [
     `Analyzing profiling results from: ${input}`,
     "",
@@ -127,7 +132,7 @@ function referenceLines(report: AnalysisReport): string[] {
   const topGapPhase = report.gap_analysis
     .map((finding) => phaseSummaryFromPayload(finding.phase_attribution))
     .find((label) => label);
-  if (topGapPhase) lines.push(`Top gap phase: ${topGapPhase}`);
+  if (topGapPhase) lines.push(`Top gap phase: ${shownText(topGapPhase)}`);
   const crossRank = report.cross_rank_analysis;
   if (crossRank !== null) {
     lines.push(
@@ -146,16 +151,16 @@ function referenceLines(report: AnalysisReport): string[] {
           `lead_ns=${top.lead_over_cluster_onset_ns}, delta=${formatBytes(top.peak_delta_bytes)}`,
       );
       const phase = phaseSummaryFromPayload(top.phase_attribution);
-      if (phase) lines.push(`Suspect phase: ${phase}`);
+      if (phase) lines.push(`Suspect phase: ${shownText(phase)}`);
     } else {
       lines.push("No qualifying first-cause suspect identified.");
     }
-    if (crossRank.notes.length > 0) lines.push(`Notes: ${crossRank.notes.join(" ")}`);
+    if (crossRank.notes.length > 0) lines.push(`Notes: ${shownText(crossRank.notes.join(" "))}`);
   }
   const session = report.session;
   if (session.selected_session_id !== null) {
     lines.push(
-      `Telemetry session selected: ${session.selected_session_id} (${session.status}, started_at_ns=${session.started_at_ns}).`,
+      `Telemetry session selected: ${shownText(session.selected_session_id)} (${shownText(String(session.status))}, started_at_ns=${session.started_at_ns}).`,
     );
   }
   return lines;
@@ -188,7 +193,7 @@ function gapEvidence(finding: RankGapFinding): string {
 
 function phaseRows(phases: readonly PhaseStat[], limit: number): string[][] {
   return phases.slice(0, limit).map((phase) => {
-    const name = `${"  ".repeat(Math.max(0, phase.depth - 1))}${phase.path[phase.path.length - 1] ?? phase.phase_path}`;
+    const name = `${"  ".repeat(Math.max(0, phase.depth - 1))}${cell(phase.path[phase.path.length - 1] ?? phase.phase_path)}`;
     const net = phase.net_allocated_bytes;
     const tensors = phase.net_tensors;
     return [
@@ -220,14 +225,15 @@ export function formatReportText(report: AnalysisReport, options: TextOptions = 
   // Session.
   lines.push("", heading("Session:"));
   const rows: [string, string][] = [];
-  const selected = session.selected_session_id ?? "none";
+  const selected = shownText(session.selected_session_id ?? "none");
+  const status = shownText(session.status ?? "");
   if (session.merged_session_ids !== undefined) {
     rows.push([
       "Selected",
-      `${selected} (${session.status}): ${session.merged_session_ids.length} rank sessions of job ${session.job_id}, world size ${session.world_size}`,
+      `${selected} (${status}): ${session.merged_session_ids.length} rank sessions of job ${shownText(String(session.job_id))}, world size ${session.world_size}`,
     ]);
   } else {
-    rows.push(["Selected", `${selected}${session.status ? ` (${session.status})` : ""}`]);
+    rows.push(["Selected", `${selected}${status ? ` (${status})` : ""}`]);
   }
   if (session.discovered_session_ids.length > 1)
     rows.push(["Sessions in input", count(session.discovered_session_ids.length)]);
@@ -250,14 +256,14 @@ export function formatReportText(report: AnalysisReport, options: TextOptions = 
   const alertTypes = Object.entries(summary.alerts_by_type);
   rows.push([
     "Alerts",
-    alertTypes.length === 0 ? "none" : alertTypes.map(([type, n]) => `${type} ${count(n)}`).join(", "),
+    alertTypes.length === 0 ? "none" : alertTypes.map(([type, n]) => `${cell(type)} ${count(n)}`).join(", "),
   ]);
   const health = summary.collector_health;
   rows.push([
     "Collector health",
     health.transition_count === 0
       ? "no transitions"
-      : `${health.degraded_count} degraded, ${health.recovered_count} recovered; ${formatDuration(health.degraded_time_ns)} degraded; last ${health.last_status}`,
+      : `${health.degraded_count} degraded, ${health.recovered_count} recovered; ${formatDuration(health.degraded_time_ns)} degraded; last ${cell(String(health.last_status))}`,
   ]);
   const sink = summary.sink;
   if (sink.directory_count > 0) {
@@ -293,17 +299,20 @@ export function formatReportText(report: AnalysisReport, options: TextOptions = 
     lines.push("", heading("Leaks:"));
     const shown = report.leaks.filter((leak) => leak.verdict === "leaking" || leak.verdict === "plateau");
     for (const leak of shown)
-      lines.push(`  ${leakLabel(leak, paint)}  ${leak.confidence.toFixed(2)}  ${leak.message}`);
-    const stable = report.leaks.filter((leak) => leak.verdict === "stable").map((leak) => leak.phase_path);
+      lines.push(`  ${leakLabel(leak, paint)}  ${leak.confidence.toFixed(2)}  ${shownText(leak.message)}`);
+    const stable = report.leaks
+      .filter((leak) => leak.verdict === "stable")
+      .map((leak) => cell(leak.phase_path));
     const unknown = new Map<string, string[]>();
     for (const leak of report.leaks) {
       if (leak.verdict !== "insufficient_data") continue;
       const reason = leak.reason ?? "no readings";
-      unknown.set(reason, [...(unknown.get(reason) ?? []), leak.phase_path]);
+      unknown.set(reason, [...(unknown.get(reason) ?? []), cell(leak.phase_path)]);
     }
     if (shown.length === 0) lines.push("  No phase keeps memory across its occurrences.");
     if (stable.length > 0) lines.push(`  Stable: ${stable.join(", ")}`);
-    for (const [reason, paths] of unknown) lines.push(`  Not judged (${reason}): ${paths.join(", ")}`);
+    for (const [reason, paths] of unknown)
+      lines.push(`  Not judged (${shownText(reason)}): ${paths.join(", ")}`);
   }
 
   // Hidden memory.
@@ -319,13 +328,13 @@ export function formatReportText(report: AnalysisReport, options: TextOptions = 
         String(finding.rank),
         finding.confidence.toFixed(3),
         gapEvidence(finding),
-        phaseSummaryFromPayload(finding.phase_attribution) ?? "-",
+        cell(phaseSummaryFromPayload(finding.phase_attribution) ?? "-"),
       ]);
     lines.push(...table(["SEVERITY", "CLASS", "RANK", "CONF", "EVIDENCE", "PHASE"], gapRows, "llrrll"));
     if (report.gap_analysis.length > 20) lines.push(`  ... and ${report.gap_analysis.length - 20} more`);
     const top = report.gap_analysis[0]!;
-    lines.push(`  ${top.description}`);
-    for (const step of top.remediation.slice(0, 3)) lines.push(`  - ${step}`);
+    lines.push(`  ${shownText(top.description)}`);
+    for (const step of top.remediation.slice(0, 3)) lines.push(`  - ${shownText(step)}`);
   }
 
   // Alerts and health transitions.
@@ -336,9 +345,9 @@ export function formatReportText(report: AnalysisReport, options: TextOptions = 
       .map((alert) => [
         relative(alert.timestamp_ns, origin),
         String(alert.rank),
-        alert.event_type,
-        alert.phase ?? "-",
-        alert.context ?? "",
+        cell(alert.event_type),
+        cell(alert.phase ?? "-"),
+        cell(alert.context ?? ""),
       ]);
     lines.push(...table(["TIME", "RANK", "TYPE", "PHASE", "CONTEXT"], alertRows, "rrlll"));
     if (report.alerts.total_count > maxItems)
@@ -351,9 +360,9 @@ export function formatReportText(report: AnalysisReport, options: TextOptions = 
       .map((transition) => [
         relative(transition.timestamp_ns, origin),
         String(transition.rank),
-        transition.status,
-        transition.collector,
-        transition.error ?? "",
+        cell(transition.status),
+        cell(transition.collector),
+        cell(transition.error ?? ""),
       ]);
     lines.push(...table(["TIME", "RANK", "STATUS", "COLLECTOR", "ERROR"], healthRows, "rrlll"));
   }
@@ -361,7 +370,7 @@ export function formatReportText(report: AnalysisReport, options: TextOptions = 
   const notes = [...report.notes, ...report.sink.warnings];
   if (notes.length > 0) {
     lines.push("", heading("Notes:"));
-    for (const note of notes) lines.push(`  - ${note}`);
+    for (const note of notes) lines.push(`  - ${shownText(note)}`);
   }
   return `${lines.join("\n")}\n`;
 }

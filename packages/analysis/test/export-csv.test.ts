@@ -90,4 +90,33 @@ describe("CSV export", () => {
     expect(csvField(" edge")).toBe('" edge"');
     expect(csvField('say "hi"')).toBe('"say ""hi"""');
   });
+
+  it("neutralizes text a spreadsheet would run as a formula (leading ' and quotes)", async () => {
+    expect(csvField('=HYPERLINK("http://x","y")')).toBe('"\'=HYPERLINK(""http://x"",""y"")"');
+    for (const start of ["=", "+", "-", "@", "\t", "\r"]) {
+      const value = `${start}1+2`;
+      const field = csvField(value);
+      expect(field.startsWith(`"'${start}`)).toBe(true);
+      expect(parseCsv(`${field}\n`)[0]).toEqual([`'${value}`]);
+    }
+    // Only a first character makes a formula; numbers stay numbers.
+    expect(csvField("a=b")).toBe("a=b");
+    const hostile: TelemetryEvent = {
+      ...record,
+      host: "@SUM(1+1)",
+      job_id: "=cmd|' /C calc'!A0",
+      context: "+1",
+      collector: "-x",
+    };
+    let text = "";
+    for await (const line of telemetryCsvLines([hostile])) text += line;
+    const [header, row] = parseCsv(text);
+    const cells = Object.fromEntries(header!.map((name, index) => [name, row![index]!]));
+    expect(cells.host).toBe("'@SUM(1+1)");
+    expect(cells.job_id).toBe("'=cmd|' /C calc'!A0");
+    expect(cells.context).toBe("'+1");
+    expect(cells.collector).toBe("'-x");
+    expect(cells.allocator_change_bytes).toBe("-5");
+    for (const value of row!) expect(value).not.toMatch(/^[=+@\t\r]/);
+  });
 });

@@ -1,4 +1,14 @@
-import { formatBytes } from "@stormlog/core";
+import { formatBytes, terminalText } from "@stormlog/core";
+
+/** Table cells are cut past this many characters (a phase name or job id may be any length). */
+export const CELL_MAX_LENGTH = 100;
+/** Free text (a warning, an anomaly's details) is cut past this many characters. */
+export const LINE_MAX_LENGTH = 500;
+
+/** Input-derived text for a line of output: escaped by `terminalText`, `-` when absent. */
+export function shown(value: string | null | undefined, maxLength = LINE_MAX_LENGTH): string {
+  return value === null || value === undefined ? "-" : terminalText(value, { maxLength });
+}
 
 /** `+1.50 MB`, `-512.00 B`, `0 B`; `-` for unknown. */
 export function signedBytes(value: number | null | undefined): string {
@@ -35,12 +45,16 @@ export function offsetNs(origin: bigint, ns: bigint | null | undefined): string 
   return `${seconds < 0 ? "-" : "+"}${Math.abs(seconds).toFixed(3)}s`;
 }
 
-/** A plain-text table: a header row, a dashed rule, right-aligned columns where asked. */
+/**
+ * A plain-text table: a header row, a dashed rule, right-aligned columns where asked. Every cell
+ * goes through `terminalText` (cells hold input-derived text: one row stays one line).
+ */
 export function renderTable(
   header: readonly string[],
-  rows: readonly (readonly string[])[],
+  cells: readonly (readonly string[])[],
   rightAligned: ReadonlySet<number> = new Set(),
 ): string {
+  const rows = cells.map((row) => row.map((cell) => terminalText(cell, { maxLength: CELL_MAX_LENGTH })));
   const widths = header.map((title, column) =>
     Math.max(title.length, ...rows.map((row) => (row[column] ?? "").length)),
   );

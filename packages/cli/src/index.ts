@@ -2,7 +2,7 @@
  * @stormlog/cli: the `stormlog` command (`analyze`, `sessions`, `diagnose`, `track`, `export`).
  * `main(argv, io)` runs it in-process with injectable streams, for tests and embedding.
  */
-import { StormlogError } from "@stormlog/core";
+import { StormlogError, terminalText } from "@stormlog/core";
 import { formatCommandHelp } from "./args.js";
 import { analyzeCommand } from "./commands/analyze.js";
 import type { Command } from "./commands/command.js";
@@ -56,15 +56,19 @@ function rootHelp(): string {
   ].join("\n");
 }
 
-const FS_ERRORS: Readonly<Record<string, string>> = {
-  ENOENT: "no such file or directory",
-  EACCES: "permission denied",
-  EPERM: "operation not permitted",
-  EISDIR: "is a directory",
-  ENOTDIR: "not a directory",
-  ENOSPC: "no space left on device",
-  EROFS: "read-only file system",
-  EMFILE: "too many open files",
+/** File-system errors that reach the top uncaught: what happened, and what to do about it. */
+const FS_ERRORS: Readonly<Record<string, readonly [string, string]>> = {
+  ENOENT: ["no such file or directory", "check the path"],
+  EACCES: ["permission denied", "check the path's permissions, or run as a user who may read it"],
+  EPERM: ["operation not permitted", "check the path's permissions"],
+  EISDIR: ["is a directory", "pass a file, or the directory that holds it"],
+  ENOTDIR: ["a part of the path is not a directory", "check the path"],
+  ELOOP: ["symbolic link loop", "remove or fix the looping link"],
+  ENAMETOOLONG: ["path too long", "use a shorter path"],
+  ENOSPC: ["no space left on device", "free some space"],
+  EROFS: ["read-only file system", "write somewhere else"],
+  EMFILE: ["too many open files", "raise the limit: ulimit -n"],
+  EIO: ["input/output error", "check the disk"],
 };
 
 /** A hint per error kind, by the error's `name`. */
@@ -76,8 +80,9 @@ const HINTS: Readonly<Record<string, string>> = {
   InvalidConfigError: "check the flag's value",
 };
 
+/** Messages quote input (paths, ids, names): one line, escaped by `terminalText`. */
 function oneLine(text: string): string {
-  return text.replace(/\s*\n\s*/g, " ").trim();
+  return terminalText(text.replace(/\s*\n\s*/g, " ").trim(), { maxLength: 1000 });
 }
 
 /** One line for an error, with a hint; no stack trace unless STORMLOG_DEBUG is set. */
@@ -91,9 +96,13 @@ function describeError(error: unknown, command: string | undefined, debug: boole
     return `${prefix}: ${oneLine(error.message)}${hint ? ` (hint: ${hint})` : ""}\n`;
   }
   const errno = error as NodeJS.ErrnoException;
-  if (typeof errno?.code === "string" && errno.code in FS_ERRORS) {
-    const where = errno.path === undefined ? "" : ` ${errno.path}`;
-    return `${prefix}: cannot access${where}: ${FS_ERRORS[errno.code]} (${errno.code}) (hint: check the path and its permissions)\n`;
+  if (typeof errno?.code === "string" && typeof errno.syscall === "string") {
+    const where = errno.path === undefined ? "" : ` ${oneLine(errno.path)}`;
+    const [what, todo] = FS_ERRORS[errno.code] ?? [
+      oneLine(errno.message),
+      "check the path and its permissions",
+    ];
+    return `${prefix}: cannot access${where}: ${what} (${errno.code}) (hint: ${todo})\n`;
   }
   const message = error instanceof Error ? error.message : String(error);
   const stack = debug && error instanceof Error && error.stack ? `\n${error.stack}` : "";
@@ -122,7 +131,7 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
   if (command === undefined) {
     const known = COMMANDS.map((candidate) => candidate.help.name).join(", ");
     resolved.stderr.write(
-      `stormlog: unknown command '${first}' (commands: ${known}; run 'stormlog --help')\n`,
+      `stormlog: unknown command '${oneLine(first)}' (commands: ${known}; run 'stormlog --help')\n`,
     );
     return 1;
   }

@@ -15,7 +15,7 @@ import {
   requirePath,
   stringFlag,
 } from "../args.js";
-import { bytes, isoNs, offsetNs, renderTable, signedBytes } from "../format.js";
+import { bytes, isoNs, offsetNs, renderTable, shown, signedBytes } from "../format.js";
 import { type CliIo, createProgress, writeOutput } from "../io.js";
 import { VERSION } from "../version.js";
 import type { Command } from "./command.js";
@@ -59,15 +59,15 @@ function sessionLine(selection: DistributedSelection): string {
   const summary = selection.summary;
   if (summary === null) return "Session: none";
   const kind = selection.merged
-    ? `rank group of ${selection.memberSessionIds.length} sessions, job ${summary.job_id ?? "-"}`
-    : `job ${summary.job_id ?? "-"}, rank ${summary.rank}`;
-  return `Session: ${summary.session_id} (${kind}, ${summary.status})`;
+    ? `rank group of ${selection.memberSessionIds.length} sessions, job ${shown(summary.job_id)}`
+    : `job ${shown(summary.job_id)}, rank ${summary.rank}`;
+  return `Session: ${shown(summary.session_id)} (${kind}, ${shown(summary.status)})`;
 }
 
 function indicatorLine(label: string, indicator: AnomalyIndicator, origin: bigint): string {
   return (
     `${label} rank ${indicator.rank} at ${offsetNs(origin, indicator.timestamp_ns)} ` +
-    `(${isoNs(indicator.timestamp_ns)}), ${indicator.severity}, ${indicator.signal}: ${indicator.details}`
+    `(${isoNs(indicator.timestamp_ns)}), ${indicator.severity}, ${shown(indicator.signal)}: ${shown(indicator.details)}`
   );
 }
 
@@ -132,7 +132,7 @@ function formatText(
   } else {
     lines.push("No anomaly found: no alert, no hidden-memory gap breach, no gap finding, no leaking phase.");
   }
-  for (const warning of diagnostics.warnings) lines.push(`Warning: ${warning}`);
+  for (const warning of diagnostics.warnings) lines.push(`Warning: ${shown(warning)}`);
   lines.push(
     risk
       ? `Status: MEMORY_RISK (exit code ${EXIT_MEMORY_RISK}); ${diagnostics.anomalies.length} anomalies on ${

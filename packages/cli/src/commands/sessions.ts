@@ -10,7 +10,7 @@ import {
   requirePath,
   stringFlag,
 } from "../args.js";
-import { durationNs, isoNs, renderTable } from "../format.js";
+import { durationNs, isoNs, renderTable, shown } from "../format.js";
 import { type CliIo, writeOutput } from "../io.js";
 import type { Command } from "./command.js";
 
@@ -91,7 +91,7 @@ function formatSessionsText(
   sessions: readonly SessionInfo[],
   rankGroups: ReturnType<typeof selectDistributedSession>["rankGroups"],
 ): string {
-  if (sessions.length === 0) return `No sessions in ${path}.\n`;
+  if (sessions.length === 0) return `No sessions in ${shown(path)}.\n`;
   const rows = sessions.map((session) => {
     const summary = session.summary;
     return [
@@ -109,12 +109,16 @@ function formatSessionsText(
     rows,
     new Set([2, 6]),
   );
-  const lines = [`${sessions.length} session${sessions.length === 1 ? "" : "s"} in ${path}`, "", table];
+  const lines = [
+    `${sessions.length} session${sessions.length === 1 ? "" : "s"} in ${shown(path)}`,
+    "",
+    table,
+  ];
   for (const group of rankGroups) {
     const ranks = group.members.map((member) => member.summary.rank).sort((a, b) => a - b);
     lines.push(
       "",
-      `Rank group ${group.summary.session_id}: job ${group.summary.job_id ?? "-"}, ranks ${ranks.join(", ")} ` +
+      `Rank group ${shown(group.summary.session_id)}: job ${shown(group.summary.job_id)}, ranks ${ranks.join(", ")} ` +
         `of ${group.summary.world_size} (${group.summary.status}); selected by default by analyze, diagnose and export.`,
     );
   }
