@@ -1,4 +1,5 @@
 import { type Clock, InvalidConfigError, type Scheduler, systemClock, systemScheduler } from "@stormlog/core";
+import type { LockedDirectoryPolicy } from "./writer-lock.js";
 
 const MIB = 1024 * 1024;
 
@@ -30,8 +31,19 @@ export const consoleSinkLogger: SinkLogger = {
  * same defaults and checks, plus this package's own knobs (queue bound, fsync policy, process hooks).
  */
 export interface TelemetrySinkOptions {
-  /** The sink directory (created if missing). One writer per directory; see `sinkDirectoryForProcess`. */
+  /**
+   * The sink directory (created if missing). One process writes it at a time (`writer.lock`); see
+   * `onLockedDirectory` for what another process given the same directory does.
+   */
   rootDir: string;
+  /**
+   * When another live process writes `rootDir`: `beside` (default) writes this process's records to
+   * `<rootDir>/rank-<rank>-<host>-<pid>` (readers given `rootDir` load both); `refuse` makes the
+   * constructor throw `SinkDirectoryLockedError` before anything is written.
+   */
+  onLockedDirectory?: LockedDirectoryPolicy;
+  /** This process's rank, naming the directory it writes beside a live writer (default: the launcher's variables). */
+  rank?: number;
   /** Flush when this many records wait (default 50). */
   flushEveryEvents?: number;
   /** Flush what waits at least this often, in seconds (default 2). */
@@ -76,6 +88,8 @@ export interface TelemetrySinkOptions {
 /** `TelemetrySinkOptions` with every default filled in. */
 export interface ResolvedSinkConfig {
   readonly rootDir: string;
+  readonly onLockedDirectory: LockedDirectoryPolicy;
+  readonly rank: number | undefined;
   readonly flushEveryEvents: number;
   readonly flushEverySeconds: number;
   readonly rolloverMaxBytes: number;
@@ -172,8 +186,21 @@ export function resolveSinkConfig(options: TelemetrySinkOptions): ResolvedSinkCo
   if (typeof source !== "string" || source.trim() === "") {
     throw new InvalidConfigError("source", "must be a non-empty string");
   }
+  const onLockedDirectory = options.onLockedDirectory ?? "beside";
+  if (onLockedDirectory !== "beside" && onLockedDirectory !== "refuse") {
+    throw new InvalidConfigError(
+      "onLockedDirectory",
+      `must be "beside" or "refuse", got ${String(onLockedDirectory)}`,
+    );
+  }
+  const rank = options.rank;
+  if (rank !== undefined && (!Number.isSafeInteger(rank) || rank < 0)) {
+    throw new InvalidConfigError("rank", `must be an integer >= 0, got ${String(rank)}`);
+  }
   return {
     rootDir: options.rootDir,
+    onLockedDirectory,
+    rank,
     flushEveryEvents: positiveInteger("flushEveryEvents", options.flushEveryEvents ?? d.flushEveryEvents),
     flushEverySeconds: positiveNumber("flushEverySeconds", options.flushEverySeconds ?? d.flushEverySeconds),
     rolloverMaxBytes,

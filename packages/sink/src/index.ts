@@ -14,3 +14,9 @@ export type { RecoveryReport } from "./recovery.js";
 export { recoverSinkDirectory } from "./recovery.js";
 export * from "./rollups.js";
 export * from "./writer.js";
+export {
+  type LockedDirectoryPolicy,
+  SinkDirectoryLockedError,
+  WRITER_LOCK_FILENAME,
+  type WriterLockOwner,
+} from "./writer-lock.js";

@@ -1,6 +1,6 @@
-import { readdirSync, statSync } from "node:fs";
+import { lstatSync, readdirSync, realpathSync, statSync } from "node:fs";
 import { hostname } from "node:os";
-import { join } from "node:path";
+import { join, sep } from "node:path";
 import { InvalidConfigError } from "@stormlog/core";
 import { isSegmentFilename, MANIFEST_FILENAME } from "./manifest.js";
 
@@ -26,12 +26,21 @@ function safeName(text: string): string {
  * locks. Readers given the root load every directory in it.
  */
 export function sinkDirectoryForProcess(root: string, identity: ProcessSinkIdentity = {}): string {
-  const rank = identity.rank ?? 0;
-  if (!Number.isSafeInteger(rank) || rank < 0)
+  return join(root, writerDirectoryName({ ...identity, rank: identity.rank ?? 0 }));
+}
+
+/**
+ * The name of one process's directory: `rank-<rank>-<host>-<pid>`, or `writer-<host>-<pid>` when the
+ * rank is unknown (a process moved beside a directory's live writer, see `claimSinkDirectory`).
+ */
+export function writerDirectoryName(identity: ProcessSinkIdentity): string {
+  const { rank } = identity;
+  if (rank !== undefined && (!Number.isSafeInteger(rank) || rank < 0))
     throw new InvalidConfigError("rank", `must be an integer >= 0, got ${rank}`);
   const pid = identity.pid ?? process.pid;
   if (!Number.isSafeInteger(pid)) throw new InvalidConfigError("pid", `must be an integer, got ${pid}`);
-  return join(root, `rank-${rank}-${safeName(identity.host ?? hostname())}-${pid}`);
+  const who = `${safeName(identity.host ?? hostname())}-${pid}`;
+  return rank === undefined ? `writer-${who}` : `rank-${rank}-${who}`;
 }
 
 /** True for names a sink directory holds: `manifest.json` or `segment-*.jsonl`. */
@@ -49,31 +58,51 @@ export function isSinkDirectorySync(dir: string): boolean {
 }
 
 /**
- * The sink directories at `path`: `[path]` when it is one, else its immediate sub-directories that
- * are (sorted by name), as the shared-root layout makes them. Empty when there are none. (Metadata
- * calls only, made blocking: see `resolveTelemetryInputSync`.)
+ * The sink directories at `path`: `path` itself when it is one, and the sub-directories that are
+ * (sorted by name): the shared-root layout, and the processes that wrote beside a directory's live
+ * writer (see `claimSinkDirectory`). Empty when there are none. A sub-directory that is a symbolic
+ * link out of `path` is not followed (`warn` says so). (Metadata calls only, made blocking: see
+ * `resolveTelemetryInputSync`.)
  */
-export async function discoverSinkDirectories(path: string): Promise<string[]> {
-  return discoverSinkDirectoriesSync(path);
+export async function discoverSinkDirectories(
+  path: string,
+  warn: (message: string) => void = () => undefined,
+): Promise<string[]> {
+  return discoverSinkDirectoriesSync(path, warn);
 }
 
 /** `discoverSinkDirectories`, blocking. */
-export function discoverSinkDirectoriesSync(path: string): string[] {
+export function discoverSinkDirectoriesSync(
+  path: string,
+  warn: (message: string) => void = () => undefined,
+): string[] {
   let names: string[];
   try {
     names = readdirSync(path);
   } catch {
     return [];
   }
-  if (names.some(marksSinkDirectory)) return [path];
-  return names
+  const inside = names
+    .filter((name) => !marksSinkDirectory(name))
     .sort()
     .map((name) => join(path, name))
-    .filter((child) => {
-      try {
-        return statSync(child).isDirectory() && isSinkDirectorySync(child);
-      } catch {
-        return false;
-      }
-    });
+    .filter((child) => isSinkSubdirectory(path, child, warn));
+  return names.some(marksSinkDirectory) ? [path, ...inside] : inside;
+}
+
+function isSinkSubdirectory(root: string, child: string, warn: (message: string) => void): boolean {
+  try {
+    const info = lstatSync(child);
+    if (info.isSymbolicLink()) {
+      const target = realpathSync(child);
+      const base = realpathSync(root);
+      if (!statSync(target).isDirectory() || !isSinkDirectorySync(target)) return false;
+      if (target !== base && target.startsWith(base + sep)) return true;
+      warn(`${child} was not read: it is a symbolic link to ${target}, outside ${root}`);
+      return false;
+    }
+    return info.isDirectory() && isSinkDirectorySync(child);
+  } catch {
+    return false;
+  }
 }

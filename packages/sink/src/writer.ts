@@ -15,6 +15,7 @@ import { registerExitParticipant } from "./exit-hooks.js";
 import { describeIoError, execAsync, execSync, IO_OK, type IoOp, type IoResult } from "./io.js";
 import { type SinkSegment, segmentFilename, serializeManifest, writeManifestTextSync } from "./manifest.js";
 import { whyNotWritable } from "./record-check.js";
+import { claimSinkDirectory, SinkDirectoryLockedError, type WriterLock } from "./writer-lock.js";
 import { type RecoveryReport, recoverSinkDirectory } from "./recovery.js";
 import {
   buildTelemetryRollups,
@@ -168,11 +169,14 @@ const COUNTS = 1;
  * `getDiagnostics()` tells the state. See the package README for the fsync policy and layouts.
  */
 export class TelemetrySink {
-  readonly rootDir: string;
   readonly config: ResolvedSinkConfig;
   /** What opening the directory found and repaired. */
   readonly recovery: RecoveryReport | null;
 
+  /** The directory written: `config.rootDir`, or the one beside it when another live process writes that. */
+  private directory: string;
+  /** Held from opening the directory until its last session is closed (taken again by the next session). */
+  private lock: WriterLock | null = null;
   private segments: SinkSegment[] = [];
   private readonly sessions = new Map<string, SessionSummary>();
   private activeSessionId: string | null = null;
@@ -250,29 +254,71 @@ export class TelemetrySink {
    */
   constructor(options: TelemetrySinkOptions) {
     this.config = resolveSinkConfig(options);
-    this.rootDir = this.config.rootDir;
+    this.directory = this.config.rootDir;
     this.maxQueue = this.config.maxQueueEvents;
     this.flushEvery = this.config.flushEveryEvents;
-    this.recovery = this.recover();
+    this.recovery = this.recover(true);
     this.needsRecovery = this.recovery === null;
   }
 
-  /** Runs the reference's recovery on the directory; on failure, logs, and the writer retries later. */
-  private recover(): RecoveryReport | null {
+  /** The directory this sink writes: `rootDir` as given, or the one beside it (see `onLockedDirectory`). */
+  get rootDir(): string {
+    return this.directory;
+  }
+
+  /**
+   * Takes the directory (`writer.lock`), then runs the reference's recovery on it: what other
+   * writers left is read again, as they may have written since this sink last held it. On failure,
+   * logs, and the writer retries later; a refused directory throws while constructing.
+   */
+  private recover(constructing = false): RecoveryReport | null {
     try {
-      const state = recoverSinkDirectory(this.rootDir, {
+      this.claimDirectory();
+      const state = recoverSinkDirectory(this.directory, {
         clock: this.config.clock,
         fsync: this.config.fsync !== "never",
-        onWarning: (message) => this.config.logger.info?.(`${this.rootDir}: ${message}`),
+        onWarning: (message) => this.config.logger.info?.(`${this.directory}: ${message}`),
       });
       this.segments = state.segments;
-      for (const [id, summary] of state.sessions) if (!this.sessions.has(id)) this.sessions.set(id, summary);
+      const active = this.currentSession();
+      this.sessions.clear();
+      for (const [id, summary] of state.sessions) this.sessions.set(id, summary);
+      if (active !== null) this.sessions.set(active.session_id, active);
       this.nextSegmentIndex = Math.max(this.nextSegmentIndex, state.nextSegmentIndex);
       return state.report;
     } catch (error) {
+      if (constructing && SinkDirectoryLockedError.isInstance(error)) throw error;
       this.recordFailure(error as Error, "open the sink directory");
       return null;
     }
+  }
+
+  private claimDirectory(): void {
+    if (this.lock !== null) return;
+    const claimed = claimSinkDirectory(this.config.rootDir, {
+      policy: this.config.onLockedDirectory,
+      ...(this.config.rank === undefined ? {} : { rank: this.config.rank }),
+    });
+    this.lock = claimed.lock;
+    if (claimed.directory !== this.directory) this.nextSegmentIndex = 1;
+    this.directory = claimed.directory;
+    const owner = claimed.movedAsideFrom;
+    if (owner !== null)
+      this.config.logger.info?.(
+        `${this.config.rootDir} is being written by pid ${owner.pid} on ${owner.host}: this process writes ` +
+          `beside it, to ${claimed.directory} (readers given ${this.config.rootDir} read both)`,
+      );
+  }
+
+  /** Before a session after the last one closed: take the directory again (it may have had other writers). */
+  private reopen(): void {
+    if (this.lock !== null || this.finalized || this.needsRecovery) return;
+    if (this.recover() === null) this.needsRecovery = true;
+  }
+
+  private releaseLock(): void {
+    this.lock?.release();
+    this.lock = null;
   }
 
   // ---------------------------------------------------------------- public API
@@ -284,6 +330,7 @@ export class TelemetrySink {
   startSession(options: StartSessionOptions = {}): SessionSummary {
     const active = this.currentSession();
     if (active !== null) return active;
+    this.reopen();
     const summary = runningSessionSummary(options, this.config.source, this.config.clock);
     this.sessions.set(summary.session_id, summary);
     this.sessionLoss.set(summary.session_id, 0);
@@ -428,6 +475,7 @@ export class TelemetrySink {
     } catch (error) {
       this.config.logger.warn(`closing ${this.rootDir} on exit failed: ${(error as Error).message}`);
     }
+    this.releaseLock();
     this.resolveIdle();
   }
 
@@ -1094,6 +1142,8 @@ export class TelemetrySink {
     yield* this.closeDeferred();
     this.endSession(barrier);
     yield* this.writeManifest();
+    // The directory is free for the next writer once its last session is on disk.
+    if (this.activeSessionId === null && this.manifestDirty === 0 && !this.finalized) this.releaseLock();
     if (this.config.writeRollups && barrier.rollups && !this.finalized) {
       // Coverage as of this close, with this instance's pruning counters (as the reference).
       this.scheduleRollups(

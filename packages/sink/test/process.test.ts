@@ -1,6 +1,5 @@
 // Process-level behaviour, with real child processes (scripts/write-events.ts): crash safety under
 // SIGKILL, closing on signals and exit, and several processes writing under one root.
-import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseJson } from "@stormlog/core";
@@ -12,44 +11,8 @@ import {
   summarizeTelemetrySessions,
   TelemetrySink,
 } from "../src/index.js";
+import { exited, start, waitFor } from "./children.js";
 import { quiet, tempDir } from "./helpers.js";
-
-const SCRIPT = join(import.meta.dirname, "../scripts/write-events.ts");
-
-function start(args: string[]): ChildProcess & { output: () => string } {
-  const child = spawn(
-    process.execPath,
-    ["--conditions=@stormlog/source", "--import", "tsx", SCRIPT, ...args],
-    {
-      stdio: ["ignore", "pipe", "pipe"],
-    },
-  );
-  let output = "";
-  child.stdout!.on("data", (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  child.stderr!.on("data", (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  return Object.assign(child, { output: () => output });
-}
-
-function exited(child: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-  return new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
-}
-
-async function waitFor(
-  child: ChildProcess & { output: () => string },
-  pattern: RegExp,
-  timeoutMs = 20_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!pattern.test(child.output())) {
-    if (Date.now() > deadline || child.exitCode !== null)
-      throw new Error(`child never printed ${pattern}: ${child.output()}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
 
 /** Crash runs in CI; set STORMLOG_CRASH_RUNS for more when run by hand. */
 const CRASH_RUNS = Number(process.env.STORMLOG_CRASH_RUNS ?? 20);

@@ -1,0 +1,316 @@
+import { randomUUID } from "node:crypto";
+import {
+  closeSync,
+  linkSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
+import { hostname } from "node:os";
+import { join } from "node:path";
+import { resolveDistributedIdentity, StormlogError } from "@stormlog/core";
+import { writerDirectoryName } from "./layout.js";
+
+/** The lock a writing process keeps in its sink directory (the Python reference ignores the file). */
+export const WRITER_LOCK_FILENAME = "writer.lock";
+
+/** Who holds a sink directory: the lock file's content. */
+export interface WriterLockOwner {
+  readonly host: string;
+  readonly pid: number;
+  /** Epoch ms the holder process started (Linux), to tell a reused pid from the holder. */
+  readonly process_started_at_ms: number | null;
+  readonly acquired_at_ns: string;
+  /** Tells this acquisition apart from any other (a stale lock is broken only if it is still the one judged). */
+  readonly token: string;
+}
+
+/** What a process does when another live process writes the directory it was given. */
+export type LockedDirectoryPolicy = "beside" | "refuse";
+
+const LOCKED_MARKER = Symbol.for("stormlog.error.sink_directory_locked");
+
+/** Another live process writes this sink directory, and the sink was told to refuse rather than write beside it. */
+export class SinkDirectoryLockedError extends StormlogError {
+  readonly [LOCKED_MARKER] = true;
+  override readonly name = "SinkDirectoryLockedError";
+  readonly directory: string;
+  readonly owner: WriterLockOwner;
+
+  constructor(directory: string, owner: WriterLockOwner) {
+    super(
+      `${directory} is being written by pid ${owner.pid} on ${owner.host}: give this process its own sink ` +
+        `directory, or let it write beside (onLockedDirectory: "beside"); if that writer is gone, delete ` +
+        `${join(directory, WRITER_LOCK_FILENAME)}`,
+    );
+    this.directory = directory;
+    this.owner = owner;
+  }
+
+  static override isInstance(error: unknown): error is SinkDirectoryLockedError {
+    return typeof error === "object" && error !== null && LOCKED_MARKER in error;
+  }
+}
+
+/** Lock files this process holds, by path, with their tokens (two sinks of one process exclude each other too). */
+const heldByThisProcess = new Map<string, string>();
+
+/** A held lock on a sink directory. */
+export class WriterLock {
+  private released = false;
+
+  constructor(
+    readonly directory: string,
+    readonly owner: WriterLockOwner,
+  ) {}
+
+  /** Gives the directory up (idempotent). Removes the file only while it is still this lock's. */
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    const path = join(this.directory, WRITER_LOCK_FILENAME);
+    if (heldByThisProcess.get(path) === this.owner.token) heldByThisProcess.delete(path);
+    try {
+      if (readOwner(path)?.token === this.owner.token) unlinkSync(path);
+    } catch {
+      // A lock left behind is broken by the next writer once this process is gone.
+    }
+  }
+}
+
+/** The result of claiming: the directory to write (the one asked for, or one beside its live writer). */
+export interface ClaimedSinkDirectory {
+  readonly directory: string;
+  readonly lock: WriterLock;
+  /** The live writer of the asked-for directory, when this process was moved beside it. */
+  readonly movedAsideFrom: WriterLockOwner | null;
+}
+
+export interface ClaimOptions {
+  readonly policy?: LockedDirectoryPolicy;
+  /** This process's rank, to name the directory beside (default: from the launcher's environment, else none). */
+  readonly rank?: number;
+}
+
+/**
+ * Takes `directory` for this process: creates it, and its lock unless another live process holds
+ * it (a lock left by a dead process on this host is broken). When held: `beside` (the default)
+ * claims `<directory>/rank-<rank>-<host>-<pid>` (or `writer-<host>-<pid>` without a rank) instead,
+ * which readers given `directory` load with it; `refuse` throws `SinkDirectoryLockedError`.
+ * Nothing is written into the directory before the lock is held. File-system errors are thrown.
+ */
+export function claimSinkDirectory(directory: string, options: ClaimOptions = {}): ClaimedSinkDirectory {
+  const first = tryLock(directory);
+  if (first instanceof WriterLock) return { directory, lock: first, movedAsideFrom: null };
+  if (options.policy === "refuse") throw new SinkDirectoryLockedError(directory, first);
+  const rank = options.rank ?? rankFromEnvironment();
+  const beside = join(directory, writerDirectoryName(rank === undefined ? {} : { rank }));
+  const second = tryLock(beside);
+  if (second instanceof WriterLock) return { directory: beside, lock: second, movedAsideFrom: first };
+  // Only a process with this very pid on this host could hold it: that is this process.
+  throw new SinkDirectoryLockedError(beside, second);
+}
+
+/** This lock, or the live owner that holds the directory. */
+function tryLock(directory: string): WriterLock | WriterLockOwner {
+  mkdirSync(directory, { recursive: true });
+  const path = join(directory, WRITER_LOCK_FILENAME);
+  for (let attempt = 0; attempt < 8; attempt++) {
+    const owner = newOwner();
+    if (createExclusive(path, owner)) {
+      heldByThisProcess.set(path, owner.token);
+      return new WriterLock(directory, owner);
+    }
+    const holder = readOwner(path);
+    if (holder === undefined) continue; // removed meanwhile: try again
+    if (holder !== null && isHolderAlive(path, holder)) return holder;
+    breakStaleLock(path, holder);
+  }
+  const holder = readOwner(path);
+  if (holder !== null && holder !== undefined) return holder;
+  throw new StormlogError(
+    `could not take ${path}: other processes keep replacing it; delete it if no process writes ${directory}`,
+  );
+}
+
+function newOwner(): WriterLockOwner {
+  return {
+    host: hostname(),
+    pid: process.pid,
+    process_started_at_ms: processStartedAtMs(process.pid),
+    acquired_at_ns: (BigInt(Date.now()) * 1_000_000n).toString(),
+    token: randomUUID(),
+  };
+}
+
+/** Creates the lock file whole or not at all: written aside, then hard-linked into place (fails if present). */
+function createExclusive(path: string, owner: WriterLockOwner): boolean {
+  const text = `${JSON.stringify(owner)}\n`;
+  const temporary = `${path}.${owner.token}`;
+  writeWhole(temporary, text, "wx");
+  try {
+    linkSync(temporary, path);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "EEXIST") return false;
+    if (!isLinkUnsupported(error)) throw error;
+    // File systems without hard links: an exclusive create (a crash mid-write leaves an unreadable lock).
+    try {
+      writeWhole(path, text, "wx");
+      return true;
+    } catch (created) {
+      if ((created as NodeJS.ErrnoException).code === "EEXIST") return false;
+      throw created;
+    }
+  } finally {
+    try {
+      unlinkSync(temporary);
+    } catch {
+      // Already gone.
+    }
+  }
+}
+
+function isLinkUnsupported(error: unknown): boolean {
+  const code = (error as NodeJS.ErrnoException).code;
+  return code === "EPERM" || code === "ENOTSUP" || code === "EOPNOTSUPP" || code === "ENOSYS";
+}
+
+function writeWhole(path: string, text: string, flags: string): void {
+  const fd = openSync(path, flags, 0o644);
+  try {
+    writeSync(fd, text);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The lock's owner; null when the file holds no readable owner; undefined when there is no file. */
+export function readOwner(path: string): WriterLockOwner | null | undefined {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw error;
+  }
+  try {
+    const value = JSON.parse(text) as Partial<WriterLockOwner>;
+    if (typeof value.host !== "string" || typeof value.pid !== "number" || typeof value.token !== "string")
+      return null;
+    return {
+      host: value.host,
+      pid: value.pid,
+      process_started_at_ms:
+        typeof value.process_started_at_ms === "number" ? value.process_started_at_ms : null,
+      acquired_at_ns: typeof value.acquired_at_ns === "string" ? value.acquired_at_ns : "0",
+      token: value.token,
+    };
+  } catch {
+    return null;
+  }
+}
+
+/** Whether the holder may still write: another host's always counts as alive (its pid cannot be checked here). */
+function isHolderAlive(path: string, holder: WriterLockOwner): boolean {
+  if (holder.host !== hostname()) return true;
+  if (holder.pid === process.pid) return heldByThisProcess.get(path) === holder.token;
+  return isProcessRunning(holder.pid, holder.process_started_at_ms);
+}
+
+/**
+ * Moves a dead writer's lock away, only if it is still the one judged dead (another process may have
+ * broken it and taken the directory meanwhile: that lock is put back). An unreadable lock (`null`)
+ * is broken too: a process that crashed while creating it on a file system without hard links.
+ */
+function breakStaleLock(path: string, judged: WriterLockOwner | null): void {
+  const aside = `${path}.stale-${process.pid}-${randomUUID()}`;
+  try {
+    renameSync(path, aside);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw error;
+  }
+  const moved = readOwner(aside);
+  if (judged !== null && moved?.token !== judged.token) {
+    try {
+      linkSync(aside, path);
+    } catch {
+      // A third process took the directory meanwhile: it holds it now.
+    }
+  }
+  try {
+    unlinkSync(aside);
+  } catch {
+    // Already gone.
+  }
+}
+
+/**
+ * True while `pid` runs on this host and is the process that started at `startedAtMs` (when given;
+ * a later start means the pid was reused after the writer died).
+ */
+export function isProcessRunning(pid: number, startedAtMs: number | null): boolean {
+  if (!Number.isSafeInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EPERM") return false;
+  }
+  if (startedAtMs === null) return true;
+  const now = processStartedAtMs(pid);
+  // Clock ticks make the start time exact to 10 ms; boot-time rounding adds up to a second.
+  return now === null || Math.abs(now - startedAtMs) <= 2000;
+}
+
+/**
+ * Whether the writer of a `running` session is gone: it ran on this host and its pid no longer runs
+ * a process started before the session. Unknown (another host, no pid) is not gone.
+ */
+export function isSessionWriterGone(host: string, pid: number, startedAtNs: bigint | null): boolean {
+  if (host !== hostname() || !Number.isSafeInteger(pid) || pid <= 0) return false;
+  if (pid === process.pid) return false;
+  try {
+    process.kill(pid, 0);
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code !== "EPERM";
+  }
+  if (startedAtNs === null) return false;
+  const processStart = processStartedAtMs(pid);
+  // A process that started after the session did cannot be its writer: the pid was reused.
+  return processStart !== null && processStart > Number(startedAtNs / 1_000_000n) + 2000;
+}
+
+let bootTimeMs: number | null | undefined;
+
+/** When `pid` started (epoch ms) from /proc, or null where there is no /proc. */
+function processStartedAtMs(pid: number): number | null {
+  try {
+    if (bootTimeMs === undefined) {
+      const match = /^btime (\d+)$/m.exec(readFileSync("/proc/stat", "utf8"));
+      bootTimeMs = match === null ? null : Number(match[1]) * 1000;
+    }
+    if (bootTimeMs === null) return null;
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the command name (which may hold spaces and parentheses); starttime is field 22.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const ticks = Number(fields[19]);
+    // USER_HZ is 100 on every Linux architecture Node runs on.
+    return Number.isFinite(ticks) ? bootTimeMs + ticks * 10 : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The launcher's rank (torchrun, Open MPI, Slurm variables), if this process runs in a job of several. */
+function rankFromEnvironment(): number | undefined {
+  try {
+    const identity = resolveDistributedIdentity({}, { env: process.env });
+    return identity.world_size > 1 ? identity.rank : undefined;
+  } catch {
+    return undefined;
+  }
+}
