@@ -34,6 +34,8 @@ export type IoOp =
   | { readonly op: "close"; readonly fd: number; readonly fsync: boolean }
   | { readonly op: "unlink"; readonly path: string }
   | { readonly op: "nlink"; readonly fd: number }
+  /** Writes `bytes` zero bytes to `path` (space kept for a full disk); a file left short is removed. */
+  | { readonly op: "reserve"; readonly path: string; readonly bytes: number }
   | {
       readonly op: "manifest";
       readonly dir: string;
@@ -80,6 +82,43 @@ function writeAll(fd: number, data: Buffer, position: number, callback: (error: 
   write(fd, data, 0, data.length, position, step);
 }
 
+function reserveAsync(path: string, bytes: number, callback: (error: Error | null) => void): void {
+  open(path, "w", 0o666, (error, fd) => {
+    if (error) {
+      callback(error);
+      return;
+    }
+    writeAll(fd, Buffer.alloc(bytes), 0, (writeError) =>
+      close(fd, (closeError) => {
+        const failed = writeError ?? closeError;
+        if (failed) unlink(path, () => callback(failed));
+        else callback(null);
+      }),
+    );
+  });
+}
+
+function reserveSync(path: string, bytes: number): void {
+  const fd = openSync(path, "w", 0o666);
+  try {
+    const zeros = Buffer.alloc(bytes);
+    for (let offset = 0; offset < bytes; ) {
+      const written = writeSync(fd, zeros, offset, bytes - offset, offset);
+      if (written <= 0) throw new Error("write made no progress");
+      offset += written;
+    }
+    closeSync(fd);
+  } catch (error) {
+    try {
+      closeSync(fd);
+    } catch {}
+    try {
+      unlinkSync(path);
+    } catch {}
+    throw error;
+  }
+}
+
 /** Runs a step off the event loop's thread. Never rejects. */
 export function execAsync(op: IoOp): Promise<IoResult> {
   return new Promise<IoResult>((resolve) => {
@@ -116,6 +155,9 @@ export function execAsync(op: IoOp): Promise<IoResult> {
           return;
         case "nlink":
           fstat(op.fd, (error, stats) => settle(error, stats?.nlink ?? 0));
+          return;
+        case "reserve":
+          reserveAsync(op.path, op.bytes, (error) => settle(error, op.bytes));
           return;
         case "manifest":
           writeManifestText(op.dir, op.text, op.fsync, op.stillCurrent).then(
@@ -170,6 +212,9 @@ export function execSync(op: IoOp): IoResult {
         return IO_OK;
       case "nlink":
         return done(fstatSync(op.fd).nlink);
+      case "reserve":
+        reserveSync(op.path, op.bytes);
+        return done(op.bytes);
       case "manifest":
         writeManifestTextSync(op.dir, op.text, op.fsync);
         return IO_OK;

@@ -5,6 +5,7 @@ import {
   openSync,
   readFileSync,
   renameSync,
+  unlinkSync,
   writeSync,
 } from "node:fs";
 import { join } from "node:path";
@@ -45,12 +46,28 @@ export interface SinkSegment {
   session_id: string | null;
 }
 
+/**
+ * Records a session lost (this package's addition to the manifest, top-level key `session_losses`,
+ * written only when something was lost: the reference's reader ignores unknown keys).
+ */
+export interface SinkSessionLoss {
+  session_id: string;
+  /** Every record lost: `dropped_io_error + dropped_queue_full`. */
+  dropped_events: number;
+  /** Lost because the disk failed (ENOSPC, EACCES, a deleted segment...). */
+  dropped_io_error: number;
+  /** Dropped by `append` because `maxQueueEvents` records were already waiting. */
+  dropped_queue_full: number;
+}
+
 /** A parsed sink manifest: the sessions ledger and the segments list. */
 export interface SinkManifest {
   schema_version: number;
   format: string;
   sessions: SessionSummary[];
   segments: SinkSegment[];
+  /** What sessions lost, when the writer recorded it (absent in the reference's manifests). */
+  session_losses?: SinkSessionLoss[];
 }
 
 /** `segment-000042.jsonl` for 42. */
@@ -184,7 +201,28 @@ export function parseManifest(text: string, options: ManifestReadOptions = {}): 
       });
     }
   }
-  return { schema_version: schemaVersion, format, sessions, segments };
+  const sessionLosses: SinkSessionLoss[] = [];
+  const rawLosses = payload.session_losses;
+  if (Array.isArray(rawLosses)) {
+    for (const raw of rawLosses) {
+      if (!isPlainObject(raw) || typeof raw.session_id !== "string" || raw.session_id === "") continue;
+      const io = coerceManifestInt(raw.dropped_io_error ?? 0, 0, 0);
+      const queueFull = coerceManifestInt(raw.dropped_queue_full ?? 0, 0, 0);
+      sessionLosses.push({
+        session_id: raw.session_id,
+        dropped_events: io + queueFull,
+        dropped_io_error: io,
+        dropped_queue_full: queueFull,
+      });
+    }
+  }
+  return {
+    schema_version: schemaVersion,
+    format,
+    sessions,
+    segments,
+    ...(sessionLosses.length > 0 ? { session_losses: sessionLosses } : {}),
+  };
 }
 
 function isMissing(error: unknown): boolean {
@@ -221,11 +259,13 @@ export async function readManifest(
 
 /**
  * The manifest text exactly as the reference writes it: `json.dumps(payload, indent=2) + "\n"`,
- * keys in the reference's order, sessions sorted by `(started_at_ns, session_id)`.
+ * keys in the reference's order, sessions sorted by `(started_at_ns, session_id)`; then
+ * `session_losses` (ours) when some session lost records.
  */
 export function serializeManifest(
   sessions: Iterable<SessionSummary>,
   segments: readonly SinkSegment[],
+  losses: Iterable<SinkSessionLoss> = [],
 ): string {
   const ordered = [...sessions].sort((a, b) =>
     a.started_at_ns !== b.started_at_ns
@@ -250,6 +290,15 @@ export function serializeManifest(
       session_id: segment.session_id,
     })),
   };
+  const lost = [...losses].filter((loss) => loss.dropped_events > 0);
+  if (lost.length > 0) {
+    payload.session_losses = lost.map((loss) => ({
+      session_id: loss.session_id,
+      dropped_events: loss.dropped_events,
+      dropped_io_error: loss.dropped_io_error,
+      dropped_queue_full: loss.dropped_queue_full,
+    }));
+  }
   return `${stringifyJson(payload, { indent: 2 })}\n`;
 }
 
@@ -260,9 +309,15 @@ export function writeManifestTextSync(dir: string, text: string, fsync: boolean)
   try {
     writeSync(fd, text, null, "utf8");
     if (fsync) fsyncSync(fd);
-  } finally {
+  } catch (error) {
+    // A half-written copy would keep holding the space a full disk needs for the next try.
     closeSync(fd);
+    try {
+      unlinkSync(tmp);
+    } catch {}
+    throw error;
   }
+  closeSync(fd);
   renameSync(tmp, join(dir, MANIFEST_FILENAME));
 }
 
@@ -282,9 +337,13 @@ export async function writeManifestText(
   try {
     await handle.writeFile(text, "utf8");
     if (fsync) await handle.sync();
-  } finally {
-    await handle.close();
+  } catch (error) {
+    // A half-written copy would keep holding the space a full disk needs for the next try.
+    await handle.close().catch(() => undefined);
+    await fsPromises.unlink(tmp).catch(() => undefined);
+    throw error;
   }
+  await handle.close();
   if (!stillCurrent()) return;
   await fsPromises.rename(tmp, join(dir, MANIFEST_FILENAME));
 }

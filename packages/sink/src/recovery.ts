@@ -6,6 +6,7 @@ import {
   readManifestSync,
   SINK_SCHEMA_VERSION,
   type SinkSegment,
+  type SinkSessionLoss,
   segmentIndex,
   serializeManifest,
   writeManifestTextSync,
@@ -43,6 +44,8 @@ export interface RecoveredState {
   readonly segments: SinkSegment[];
   readonly sessions: Map<string, SessionSummary>;
   readonly nextSegmentIndex: number;
+  /** What earlier sessions lost, as the manifest recorded it (kept in every rewrite). */
+  readonly losses: SinkSessionLoss[];
   readonly report: RecoveryReport;
 }
 
@@ -189,11 +192,14 @@ export function recoverSinkDirectory(
     if (index !== undefined && index > maxIndex) maxIndex = index;
   }
 
-  if (changed) writeManifestTextSync(dir, serializeManifest(sessions.values(), segments), options.fsync);
+  const losses = manifest?.session_losses ?? [];
+  if (changed)
+    writeManifestTextSync(dir, serializeManifest(sessions.values(), segments, losses), options.fsync);
   return {
     segments,
     sessions,
     nextSegmentIndex: maxIndex + 1,
+    losses,
     report: {
       manifestFound: manifest !== null,
       manifestRebuilt: manifest === null && discovered.length > 0,

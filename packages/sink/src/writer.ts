@@ -12,10 +12,15 @@ import {
 import { type ResolvedSinkConfig, resolveSinkConfig, type TelemetrySinkOptions } from "./config.js";
 import { SinkSessionMismatchError } from "./errors.js";
 import { registerExitParticipant } from "./exit-hooks.js";
-import { describeIoError, execAsync, execSync, IO_OK, type IoOp, type IoResult } from "./io.js";
-import { type SinkSegment, segmentFilename, serializeManifest, writeManifestTextSync } from "./manifest.js";
+import { execAsync, execSync, IO_OK, type IoOp, type IoResult } from "./io.js";
+import {
+  type SinkSegment,
+  type SinkSessionLoss,
+  segmentFilename,
+  serializeManifest,
+  writeManifestTextSync,
+} from "./manifest.js";
 import { whyNotWritable } from "./record-check.js";
-import { claimSinkDirectory, SinkDirectoryLockedError, type WriterLock } from "./writer-lock.js";
 import { type RecoveryReport, recoverSinkDirectory } from "./recovery.js";
 import {
   buildTelemetryRollups,
@@ -23,6 +28,8 @@ import {
   rollupCoverageFromManifest,
   writeTelemetryRollups,
 } from "./rollups.js";
+import { RetryPolicy } from "./writer/retry-policy.js";
+import { claimSinkDirectory, SinkDirectoryLockedError, type WriterLock } from "./writer-lock.js";
 
 /** The reference's five counters (`get_diagnostics()`), then this package's queue and failure counters. */
 export interface SinkDiagnostics {
@@ -157,6 +164,9 @@ const KEEP_CHUNK_BYTES = 16 << 20;
 /** Why the manifest must be rewritten: segments or sessions changed (at once), or only counts (on the tick). */
 const STRUCTURAL = 2;
 const COUNTS = 1;
+/** Space kept in `manifest.reserve` while a session runs: what closing it needs on a disk that fills up. */
+const RESERVE_BYTES = 64 << 10;
+export const MANIFEST_RESERVE_FILENAME = "manifest.reserve";
 
 /**
  * An append-only JSONL telemetry sink that writes the Python reference's layout
@@ -240,10 +250,12 @@ export class TelemetrySink {
   private droppedQueueFull = 0;
   private droppedIo = 0;
   private rejected = 0;
-  private ioFailures = 0;
-  private consecutiveFailures = 0;
-  private retryAtMs = 0;
-  private lastError: string | null = null;
+  private retryPolicy: RetryPolicy | null = null;
+  /** What each session lost, written in the manifest (`session_losses`). */
+  private readonly losses = new Map<string, SinkSessionLoss>();
+  /** `manifest.reserve` is on disk (see RESERVE_BYTES). */
+  private reserveHeld = false;
+  private reserveTried = false;
   private warnedQueueFull = false;
   private warnedRejected = false;
 
@@ -280,6 +292,7 @@ export class TelemetrySink {
         onWarning: (message) => this.config.logger.info?.(`${this.directory}: ${message}`),
       });
       this.segments = state.segments;
+      this.adoptLosses(state.losses);
       const active = this.currentSession();
       this.sessions.clear();
       for (const [id, summary] of state.sessions) this.sessions.set(id, summary);
@@ -319,6 +332,14 @@ export class TelemetrySink {
   private releaseLock(): void {
     this.lock?.release();
     this.lock = null;
+  }
+
+  /** What the manifest says earlier sessions lost (this instance's open session keeps its own count). */
+  private adoptLosses(recorded: readonly SinkSessionLoss[]): void {
+    const active = this.activeSessionId === null ? undefined : this.losses.get(this.activeSessionId);
+    this.losses.clear();
+    for (const loss of recorded) this.losses.set(loss.session_id, { ...loss });
+    if (active !== undefined) this.losses.set(active.session_id, active);
   }
 
   // ---------------------------------------------------------------- public API
@@ -444,7 +465,7 @@ export class TelemetrySink {
     this.activeWork = null;
     this.inflightOp = null;
     this.pumpRunning = false;
-    this.retryAtMs = 0;
+    this.retry.attemptNow();
     try {
       if (interrupted !== null) {
         let result = inflight === null ? IO_OK : inflight.op === "close" ? IO_OK : this.runSync(inflight);
@@ -463,8 +484,7 @@ export class TelemetrySink {
       }
       // One last try at the ledger even if the disk failed above.
       if (this.manifestDirty !== 0) {
-        this.retryAtMs = 0;
-        const last = this.writeManifest();
+        const last = this.writeLedgerHard();
         let outcome: IoResult = IO_OK;
         for (;;) {
           const step = last.next(outcome);
@@ -499,10 +519,10 @@ export class TelemetrySink {
       rejected_events: this.rejected,
       queued_events: this.queuedRecords + lostInFlight,
       max_queue_events: this.config.maxQueueEvents,
-      io_failures: this.ioFailures,
-      consecutive_io_failures: this.consecutiveFailures,
-      last_error: this.lastError,
-      state: this.consecutiveFailures > 0 ? "retrying" : "ok",
+      io_failures: this.retry.failures,
+      consecutive_io_failures: this.retry.failuresInARow,
+      last_error: this.retry.lastError,
+      state: this.retry.failing ? "retrying" : "ok",
       session_id: this.activeSessionId,
     };
   }
@@ -560,7 +580,7 @@ export class TelemetrySink {
   private dropQueueFull(): void {
     this.droppedQueueFull++;
     this.appended++;
-    this.noteLoss(this.activeSessionId, 1);
+    this.noteLoss(this.activeSessionId, 1, "queue");
     if (!this.warnedQueueFull) {
       this.warnedQueueFull = true;
       this.config.logger.warn(
@@ -571,9 +591,19 @@ export class TelemetrySink {
     }
   }
 
-  private noteLoss(sessionId: string | null, count: number): void {
+  private noteLoss(sessionId: string | null, count: number, cause: "io" | "queue" = "io"): void {
     if (sessionId === null || count === 0) return;
     this.sessionLoss.set(sessionId, (this.sessionLoss.get(sessionId) ?? 0) + count);
+    let loss = this.losses.get(sessionId);
+    if (loss === undefined) {
+      loss = { session_id: sessionId, dropped_events: 0, dropped_io_error: 0, dropped_queue_full: 0 };
+      this.losses.set(sessionId, loss);
+    }
+    loss.dropped_events += count;
+    if (cause === "io") loss.dropped_io_error += count;
+    else loss.dropped_queue_full += count;
+    // The counts reach the disk with the next manifest (the tick's, or the retry's once the disk works).
+    this.manifestDirty ||= COUNTS;
   }
 
   private pushBarrier(barrier: Barrier): void {
@@ -595,7 +625,7 @@ export class TelemetrySink {
       return;
     }
     // While the disk fails, the retry timer drives the writer; records just wait (bounded).
-    if (this.kickPending || this.pumpRunning || this.consecutiveFailures > 0) return;
+    if (this.kickPending || this.pumpRunning || this.retry.failing) return;
     this.kickPending = true;
     queueMicrotask(() => {
       this.kickPending = false;
@@ -606,7 +636,7 @@ export class TelemetrySink {
   private ensureTick(): void {
     if (this.tickTimer !== null || this.finalized) return;
     let delayMs = this.config.flushEverySeconds * 1000;
-    if (this.consecutiveFailures > 0) delayMs = Math.max(0, Math.min(delayMs, this.retryAtMs - this.nowMs()));
+    if (this.retry.failing) delayMs = Math.min(delayMs, this.retry.msUntilRetry());
     this.tickTimer = this.config.scheduler.setTimeout(() => this.onTick(), delayMs);
   }
 
@@ -633,12 +663,8 @@ export class TelemetrySink {
     this.tickTimer = null;
   }
 
-  private nowMs(): number {
-    return Number(this.config.clock.nowNs() / 1_000_000n);
-  }
-
   private inBackoff(): boolean {
-    return this.consecutiveFailures > 0 && this.nowMs() < this.retryAtMs;
+    return this.retry.inBackoff();
   }
 
   private whenIdle(): Promise<void> {
@@ -732,7 +758,14 @@ export class TelemetrySink {
     while (this.queue.length > 0 || this.pending !== null) {
       if (this.inBackoff() || this.needsRecovery) {
         yield* this.settle();
-        this.passWithoutIo();
+        const closed = this.passWithoutIo();
+        if (closed.length > 0) {
+          // close() tries hard: the ledger is written now, off the schedule, with the reserve if need be.
+          const current = this.current;
+          if (current?.closed) yield* this.closeSegment(current, "nosync");
+          if (!this.needsRecovery) yield* this.writeLedgerHard();
+          for (const resolve of closed) resolve();
+        }
         break;
       }
       yield* this.pass();
@@ -809,7 +842,8 @@ export class TelemetrySink {
    * While the disk is failing: records stay queued (bounded), flush barriers resolve at once, and a
    * session close drops what its session still had waiting and closes it as `incomplete`.
    */
-  private passWithoutIo(): void {
+  private passWithoutIo(): (() => void)[] {
+    const closed: (() => void)[] = [];
     const entries = this.queue;
     this.queue = [];
     const kept: QueueEntry[] = [];
@@ -829,10 +863,13 @@ export class TelemetrySink {
         this.noteLoss(entry.sessionId, dropped);
         this.endSession(entry);
         if (this.current !== null && this.current.session_id === entry.sessionId) this.current.closed = true;
+        if (entry.resolve !== null) closed.push(entry.resolve);
+        continue;
       }
       entry.resolve?.();
     }
     this.queue = kept.concat(this.queue);
+    return closed;
   }
 
   private clearUnwritten(): void {
@@ -1028,13 +1065,14 @@ export class TelemetrySink {
       // Cut back what part of the chunk may have reached the file, and start a new segment later.
       yield { op: "truncate", fd, size: segment.size_bytes };
       yield* this.closeSegment(segment, "nosync");
+      if (segment.size_bytes === 0) yield* this.removeEmptySegment(segment);
       return this.failWrite(written.error, pending, `write ${segment.filename}`);
     }
     if (this.config.fsync === "always") {
       const synced = yield { op: "fsync", fd };
       if (!synced.ok) this.recordFailure(synced.error, `fsync ${segment.filename}`);
     }
-    this.succeeded();
+    this.succeeded("records");
     this.written += pending.events;
     this.manifestDirty ||= COUNTS;
     let rolled = false;
@@ -1053,6 +1091,15 @@ export class TelemetrySink {
       yield* this.applyRetention();
     }
     if (rolled) yield* this.closeSegment(segment, "background");
+  }
+
+  /** A segment whose first write failed: no empty file per retry (and its space back on a full disk). */
+  private *removeEmptySegment(segment: SinkSegment): Work {
+    const removed = yield { op: "unlink", path: join(this.rootDir, segment.filename) };
+    if (!removed.ok) return;
+    const index = this.segments.indexOf(segment);
+    if (index >= 0) this.segments.splice(index, 1);
+    this.manifestDirty = STRUCTURAL;
   }
 
   private failWrite(error: Error, pending: PendingWrite, action: string): void {
@@ -1199,7 +1246,7 @@ export class TelemetrySink {
   /** Writes the current manifest with blocking I/O (after closeSync, nothing else writes it). */
   private rewriteManifestSync(): void {
     try {
-      writeManifestTextSync(this.rootDir, serializeManifest(this.sessions.values(), this.segments), false);
+      writeManifestTextSync(this.rootDir, this.ledgerText(), false);
     } catch (error) {
       this.config.logger.warn(`${this.rootDir}: rewriting manifest.json failed: ${(error as Error).message}`);
     }
@@ -1222,7 +1269,59 @@ export class TelemetrySink {
       this.manifestFailed(result.error);
       return;
     }
-    this.succeeded();
+    this.succeeded("ledger");
+    yield* this.keepReserve();
+  }
+
+  /**
+   * The manifest, trying hard (a session close while the disk fails, and the exit path): at once,
+   * whatever the retry schedule; on a full disk, again after giving back the reserve. A failure here
+   * leaves the ledger owed to the next retry without moving the schedule.
+   */
+  private *writeLedgerHard(): Work {
+    if (this.needsMkdir) {
+      const made = yield { op: "mkdir", path: this.rootDir };
+      if (!made.ok) return;
+      this.needsMkdir = false;
+    }
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const { text, fsync } = this.takeManifest();
+      const result = yield { op: "manifest", dir: this.rootDir, text, fsync };
+      if (result.ok) {
+        this.succeeded("ledger");
+        yield* this.keepReserve();
+        return;
+      }
+      this.manifestDirty = STRUCTURAL;
+      if (!this.reserveHeld || attempt > 0) return;
+      const freed = yield { op: "unlink", path: join(this.rootDir, MANIFEST_RESERVE_FILENAME) };
+      if (!freed.ok) return;
+      this.reserveHeld = false;
+    }
+  }
+
+  /**
+   * Holds `manifest.reserve` while a session runs (made once per session, after its ledger entry is
+   * on disk) and gives it back when none does.
+   */
+  private *keepReserve(): Work {
+    const path = join(this.rootDir, MANIFEST_RESERVE_FILENAME);
+    if (this.activeSessionId === null) {
+      this.reserveTried = false;
+      if (!this.reserveHeld) return;
+      const removed = yield { op: "unlink", path };
+      if (removed.ok) this.reserveHeld = false;
+      return;
+    }
+    if (this.reserveHeld || this.reserveTried || this.finalized) return;
+    this.reserveTried = true;
+    const made = yield { op: "reserve", path, bytes: RESERVE_BYTES };
+    this.reserveHeld = made.ok;
+  }
+
+  /** The ledger's text: sessions, segments, and what sessions lost. */
+  private ledgerText(): string {
+    return serializeManifest(this.sessions.values(), this.segments, this.losses.values());
   }
 
   /** The whole ledger is written again at the retry (the directory made first: it may be gone). */
@@ -1241,7 +1340,7 @@ export class TelemetrySink {
     const structural = this.manifestDirty === STRUCTURAL || this.manifestOwed;
     this.manifestDirty = 0;
     this.manifestOwed = false;
-    const text = serializeManifest(this.sessions.values(), this.segments);
+    const text = this.ledgerText();
     return { text, fsync: this.config.fsync === "always" || (structural && this.config.fsync === "segment") };
   }
 
@@ -1270,7 +1369,7 @@ export class TelemetrySink {
           this.manifestFailed(result.error);
           return;
         }
-        this.succeeded();
+        this.succeeded("ledger");
         if (!this.manifestOwed) return;
         if (this.inBackoff() || this.needsMkdir) {
           this.manifestOwed = false;
@@ -1285,22 +1384,22 @@ export class TelemetrySink {
 
   // ---------------------------------------------------------------- failures
 
+  /** The retry schedule and failure messages (made on first use: recovery may fail in the constructor). */
+  private get retry(): RetryPolicy {
+    this.retryPolicy ??= new RetryPolicy({
+      firstSeconds: this.config.failureBackoffSeconds,
+      maxSeconds: this.config.failureBackoffMaxSeconds,
+      clock: this.config.clock,
+      logger: this.config.logger,
+      subject: this.rootDir,
+      lostSoFar: () => this.droppedIo,
+    });
+    return this.retryPolicy;
+  }
+
   private recordFailure(error: Error, action: string): void {
-    this.ioFailures++;
-    this.consecutiveFailures++;
-    this.lastError = describeIoError(error);
-    const delayS = Math.min(
-      this.config.failureBackoffMaxSeconds,
-      this.config.failureBackoffSeconds * 2 ** Math.min(this.consecutiveFailures - 1, 30),
-    );
-    this.retryAtMs = this.nowMs() + delayS * 1000;
-    if (this.consecutiveFailures === 1) {
-      this.config.logger.warn(
-        `${this.rootDir}: could not ${action}: ${this.lastError}. Tracking goes on: records that cannot be ` +
-          "written are dropped and counted (getDiagnostics()), the session will close as incomplete, and " +
-          `writing is retried (first in ${delayS} s)`,
-      );
-    }
+    this.retry.fail(error, action);
+    // The tick re-arms for the retry's time.
     if (this.tickTimer !== null) {
       this.config.scheduler.clearTimeout(this.tickTimer);
       this.tickTimer = null;
@@ -1308,14 +1407,15 @@ export class TelemetrySink {
     this.ensureTick();
   }
 
-  private succeeded(): void {
-    if (this.consecutiveFailures === 0) return;
-    this.config.logger.info?.(
-      `${this.rootDir}: writing works again after ${this.consecutiveFailures} failure(s); ` +
-        `${this.droppedIo} record(s) were lost to disk errors so far`,
-    );
-    this.consecutiveFailures = 0;
-    this.retryAtMs = 0;
+  /**
+   * A write reached the disk. A manifest written while records still wait is no recovery: the
+   * records decide (their write is the one that failed), so the schedule goes on.
+   */
+  private succeeded(what: "records" | "ledger"): void {
+    if (!this.retry.failing) return;
+    if (what === "ledger" && (this.queuedRecords > 0 || this.pending !== null || this.bufferCount > 0))
+      return;
+    this.retry.succeed();
   }
 
   // ---------------------------------------------------------------- process exit

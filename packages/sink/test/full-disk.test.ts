@@ -1,0 +1,218 @@
+// ENOSPC on a really full filesystem: a small tmpfs the test mounts (we run as root), filled by a
+// file the test writes. What must hold: the loss and the final status reach the disk, retries follow
+// the documented schedule, no empty segment per retry, "works again" only after a real write.
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, rmdirSync, rmSync, statfsSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Clock, Scheduler, TimerHandle } from "@stormlog/core";
+import { afterEach, describe, expect, it } from "vitest";
+import { sampleRecord } from "../scripts/sample-records.js";
+import { readManifestSync, TelemetrySink } from "../src/index.js";
+import { memoryLogger, quiet } from "./helpers.js";
+
+const mounted: string[] = [];
+
+/** A fresh tmpfs of `kib` KiB, unmounted after the test. */
+function smallFilesystem(kib: number): string {
+  const dir = mkdtempSync(join(tmpdir(), "stormlog-full-"));
+  execFileSync("mount", ["-t", "tmpfs", "-o", `size=${kib}k`, "tmpfs", dir]);
+  mounted.push(dir);
+  return dir;
+}
+
+afterEach(() => {
+  for (const dir of mounted.splice(0)) {
+    execFileSync("umount", [dir]);
+    rmdirSync(dir);
+  }
+});
+
+const FILLER = "filler.bin";
+
+/** Fills the filesystem until `leaveBytes` are free (0: until the write fails with ENOSPC). */
+function fill(dir: string, leaveBytes = 0): void {
+  const free = Number(statfsSync(dir).bavail * statfsSync(dir).bsize);
+  try {
+    writeFileSync(join(dir, FILLER), Buffer.alloc(leaveBytes === 0 ? free + (1 << 20) : free - leaveBytes));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ENOSPC") throw error;
+  }
+}
+
+function segmentSizes(dir: string): number[] {
+  return readdirSync(dir)
+    .filter((name) => name.startsWith("segment-"))
+    .map((name) => statSync(join(dir, name)).size);
+}
+
+async function until(condition: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+const worksAgain = (infos: string[]): string[] => infos.filter((line) => line.includes("works again"));
+
+describe("a filesystem that fills up (ENOSPC)", () => {
+  it("writes the drop counts once space returns, then the incomplete status at close", async () => {
+    const dir = smallFilesystem(512);
+    const logger = memoryLogger();
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      logger,
+      flushEveryEvents: 10,
+      flushEverySeconds: 0.02,
+      failureBackoffSeconds: 0.05,
+      failureBackoffMaxSeconds: 0.2,
+    });
+    sink.startSession({ session_id: "full" });
+    for (let i = 0; i < 20; i++) sink.append(sampleRecord("full", i));
+    await sink.flush();
+    fill(dir);
+    let seq = 20;
+    await until(() => {
+      for (let i = 0; i < 20; i++) sink.append(sampleRecord("full", seq++));
+      return sink.getDiagnostics().io_failures >= 3;
+    }, "three failed attempts");
+    expect(sink.getDiagnostics().state).toBe("retrying");
+    expect(segmentSizes(dir).filter((size) => size === 0)).toEqual([]);
+    expect(worksAgain(logger.infos)).toEqual([]);
+
+    rmSync(join(dir, FILLER));
+    await until(() => sink.getDiagnostics().state === "ok", "writing to work again");
+    const lost = sink.getDiagnostics().dropped_io_error;
+    expect(lost).toBeGreaterThan(0);
+    // The session still runs, and the disk already says what it lost.
+    await until(
+      () => readManifestSync(dir)?.session_losses?.[0]?.dropped_io_error === lost,
+      "the loss in the manifest",
+    );
+    expect(readManifestSync(dir)?.sessions[0]?.status).toBe("running");
+
+    await sink.close();
+    const manifest = readManifestSync(dir)!;
+    expect(manifest.sessions[0]).toMatchObject({ session_id: "full", status: "incomplete" });
+    expect(manifest.sessions[0]!.ended_at_ns).not.toBeNull();
+    const diagnostics = sink.getDiagnostics();
+    expect(manifest.session_losses).toEqual([
+      {
+        session_id: "full",
+        dropped_events: diagnostics.dropped_events,
+        dropped_io_error: diagnostics.dropped_io_error,
+        dropped_queue_full: 0,
+      },
+    ]);
+    expect(manifest.segments.reduce((sum, s) => sum + s.event_count, 0)).toBe(diagnostics.written_events);
+    expect(diagnostics.written_events + diagnostics.dropped_events).toBe(seq);
+    expect(segmentSizes(dir).filter((size) => size === 0)).toEqual([]);
+    expect(worksAgain(logger.infos)).toHaveLength(1);
+  });
+
+  it.each(["close", "closeSync"] as const)(
+    "records the session as incomplete on %s although the disk stays full",
+    async (how) => {
+      const dir = smallFilesystem(512);
+      const logger = memoryLogger();
+      const sink = new TelemetrySink({
+        rootDir: dir,
+        ...quiet,
+        logger,
+        flushEveryEvents: 10,
+        failureBackoffSeconds: 30,
+        failureBackoffMaxSeconds: 60,
+      });
+      sink.startSession({ session_id: "stays-full" });
+      for (let i = 0; i < 20; i++) sink.append(sampleRecord("stays-full", i));
+      await sink.flush();
+      fill(dir);
+      for (let i = 20; i < 200; i++) sink.append(sampleRecord("stays-full", i));
+      await sink.flush();
+      await until(() => sink.getDiagnostics().io_failures > 0, "the write to fail");
+      if (how === "close") await sink.close();
+      else sink.closeSync();
+
+      const manifest = readManifestSync(dir)!;
+      expect(manifest.sessions[0]).toMatchObject({ session_id: "stays-full", status: "incomplete" });
+      expect(manifest.sessions[0]!.ended_at_ns).not.toBeNull();
+      expect(manifest.session_losses?.[0]).toMatchObject({ session_id: "stays-full", dropped_events: 180 });
+      expect(manifest.segments.map((s) => s.event_count)).toEqual([20]);
+      expect(segmentSizes(dir).filter((size) => size === 0)).toEqual([]);
+      // Still full but for the reserve the sink gave back: the filler was never removed.
+      expect(() => writeFileSync(join(dir, "probe"), Buffer.alloc(128 << 10))).toThrow(/ENOSPC/);
+    },
+  );
+
+  it("retries 1, 2, 4 … 60 s apart while records fail, though the small manifest still fits", async () => {
+    const dir = smallFilesystem(1024);
+    let nowMs = 1_700_000_000_000;
+    const clock: Clock = { nowNs: () => BigInt(nowMs) * 1_000_000n };
+    const timers = new Map<number, { dueMs: number; run: () => void }>();
+    let nextHandle = 1;
+    const scheduler: Scheduler = {
+      setTimeout(run, delayMs): TimerHandle {
+        const handle = nextHandle++;
+        timers.set(handle, { dueMs: nowMs + delayMs, run });
+        return handle;
+      },
+      clearTimeout(handle) {
+        timers.delete(handle as number);
+      },
+    };
+    const logger = memoryLogger();
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      logger,
+      clock,
+      scheduler,
+      flushEverySeconds: 5,
+    });
+    sink.startSession({ session_id: "schedule" });
+    let seq = 0;
+    for (; seq < 20; seq++) sink.append(sampleRecord("schedule", seq));
+    await sink.flush();
+    // Room for a manifest, not for a hundred records.
+    fill(dir, 16 << 10);
+
+    /** Runs the earliest timer at its time, with records waiting, and lets the writer finish. */
+    const runNextTimer = async (): Promise<void> => {
+      const [handle, timer] = [...timers].sort((a, b) => a[1].dueMs - b[1].dueMs)[0]!;
+      timers.delete(handle);
+      nowMs = Math.max(nowMs, timer.dueMs);
+      const before = sink.getDiagnostics().io_failures;
+      timer.run();
+      await until(() => sink.getDiagnostics().io_failures > before || timers.size > 0, "the writer");
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    };
+
+    const failedAtMs: number[] = [];
+    for (; seq < 120; seq++) sink.append(sampleRecord("schedule", seq));
+    await until(() => sink.getDiagnostics().io_failures === 1, "the first failure");
+    failedAtMs.push(nowMs);
+    while (failedAtMs.length < 9) {
+      for (let i = 0; i < 100; i++) sink.append(sampleRecord("schedule", seq++));
+      const before = sink.getDiagnostics().io_failures;
+      await runNextTimer();
+      const after = sink.getDiagnostics().io_failures;
+      expect(after - before).toBeLessThanOrEqual(1);
+      if (after > before) failedAtMs.push(nowMs);
+    }
+    const gapsS = failedAtMs.slice(1).map((at, i) => (at - failedAtMs[i]!) / 1000);
+    expect(gapsS).toEqual([1, 2, 4, 8, 16, 32, 60, 60]);
+    expect(worksAgain(logger.infos)).toEqual([]);
+    expect(segmentSizes(dir).filter((size) => size === 0)).toEqual([]);
+
+    rmSync(join(dir, FILLER));
+    const written = sink.getDiagnostics().written_events;
+    for (let i = 0; i < 10; i++) sink.append(sampleRecord("schedule", seq++));
+    while (sink.getDiagnostics().state !== "ok") await runNextTimer();
+    expect(sink.getDiagnostics().written_events).toBeGreaterThan(written);
+    expect(worksAgain(logger.infos)).toHaveLength(1);
+    await sink.close();
+    expect(readManifestSync(dir)?.sessions[0]?.status).toBe("incomplete");
+  }, 30_000);
+});
