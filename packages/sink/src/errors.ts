@@ -58,7 +58,7 @@ const SOURCE_MARKER = Symbol.for("stormlog.error.telemetry_source");
 /** A path given to a loader is missing or holds no telemetry this package can read. */
 export class TelemetrySourceError extends StormlogError {
   readonly [SOURCE_MARKER] = true;
-  override readonly name = "TelemetrySourceError";
+  override readonly name: string = "TelemetrySourceError";
   readonly path: string;
 
   constructor(path: string, message: string, options?: { cause?: unknown }) {
@@ -68,5 +68,79 @@ export class TelemetrySourceError extends StormlogError {
 
   static override isInstance(error: unknown): error is TelemetrySourceError {
     return typeof error === "object" && error !== null && SOURCE_MARKER in error;
+  }
+}
+
+/**
+ * File-system error codes met while reading or writing telemetry: what happened, and what to do
+ * about it (one place for the loaders' errors and the CLI's).
+ */
+export const FILE_SYSTEM_ERRORS: Readonly<Record<string, { readonly what: string; readonly todo: string }>> =
+  {
+    ENOENT: { what: "no such file or directory", todo: "check the path" },
+    EACCES: {
+      what: "permission denied",
+      todo: "check the path's permissions, or run as a user who may read it",
+    },
+    EPERM: { what: "operation not permitted", todo: "check the path's permissions" },
+    EISDIR: { what: "is a directory", todo: "pass a file, or the directory that holds it" },
+    ENOTDIR: { what: "a part of the path is not a directory", todo: "check the path" },
+    ELOOP: { what: "symbolic link loop", todo: "remove or fix the looping link" },
+    ENAMETOOLONG: { what: "path too long", todo: "use a shorter path" },
+    ENOSPC: { what: "no space left on device", todo: "free some space" },
+    EROFS: { what: "read-only file system", todo: "write somewhere else" },
+    EMFILE: { what: "too many open files", todo: "raise the limit (ulimit -n)" },
+    EIO: { what: "input/output error", todo: "check the disk" },
+  };
+
+/** The `code` of a Node.js file-system error (`ELOOP`, `EACCES`...), else undefined. */
+export function fileSystemErrorCode(error: unknown): string | undefined {
+  const errno = error as NodeJS.ErrnoException | null | undefined;
+  return typeof errno === "object" &&
+    errno !== null &&
+    typeof errno.code === "string" &&
+    typeof errno.syscall === "string"
+    ? errno.code
+    : undefined;
+}
+
+/** What happened and what to do, for a file-system error code. */
+export function describeFileSystemError(code: string, message = ""): { what: string; todo: string } {
+  return FILE_SYSTEM_ERRORS[code] ?? { what: message || code, todo: "check the path and its permissions" };
+}
+
+const INPUT_ACCESS_MARKER = Symbol.for("stormlog.error.telemetry_input_access");
+
+/**
+ * The file system refused a read of the input (a symbolic link loop, a permission, a file where a
+ * directory was expected...). One line: what, the code, what to do, and the path. A
+ * `TelemetrySourceError` too.
+ */
+export class TelemetryInputAccessError extends TelemetrySourceError {
+  readonly [INPUT_ACCESS_MARKER] = true;
+  override readonly name = "TelemetryInputAccessError";
+  /** The file-system error code (`ELOOP`, `EACCES`, `ENOTDIR`...). */
+  readonly code: string;
+
+  constructor(path: string, code: string, options?: { cause?: unknown; message?: string }) {
+    const { what, todo } = describeFileSystemError(code, options?.message);
+    super(path, `Cannot read the telemetry input: ${what} (${code}); ${todo}`, { cause: options?.cause });
+    this.code = code;
+  }
+
+  /** `error` as a `TelemetryInputAccessError` about `path` when it is a file-system error; else `error`. */
+  static wrap(path: string, error: unknown): unknown {
+    if (TelemetryInputAccessError.isInstance(error)) return error;
+    const code = fileSystemErrorCode(error);
+    if (code === undefined) return error;
+    const errorPath = (error as NodeJS.ErrnoException).path;
+    return new TelemetryInputAccessError(typeof errorPath === "string" ? errorPath : path, code, {
+      cause: error,
+      message: (error as Error).message,
+    });
+  }
+
+  static override isInstance(error: unknown): error is TelemetryInputAccessError {
+    return typeof error === "object" && error !== null && INPUT_ACCESS_MARKER in error;
   }
 }

@@ -2,8 +2,8 @@
  * What a telemetry path holds, and how each of its lines becomes an event: the one place where the
  * reader (and analysis, which scans the same files its own way) learns the reference's input rules.
  */
-import { readdirSync, realpathSync, statSync } from "node:fs";
-import { basename, dirname, join, resolve } from "node:path";
+import { type Dirent, lstatSync, readdirSync, realpathSync, statSync } from "node:fs";
+import { basename, dirname, join, resolve, sep } from "node:path";
 import {
   decodeTelemetryLine,
   JsonlDecodeError,
@@ -14,7 +14,7 @@ import {
   type TelemetryEvent,
   TelemetryValidationError,
 } from "@stormlog/core";
-import { TelemetrySourceError } from "./errors.js";
+import { fileSystemErrorCode, TelemetryInputAccessError, TelemetrySourceError } from "./errors.js";
 import { discoverSinkDirectoriesSync } from "./layout.js";
 import {
   isSegmentFilename,
@@ -23,6 +23,7 @@ import {
   SEGMENT_SUFFIX,
   type SinkManifest,
 } from "./manifest.js";
+import { settleAbandonedSessions } from "./writer-lock.js";
 
 /** What a path holds, for the loaders. */
 export type TelemetryInputKind = "sink" | "sink-root" | "jsonl" | "json";
@@ -65,13 +66,93 @@ export function resolveInputPath(path: string): string {
   }
 }
 
-/** True for a regular file (through links); false when missing or unreadable. */
-function isFile(path: string): boolean {
+/** True when the resolved path `real` is `root` or inside it. */
+function isInside(real: string, root: string): boolean {
+  return real === root || real.startsWith(root.endsWith(sep) ? root : `${root}${sep}`);
+}
+
+/**
+ * Where the link `path` leads when that is inside `root`; null when it leads nowhere (a dangling
+ * link), or out of the input: then it is not followed, and `warn` says so. Other file-system
+ * errors (a link loop) are thrown as `TelemetryInputAccessError`.
+ */
+function linkInsideInput(path: string, root: string, warn: (message: string) => void): string | null {
+  let real: string;
   try {
-    return statSync(path).isFile();
-  } catch {
-    return false;
+    real = realpathSync(path);
+  } catch (error) {
+    if (fileSystemErrorCode(error) === "ENOENT") return null;
+    throw TelemetryInputAccessError.wrap(path, error);
   }
+  if (isInside(real, root)) return real;
+  warn(
+    `${path} not read: it is a symbolic link that leads out of the input (to ${real}); links are not followed out of it`,
+  );
+  return null;
+}
+
+/** The manifest of `dir`, unless it is a link out of the input; file-system errors are typed. */
+function readPartManifest(
+  dir: string,
+  root: string,
+  warn: (message: string) => void,
+): ReturnType<typeof readManifestSync> {
+  const file = join(dir, MANIFEST_FILENAME);
+  try {
+    if (lstatSync(file).isSymbolicLink() && linkInsideInput(file, root, warn) === null) return null;
+  } catch (error) {
+    const code = fileSystemErrorCode(error);
+    if (code === "ENOENT" || code === "ENOTDIR") return null;
+    throw TelemetryInputAccessError.wrap(file, error);
+  }
+  try {
+    return readManifestSync(dir, { onWarning: warn });
+  } catch (error) {
+    throw TelemetryInputAccessError.wrap(file, error);
+  }
+}
+
+/** True for a regular file; file-system errors other than a missing file are typed. */
+function isFileAt(path: string): boolean {
+  try {
+    return statSync(path, { throwIfNoEntry: false })?.isFile() === true;
+  } catch (error) {
+    throw TelemetryInputAccessError.wrap(path, error);
+  }
+}
+
+/**
+ * The names in `dir`, and which can be read as segments: regular files, and links to regular
+ * files inside the input (a link out of it is skipped with a warning).
+ */
+function readableFiles(
+  dir: string,
+  root: string,
+  warn: (message: string) => void,
+): { names: string[]; readable: (name: string) => boolean } {
+  let entries: Dirent[];
+  try {
+    entries = readdirSync(dir, { withFileTypes: true });
+  } catch (error) {
+    throw TelemetryInputAccessError.wrap(dir, error);
+  }
+  const byName = new Map(entries.map((entry) => [entry.name, entry]));
+  const known = new Map<string, boolean>();
+  const readable = (name: string): boolean => {
+    let answer = known.get(name);
+    if (answer === undefined) {
+      const entry = byName.get(name);
+      if (entry === undefined || !entry.isSymbolicLink()) {
+        answer = entry?.isFile() === true;
+      } else {
+        const target = linkInsideInput(join(dir, name), root, warn);
+        answer = target !== null && isFileAt(target);
+      }
+      known.set(name, answer);
+    }
+    return answer;
+  };
+  return { names: [...byName.keys()], readable };
 }
 
 function sinkPart(
@@ -79,21 +160,21 @@ function sinkPart(
   only: string | null,
   fallbackSessionId: () => string,
   warn: (message: string) => void,
+  root: string,
 ): TelemetryInputPart {
-  const manifest = readManifestSync(dir, { onWarning: warn });
+  if (linkInsideInput(dir, root, warn) === null) return { dir, manifest: null, segments: [] };
+  const read = readPartManifest(dir, root, warn);
+  const manifest = read === null ? null : { ...read, sessions: settleAbandonedSessions(read.sessions) };
   const hints = new Map<string, string | null>();
   for (const segment of manifest?.segments ?? []) hints.set(segment.filename, segment.session_id);
   let names: string[];
   if (only !== null) {
     names = [only];
   } else {
-    const onDisk = readdirSync(dir, { withFileTypes: true })
-      .filter((entry) => entry.isFile() && isSegmentFilename(entry.name))
-      .map((entry) => entry.name);
+    const { names: inDir, readable } = readableFiles(dir, root, warn);
+    const onDisk = inDir.filter((name) => isSegmentFilename(name) && readable(name));
     // Listed but gone (pruned, or never written): the reference skips it too.
-    const listed = (manifest?.segments ?? [])
-      .map((segment) => segment.filename)
-      .filter((name) => isFile(join(dir, name)));
+    const listed = (manifest?.segments ?? []).map((segment) => segment.filename).filter(readable);
     names = [...new Set([...listed, ...onDisk])].sort();
   }
   // The directory's synthetic id (a realpath and a hash) only where a segment has no manifest hint.
@@ -132,6 +213,7 @@ export function resolveTelemetryInputSync(
   try {
     info = statSync(path);
   } catch (error) {
+    if (fileSystemErrorCode(error) !== "ENOENT") throw TelemetryInputAccessError.wrap(path, error);
     throw new TelemetrySourceError(path, "No telemetry input here: the path does not exist", {
       cause: error,
     });
@@ -139,7 +221,7 @@ export function resolveTelemetryInputSync(
   const absolute = resolveInputPath(path);
   const defaultSource = `artifact:${basename(path) || absolute}`;
   if (info.isDirectory()) {
-    const dirs = discoverSinkDirectoriesSync(path);
+    const dirs = discoverSinkDirectoriesSync(path, warn);
     if (dirs.length === 0) {
       throw new TelemetrySourceError(
         path,
@@ -147,7 +229,7 @@ export function resolveTelemetryInputSync(
       );
     }
     const parts = dirs.map((dir) =>
-      sinkPart(dir, null, () => stableLegacySessionId([resolveInputPath(dir), "sink"]), warn),
+      sinkPart(dir, null, () => stableLegacySessionId([resolveInputPath(dir), "sink"]), warn, absolute),
     );
     const kind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
     return { kind, path, absolute, parts, defaultSource, defaultSourcePath: path };
@@ -155,12 +237,14 @@ export function resolveTelemetryInputSync(
   const name = basename(path);
   const parent = dirname(path);
   const fallback = () => stableLegacySessionId([absolute, "sink"]);
+  // The input is the directory the file names: links out of it are not followed.
+  const root = resolveInputPath(parent);
   if (name === MANIFEST_FILENAME) {
-    const parts = [sinkPart(parent, null, fallback, warn)];
+    const parts = [sinkPart(parent, null, fallback, warn, root)];
     return { kind: "sink", path, absolute, parts, defaultSource, defaultSourcePath: path };
   }
   if (name.endsWith(SEGMENT_SUFFIX)) {
-    const parts = [sinkPart(parent, name, fallback, warn)];
+    const parts = [sinkPart(parent, name, fallback, warn, root)];
     return { kind: "jsonl", path, absolute, parts, defaultSource, defaultSourcePath: absolute };
   }
   return { kind: "json", path, absolute, parts: [], defaultSource, defaultSourcePath: absolute };

@@ -3,16 +3,17 @@ import {
   compareSessionsForSelection,
   inferSessionSummaryFromEvents,
   JsonlDecodeError,
+  type JsonlLine,
   type JsonObject,
   type JsonValue,
+  LosslessJsonParser,
   normalizeTelemetryRecord,
-  parseJson,
   readJsonlLines,
   type SessionSummary,
   stableLegacySessionId,
   type TelemetryEvent,
 } from "@stormlog/core";
-import { SessionNotFoundError, TelemetrySourceError } from "./errors.js";
+import { SessionNotFoundError, TelemetryInputAccessError, TelemetrySourceError } from "./errors.js";
 import {
   decodeTelemetryEventLine,
   type ResolvedTelemetryInput,
@@ -65,6 +66,50 @@ interface ScanHooks {
   onWarning?(message: string, sessionId: string | null): void;
 }
 
+/**
+ * The lossless parser, remembering where each object of the first two levels began: the records
+ * of a JSON array or of its `events`, so that an error about one names its line.
+ */
+class PositionedJsonParser extends LosslessJsonParser {
+  readonly starts = new WeakMap<JsonObject, number>();
+
+  override readObject(): JsonObject {
+    const start = this.pos;
+    const shallow = this.depth < 2;
+    const object = super.readObject();
+    if (shallow) this.starts.set(object, start);
+    return object;
+  }
+}
+
+/** The JSON document at `path`, and the 1-based line where each record starts. */
+function parseJsonDocument(
+  text: string,
+  path: string,
+): { payload: JsonValue; lineOf(record: JsonObject): number | undefined } {
+  const parser = new PositionedJsonParser(text, { file: path });
+  const payload = parser.readValue();
+  parser.expectEnd();
+  // Lines counted once, in order of position (records are met in that order).
+  let counted = 0;
+  let line = 1;
+  return {
+    payload,
+    lineOf(record) {
+      const start = parser.starts.get(record);
+      if (start === undefined) return undefined;
+      if (start < counted) {
+        counted = 0;
+        line = 1;
+      }
+      for (let at = text.indexOf("\n", counted); at !== -1 && at < start; at = text.indexOf("\n", at + 1))
+        line++;
+      counted = start;
+      return line;
+    },
+  };
+}
+
 function jsonRecords(payload: JsonValue, eventsKey: string | undefined, path: string): JsonObject[] {
   let records: JsonValue;
   if (Array.isArray(payload)) {
@@ -103,6 +148,15 @@ function jsonRecords(payload: JsonValue, eventsKey: string | undefined, path: st
   });
 }
 
+/** The lines of a segment; a file-system error (a permission, a link loop) is typed. */
+async function* readSegmentLines(segment: string): AsyncGenerator<JsonlLine> {
+  try {
+    yield* readJsonlLines(segment);
+  } catch (error) {
+    throw TelemetryInputAccessError.wrap(segment, error);
+  }
+}
+
 /** Every event of the input in storage order: segments by name, lines in order. Nothing is retained. */
 async function* scan(
   input: ResolvedTelemetryInput,
@@ -114,17 +168,17 @@ async function* scan(
     try {
       text = await fsPromises.readFile(input.path, "utf8");
     } catch (error) {
-      throw new TelemetrySourceError(input.path, "Cannot read the telemetry file", { cause: error });
+      throw TelemetryInputAccessError.wrap(input.path, error);
     }
-    const payload = parseJson(text, { file: input.path });
+    const document = parseJsonDocument(text, input.path);
     const defaultSessionId = stableLegacySessionId([input.absolute, options.eventsKey ?? "json"]);
-    const records = jsonRecords(payload, options.eventsKey, input.path);
+    const records = jsonRecords(document.payload, options.eventsKey, input.path);
     for (let i = 0; i < records.length; i++) {
       const event = normalizeTelemetryRecord(records[i]!, {
         defaultSessionId,
         permissiveLegacy: options.permissiveLegacy !== false,
         strict: options.strict !== false,
-        location: { file: `${input.path} (event ${i})` },
+        location: { file: input.path, line: document.lineOf(records[i]!) },
         upgradeTo: options.upgradeTo ?? 3,
       });
       yield { event, source: input.path };
@@ -135,7 +189,7 @@ async function* scan(
     for (const { path: segment, hint, defaultSessionId } of part.segments) {
       let count = 0;
       let lastSession: string | null = hint;
-      for await (const line of readJsonlLines(segment)) {
+      for await (const line of readSegmentLines(segment)) {
         const location = { file: segment, line: line.lineNumber };
         let event: TelemetryEvent;
         try {

@@ -11,7 +11,7 @@ import {
 } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
-import { resolveDistributedIdentity, StormlogError } from "@stormlog/core";
+import { resolveDistributedIdentity, type SessionSummary, StormlogError } from "@stormlog/core";
 import { writerDirectoryName } from "./layout.js";
 
 /** The lock a writing process keeps in its sink directory (the Python reference ignores the file). */
@@ -313,4 +313,17 @@ function rankFromEnvironment(): number | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * The ledger as readers report it: a `running` session whose writer is gone (it ran on this host and
+ * its pid no longer runs the process that started it) is `interrupted`, as the next writer's
+ * recovery will record it. The Python reference reports `running` until a writer reopens the directory.
+ */
+export function settleAbandonedSessions<T extends SessionSummary>(sessions: readonly T[]): T[] {
+  return sessions.map((summary) =>
+    summary.status === "running" && isSessionWriterGone(summary.host, summary.pid, summary.started_at_ns)
+      ? { ...summary, status: "interrupted" }
+      : summary,
+  );
 }

@@ -60,7 +60,8 @@ describe("crash safety under SIGKILL", () => {
       const warnings: string[] = [];
       const sessions = await loadTelemetrySessions(dir, { onWarning: (m) => warnings.push(m) });
       const killed = sessions.find((s) => s.summary.session_id === id)!;
-      expect(killed.summary.status).toBe("running");
+      // Its writer is gone: readers say interrupted (the manifest still says running, for the next writer).
+      expect(killed.summary.status).toBe("interrupted");
       const seqs = killed.events.map((event) => (event.metadata as { seq: number }).seq);
       // Nothing lost that was reported written; nothing out of order, duplicated or skipped.
       expect(seqs.length).toBeGreaterThanOrEqual(acknowledged);
@@ -119,14 +120,18 @@ describe("closing with the process", () => {
     },
   );
 
-  it("leaves the session running, as the reference, when the hooks are off", async () => {
+  it("leaves the session running on disk, as the reference, when the hooks are off; readers see it interrupted once the writer is gone", async () => {
     const dir = tempDir();
     const child = start([dir, "wait", "--events", "100", "--no-exit-hooks"]);
     await waitFor(child, /ready/);
+    // While the writer lives, its session is running.
+    const [live] = await summarizeTelemetrySessions(dir);
+    expect(live).toMatchObject({ eventCount: 100, summary: { status: "running" } });
     child.kill("SIGTERM");
     expect((await exited(child)).signal).toBe("SIGTERM");
+    expect(readManifestSync(dir)?.sessions[0]?.status).toBe("running");
     const [session] = await summarizeTelemetrySessions(dir);
-    expect(session).toMatchObject({ eventCount: 100, summary: { status: "running" } });
+    expect(session).toMatchObject({ eventCount: 100, summary: { status: "interrupted" } });
   });
 });
 
