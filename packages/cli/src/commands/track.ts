@@ -183,7 +183,9 @@ function settings(args: ParsedArgs, io: CliIo, stderrWarn: (message: string) => 
   if (localRank !== undefined) identity.localRank = localRank;
   const worldSize = n("world-size", { min: 1, integer: true });
   if (worldSize !== undefined) identity.worldSize = worldSize;
-  resolveDistributedIdentity(identity, { env: io.env });
+  const resolved = resolveDistributedIdentity(identity, { env: io.env });
+  // Names the directory this rank writes beside another live rank's (see onLockedDirectory).
+  if (rank !== undefined || resolved.world_size > 1) sink.rank = resolved.rank;
   return {
     intervalMs: (n("interval", { exclusiveMin: 0 }) ?? 0.1) * 1000,
     durationMs: ((value) => (value === undefined ? undefined : value * 1000))(
@@ -396,7 +398,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     await tracker.start();
     say(
       `recording ${child === null ? "GPU memory" : `'${command.join(" ")}' (pid ${child.pid})`} into ` +
-        `${config.sink.rootDir} every ${config.intervalMs / 1000} s; session ${tracker.getSessionSummary()?.session_id ?? "-"}`,
+        `${sink.rootDir} every ${config.intervalMs / 1000} s; session ${tracker.getSessionSummary()?.session_id ?? "-"}`,
     );
     for (const note of notes) say(`  ${note}`);
 
@@ -428,7 +430,8 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
       elapsedS,
       statistics: tracker!.getStatistics(),
       sink: sink!.getDiagnostics(),
-      sinkDir: config.sink.rootDir,
+      sinkDir: sink!.rootDir,
+      sinkRoot: config.sink.rootDir,
       sessionId: tracker!.getSessionSummary()?.session_id ?? null,
       sessionStatus: tracker!.getSessionSummary()?.status ?? null,
       peakRssBytes: childCollector?.peakRssBytes ?? null,
@@ -445,6 +448,8 @@ interface SummaryInput {
   readonly statistics: TrackerStatistics;
   readonly sink: SinkDiagnostics;
   readonly sinkDir: string;
+  /** The directory given: `sinkDir`, or its parent when this process wrote beside a live writer. */
+  readonly sinkRoot: string;
   readonly sessionId: string | null;
   readonly sessionStatus: string | null;
   readonly peakRssBytes: number | null;
@@ -489,7 +494,7 @@ export function formatSummary(input: SummaryInput): string {
       `${formatBytes(sink.final_retained_bytes)}; rollovers ${sink.rollover_count}, pruned ${sink.pruned_segment_count} ` +
       `(${formatBytes(sink.pruned_bytes)})${sink.last_error ? `; last error: ${sink.last_error}` : ""}`,
   );
-  lines.push("", `Next: stormlog analyze ${input.sinkDir}`, "");
+  lines.push("", `Next: stormlog analyze ${input.sinkRoot}`, "");
   return lines.join("\n");
 }
 
