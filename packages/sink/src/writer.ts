@@ -1391,7 +1391,7 @@ export class TelemetrySink {
       maxSeconds: this.config.failureBackoffMaxSeconds,
       clock: this.config.clock,
       logger: this.config.logger,
-      subject: this.rootDir,
+      subject: () => this.rootDir,
       lostSoFar: () => this.droppedIo,
     });
     return this.retryPolicy;

@@ -1,7 +1,8 @@
 /** What the tracker's `OffThreadSink` and its sink worker say to each other. */
 import type { SessionStatus, SessionSummary, TelemetryEvent } from "@stormlog/core";
 import type { TelemetrySinkOptions } from "@stormlog/sink";
-import type { RecordContext, StoredBatch } from "./store.js";
+import type { RingBuffers, RingObject, SpillChunk } from "./pipeline/record-ring.js";
+import type { RecordContext } from "./store.js";
 import type { WriterDiagnostics } from "./writer.js";
 
 /**
@@ -30,11 +31,14 @@ export type SinkWorkerRequest =
       readonly summary: Partial<Omit<SessionSummary, "status" | "ended_at_ns">>;
     }
   | {
-      readonly kind: "batch";
+      /** The shared ring the tracker writes the session's stored records into (see `record-ring`). */
+      readonly kind: "ring";
       readonly sink: number;
-      readonly batch: StoredBatch;
-      readonly context?: RecordContext;
+      readonly buffers: RingBuffers;
+      readonly context: RecordContext;
     }
+  | { readonly kind: "objects"; readonly sink: number; readonly objects: readonly RingObject[] }
+  | { readonly kind: "spill"; readonly sink: number; readonly chunk: SpillChunk }
   | { readonly kind: "records"; readonly sink: number; readonly records: readonly TelemetryEvent[] }
   | { readonly kind: "close"; readonly sink: number; readonly status: SessionStatus }
   | { readonly kind: "closeSync"; readonly sink: number; readonly status: SessionStatus };
@@ -42,6 +46,8 @@ export type SinkWorkerRequest =
 export type SinkWorkerReply =
   | { readonly kind: "log"; readonly sink: number; readonly level: "warn" | "info"; readonly message: string }
   | { readonly kind: "opened"; readonly sink: number }
+  /** The session is registered and the manifest naming it is on disk. */
+  | { readonly kind: "session-started"; readonly sink: number }
   | { readonly kind: "closed"; readonly sink: number }
   | { readonly kind: "failed"; readonly sink: number; readonly message: string };
 

@@ -18,7 +18,8 @@ import {
   type SinkWorkerRequest,
   type WorkerSinkOptions,
 } from "./off-thread-protocol.js";
-import { BatchIds, type EventStore, type RecordContext } from "./store.js";
+import type { RingBuffers, RingObject, SpillChunk } from "./pipeline/record-ring.js";
+import type { RecordContext } from "./store.js";
 import type { TelemetryWriter, WriterDiagnostics } from "./writer.js";
 
 /** How long `closeSync` (process exit) waits for the worker to write what it holds. */
@@ -51,9 +52,9 @@ export function canWriteOffThread(options: TelemetrySinkOptions): boolean {
 }
 
 /**
- * A `TelemetrySink` on a worker thread. The tracker hands it batches of stored records as typed
- * arrays (`appendStored`); building the records, encoding them and the disk work happen on the
- * worker, not between training steps. One worker serves every sink of the process and stays for the
+ * A `TelemetrySink` on a worker thread. The tracker writes stored records into a shared ring that
+ * the worker reads as it fills (`attachRing`, see `record-ring`); building the records, encoding them
+ * and the disk work happen on the worker, not between training steps. One worker serves every sink of the process and stays for the
  * next session (it starts once, and never keeps the process alive). Counters are shared through
  * memory, and `closeSync` (process exit) blocks until the worker has written everything, as the
  * in-thread sink's does.
@@ -65,16 +66,13 @@ export class OffThreadSink implements TelemetryWriter {
   private readonly handleProcessExit: boolean;
   /** The summaries' `source`, as the worker's sink resolves it. */
   private readonly source: string;
-  /** At most half the worker's sink queue (see `appendStored`). */
-  private readonly recordsPerBatch: number;
   private readonly diagnostics: Float64Array;
   private readonly closedFlag: Int32Array;
-  private readonly ids = new BatchIds();
-  private sentContext: RecordContext | null = null;
   private failure: string | null = null;
   private finished = false;
   private onClosed: (() => void) | null = null;
   private onOpened: ((opened: boolean) => void) | null = null;
+  private onSessionStarted: (() => void) | null = null;
   private readonly opened: Promise<boolean>;
   private unregisterExit: (() => void) | null = null;
 
@@ -82,7 +80,6 @@ export class OffThreadSink implements TelemetryWriter {
   constructor(options: TelemetrySinkOptions) {
     const resolved = resolveSinkConfig(options);
     this.source = resolved.source;
-    this.recordsPerBatch = Math.max(1, Math.floor(resolved.maxQueueEvents / 2));
     const { logger, clock: _clock, scheduler: _scheduler, ...crossing } = options;
     this.logger = logger ?? consoleSinkLogger;
     this.handleProcessExit = options.handleProcessExit ?? true;
@@ -144,7 +141,19 @@ export class OffThreadSink implements TelemetryWriter {
   }
 
   /**
-   * Sends one record as an object. The tracker sends stored records with `appendStored`; this is for
+   * Resolves once the worker's sink has registered the session and written the manifest naming it
+   * (or the worker failed). Call after `startSession`.
+   */
+  sessionStarted(): Promise<void> {
+    if (this.failure !== null) return Promise.resolve();
+    this.connection.hold();
+    return new Promise<void>((resolve) => {
+      this.onSessionStarted = resolve;
+    }).then(() => this.connection.release());
+  }
+
+  /**
+   * Sends one record as an object. The tracker writes stored records into the ring; this is for
    * other callers (an integral float that the tracker writes `1.0` loses its mark here).
    */
   append(record: TelemetryEvent): void {
@@ -152,29 +161,30 @@ export class OffThreadSink implements TelemetryWriter {
     this.post({ kind: "records", sink: this.id, records: [record] });
   }
 
-  /** Sends stored records (`indices` of `store`) to be built and written on the worker. */
-  appendStored(store: EventStore, indices: readonly number[], context: RecordContext): void {
+  /** Hands the worker the ring the session's stored records are written into, and their context. */
+  attachRing(buffers: RingBuffers, context: RecordContext): void {
     this.ensureRunning();
-    // The worker waits for a flush before a batch while half its sink's queue is taken: a batch
-    // larger than that would overflow the queue.
-    const most = this.recordsPerBatch;
-    if (indices.length <= most) this.sendBatch(store, indices, context);
-    else
-      for (let start = 0; start < indices.length; start += most)
-        this.sendBatch(store, indices.slice(start, start + most), context);
+    this.post({ kind: "ring", sink: this.id, buffers, context });
   }
 
-  private sendBatch(store: EventStore, indices: readonly number[], context: RecordContext): void {
-    const batch = store.pack(indices, this.ids);
-    const request: SinkWorkerRequest =
-      context === this.sentContext
-        ? { kind: "batch", sink: this.id, batch }
-        : { kind: "batch", sink: this.id, batch, context };
-    this.sentContext = context;
-    this.connection.post(request, [
-      batch.timestamps.buffer as ArrayBuffer,
-      batch.numbers.buffer as ArrayBuffer,
+  /** Objects the ring's records name by id, new to the worker. */
+  postObjects(objects: readonly RingObject[]): void {
+    this.ensureRunning();
+    this.post({ kind: "objects", sink: this.id, objects });
+  }
+
+  /** Records that did not fit in the ring. */
+  postSpill(chunk: SpillChunk): void {
+    this.ensureRunning();
+    this.connection.post({ kind: "spill", sink: this.id, chunk }, [
+      chunk.numbers.buffer as ArrayBuffer,
+      chunk.timestamps.buffer as ArrayBuffer,
     ]);
+  }
+
+  /** Whether the worker failed (nothing more reaches the disk). */
+  get failed(): boolean {
+    return this.failure !== null;
   }
 
   /** Writes what the worker holds for this sink and closes the session. Never rejects. */
@@ -225,6 +235,10 @@ export class OffThreadSink implements TelemetryWriter {
         this.onOpened?.(true);
         this.onOpened = null;
         return;
+      case "session-started":
+        this.onSessionStarted?.();
+        this.onSessionStarted = null;
+        return;
       case "closed":
         this.onClosed?.();
         this.onClosed = null;
@@ -245,6 +259,8 @@ export class OffThreadSink implements TelemetryWriter {
     this.logger.warn(new SinkWorkerError(reason).message);
     this.onOpened?.(false);
     this.onOpened = null;
+    this.onSessionStarted?.();
+    this.onSessionStarted = null;
     this.onClosed?.();
     this.onClosed = null;
     this.post({ kind: "close", sink: this.id, status: "incomplete" });

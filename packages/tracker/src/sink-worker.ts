@@ -1,8 +1,8 @@
 /**
  * The sink worker: the `TelemetrySink`s of the process's `OffThreadSink`s, on one thread of their
- * own. Each batch of stored records is rebuilt with the tracker's own `EventStore` (the same
- * `materialize` as on the training thread, so the lines are identical), appended, and encoded and
- * written here instead of between training steps.
+ * own. Stored records are read from the tracker's shared ring as it fills (`RecordRingReader`),
+ * rebuilt with the tracker's own `EventStore` (the same `materialize` as on the training thread, so
+ * the lines are identical), appended, and encoded and written here instead of between training steps.
  */
 import { readlinkSync } from "node:fs";
 import { setPriority } from "node:os";
@@ -13,7 +13,15 @@ import {
   type SinkWorkerRequest,
   writeSharedDiagnostics,
 } from "./off-thread-protocol.js";
-import { BatchTables, EventStore, type RecordContext } from "./store.js";
+import { RecordRingReader, waitForRecords } from "./pipeline/record-ring.js";
+import { EventStore } from "./store.js";
+
+/**
+ * How long the worker sleeps between reads of a ring (sooner when the ring is a quarter full): a
+ * record waits at most this long for the worker, far within the 100 ms a kill may lose beyond the
+ * sink's flush interval.
+ */
+const RING_READ_INTERVAL_MS = 20;
 
 const port = parentPort;
 if (port === null) throw new Error("sink-worker runs as a worker thread (the tracker starts it)");
@@ -36,20 +44,27 @@ function lowerThisThreadsPriority(): void {
 lowerThisThreadsPriority();
 
 interface OpenSink {
+  readonly id: number;
   readonly sink: TelemetrySink;
-  readonly tables: BatchTables;
   readonly diagnostics: Float64Array;
   readonly closed: Int32Array;
-  /** Above this many records waiting for the disk, the next batch waits for a flush. */
+  /** Above this many records waiting for the disk, reading the ring waits for a flush. */
   readonly highWater: number;
-  context: RecordContext | null;
+  ring: RecordRingReader | null;
+  /** A `pull` of this sink waits in the backlog. */
+  pullQueued: boolean;
+  finished: boolean;
 }
+
+/** A request the worker makes itself: read the sink's ring. */
+type Pull = { readonly kind: "pull"; readonly sink: number };
+type Task = SinkWorkerRequest | Pull;
 
 const sinks = new Map<number, OpenSink>();
 // One record at a time is rebuilt and appended: the store needs no more room than that.
 const store = new EventStore(1);
 /** Requests not handled yet, in the order they came. */
-const backlog: SinkWorkerRequest[] = [];
+const backlog: Task[] = [];
 let draining = false;
 
 function share(open: OpenSink): void {
@@ -67,20 +82,63 @@ function open(request: Extract<SinkWorkerRequest, { kind: "open" }>): void {
     },
   });
   const state: OpenSink = {
+    id,
     sink,
-    tables: new BatchTables(),
     diagnostics: new Float64Array(request.diagnostics),
     closed: new Int32Array(request.closed),
     highWater: Math.floor(sink.getDiagnostics().max_queue_events / 2),
-    context: null,
+    ring: null,
+    pullQueued: false,
+    finished: false,
   };
   sinks.set(id, state);
   share(state);
   reply({ kind: "opened", sink: id });
 }
 
+/** Queues a read of the sink's ring (once). */
+function queuePull(state: OpenSink): void {
+  if (state.pullQueued || state.finished) return;
+  state.pullQueued = true;
+  enqueue({ kind: "pull", sink: state.id });
+}
+
+/** Reads the ring whenever it is a quarter full or `RING_READ_INTERVAL_MS` passed, until the sink closes. */
+function watchRing(state: OpenSink, buffers: Parameters<typeof waitForRecords>[0]): void {
+  void waitForRecords(buffers, RING_READ_INTERVAL_MS).then(() => {
+    if (state.finished) return;
+    queuePull(state);
+    watchRing(state, buffers);
+  });
+}
+
+/**
+ * Appends what the ring holds. With `wait`, a sink with many records waiting for the disk is
+ * flushed first: a burst (thousands of phases in a fast loop) waits in the ring and its spill
+ * chunks instead of overflowing the sink's bounded queue. Without, everything is appended now
+ * (process exit).
+ */
+async function pull(state: OpenSink, wait: boolean): Promise<void> {
+  const ring = state.ring;
+  if (ring === null) return;
+  const sink = state.sink;
+  const append = (record: ReturnType<EventStore["materialize"]>) => sink.append(record);
+  const room = wait ? () => sink.pendingEvents < state.highWater : () => true;
+  while (ring.drain(append, room)) await sink.flush();
+}
+
+function pullNow(state: OpenSink): void {
+  const ring = state.ring;
+  if (ring === null) return;
+  const sink = state.sink;
+  ring.drain(
+    (record) => sink.append(record),
+    () => true,
+  );
+}
+
 /** Handles one request; a `close` resolves once the session is closed. */
-function handle(request: SinkWorkerRequest): Promise<void> | undefined {
+function handle(request: Task): Promise<void> | undefined {
   if (request.kind === "open") {
     open(request);
     return undefined;
@@ -91,27 +149,41 @@ function handle(request: SinkWorkerRequest): Promise<void> | undefined {
   switch (request.kind) {
     case "session":
       sink.startSession(request.summary);
+      // The manifest naming the session is on disk before the tracker's `start()` resolves.
+      return sink.flush().then(() => {
+        share(state);
+        reply({ kind: "session-started", sink: request.sink });
+      });
+    case "ring":
+      state.ring = new RecordRingReader(request.buffers, request.context, store);
+      watchRing(state, request.buffers);
       break;
-    case "batch": {
-      if (request.context !== undefined) state.context = request.context;
-      const batch = request.batch;
-      state.tables.learn(batch);
-      for (let i = 0; i < batch.count; i++) {
-        const index = store.unpack(batch, i, state.tables);
-        sink.append(store.materialize(index, state.context as RecordContext));
-      }
+    case "objects":
+      state.ring?.learn(request.objects);
+      queuePull(state);
       break;
-    }
+    case "spill":
+      state.ring?.spill(request.chunk);
+      queuePull(state);
+      break;
+    case "pull":
+      state.pullQueued = false;
+      return pull(state, true).then(() => share(state));
     case "records":
       for (const record of request.records) sink.append(record);
       break;
     case "close":
-      return sink.close(request.status).then(() => {
-        share(state);
-        sinks.delete(request.sink);
-        reply({ kind: "closed", sink: request.sink });
-      });
+      state.finished = true;
+      return pull(state, true)
+        .then(() => sink.close(request.status))
+        .then(() => {
+          share(state);
+          sinks.delete(request.sink);
+          reply({ kind: "closed", sink: request.sink });
+        });
     case "closeSync":
+      state.finished = true;
+      pullNow(state);
       sink.closeSync(request.status);
       share(state);
       sinks.delete(request.sink);
@@ -123,48 +195,45 @@ function handle(request: SinkWorkerRequest): Promise<void> | undefined {
   return undefined;
 }
 
-function handleSafely(request: SinkWorkerRequest): Promise<void> | undefined {
+function handleSafely(request: Task): Promise<void> | undefined {
   try {
-    return handle(request);
+    return handle(request)?.catch((error: unknown) => fail(request, error));
   } catch (error) {
-    reply({
-      kind: "failed",
-      sink: request.sink,
-      message: error instanceof Error ? error.message : String(error),
-    });
+    fail(request, error);
     return undefined;
   }
 }
 
-/**
- * Handles the backlog in order. A batch for a sink with many records waiting for the disk waits for
- * a flush first: a burst of records (thousands of phases in a fast loop) waits here, in the message
- * queue, instead of overflowing the sink's bounded queue.
- */
+function fail(request: Task, error: unknown): void {
+  reply({
+    kind: "failed",
+    sink: request.sink,
+    message: error instanceof Error ? error.message : String(error),
+  });
+}
+
+/** Handles the backlog in order, one request at a time (a pull or a close may wait for the disk). */
 async function drain(): Promise<void> {
   draining = true;
   while (backlog.length > 0) {
-    const request = backlog[0] as SinkWorkerRequest;
-    const state = request.kind === "batch" ? sinks.get(request.sink) : undefined;
-    if (state !== undefined && state.sink.pendingEvents >= state.highWater) {
-      await state.sink.flush();
-      // A `closeSync` meanwhile handled the backlog itself.
-      if (backlog[0] !== request) continue;
-    }
-    backlog.shift();
-    const closing = handleSafely(request);
-    if (closing !== undefined) await closing;
+    const request = backlog.shift() as Task;
+    const handling = handleSafely(request);
+    if (handling !== undefined) await handling;
   }
   draining = false;
+}
+
+function enqueue(task: Task): void {
+  backlog.push(task);
+  if (!draining) void drain();
 }
 
 port.on("message", (request: SinkWorkerRequest) => {
   if (request.kind === "closeSync") {
     // Process exit: the training thread waits, blocked; everything before it is handled now.
-    for (const earlier of backlog.splice(0)) void handleSafely(earlier);
+    for (const earlier of backlog.splice(0)) if (earlier.kind !== "pull") void handleSafely(earlier);
     handleSafely(request);
     return;
   }
-  backlog.push(request);
-  if (!draining) void drain();
+  enqueue(request);
 });

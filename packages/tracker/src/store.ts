@@ -133,6 +133,34 @@ export class EventStore {
     return index;
   }
 
+  /** Stores a record whose numbers are `copyNumbers`' layout in `numbers` from `at` (the sink worker's side). */
+  pushNumbers(
+    ts: bigint,
+    eventType: string,
+    context: string | null,
+    group: StoredGroup,
+    numbers: Float64Array,
+    at: number,
+    base: JsonObject,
+    extra: JsonObject | null,
+    scope: RecordedPhase | null,
+  ): number {
+    const index = this.written++;
+    const slot = index % this.capacity;
+    this.ts[slot] = ts;
+    this.types[slot] = eventType;
+    this.contexts[slot] = context;
+    this.groups[slot] = group;
+    this.counters.set(numbers.subarray(at, at + FIELDS), slot * FIELDS);
+    this.changes[slot] = numbers[at + FIELDS] as number;
+    this.sequences[slot] = numbers[at + FIELDS + 1] as number;
+    this.flags[slot] = numbers[at + FIELDS + 2] as number;
+    this.bases[slot] = base;
+    this.extras[slot] = extra;
+    this.scopes[slot] = scope;
+    return index;
+  }
+
   /** Overwrites one counter of a stored record (a boundary reading). */
   setCounter(index: number, counterIndex: number, value: number): void {
     this.counters[(index % this.capacity) * FIELDS + counterIndex] = value;
@@ -183,74 +211,38 @@ export class EventStore {
     return this.ts[index % this.capacity] as bigint;
   }
 
+  /**
+   * Copies a stored record's numbers into `out` from `at`: the counters (NaN when unread), change,
+   * boundary sequence and flags (`RECORD_NUMBERS` of them).
+   */
+  copyNumbers(index: number, out: Float64Array, at: number): void {
+    const slot = index % this.capacity;
+    const row = slot * FIELDS;
+    const counters = this.counters;
+    for (let f = 0; f < FIELDS; f++) out[at + f] = counters[row + f] as number;
+    out[at + FIELDS] = this.changes[slot] as number;
+    out[at + FIELDS + 1] = this.sequences[slot] as number;
+    out[at + FIELDS + 2] = this.flags[slot] as number;
+  }
+
+  group(index: number): StoredGroup {
+    return this.groups[index % this.capacity] as StoredGroup;
+  }
+
+  base(index: number): JsonObject {
+    return this.bases[index % this.capacity] as JsonObject;
+  }
+
+  context(index: number): string | null {
+    return this.contexts[index % this.capacity] ?? null;
+  }
+
+  scope(index: number): RecordedPhase | null {
+    return this.scopes[index % this.capacity] ?? null;
+  }
+
   deviceId(index: number): number {
     return (this.groups[index % this.capacity] as StoredGroup).deviceId;
-  }
-
-  /**
-   * Copies stored records into a batch for the sink worker: numbers into typed arrays (transferred,
-   * not copied); event types, groups, base metadata and phase scopes once each by id (`ids`
-   * remembers them), a scope as its phase kind's id and its own few fields.
-   */
-  pack(indices: readonly number[], ids: BatchIds): StoredBatch {
-    const count = indices.length;
-    const timestamps = new BigInt64Array(count);
-    const numbers = new Float64Array(count * BATCH_WIDTH);
-    const objects: BatchObjects = {
-      contexts: new Array(count),
-      extras: new Array(count),
-      texts: [],
-      groups: [],
-      bases: [],
-      kinds: [],
-      scopes: [],
-    };
-    const counters = this.counters;
-    for (let i = 0; i < count; i++) {
-      const slot = (indices[i] as number) % this.capacity;
-      timestamps[i] = this.ts[slot] as bigint;
-      objects.contexts[i] = this.contexts[slot] as string | null;
-      objects.extras[i] = this.extras[slot] ?? null;
-      const out = i * BATCH_WIDTH;
-      const row = slot * FIELDS;
-      for (let f = 0; f < FIELDS; f++) numbers[out + f] = counters[row + f] as number;
-      numbers[out + FIELDS] = this.changes[slot] as number;
-      numbers[out + FIELDS + 1] = this.sequences[slot] as number;
-      numbers[out + FIELDS + 2] = this.flags[slot] as number;
-      numbers[out + FIELDS + 3] = ids.idOfGroup(this.groups[slot] as StoredGroup, objects.groups);
-      numbers[out + FIELDS + 4] = ids.idOfBase(this.bases[slot] as JsonObject, objects.bases);
-      const scope = this.scopes[slot];
-      numbers[out + FIELDS + 5] = scope === null || scope === undefined ? -1 : ids.idOfScope(scope, objects);
-      numbers[out + FIELDS + 6] = ids.idOfText(this.types[slot] as string, objects.texts);
-    }
-    ids.endBatch();
-    return { count, timestamps, numbers, objects: asText(objects) };
-  }
-
-  /** Stores the `i`-th record of a batch (after `tables.learn(batch)`) and returns its index. */
-  unpack(batch: StoredBatch, i: number, tables: BatchTables): number {
-    const objects = tables.objects;
-    const index = this.written++;
-    const slot = index % this.capacity;
-    const source = batch.numbers;
-    const at = i * BATCH_WIDTH;
-    this.counters.set(source.subarray(at, at + FIELDS), slot * FIELDS);
-    this.ts[slot] = batch.timestamps[i] as bigint;
-    this.types[slot] = tables.texts.get(source[at + FIELDS + 6] as number) as string;
-    this.contexts[slot] = objects.contexts[i] ?? null;
-    this.extras[slot] = objects.extras[i] ?? null;
-    this.changes[slot] = source[at + FIELDS] as number;
-    this.sequences[slot] = source[at + FIELDS + 1] as number;
-    const flags = source[at + FIELDS + 2] as number;
-    this.flags[slot] = flags;
-    this.groups[slot] = tables.groups.get(source[at + FIELDS + 3] as number);
-    this.bases[slot] = tables.bases.get(source[at + FIELDS + 4] as number);
-    const scopeId = source[at + FIELDS + 5] as number;
-    const scope = scopeId < 0 ? null : (tables.scopes.get(scopeId) ?? null);
-    this.scopes[slot] = scope;
-    // A scope is referenced by its enter and its exit record: after the exit, never again.
-    if (scope !== null && (flags & PHASE_EXIT) !== 0) tables.scopes.delete(scopeId);
-    return index;
   }
 
   /** The record at `index`, as a new object. */
@@ -362,281 +354,8 @@ export class EventStore {
   }
 }
 
-/** Numbers per record in a `StoredBatch`: the counters, change, sequence, flags, group, base, scope, event type. */
-const BATCH_WIDTH = FIELDS + 7;
-
-/**
- * Stored records on their way from the tracker to its sink worker (see `EventStore.pack`): numbers
- * in typed arrays, the rest as JSON text, which crosses threads as one copy where structured clone
- * walks every object (~5x the training thread's time for a batch of phase records).
- */
-export interface StoredBatch {
-  readonly count: number;
-  readonly timestamps: BigInt64Array;
-  readonly numbers: Float64Array;
-  /** `BatchObjects` as JSON, or itself when it holds what JSON cannot (a bigint). */
-  readonly objects: string | BatchObjects;
-}
-
-/** What phase scopes of one phase path (on one thread) share: sent once, then named by id. */
-export interface PhaseKind {
-  readonly name: string;
-  readonly path: readonly string[];
-  readonly phasePath: string;
-  readonly depth: number;
-  readonly threadId: number;
-  readonly threadName: string;
-}
-
-/**
- * A scope new in a batch: its id, its kind's id, its scope id and its parent's as a prefix (a text
- * id: the session's, in the recorder's ids) and the rest, its sequence and its attributes.
- */
-export type PackedScope = [
-  id: number,
-  kind: number,
-  prefix: number,
-  suffix: string,
-  parentPrefix: number,
-  parentSuffix: string | null,
-  sequence: number,
-  attributes: JsonObject | null,
-];
-
-/**
- * A batch's strings and objects: per record, then the texts (event types, scope id prefixes),
- * groups, base metadata, phase kinds and scopes new in it, by id.
- */
-export interface BatchObjects {
-  readonly contexts: (string | null)[];
-  readonly extras: (JsonObject | null)[];
-  readonly texts: [number, string][];
-  readonly groups: [number, StoredGroup][];
-  readonly bases: [number, JsonObject][];
-  readonly kinds: [number, PhaseKind][];
-  readonly scopes: PackedScope[];
-}
-
-function asText(objects: BatchObjects): string | BatchObjects {
-  try {
-    return JSON.stringify(objects);
-  } catch {
-    return objects;
-  }
-}
-
-/** The tracker's side of batch ids: each object gets one id, sent with the first batch that uses it. */
-export class BatchIds {
-  /** Device groups and phase scopes, by identity. */
-  private readonly ids = new WeakMap<object, number>();
-  /** Event types and scope id prefixes: a handful per session. */
-  private readonly texts = new Map<string, number>();
-  /** Phase kinds by thread id, then phase path. */
-  private readonly kinds = new Map<number, Map<string, [number, PhaseKind]>>();
-  /** Base metadata ids of the batch being packed, and of the one before. */
-  private basesNow = new Map<JsonObject, number>();
-  private basesBefore = new Map<JsonObject, number>();
-  /** The last scope id prefix, and its text id. */
-  private lastPrefix: string | null = null;
-  private lastPrefixId = -1;
-  private next = 0;
-
-  /** A device group's id (a session has a few, fixed: sent once). */
-  idOfGroup(group: StoredGroup, fresh: [number, StoredGroup][]): number {
-    let id = this.ids.get(group);
-    if (id === undefined) {
-      id = this.next++;
-      this.ids.set(group, id);
-      fresh.push([id, copyGroup(group)]);
-    }
-    return id;
-  }
-
-  /**
-   * A base metadata object's id. Bases come and go with collector health (a flapping collector makes
-   * new ones every sample), so both sides keep only those of the last batch: one used again after
-   * a batch without it is sent again.
-   */
-  idOfBase(base: JsonObject, fresh: [number, JsonObject][]): number {
-    let id = this.basesNow.get(base);
-    if (id !== undefined) return id;
-    id = this.basesBefore.get(base);
-    if (id === undefined) {
-      id = this.next++;
-      fresh.push([id, base]);
-    }
-    this.basesNow.set(base, id);
-    return id;
-  }
-
-  /** Ends a batch (see `idOfBase`). */
-  endBatch(): void {
-    this.basesBefore = this.basesNow;
-    this.basesNow = new Map();
-  }
-
-  idOfText(value: string, fresh: [number, string][]): number {
-    let id = this.texts.get(value);
-    if (id === undefined) {
-      id = this.next++;
-      this.texts.set(value, id);
-      fresh.push([id, value]);
-    }
-    return id;
-  }
-
-  /**
-   * A scope's id; a new scope goes into the batch as its kind (name, path, thread: the same at
-   * every step) and its own fields, so that a step's scopes cost the batch a few bytes each.
-   */
-  idOfScope(scope: RecordedPhase, objects: BatchObjects): number {
-    let id = this.ids.get(scope);
-    if (id !== undefined) return id;
-    id = this.next++;
-    this.ids.set(scope, id);
-    const scopeId = scope.scopeId;
-    const prefix = this.prefixOf(scopeId, objects.texts);
-    const suffix = scopeId.slice((this.lastPrefix as string).length);
-    const parentScopeId = scope.parentScopeId;
-    let parentPrefix = -1;
-    let parentSuffix: string | null = null;
-    if (parentScopeId !== null) {
-      parentPrefix = this.prefixOf(parentScopeId, objects.texts);
-      parentSuffix = parentScopeId.slice((this.lastPrefix as string).length);
-    }
-    objects.scopes.push([
-      id,
-      this.idOfKind(scope, objects.kinds),
-      prefix,
-      suffix,
-      parentPrefix,
-      parentSuffix,
-      scope.sequence,
-      scope.attributes ?? null,
-    ]);
-    return id;
-  }
-
-  /**
-   * The text id of a scope id's prefix, up to its last ":" (the session's, in the recorder's ids);
-   * `lastPrefix` is that prefix after the call.
-   */
-  private prefixOf(scopeId: string, fresh: [number, string][]): number {
-    const last = this.lastPrefix;
-    if (last !== null && scopeId.startsWith(last) && scopeId.indexOf(":", last.length) < 0)
-      return this.lastPrefixId;
-    const prefix = scopeId.slice(0, scopeId.lastIndexOf(":") + 1);
-    this.lastPrefix = prefix;
-    this.lastPrefixId = this.idOfText(prefix, fresh);
-    return this.lastPrefixId;
-  }
-
-  private idOfKind(scope: RecordedPhase, fresh: [number, PhaseKind][]): number {
-    let byPath = this.kinds.get(scope.threadId);
-    if (byPath === undefined) {
-      byPath = new Map();
-      this.kinds.set(scope.threadId, byPath);
-    }
-    const known = byPath.get(scope.phasePath);
-    // Names may contain " / ": two paths can join into one phase path.
-    if (
-      known !== undefined &&
-      known[1].threadName === scope.threadName &&
-      samePath(known[1].path, scope.path)
-    )
-      return known[0];
-    const kind: PhaseKind = {
-      name: scope.name,
-      path: scope.path,
-      phasePath: scope.phasePath,
-      depth: scope.depth,
-      threadId: scope.threadId,
-      threadName: scope.threadName,
-    };
-    const id = this.next++;
-    byPath.set(scope.phasePath, [id, kind]);
-    fresh.push([id, kind]);
-    return id;
-  }
-}
-
-function samePath(a: readonly string[], b: readonly string[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
-}
-
-/** The sink worker's side: what the ids stand for, and the current batch's objects. */
-export class BatchTables {
-  readonly texts = new Map<number, string>();
-  readonly groups = new Map<number, StoredGroup>();
-  /** The base metadata of the current batch's records (`BatchIds.idOfBase`). */
-  bases = new Map<number, JsonObject>();
-  readonly kinds = new Map<number, PhaseKind>();
-  readonly scopes = new Map<number, RecordedPhase>();
-  objects: BatchObjects = {
-    contexts: [],
-    extras: [],
-    texts: [],
-    groups: [],
-    bases: [],
-    kinds: [],
-    scopes: [],
-  };
-
-  /** Reads a batch's objects and learns what it introduces. */
-  learn(batch: StoredBatch): void {
-    const objects =
-      typeof batch.objects === "string" ? (JSON.parse(batch.objects) as BatchObjects) : batch.objects;
-    this.objects = objects;
-    for (const [id, text] of objects.texts) this.texts.set(id, text);
-    for (const [id, group] of objects.groups) this.groups.set(id, group);
-    const previous = this.bases;
-    const fresh = new Map(objects.bases);
-    this.bases = new Map();
-    const numbers = batch.numbers;
-    for (let at = FIELDS + 4; at < numbers.length; at += BATCH_WIDTH) {
-      const id = numbers[at] as number;
-      if (!this.bases.has(id)) this.bases.set(id, (fresh.get(id) ?? previous.get(id)) as JsonObject);
-    }
-    for (const [id, kind] of objects.kinds) this.kinds.set(id, kind);
-    for (const [
-      id,
-      kindId,
-      prefix,
-      suffix,
-      parentPrefix,
-      parentSuffix,
-      sequence,
-      attributes,
-    ] of objects.scopes) {
-      const kind = this.kinds.get(kindId) as PhaseKind;
-      // Only `materialize` reads it, and it reads only these fields.
-      const scope = {
-        scopeId: (this.texts.get(prefix) as string) + suffix,
-        name: kind.name,
-        path: kind.path,
-        phasePath: kind.phasePath,
-        depth: kind.depth,
-        parentScopeId: parentSuffix === null ? null : (this.texts.get(parentPrefix) as string) + parentSuffix,
-        sequence,
-        threadId: kind.threadId,
-        threadName: kind.threadName,
-        attributes: attributes ?? undefined,
-      };
-      this.scopes.set(id, scope as unknown as RecordedPhase);
-    }
-  }
-}
-
-/** A group's fields as plain data (a `DeviceGroup` holds collectors, which cannot cross threads). */
-function copyGroup(group: StoredGroup): StoredGroup {
-  return {
-    collectorString: group.collectorString,
-    deviceId: group.deviceId,
-    capabilities: group.capabilities,
-  };
-}
+/** Numbers `copyNumbers` writes per record: the counters, change, boundary sequence and flags. */
+export const RECORD_NUMBERS = FIELDS + 3;
 
 /** The first counter that was read (NaN marks unread), else 0. */
 function firstMeasured(...values: number[]): number {

@@ -68,13 +68,13 @@ import {
   retryDelaySeconds,
 } from "./health.js";
 import { type LeakAlertOptions, LeakWatch, resolveLeakAlerts } from "./leak-alerts.js";
-import { OffThreadSink } from "./off-thread-sink.js";
 import {
   classifyOOMError,
   OOMFlightRecorder,
   type OOMFlightRecorderOptions,
   resolveOOMOptions,
 } from "./oom.js";
+import { openPipeline, type RecordPipeline } from "./pipeline/record-pipeline.js";
 import { processCollector } from "./process-collector.js";
 import { type DeviceStatistics, statisticsToJson, type TrackerStatistics } from "./statistics.js";
 import {
@@ -86,12 +86,9 @@ import {
   type RecordContext,
 } from "./store.js";
 import {
-  createSink,
   emptySinkCounters,
-  isTelemetryWriter,
   type SinkCounters,
   sinkCounters,
-  type TelemetryWriter,
   type TrackerSinkOption,
   type WriterDiagnostics,
 } from "./writer.js";
@@ -196,25 +193,6 @@ export interface OOMCaptureOptions {
 export type AlertCallback = (record: TelemetryEvent) => unknown;
 
 const ALERT_TYPES: ReadonlySet<string> = new Set(["warning", "critical", "error"]);
-/**
- * How long stored records wait before they are built and handed to the sink (sooner when a batch
- * fills, at `stop` and at every alert). Far below the sink's own flush interval, so it delays nothing
- * a reader sees; long enough that a training step's boundaries are built together.
- */
-const COMMIT_DELAY_MS = 50;
-/**
- * The same for a sink on a worker thread. A hand-over costs the training thread ~250 us of fixed cost
- * (packing with cold caches, posting, waking the worker) beside ~2 us per record: one a second
- * measured 0.11 % of tfjs step time against 0.20 % for four a second (`bench:steps`). Within the
- * sink's own 2 s flush interval.
- */
-const OFF_THREAD_COMMIT_DELAY_MS = 1000;
-/**
- * At most this many records wait for a hand-over (a faster phase loop hands over sooner): the sink
- * on this thread builds them all at once; the worker's batches can be larger.
- */
-const COMMIT_BATCH_LIMIT = 256;
-const OFF_THREAD_COMMIT_BATCH_LIMIT = 2048;
 const SKIPPED = Symbol("skipped");
 type Outcome = CheckedReading | CheckedFailure | typeof SKIPPED;
 
@@ -299,18 +277,11 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private busy: Promise<void> | null = null;
   private stopping: Promise<void> | null = null;
   private session: SessionSummary | null = null;
-  private writer: TelemetryWriter | null = null;
+  /** How this session's records reach its sink (null: no sink, or it failed). */
+  private pipeline: RecordPipeline | null = null;
   private starting: Promise<void> | null = null;
   private writerFailed = false;
-  /** Store indices of records not yet given to the sink (see `committed`). */
-  private pendingCommits: number[] = [];
-  private commitBatchLimit = COMMIT_BATCH_LIMIT;
   private readonly onTimerTask = (): void => this.onTimer();
-  private readonly flushCommitsTask = (): void => {
-    this.commitTimer = null;
-    this.flushCommits();
-  };
-  private commitTimer: TimerHandle | null = null;
   private counters: SinkCounters = emptySinkCounters();
   private alertCount = 0;
   private trackingStartTime: number | null = null;
@@ -428,22 +399,14 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     return this.starting;
   }
 
-  /** The sink for a session: the given writer, or one made from the options (see `sinkThread`). */
-  private async openWriter(): Promise<TelemetryWriter | null> {
-    const option = this.sinkOption;
-    if (option === undefined) return null;
-    if (isTelemetryWriter(option)) return option;
-    const writer = createSink(option, this.sinkThread);
-    if (!(writer instanceof OffThreadSink) || (await writer.ready())) return writer;
-    this.logger.warn(
-      "the sink's worker thread did not start: writing the sink on the training thread instead",
-    );
-    return createSink(option, "main");
-  }
-
   private async begin(): Promise<void> {
     // First, as it may wait: a worker's start-up is paid here, not in the first training steps.
-    const openedWriter = await this.openWriter();
+    const pipeline = await openPipeline(this.sinkOption, this.sinkThread, {
+      store: this.store,
+      scheduler: this.scheduler,
+      warn: (message) => this.logger.warn(message),
+      failed: (operation, error) => this.disableWriter(operation, error),
+    });
     this.prepareCollectors();
     this.store.reset();
     this.historyStart = 0;
@@ -451,12 +414,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     this.lastOomDumpPath = null;
     this.counters = emptySinkCounters();
     this.writerFailed = false;
-    this.writer = openedWriter;
-    // Never let the ring overwrite a record that the sink has not received.
-    this.commitBatchLimit = Math.min(
-      openedWriter instanceof OffThreadSink ? OFF_THREAD_COMMIT_BATCH_LIMIT : COMMIT_BATCH_LIMIT,
-      this.store.capacity,
-    );
+    this.pipeline = pipeline;
 
     let summary = createSessionSummary({
       source: this.sessionSource,
@@ -480,10 +438,10 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
         },
       });
     }
-    const writer = this.writer;
-    if (writer?.startSession !== undefined) {
+    if (pipeline !== null) {
       try {
-        const kept = writer.startSession({
+        // Resolves once the manifest naming the session is on disk (a kill right after start() finds it).
+        const kept = await pipeline.startSession({
           session_id: summary.session_id,
           started_at_ns: summary.started_at_ns,
           host: summary.host,
@@ -500,7 +458,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       }
     }
     this.session = summary;
-    this.recordContext = {
+    const context: RecordContext = {
       schemaVersion: this.schemaVersion,
       sessionId: summary.session_id,
       samplingIntervalMs: Math.round(this.samplingIntervalMs),
@@ -511,6 +469,14 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       localRank: this.identity.local_rank,
       worldSize: this.identity.world_size,
     };
+    this.recordContext = context;
+    if (this.pipeline !== null) {
+      try {
+        this.pipeline.begin(context);
+      } catch (error) {
+        this.disableWriter("start the session", error);
+      }
+    }
     this.trackingStartTime = this.epochSeconds(this.clock.nowNs());
     this.running = true;
     this.generation++;
@@ -584,24 +550,20 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     const unregister = this.unregisterExit;
     this.unregisterExit = null;
     unregister?.();
-    this.flushCommits();
-    const writer = this.writer;
+    const pipeline = this.pipeline;
     const done = () => {
-      this.finalizeSession(status, writer);
-      if (writer !== null && this.sinkOption !== undefined && !isTelemetryWriter(this.sinkOption))
-        this.writer = null;
+      this.finalizeSession(status, pipeline);
+      this.pipeline = null;
       this.ownedCollector?.close();
       this.stopping = null;
     };
-    if (writer === null || this.writerFailed) {
+    if (pipeline === null || this.writerFailed) {
       done();
       return Promise.resolve();
     }
-    const sinkStatus: SessionStatus = status;
     if (sync) {
       try {
-        if (writer.closeSync !== undefined) writer.closeSync(sinkStatus);
-        else void Promise.resolve(writer.close(sinkStatus)).catch(() => undefined);
+        pipeline.closeSync(status);
       } catch (error) {
         this.disableWriter("close", error);
       }
@@ -610,7 +572,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     }
     let closing: Promise<void>;
     try {
-      closing = Promise.resolve(writer.close(sinkStatus)).then(
+      closing = pipeline.close(status).then(
         () => undefined,
         (error: unknown) => this.disableWriter("close", error),
       );
@@ -622,10 +584,10 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     return this.stopping;
   }
 
-  private finalizeSession(status: SessionStatus, writer: TelemetryWriter | null): void {
+  private finalizeSession(status: SessionStatus, pipeline: RecordPipeline | null): void {
     let diagnostics: WriterDiagnostics | undefined;
     try {
-      diagnostics = writer?.getDiagnostics?.();
+      diagnostics = pipeline?.diagnostics();
     } catch {
       diagnostics = undefined;
     }
@@ -1089,39 +1051,25 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   }
 
   /**
-   * Hands a stored record to the sink and, for alerts, to the callbacks. Records for the sink are
-   * handed over in batches, COMMIT_DELAY_MS after the first one of a batch (OFF_THREAD_COMMIT_DELAY_MS
-   * for a worker, which builds them itself): at a phase boundary inside a training step the tracker
-   * only stores numbers, and the record objects are built together, with warm caches, between
-   * steps. (Built after each microtask instead, as before, they came a step's worth or less at a
-   * time, since a step yields at every `await`, and a tracked tfjs step spent ~25 % more of its time
-   * in Stormlog: `bench:in-situ` of examples/tfjs-training.)
+   * Hands a stored record to the session's pipeline and, for alerts, to the callbacks: at a phase
+   * boundary inside a training step the tracker only stores numbers, and the pipeline builds the
+   * record later (or the worker does).
    */
   private committed(index: number, eventType: string): void {
-    const writer = this.writer;
-    const alert = ALERT_TYPES.has(eventType);
-    if ((writer === null || this.writerFailed) && !alert) return;
-    if (!alert) {
-      const pending = this.pendingCommits;
-      pending.push(index);
-      // Never let the ring overwrite a record that the sink has not received.
-      if (pending.length >= this.commitBatchLimit) this.flushCommits();
-      else if (this.commitTimer === null)
-        this.commitTimer = this.scheduler.setTimeout(
-          this.flushCommitsTask,
-          writer instanceof OffThreadSink ? OFF_THREAD_COMMIT_DELAY_MS : COMMIT_DELAY_MS,
-        );
+    const pipeline = this.writerFailed ? null : this.pipeline;
+    if (!ALERT_TYPES.has(eventType)) {
+      if (pipeline === null) return;
+      try {
+        pipeline.commit(index, null);
+      } catch (error) {
+        this.disableWriter("append", error);
+      }
       return;
     }
-    // A worker builds the alert's record like every other one (an object crossing threads would
-    // lose its float marks); this thread builds it only for the callbacks.
-    const offThread = writer instanceof OffThreadSink && !this.writerFailed;
-    if (offThread) this.pendingCommits.push(index);
-    this.flushCommits();
     const record = this.store.materialize(index, this.recordContext as RecordContext);
-    if (writer !== null && !this.writerFailed && !offThread) {
+    if (pipeline !== null) {
       try {
-        writer.append(record);
+        pipeline.commit(index, record);
       } catch (error) {
         this.disableWriter("append", error);
       }
@@ -1141,28 +1089,6 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     }
   }
 
-  /** Builds the records waiting for the sink and appends them, in order (a worker builds them itself). */
-  private flushCommits(): void {
-    if (this.commitTimer !== null) {
-      this.scheduler.clearTimeout(this.commitTimer);
-      this.commitTimer = null;
-    }
-    const pending = this.pendingCommits;
-    if (pending.length === 0) return;
-    this.pendingCommits = [];
-    const writer = this.writer;
-    if (writer === null || this.writerFailed) return;
-    const context = this.recordContext as RecordContext;
-    try {
-      if (writer instanceof OffThreadSink) writer.appendStored(this.store, pending, context);
-      else
-        for (let i = 0; i < pending.length; i++)
-          writer.append(this.store.materialize(pending[i] as number, context));
-    } catch (error) {
-      this.disableWriter("append", error);
-    }
-  }
-
   private disableWriter(operation: string, error: unknown): void {
     if (this.writerFailed) return;
     this.writerFailed = true;
@@ -1170,15 +1096,15 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       `disabling the telemetry sink after a failed ${operation}: ${describe(error)}; tracking goes on`,
     );
     if (this.session !== null) this.session = updateSessionSummary(this.session, { status: "incomplete" });
-    const writer = this.writer;
-    if (writer === null) return;
+    const pipeline = this.pipeline;
+    if (pipeline === null) return;
     try {
-      this.counters = sinkCounters(writer.getDiagnostics?.());
+      this.counters = sinkCounters(pipeline.diagnostics());
     } catch {
       // Keep the last counters.
     }
     try {
-      void Promise.resolve(writer.close("incomplete")).catch(() => undefined);
+      void pipeline.close("incomplete").catch(() => undefined);
     } catch {
       // Closing a failed sink may fail too; nothing more to do.
     }
@@ -1373,9 +1299,9 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     const group = this.primary;
     const device = this.deviceStatistics(group);
     const health = aggregateHealth(this.states.map((state) => state.health));
-    if (this.writer !== null && !this.writerFailed) {
+    if (this.pipeline !== null && !this.writerFailed) {
       try {
-        this.counters = sinkCounters(this.writer.getDiagnostics?.());
+        this.counters = sinkCounters(this.pipeline.diagnostics());
       } catch {
         // Keep the last counters.
       }

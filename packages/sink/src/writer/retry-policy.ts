@@ -21,7 +21,7 @@ export interface RetryPolicyOptions {
   readonly clock: Clock;
   readonly logger: SinkLogger;
   /** Prefix of its messages (the sink directory). */
-  readonly subject: string;
+  readonly subject: () => string;
   /** Records lost to disk errors so far, for the recovery message. */
   readonly lostSoFar: () => number;
 }
@@ -62,7 +62,8 @@ export class RetryPolicy {
     this.failures++;
     this.failuresInARow++;
     this.lastError = describeIoError(error);
-    const { firstSeconds, maxSeconds, logger, subject } = this.options;
+    const { firstSeconds, maxSeconds, logger } = this.options;
+    const subject = this.options.subject();
     const delayS = backoffDelaySeconds(this.failuresInARow, firstSeconds, maxSeconds);
     this.retryAtMs = this.nowMs() + delayS * 1000;
     if (this.failuresInARow === 1) {
@@ -78,7 +79,7 @@ export class RetryPolicy {
   succeed(): void {
     if (this.failuresInARow === 0) return;
     this.options.logger.info?.(
-      `${this.options.subject}: writing works again after ${this.failuresInARow} failure(s); ` +
+      `${this.options.subject()}: writing works again after ${this.failuresInARow} failure(s); ` +
         `${this.options.lostSoFar()} record(s) were lost to disk errors so far`,
     );
     this.failuresInARow = 0;

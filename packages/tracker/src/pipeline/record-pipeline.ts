@@ -1,0 +1,235 @@
+import type { Scheduler, SessionStatus, SessionSummary, TelemetryEvent, TimerHandle } from "@stormlog/core";
+import { TelemetrySink, type TelemetrySinkOptions } from "@stormlog/sink";
+import { canWriteOffThread, OffThreadSink, SinkWorkerError } from "../off-thread-sink.js";
+import type { EventStore, RecordContext } from "../store.js";
+import {
+  isTelemetryWriter,
+  type TelemetryWriter,
+  type TrackerSinkOption,
+  type WriterDiagnostics,
+} from "../writer.js";
+import { RecordRingWriter } from "./record-ring.js";
+
+/** The fields of the session summary a sink registers. */
+export type SessionStart = Partial<Omit<SessionSummary, "status" | "ended_at_ns">>;
+
+/**
+ * How stored records reach the sink, chosen once per session at `start()`: built here and appended
+ * to a `TelemetryWriter` (`MainThreadPipeline`), or written into shared memory that the sink's
+ * worker reads (`WorkerPipeline`). Methods may throw; the tracker then stops using the pipeline.
+ */
+export interface RecordPipeline {
+  /**
+   * Registers the session; resolves with the summary the sink keeps (if it says), once the sink has
+   * written the manifest naming it where it can tell.
+   */
+  startSession(start: SessionStart): Promise<SessionSummary | undefined>;
+  /** What every record of the session shares; before the first `commit`. */
+  begin(context: RecordContext): void;
+  /** Hands stored record `index` over, in order; `built` is its object when the tracker built it already (an alert). */
+  commit(index: number, built: TelemetryEvent | null): void;
+  /** Hands over what waits now. */
+  flush(): void;
+  close(status: SessionStatus): Promise<void>;
+  /** Closes on `process.exit()`, blocking until written where the sink can. */
+  closeSync(status: SessionStatus): void;
+  diagnostics(): WriterDiagnostics | undefined;
+}
+
+/** What a pipeline needs of the tracker. */
+export interface PipelineHost {
+  readonly store: EventStore;
+  readonly scheduler: Scheduler;
+  warn(message: string): void;
+  /** A hand-over on a timer failed: the tracker stops using the pipeline (background work never throws). */
+  failed(operation: string, error: unknown): void;
+}
+
+/**
+ * The pipeline for the tracker's `sink` option: a given writer's, or a sink made from the options on
+ * its worker (`sinkThread: "worker"`, unless the options hold a clock or scheduler) or this thread.
+ * Resolves once the worker is ready (its start-up is paid here, not in the first training steps).
+ */
+export async function openPipeline(
+  option: TrackerSinkOption | undefined,
+  thread: "worker" | "main",
+  host: PipelineHost,
+): Promise<RecordPipeline | null> {
+  if (option === undefined) return null;
+  if (isTelemetryWriter(option)) return new MainThreadPipeline(option, host, false);
+  const options: TelemetrySinkOptions = { source: "stormlog.tracker", ...option };
+  const real = canWriteOffThread(options);
+  if (thread === "worker" && real) {
+    const sink = new OffThreadSink(options);
+    if (await sink.ready()) return new WorkerPipeline(sink, host);
+    host.warn("the sink's worker thread did not start: writing the sink on the training thread instead");
+  }
+  return new MainThreadPipeline(new TelemetrySink(options), host, real);
+}
+
+/**
+ * How long stored records wait before they are built and appended (sooner when a batch fills, and
+ * at every alert and `stop`). Far below the sink's own flush interval, so it delays nothing a reader
+ * sees; long enough that a training step's boundaries are built together, with warm caches, between
+ * steps rather than inside them (built after each microtask, a tracked tfjs step spent ~25 % more of
+ * its time in Stormlog: `bench:in-situ` of examples/tfjs-training).
+ */
+const COMMIT_DELAY_MS = 50;
+/** At most this many records wait to be built (a faster phase loop builds them sooner). */
+const COMMIT_BATCH_LIMIT = 256;
+
+/** Records built on the training thread and appended to a `TelemetryWriter`, in batches. */
+export class MainThreadPipeline implements RecordPipeline {
+  private pending: number[] = [];
+  private timer: TimerHandle | null = null;
+  private context: RecordContext | null = null;
+  /** Never let the store's ring overwrite a record that the writer has not received. */
+  private readonly batchLimit: number;
+  private readonly flushTask = (): void => {
+    this.timer = null;
+    try {
+      this.flush();
+    } catch (error) {
+      this.host.failed("append", error);
+    }
+  };
+
+  /** `awaitManifest`: the writer is a real `TelemetrySink`, whose flush puts the manifest on disk. */
+  constructor(
+    private readonly writer: TelemetryWriter,
+    private readonly host: PipelineHost,
+    private readonly awaitManifest: boolean,
+  ) {
+    this.batchLimit = Math.min(COMMIT_BATCH_LIMIT, host.store.capacity);
+  }
+
+  async startSession(start: SessionStart): Promise<SessionSummary | undefined> {
+    const kept = this.writer.startSession?.(start);
+    if (this.awaitManifest && this.writer instanceof TelemetrySink) await this.writer.flush();
+    return kept;
+  }
+
+  begin(context: RecordContext): void {
+    this.context = context;
+  }
+
+  commit(index: number, built: TelemetryEvent | null): void {
+    if (built !== null) {
+      this.flush();
+      this.writer.append(built);
+      return;
+    }
+    this.pending.push(index);
+    if (this.pending.length >= this.batchLimit) this.flush();
+    else if (this.timer === null)
+      this.timer = this.host.scheduler.setTimeout(this.flushTask, COMMIT_DELAY_MS);
+  }
+
+  flush(): void {
+    if (this.timer !== null) {
+      this.host.scheduler.clearTimeout(this.timer);
+      this.timer = null;
+    }
+    const pending = this.pending;
+    if (pending.length === 0) return;
+    this.pending = [];
+    const store = this.host.store;
+    const context = this.context as RecordContext;
+    for (let i = 0; i < pending.length; i++)
+      this.writer.append(store.materialize(pending[i] as number, context));
+  }
+
+  async close(status: SessionStatus): Promise<void> {
+    this.flush();
+    await this.writer.close(status);
+  }
+
+  closeSync(status: SessionStatus): void {
+    this.flush();
+    if (this.writer.closeSync !== undefined) this.writer.closeSync(status);
+    else void Promise.resolve(this.writer.close(status)).catch(() => undefined);
+  }
+
+  diagnostics(): WriterDiagnostics | undefined {
+    return this.writer.getDiagnostics?.();
+  }
+}
+
+/**
+ * How long objects new to the worker (a new context, phase path or detail shape) and spilled records
+ * wait before they are posted: the worker reads the records that need them after that. Rarely more
+ * than one post per interval, whatever the record rate.
+ */
+const POST_DELAY_MS = 20;
+/** Posted at once when this many objects wait. */
+const POST_OBJECTS_AT = 512;
+
+/**
+ * Records written into shared memory that the sink's worker reads as it fills (`RecordRingWriter`):
+ * a record costs the training thread a few stores, and reaches the worker within its read interval.
+ */
+export class WorkerPipeline implements RecordPipeline {
+  private readonly ring: RecordRingWriter;
+  private timer: TimerHandle | null = null;
+  private readonly postTask = (): void => {
+    this.timer = null;
+    try {
+      this.flush();
+    } catch (error) {
+      this.host.failed("append", error);
+    }
+  };
+
+  constructor(
+    private readonly sink: OffThreadSink,
+    private readonly host: PipelineHost,
+  ) {
+    this.ring = new RecordRingWriter({
+      objects: (objects) => sink.postObjects(objects),
+      spill: (chunk) => sink.postSpill(chunk),
+    });
+  }
+
+  async startSession(start: SessionStart): Promise<SessionSummary> {
+    const summary = this.sink.startSession(start);
+    await this.sink.sessionStarted();
+    return summary;
+  }
+
+  begin(context: RecordContext): void {
+    this.ring.begin(context.sessionId);
+    this.sink.attachRing(this.ring.buffers, context);
+  }
+
+  commit(index: number, _built: TelemetryEvent | null): void {
+    if (this.sink.failed) throw new SinkWorkerError("it stopped");
+    const ring = this.ring;
+    ring.write(this.host.store, index);
+    if (ring.holding) {
+      if (ring.waitingObjects >= POST_OBJECTS_AT) this.flush();
+      else if (this.timer === null) this.timer = this.host.scheduler.setTimeout(this.postTask, POST_DELAY_MS);
+    }
+  }
+
+  flush(): void {
+    if (this.timer !== null) {
+      this.host.scheduler.clearTimeout(this.timer);
+      this.timer = null;
+    }
+    if (!this.sink.failed) this.ring.post();
+  }
+
+  close(status: SessionStatus): Promise<void> {
+    this.flush();
+    return this.sink.close(status);
+  }
+
+  closeSync(status: SessionStatus): void {
+    this.flush();
+    this.sink.closeSync(status);
+  }
+
+  diagnostics(): WriterDiagnostics {
+    return this.sink.getDiagnostics();
+  }
+}

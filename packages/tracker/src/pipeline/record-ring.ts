@@ -1,0 +1,620 @@
+/**
+ * Stored records on their way from the training thread to the sink worker, through shared memory:
+ * the tracker writes each record's numbers into a slot of a ring of `SharedArrayBuffer`s and
+ * publishes the ring's head with `Atomics.store`; the worker reads slots up to the head as it fills.
+ * Strings and objects (event types, device groups, base metadata, phase kinds, contexts) are named
+ * by id: each is posted once (`RingObject`s), and again only after it went unused for `REUSE_WINDOW`
+ * records, so that both sides forget what is no longer used. A record's collector detail and its
+ * phase's attributes go into the slot itself when they hold only numbers (tfjs tensor counts, a
+ * batch number), as a key list (an object, posted once) and values. When the worker falls behind
+ * and the ring is full, records go into spill chunks posted as messages; every record carries its
+ * sequence number, so the worker reads ring and chunks in order.
+ */
+import type { JsonObject } from "@stormlog/core";
+import type { RecordedPhase } from "@stormlog/phases";
+import { type EventStore, RECORD_NUMBERS, type RecordContext, type StoredGroup } from "../store.js";
+
+/** Slot cells after the record's numbers (`EventStore.copyNumbers`). */
+const GROUP = RECORD_NUMBERS;
+const BASE = GROUP + 1;
+const TYPE = GROUP + 2;
+/** -1: null; else an object id. */
+const CONTEXT = GROUP + 3;
+/** -1: null; >= 0: an object id; <= -2: a key list's id (-2 - id), its values from `VALUES`. */
+const EXTRA = GROUP + 4;
+/** -1: not a phase record; else the phase kind's id. */
+const KIND = GROUP + 5;
+const SCOPE_SEQUENCE = GROUP + 6;
+/** -1: the scope id is `<session>:<scope sequence>`; else the id of its text. */
+const SCOPE_ID = GROUP + 7;
+/** -1: no parent; -2: `<session>:<PARENT_SEQUENCE>`; else the id of the parent scope id's text. */
+const PARENT = GROUP + 8;
+const PARENT_SEQUENCE = GROUP + 9;
+/** As `EXTRA`, its values after the detail's. */
+const ATTRIBUTES = GROUP + 10;
+/** The record's sequence number in the session's stream. */
+const SEQUENCE = GROUP + 11;
+/** The largest object id the record needs: the worker waits for that object before reading it. */
+const NEEDS = GROUP + 12;
+const VALUES = GROUP + 13;
+/** Room for numeric detail and attributes; larger ones are posted as objects. */
+const VALUE_CELLS = 8;
+export const SLOT_WIDTH = VALUES + VALUE_CELLS;
+
+/** Int32 cells of the control buffer. */
+const HEAD = 0;
+const TAIL = 1;
+const WAKE = 2;
+const CONTROL_CELLS = 4;
+
+/** Slots of the ring: a burst beyond this many unread records spills into messages. */
+export const RING_CAPACITY = 8192;
+/** Records per spill chunk. */
+const SPILL_CHUNK = 1024;
+/** An object unused for this many records is forgotten by the worker (and posted again if used). */
+export const REUSE_WINDOW = 1 << 16;
+/** Strings kept for reuse on the training thread; beyond, the table starts over (and posts again). */
+const MAX_TEXTS = 4096;
+
+/** The shared memory of one ring. */
+export interface RingBuffers {
+  readonly capacity: number;
+  readonly control: SharedArrayBuffer;
+  readonly numbers: SharedArrayBuffer;
+  readonly timestamps: SharedArrayBuffer;
+}
+
+/** An object the worker learns: its id, its value, and the sequence number of the record that first uses it. */
+export type RingObject = readonly [id: number, value: unknown, sequence: number];
+
+/** Records that did not fit in the ring, in slot layout. */
+export interface SpillChunk {
+  readonly count: number;
+  readonly numbers: Float64Array;
+  readonly timestamps: BigInt64Array;
+}
+
+/** What a phase record's scope shares with every other scope of its phase path (on its thread). */
+interface PhaseKind {
+  readonly name: string;
+  readonly path: readonly string[];
+  readonly phasePath: string;
+  readonly depth: number;
+  readonly threadId: number;
+  readonly threadName: string;
+}
+
+interface ObjectEntry {
+  id: number;
+  lastSequence: number;
+}
+
+interface KindEntry extends ObjectEntry {
+  readonly kind: PhaseKind;
+}
+
+interface KeyList extends ObjectEntry {
+  readonly keys: readonly string[];
+}
+
+export function ringBuffers(capacity = RING_CAPACITY): RingBuffers {
+  return {
+    capacity,
+    control: new SharedArrayBuffer(CONTROL_CELLS * Int32Array.BYTES_PER_ELEMENT),
+    numbers: new SharedArrayBuffer(capacity * SLOT_WIDTH * Float64Array.BYTES_PER_ELEMENT),
+    timestamps: new SharedArrayBuffer(capacity * BigInt64Array.BYTES_PER_ELEMENT),
+  };
+}
+
+/** What the ring writer hands over besides the shared memory. */
+export interface RingOutlet {
+  /** Objects new to the worker, in id order; posted before any spill chunk that needs them. */
+  objects(objects: RingObject[]): void;
+  spill(chunk: SpillChunk): void;
+}
+
+/**
+ * The training thread's side: `write` copies a stored record into the next slot (or a spill
+ * chunk), ids and numbers only; what the worker has not seen yet waits in `pending` until `post()`.
+ */
+export class RecordRingWriter {
+  readonly buffers: RingBuffers;
+  private readonly control: Int32Array;
+  private readonly numbers: Float64Array;
+  private readonly timestamps: BigInt64Array;
+  private readonly capacity: number;
+  private readonly outlet: RingOutlet;
+  private prefix = "";
+  private sequence = 0;
+  private head = 0;
+  /** The worker's tail as last read (it only grows). */
+  private tailSeen = 0;
+  private nextId = 0;
+  private outbox: RingObject[] = [];
+  private spillNumbers: Float64Array | null = null;
+  private spillTimestamps: BigInt64Array | null = null;
+  private spillCount = 0;
+  private readonly objectIds = new WeakMap<object, ObjectEntry>();
+  private texts = new Map<string, ObjectEntry>();
+  private readonly kinds = new Map<number, Map<string, KindEntry>>();
+  private readonly keyLists = new Map<string, KeyList>();
+  /** The last few key lists used, checked before `keyLists` (which needs a joined key). */
+  private readonly recentKeyLists: KeyList[] = [];
+  private lastBase: JsonObject | null = null;
+  private lastBaseEntry: ObjectEntry | null = null;
+
+  constructor(outlet: RingOutlet, buffers: RingBuffers = ringBuffers()) {
+    this.buffers = buffers;
+    this.capacity = buffers.capacity;
+    this.control = new Int32Array(buffers.control);
+    this.numbers = new Float64Array(buffers.numbers);
+    this.timestamps = new BigInt64Array(buffers.timestamps);
+    this.outlet = outlet;
+  }
+
+  /** The session whose scope ids (`<session id>:<sequence>`) are written as numbers. */
+  begin(sessionId: string): void {
+    this.prefix = `${sessionId}:`;
+  }
+
+  /** Whether objects or spilled records wait for `post()`. */
+  get holding(): boolean {
+    return this.outbox.length > 0 || this.spillCount > 0;
+  }
+
+  get waitingObjects(): number {
+    return this.outbox.length;
+  }
+
+  /** Copies stored record `index` into the ring (or a spill chunk when the worker is a ring behind). */
+  write(store: EventStore, index: number): void {
+    const sequence = this.sequence++;
+    if (this.head - this.tailSeen >= this.capacity) this.tailSeen = Atomics.load(this.control, TAIL);
+    if (this.head - this.tailSeen >= this.capacity) {
+      if (this.spillNumbers === null) {
+        this.spillNumbers = new Float64Array(SPILL_CHUNK * SLOT_WIDTH);
+        this.spillTimestamps = new BigInt64Array(SPILL_CHUNK);
+      }
+      const slot = this.spillCount++;
+      this.encode(store, index, sequence, this.spillNumbers, slot * SLOT_WIDTH);
+      (this.spillTimestamps as BigInt64Array)[slot] = store.timestamp(index);
+      if (this.spillCount === SPILL_CHUNK) this.post();
+      return;
+    }
+    // Spilled records first: the worker reads in sequence order and would wait for them.
+    if (this.spillCount > 0) this.post();
+    const slot = this.head % this.capacity;
+    this.encode(store, index, sequence, this.numbers, slot * SLOT_WIDTH);
+    this.timestamps[slot] = store.timestamp(index);
+    Atomics.store(this.control, HEAD, ++this.head);
+    // A quarter full: wake the worker rather than let it sleep out its interval.
+    if (this.head - this.tailSeen === this.capacity >> 2) {
+      Atomics.store(this.control, WAKE, 1);
+      Atomics.notify(this.control, WAKE);
+    }
+  }
+
+  /** Posts the objects the worker has not seen, then the spilled records. */
+  post(): void {
+    if (this.outbox.length > 0) {
+      const objects = this.outbox;
+      this.outbox = [];
+      this.outlet.objects(objects);
+    }
+    if (this.spillCount > 0) {
+      const count = this.spillCount;
+      const numbers = this.spillNumbers as Float64Array;
+      const timestamps = this.spillTimestamps as BigInt64Array;
+      this.spillNumbers = null;
+      this.spillTimestamps = null;
+      this.spillCount = 0;
+      this.outlet.spill({ count, numbers, timestamps });
+    }
+  }
+
+  private encode(store: EventStore, index: number, sequence: number, out: Float64Array, at: number): void {
+    store.copyNumbers(index, out, at);
+    out[at + GROUP] = this.idOfObject(store.group(index), sequence, copyGroup);
+    const base = store.base(index);
+    if (
+      base === this.lastBase &&
+      sequence - (this.lastBaseEntry as ObjectEntry).lastSequence <= REUSE_WINDOW
+    ) {
+      (this.lastBaseEntry as ObjectEntry).lastSequence = sequence;
+      out[at + BASE] = (this.lastBaseEntry as ObjectEntry).id;
+    } else {
+      out[at + BASE] = this.idOfObject(base, sequence, same);
+      this.lastBase = base;
+      this.lastBaseEntry = this.objectIds.get(base) as ObjectEntry;
+    }
+    out[at + TYPE] = this.idOfText(store.eventType(index), sequence);
+    const context = store.context(index);
+    out[at + CONTEXT] = context === null ? -1 : this.idOfText(context, sequence);
+    const extra = store.extra(index);
+    let values = 0;
+    if (extra === null) out[at + EXTRA] = -1;
+    else {
+      const code = this.encodeNumeric(extra, out, at + VALUES, VALUE_CELLS, sequence);
+      if (code === 0) out[at + EXTRA] = this.idOfObject(extra, sequence, same);
+      else {
+        out[at + EXTRA] = code;
+        values = this.valueCount;
+      }
+    }
+    const scope = store.scope(index);
+    if (scope === null) out[at + KIND] = -1;
+    else this.encodeScope(scope, sequence, out, at, values);
+    out[at + SEQUENCE] = sequence;
+    out[at + NEEDS] = this.nextId - 1;
+  }
+
+  private encodeScope(
+    scope: RecordedPhase,
+    sequence: number,
+    out: Float64Array,
+    at: number,
+    values: number,
+  ): void {
+    out[at + KIND] = this.idOfKind(scope, sequence);
+    out[at + SCOPE_SEQUENCE] = scope.sequence;
+    out[at + SCOPE_ID] =
+      this.sequenceAfterPrefix(scope.scopeId) === scope.sequence
+        ? -1
+        : this.idOfText(scope.scopeId, sequence);
+    const parent = scope.parentScopeId;
+    if (parent === null) out[at + PARENT] = -1;
+    else {
+      const parentSequence = this.sequenceAfterPrefix(parent);
+      if (parentSequence >= 0) {
+        out[at + PARENT] = -2;
+        out[at + PARENT_SEQUENCE] = parentSequence;
+      } else out[at + PARENT] = this.idOfText(parent, sequence);
+    }
+    const attributes = scope.attributes;
+    if (attributes === undefined) out[at + ATTRIBUTES] = -1;
+    else {
+      const code = this.encodeNumeric(attributes, out, at + VALUES + values, VALUE_CELLS - values, sequence);
+      out[at + ATTRIBUTES] = code === 0 ? this.idOfObject(attributes, sequence, same) : code;
+    }
+  }
+
+  /** The decimal number after this session's prefix in `scopeId`, or -1 if it is not of that form. */
+  private sequenceAfterPrefix(scopeId: string): number {
+    const prefix = this.prefix;
+    const length = scopeId.length;
+    const from = prefix.length;
+    if (length === from || length > from + 15 || !scopeId.startsWith(prefix)) return -1;
+    // No leading zero: the text must be the number's own.
+    if (scopeId.charCodeAt(from) === 48 && length > from + 1) return -1;
+    let value = 0;
+    for (let i = from; i < length; i++) {
+      const digit = scopeId.charCodeAt(i) - 48;
+      if (digit < 0 || digit > 9) return -1;
+      value = value * 10 + digit;
+    }
+    return value;
+  }
+
+  /** Values written by the last successful `encodeNumeric`. */
+  private valueCount = 0;
+
+  /**
+   * Writes an object of numbers as its values (into `out` from `at`, at most `room`) and returns
+   * -2 - its key list's id; 0 when it holds anything else or more than `room` keys.
+   */
+  private encodeNumeric(
+    object: JsonObject,
+    out: Float64Array,
+    at: number,
+    room: number,
+    sequence: number,
+  ): number {
+    let count = 0;
+    for (const key in object) {
+      const value = object[key];
+      if (typeof value !== "number" || count === room) return 0;
+      out[at + count++] = value;
+    }
+    this.valueCount = count;
+    const recent = this.recentKeyLists;
+    for (let i = 0; i < recent.length; i++) {
+      const list = recent[i] as KeyList;
+      if (list.keys.length === count && sameKeys(object, list.keys)) return -2 - this.reuse(list, sequence);
+    }
+    const keys = Object.keys(object);
+    const joined = keys.join("\u0000");
+    let list = this.keyLists.get(joined);
+    if (list === undefined) {
+      list = { id: -1, lastSequence: -REUSE_WINDOW - 1, keys };
+      this.keyLists.set(joined, list);
+    }
+    if (recent.length === 4) recent.pop();
+    recent.unshift(list);
+    return -2 - this.reuse(list, sequence);
+  }
+
+  /** The entry's id, a new one (posted) if the worker may have forgotten it. */
+  private reuse(
+    entry: ObjectEntry & { keys?: readonly string[]; kind?: PhaseKind },
+    sequence: number,
+  ): number {
+    if (sequence - entry.lastSequence > REUSE_WINDOW) {
+      entry.id = this.nextId++;
+      this.outbox.push([entry.id, entry.keys ?? entry.kind, sequence]);
+    }
+    entry.lastSequence = sequence;
+    return entry.id;
+  }
+
+  private idOfObject<T extends object>(value: T, sequence: number, copy: (value: T) => unknown): number {
+    let entry = this.objectIds.get(value);
+    if (entry !== undefined && sequence - entry.lastSequence <= REUSE_WINDOW) {
+      entry.lastSequence = sequence;
+      return entry.id;
+    }
+    const id = this.nextId++;
+    if (entry === undefined) {
+      entry = { id, lastSequence: sequence };
+      this.objectIds.set(value, entry);
+    } else {
+      entry.id = id;
+      entry.lastSequence = sequence;
+    }
+    this.outbox.push([id, copy(value), sequence]);
+    return id;
+  }
+
+  private idOfText(value: string, sequence: number): number {
+    const entry = this.texts.get(value);
+    if (entry !== undefined && sequence - entry.lastSequence <= REUSE_WINDOW) {
+      entry.lastSequence = sequence;
+      return entry.id;
+    }
+    const id = this.nextId++;
+    if (entry === undefined) {
+      // Contexts such as `Memory allocated: 1.2 MB` are many: start over rather than keep them all.
+      if (this.texts.size >= MAX_TEXTS) this.texts = new Map();
+      this.texts.set(value, { id, lastSequence: sequence });
+    } else {
+      entry.id = id;
+      entry.lastSequence = sequence;
+    }
+    this.outbox.push([id, value, sequence]);
+    return id;
+  }
+
+  private idOfKind(scope: RecordedPhase, sequence: number): number {
+    let byPath = this.kinds.get(scope.threadId);
+    if (byPath === undefined) {
+      byPath = new Map();
+      this.kinds.set(scope.threadId, byPath);
+    }
+    const known = byPath.get(scope.phasePath);
+    // Names may contain " / ": two paths can join into one phase path.
+    if (
+      known !== undefined &&
+      known.kind.threadName === scope.threadName &&
+      samePath(known.kind.path, scope.path)
+    )
+      return this.reuse(known, sequence);
+    const entry: KindEntry = {
+      id: -1,
+      lastSequence: -REUSE_WINDOW - 1,
+      kind: {
+        name: scope.name,
+        path: [...scope.path],
+        phasePath: scope.phasePath,
+        depth: scope.depth,
+        threadId: scope.threadId,
+        threadName: scope.threadName,
+      },
+    };
+    byPath.set(scope.phasePath, entry);
+    return this.reuse(entry, sequence);
+  }
+}
+
+interface LearnedObject {
+  readonly value: unknown;
+  lastUse: number;
+}
+
+/**
+ * The worker's side: reads records in sequence order from the ring and the spill chunks, rebuilds
+ * each in a one-record `EventStore` and materializes it with the session's context (the same code
+ * as on the training thread, so the lines are identical).
+ */
+export class RecordRingReader {
+  private readonly control: Int32Array;
+  private readonly numbers: Float64Array;
+  private readonly timestamps: BigInt64Array;
+  private readonly capacity: number;
+  private readonly objects = new Map<number, LearnedObject>();
+  private readonly spills: { chunk: SpillChunk; at: number }[] = [];
+  private readonly prefix: string;
+  private known = 0;
+  private tail = 0;
+  private nextSequence = 0;
+  private sinceCleanup = 0;
+
+  constructor(
+    buffers: RingBuffers,
+    private readonly context: RecordContext,
+    private readonly store: EventStore,
+  ) {
+    this.capacity = buffers.capacity;
+    this.control = new Int32Array(buffers.control);
+    this.numbers = new Float64Array(buffers.numbers);
+    this.timestamps = new BigInt64Array(buffers.timestamps);
+    this.prefix = `${context.sessionId}:`;
+  }
+
+  learn(objects: readonly RingObject[]): void {
+    for (const [id, value, sequence] of objects) {
+      this.objects.set(id, { value, lastUse: sequence });
+      this.known = id + 1;
+    }
+  }
+
+  spill(chunk: SpillChunk): void {
+    this.spills.push({ chunk, at: 0 });
+  }
+
+  /**
+   * Hands the records that can be read now to `append`, in order, while `more()` says so. Returns
+   * true when it stopped for `more()` (records may remain), false when none is readable now.
+   */
+  drain(append: (record: ReturnType<EventStore["materialize"]>) => void, more: () => boolean): boolean {
+    let head = Atomics.load(this.control, HEAD);
+    for (;;) {
+      if (!more()) return true;
+      if (this.tail === head) head = Atomics.load(this.control, HEAD);
+      if (this.tail < head) {
+        const slot = this.tail % this.capacity;
+        const at = slot * SLOT_WIDTH;
+        if (this.numbers[at + SEQUENCE] === this.nextSequence) {
+          if ((this.numbers[at + NEEDS] as number) >= this.known) return false;
+          append(this.decode(this.numbers, at, this.timestamps[slot] as bigint));
+          Atomics.store(this.control, TAIL, ++this.tail);
+          continue;
+        }
+      }
+      const spill = this.spills[0];
+      if (spill === undefined) return false;
+      const at = spill.at * SLOT_WIDTH;
+      const numbers = spill.chunk.numbers;
+      if (numbers[at + SEQUENCE] !== this.nextSequence || (numbers[at + NEEDS] as number) >= this.known)
+        return false;
+      append(this.decode(numbers, at, spill.chunk.timestamps[spill.at] as bigint));
+      if (++spill.at === spill.chunk.count) this.spills.shift();
+    }
+  }
+
+  private decode(numbers: Float64Array, at: number, ts: bigint): ReturnType<EventStore["materialize"]> {
+    const sequence = this.nextSequence++;
+    const extraCode = numbers[at + EXTRA] as number;
+    let values = 0;
+    let extra: JsonObject | null = null;
+    if (extraCode >= 0) extra = this.object(extraCode, sequence) as JsonObject;
+    else if (extraCode <= -2) {
+      const keys = this.object(-2 - extraCode, sequence) as string[];
+      extra = this.numericObject(keys, numbers, at + VALUES);
+      values = keys.length;
+    }
+    const contextId = numbers[at + CONTEXT] as number;
+    const kindId = numbers[at + KIND] as number;
+    let scope: RecordedPhase | null = null;
+    if (kindId >= 0) {
+      const kind = this.object(kindId, sequence) as PhaseKind;
+      const scopeSequence = numbers[at + SCOPE_SEQUENCE] as number;
+      const scopeIdCode = numbers[at + SCOPE_ID] as number;
+      const parentCode = numbers[at + PARENT] as number;
+      const attributesCode = numbers[at + ATTRIBUTES] as number;
+      let attributes: JsonObject | undefined;
+      if (attributesCode >= 0) attributes = this.object(attributesCode, sequence) as JsonObject;
+      else if (attributesCode <= -2)
+        attributes = this.numericObject(
+          this.object(-2 - attributesCode, sequence) as string[],
+          numbers,
+          at + VALUES + values,
+        );
+      // Only `materialize` reads it, and it reads only these fields.
+      scope = {
+        scopeId:
+          scopeIdCode === -1 ? this.prefix + scopeSequence : (this.object(scopeIdCode, sequence) as string),
+        name: kind.name,
+        path: kind.path,
+        phasePath: kind.phasePath,
+        depth: kind.depth,
+        parentScopeId:
+          parentCode === -1
+            ? null
+            : parentCode === -2
+              ? this.prefix + (numbers[at + PARENT_SEQUENCE] as number)
+              : (this.object(parentCode, sequence) as string),
+        sequence: scopeSequence,
+        threadId: kind.threadId,
+        threadName: kind.threadName,
+        attributes,
+      } as unknown as RecordedPhase;
+    }
+    const index = this.store.pushNumbers(
+      ts,
+      this.object(numbers[at + TYPE] as number, sequence) as string,
+      contextId === -1 ? null : (this.object(contextId, sequence) as string),
+      this.object(numbers[at + GROUP] as number, sequence) as StoredGroup,
+      numbers,
+      at,
+      this.object(numbers[at + BASE] as number, sequence) as JsonObject,
+      extra,
+      scope,
+    );
+    if (++this.sinceCleanup === 4096) this.forgetUnused();
+    return this.store.materialize(index, this.context);
+  }
+
+  private object(id: number, sequence: number): unknown {
+    const entry = this.objects.get(id) as LearnedObject;
+    entry.lastUse = sequence;
+    return entry.value;
+  }
+
+  private numericObject(keys: readonly string[], numbers: Float64Array, at: number): JsonObject {
+    const object: JsonObject = {};
+    for (let i = 0; i < keys.length; i++) object[keys[i] as string] = numbers[at + i] as number;
+    return object;
+  }
+
+  /** Drops what went unused for a window (the writer posts it again, with a new id, if used again). */
+  private forgetUnused(): void {
+    this.sinceCleanup = 0;
+    const before = this.nextSequence - REUSE_WINDOW;
+    for (const [id, entry] of this.objects) if (entry.lastUse < before) this.objects.delete(id);
+  }
+}
+
+/** `Atomics.waitAsync` (Node 16+; not in TypeScript's ES2022 library). */
+const waitAsync = (
+  Atomics as unknown as {
+    waitAsync(
+      array: Int32Array,
+      index: number,
+      value: number,
+      timeoutMs: number,
+    ): { async: boolean; value: Promise<string> | string };
+  }
+).waitAsync;
+
+/** Waits (asynchronously, on the worker) until the ring is a quarter full or `timeoutMs` passed. */
+export function waitForRecords(buffers: RingBuffers, timeoutMs: number): Promise<void> {
+  const control = new Int32Array(buffers.control);
+  const waited = waitAsync(control, WAKE, 0, timeoutMs);
+  return Promise.resolve(waited.value).then(() => {
+    Atomics.store(control, WAKE, 0);
+  });
+}
+
+function sameKeys(object: JsonObject, keys: readonly string[]): boolean {
+  let i = 0;
+  for (const key in object) if (key !== keys[i++]) return false;
+  return true;
+}
+
+function samePath(a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+function same<T>(value: T): T {
+  return value;
+}
+
+/** A group's fields as plain data (a `DeviceGroup` holds collectors, which cannot cross threads). */
+function copyGroup(group: StoredGroup): StoredGroup {
+  return {
+    collectorString: group.collectorString,
+    deviceId: group.deviceId,
+    capabilities: group.capabilities,
+  };
+}

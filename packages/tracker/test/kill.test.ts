@@ -1,0 +1,111 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { systemClock } from "@stormlog/core";
+import { seededRandom } from "@stormlog/phases";
+import { loadTelemetrySessions } from "@stormlog/sink";
+import { describe, expect, it } from "vitest";
+import { temporaryDirectories } from "./helpers.js";
+
+const child = fileURLToPath(new URL("./fixtures/kill-child.ts", import.meta.url));
+const tempDir = temporaryDirectories("stormlog-kill-");
+const next = seededRandom(18);
+
+/** Starts the child loop; resolves with it and its session id once its `start()` resolved. */
+function startChild(
+  root: string,
+  flush: string,
+): Promise<{ process: ChildProcess; sessionId: string; startedAtNs: bigint }> {
+  const proc = spawn(
+    process.execPath,
+    ["--conditions=@stormlog/source", "--import", "tsx", child, root, flush],
+    {
+      stdio: ["ignore", "pipe", "inherit"],
+    },
+  );
+  return new Promise((resolve, reject) => {
+    let out = "";
+    proc.stdout?.on("data", (chunk: Buffer) => {
+      out += chunk.toString();
+      const match = /^started (\S+)\n/.exec(out);
+      if (match !== null)
+        resolve({ process: proc, sessionId: match[1] as string, startedAtNs: systemClock.nowNs() });
+    });
+    proc.on("exit", (code) => reject(new Error(`the child exited (${code}) before starting: ${out}`)));
+  });
+}
+
+function killNow(proc: ChildProcess): { killedAtNs: bigint; exited: Promise<void> } {
+  const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+  const killedAtNs = systemClock.nowNs();
+  proc.kill("SIGKILL");
+  return { killedAtNs, exited };
+}
+
+/**
+ * Kills the loop `runs` times at a random moment `fromMs`..`toMs` after its start resolved; returns
+ * the milliseconds between each kill and the last record of the session on disk.
+ */
+async function lossesAfterKills(
+  flush: string,
+  runs: number,
+  fromMs: number,
+  toMs: number,
+): Promise<number[]> {
+  const losses: number[] = [];
+  for (let run = 0; run < runs; run++) {
+    const root = join(tempDir(), "sink");
+    const { process: proc, sessionId, startedAtNs } = await startChild(root, flush);
+    await new Promise((resolve) => setTimeout(resolve, fromMs + next() * (toMs - fromMs)));
+    const { killedAtNs, exited } = killNow(proc);
+    await exited;
+    const session = (await sessionsIn(root)).find((s) => s.summary.session_id === sessionId);
+    // Nothing on disk: everything since start() resolved is lost.
+    let last = startedAtNs;
+    for (const event of session?.events ?? []) if (event.timestamp_ns > last) last = event.timestamp_ns;
+    losses.push(Number(killedAtNs - last) / 1e6);
+  }
+  return losses;
+}
+
+/** The sessions in `root`, none when the kill left no sink there. */
+async function sessionsIn(root: string) {
+  try {
+    return await loadTelemetrySessions(root);
+  } catch {
+    return [];
+  }
+}
+
+function describeLosses(losses: number[]): string {
+  const sorted = [...losses].sort((a, b) => a - b);
+  const median = sorted[Math.floor(sorted.length / 2)] as number;
+  return `median ${median.toFixed(0)} ms, max ${(sorted.at(-1) as number).toFixed(0)} ms (${sorted.map((l) => l.toFixed(0)).join(", ")})`;
+}
+
+describe("a SIGKILL in the middle of training", { timeout: 60_000 }, () => {
+  it("loses at most the flush interval + 100 ms of records with the default settings", async () => {
+    const losses = await lossesAfterKills("default", 10, 200, 3200);
+    console.info(`kill, default sink (2 s flush): loss ${describeLosses(losses)}`);
+    for (const loss of losses) expect(loss).toBeLessThanOrEqual(2100);
+  });
+
+  it("loses at most 150 ms of records with a 50 ms flush", async () => {
+    const losses = await lossesAfterKills("0.05", 10, 200, 1000);
+    console.info(`kill, 50 ms flush: loss ${describeLosses(losses)}`);
+    for (const loss of losses) expect(loss).toBeLessThanOrEqual(150);
+  });
+
+  it("finds the running session's manifest on disk as soon as start() resolved", async () => {
+    for (let run = 0; run < 6; run++) {
+      const root = join(tempDir(), "sink");
+      const { process: proc, sessionId } = await startChild(root, "default");
+      await killNow(proc).exited;
+      const sessions = await sessionsIn(root);
+      expect(sessions.map((s) => [s.summary.session_id, s.summary.status])).toContainEqual([
+        sessionId,
+        expect.stringMatching(/running|interrupted/),
+      ]);
+    }
+  });
+});
