@@ -47,6 +47,18 @@ export interface RecordedPhase extends PhaseScope {
   readonly threadName: string;
   readonly attributes: JsonObject | undefined;
   /**
+   * The same object for every scope of this path opened by one recorder (while it keeps its paths
+   * interned): a cheap identity key for per-path caches. Absent on scopes from elsewhere.
+   */
+  readonly pathKey?: object;
+  /**
+   * Set when the scope's id is `<sessionId>:<sequence>` and its parent's `<sessionId>:<parentSequence>`
+   * (the recorder's own scopes), so writers can skip building and parsing the ids.
+   */
+  readonly sessionId?: string;
+  /** The parent's enter sequence (see `sessionId`), null at the top. */
+  readonly parentSequence?: number | null;
+  /**
    * Opened with `{ readings: true }` (`PhaseOptions.readings`): the boundary listener reads memory at
    * its enter and exit even from collectors too costly to read at every boundary.
    */
@@ -141,10 +153,30 @@ class PhaseFlow {
   ) {}
 }
 
-class PhaseFrame implements RecordedPhase, PhaseContextNode {
-  readonly path: string[];
+/**
+ * A phase path, shared by every scope opened on it: its name list and joined path are built once,
+ * not per scope (a training loop opens the same few paths millions of times).
+ */
+class PathNode {
+  readonly path: readonly string[];
   readonly phasePath: string;
-  readonly scopeId: string;
+  /** Interned child paths by name (see `MAX_INTERNED_PATHS`). */
+  readonly children = new Map<string, PathNode>();
+
+  constructor(parent: PathNode | null, name: string) {
+    this.path = Object.freeze(parent === null ? [name] : [...parent.path, name]);
+    this.phasePath = parent === null ? name : `${parent.phasePath} / ${name}`;
+  }
+}
+
+/**
+ * Paths a recorder interns; past this (names made per step, `batch-17`), new paths get nodes of
+ * their own, which cost what they did before interning.
+ */
+const MAX_INTERNED_PATHS = 4096;
+
+class PhaseFrame implements RecordedPhase, PhaseContextNode {
+  private text: string | null = null;
   closed = false;
   /** Its function returned a pending promise: it runs on, detached from the caller. */
   detached = false;
@@ -161,25 +193,31 @@ class PhaseFrame implements RecordedPhase, PhaseContextNode {
     readonly parent: PhaseFrame | null,
     readonly name: string,
     readonly sequence: number,
-    sessionId: string,
+    readonly sessionId: string,
     readonly attributes: JsonObject | undefined,
     readonly readings: boolean,
-  ) {
-    if (parent === null) {
-      this.path = [name];
-      this.phasePath = name;
-    } else {
-      this.path = [...parent.path, name];
-      this.phasePath = `${parent.phasePath} / ${name}`;
-    }
-    this.scopeId = `${sessionId}:${sequence}`;
-  }
+    readonly pathKey: PathNode,
+  ) {}
 
+  get path(): readonly string[] {
+    return this.pathKey.path;
+  }
+  get phasePath(): string {
+    return this.pathKey.phasePath;
+  }
+  /** Built when first read: most boundaries reach the disk as numbers, the id rebuilt there. */
+  get scopeId(): string {
+    this.text ??= `${this.sessionId}:${this.sequence}`;
+    return this.text;
+  }
   get depth(): number {
-    return this.path.length;
+    return this.pathKey.path.length;
   }
   get parentScopeId(): string | null {
     return this.parent === null ? null : this.parent.scopeId;
+  }
+  get parentSequence(): number | null {
+    return this.parent === null ? null : this.parent.sequence;
   }
   get threadId(): number {
     return this.flow.id;
@@ -254,6 +292,8 @@ export class PhaseRecorder implements PhaseHost {
   private freeFlowIds: number[] = [];
   private nextFlowId = this.thread.id + 1;
   private readonly forkedFlows = new Set<PhaseFlow>();
+  private readonly topPaths = new Map<string, PathNode>();
+  private internedPaths = 0;
 
   constructor(options: PhaseRecorderOptions) {
     this.listener = options.onBoundary;
@@ -443,6 +483,7 @@ export class PhaseRecorder implements PhaseHost {
       this.session as string,
       attributesOf(options),
       options?.readings === true,
+      this.pathNode(parent === null ? null : parent.pathKey, name),
     );
     flow.stack.push(frame);
     this.emit(PHASE_ENTER_EVENT, frame, sequence);
@@ -544,6 +585,20 @@ export class PhaseRecorder implements PhaseHost {
       this.forkedFlows.delete(flow);
       this.freeFlowIds.push(flow.id);
     }
+  }
+
+  /** The node of `name` under `parent`: interned, or a node of its own past `MAX_INTERNED_PATHS`. */
+  private pathNode(parent: PathNode | null, name: string): PathNode {
+    const siblings = parent === null ? this.topPaths : parent.children;
+    let node = siblings.get(name);
+    if (node === undefined) {
+      node = new PathNode(parent, name);
+      if (this.internedPaths < MAX_INTERNED_PATHS) {
+        siblings.set(name, node);
+        this.internedPaths++;
+      }
+    }
+    return node;
   }
 
   private forkFlow(): PhaseFlow {
