@@ -2,24 +2,16 @@ import { join } from "node:path";
 import {
   type Clock,
   createSessionSummary,
-  encodeTelemetryRecord,
   type SessionStatus,
   type SessionSummary,
   type TelemetryEvent,
-  TelemetryLineEncoder,
   type TimerHandle,
 } from "@stormlog/core";
 import { type ResolvedSinkConfig, resolveSinkConfig, type TelemetrySinkOptions } from "./config.js";
 import { SinkSessionMismatchError } from "./errors.js";
 import { registerExitParticipant } from "./exit-hooks.js";
 import { execAsync, execSync, IO_OK, type IoOp, type IoResult } from "./io.js";
-import {
-  type SinkSegment,
-  type SinkSessionLoss,
-  segmentFilename,
-  serializeManifest,
-  writeManifestTextSync,
-} from "./manifest.js";
+import { type SinkSegment, writeManifestTextSync } from "./manifest.js";
 import { whyNotWritable } from "./record-check.js";
 import { type RecoveryReport, recoverSinkDirectory } from "./recovery.js";
 import {
@@ -28,48 +20,15 @@ import {
   rollupCoverageFromManifest,
   writeTelemetryRollups,
 } from "./rollups.js";
+import { ChunkEncoder } from "./writer/chunk-encoder.js";
+import { SinkCounters, type SinkDiagnostics } from "./writer/counters.js";
+import { ManifestLedger } from "./writer/manifest-ledger.js";
 import { RetryPolicy } from "./writer/retry-policy.js";
+import { SegmentSet } from "./writer/segments.js";
 import { claimSinkDirectory, SinkDirectoryLockedError, type WriterLock } from "./writer-lock.js";
 
-/** The reference's five counters (`get_diagnostics()`), then this package's queue and failure counters. */
-export interface SinkDiagnostics {
-  /** Segments closed because they reached a rollover limit (this sink instance). */
-  rollover_count: number;
-  /** Segments deleted by retention (this sink instance). */
-  pruned_segment_count: number;
-  /** Bytes of the segments deleted by retention (this sink instance). */
-  pruned_bytes: number;
-  /** Segments in the directory now. */
-  final_retained_files: number;
-  /** Bytes of the segments in the directory now. */
-  final_retained_bytes: number;
-  /** Records given to `append`. */
-  appended_events: number;
-  /** Records written to a segment. */
-  written_events: number;
-  /** Records lost, for any reason below (queue full, disk failure, deleted segment). */
-  dropped_events: number;
-  /** Records dropped by `append` because `maxQueueEvents` were already waiting. */
-  dropped_queue_full: number;
-  /** Records dropped because the disk failed (ENOSPC, EACCES, directory removed...). */
-  dropped_io_error: number;
-  /** Records refused because they are not valid telemetry (they would break readers). */
-  rejected_events: number;
-  /** Records waiting in memory for the disk. */
-  queued_events: number;
-  /** The queue's bound (`maxQueueEvents`). */
-  max_queue_events: number;
-  /** Disk operations that failed (each retried after a growing delay). */
-  io_failures: number;
-  /** Failures since the last success; 0 when healthy. */
-  consecutive_io_failures: number;
-  /** The last disk error, e.g. `ENOSPC: no space left on device, write`. */
-  last_error: string | null;
-  /** `ok`, or `retrying` while the disk fails. */
-  state: "ok" | "retrying";
-  /** The open session, if any. */
-  session_id: string | null;
-}
+export type { SinkDiagnostics } from "./writer/counters.js";
+export { MANIFEST_RESERVE_FILENAME } from "./writer/manifest-ledger.js";
 
 /** Options of `startSession`: a full or partial summary (snake_case, as core's `SessionSummary`). */
 export type StartSessionOptions = Partial<Omit<SessionSummary, "status" | "ended_at_ns">>;
@@ -115,7 +74,7 @@ type QueueEntry = TelemetryEvent | Barrier;
 /** The writer's steps: disk operations, and waiting for the write left running (see settle). */
 const SETTLE = { op: "settle" } as const;
 type Step = IoOp | typeof SETTLE;
-type Work = Generator<Step, void, IoResult>;
+type Work<T = void> = Generator<Step, T, IoResult>;
 type WriteOp = Extract<IoOp, { op: "write" }>;
 
 /** A write started at the end of a pass and not waited for yet. */
@@ -130,7 +89,7 @@ interface DetachedWrite {
 
 /**
  * Encoded records of one session waiting to be written together (one or more reference "flushes"):
- * the first `bytes` bytes of the writer's chunk buffer.
+ * the chunk's first `bytes` bytes.
  */
 interface PendingWrite {
   readonly sessionId: string;
@@ -142,31 +101,8 @@ interface PendingWrite {
   endsSegment: boolean;
 }
 
-type Latin1Writer = { latin1Write?: (text: string, offset: number) => number };
-/** `buffer.write(text, offset, "latin1")` without its argument juggling (Node's own fast method when present). */
-const latin1Write: (buffer: Buffer, text: string, offset: number) => number =
-  typeof (Buffer.prototype as Latin1Writer).latin1Write === "function"
-    ? (buffer, text, offset) => (buffer as Latin1Writer).latin1Write!(text, offset)
-    : (buffer, text, offset) => buffer.write(text, offset, "latin1");
-
-/** Free room kept at the chunk's end before encoding a line into it (longer lines take core's path). */
-const ENCODE_ROOM = 64 << 10;
 /** Pending bytes that start a write without waiting for the rest of the queue. */
 const WRITE_AT_BYTES = 4 << 20;
-/**
- * A chunk buffer's starting size; a burst grows it (doubling) up to what a pass holds before it writes.
- * Small because V8 counts a buffer's whole size as external memory: two 4 MB chunks per session made a
- * tracked training loop run about one more full collection per session (measured with --trace-gc).
- */
-const CHUNK_BYTES = 4 * ENCODE_ROOM;
-/** A chunk buffer grown beyond this by a burst is replaced by a small one once it is empty. */
-const KEEP_CHUNK_BYTES = 16 << 20;
-/** Why the manifest must be rewritten: segments or sessions changed (at once), or only counts (on the tick). */
-const STRUCTURAL = 2;
-const COUNTS = 1;
-/** Space kept in `manifest.reserve` while a session runs: what closing it needs on a disk that fills up. */
-const RESERVE_BYTES = 64 << 10;
-export const MANIFEST_RESERVE_FILENAME = "manifest.reserve";
 
 /**
  * An append-only JSONL telemetry sink that writes the Python reference's layout
@@ -177,20 +113,27 @@ export const MANIFEST_RESERVE_FILENAME = "manifest.reserve";
  * asynchronous (libuv's thread pool). Disk failures never reach the caller:
  * records are counted as dropped, the session ends `incomplete`, one message is logged, and
  * `getDiagnostics()` tells the state. See the package README for the fsync policy and layouts.
+ *
+ * Inside, the writer is a generator of I/O steps (`work`) that a driver runs asynchronously, or
+ * synchronously on process exit. It keeps the queue and the files open; the rest is in parts
+ * (`writer/`): the chunk encoder, the segment set (rollover, retention), the manifest ledger, the
+ * retry policy and the counters.
  */
 export class TelemetrySink {
   readonly config: ResolvedSinkConfig;
   /** What opening the directory found and repaired. */
   readonly recovery: RecoveryReport | null;
 
+  private readonly segments: SegmentSet;
+  private readonly ledger: ManifestLedger;
+  private readonly chunk = new ChunkEncoder();
+  private readonly counters: SinkCounters;
+  private readonly retry: RetryPolicy;
+
   /** The directory written: `config.rootDir`, or the one beside it when another live process writes that. */
   private directory: string;
   /** Held from opening the directory until its last session is closed (taken again by the next session). */
   private lock: WriterLock | null = null;
-  private segments: SinkSegment[] = [];
-  private readonly sessions = new Map<string, SessionSummary>();
-  private activeSessionId: string | null = null;
-  private nextSegmentIndex = 1;
 
   private queue: QueueEntry[] = [];
   // Copies of two options read on every append.
@@ -199,27 +142,19 @@ export class TelemetrySink {
   private queuedRecords = 0;
   private barriersQueued = 0;
 
-  // Encoded lines go straight into a reused byte buffer: first the pending write, then the lines
-  // not yet flushed (the reference's buffer, fewer than flushEveryEvents). Building strings and
-  // converting them later costs several times more, most of it in garbage collection. A write takes
-  // the buffer and encoding goes on in the other one (takeChunk).
-  private chunk: Buffer = Buffer.allocUnsafeSlow(CHUNK_BYTES);
-  private chunkLength = 0;
-  private bufferCount = 0;
-  private bufferBytes = 0;
-  private bufferSession: string | null = null;
+  /** Units encoded in the chunk and waiting for their write. */
   private pending: PendingWrite | null = null;
-  /** The chunk's other buffer: while one is being written, lines are encoded into the other. */
-  private spare: Buffer | null = null;
-  /** The buffer a write is reading from. */
-  private writing: Buffer | null = null;
   /** The last write of a pass, left running while the next records are encoded (see settle). */
   private detached: DetachedWrite | null = null;
-  private readonly encoder = new TelemetryLineEncoder();
-
+  /** The open segment and its file. */
   private current: SinkSegment | null = null;
   private fd: number | null = null;
+  /** A rolled-over segment waiting for the next segment to be open before its sync and close. */
+  private deferredClose: { fd: number; segment: SinkSegment } | null = null;
+  private needsMkdir = false;
+  private needsRecovery = false;
 
+  // The driver: one run of `work` at a time; closeSync takes over by moving the token.
   private pumpRunning = false;
   private kickPending = false;
   private pumpToken = 0;
@@ -227,37 +162,10 @@ export class TelemetrySink {
   private inflightOp: Step | null = null;
   private idleWaiters: (() => void)[] = [];
   private tickTimer: TimerHandle | null = null;
-  private manifestDirty = 0;
-  /** A manifest write running in the background (see writeManifestBehind), and whether another is due. */
-  private manifestJob: Promise<void> | null = null;
-  private manifestOwed = false;
-  private needsMkdir = false;
-  private needsRecovery = false;
   private finalized = false;
   private unregisterExit: (() => void) | null = null;
-  private rollupJobs: Promise<void>[] = [];
-  /** Rolled-over segments being synced and closed while writing goes on. */
-  private readonly backgroundCloses = new Set<Promise<void>>();
-  /** A rolled-over segment waiting for the next segment to be open before its sync and close. */
-  private deferredClose: { fd: number; segment: SinkSegment } | null = null;
-  private readonly sessionLoss = new Map<string, number>();
-
-  private rolloverCount = 0;
-  private prunedSegmentCount = 0;
-  private prunedBytes = 0;
-  private appended = 0;
-  private written = 0;
-  private droppedQueueFull = 0;
-  private droppedIo = 0;
-  private rejected = 0;
-  private retryPolicy: RetryPolicy | null = null;
-  /** What each session lost, written in the manifest (`session_losses`). */
-  private readonly losses = new Map<string, SinkSessionLoss>();
-  /** `manifest.reserve` is on disk (see RESERVE_BYTES). */
-  private reserveHeld = false;
-  private reserveTried = false;
-  private warnedQueueFull = false;
-  private warnedRejected = false;
+  /** Work close() waits for: rolled-over segments' sync and close, rollups.json. */
+  private readonly background = new Set<Promise<void>>();
 
   /**
    * Opens (or creates) the sink directory and recovers what a previous writer left (blocking, once).
@@ -265,10 +173,22 @@ export class TelemetrySink {
    * and retried like any disk failure.
    */
   constructor(options: TelemetrySinkOptions) {
-    this.config = resolveSinkConfig(options);
-    this.directory = this.config.rootDir;
-    this.maxQueue = this.config.maxQueueEvents;
-    this.flushEvery = this.config.flushEveryEvents;
+    const config = resolveSinkConfig(options);
+    this.config = config;
+    this.directory = config.rootDir;
+    this.maxQueue = config.maxQueueEvents;
+    this.flushEvery = config.flushEveryEvents;
+    this.segments = new SegmentSet(config);
+    this.ledger = new ManifestLedger(this.segments, config.fsync);
+    this.counters = new SinkCounters(config.logger, () => this.rootDir, config.maxQueueEvents);
+    this.retry = new RetryPolicy({
+      firstSeconds: config.failureBackoffSeconds,
+      maxSeconds: config.failureBackoffMaxSeconds,
+      clock: config.clock,
+      logger: config.logger,
+      subject: () => this.rootDir,
+      lostSoFar: () => this.counters.droppedIo,
+    });
     this.recovery = this.recover(true);
     this.needsRecovery = this.recovery === null;
   }
@@ -291,13 +211,8 @@ export class TelemetrySink {
         fsync: this.config.fsync !== "never",
         onWarning: (message) => this.config.logger.info?.(`${this.directory}: ${message}`),
       });
-      this.segments = state.segments;
-      this.adoptLosses(state.losses);
-      const active = this.currentSession();
-      this.sessions.clear();
-      for (const [id, summary] of state.sessions) this.sessions.set(id, summary);
-      if (active !== null) this.sessions.set(active.session_id, active);
-      this.nextSegmentIndex = Math.max(this.nextSegmentIndex, state.nextSegmentIndex);
+      this.segments.adopt(state.segments, state.nextSegmentIndex);
+      this.ledger.adopt(state.sessions, state.losses);
       return state.report;
     } catch (error) {
       if (constructing && SinkDirectoryLockedError.isInstance(error)) throw error;
@@ -313,7 +228,7 @@ export class TelemetrySink {
       ...(this.config.rank === undefined ? {} : { rank: this.config.rank }),
     });
     this.lock = claimed.lock;
-    if (claimed.directory !== this.directory) this.nextSegmentIndex = 1;
+    if (claimed.directory !== this.directory) this.segments.nextIndex = 1;
     this.directory = claimed.directory;
     const owner = claimed.movedAsideFrom;
     if (owner !== null)
@@ -334,14 +249,6 @@ export class TelemetrySink {
     this.lock = null;
   }
 
-  /** What the manifest says earlier sessions lost (this instance's open session keeps its own count). */
-  private adoptLosses(recorded: readonly SinkSessionLoss[]): void {
-    const active = this.activeSessionId === null ? undefined : this.losses.get(this.activeSessionId);
-    this.losses.clear();
-    for (const loss of recorded) this.losses.set(loss.session_id, { ...loss });
-    if (active !== undefined) this.losses.set(active.session_id, active);
-  }
-
   // ---------------------------------------------------------------- public API
 
   /**
@@ -353,10 +260,7 @@ export class TelemetrySink {
     if (active !== null) return active;
     this.reopen();
     const summary = runningSessionSummary(options, this.config.source, this.config.clock);
-    this.sessions.set(summary.session_id, summary);
-    this.sessionLoss.set(summary.session_id, 0);
-    this.activeSessionId = summary.session_id;
-    this.manifestDirty = STRUCTURAL;
+    this.ledger.open(summary);
     if (this.config.handleProcessExit && this.unregisterExit === null && !this.finalized) {
       this.unregisterExit = registerExitParticipant({
         onSignal: () => this.closeSession("interrupted", false),
@@ -371,7 +275,7 @@ export class TelemetrySink {
 
   /** The open session's summary, or null. */
   currentSession(): SessionSummary | null {
-    return this.activeSessionId === null ? null : (this.sessions.get(this.activeSessionId) ?? null);
+    return this.ledger.current();
   }
 
   /**
@@ -381,13 +285,14 @@ export class TelemetrySink {
    * read later, when it is encoded: do not change it after appending.
    */
   append(record: TelemetryEvent): void {
-    if (record.session_id !== this.activeSessionId) this.adoptSession(record);
+    if (record.session_id !== this.ledger.activeSessionId) this.adoptSession(record);
     if (this.queuedRecords >= this.maxQueue) {
-      this.dropQueueFull();
+      this.counters.droppedForQueue();
+      this.ledger.noteLoss(this.ledger.activeSessionId, 1, "queue");
       return;
     }
     this.queuedRecords++;
-    this.appended++;
+    this.counters.appended++;
     this.queue.push(record);
     if (this.queue.length >= this.flushEvery && !this.kickPending) this.kick();
   }
@@ -399,15 +304,7 @@ export class TelemetrySink {
    */
   flush(): Promise<void> {
     if (this.finalized) return Promise.resolve();
-    if (
-      this.queue.length === 0 &&
-      this.bufferCount === 0 &&
-      this.pending === null &&
-      this.detached === null &&
-      this.manifestDirty === 0 &&
-      this.manifestJob === null &&
-      !this.manifestOwed
-    ) {
+    if (!this.hasBacklog() && this.ledger.settled) {
       return this.pumpRunning ? this.whenIdle() : Promise.resolve();
     }
     return new Promise<void>((resolve) => {
@@ -426,19 +323,14 @@ export class TelemetrySink {
   }
 
   private closeSession(status: SessionStatus, rollups: boolean): Promise<void> {
-    const sessionId = this.activeSessionId;
-    if (sessionId === null) return this.flush().then(() => this.rollupsSettled());
-    this.activeSessionId = null;
+    const sessionId = this.ledger.activeSessionId;
+    if (sessionId === null) return this.flush().then(() => this.backgroundSettled());
+    this.ledger.activeSessionId = null;
     const closed = new Promise<void>((resolve) => {
       this.pushBarrier(new Barrier("close", resolve, sessionId, status, this.config.clock.nowNs(), rollups));
       this.kick(true);
     });
-    return closed.then(() => this.rollupsSettled());
-  }
-
-  /** Resolves when the segments closed at rollover are synced (close() waits for them). */
-  private backgroundSettled(): Promise<void> {
-    return Promise.all(this.backgroundCloses).then(() => undefined);
+    return closed.then(() => this.backgroundSettled());
   }
 
   /**
@@ -450,9 +342,9 @@ export class TelemetrySink {
     if (this.finalized) return;
     this.finalized = true;
     this.unregister();
-    const sessionId = this.activeSessionId;
+    const sessionId = this.ledger.activeSessionId;
     if (sessionId !== null) {
-      this.activeSessionId = null;
+      this.ledger.activeSessionId = null;
       this.pushBarrier(new Barrier("close", null, sessionId, status, this.config.clock.nowNs()));
     } else {
       this.pushBarrier(new Barrier("flush", null));
@@ -468,30 +360,13 @@ export class TelemetrySink {
     this.retry.attemptNow();
     try {
       if (interrupted !== null) {
-        let result = inflight === null ? IO_OK : inflight.op === "close" ? IO_OK : this.runSync(inflight);
-        for (;;) {
-          const step = interrupted.next(result);
-          if (step.done) break;
-          result = this.runSync(step.value);
-        }
+        // The step in flight is done again (steps are positional), but a close is not repeated.
+        const redone = inflight === null || inflight.op === "close" ? IO_OK : this.runSync(inflight);
+        this.runToEndSync(interrupted, redone);
       }
-      const work = this.work();
-      let result: IoResult = IO_OK;
-      for (;;) {
-        const step = work.next(result);
-        if (step.done) break;
-        result = this.runSync(step.value);
-      }
+      this.runToEndSync(this.work());
       // One last try at the ledger even if the disk failed above.
-      if (this.manifestDirty !== 0) {
-        const last = this.writeLedgerHard();
-        let outcome: IoResult = IO_OK;
-        for (;;) {
-          const step = last.next(outcome);
-          if (step.done) break;
-          outcome = this.runSync(step.value);
-        }
-      }
+      if (this.ledger.stale) this.runToEndSync(this.writeLedgerHard());
     } catch (error) {
       this.config.logger.warn(`closing ${this.rootDir} on exit failed: ${(error as Error).message}`);
     }
@@ -501,30 +376,12 @@ export class TelemetrySink {
 
   /** The reference's counters plus this package's queue and failure state. */
   getDiagnostics(): SinkDiagnostics {
-    let retainedBytes = 0;
-    for (const segment of this.segments) retainedBytes += segment.size_bytes;
-    const lostInFlight =
-      this.bufferCount + (this.pending?.events ?? 0) + (this.detached?.pending.events ?? 0);
-    return {
-      rollover_count: this.rolloverCount,
-      pruned_segment_count: this.prunedSegmentCount,
-      pruned_bytes: this.prunedBytes,
-      final_retained_files: this.segments.length,
-      final_retained_bytes: retainedBytes,
-      appended_events: this.appended,
-      written_events: this.written,
-      dropped_events: this.droppedQueueFull + this.droppedIo,
-      dropped_queue_full: this.droppedQueueFull,
-      dropped_io_error: this.droppedIo,
-      rejected_events: this.rejected,
-      queued_events: this.queuedRecords + lostInFlight,
-      max_queue_events: this.config.maxQueueEvents,
-      io_failures: this.retry.failures,
-      consecutive_io_failures: this.retry.failuresInARow,
-      last_error: this.retry.lastError,
-      state: this.retry.failing ? "retrying" : "ok",
-      session_id: this.activeSessionId,
-    };
+    return this.counters.diagnostics(
+      this.segments,
+      this.retry,
+      this.pendingEvents,
+      this.ledger.activeSessionId,
+    );
   }
 
   /**
@@ -534,7 +391,7 @@ export class TelemetrySink {
   get pendingEvents(): number {
     return (
       this.queuedRecords +
-      this.bufferCount +
+      this.chunk.unitCount +
       (this.pending?.events ?? 0) +
       (this.detached?.pending.events ?? 0)
     );
@@ -542,12 +399,12 @@ export class TelemetrySink {
 
   /** The sessions ledger as it stands in memory (what the next manifest will hold). */
   getSessions(): SessionSummary[] {
-    return [...this.sessions.values()];
+    return [...this.ledger.sessions.values()];
   }
 
   /** The segments list as it stands in memory. */
   getSegments(): SinkSegment[] {
-    return this.segments.map((segment) => ({ ...segment }));
+    return this.segments.list.map((segment) => ({ ...segment }));
   }
 
   /** `await using sink = new TelemetrySink(...)` closes the session as `completed`. */
@@ -559,7 +416,8 @@ export class TelemetrySink {
 
   private adoptSession(record: TelemetryEvent): void {
     const sessionId = (record as { session_id?: unknown }).session_id;
-    if (this.activeSessionId === null) {
+    const activeSessionId = this.ledger.activeSessionId;
+    if (activeSessionId === null) {
       const valid = typeof sessionId === "string" && sessionId.trim() !== "";
       this.startSession({
         ...(valid ? { session_id: sessionId } : {}),
@@ -574,41 +432,19 @@ export class TelemetrySink {
     }
     // A record without a usable id is refused later, when it is checked.
     if (typeof sessionId !== "string") return;
-    throw new SinkSessionMismatchError(this.activeSessionId, sessionId);
-  }
-
-  private dropQueueFull(): void {
-    this.droppedQueueFull++;
-    this.appended++;
-    this.noteLoss(this.activeSessionId, 1, "queue");
-    if (!this.warnedQueueFull) {
-      this.warnedQueueFull = true;
-      this.config.logger.warn(
-        `${this.rootDir}: ${this.config.maxQueueEvents} records are already waiting for the disk; further records ` +
-          "are dropped and counted (getDiagnostics().dropped_queue_full) and the session will close as incomplete. " +
-          "The disk is slower than the producer: raise maxQueueEvents or sample less often",
-      );
-    }
-  }
-
-  private noteLoss(sessionId: string | null, count: number, cause: "io" | "queue" = "io"): void {
-    if (sessionId === null || count === 0) return;
-    this.sessionLoss.set(sessionId, (this.sessionLoss.get(sessionId) ?? 0) + count);
-    let loss = this.losses.get(sessionId);
-    if (loss === undefined) {
-      loss = { session_id: sessionId, dropped_events: 0, dropped_io_error: 0, dropped_queue_full: 0 };
-      this.losses.set(sessionId, loss);
-    }
-    loss.dropped_events += count;
-    if (cause === "io") loss.dropped_io_error += count;
-    else loss.dropped_queue_full += count;
-    // The counts reach the disk with the next manifest (the tick's, or the retry's once the disk works).
-    this.manifestDirty ||= COUNTS;
+    throw new SinkSessionMismatchError(activeSessionId, sessionId);
   }
 
   private pushBarrier(barrier: Barrier): void {
     this.barriersQueued++;
     this.queue.push(barrier);
+  }
+
+  /** Records or barriers the writer has not finished with (queued, encoded, or being written). */
+  private hasBacklog(): boolean {
+    return (
+      this.queue.length > 0 || this.chunk.unitCount > 0 || this.pending !== null || this.detached !== null
+    );
   }
 
   // ---------------------------------------------------------------- scheduling
@@ -643,28 +479,17 @@ export class TelemetrySink {
   private onTick(): void {
     this.tickTimer = null;
     if (this.finalized) return;
-    const hasWork =
-      this.queue.length > 0 ||
-      this.bufferCount > 0 ||
-      this.pending !== null ||
-      this.detached !== null ||
-      this.manifestDirty !== 0 ||
-      this.fd !== null ||
-      this.needsRecovery;
-    if (hasWork && !this.inBackoff()) {
+    const hasWork = this.hasBacklog() || this.ledger.stale || this.fd !== null || this.needsRecovery;
+    if (hasWork && !this.retry.inBackoff()) {
       this.pushBarrier(new Barrier("tick", null));
       this.startPump();
     }
-    if (this.activeSessionId !== null || hasWork) this.ensureTick();
+    if (this.ledger.activeSessionId !== null || hasWork) this.ensureTick();
   }
 
   private cancelTimers(): void {
     if (this.tickTimer !== null) this.config.scheduler.clearTimeout(this.tickTimer);
     this.tickTimer = null;
-  }
-
-  private inBackoff(): boolean {
-    return this.retry.inBackoff();
   }
 
   private whenIdle(): Promise<void> {
@@ -693,6 +518,13 @@ export class TelemetrySink {
     return this.detached === null ? IO_OK : execSync(this.detached.op);
   }
 
+  /** Runs steps to their end on the calling thread; `first` answers a step already run. */
+  private runToEndSync(work: Work, first: IoResult = IO_OK): void {
+    let result = first;
+    for (let step = work.next(result); !step.done; step = work.next(result))
+      result = this.runSync(step.value);
+  }
+
   private runAsync(step: Step): Promise<IoResult> {
     if (step.op !== "settle") return execAsync(step);
     return this.detached === null ? Promise.resolve(IO_OK) : this.detached.promise;
@@ -706,9 +538,9 @@ export class TelemetrySink {
         const step = work.next(result);
         if (step.done) break;
         this.inflightOp = step.value;
-        if (step.value.op === "manifest" && this.manifestJob !== null) {
+        if (step.value.op === "manifest" && this.ledger.job !== null) {
           // One manifest write at a time (they share manifest.tmp).
-          while (this.manifestJob !== null) await this.manifestJob;
+          while (this.ledger.job !== null) await this.ledger.job;
           if (token !== this.pumpToken) return;
         }
         result = await this.runAsync(step.value);
@@ -728,7 +560,7 @@ export class TelemetrySink {
     if (token !== this.pumpToken) return;
     this.activeWork = null;
     this.pumpRunning = false;
-    if (this.tickTimer === null && (this.activeSessionId !== null || this.queue.length > 0))
+    if (this.tickTimer === null && (this.ledger.activeSessionId !== null || this.queue.length > 0))
       this.ensureTick();
     // Work that arrived meanwhile: records beyond a unit, or a barrier.
     const more =
@@ -736,8 +568,8 @@ export class TelemetrySink {
       this.queue.length >= this.flushEvery ||
       this.pending !== null ||
       (this.detached !== null && this.detached.result !== null) ||
-      this.manifestDirty === STRUCTURAL;
-    if (more && !this.inBackoff()) {
+      this.ledger.structurallyStale;
+    if (more && !this.retry.inBackoff()) {
       this.startPump();
       return;
     }
@@ -747,16 +579,16 @@ export class TelemetrySink {
   // ---------------------------------------------------------------- the writer (a generator of I/O steps)
 
   private *work(): Work {
-    if (this.needsRecovery && !this.inBackoff()) {
+    if (this.needsRecovery && !this.retry.inBackoff()) {
       this.needsRecovery = false;
       if (this.recover() === null) this.needsRecovery = true;
     }
     // A new session's ledger entry goes to disk before its first record.
-    if (this.manifestDirty === STRUCTURAL && !this.inBackoff() && !this.needsRecovery)
+    if (this.ledger.structurallyStale && !this.retry.inBackoff() && !this.needsRecovery)
       yield* this.writeManifest();
     // Units kept pending while the disk failed are written at the retry, even with nothing queued.
     while (this.queue.length > 0 || this.pending !== null) {
-      if (this.inBackoff() || this.needsRecovery) {
+      if (this.retry.inBackoff() || this.needsRecovery) {
         yield* this.settle();
         const closed = this.passWithoutIo();
         if (closed.length > 0) {
@@ -774,7 +606,7 @@ export class TelemetrySink {
     if (this.detached !== null && this.detached.result !== null) yield* this.settle();
     yield* this.closeDeferred();
     // Segment changes (rollover, pruning): written behind; session changes were written at once.
-    if (this.manifestDirty === STRUCTURAL && !this.inBackoff()) this.writeManifestBehind();
+    if (this.ledger.structurallyStale && !this.retry.inBackoff()) this.writeManifestBehind();
   }
 
   /** One pass over the queue: encode records into flush units, write them, handle barriers in order. */
@@ -782,6 +614,7 @@ export class TelemetrySink {
     const entries = this.queue;
     this.queue = [];
     const flushEvery = this.flushEvery;
+    const chunk = this.chunk;
     for (let i = 0; i < entries.length; i++) {
       const entry = entries[i]!;
       if (entry instanceof Barrier) {
@@ -789,48 +622,46 @@ export class TelemetrySink {
         yield* this.writePending();
         yield* this.settle();
         // The disk just failed: the barrier is handled without I/O (see passWithoutIo).
-        if (this.inBackoff()) return this.requeue(entries, i);
+        if (this.retry.inBackoff()) return this.requeue(entries, i);
         this.barriersQueued--;
         if (entry.kind === "close") yield* this.finishSession(entry);
         else if (entry.kind === "tick") yield* this.tickChecks();
-        else if (this.manifestDirty !== 0 || this.manifestJob !== null || this.manifestOwed)
-          // A flush resolves once the manifest is on disk, a background write's included.
-          yield* this.writeManifest();
+        // A flush resolves once the manifest is on disk, a background write's included.
+        else if (!this.ledger.settled) yield* this.writeManifest();
         entry.resolve?.();
-        if (this.inBackoff()) return this.requeue(entries, i + 1);
+        if (this.retry.inBackoff()) return this.requeue(entries, i + 1);
         continue;
       }
       const problem = whyNotWritable(entry);
       if (problem !== undefined) {
         this.queuedRecords--;
-        this.reject(problem);
+        this.counters.refused(problem);
         continue;
       }
-      if (this.bufferCount > 0 && this.bufferSession !== entry.session_id) this.flushUnit();
+      if (chunk.unitCount > 0 && chunk.unitSession !== entry.session_id) this.flushUnit();
       if (this.pending !== null && this.pending.sessionId !== entry.session_id) {
         yield* this.writePending();
         // The earlier session's lines wait for the retry: this record waits behind them.
-        if (this.inBackoff()) return this.requeue(entries, i);
+        if (this.retry.inBackoff()) return this.requeue(entries, i);
       }
       this.queuedRecords--;
-      const bytes = this.encodeLine(entry);
-      if (bytes === 0) continue;
-      this.bufferSession = entry.session_id;
-      this.bufferCount++;
-      this.bufferBytes += bytes;
-      if (this.bufferCount >= flushEvery) {
+      if (chunk.encode(entry) === 0) {
+        this.counters.refused(`it cannot be encoded as JSON (${chunk.lastError})`);
+        continue;
+      }
+      if (chunk.unitCount >= flushEvery) {
         this.flushUnit();
         const pending = this.pending;
         if (pending !== null && (pending.endsSegment || pending.bytes >= WRITE_AT_BYTES)) {
           yield* this.writePending();
-          if (this.inBackoff()) return this.requeue(entries, i + 1);
+          if (this.retry.inBackoff()) return this.requeue(entries, i + 1);
         }
       }
     }
     yield* this.writePending();
     // New or closed segments, pruning: the manifest follows at once (counts alone wait for the tick),
     // without holding up the records.
-    if (this.manifestDirty === STRUCTURAL && !this.inBackoff()) this.writeManifestBehind();
+    if (this.ledger.structurallyStale && !this.retry.inBackoff()) this.writeManifestBehind();
   }
 
   /** Puts back what a pass did not reach because the disk failed; it waits for the retry. */
@@ -854,13 +685,12 @@ export class TelemetrySink {
       }
       this.barriersQueued--;
       if (entry.kind === "close") {
-        let dropped = this.bufferCount + (this.pending?.events ?? 0);
-        this.clearUnwritten();
-        dropped += kept.length;
+        const dropped = this.chunk.unitCount + (this.pending?.events ?? 0) + kept.length;
+        this.chunk.clear();
+        this.pending = null;
         this.queuedRecords -= kept.length;
         kept.length = 0;
-        this.droppedIo += dropped;
-        this.noteLoss(entry.sessionId, dropped);
+        this.lostToDisk(entry.sessionId, dropped);
         this.endSession(entry);
         if (this.current !== null && this.current.session_id === entry.sessionId) this.current.closed = true;
         if (entry.resolve !== null) closed.push(entry.resolve);
@@ -872,101 +702,11 @@ export class TelemetrySink {
     return closed;
   }
 
-  private clearUnwritten(): void {
-    this.chunkLength = 0;
-    this.bufferCount = 0;
-    this.bufferBytes = 0;
-    this.pending = null;
-  }
-
-  /** Makes room for `bytes` more bytes after the chunk's content. */
-  private reserve(bytes: number): void {
-    const needed = this.chunkLength + bytes;
-    if (needed <= this.chunk.length) return;
-    const grown = Buffer.allocUnsafeSlow(Math.max(needed, this.chunk.length * 2));
-    this.chunk.copy(grown, 0, 0, this.chunkLength);
-    this.chunk = grown;
-  }
-
-  /** Drops the first `bytes` of the chunk (written or given up), keeping the lines after them. */
-  private consumeChunk(bytes: number): void {
-    if (bytes < this.chunkLength) this.chunk.copy(this.chunk, 0, bytes, this.chunkLength);
-    this.chunkLength -= bytes;
-    this.shrinkIdleChunk();
-  }
-
-  /** A burst may have grown the buffer: give the memory back once it is empty. */
-  private shrinkIdleChunk(): void {
-    if (this.chunkLength === 0 && this.chunk.length > KEEP_CHUNK_BYTES)
-      this.chunk = Buffer.allocUnsafeSlow(CHUNK_BYTES);
-  }
-
-  /**
-   * Hands the chunk's first `bytes` to a write and goes on in the other buffer with the lines after
-   * them (fewer than flushEveryEvents: a small copy), so encoding can go on during the write.
-   */
-  private takeChunk(bytes: number): Buffer {
-    const full = this.chunk;
-    const rest = this.chunkLength - bytes;
-    let next = this.spare;
-    this.spare = null;
-    if (next === null || next.length < rest + ENCODE_ROOM)
-      next = Buffer.allocUnsafeSlow(Math.max(CHUNK_BYTES, rest + ENCODE_ROOM));
-    if (rest > 0) full.copy(next, 0, bytes, this.chunkLength);
-    this.chunk = next;
-    this.chunkLength = rest;
-    this.writing = full;
-    return full.subarray(0, bytes);
-  }
-
-  /** The written buffer becomes the spare one (unless a burst made it large: memory goes back). */
-  private releaseChunk(): void {
-    const done = this.writing;
-    this.writing = null;
-    if (done !== null && done.length <= KEEP_CHUNK_BYTES) this.spare = done;
-    this.shrinkIdleChunk();
-  }
-
-  /**
-   * Encodes a checked record's line and newline at the end of the chunk: straight into the bytes (no
-   * string, nothing for the garbage collector), or through core's general encoder for unusual
-   * records. Returns the bytes added; 0 for a record that is not JSON (refused).
-   */
-  private encodeLine(record: TelemetryEvent): number {
-    try {
-      this.reserve(ENCODE_ROOM);
-      const start = this.chunkLength;
-      let end = this.encoder.encodeInto(record, this.chunk, start);
-      if (end < 0 || end >= this.chunk.length) {
-        // ASCII by construction (ensure_ascii escaping): one byte per character.
-        const line = encodeTelemetryRecord(record);
-        this.reserve(line.length + 1);
-        end = start + latin1Write(this.chunk, line, start);
-      }
-      this.chunk[end] = 0x0a;
-      this.chunkLength = end + 1;
-      return end + 1 - start;
-    } catch (error) {
-      this.reject(`it cannot be encoded as JSON (${(error as Error).message})`);
-      return 0;
-    }
-  }
-
-  private reject(reason: string): void {
-    this.rejected++;
-    if (!this.warnedRejected) {
-      this.warnedRejected = true;
-      this.config.logger.warn(
-        `${this.rootDir}: a record was refused because ${reason}; refused records are counted ` +
-          "(getDiagnostics().rejected_events) and not written, so that readers never meet an invalid line",
-      );
-    }
-  }
-
-  /** Moves the buffer into the pending write: one reference "flush" (rollover is checked after it). */
+  /** Moves the chunk's open unit into the pending write: one reference "flush" (rollover is checked after it). */
   private flushUnit(): void {
-    if (this.bufferCount === 0) return;
-    const sessionId = this.bufferSession!;
+    const chunk = this.chunk;
+    if (chunk.unitCount === 0) return;
+    const sessionId = chunk.unitSession!;
     let pending = this.pending;
     if (pending === null) {
       pending = { sessionId, events: 0, bytes: 0, units: [], endsSegment: false };
@@ -982,16 +722,13 @@ export class TelemetrySink {
       (inflight === null || !inflight.endsSegment);
     const inflightEvents = reuse && inflight !== null ? inflight.events : 0;
     const inflightBytes = reuse && inflight !== null ? inflight.bytes : 0;
-    const baseEvents = (reuse ? current.event_count : 0) + inflightEvents + pending.events + this.bufferCount;
-    const baseBytes = (reuse ? current.size_bytes : 0) + inflightBytes + pending.bytes + this.bufferBytes;
-    pending.events += this.bufferCount;
-    pending.bytes += this.bufferBytes;
-    pending.units.push([this.bufferCount, this.bufferBytes]);
-    if (baseEvents >= this.config.rolloverMaxEvents || baseBytes >= this.config.rolloverMaxBytes) {
-      pending.endsSegment = true;
-    }
-    this.bufferCount = 0;
-    this.bufferBytes = 0;
+    const baseEvents = (reuse ? current.event_count : 0) + inflightEvents + pending.events + chunk.unitCount;
+    const baseBytes = (reuse ? current.size_bytes : 0) + inflightBytes + pending.bytes + chunk.unitBytes;
+    pending.events += chunk.unitCount;
+    pending.bytes += chunk.unitBytes;
+    pending.units.push([chunk.unitCount, chunk.unitBytes]);
+    if (this.segments.reachesRollover(baseEvents, baseBytes)) pending.endsSegment = true;
+    chunk.closeUnit();
   }
 
   /**
@@ -1004,36 +741,31 @@ export class TelemetrySink {
     if (this.pending === null) return;
     yield* this.settle();
     // The last write failed: these records wait for the retry (as records not yet encoded do).
-    if (this.inBackoff()) return;
+    if (this.retry.inBackoff()) return;
     const pending = this.pending;
     this.pending = null;
     let segment = this.current;
     if (segment === null || segment.closed || segment.session_id !== pending.sessionId) {
       if (segment !== null && !segment.closed) yield* this.closeSegment(segment);
-      if (this.needsMkdir) {
-        const made = yield { op: "mkdir", path: this.rootDir };
-        if (!made.ok) {
-          this.consumeChunk(pending.bytes);
-          return this.failWrite(made.error, pending, "create the sink directory");
-        }
-        this.needsMkdir = false;
+      const unmade = yield* this.remakeDirectory();
+      if (unmade !== null) {
+        this.chunk.consume(pending.bytes);
+        return this.failWrite(unmade, pending, "create the sink directory");
       }
-      const filename = segmentFilename(this.nextSegmentIndex);
+      const filename = this.segments.nextFilename();
       const opened = yield { op: "open", path: join(this.rootDir, filename) };
       if (!opened.ok) {
-        this.consumeChunk(pending.bytes);
+        this.chunk.consume(pending.bytes);
         return this.failWrite(opened.error, pending, `create ${filename}`);
       }
-      this.nextSegmentIndex++;
-      segment = { filename, event_count: 0, size_bytes: 0, closed: false, session_id: pending.sessionId };
-      this.segments.push(segment);
+      segment = this.segments.add(pending.sessionId);
       this.current = segment;
       this.fd = opened.value;
-      this.manifestDirty = STRUCTURAL;
+      this.ledger.changed();
     }
     yield* this.closeDeferred();
     const fd = this.fd!;
-    const data = this.takeChunk(pending.bytes);
+    const data = this.chunk.take(pending.bytes);
     const op: WriteOp = { op: "write", fd, data, position: segment.size_bytes };
     if (this.config.fsync !== "always" && !this.finalized) {
       const write: DetachedWrite = { op, pending, segment, promise: execAsync(op), result: null };
@@ -1060,7 +792,7 @@ export class TelemetrySink {
   /** Books a write: counts, rollover and retention after each unit (as the reference), or the failure. */
   private *afterWrite(written: IoResult, pending: PendingWrite, segment: SinkSegment, fd: number): Work {
     // The write is over (or given up): its buffer is free again.
-    this.releaseChunk();
+    this.chunk.release();
     if (!written.ok) {
       // Cut back what part of the chunk may have reached the file, and start a new segment later.
       yield { op: "truncate", fd, size: segment.size_bytes };
@@ -1073,21 +805,11 @@ export class TelemetrySink {
       if (!synced.ok) this.recordFailure(synced.error, `fsync ${segment.filename}`);
     }
     this.succeeded("records");
-    this.written += pending.events;
-    this.manifestDirty ||= COUNTS;
+    this.counters.written += pending.events;
+    this.ledger.countsChanged();
     let rolled = false;
     for (const [events, bytes] of pending.units) {
-      segment.event_count += events;
-      segment.size_bytes += bytes;
-      if (
-        !segment.closed &&
-        (segment.event_count >= this.config.rolloverMaxEvents ||
-          segment.size_bytes >= this.config.rolloverMaxBytes)
-      ) {
-        segment.closed = true;
-        rolled = true;
-        this.rolloverCount++;
-      }
+      if (this.segments.book(segment, events, bytes)) rolled = true;
       yield* this.applyRetention();
     }
     if (rolled) yield* this.closeSegment(segment, "background");
@@ -1097,38 +819,43 @@ export class TelemetrySink {
   private *removeEmptySegment(segment: SinkSegment): Work {
     const removed = yield { op: "unlink", path: join(this.rootDir, segment.filename) };
     if (!removed.ok) return;
-    const index = this.segments.indexOf(segment);
-    if (index >= 0) this.segments.splice(index, 1);
-    this.manifestDirty = STRUCTURAL;
+    this.segments.remove(segment);
+    this.ledger.changed();
   }
 
   private failWrite(error: Error, pending: PendingWrite, action: string): void {
-    this.droppedIo += pending.events;
-    this.noteLoss(pending.sessionId, pending.events);
+    this.lostToDisk(pending.sessionId, pending.events);
     this.needsMkdir = true;
     this.recordFailure(error, action);
   }
 
-  /** Deletes the first closed segment while over a retention limit, as the reference (never the open one). */
+  /** Records lost to the disk: counted, and in their session's manifest entry. */
+  private lostToDisk(sessionId: string | null, count: number): void {
+    this.counters.droppedIo += count;
+    this.ledger.noteLoss(sessionId, count, "io");
+  }
+
+  /** Deletes segments while over a retention limit (see SegmentSet.retentionVictim). */
   private *applyRetention(): Work {
-    for (;;) {
-      let total = 0;
-      for (const segment of this.segments) total += segment.size_bytes;
-      const over =
-        this.segments.length > this.config.retentionMaxFiles || total > this.config.retentionMaxTotalBytes;
-      if (!over) return;
-      const victim = this.segments.find((segment) => segment.closed);
-      if (victim === undefined) return;
+    const segments = this.segments;
+    for (let victim = segments.retentionVictim(); victim !== undefined; victim = segments.retentionVictim()) {
       const removed = yield { op: "unlink", path: join(this.rootDir, victim.filename) };
       if (!removed.ok) {
         this.recordFailure(removed.error, `delete ${victim.filename} (retention)`);
         return;
       }
-      this.segments.splice(this.segments.indexOf(victim), 1);
-      this.prunedSegmentCount++;
-      this.prunedBytes += victim.size_bytes;
-      this.manifestDirty = STRUCTURAL;
+      segments.pruned(victim);
+      this.ledger.changed();
     }
+  }
+
+  /** After a failure the directory may be gone: makes it again first. The error, or null. */
+  private *remakeDirectory(): Work<Error | null> {
+    if (!this.needsMkdir) return null;
+    const made = yield { op: "mkdir", path: this.rootDir };
+    if (!made.ok) return made.error;
+    this.needsMkdir = false;
+    return null;
   }
 
   /**
@@ -1154,7 +881,7 @@ export class TelemetrySink {
     }
     if (this.current === segment) this.current = null;
     segment.closed = true;
-    this.manifestDirty = STRUCTURAL;
+    this.ledger.changed();
   }
 
   /** Starts the sync and close of a rolled-over segment on the thread pool; close() waits for it. */
@@ -1163,11 +890,11 @@ export class TelemetrySink {
     if (deferred === null) return;
     this.deferredClose = null;
     const { fd, segment } = deferred;
-    const job = execAsync({ op: "close", fd, fsync: true }).then((closed) => {
-      if (!closed.ok) this.recordFailure(closed.error, `fsync ${segment.filename}`);
-    });
-    this.backgroundCloses.add(job);
-    void job.finally(() => this.backgroundCloses.delete(job));
+    this.runBehind(
+      execAsync({ op: "close", fd, fsync: true }).then((closed) => {
+        if (!closed.ok) this.recordFailure(closed.error, `fsync ${segment.filename}`);
+      }),
+    );
   }
 
   /** The rolled-over segment's sync and close: in the background, or now on the exit path. */
@@ -1190,29 +917,22 @@ export class TelemetrySink {
     this.endSession(barrier);
     yield* this.writeManifest();
     // The directory is free for the next writer once its last session is on disk.
-    if (this.activeSessionId === null && this.manifestDirty === 0 && !this.finalized) this.releaseLock();
+    if (this.ledger.activeSessionId === null && !this.ledger.stale && !this.finalized) this.releaseLock();
     if (this.config.writeRollups && barrier.rollups && !this.finalized) {
       // Coverage as of this close, with this instance's pruning counters (as the reference).
       this.scheduleRollups(
         rollupCoverageFromManifest(
-          { segments: this.segments },
-          { segmentCount: this.prunedSegmentCount, bytes: this.prunedBytes },
+          { segments: this.segments.list },
+          { segmentCount: this.segments.prunedCount, bytes: this.segments.prunedBytes },
         ),
       );
     }
   }
 
-  /** Records the end of a session in the ledger; lost records turn `completed` into `incomplete`. */
+  /** Records the end of a session in the ledger (lost records turn `completed` into `incomplete`). */
   private endSession(barrier: Barrier): void {
-    const sessionId = barrier.sessionId!;
-    const summary = this.sessions.get(sessionId);
-    const lost = (this.sessionLoss.get(sessionId) ?? 0) > 0;
-    const status: SessionStatus = lost && barrier.status === "completed" ? "incomplete" : barrier.status;
-    if (summary !== undefined)
-      this.sessions.set(sessionId, { ...summary, status, ended_at_ns: barrier.endedAtNs });
-    this.sessionLoss.delete(sessionId);
-    this.manifestDirty = STRUCTURAL;
-    if (this.activeSessionId === null) this.unregister();
+    this.ledger.end(barrier.sessionId!, barrier.status, barrier.endedAtNs);
+    if (this.ledger.activeSessionId === null) this.unregister();
   }
 
   /** Periodic work: refresh the manifest's counts, and notice an open segment deleted under us. */
@@ -1227,12 +947,11 @@ export class TelemetrySink {
         this.fd = null;
         this.current = null;
         yield { op: "close", fd, fsync: false };
-        this.segments.splice(this.segments.indexOf(segment), 1);
-        this.droppedIo += segment.event_count;
-        this.written -= segment.event_count;
-        this.noteLoss(segment.session_id, segment.event_count);
+        this.segments.remove(segment);
+        this.counters.written -= segment.event_count;
+        this.lostToDisk(segment.session_id, segment.event_count);
         this.needsMkdir = true;
-        this.manifestDirty = STRUCTURAL;
+        this.ledger.changed();
         const error = Object.assign(new Error(`${segment.filename} was deleted while open`), {
           code: "ENOENT",
         });
@@ -1240,28 +959,27 @@ export class TelemetrySink {
         return;
       }
     }
-    if (this.manifestDirty !== 0) yield* this.writeManifest();
+    if (this.ledger.stale) yield* this.writeManifest();
   }
+
+  // ---------------------------------------------------------------- manifest writes
 
   /** Writes the current manifest with blocking I/O (after closeSync, nothing else writes it). */
   private rewriteManifestSync(): void {
     try {
-      writeManifestTextSync(this.rootDir, this.ledgerText(), false);
+      writeManifestTextSync(this.rootDir, this.ledger.text(), false);
     } catch (error) {
       this.config.logger.warn(`${this.rootDir}: rewriting manifest.json failed: ${(error as Error).message}`);
     }
   }
 
   private *writeManifest(): Work {
-    if (this.needsMkdir) {
-      const made = yield { op: "mkdir", path: this.rootDir };
-      if (!made.ok) {
-        this.recordFailure(made.error, "create the sink directory");
-        return;
-      }
-      this.needsMkdir = false;
+    const unmade = yield* this.remakeDirectory();
+    if (unmade !== null) {
+      this.recordFailure(unmade, "create the sink directory");
+      return;
     }
-    const { text, fsync } = this.takeManifest();
+    const { text, fsync } = this.ledger.take();
     const token = this.pumpToken;
     const stillCurrent = (): boolean => token === this.pumpToken;
     const result = yield { op: "manifest", dir: this.rootDir, text, fsync, stillCurrent };
@@ -1269,8 +987,7 @@ export class TelemetrySink {
       this.manifestFailed(result.error);
       return;
     }
-    this.succeeded("ledger");
-    yield* this.keepReserve();
+    yield* this.manifestWritten();
   }
 
   /**
@@ -1279,69 +996,30 @@ export class TelemetrySink {
    * leaves the ledger owed to the next retry without moving the schedule.
    */
   private *writeLedgerHard(): Work {
-    if (this.needsMkdir) {
-      const made = yield { op: "mkdir", path: this.rootDir };
-      if (!made.ok) return;
-      this.needsMkdir = false;
-    }
+    if ((yield* this.remakeDirectory()) !== null) return;
     for (let attempt = 0; attempt < 2; attempt++) {
-      const { text, fsync } = this.takeManifest();
+      const { text, fsync } = this.ledger.take();
       const result = yield { op: "manifest", dir: this.rootDir, text, fsync };
       if (result.ok) {
-        this.succeeded("ledger");
-        yield* this.keepReserve();
+        yield* this.manifestWritten();
         return;
       }
-      this.manifestDirty = STRUCTURAL;
-      if (!this.reserveHeld || attempt > 0) return;
-      const freed = yield { op: "unlink", path: join(this.rootDir, MANIFEST_RESERVE_FILENAME) };
-      if (!freed.ok) return;
-      this.reserveHeld = false;
+      this.ledger.changed();
+      if (attempt > 0 || !(yield* this.ledger.freeReserve(this.rootDir))) return;
     }
   }
 
-  /**
-   * Holds `manifest.reserve` while a session runs (made once per session, after its ledger entry is
-   * on disk) and gives it back when none does.
-   */
-  private *keepReserve(): Work {
-    const path = join(this.rootDir, MANIFEST_RESERVE_FILENAME);
-    if (this.activeSessionId === null) {
-      this.reserveTried = false;
-      if (!this.reserveHeld) return;
-      const removed = yield { op: "unlink", path };
-      if (removed.ok) this.reserveHeld = false;
-      return;
-    }
-    if (this.reserveHeld || this.reserveTried || this.finalized) return;
-    this.reserveTried = true;
-    const made = yield { op: "reserve", path, bytes: RESERVE_BYTES };
-    this.reserveHeld = made.ok;
-  }
-
-  /** The ledger's text: sessions, segments, and what sessions lost. */
-  private ledgerText(): string {
-    return serializeManifest(this.sessions.values(), this.segments, this.losses.values());
+  /** A manifest reached the disk: maybe a recovery, and the reserve follows the open session. */
+  private *manifestWritten(): Work {
+    this.succeeded("ledger");
+    yield* this.ledger.keepReserve(this.rootDir, !this.finalized);
   }
 
   /** The whole ledger is written again at the retry (the directory made first: it may be gone). */
   private manifestFailed(error: Error): void {
-    this.manifestDirty = STRUCTURAL;
-    this.manifestOwed = false;
+    this.ledger.reclaim();
     this.needsMkdir = true;
     this.recordFailure(error, "write manifest.json");
-  }
-
-  /**
-   * The ledger to write now, and whether to sync it (segment changes are synced under "segment");
-   * what was owed is then no longer owed.
-   */
-  private takeManifest(): { text: string; fsync: boolean } {
-    const structural = this.manifestDirty === STRUCTURAL || this.manifestOwed;
-    this.manifestDirty = 0;
-    this.manifestOwed = false;
-    const text = this.ledgerText();
-    return { text, fsync: this.config.fsync === "always" || (structural && this.config.fsync === "segment") };
   }
 
   /**
@@ -1353,27 +1031,26 @@ export class TelemetrySink {
   private writeManifestBehind(): void {
     // The directory must be made first: the writer's own path does that.
     if (this.needsMkdir || this.finalized) return;
-    if (this.manifestJob !== null) {
-      this.manifestOwed = true;
-      this.manifestDirty = 0;
+    const ledger = this.ledger;
+    if (ledger.job !== null) {
+      ledger.oweBehind();
       return;
     }
-    const { text, fsync } = this.takeManifest();
+    const { text, fsync } = ledger.take();
     // After closeSync (the exit path) took over, this write must not replace its manifest.
     const stillCurrent = (): boolean => !this.finalized;
-    this.manifestJob = execAsync({ op: "manifest", dir: this.rootDir, text, fsync, stillCurrent }).then(
+    ledger.job = execAsync({ op: "manifest", dir: this.rootDir, text, fsync, stillCurrent }).then(
       (result) => {
-        this.manifestJob = null;
+        ledger.job = null;
         if (this.finalized) return;
         if (!result.ok) {
           this.manifestFailed(result.error);
           return;
         }
         this.succeeded("ledger");
-        if (!this.manifestOwed) return;
-        if (this.inBackoff() || this.needsMkdir) {
-          this.manifestOwed = false;
-          this.manifestDirty = STRUCTURAL;
+        if (!ledger.owed) return;
+        if (this.retry.inBackoff() || this.needsMkdir) {
+          ledger.reclaim();
           this.kick();
         } else {
           this.writeManifestBehind();
@@ -1383,19 +1060,6 @@ export class TelemetrySink {
   }
 
   // ---------------------------------------------------------------- failures
-
-  /** The retry schedule and failure messages (made on first use: recovery may fail in the constructor). */
-  private get retry(): RetryPolicy {
-    this.retryPolicy ??= new RetryPolicy({
-      firstSeconds: this.config.failureBackoffSeconds,
-      maxSeconds: this.config.failureBackoffMaxSeconds,
-      clock: this.config.clock,
-      logger: this.config.logger,
-      subject: () => this.rootDir,
-      lostSoFar: () => this.droppedIo,
-    });
-    return this.retryPolicy;
-  }
 
   private recordFailure(error: Error, action: string): void {
     this.retry.fail(error, action);
@@ -1413,7 +1077,7 @@ export class TelemetrySink {
    */
   private succeeded(what: "records" | "ledger"): void {
     if (!this.retry.failing) return;
-    if (what === "ledger" && (this.queuedRecords > 0 || this.pending !== null || this.bufferCount > 0))
+    if (what === "ledger" && (this.queuedRecords > 0 || this.pending !== null || this.chunk.unitCount > 0))
       return;
     this.retry.succeed();
   }
@@ -1421,7 +1085,7 @@ export class TelemetrySink {
   // ---------------------------------------------------------------- process exit
 
   private async closeBeforeExit(exitCode: number): Promise<void> {
-    if (this.activeSessionId !== null) await this.close(exitCode === 0 ? "completed" : "interrupted");
+    if (this.ledger.activeSessionId !== null) await this.close(exitCode === 0 ? "completed" : "interrupted");
   }
 
   private unregister(): void {
@@ -1430,17 +1094,15 @@ export class TelemetrySink {
     unregister?.();
   }
 
-  // ---------------------------------------------------------------- rollups
+  // ---------------------------------------------------------------- background work
 
   /** Rebuilds rollups.json from the directory (after the session's close); a failure is logged, never raised. */
   private scheduleRollups(coverage: RollupCoverage): void {
-    const job = this.buildRollups(coverage).catch((error: unknown) => {
-      this.config.logger.warn(`${this.rootDir}: rollups.json was not written: ${(error as Error).message}`);
-    });
-    this.rollupJobs.push(job);
-    void job.finally(() => {
-      this.rollupJobs = this.rollupJobs.filter((pending) => pending !== job);
-    });
+    this.runBehind(
+      this.buildRollups(coverage).catch((error: unknown) => {
+        this.config.logger.warn(`${this.rootDir}: rollups.json was not written: ${(error as Error).message}`);
+      }),
+    );
   }
 
   private async buildRollups(coverage: RollupCoverage): Promise<void> {
@@ -1452,7 +1114,13 @@ export class TelemetrySink {
     await writeTelemetryRollups(this.rootDir, rollups);
   }
 
-  private rollupsSettled(): Promise<void> {
-    return Promise.all([...this.rollupJobs, this.backgroundSettled()]).then(() => undefined);
+  /** Keeps `job` (which never rejects) until it ends: close() waits for it. */
+  private runBehind(job: Promise<void>): void {
+    this.background.add(job);
+    void job.finally(() => this.background.delete(job));
+  }
+
+  private backgroundSettled(): Promise<void> {
+    return Promise.all(this.background).then(() => undefined);
   }
 }

@@ -1,34 +1,37 @@
+import { join } from "node:path";
 import type { SessionStatus, SessionSummary } from "@stormlog/core";
 import type { FsyncPolicy } from "../config.js";
+import type { IoOp, IoResult } from "../io.js";
 import { type SinkSessionLoss, serializeManifest } from "../manifest.js";
 import type { SegmentSet } from "./segments.js";
 
 /** Why the manifest must be rewritten: segments or sessions changed (at once), or only counts (on the tick). */
-export const STRUCTURAL = 2;
-export const COUNTS = 1;
+const STRUCTURAL = 2;
+const COUNTS = 1;
 /** Space kept in `manifest.reserve` while a session runs: what closing it needs on a disk that fills up. */
-export const RESERVE_BYTES = 64 << 10;
+const RESERVE_BYTES = 64 << 10;
 export const MANIFEST_RESERVE_FILENAME = "manifest.reserve";
 
 /**
  * The sessions ledger the manifest holds (sessions, the open one, what each lost) and what is owed
- * to the disk: whether the manifest must be rewritten, and how urgently.
+ * to the disk: whether the manifest must be rewritten, and how urgently. Also `manifest.reserve`,
+ * the space that lets the ledger be written on a full disk.
  */
 export class ManifestLedger {
   readonly sessions = new Map<string, SessionSummary>();
-  /** What each session lost, written in the manifest (`session_losses`). */
-  readonly losses = new Map<string, SinkSessionLoss>();
   activeSessionId: string | null = null;
   /** 0, COUNTS or STRUCTURAL. */
-  dirty = 0;
+  private dirty = 0;
   /** A manifest write running in the background (see the writer's writeManifestBehind), and whether another is due. */
   job: Promise<void> | null = null;
   owed = false;
-  /** `manifest.reserve` is on disk (made once per session). */
-  reserveHeld = false;
-  reserveTried = false;
+  /** What each session lost, written in the manifest (`session_losses`). */
+  private readonly losses = new Map<string, SinkSessionLoss>();
   /** Records this instance lost per open session: a loss turns `completed` into `incomplete`. */
   private readonly openLoss = new Map<string, number>();
+  /** `manifest.reserve` is on disk, and whether this session tried to make it (once per session). */
+  private reserveHeld = false;
+  private reserveTried = false;
 
   constructor(
     private readonly segments: SegmentSet,
@@ -39,12 +42,61 @@ export class ManifestLedger {
     return this.activeSessionId === null ? null : (this.sessions.get(this.activeSessionId) ?? null);
   }
 
+  /** Segments or sessions changed: the manifest is rewritten at once. */
+  changed(): void {
+    this.dirty = STRUCTURAL;
+  }
+
+  /** Only counts changed: the manifest waits for the tick (or the retry). */
+  countsChanged(): void {
+    this.dirty ||= COUNTS;
+  }
+
+  /** The manifest is out of date. */
+  get stale(): boolean {
+    return this.dirty !== 0;
+  }
+
+  /** The manifest lacks a segment or session change (written at once, unlike counts). */
+  get structurallyStale(): boolean {
+    return this.dirty === STRUCTURAL;
+  }
+
+  /** Nothing owed to the disk and no write running: the manifest on disk is this one. */
+  get settled(): boolean {
+    return this.dirty === 0 && this.job === null && !this.owed;
+  }
+
+  /** A background write runs: this change is written when it ends. */
+  oweBehind(): void {
+    this.owed = true;
+    this.dirty = 0;
+  }
+
+  /** The whole ledger goes to the writer's own path (after a failure, or while it backs off). */
+  reclaim(): void {
+    this.owed = false;
+    this.changed();
+  }
+
+  /** What recovery read from the directory; the open session keeps this instance's entry and count. */
+  adopt(sessions: ReadonlyMap<string, SessionSummary>, losses: readonly SinkSessionLoss[]): void {
+    const active = this.current();
+    const activeLoss = this.activeSessionId === null ? undefined : this.losses.get(this.activeSessionId);
+    this.sessions.clear();
+    for (const [id, summary] of sessions) this.sessions.set(id, summary);
+    if (active !== null) this.sessions.set(active.session_id, active);
+    this.losses.clear();
+    for (const loss of losses) this.losses.set(loss.session_id, { ...loss });
+    if (activeLoss !== undefined) this.losses.set(activeLoss.session_id, activeLoss);
+  }
+
   /** Registers a `running` session as the open one; its entry goes to disk before its records. */
   open(summary: SessionSummary): void {
     this.sessions.set(summary.session_id, summary);
     this.openLoss.set(summary.session_id, 0);
     this.activeSessionId = summary.session_id;
-    this.dirty = STRUCTURAL;
+    this.changed();
   }
 
   /** Records lost by a session; the counts reach the disk with the next manifest. */
@@ -59,15 +111,8 @@ export class ManifestLedger {
     loss.dropped_events += count;
     if (cause === "io") loss.dropped_io_error += count;
     else loss.dropped_queue_full += count;
-    this.dirty ||= COUNTS;
-  }
-
-  /** What the manifest says earlier sessions lost (the open session keeps this instance's count). */
-  adoptLosses(recorded: readonly SinkSessionLoss[]): void {
-    const active = this.activeSessionId === null ? undefined : this.losses.get(this.activeSessionId);
-    this.losses.clear();
-    for (const loss of recorded) this.losses.set(loss.session_id, { ...loss });
-    if (active !== undefined) this.losses.set(active.session_id, active);
+    // The tick's manifest, or the retry's once the disk works.
+    this.countsChanged();
   }
 
   /** Records the end of a session; lost records turn `completed` into `incomplete`. */
@@ -78,7 +123,7 @@ export class ManifestLedger {
     if (summary !== undefined)
       this.sessions.set(sessionId, { ...summary, status: final, ended_at_ns: endedAtNs });
     this.openLoss.delete(sessionId);
-    this.dirty = STRUCTURAL;
+    this.changed();
   }
 
   /** The manifest's text: sessions, segments, and what sessions lost. */
@@ -95,5 +140,32 @@ export class ManifestLedger {
     this.dirty = 0;
     this.owed = false;
     return { text: this.text(), fsync: this.fsync === "always" || (structural && this.fsync === "segment") };
+  }
+
+  /**
+   * Holds `manifest.reserve` while a session runs (made once per session, after its ledger entry is
+   * on disk; not on the exit path) and gives it back when none does.
+   */
+  *keepReserve(dir: string, mayMake: boolean): Generator<IoOp, void, IoResult> {
+    const path = join(dir, MANIFEST_RESERVE_FILENAME);
+    if (this.activeSessionId === null) {
+      this.reserveTried = false;
+      if (!this.reserveHeld) return;
+      const removed = yield { op: "unlink", path };
+      if (removed.ok) this.reserveHeld = false;
+      return;
+    }
+    if (this.reserveHeld || this.reserveTried || !mayMake) return;
+    this.reserveTried = true;
+    const made = yield { op: "reserve", path, bytes: RESERVE_BYTES };
+    this.reserveHeld = made.ok;
+  }
+
+  /** A full disk: the reserve's space goes to the manifest. True when it was freed. */
+  *freeReserve(dir: string): Generator<IoOp, boolean, IoResult> {
+    if (!this.reserveHeld) return false;
+    const freed = yield { op: "unlink", path: join(dir, MANIFEST_RESERVE_FILENAME) };
+    if (freed.ok) this.reserveHeld = false;
+    return freed.ok;
   }
 }

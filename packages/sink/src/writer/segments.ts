@@ -24,6 +24,12 @@ export class SegmentSet {
 
   constructor(private readonly limits: SegmentLimits) {}
 
+  /** What recovery found in the directory (numbering never goes back). */
+  adopt(list: SinkSegment[], nextIndex: number): void {
+    this.list = list;
+    this.nextIndex = Math.max(this.nextIndex, nextIndex);
+  }
+
   /** The name the next segment gets. */
   nextFilename(): string {
     return segmentFilename(this.nextIndex);
