@@ -240,7 +240,8 @@ export class DatasetLoader {
       ordinal,
       part: this.aggregate(ordinal).sessions.get(plan.sessionId)!.ranks.get(plan.rank)!,
     }));
-    return parts.length === 1 ? single(plan, parts[0]!, this.pool) : combine(plan, parts, this.pool);
+    if (parts.length === 1) return single(plan, parts[0]!, this.pool);
+    return combine(plan, parts, this.pool, (ordinal) => this.plan.segments[ordinal]!.source);
   }
 
   /**
@@ -303,12 +304,17 @@ function combine(
   plan: SeriesPlan,
   parts: readonly { ordinal: number; part: RankPart }[],
   pool: ArrayPool,
+  sourceOf: (ordinal: number) => string,
 ): RankSeries {
   let n = 0;
   let base: bigint | null = null;
-  for (const { part } of parts) {
+  let earliest = parts[0]!.ordinal;
+  for (const { ordinal, part } of parts) {
     n += part.samples.count;
-    if (part.base !== null && (base === null || part.base < base)) base = part.base;
+    if (part.base !== null && (base === null || part.base < base)) {
+      base = part.base;
+      earliest = ordinal;
+    }
   }
   base ??= 0n;
   const t = pool.doubles(n);
@@ -338,7 +344,8 @@ function combine(
     const count = samples.count;
     const orderBase = ordinal * ORDER_SEGMENT_SCALE;
     const shift = part.base === null ? 0n : part.base - base;
-    if (shift > 9_007_199_254_740_991n) throw new TimeRangeError(plan.sessionId, plan.rank);
+    if (shift > 9_007_199_254_740_991n)
+      throw new TimeRangeError(plan.sessionId, plan.rank, `${sourceOf(earliest)} and ${sourceOf(ordinal)}`);
     const delta = Number(shift);
     const source = samples.t;
     for (let i = 0; i < count; i++) t[offset + i] = source[i]! + delta;

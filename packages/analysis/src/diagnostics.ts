@@ -794,7 +794,16 @@ async function diagnoseLocated(
   if (quick !== null) return { result: quick, index: reused };
   // Fingerprinted before it is resolved, so that a change made meanwhile shows next time.
   const snapshot = location === null || !indexOptions.index ? null : snapshotInput(location, INDEX_DIRNAME);
-  const input = await resolveTelemetryInput(path, () => undefined);
+  // What the input's resolution did not read (a link out of the input) leads the warnings.
+  const notRead: string[] = [];
+  const input = await resolveTelemetryInput(path, (message) => notRead.push(message));
+  const warned = (found: Diagnosed): Diagnosed =>
+    notRead.length === 0
+      ? found
+      : {
+          ...found,
+          diagnostics: { ...found.diagnostics, warnings: [...notRead, ...found.diagnostics.warnings] },
+        };
   if (input.kind === "json")
     return { result: { ...(await diagnoseEvents(path, options)), index: null }, index: null };
   const index = await SegmentIndex.open(input, {
@@ -808,7 +817,9 @@ async function diagnoseLocated(
       return { result: stored, index };
     }
     const { segments, usage } = await index.loadSegments();
-    const result = diagnoseSegments(input, segments, path, options) ?? (await diagnoseEvents(path, options));
+    const result = warned(
+      diagnoseSegments(input, segments, path, options) ?? (await diagnoseEvents(path, options)),
+    );
     if (cacheable) await index.writeStored(view, serializeDiagnose(result, index.stamp(view)), usage);
     return { result: { ...result, index: usage }, index };
   } finally {

@@ -1,21 +1,35 @@
-import { StormlogError } from "@stormlog/core";
+import { inputText, StormlogError } from "@stormlog/core";
 
 const TIME_RANGE_MARKER = Symbol.for("stormlog.error.analysis_time_range");
 
 /**
  * One rank of one session holds timestamps more than 2^53 ns (about 104 days) apart, beyond what
  * the analysis stores exactly. A real capture never does: the input mixes unrelated records under
- * one session id; analyse them separately.
+ * one session id; analyse them separately. `where` names the file (and line) where the span broke.
  */
 export class TimeRangeError extends StormlogError {
   readonly [TIME_RANGE_MARKER] = true;
   override readonly name = "TimeRangeError";
+  readonly sessionId: string;
+  readonly rank: number;
+  /** The file and line (`file:line`), or the files, holding the records too far apart. */
+  readonly where: string | undefined;
 
-  constructor(sessionId: string, rank: number) {
+  constructor(sessionId: string, rank: number, where?: string) {
     super(
-      `Session ${sessionId} rank ${rank} has timestamps more than 104 days (2^53 ns) apart: the records cannot ` +
+      `Session ${inputText(sessionId)} rank ${rank} has timestamps more than 104 days (2^53 ns) apart` +
+        `${where === undefined ? "" : ` (${where})`}: the records cannot ` +
         "come from one capture; split the input or analyse the sessions separately (sessionId)",
     );
+    this.sessionId = sessionId;
+    this.rank = rank;
+    this.where = where;
+  }
+
+  /** `error` naming `where` when it is a `TimeRangeError` that names no place yet; else `error`. */
+  static locate(error: unknown, where: string): unknown {
+    if (!TimeRangeError.isInstance(error) || error.where !== undefined) return error;
+    return new TimeRangeError(error.sessionId, error.rank, where);
   }
 
   static override isInstance(error: unknown): error is TimeRangeError {

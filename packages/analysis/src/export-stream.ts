@@ -20,8 +20,8 @@ import {
   type ResolvedTelemetryInput,
   resolveTelemetryInput,
   summarizeTelemetrySessions,
+  TelemetryInputAccessError,
   type TelemetryInputSegment,
-  TelemetrySourceError,
 } from "@stormlog/sink";
 import { loadDistributedEvents, selectDistributedSession } from "./diagnostics.js";
 import { isBoundaryReading } from "./diagnostics-phases.js";
@@ -156,7 +156,7 @@ function forEachLine(
   try {
     fd = openSync(path, "r");
   } catch (error) {
-    throw new TelemetrySourceError(path, "Cannot read the telemetry segment", { cause: error });
+    throw TelemetryInputAccessError.wrap(path, error);
   }
   try {
     let buf = Buffer.allocUnsafe(CHUNK_BYTES);
@@ -191,6 +191,8 @@ function forEachLine(
       buf.copy(buf, 0, start, end);
       filled = end - start;
     }
+  } catch (error) {
+    throw TelemetryInputAccessError.wrap(path, error);
   } finally {
     closeSync(fd);
   }

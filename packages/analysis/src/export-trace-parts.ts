@@ -7,6 +7,7 @@ import {
   type JsonObject,
   type JsonValue,
   pythonJsonString,
+  setJsonMember,
   stringifyJson,
   type TelemetryEvent,
 } from "@stormlog/core";
@@ -62,7 +63,7 @@ function instantMetadata(metadata: JsonObject): JsonObject {
   const out: JsonObject = {};
   for (const key of Object.keys(metadata)) {
     if (key === "memory_capabilities" || key === "phase_scope") continue;
-    out[key] = metadata[key] as JsonValue;
+    setJsonMember(out, key, metadata[key] as JsonValue);
   }
   return out;
 }

@@ -17,9 +17,11 @@ import {
 } from "@stormlog/core";
 import type { PhaseReplayIndex } from "@stormlog/phases";
 import { loadTelemetrySessions, type ResolvedTelemetryInput, resolveTelemetryInput } from "@stormlog/sink";
+import type { SegmentAggregate } from "./aggregate.js";
 import { CrossRankAccumulator } from "./cross-rank-columns.js";
 import { DatasetLoader, planDataset, type RankSeries } from "./dataset.js";
 import { GapAccumulator } from "./distributed.js";
+import { TimeRangeError } from "./errors.js";
 import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "./index-cache.js";
 import { type InputLocation, snapshotInput } from "./input-snapshot.js";
 import { birthSnapshots, LeakAccumulator } from "./leaks.js";
@@ -392,7 +394,14 @@ async function analyzeJsonFile(
   const loaded = await loadTelemetrySessions(input.path);
   const events: TelemetryEvent[] = [];
   for (const session of loaded) events.push(...session.events);
-  const segments: SegmentData[] = [inMemorySegment(input.absolute, null, aggregateEvents(events))];
+  let aggregate: SegmentAggregate;
+  try {
+    aggregate = aggregateEvents(events);
+  } catch (error) {
+    // Its records were sorted by time: the file is named, not a line.
+    throw TimeRangeError.locate(error, input.path);
+  }
+  const segments: SegmentData[] = [inMemorySegment(input.absolute, null, aggregate)];
   const sessions = listSessions(segments, new Map(), input.defaultSource, input.absolute);
   const selection = selectSession(sessions, findRankGroups(sessions), options.sessionId, input.path);
   return analyze({

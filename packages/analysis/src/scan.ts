@@ -6,8 +6,13 @@
 import { closeSync, openSync, readSync, statSync } from "node:fs";
 import { JsonlDecodeError, type JsonValue, type TelemetryEvent } from "@stormlog/core";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases";
-import { decodeTelemetryEventLine, type TelemetryInputSegment, TelemetrySourceError } from "@stormlog/sink";
+import {
+  decodeTelemetryEventLine,
+  TelemetryInputAccessError,
+  type TelemetryInputSegment,
+} from "@stormlog/sink";
 import { Accumulator, type RankPart, type SegmentAggregate } from "./aggregate.js";
+import { TimeRangeError } from "./errors.js";
 import { CanonicalLineReader } from "./fast-line.js";
 
 /** Chunk size of segment reads; memory stays bounded by this plus the longest line. */
@@ -160,7 +165,7 @@ export function scanSegmentSync(
   try {
     fd = openSync(path, "r");
   } catch (error) {
-    throw new TelemetrySourceError(path, "Cannot read the telemetry segment", { cause: error });
+    throw TelemetryInputAccessError.wrap(path, error);
   }
   try {
     let buf = scratch.buf ?? Buffer.allocUnsafe(CHUNK_BYTES);
@@ -195,6 +200,9 @@ export function scanSegmentSync(
       onBytes?.(position);
     }
     scratch.buf = buf;
+  } catch (error) {
+    // A read refused (EIO, EISDIR...) is typed; a span too long for one capture names its line.
+    throw TimeRangeError.locate(TelemetryInputAccessError.wrap(path, error), `${path}:${lineNumber}`);
   } finally {
     closeSync(fd);
   }

@@ -3,6 +3,7 @@
  * `main(argv, io)` runs it in-process with injectable streams, for tests and embedding.
  */
 import { StormlogError, terminalText } from "@stormlog/core";
+import { describeFileSystemError, fileSystemErrorCode } from "@stormlog/sink";
 import { formatCommandHelp } from "./args.js";
 import { analyzeCommand } from "./commands/analyze.js";
 import type { Command } from "./commands/command.js";
@@ -56,21 +57,6 @@ function rootHelp(): string {
   ].join("\n");
 }
 
-/** File-system errors that reach the top uncaught: what happened, and what to do about it. */
-const FS_ERRORS: Readonly<Record<string, readonly [string, string]>> = {
-  ENOENT: ["no such file or directory", "check the path"],
-  EACCES: ["permission denied", "check the path's permissions, or run as a user who may read it"],
-  EPERM: ["operation not permitted", "check the path's permissions"],
-  EISDIR: ["is a directory", "pass a file, or the directory that holds it"],
-  ENOTDIR: ["a part of the path is not a directory", "check the path"],
-  ELOOP: ["symbolic link loop", "remove or fix the looping link"],
-  ENAMETOOLONG: ["path too long", "use a shorter path"],
-  ENOSPC: ["no space left on device", "free some space"],
-  EROFS: ["read-only file system", "write somewhere else"],
-  EMFILE: ["too many open files", "raise the limit: ulimit -n"],
-  EIO: ["input/output error", "check the disk"],
-};
-
 /** A hint per error kind, by the error's `name`. */
 const HINTS: Readonly<Record<string, string>> = {
   SessionNotFoundError: "run 'stormlog sessions <path>' to list the session ids",
@@ -95,14 +81,12 @@ function describeError(error: unknown, command: string | undefined, debug: boole
     const hint = HINTS[error.name];
     return `${prefix}: ${oneLine(error.message)}${hint ? ` (hint: ${hint})` : ""}\n`;
   }
-  const errno = error as NodeJS.ErrnoException;
-  if (typeof errno?.code === "string" && typeof errno.syscall === "string") {
+  const code = fileSystemErrorCode(error);
+  if (code !== undefined) {
+    const errno = error as NodeJS.ErrnoException;
     const where = errno.path === undefined ? "" : ` ${oneLine(errno.path)}`;
-    const [what, todo] = FS_ERRORS[errno.code] ?? [
-      oneLine(errno.message),
-      "check the path and its permissions",
-    ];
-    return `${prefix}: cannot access${where}: ${what} (${errno.code}) (hint: ${todo})\n`;
+    const { what, todo } = describeFileSystemError(code, oneLine(errno.message));
+    return `${prefix}: cannot access${where}: ${what} (${code}) (hint: ${todo})\n`;
   }
   const message = error instanceof Error ? error.message : String(error);
   const stack = debug && error instanceof Error && error.stack ? `\n${error.stack}` : "";

@@ -2,19 +2,9 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { COMMANDS } from "../src/index.js";
-import { FIXTURES, runCli } from "./helpers.js";
+import { expectOneLineError, FIXTURES, runCli } from "./helpers.js";
 
 const SINK = join(FIXTURES, "python-sink/single-completed/sink");
-
-/** A user error: exit 1, exactly one line on stderr, no stack trace, nothing on stdout. */
-function expectOneLineError(run: { code: number; stdout: string; stderr: string }, pattern: RegExp): void {
-  expect(run.code).toBe(1);
-  expect(run.stdout).toBe("");
-  const lines = run.stderr.trimEnd().split("\n");
-  expect(lines).toHaveLength(1);
-  expect(lines[0]).toMatch(pattern);
-  expect(run.stderr).not.toMatch(/\n\s+at /);
-}
 
 describe("stormlog (root)", () => {
   it("lists the commands in --help", async () => {

@@ -1,11 +1,16 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { expect } from "vitest";
 import { type CliIo, type CliSignal, main } from "../src/index.js";
 
 /** The golden cases generated with the Python reference, at the repo root. */
 export const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden");
 export const REPO_ROOT = join(import.meta.dirname, "../../..");
+
+/** Raw control characters a terminal acts on (C0 but tab and newline, DEL, C1): never printed from input. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: what the tests look for
+export const RAW_CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/;
 
 /** What one in-process run printed and returned. */
 export interface CliRun {
@@ -50,6 +55,16 @@ export async function runCli(
     options.onSignal === undefined ? withEnv : { ...withEnv, onSignal: options.onSignal },
   );
   return { code, stdout: stdout.text, stderr: stderr.text };
+}
+
+/** A user error: exit 1, exactly one line on stderr, no stack trace, nothing on stdout. */
+export function expectOneLineError(run: CliRun, pattern: RegExp): void {
+  expect(run.code).toBe(1);
+  expect(run.stdout).toBe("");
+  const lines = run.stderr.trimEnd().split("\n");
+  expect(lines).toHaveLength(1);
+  expect(lines[0]).toMatch(pattern);
+  expect(run.stderr).not.toMatch(/\n\s+at /);
 }
 
 /** A signal source the test fires by hand. */

@@ -1,7 +1,7 @@
 import { decodeCanonicalV3 } from "./codec-fast.js";
 import { type SourceLocation, TelemetryValidationError } from "./errors.js";
 import type { JsonObject } from "./json.js";
-import { LosslessJsonParser, pythonJsonString, stringifyJson } from "./json-codec.js";
+import { LosslessJsonParser, pythonJsonString, setJsonMember, stringifyJson } from "./json-codec.js";
 import { isRecorderPhaseScope } from "./phase-scope-shape.js";
 import { INTEGER_TELEMETRY_FIELDS, TELEMETRY_V3_FIELDS, type TelemetryRecord } from "./schema.js";
 import { validateTelemetryRecord } from "./validate.js";
@@ -34,7 +34,7 @@ function readRecordObject(parser: LosslessJsonParser, options: DecodeOptions): R
     parser.fail("a telemetry line must be a JSON object");
   }
   parser.pos++;
-  const record: Record<string, unknown> = {};
+  const record: JsonObject = {};
   parser.skipWhitespace();
   if (text.charCodeAt(parser.pos) === 0x7d) {
     parser.pos++;
@@ -80,7 +80,7 @@ function readRecordObject(parser: LosslessJsonParser, options: DecodeOptions): R
         );
       }
     }
-    record[key] = value;
+    setJsonMember(record, key, value);
     parser.skipWhitespace();
     const c = text.charCodeAt(parser.pos++);
     if (c === 0x2c) continue;

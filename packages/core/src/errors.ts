@@ -18,6 +18,14 @@ export class StormlogError extends Error {
   }
 }
 
+/**
+ * Text read from input (a key, an id) quoted into an error message: as is when it is a plain name,
+ * else as a JSON string literal, so that the message stays one line whatever the input holds.
+ */
+export function inputText(text: string): string {
+  return /^[\w.:@/+-]+$/.test(text) ? text : JSON.stringify(text);
+}
+
 /** Where a record came from, for error messages: `file:line`. */
 export interface SourceLocation {
   readonly file?: string | undefined;

@@ -22,6 +22,17 @@ export function markFloat(container: JsonObject | JsonValue[], key: string | num
   keys.add(key);
 }
 
+/**
+ * Sets `object[key] = value` as data, `__proto__` included: assigned, that key would replace the
+ * object's prototype instead (JSON.parse and Python's json.loads keep it as a key). For every copy
+ * of keys read from input.
+ */
+export function setJsonMember(object: JsonObject, key: string, value: JsonValue): void {
+  if (key === "__proto__")
+    Object.defineProperty(object, key, { value, writable: true, enumerable: true, configurable: true });
+  else object[key] = value;
+}
+
 /** A number token as the lossless parser read it. */
 export interface NumberToken {
   value: number | bigint;
@@ -56,9 +67,22 @@ export class LosslessJsonParser {
   fail(message: string): never {
     // A caller may retry from another position (the fast decoder falls back to the full one).
     this.depth = 0;
-    throw new JsonlDecodeError(`Invalid JSON at column ${this.pos + 1}: ${message}`, {
-      location: this.location,
-    });
+    let location = this.location;
+    let column = this.pos + 1;
+    if (location?.file !== undefined && location.line === undefined) {
+      // A whole document (not one JSONL line): its line and the column in that line.
+      const text = this.text;
+      const end = Math.min(this.pos, text.length);
+      let line = 1;
+      let lineStart = 0;
+      for (let at = text.indexOf("\n"); at !== -1 && at < end; at = text.indexOf("\n", at + 1)) {
+        line++;
+        lineStart = at + 1;
+      }
+      location = { ...location, line };
+      column = this.pos - lineStart + 1;
+    }
+    throw new JsonlDecodeError(`Invalid JSON at column ${column}: ${message}`, { location });
   }
 
   failTooDeep(): never {
@@ -138,7 +162,7 @@ export class LosslessJsonParser {
         if (Number.isInteger(value)) markFloat(result, key);
       }
       // Python keeps the last of duplicate keys; so does plain assignment.
-      result[key] = value;
+      setJsonMember(result, key, value);
       this.skipWhitespace();
       const c = text.charCodeAt(this.pos++);
       if (c === 0x2c) continue;

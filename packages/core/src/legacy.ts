@@ -2,7 +2,7 @@ import type { MemoryCapabilities } from "./collector.js";
 import { InvalidConfigError, type SourceLocation, TelemetryValidationError } from "./errors.js";
 import { resolveDistributedIdentity } from "./identity.js";
 import type { JsonObject, JsonValue } from "./json.js";
-import { FLOAT_KEYS, markFloat } from "./json-codec.js";
+import { FLOAT_KEYS, markFloat, setJsonMember } from "./json-codec.js";
 import { pythonStr } from "./pyrepr.js";
 import {
   type DistributedIdentity,
@@ -90,7 +90,7 @@ function copyObject(source: JsonObject, skip: ReadonlySet<string> = new Set()): 
   const copy: JsonObject = {};
   for (const [key, value] of Object.entries(source)) {
     if (skip.has(key)) continue;
-    copy[key] = value;
+    setJsonMember(copy, key, value);
     if (isFloatToken(source, key)) markFloat(copy, key);
   }
   return copy;
@@ -417,7 +417,7 @@ function legacyMetadata(record: JsonObject, converter: Converter): JsonObject {
   for (const [key, value] of Object.entries(record)) {
     if (!key.startsWith("metadata_") || value === undefined) continue;
     const name = key.slice("metadata_".length);
-    metadata[name] = value;
+    setJsonMember(metadata, name, value);
     if (isFloatToken(record, key)) markFloat(metadata, name);
   }
   return metadata;

@@ -1,5 +1,5 @@
 import { CAPABILITY_FOR_COUNTER, type MemoryCapabilities } from "./collector.js";
-import { type SourceLocation, TelemetryValidationError } from "./errors.js";
+import { inputText, type SourceLocation, TelemetryValidationError } from "./errors.js";
 import type { JsonObject } from "./json.js";
 import {
   MEMORY_COUNTER_FIELDS,
@@ -139,7 +139,7 @@ export function validateTelemetryRecord(value: unknown, options: ValidateOptions
   // Python reports missing fields before unknown ones.
   const unknown = Object.keys(record).filter((key) => !KNOWN_FIELDS.has(key));
   if (unknown.length > 0) {
-    invalid(`Unknown telemetry fields: ${unknown.sort().join(", ")}`, unknown[0], location);
+    invalid(`Unknown telemetry fields: ${unknown.sort().map(inputText).join(", ")}`, unknown[0], location);
   }
 
   const sessionId = schemaVersion === 2 ? undefined : readNonEmptyString(record, "session_id", location);

@@ -3,7 +3,7 @@
  * reader (and analysis, which scans the same files its own way) learns the reference's input rules.
  */
 import { type Dirent, lstatSync, readdirSync, realpathSync, statSync } from "node:fs";
-import { basename, dirname, join, resolve, sep } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import {
   decodeTelemetryLine,
   JsonlDecodeError,
@@ -16,6 +16,7 @@ import {
 } from "@stormlog/core";
 import { fileSystemErrorCode, TelemetryInputAccessError, TelemetrySourceError } from "./errors.js";
 import { discoverSinkDirectoriesSync } from "./layout.js";
+import { linkInsideInput } from "./links.js";
 import {
   isSegmentFilename,
   MANIFEST_FILENAME,
@@ -64,31 +65,6 @@ export function resolveInputPath(path: string): string {
   } catch {
     return resolve(path);
   }
-}
-
-/** True when the resolved path `real` is `root` or inside it. */
-function isInside(real: string, root: string): boolean {
-  return real === root || real.startsWith(root.endsWith(sep) ? root : `${root}${sep}`);
-}
-
-/**
- * Where the link `path` leads when that is inside `root`; null when it leads nowhere (a dangling
- * link), or out of the input: then it is not followed, and `warn` says so. Other file-system
- * errors (a link loop) are thrown as `TelemetryInputAccessError`.
- */
-function linkInsideInput(path: string, root: string, warn: (message: string) => void): string | null {
-  let real: string;
-  try {
-    real = realpathSync(path);
-  } catch (error) {
-    if (fileSystemErrorCode(error) === "ENOENT") return null;
-    throw TelemetryInputAccessError.wrap(path, error);
-  }
-  if (isInside(real, root)) return real;
-  warn(
-    `${path} not read: it is a symbolic link that leads out of the input (to ${real}); links are not followed out of it`,
-  );
-  return null;
 }
 
 /** The manifest of `dir`, unless it is a link out of the input; file-system errors are typed. */

@@ -1,7 +1,9 @@
-import { lstatSync, readdirSync, realpathSync, statSync } from "node:fs";
+import { lstatSync, readdirSync, realpathSync, type Stats, statSync } from "node:fs";
 import { hostname } from "node:os";
-import { join, sep } from "node:path";
+import { join } from "node:path";
 import { InvalidConfigError } from "@stormlog/core";
+import { fileSystemErrorCode, TelemetryInputAccessError } from "./errors.js";
+import { linkInsideInput } from "./links.js";
 import { isSegmentFilename, MANIFEST_FILENAME } from "./manifest.js";
 
 /** Who writes a sink directory under a shared root. */
@@ -82,27 +84,39 @@ export function discoverSinkDirectoriesSync(
   } catch {
     return [];
   }
+  let root: string | undefined;
+  const realRoot = (): string => {
+    root ??= realpathSync(path);
+    return root;
+  };
   const inside = names
     .filter((name) => !marksSinkDirectory(name))
     .sort()
     .map((name) => join(path, name))
-    .filter((child) => isSinkSubdirectory(path, child, warn));
+    .filter((child) => isSinkSubdirectory(realRoot, child, warn));
   return names.some(marksSinkDirectory) ? [path, ...inside] : inside;
 }
 
-function isSinkSubdirectory(root: string, child: string, warn: (message: string) => void): boolean {
+/**
+ * True when `child` is a sink directory, or a link to one inside the input (a link out of it is
+ * not followed: `warn` says so). A link loop is a `TelemetryInputAccessError`; a name gone since
+ * the listing, or a dangling link, is no sink.
+ */
+function isSinkSubdirectory(realRoot: () => string, child: string, warn: (message: string) => void): boolean {
+  let info: Stats;
+  let target = child;
   try {
-    const info = lstatSync(child);
+    info = lstatSync(child);
     if (info.isSymbolicLink()) {
-      const target = realpathSync(child);
-      const base = realpathSync(root);
-      if (!statSync(target).isDirectory() || !isSinkDirectorySync(target)) return false;
-      if (target !== base && target.startsWith(base + sep)) return true;
-      warn(`${child} was not read: it is a symbolic link to ${target}, outside ${root}`);
-      return false;
+      target = realpathSync(child);
+      info = statSync(target);
     }
-    return info.isDirectory() && isSinkDirectorySync(child);
-  } catch {
-    return false;
+  } catch (error) {
+    if (fileSystemErrorCode(error) === "ENOENT") return false;
+    throw TelemetryInputAccessError.wrap(child, error);
   }
+  if (!info.isDirectory() || !isSinkDirectorySync(target)) return false;
+  if (target === child) return true;
+  // A link back to the input itself: the input is read already.
+  return target !== realRoot() && linkInsideInput(child, realRoot(), warn) !== null;
 }

@@ -67,59 +67,82 @@ interface ScanHooks {
 }
 
 /**
- * The lossless parser, remembering where each object of the first two levels began: the records
- * of a JSON array or of its `events`, so that an error about one names its line.
+ * The lossless parser, remembering where each element of the document's first two levels of
+ * arrays began: the records of a JSON array or of its `events`, so that an error about one names
+ * its line.
  */
 class PositionedJsonParser extends LosslessJsonParser {
-  readonly starts = new WeakMap<JsonObject, number>();
+  /** Where the top-level value starts. */
+  start = 0;
+  /** The start of each element, by array (arrays of the first two levels only). */
+  readonly elementStarts = new WeakMap<JsonValue[], number[]>();
+  /** The containers open at the first two levels: an array's element starts, or null for an object. */
+  private readonly open: (number[] | null)[] = [];
+
+  override readValue(): JsonValue {
+    if (this.depth <= 2) {
+      this.skipWhitespace();
+      if (this.depth === 0) this.start = this.pos;
+      else this.open[this.open.length - 1]?.push(this.pos);
+    }
+    return super.readValue();
+  }
+
+  override readArray(): JsonValue[] {
+    if (this.depth >= 2) return super.readArray();
+    const starts: number[] = [];
+    this.open.push(starts);
+    const array = super.readArray();
+    this.open.pop();
+    this.elementStarts.set(array, starts);
+    return array;
+  }
 
   override readObject(): JsonObject {
-    const start = this.pos;
-    const shallow = this.depth < 2;
+    if (this.depth >= 2) return super.readObject();
+    this.open.push(null);
     const object = super.readObject();
-    if (shallow) this.starts.set(object, start);
+    this.open.pop();
     return object;
   }
 }
 
-/** The JSON document at `path`, and the 1-based line where each record starts. */
-function parseJsonDocument(
-  text: string,
-  path: string,
-): { payload: JsonValue; lineOf(record: JsonObject): number | undefined } {
+/** A JSON document's records, each with the 1-based line it starts on. */
+interface JsonDocumentRecords {
+  readonly records: readonly JsonObject[];
+  readonly lines: readonly number[];
+}
+
+/** The 1-based lines of ascending positions in `text`, counted in one pass. */
+function linesOf(text: string, positions: readonly number[]): number[] {
+  const lines: number[] = [];
+  let line = 1;
+  let at = text.indexOf("\n");
+  for (const position of positions) {
+    while (at !== -1 && at < position) {
+      line++;
+      at = text.indexOf("\n", at + 1);
+    }
+    lines.push(line);
+  }
+  return lines;
+}
+
+/** The records of the JSON document `text` (at `path`), each with its line. */
+function jsonDocumentRecords(text: string, path: string, eventsKey: string | undefined): JsonDocumentRecords {
   const parser = new PositionedJsonParser(text, { file: path });
   const payload = parser.readValue();
   parser.expectEnd();
-  // Lines counted once, in order of position (records are met in that order).
-  let counted = 0;
-  let line = 1;
-  return {
-    payload,
-    lineOf(record) {
-      const start = parser.starts.get(record);
-      if (start === undefined) return undefined;
-      if (start < counted) {
-        counted = 0;
-        line = 1;
-      }
-      for (let at = text.indexOf("\n", counted); at !== -1 && at < start; at = text.indexOf("\n", at + 1))
-        line++;
-      counted = start;
-      return line;
-    },
-  };
-}
-
-function jsonRecords(payload: JsonValue, eventsKey: string | undefined, path: string): JsonObject[] {
-  let records: JsonValue;
+  let records: JsonValue[];
   if (Array.isArray(payload)) {
     records = payload;
   } else if (typeof payload === "object" && payload !== null) {
     if (eventsKey !== undefined) {
-      records = payload[eventsKey] ?? null;
-      if (!Array.isArray(records)) {
+      const listed = payload[eventsKey] ?? null;
+      if (!Array.isArray(listed)) {
         throw new TelemetrySourceError(path, `Top-level key '${eventsKey}' must contain a list of events`);
       }
+      records = listed;
     } else if (Array.isArray(payload.events)) {
       records = payload.events;
     } else if (
@@ -140,12 +163,16 @@ function jsonRecords(payload: JsonValue, eventsKey: string | undefined, path: st
   } else {
     throw new TelemetrySourceError(path, "Telemetry payload must be a JSON object or array");
   }
-  return records.map((record, index) => {
+  const lines = linesOf(text, parser.elementStarts.get(records) ?? [parser.start]);
+  records.forEach((record, index) => {
     if (typeof record !== "object" || record === null || Array.isArray(record)) {
-      throw new TelemetrySourceError(path, `Event at index ${index} must be an object`);
+      throw new TelemetrySourceError(
+        path,
+        `Event at index ${index} (line ${lines[index]}) must be an object`,
+      );
     }
-    return record;
   });
+  return { records: records as JsonObject[], lines };
 }
 
 /** The lines of a segment; a file-system error (a permission, a link loop) is typed. */
@@ -170,15 +197,15 @@ async function* scan(
     } catch (error) {
       throw TelemetryInputAccessError.wrap(input.path, error);
     }
-    const document = parseJsonDocument(text, input.path);
+    const document = jsonDocumentRecords(text, input.path, options.eventsKey);
     const defaultSessionId = stableLegacySessionId([input.absolute, options.eventsKey ?? "json"]);
-    const records = jsonRecords(document.payload, options.eventsKey, input.path);
+    const { records, lines } = document;
     for (let i = 0; i < records.length; i++) {
       const event = normalizeTelemetryRecord(records[i]!, {
         defaultSessionId,
         permissiveLegacy: options.permissiveLegacy !== false,
         strict: options.strict !== false,
-        location: { file: input.path, line: document.lineOf(records[i]!) },
+        location: { file: input.path, line: lines[i] },
         upgradeTo: options.upgradeTo ?? 3,
       });
       yield { event, source: input.path };

@@ -63,7 +63,9 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   }
   const path = resolve(io.cwd, requirePath(help, args));
   const format = choice(help, args, "format", ["txt", "json"] as const, "txt");
-  const sessions = await summarizeTelemetrySessions(path);
+  // What was not read (a link out of the input, a final line cut short): on stderr, one line each.
+  const warnings: string[] = [];
+  const sessions = await summarizeTelemetrySessions(path, { onWarning: (message) => warnings.push(message) });
   const { rankGroups } = selectDistributedSession(sessions);
   let text: string;
   if (format === "json") {
@@ -83,6 +85,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     text = formatSessionsText(path, sessions, rankGroups);
   }
   await writeOutput(io, stringFlag(args, "output"), text);
+  for (const warning of warnings) io.stderr.write(`stormlog sessions: warning: ${shown(warning)}\n`);
   return 0;
 }
 

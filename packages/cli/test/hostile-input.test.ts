@@ -1,0 +1,157 @@
+/**
+ * Hostile input, as the `stormlog` commands print it: one line with what to do for a link loop, a
+ * damaged or too deeply nested file (naming the file and the line); a warning for a link out of the
+ * input; and no escape sequence or control character from the input reaching the terminal.
+ */
+import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { encodeTelemetryRecord, type TelemetryEvent } from "@stormlog/core";
+import { afterAll, describe, expect, it } from "vitest";
+import { BASE_NS, MS, record, Timeline, writeSink } from "../../analysis/test/report-helpers.js";
+import { type CliRun, expectOneLineError, RAW_CONTROL, runCli, tempDir } from "./helpers.js";
+
+const temp = tempDir("stormlog-hostile-");
+afterAll(() => temp.remove());
+let made = 0;
+const fresh = (): string => join(temp.path, `case-${++made}`);
+
+/** `count` samples of one session, 1 ms apart. */
+function samples(sessionId: string, count: number): TelemetryEvent[] {
+  return Array.from({ length: count }, (_, i) =>
+    record("sample", BASE_NS + BigInt(i) * MS, { session_id: sessionId }),
+  );
+}
+
+const COMMANDS = [["analyze"], ["analyze", "--no-index"], ["sessions"], ["diagnose"]] as const;
+
+/** Runs each command on `path`. */
+async function runAll(path: string): Promise<[string, CliRun][]> {
+  const runs: [string, CliRun][] = [];
+  for (const [name, ...flags] of COMMANDS) runs.push([name, await runCli([name, path, ...flags])]);
+  return runs;
+}
+
+describe("link loops", () => {
+  const LOOP = /symbolic link loop \(ELOOP\); remove or fix the looping link/;
+
+  it("given as the input: one line with what to do, naming the link, and exit 1", async () => {
+    const loop = join(fresh(), "loop");
+    mkdirSync(join(loop, ".."));
+    symlinkSync(loop, loop);
+    for (const [name, run] of await runAll(loop)) {
+      expectOneLineError(
+        run,
+        new RegExp(`^stormlog ${name}: Cannot read the telemetry input: ${LOOP.source} \\(${loop}\\)$`),
+      );
+      expect(run.stderr).not.toContain("internal error");
+    }
+  });
+
+  it("inside the input (a rank directory, a segment): the same", async () => {
+    for (const name of ["rank-1", "rank-0/segment-000002.jsonl"]) {
+      const root = fresh();
+      writeSink(join(root, "rank-0"), samples("s", 3));
+      const loop = join(root, name);
+      symlinkSync(loop, loop);
+      for (const [command, run] of await runAll(root)) {
+        expectOneLineError(run, new RegExp(`^stormlog ${command}: .*${LOOP.source} \\(${loop}\\)$`));
+      }
+    }
+  });
+});
+
+describe("a manifest linking out of the input", () => {
+  it("is not read: its sessions are not listed, analysed or diagnosed, and each command says why", async () => {
+    const outside = fresh();
+    writeSink(outside, samples("outside-session", 4));
+    const input = fresh();
+    writeSink(input, samples("own-session", 3), { manifest: false });
+    const link = join(input, "manifest.json");
+    symlinkSync(join(outside, "manifest.json"), link);
+    const warning = `${link} not read: it is a symbolic link that leads out of the input`;
+    for (const [name, run] of await runAll(input)) {
+      expect(run.code, name).toBe(0);
+      expect(run.stdout).toContain("own-session");
+      expect(run.stdout + run.stderr).not.toContain("outside-session");
+    }
+    const sessions = await runCli(["sessions", input]);
+    expect(sessions.stderr).toBe(
+      `stormlog sessions: warning: ${warning} (to ${join(outside, "manifest.json")}); links are not followed out of it\n`,
+    );
+    expect((await runCli(["analyze", input])).stdout).toContain(`  - ${warning}`);
+    expect((await runCli(["diagnose", input])).stdout).toContain(`Warning: ${warning}`);
+  });
+});
+
+describe("damaged content", () => {
+  it("JSON nested 5,000 deep: one line naming the file and line, with or without the index", async () => {
+    const dir = fresh();
+    const [segment] = writeSink(dir, samples("s", 4));
+    const lines = readFileSync(segment!, "utf8").split("\n");
+    lines[1] = lines[1]!.replace(
+      '"metadata": {}',
+      `"metadata": {"x": ${"[".repeat(5000)}${"]".repeat(5000)}}`,
+    );
+    writeFileSync(segment!, lines.join("\n"));
+    for (const [name, run] of await runAll(dir)) {
+      expectOneLineError(
+        run,
+        new RegExp(
+          `^stormlog ${name}: Invalid JSON .*nested deeper than 512 levels.* \\(${segment}:2\\) \\(hint: `,
+        ),
+      );
+    }
+  });
+
+  it("a bad timestamp in a JSON document: one line naming the file and line", async () => {
+    const path = join(fresh(), "events.json");
+    mkdirSync(join(path, ".."));
+    const records = samples("s", 3).map((event) => encodeTelemetryRecord(event));
+    records[2] = records[2]!.replace(/"timestamp_ns": \d+/, '"timestamp_ns": 1.5');
+    writeFileSync(path, `[\n${records.join(",\n")}\n]\n`);
+    for (const [name, run] of await runAll(path)) {
+      expectOneLineError(run, new RegExp(`^stormlog ${name}: .*timestamp_ns.* \\(${path}:4\\)`));
+    }
+  });
+});
+
+describe("hostile text in the input", () => {
+  const TITLE = "\u001b]0;owned\u0007job";
+  const CLEAR = "fwd\u001b[2J";
+  const LINK = "\u001b]8;;https://evil.example\u001b\\click\u001b]8;;\u001b\\";
+  const C1 = "run\u009b31m";
+  const ROW = "ctx\nFAKE ROW";
+
+  it("reaches no terminal: control characters escaped, one line per row, long values cut", async () => {
+    const dir = fresh();
+    const t = new Timeline({ session_id: C1, job_id: TITLE, host: `${C1}${CLEAR}` });
+    t.tensors = 4;
+    for (let step = 0; step < 40; step++) {
+      t.sample();
+      t.enter("train").enter(CLEAR);
+      t.allocated += 1 << 20;
+      t.tensors += 1;
+      t.sample();
+      t.exit().enter(LINK).sample().exit().exit();
+      if (step === 20) t.event("critical", { context: ROW });
+      if (step === 30) t.event("warning", { context: "x".repeat(5000) });
+    }
+    writeSink(dir, t.events);
+    const out = (await runAll(dir)).map(([name, run]) => {
+      expect(run.code === 0 || (name === "diagnose" && run.code === 2), `${name}: ${run.stderr}`).toBe(true);
+      expect(run.stdout + run.stderr, name).not.toMatch(RAW_CONTROL);
+      // A newline in a value never starts a row of its own.
+      expect(run.stdout, name).not.toMatch(/^FAKE ROW/m);
+      for (const line of run.stdout.split("\n")) expect(line.length, name).toBeLessThan(1200);
+      return run.stdout;
+    });
+    const all = out.join("\n");
+    // Shown, escaped.
+    expect(all).toContain("\\x1b]0;owned\\x07job");
+    expect(all).toContain("fwd\\x1b[2J");
+    expect(all).toContain("\\x1b]8;;https://evil.example\\x1b\\click");
+    expect(all).toContain("run\\x9b31m");
+    expect(all).toContain("ctx\\nFAKE ROW");
+    expect(all).toMatch(/x{100}…\(\+\d+ chars\)/);
+  });
+});

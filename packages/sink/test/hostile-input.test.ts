@@ -1,0 +1,239 @@
+/**
+ * Hostile input, read by the sink's loaders: links that lead out of the input are not followed
+ * (and a warning says so), link loops and other file-system refusals are one-line typed errors
+ * naming the path, and every error about a file's content names the file and the line.
+ */
+import { readFileSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import {
+  encodeTelemetryRecord,
+  JsonlDecodeError,
+  parseJson,
+  stringifyJson,
+  type TelemetryEvent,
+  TelemetryValidationError,
+} from "@stormlog/core";
+import { describe, expect, it } from "vitest";
+import { BASE_NS, MS, record, writeSink } from "../../analysis/test/report-helpers.js";
+import {
+  iterateTelemetryEvents,
+  loadTelemetrySessions,
+  summarizeTelemetrySessions,
+  TelemetryInputAccessError,
+  TelemetrySourceError,
+} from "../src/index.js";
+import { tempDir } from "./helpers.js";
+
+/** `count` samples of one session, 1 ms apart. */
+function samples(sessionId: string, count: number): TelemetryEvent[] {
+  return Array.from({ length: count }, (_, i) =>
+    record("sample", BASE_NS + BigInt(i) * MS, { session_id: sessionId }),
+  );
+}
+
+/** The sessions `path` holds, and the warnings reading it gave. */
+async function read(path: string): Promise<{ ids: string[]; events: number; warnings: string[] }> {
+  const warnings: string[] = [];
+  const sessions = await loadTelemetrySessions(path, { onWarning: (message) => warnings.push(message) });
+  return {
+    ids: sessions.map((session) => session.summary.session_id).sort(),
+    events: sessions.reduce((sum, session) => sum + session.eventCount, 0),
+    warnings,
+  };
+}
+
+/** What a loader threw. */
+async function thrown(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error("expected the read to fail");
+}
+
+/** Checks a one-line `TelemetryInputAccessError` with `code` about `path`. */
+function expectAccessError(error: unknown, code: string, path: string): void {
+  expect(TelemetryInputAccessError.isInstance(error)).toBe(true);
+  expect(TelemetrySourceError.isInstance(error)).toBe(true);
+  const access = error as TelemetryInputAccessError;
+  expect(access.code).toBe(code);
+  expect(access.path).toBe(path);
+  expect(access.message).not.toContain("\n");
+  expect(access.message).toContain(`(${code})`);
+  expect(access.message).toContain(path);
+}
+
+const LEADS_OUT = "symbolic link that leads out of the input";
+
+describe("links in the input", () => {
+  it("does not follow a manifest.json that links to another sink's manifest, and says so", async () => {
+    const outside = join(tempDir(), "outside");
+    writeSink(outside, samples("outside-session", 4));
+    const input = join(tempDir(), "input");
+    writeSink(input, samples("own-session", 3), { manifest: false });
+    const link = join(input, "manifest.json");
+    symlinkSync(join(outside, "manifest.json"), link);
+    for (const path of [input, link]) {
+      const { ids, warnings } = await read(path);
+      expect(ids).toEqual(["own-session"]);
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toContain(`${link} not read: it is a ${LEADS_OUT}`);
+      expect(warnings[0]).toContain(join(outside, "manifest.json"));
+    }
+  });
+
+  it("does not follow a rank directory that links to a sink outside the root, and says so", async () => {
+    const outside = join(tempDir(), "outside");
+    writeSink(outside, samples("outside-session", 4));
+    const root = tempDir();
+    writeSink(join(root, "rank-0"), samples("rank-0-session", 5));
+    symlinkSync(outside, join(root, "rank-1"));
+    const { ids, warnings } = await read(root);
+    expect(ids).toEqual(["rank-0-session"]);
+    expect(warnings).toEqual([
+      expect.stringContaining(`${join(root, "rank-1")} not read: it is a ${LEADS_OUT}`),
+    ]);
+    // The streaming readers skip it too.
+    const streamed: string[] = [];
+    for await (const event of iterateTelemetryEvents(root)) streamed.push(event.session_id);
+    expect(new Set(streamed)).toEqual(new Set(["rank-0-session"]));
+  });
+
+  it("reads segment and rank links that stay inside the input; skips a segment linking out, with a warning", async () => {
+    const root = tempDir();
+    const sink = join(root, "rank-0");
+    writeSink(sink, samples("live", 3));
+    // Not a segment name: the archive is no sink directory of its own.
+    const [written] = writeSink(join(sink, "archive"), samples("archived", 2), { manifest: false });
+    const kept = join(sink, "archive", "kept.jsonl");
+    renameSync(written!, kept);
+    symlinkSync(kept, join(sink, "segment-000002.jsonl"));
+    symlinkSync(sink, join(root, "rank-9"));
+    const outside = join(tempDir(), "outside");
+    const [far] = writeSink(outside, samples("outside-session", 4), { manifest: false });
+    symlinkSync(far!, join(sink, "segment-000003.jsonl"));
+    const { ids, events, warnings } = await read(sink);
+    expect(ids).toEqual(["archived", "live"]);
+    expect(events).toBe(5);
+    expect(warnings).toEqual([
+      expect.stringContaining(`${join(sink, "segment-000003.jsonl")} not read: it is a ${LEADS_OUT}`),
+    ]);
+    // From the root, the link to rank-0 is a directory inside it: read (as the reference reads it).
+    const fromRoot = await read(root);
+    expect(fromRoot.ids).toEqual(["archived", "live"]);
+    expect(fromRoot.events).toBe(2 * 5);
+  });
+
+  it("refuses a link loop given as the input with a one-line ELOOP error naming it", async () => {
+    const loop = join(tempDir(), "loop");
+    symlinkSync(loop, loop);
+    expectAccessError(await thrown(loadTelemetrySessions(loop)), "ELOOP", loop);
+    expectAccessError(await thrown(summarizeTelemetrySessions(loop)), "ELOOP", loop);
+    expect(((await thrown(loadTelemetrySessions(loop))) as Error).message).toMatch(
+      /^Cannot read the telemetry input: symbolic link loop \(ELOOP\); remove or fix the looping link \(/,
+    );
+  });
+
+  it.each([
+    ["a rank directory", "rank-1"],
+    ["a segment", "rank-0/segment-000002.jsonl"],
+    ["a manifest", "rank-0/manifest.json"],
+  ])("refuses a link loop inside the input (%s) with the same error", async (_, name) => {
+    const root = tempDir();
+    writeSink(join(root, "rank-0"), samples("rank-0-session", 3), {
+      manifest: !name.endsWith("manifest.json"),
+    });
+    const loop = join(root, name);
+    symlinkSync(loop, loop);
+    expectAccessError(await thrown(loadTelemetrySessions(root)), "ELOOP", loop);
+  });
+});
+
+describe("errors about content name the file and the line", () => {
+  it("a bad timestamp in a segment", async () => {
+    const dir = tempDir();
+    const [segment] = writeSink(dir, samples("s", 5));
+    const lines = readFileSync(segment!, "utf8").split("\n");
+    lines[2] = lines[2]!.replace(/"timestamp_ns": \d+/, '"timestamp_ns": "yesterday"');
+    writeFileSync(segment!, lines.join("\n"));
+    const error = await thrown(loadTelemetrySessions(dir));
+    expect(TelemetryValidationError.isInstance(error)).toBe(true);
+    expect((error as Error).message).toContain(`timestamp_ns`);
+    expect((error as Error).message).toContain(`(${segment}:3)`);
+  });
+
+  /** A JSON document of `records` (2-space indent), as a list or under `events`. */
+  function document(records: object[], under: boolean): string {
+    const parsed = records.map((event) => parseJson(encodeTelemetryRecord(event as TelemetryEvent)));
+    return `${stringifyJson(under ? { events: parsed } : parsed, { indent: 2 })}\n`;
+  }
+
+  /** The 1-based line on which the `index`-th record of `text` starts (its `"allocator_active_bytes"` key). */
+  function recordLine(text: string, index: number): number {
+    let at = -1;
+    for (let i = 0; i <= index; i++) at = text.indexOf('"allocator_active_bytes"', at + 1);
+    return text.slice(0, at).split("\n").length - 1;
+  }
+
+  it.each([
+    ["a list", false],
+    ["an object's events", true],
+  ])("a bad timestamp in a JSON document (%s)", async (_, under) => {
+    const path = join(tempDir(), "events.json");
+    const records: object[] = samples("s", 6);
+    records[4] = { ...records[4], timestamp_ns: -5 };
+    const text = document(records, under);
+    writeFileSync(path, text);
+    const error = await thrown(loadTelemetrySessions(path));
+    expect(TelemetryValidationError.isInstance(error)).toBe(true);
+    const line = recordLine(text, 4);
+    expect(line).toBeGreaterThan(4 * 20);
+    expect((error as Error).message).toMatch(new RegExp(`timestamp_ns.*\\(${path}:${line}\\)$`));
+  });
+
+  it("a record of a JSON document that is not an object", async () => {
+    const path = join(tempDir(), "events.json");
+    const text = document(samples("s", 3), true).replace(/\n {4}\{\n(?:.*\n)*? {4}\}\n/, "\n    17\n");
+    writeFileSync(path, text);
+    const error = await thrown(loadTelemetrySessions(path));
+    expect(TelemetrySourceError.isInstance(error)).toBe(true);
+    expect((error as Error).message).toBe(`Event at index 0 (line 3) must be an object (${path})`);
+  });
+
+  it("JSON a document cannot parse: the line, and the column in it", async () => {
+    const path = join(tempDir(), "events.json");
+    writeFileSync(path, '[\n  {"a": 1},\n  {"b": 2,, "c": 3}\n]\n');
+    const error = await thrown(loadTelemetrySessions(path));
+    expect(JsonlDecodeError.isInstance(error)).toBe(true);
+    expect((error as Error).message).toBe(`Invalid JSON at column 11: expected a string key (${path}:3)`);
+  });
+
+  const deep = (depth: number): string => `${"[".repeat(depth)}${"]".repeat(depth)}`;
+
+  it("JSON nested 5,000 deep in a segment (canonical and other lines) and in a document", async () => {
+    const dir = tempDir();
+    const [segment] = writeSink(dir, samples("s", 4));
+    const lines = readFileSync(segment!, "utf8").split("\n");
+    for (const [line, text] of [
+      // Canonical: the fast decoder's layout, deep metadata.
+      [2, lines[1]!.replace('"metadata": {}', `"metadata": {"x": ${deep(5000)}}`)],
+      // Not canonical: a key first, out of order.
+      [3, `{"zzz": ${deep(5000)}, ${lines[2]!.slice(1)}`],
+    ] as const) {
+      const copy = [...lines];
+      copy[line - 1] = text;
+      writeFileSync(segment!, copy.join("\n"));
+      const error = await thrown(loadTelemetrySessions(dir));
+      expect(JsonlDecodeError.isInstance(error)).toBe(true);
+      expect((error as Error).message).toMatch(
+        new RegExp(`nested deeper than 512 levels.*\\(${segment}:${line}\\)$`),
+      );
+    }
+    const path = join(tempDir(), "deep.json");
+    writeFileSync(path, `[\n  {"a": 1},\n  {"b": ${deep(5000)}}\n]\n`);
+    const error = await thrown(loadTelemetrySessions(path));
+    expect(JsonlDecodeError.isInstance(error)).toBe(true);
+    expect((error as Error).message).toMatch(new RegExp(`nested deeper than 512 levels.*\\(${path}:3\\)$`));
+  });
+});
