@@ -20,6 +20,13 @@ export {
   type RetryBackoff,
   retryDelaySeconds,
 } from "./health.js";
+export type { EventQuery } from "./history/history.js";
+export {
+  type CollectorStatistics,
+  type DeviceStatistics,
+  statisticsToJson,
+  type TrackerStatistics,
+} from "./history/statistics.js";
 export {
   DEFAULT_LEAK_CHECK_INTERVAL_MS,
   LEAK_WINDOW_OCCURRENCES,
@@ -40,22 +47,15 @@ export {
   type ResolvedOOMOptions,
   resolveOOMOptions,
 } from "./oom.js";
-export * from "./process-collector.js";
+export type { OOMCaptureOptions } from "./oom-dump.js";
 export {
-  type CollectorStatistics,
-  type DeviceStatistics,
-  statisticsToJson,
-  type TrackerStatistics,
-} from "./statistics.js";
-export {
-  type AlertCallback,
   consoleTrackerLogger,
-  type EventQuery,
-  MemoryTracker,
   type MemoryTrackerOptions,
-  type OOMCaptureOptions,
   type TrackerLogger,
-} from "./tracker.js";
+} from "./options/tracker-options.js";
+export * from "./process-collector.js";
+export type { AlertCallback } from "./records/record-log.js";
+export { MemoryTracker } from "./tracker.js";
 export {
   createSink,
   isTelemetryWriter,

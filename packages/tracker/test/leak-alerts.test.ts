@@ -10,7 +10,7 @@ import {
 } from "@stormlog/core";
 import { loadTelemetrySessions } from "@stormlog/sink";
 import { describe, expect, it, vi } from "vitest";
-import type { MemoryTracker } from "../src/index.js";
+import { LEAK_WINDOW_PATHS, type MemoryTracker } from "../src/index.js";
 import { type FakeClock, type FakeScheduler, makeTracker, temporaryDirectories } from "./helpers.js";
 
 /** Set by a test to make the engine throw, as a bug in it would. */
@@ -284,12 +284,28 @@ describe("leak alerts", () => {
   });
 
   it("keeps at most 50 phase paths, replacing the least recently seen", async () => {
+    // A leaking loop (4 paths, entered in the order train, forward, backward, optimizer), then
+    // `others` one-off paths, then the check at stop(): the leak of backward is reported while its
+    // window is watched, not once it gave way to newer paths.
+    const reported = async (others: number) => {
+      const l = loop();
+      await l.tracker.start();
+      await run(l, 60, MiB, Number.POSITIVE_INFINITY);
+      for (let i = 0; i < others; i++) l.tracker.phase(`request ${i}`, () => l.clock.advanceMs(1));
+      await l.tracker.stop();
+      return leakAlerts(l.tracker.getAlerts(), "train / backward").length;
+    };
+    expect(LEAK_WINDOW_PATHS).toBe(50);
+    // 52 paths: the two seen least recently (train, train / forward) gave way; backward is still watched.
+    expect(await reported(LEAK_WINDOW_PATHS - 2)).toBe(1);
+    // 53 paths: backward, seen before optimizer and the new paths, gave way too.
+    expect(await reported(LEAK_WINDOW_PATHS - 1)).toBe(0);
+
+    // Many more paths than the window holds, then a stable loop: nothing to report, nothing breaks.
     const l = loop();
     await l.tracker.start();
     for (let i = 0; i < 120; i++) l.tracker.phase(`request ${i}`, () => l.clock.advanceMs(1));
     await run(l, 10, 0);
-    const watch = (l.tracker as unknown as { leakWatch: { paths: number } }).leakWatch;
-    expect(watch.paths).toBe(50);
     await l.tracker.stop();
     expect(l.tracker.getAlerts()).toEqual([]);
   });

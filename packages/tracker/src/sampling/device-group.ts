@@ -8,8 +8,8 @@ import {
   type MemoryReading,
   type SampleResult,
 } from "@stormlog/core";
-import { type AlertState, newAlertState } from "./alerts.js";
-import { aggregateHealth, type CollectorHealth, HEALTHY } from "./health.js";
+import { type AlertState, newAlertState } from "../alerts.js";
+import { aggregateHealth, type CollectorHealth, HEALTHY } from "../health.js";
 
 /** One collector inside the tracker: its health and the counters it owns in its device's records. */
 export class CollectorState {
@@ -243,6 +243,11 @@ export class DeviceGroup {
       this.cachedVersion = this.healthVersion;
     }
     return this.cachedBase;
+  }
+
+  /** Zeroes the statistics (`clearEvents()`), keeping when the device was last read. */
+  clearStats(): void {
+    this.stats = { ...newStats(), lastMemoryCheck: this.stats.lastMemoryCheck };
   }
 
   /** Sets one collector's health (and drops the cached metadata). */
