@@ -1,6 +1,16 @@
+// Phase enter+exit through a tracker. Goals: <= 150 ns running without boundary readings (no sink);
+// <= 500 ns with a tfjs-like readSync() boundary reading and the default sink (its worker, fed through
+// the shared record ring). The default sink is also measured inside a step that computes, as a
+// training step does: in a bare loop of phases the sink's worker, building and writing each record,
+// cannot keep up with a few hundred nanoseconds a phase, and part of the loop measures the ring's
+// overflow into messages.
+//
+// STORMLOG_BENCH_BASE=<another checkout of this repository> adds the same rows for that checkout's
+// tracker, measured in the same run (dependencies resolve from its own packages/*/node_modules).
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import {
   COLLECTOR_SPECIFICATION_VERSION,
   type MemoryCollector,
@@ -11,8 +21,6 @@ import { TelemetrySink } from "@stormlog/sink";
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { MemoryTracker } from "../src/index.js";
 
-// Phase enter+exit through a tracker. Goals: <= 500 ns running without boundary readings,
-// <= 2 us with a tfjs-like readSync() boundary reading and a sink attached.
 const capabilities = {
   ...noCapabilities("tensorflow", "stormlog.tfjs_tracker", "tf.memory"),
   supports_allocator_allocated: true,
@@ -42,69 +50,154 @@ const common = {
   registerGlobal: false,
   samplingIntervalMs: 60_000,
 };
-const stopped = new MemoryTracker({ ...common, collectors: [asyncOnly] });
-const plain = new MemoryTracker({ ...common, collectors: [asyncOnly], boundaryReadings: false });
-const reading = new MemoryTracker({ ...common, collectors: [tfjsLike] });
 const dir = mkdtempSync(join(tmpdir(), "stormlog-bench-"));
-// A sync loop never lets the sink drain: bound its queue so that appends reach a steady state (the
-// hot path is the same whether a record is queued or counted as dropped) instead of measuring the GC
-// of a million queued records. The async group below charges the deferred encoding and writing.
-const sink = new TelemetrySink({
-  rootDir: join(dir, "sink"),
-  handleProcessExit: false,
-  maxQueueEvents: 2048,
-  logger: { warn: () => undefined },
-});
-const withSink = new MemoryTracker({ ...common, collectors: [tfjsLike], sink });
-const flushed = new TelemetrySink({
-  rootDir: join(dir, "flushed"),
-  handleProcessExit: false,
-  fsync: "never",
-  logger: { warn: () => undefined },
-});
-const withFlushedSink = new MemoryTracker({ ...common, collectors: [tfjsLike], sink: flushed });
-await plain.start();
-await reading.start();
-await withSink.start();
-await withFlushedSink.start();
-await plain.sampleNow();
-await reading.sampleNow();
-await withSink.sampleNow();
+const quiet = { warn: () => undefined };
+
+/** What the bench needs of a tracker (this checkout's, or the base's). */
+interface PhaseTracker {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  sampleNow(): Promise<unknown>;
+  phase<T>(name: string, fn: () => T): T;
+  phase(name: string): Disposable;
+}
+type TrackerClass = new (options: Record<string, unknown>) => PhaseTracker;
+
+/** One checkout's trackers, started. */
+async function trackersOf(Tracker: TrackerClass, label: string) {
+  const made = {
+    stopped: new Tracker({ ...common, collectors: [asyncOnly] }),
+    plain: new Tracker({ ...common, collectors: [asyncOnly], boundaryReadings: false }),
+    reading: new Tracker({ ...common, collectors: [tfjsLike] }),
+    // A sink given as a writer: records built and appended on this thread. A sync loop never lets it
+    // drain: its queue is bounded so appends reach a steady state (queued or counted as dropped).
+    givenSink: new Tracker({
+      ...common,
+      collectors: [tfjsLike],
+      sink: new TelemetrySink({
+        rootDir: join(dir, `${label}-given`),
+        handleProcessExit: false,
+        maxQueueEvents: 2048,
+        logger: quiet,
+      }),
+    }),
+    // The default: sink options, written by the sink's worker.
+    workerSink: new Tracker({
+      ...common,
+      collectors: [tfjsLike],
+      sink: {
+        rootDir: join(dir, `${label}-worker`),
+        handleProcessExit: false,
+        fsync: "never",
+        logger: quiet,
+      },
+    }),
+    readingInSteps: new Tracker({ ...common, collectors: [tfjsLike] }),
+    workerSinkInSteps: new Tracker({
+      ...common,
+      collectors: [tfjsLike],
+      sink: { rootDir: join(dir, `${label}-steps`), handleProcessExit: false, fsync: "never", logger: quiet },
+    }),
+  };
+  for (const [name, tracker] of Object.entries(made)) {
+    if (name === "stopped") continue;
+    await tracker.start();
+    await tracker.sampleNow();
+  }
+  return made;
+}
 
 const step = () => {
   bytes += 8;
   return bytes;
 };
+/** About 4 us of arithmetic: a stand-in for a step's own work between its phase boundaries. */
+let acc = 0;
+const compute = () => {
+  for (let i = 0; i < 800; i++) acc = (acc * 31 + i) | 0;
+  bytes += 8;
+  return acc;
+};
 
+const checkouts: { label: string; trackers: Awaited<ReturnType<typeof trackersOf>> }[] = [
+  { label: "", trackers: await trackersOf(MemoryTracker as unknown as TrackerClass, "this") },
+];
+const baseRoot = process.env.STORMLOG_BENCH_BASE;
+if (baseRoot !== undefined && baseRoot !== "") {
+  const base = (await import(pathToFileURL(join(baseRoot, "packages/tracker/src/index.ts")).href)) as {
+    MemoryTracker: TrackerClass;
+  };
+  checkouts.push({ label: " [base]", trackers: await trackersOf(base.MemoryTracker, "base") });
+}
+
+const ROWS = {
+  stopped: "tracker/phase(name, fn), tracker not started",
+  plain: "tracker/phase(name, fn), running, no boundary reading",
+  reading: "tracker/phase(name, fn), running, tfjs readSync boundary reading",
+  givenSink: "tracker/phase(name, fn), tfjs readSync + a sink given as writer (this thread)",
+  workerSink: "tracker/phase(name, fn), tfjs readSync + default sink (worker ring)",
+  scope: "tracker/using scope, tfjs readSync + default sink (worker ring)",
+};
 group("phase enter+exit through a tracker", () => {
   summary(() => {
-    bench("tracker/phase(name, fn), tracker not started", () =>
-      do_not_optimize(stopped.phase("forward", step)),
-    );
-    bench("tracker/phase(name, fn), running, no boundary reading", () =>
-      do_not_optimize(plain.phase("forward", step)),
-    );
-    bench("tracker/phase(name, fn), running, tfjs readSync boundary reading", () =>
-      do_not_optimize(reading.phase("forward", step)),
-    );
-    bench("tracker/phase(name, fn), running, tfjs readSync + sink append", () =>
-      do_not_optimize(withSink.phase("forward", step)),
-    );
-    bench("tracker/using scope, running, tfjs readSync + sink append", () => {
-      using scope = withSink.phase("forward");
-      do_not_optimize(scope);
-    });
+    for (const { label, trackers: t } of checkouts) {
+      bench(ROWS.stopped + label, () => do_not_optimize(t.stopped.phase("forward", step)));
+      bench(ROWS.plain + label, () => do_not_optimize(t.plain.phase("forward", step)));
+      bench(ROWS.reading + label, () => do_not_optimize(t.reading.phase("forward", step)));
+      bench(ROWS.givenSink + label, () => do_not_optimize(t.givenSink.phase("forward", step)));
+      bench(ROWS.workerSink + label, () => do_not_optimize(t.workerSink.phase("forward", step)));
+      bench(ROWS.scope + label, () => {
+        using scope = t.workerSink.phase("forward");
+        do_not_optimize(scope);
+      });
+    }
   });
 });
 
-// The sink encodes and writes off the hot path; this charges that work too: 100 phases, then a flush.
-group("phase enter+exit with the sink's deferred encoding and write", () => {
-  bench("tracker/100 phases + sink flush (tfjs readSync, real sink)", async () => {
-    for (let i = 0; i < 100; i++) withFlushedSink.phase("forward", step);
-    await flushed.flush();
-  });
+const STEP_GROUP = "phase enter+exit around a step that computes (~4 us)";
+const STEP = {
+  alone: "step alone",
+  reading: "tracker/phase(name, step), tfjs readSync boundary reading, no sink",
+  worker: "tracker/phase(name, step), tfjs readSync + default sink (worker ring)",
+};
+group(STEP_GROUP, () => {
+  bench(STEP.alone, () => do_not_optimize(compute()));
+  for (const { label, trackers: t } of checkouts) {
+    bench(STEP.reading + label, () => do_not_optimize(t.readingInSteps.phase("forward", compute)));
+    bench(STEP.worker + label, () => do_not_optimize(t.workerSinkInSteps.phase("forward", compute)));
+  }
 });
 
-await run();
-await Promise.all([plain.stop(), reading.stop(), withSink.stop(), withFlushedSink.stop()]);
+const results = await run();
+const p50 = new Map<string, number>();
+for (const trial of results.benchmarks) {
+  const inGroup = results.layout[trial.group ?? -1]?.name;
+  for (const r of trial.runs) if (r.stats) p50.set(`${inGroup}:${r.name}`, r.stats.p50);
+}
+const ns = (value: number) => `${value.toFixed(0)} ns`;
+const alone = p50.get(`${STEP_GROUP}:${STEP.alone}`) ?? Number.NaN;
+for (const { label } of checkouts) {
+  const loop = (row: string) => p50.get(`phase enter+exit through a tracker:${row}${label}`) ?? Number.NaN;
+  const inStep = (row: string) => (p50.get(`${STEP_GROUP}:${row}${label}`) ?? Number.NaN) - alone;
+  console.log(
+    `medians${label || " [this checkout]"}: no reading ${ns(loop(ROWS.plain))} (goal <= 150); ` +
+      `readSync ${ns(loop(ROWS.reading))}; readSync + default sink ${ns(loop(ROWS.workerSink))} in a bare loop, ` +
+      `${ns(inStep(STEP.worker))} inside a step (goal <= 500; readSync alone there ${ns(inStep(STEP.reading))}); ` +
+      `readSync + a given sink ${ns(loop(ROWS.givenSink))}`,
+  );
+}
+if (checkouts.length === 2) {
+  const ratio = (row: string) =>
+    (
+      (p50.get(`phase enter+exit through a tracker:${row}`) ?? Number.NaN) /
+      (p50.get(`phase enter+exit through a tracker:${row} [base]`) ?? Number.NaN)
+    ).toFixed(2);
+  console.log(
+    `this / base, medians: no reading x${ratio(ROWS.plain)}, readSync x${ratio(ROWS.reading)}, ` +
+      `readSync + default sink x${ratio(ROWS.workerSink)}, readSync + a given sink x${ratio(ROWS.givenSink)}`,
+  );
+}
+await Promise.all(
+  checkouts.flatMap(({ trackers }) => Object.values(trackers).map((tracker) => tracker.stop())),
+);
 rmSync(dir, { recursive: true, force: true });

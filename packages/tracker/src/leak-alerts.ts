@@ -486,11 +486,14 @@ export class LeakWatch {
    * else found by path. `phasePath` is a new string for every nested phase, which a map would hash.
    */
   private windowAtEnter(scope: RecordedPhase): PathWindow {
-    const parentId = scope.parentScopeId;
+    // The recorder's scopes name their parent by sequence: no id strings built or compared.
+    const parentSequence = scope.sessionId === undefined ? undefined : scope.parentSequence;
+    const parentId = parentSequence === undefined ? scope.parentScopeId : null;
     let window: PathWindow | undefined;
-    if (parentId !== null) {
+    if (parentSequence != null || parentId !== null) {
       for (let j = this.openCount - 1; j >= 0; j--) {
-        if ((this.openScopes[j] as RecordedPhase).scopeId !== parentId) continue;
+        const open = this.openScopes[j] as RecordedPhase;
+        if (parentSequence != null ? open.sequence !== parentSequence : open.scopeId !== parentId) continue;
         const parent = this.openWindows[j] as PathWindow;
         if (parent.generation === this.openGenerations[j]) {
           window = parent.children.get(scope.name);

@@ -52,6 +52,8 @@ export class EventStore {
   /** Records ever pushed since the last `reset()`. */
   written = 0;
   private readonly ts: BigInt64Array;
+  /** `ts` as 32-bit words (`copyTimestamp`). */
+  private readonly tsWords: Int32Array;
   private readonly types: string[];
   private readonly contexts: (string | null)[];
   private readonly groups: (StoredGroup | undefined)[];
@@ -66,6 +68,7 @@ export class EventStore {
   constructor(capacity: number) {
     this.capacity = capacity;
     this.ts = new BigInt64Array(capacity);
+    this.tsWords = new Int32Array(this.ts.buffer);
     this.types = new Array(capacity).fill("");
     this.contexts = new Array(capacity).fill(null);
     this.groups = new Array(capacity).fill(undefined);
@@ -205,6 +208,17 @@ export class EventStore {
   /** The collector detail attached to a stored record (`mergeExtra`), or null. */
   extra(index: number): JsonObject | null {
     return this.extras[index % this.capacity] ?? null;
+  }
+
+  /**
+   * Copies a record's timestamp into `out[at]`, `out` an Int32Array view of a BigInt64Array's memory
+   * (two words per timestamp): no bigint made (the sink ring's hot path).
+   */
+  copyTimestamp(index: number, out: Int32Array, at: number): void {
+    const words = this.tsWords;
+    const from = (index % this.capacity) * 2;
+    out[at * 2] = words[from] as number;
+    out[at * 2 + 1] = words[from + 1] as number;
   }
 
   timestamp(index: number): bigint {

@@ -344,7 +344,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     if (boundary.scope.readings === true && collectors.onDemandStates.length > 0)
       this.readInto(index, collectors.onDemandStates, "readOnDemand");
     this.leakWatch?.boundary(eventType === "phase_exit", boundary.scope, ts, this.store, index);
-    this.records.committed(index, eventType);
+    this.records.committedPlain(index);
   }
 
   /**

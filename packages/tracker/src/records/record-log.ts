@@ -109,16 +109,11 @@ export class RecordLog {
    * record later (or the worker does).
    */
   committed(index: number, eventType: string): void {
-    const pipeline = this.failed ? null : this.pipeline;
     if (!ALERT_TYPES.has(eventType)) {
-      if (pipeline === null) return;
-      try {
-        pipeline.commit(index, null);
-      } catch (error) {
-        this.disable("append", error);
-      }
+      this.committedPlain(index);
       return;
     }
+    const pipeline = this.failed ? null : this.pipeline;
     const record = this.store.materialize(index, this.context as RecordContext);
     if (pipeline !== null) {
       try {
@@ -139,6 +134,17 @@ export class RecordLog {
       } catch (error) {
         this.logger.debug?.(`alert callback failed (ignored): ${describeError(error)}`);
       }
+    }
+  }
+
+  /** `committed` for a record that is no alert (a phase boundary): no type to look up on the hot path. */
+  committedPlain(index: number): void {
+    const pipeline = this.failed ? null : this.pipeline;
+    if (pipeline === null) return;
+    try {
+      pipeline.commit(index, null);
+    } catch (error) {
+      this.disable("append", error);
     }
   }
 

@@ -134,11 +134,13 @@ describe("the record ring", () => {
     };
     const first = step(10);
     for (const index of first) r.writer.write(r.store, index);
-    expect(r.writer.holding).toBe(true);
+    expect(r.writer.waitingObjects).toBeGreaterThan(0);
     expect(r.deliver()).toEqual(r.expected(first));
     const second = step(20);
     for (const index of second) r.writer.write(r.store, index);
-    expect(r.writer.holding).toBe(false);
+    expect(r.writer.waitingObjects).toBe(0);
+    // The records wait to be published (the pipeline's timer or the next 64 records do it).
+    expect(r.writer.holding).toBe(true);
     expect(r.deliver()).toEqual(r.expected(second));
   });
 
@@ -153,6 +155,28 @@ describe("the record ring", () => {
     );
     expect(read).toEqual([]);
     expect(r.deliver()).toEqual(r.expected([index]));
+  });
+
+  it("shows the worker records every 64 writes, and the rest at post()", () => {
+    const r = ring(256);
+    const first = push(r.store, "sample", null);
+    r.writer.write(r.store, first);
+    expect(r.deliver()).toEqual(r.expected([first]));
+    const read: TelemetryEvent[] = [];
+    const drain = () =>
+      r.reader.drain(
+        (record) => read.push(record),
+        () => true,
+      );
+    const more = Array.from({ length: 70 }, () => push(r.store, "sample", null));
+    for (const index of more.slice(0, 63)) r.writer.write(r.store, index);
+    drain();
+    expect(read).toEqual([]);
+    r.writer.write(r.store, more[63] as number);
+    drain();
+    expect(read).toEqual(r.expected(more.slice(0, 64)));
+    for (const index of more.slice(64)) r.writer.write(r.store, index);
+    expect(r.deliver()).toEqual(r.expected(more.slice(64)));
   });
 
   it("spills a burst beyond the ring into chunks and reads ring and chunks in order", () => {
