@@ -12,6 +12,8 @@ import {
   ALERT_EVENT_TYPES,
   type JsonObject,
   type JsonValue,
+  type SessionEventLike,
+  sessionEventLikeOf,
   stringifyJson,
   type TelemetryEvent,
 } from "@stormlog/core";
@@ -34,17 +36,8 @@ export interface SampleIdentity {
   readonly device_id: number;
 }
 
-/** The event fields a session summary is inferred from (core's `SessionEventLike`). */
-export interface SessionEvidence {
-  readonly timestamp_ns: bigint;
-  readonly event_type: string;
-  readonly host: string;
-  readonly pid: number;
-  readonly job_id: string | null;
-  readonly rank: number;
-  readonly local_rank: number;
-  readonly world_size: number;
-}
+/** The event fields a session summary is inferred from. */
+export type SessionEvidence = SessionEventLike;
 
 /** Session evidence with the line it came from (ties between rank parts go by line). */
 export interface LinedEvidence {
@@ -483,19 +476,6 @@ export interface SegmentAggregate {
   maxTs: bigint | null;
 }
 
-function evidenceOf(event: TelemetryEvent): SessionEvidence {
-  return {
-    timestamp_ns: event.timestamp_ns,
-    event_type: event.event_type,
-    host: event.host,
-    pid: event.pid,
-    job_id: event.job_id,
-    rank: event.rank,
-    local_rank: event.local_rank,
-    world_size: event.world_size,
-  };
-}
-
 const nullable = (value: number | null): number => (value === null ? Number.NaN : value);
 
 function metadataString(metadata: JsonObject, key: string): string | null {
@@ -671,7 +651,7 @@ export class Accumulator {
     const t = part.offsetOfBigInt(ts);
     const wanted = part.touch(t, eventType === "stop");
     part.worldSize(event.world_size);
-    if (wanted !== 0) part.record(wanted, t, line, evidenceOf(event));
+    if (wanted !== 0) part.record(wanted, t, line, sessionEventLikeOf(event));
     const allocated = nullable(event.allocator_allocated_bytes);
     const reserved = nullable(event.allocator_reserved_bytes);
     const used = nullable(event.device_used_bytes);

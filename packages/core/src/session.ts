@@ -306,6 +306,20 @@ export interface SessionEventLike {
   readonly world_size: number;
 }
 
+/** The fields of `event` a summary is inferred from, copied so that the event itself can be dropped. */
+export function sessionEventLikeOf(event: SessionEventLike): SessionEventLike {
+  return {
+    timestamp_ns: event.timestamp_ns,
+    event_type: event.event_type,
+    host: event.host,
+    pid: event.pid,
+    job_id: event.job_id,
+    rank: event.rank,
+    local_rank: event.local_rank,
+    world_size: event.world_size,
+  };
+}
+
 /**
  * A summary for a session that has no manifest entry, from its events: started at the earliest
  * event, `completed` (ended at the last `stop`) if a `stop` event exists, else `fallbackStatus`

@@ -12,6 +12,7 @@ import {
   pythonFormatFixed,
   pythonStr,
   type SessionEventLike,
+  sessionEventLikeOf,
   type TelemetryEvent,
 } from "@stormlog/core";
 
@@ -342,20 +343,6 @@ class WindowTally {
   }
 }
 
-/** What the loaders keep of an event to infer a summary when the ledger lacks the session. */
-function identityOf(event: TelemetryEvent): SessionEventLike {
-  return {
-    timestamp_ns: event.timestamp_ns,
-    event_type: event.event_type,
-    host: event.host,
-    pid: event.pid,
-    job_id: event.job_id,
-    rank: event.rank,
-    local_rank: event.local_rank,
-    world_size: event.world_size,
-  };
-}
-
 function identityData(identity: SessionEventLike): JsonObject {
   return { ...identity };
 }
@@ -412,8 +399,8 @@ export class SessionTally {
     if (this.firstTs === null || ts < this.firstTs) this.firstTs = ts;
     if (this.lastTs === null || ts > this.lastTs) this.lastTs = ts;
     if (this.firstEvent === null || before(ts, at, this.firstEvent.ts, this.firstEvent.at))
-      this.firstEvent = { ts, at, value: identityOf(event) };
-    if (event.event_type === "stop") this.lastStop = latest(this.lastStop, ts, at, identityOf(event));
+      this.firstEvent = { ts, at, value: sessionEventLikeOf(event) };
+    if (event.event_type === "stop") this.lastStop = latest(this.lastStop, ts, at, sessionEventLikeOf(event));
     this.counters.observe(event, at);
     if (event.event_type === "sample") this.samples++;
     if (isAlert(event)) {
