@@ -74,12 +74,15 @@ export class OffThreadSink implements TelemetryWriter {
   private onOpened: ((opened: boolean) => void) | null = null;
   private onSessionStarted: (() => void) | null = null;
   private readonly opened: Promise<boolean>;
+  /** The sink's flush interval: how long it may hold records anyway. */
+  readonly flushIntervalMs: number;
   private unregisterExit: (() => void) | null = null;
 
   /** Checks the options (throws `InvalidConfigError` as `TelemetrySink` does) and opens the sink on the worker. */
   constructor(options: TelemetrySinkOptions) {
     const resolved = resolveSinkConfig(options);
     this.source = resolved.source;
+    this.flushIntervalMs = resolved.flushEverySeconds * 1000;
     const { logger, clock: _clock, scheduler: _scheduler, ...crossing } = options;
     this.logger = logger ?? consoleSinkLogger;
     this.handleProcessExit = options.handleProcessExit ?? true;

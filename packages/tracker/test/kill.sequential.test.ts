@@ -96,6 +96,13 @@ describe("a SIGKILL in the middle of training", { timeout: 60_000 }, () => {
     for (const loss of losses) expect(loss).toBeLessThanOrEqual(150);
   });
 
+  it("loses at most 150 ms with a 50 ms flush in a slow loop too (records published by the timer, not by count)", async () => {
+    // A step every 20 ms: a few records a step, so the ring is published by its timer.
+    const losses = await lossesAfterKills("0.05", 8, 300, 1200, 20);
+    console.info(`kill, 50 ms flush, a step every 20 ms: loss ${describeLosses(losses)}`);
+    for (const loss of losses) expect(loss).toBeLessThanOrEqual(150);
+  });
+
   it("finds the running session's manifest on disk as soon as start() resolved", async () => {
     for (let run = 0; run < 6; run++) {
       const root = join(tempDir(), "sink");
