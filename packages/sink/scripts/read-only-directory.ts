@@ -17,7 +17,8 @@ if (parent === undefined) {
 const warnings: string[] = [];
 const infos: string[] = [];
 const waitFor = async (condition: () => boolean, what: string): Promise<void> => {
-  const deadline = Date.now() + 10_000;
+  // Generous: on a loaded two-core machine the retries after the close are starved, not lost.
+  const deadline = Date.now() + 30_000;
   while (!condition()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 5));

@@ -15,10 +15,12 @@ const next = seededRandom(18);
 function startChild(
   root: string,
   flush: string,
+  paceMs?: number,
 ): Promise<{ process: ChildProcess; sessionId: string; startedAtNs: bigint }> {
+  const pace = paceMs === undefined ? [] : [String(paceMs)];
   const proc = spawn(
     process.execPath,
-    ["--conditions=@stormlog/source", "--import", "tsx", child, root, flush],
+    ["--conditions=@stormlog/source", "--import", "tsx", child, root, flush, ...pace],
     {
       stdio: ["ignore", "pipe", "inherit"],
     },
@@ -51,11 +53,12 @@ async function lossesAfterKills(
   runs: number,
   fromMs: number,
   toMs: number,
+  paceMs?: number,
 ): Promise<number[]> {
   const losses: number[] = [];
   for (let run = 0; run < runs; run++) {
     const root = join(tempDir(), "sink");
-    const { process: proc, sessionId, startedAtNs } = await startChild(root, flush);
+    const { process: proc, sessionId, startedAtNs } = await startChild(root, flush, paceMs);
     await new Promise((resolve) => setTimeout(resolve, fromMs + next() * (toMs - fromMs)));
     const { killedAtNs, exited } = killNow(proc);
     await exited;
