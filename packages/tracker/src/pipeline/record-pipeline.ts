@@ -158,11 +158,11 @@ export class MainThreadPipeline implements RecordPipeline {
 /**
  * How long written records, objects new to the worker (a new context, phase path or detail shape)
  * and spilled records wait before they are published and posted (sooner every 64 records): the sink's
- * flush interval, at most `POST_DELAY_MAX_MS`, so a SIGKILL loses at most the flush interval plus
+ * flush interval, at most `POST_DELAY_MAX_MS` (leaving the worker 25 ms to write), so a SIGKILL loses at most the flush interval plus
  * that. Each post costs the training thread (a tracked tfjs step paid ~0.25 % for 17 a second), so
  * no shorter than needed.
  */
-const POST_DELAY_MAX_MS = 100;
+const POST_DELAY_MAX_MS = 75;
 
 /** Posted at once when this many objects wait. */
 const POST_OBJECTS_AT = 512;
