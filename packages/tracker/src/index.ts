@@ -22,6 +22,7 @@ export {
 } from "./health.js";
 export type { EventQuery } from "./history/history.js";
 export {
+  type CollectorHealthStatistics,
   type CollectorStatistics,
   type DeviceStatistics,
   statisticsToJson,

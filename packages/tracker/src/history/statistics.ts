@@ -6,16 +6,20 @@ import type { CollectorSet } from "../sampling/collector-set.js";
 import type { DeviceGroup } from "../sampling/device-group.js";
 import type { History } from "./history.js";
 
-/** One collector's health, as `getStatistics().collectors` lists it. */
-export interface CollectorStatistics {
-  name: string;
-  deviceId: number;
+/** A collector's (or the primary device's) health, as `getStatistics()` reports it. */
+export interface CollectorHealthStatistics {
   collectorHealthStatus: CollectorHealthStatus;
   telemetryPartial: boolean;
   collectorPartialFields: string[];
   collectorLastError: string | null;
   collectorConsecutiveFailures: number;
   collectorNextRetryEpochS: number | null;
+}
+
+/** One collector's health, as `getStatistics().collectors` lists it. */
+export interface CollectorStatistics extends CollectorHealthStatistics {
+  name: string;
+  deviceId: number;
 }
 
 /** One device's counters, as `getStatistics().devices` lists them (the top level is the primary device). */
@@ -43,7 +47,7 @@ export interface DeviceStatistics {
  * device (the first collector's), then per-device and per-collector detail. `statisticsToJson()`
  * gives the reference's snake_case object.
  */
-export interface TrackerStatistics {
+export interface TrackerStatistics extends CollectorHealthStatistics {
   peakMemory: number | null;
   peakDeviceUsed: number;
   totalAllocations: number | null;
@@ -76,12 +80,6 @@ export interface TrackerStatistics {
   memoryCapabilities: MemoryCapabilities;
   averageAllocationSize: number | null;
   averageDeallocationSize: number | null;
-  collectorHealthStatus: CollectorHealthStatus;
-  telemetryPartial: boolean;
-  collectorPartialFields: string[];
-  collectorLastError: string | null;
-  collectorConsecutiveFailures: number;
-  collectorNextRetryEpochS: number | null;
   rolloverCount: number;
   prunedSegmentCount: number;
   prunedBytes: number;

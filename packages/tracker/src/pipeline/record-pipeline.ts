@@ -36,6 +36,20 @@ export interface RecordPipeline {
   diagnostics(): WriterDiagnostics | undefined;
 }
 
+/**
+ * A pipeline's hand-over timer callback: `flush` (which forgets the timer) and, should it throw, the
+ * failure to the tracker, which stops using the pipeline: background work never throws into training.
+ */
+function handOverTask(flush: () => void, failed: (error: unknown) => void): () => void {
+  return () => {
+    try {
+      flush();
+    } catch (error) {
+      failed(error);
+    }
+  };
+}
+
 /** What a pipeline needs of the tracker. */
 export interface PipelineHost {
   readonly store: EventStore;
@@ -85,14 +99,10 @@ export class MainThreadPipeline implements RecordPipeline {
   private context: RecordContext | null = null;
   /** Never let the store's ring overwrite a record that the writer has not received. */
   private readonly batchLimit: number;
-  private readonly flushTask = (): void => {
-    this.timer = null;
-    try {
-      this.flush();
-    } catch (error) {
-      this.host.failed("append", error);
-    }
-  };
+  private readonly flushTask = handOverTask(
+    () => this.flush(),
+    (error) => this.host.failed("append", error),
+  );
 
   /** `awaitManifest`: the writer is a real `TelemetrySink`, whose flush puts the manifest on disk. */
   constructor(
@@ -175,14 +185,10 @@ export class WorkerPipeline implements RecordPipeline {
   private readonly ring: RecordRingWriter;
   private readonly postDelayMs: number;
   private timer: TimerHandle | null = null;
-  private readonly postTask = (): void => {
-    this.timer = null;
-    try {
-      this.flush();
-    } catch (error) {
-      this.host.failed("append", error);
-    }
-  };
+  private readonly postTask = handOverTask(
+    () => this.flush(),
+    (error) => this.host.failed("append", error),
+  );
 
   constructor(
     private readonly sink: OffThreadSink,
