@@ -32,6 +32,7 @@ import {
   type RetentionOccurrence,
   strongestVerdict,
 } from "@stormlog/phases";
+import { describeError } from "./describe-error.js";
 import { BOUNDARY_READ, type EventStore } from "./store.js";
 
 /** `leakAlerts` of `MemoryTrackerOptions`. */
@@ -108,10 +109,6 @@ function describeValue(value: unknown): string {
   if (typeof value === "string") return JSON.stringify(value);
   if (Array.isArray(value)) return "an array";
   return String(value);
-}
-
-function describeError(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 /** One path's recent closed occurrences, in a ring of typed arrays that grows up to the window. */
@@ -483,7 +480,7 @@ export class LeakWatch {
 
   /**
    * The window of a phase that opens: its parent's (open, usually just below it) child of that name,
-   * else found by path. `phasePath` is a new string for every nested phase, which a map would hash.
+   * else found by path.
    */
   private windowAtEnter(scope: RecordedPhase): PathWindow {
     // The recorder's scopes name their parent by sequence: no id strings built or compared.

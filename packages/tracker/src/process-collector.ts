@@ -10,6 +10,7 @@ import {
   noCapabilities,
   type SampleResult,
 } from "@stormlog/core";
+import { describeError } from "./describe-error.js";
 
 /** The telemetry `collector` of host-memory readings, as the reference's CPU mode writes it. */
 export const PROCESS_COLLECTOR_NAME = "stormlog.cpu_tracker";
@@ -129,7 +130,11 @@ export function processCollector(options: ProcessCollectorOptions = {}): Process
           metadata,
         };
       } catch (error) {
-        return { kind: "failure", error: `could not read process memory: ${describe(error)}`, cause: error };
+        return {
+          kind: "failure",
+          error: `could not read process memory: ${describeError(error)}`,
+          cause: error,
+        };
       }
     },
     readOnDemand(): SampleResult {
@@ -138,7 +143,11 @@ export function processCollector(options: ProcessCollectorOptions = {}): Process
         const rss = readRss();
         return { kind: "full", reading: { allocator_allocated_bytes: rss, allocator_reserved_bytes: rss } };
       } catch (error) {
-        return { kind: "failure", error: `could not read process memory: ${describe(error)}`, cause: error };
+        return {
+          kind: "failure",
+          error: `could not read process memory: ${describeError(error)}`,
+          cause: error,
+        };
       }
     },
     close(): void {
@@ -203,8 +212,4 @@ function readResidentPages(fd: number, buffer: Buffer): number | undefined {
     digits += 1;
   }
   return digits > 0 ? value : undefined;
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

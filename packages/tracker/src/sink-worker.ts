@@ -7,7 +7,9 @@
 import { readlinkSync } from "node:fs";
 import { setPriority } from "node:os";
 import { parentPort } from "node:worker_threads";
+import type { TelemetryEvent } from "@stormlog/core";
 import { TelemetrySink } from "@stormlog/sink";
+import { describeError } from "./describe-error.js";
 import {
   type SinkWorkerReply,
   type SinkWorkerRequest,
@@ -52,6 +54,8 @@ interface OpenSink {
   /** Above this many records waiting for the disk, reading the ring waits for a flush. */
   readonly highWater: number;
   ring: RecordRingReader | null;
+  /** Hands a record read from the ring to the sink. */
+  readonly append: (record: TelemetryEvent) => void;
   /** A `pull` of this sink waits in the backlog. */
   pullQueued: boolean;
   finished: boolean;
@@ -89,6 +93,7 @@ function open(request: Extract<SinkWorkerRequest, { kind: "open" }>): void {
     closed: new Int32Array(request.closed),
     highWater: Math.floor(sink.getDiagnostics().max_queue_events / 2),
     ring: null,
+    append: (record) => sink.append(record),
     pullQueued: false,
     finished: false,
   };
@@ -114,28 +119,21 @@ function watchRing(state: OpenSink, buffers: Parameters<typeof waitForRecords>[0
 }
 
 /**
- * Appends what the ring holds. With `wait`, a sink with many records waiting for the disk is
- * flushed first: a burst (thousands of phases in a fast loop) waits in the ring and its spill
- * chunks instead of overflowing the sink's bounded queue. Without, everything is appended now
- * (process exit).
+ * Appends what the ring holds; a sink with many records waiting for the disk is flushed first: a
+ * burst (thousands of phases in a fast loop) waits in the ring and its spill chunks instead of
+ * overflowing the sink's bounded queue.
  */
-async function pull(state: OpenSink, wait: boolean): Promise<void> {
+async function pull(state: OpenSink): Promise<void> {
   const ring = state.ring;
   if (ring === null) return;
   const sink = state.sink;
-  const append = (record: ReturnType<EventStore["materialize"]>) => sink.append(record);
-  const room = wait ? () => sink.pendingEvents < state.highWater : () => true;
-  while (ring.drain(append, room)) await sink.flush();
+  const room = () => sink.pendingEvents < state.highWater;
+  while (ring.drain(state.append, room)) await sink.flush();
 }
 
+/** Appends everything the ring holds now, however full the sink's queue (process exit). */
 function pullNow(state: OpenSink): void {
-  const ring = state.ring;
-  if (ring === null) return;
-  const sink = state.sink;
-  ring.drain(
-    (record) => sink.append(record),
-    () => true,
-  );
+  state.ring?.drain(state.append, () => true);
 }
 
 /** Handles one request; a `close` resolves once the session is closed. */
@@ -169,13 +167,13 @@ function handle(request: Task): Promise<void> | undefined {
       break;
     case "pull":
       state.pullQueued = false;
-      return pull(state, true).then(() => share(state));
+      return pull(state).then(() => share(state));
     case "records":
       for (const record of request.records) sink.append(record);
       break;
     case "close":
       state.finished = true;
-      return pull(state, true)
+      return pull(state)
         .then(() => sink.close(request.status))
         .then(() => {
           share(state);
@@ -209,7 +207,7 @@ function fail(request: Task, error: unknown): void {
   reply({
     kind: "failed",
     sink: request.sink,
-    message: error instanceof Error ? error.message : String(error),
+    message: describeError(error),
   });
 }
 

@@ -181,11 +181,6 @@ export class EventStore {
     this.flags[index % this.capacity] = (this.flags[index % this.capacity] as number) | flags;
   }
 
-  /** Whether `index` is still held (not overwritten). */
-  holds(index: number): boolean {
-    return index < this.written && index >= this.written - this.capacity;
-  }
-
   eventType(index: number): string {
     return this.types[index % this.capacity] as string;
   }

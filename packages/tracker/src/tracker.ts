@@ -366,16 +366,20 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       } catch {
         continue;
       }
-      if (result === null || typeof result !== "object" || result.kind === "failure") continue;
+      // A collector breaking its contract (no reading) is ignored here; samples report it.
+      if (result === null || typeof result !== "object" || result.kind === "failure" || !result.reading)
+        continue;
       const owned = state.owned;
+      let fresh = false;
       for (let j = 0; j < owned.length; j++) {
         const field = owned[j] as keyof MemoryReading;
         const value = result.reading[field];
         if (typeof value === "number" && value >= 0) {
           this.store.setCounter(index, COUNTER_INDEX[field] as number, value);
-          this.store.addFlags(index, BOUNDARY_READ);
+          fresh = true;
         }
       }
+      if (fresh) this.store.addFlags(index, BOUNDARY_READ);
       if (result.metadata !== undefined) this.store.mergeExtra(index, result.metadata);
     }
   }

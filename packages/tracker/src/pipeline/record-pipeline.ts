@@ -93,7 +93,7 @@ const COMMIT_DELAY_MS = 50;
 const COMMIT_BATCH_LIMIT = 256;
 
 /** Records built on the training thread and appended to a `TelemetryWriter`, in batches. */
-export class MainThreadPipeline implements RecordPipeline {
+class MainThreadPipeline implements RecordPipeline {
   private pending: number[] = [];
   private timer: TimerHandle | null = null;
   private context: RecordContext | null = null;
@@ -167,7 +167,8 @@ export class MainThreadPipeline implements RecordPipeline {
 
 /**
  * How long written records, objects new to the worker (a new context, phase path or detail shape)
- * and spilled records wait before they are published and posted (sooner every 64 records): the sink's
+ * and spilled records wait before they are published and posted (records sooner, every 64; objects
+ * at `POST_OBJECTS_AT`): the sink's
  * flush interval, at most `POST_DELAY_MAX_MS` (leaving the worker 25 ms to write), so a SIGKILL loses at most the flush interval plus
  * that. Each post costs the training thread (a tracked tfjs step paid ~0.25 % for 17 a second), so
  * no shorter than needed.
@@ -179,9 +180,9 @@ const POST_OBJECTS_AT = 512;
 
 /**
  * Records written into shared memory that the sink's worker reads as it fills (`RecordRingWriter`):
- * a record costs the training thread a few stores, and reaches the worker within its read interval.
+ * a record costs the training thread a few stores, and reaches the worker when it is published.
  */
-export class WorkerPipeline implements RecordPipeline {
+class WorkerPipeline implements RecordPipeline {
   private readonly ring: RecordRingWriter;
   private readonly postDelayMs: number;
   private timer: TimerHandle | null = null;

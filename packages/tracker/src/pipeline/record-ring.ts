@@ -34,12 +34,12 @@ const PARENT_SEQUENCE = GROUP + 9;
 const ATTRIBUTES = GROUP + 10;
 /** The record's sequence number in the session's stream. */
 const SEQUENCE = GROUP + 11;
-/** The largest object id the record needs: the worker waits for that object before reading it. */
+/** The largest object id assigned when the record was written: the worker reads it once it knows that many. */
 const NEEDS = GROUP + 12;
 const VALUES = GROUP + 13;
 /** Room for numeric detail and attributes; larger ones are posted as objects. */
 const VALUE_CELLS = 8;
-export const SLOT_WIDTH = VALUES + VALUE_CELLS;
+const SLOT_WIDTH = VALUES + VALUE_CELLS;
 
 /** Int32 cells of the control buffer. */
 const HEAD = 0;
@@ -50,9 +50,9 @@ const CONTROL_CELLS = 4;
 /**
  * Slots of the ring: a burst beyond this many unread records spills into messages. Small on purpose:
  * the slots stay in the training thread's cache (a ring of 8192 slots, 1.8 MB, cost ~80 ns a record
- * in cache misses against ~50 ns for 1024); the worker is woken at a quarter full.
+ * in cache misses against ~50 ns for 1024); the worker is woken at every publication.
  */
-export const RING_CAPACITY = 1024;
+const RING_CAPACITY = 1024;
 /** Records written between two publications of the head (besides the pipeline's timer). */
 const PUBLISH_EVERY = 64;
 /** Records per spill chunk. */
@@ -60,8 +60,11 @@ const SPILL_CHUNK = 1024;
 /** An object unused for this many records is forgotten by the worker (and posted again if used). */
 export const REUSE_WINDOW = 1 << 16;
 const EMPTY_KEYS: readonly string[] = [];
-/** Strings kept for reuse on the training thread; beyond, the table starts over (and posts again). */
-const MAX_TEXTS = 4096;
+/**
+ * Strings, phase kinds and key lists kept for reuse on the training thread; beyond, a table starts
+ * over (and posts again): names made per step (`batch-17`) must not pile up.
+ */
+const MAX_KEPT = 4096;
 
 /** The shared memory of one ring. */
 export interface RingBuffers {
@@ -104,7 +107,15 @@ interface KeyList extends ObjectEntry {
   readonly keys: readonly string[];
 }
 
+/** `capacity - 1`: slots are taken by mask, so that the wrapping int32 counters stay in order. */
+function ringMask(capacity: number): number {
+  if (!Number.isInteger(capacity) || capacity < 1 || (capacity & (capacity - 1)) !== 0)
+    throw new RangeError(`a record ring's capacity must be a power of two, got ${capacity}`);
+  return capacity - 1;
+}
+
 export function ringBuffers(capacity = RING_CAPACITY): RingBuffers {
+  ringMask(capacity);
   return {
     capacity,
     control: new SharedArrayBuffer(CONTROL_CELLS * Int32Array.BYTES_PER_ELEMENT),
@@ -131,15 +142,16 @@ export class RecordRingWriter {
   /** The ring's timestamps as 32-bit words (see `EventStore.copyTimestamp`). */
   private readonly timestampWords: Int32Array;
   private readonly capacity: number;
+  private readonly mask: number;
   private readonly outlet: RingOutlet;
   private sessionId = "";
   private prefix = "";
   private sequence = 0;
-  private head = 0;
+  private head: number;
   /** The head the worker can see (`publish()`). */
-  private published = 0;
+  private published: number;
   /** The worker's tail as last read (it only grows). */
-  private tailSeen = 0;
+  private tailSeen: number;
   private nextId = 0;
   private outbox: RingObject[] = [];
   private spillNumbers: Float64Array | null = null;
@@ -149,6 +161,7 @@ export class RecordRingWriter {
   private readonly objectIds = new WeakMap<object, ObjectEntry>();
   private texts = new Map<string, ObjectEntry>();
   private readonly kinds = new Map<number, Map<string, KindEntry>>();
+  private kindCount = 0;
   /** Kinds by the recorder's path keys (`RecordedPhase.pathKey`), beside `kinds`; weak, as paths may be many. */
   private readonly kindsByKey = new WeakMap<object, KindEntry>();
   private readonly keyLists = new Map<string, KeyList>();
@@ -164,9 +177,14 @@ export class RecordRingWriter {
   constructor(outlet: RingOutlet, buffers: RingBuffers = ringBuffers()) {
     this.buffers = buffers;
     this.capacity = buffers.capacity;
+    this.mask = ringMask(buffers.capacity);
     this.control = new Int32Array(buffers.control);
     this.numbers = new Float64Array(buffers.numbers);
     this.timestampWords = new Int32Array(buffers.timestamps);
+    // Where the ring stands (zero for a new one).
+    this.head = Atomics.load(this.control, HEAD);
+    this.published = this.head;
+    this.tailSeen = Atomics.load(this.control, TAIL);
     this.outlet = outlet;
   }
 
@@ -188,8 +206,10 @@ export class RecordRingWriter {
   /** Copies stored record `index` into the ring (or a spill chunk when the worker is a ring behind). */
   write(store: EventStore, index: number): void {
     const sequence = this.sequence++;
-    if (this.head - this.tailSeen >= this.capacity) this.tailSeen = Atomics.load(this.control, TAIL);
-    if (this.head - this.tailSeen >= this.capacity) {
+    // Head and tail are int32 counters that wrap (a long session passes 2^31 records): distances are
+    // taken modulo 2^32, slots by mask.
+    if (((this.head - this.tailSeen) | 0) >= this.capacity) this.tailSeen = Atomics.load(this.control, TAIL);
+    if (((this.head - this.tailSeen) | 0) >= this.capacity) {
       // The worker must see what the ring holds before it can make room.
       if (this.published !== this.head) this.publish();
       if (this.spillNumbers === null) {
@@ -205,10 +225,15 @@ export class RecordRingWriter {
     }
     // Spilled records first: the worker reads in sequence order and would wait for them.
     if (this.spillCount > 0) this.post();
-    const slot = this.head % this.capacity;
+    const slot = this.head & this.mask;
     this.encode(store, index, sequence, this.numbers, slot * SLOT_WIDTH);
     store.copyTimestamp(index, this.timestampWords, slot);
-    if (++this.head - this.published >= PUBLISH_EVERY) this.publish();
+    this.head = (this.head + 1) | 0;
+    // Objects first when some wait: a woken worker could read nothing past the record that needs them.
+    if (((this.head - this.published) | 0) >= PUBLISH_EVERY) {
+      if (this.outbox.length > 0) this.post();
+      else this.publish();
+    }
   }
 
   /**
@@ -236,13 +261,23 @@ export class RecordRingWriter {
     }
     if (this.spillCount > 0) {
       const count = this.spillCount;
+      this.spillCount = 0;
       const numbers = this.spillNumbers as Float64Array;
       const timestamps = this.spillTimestamps as BigInt64Array;
-      this.spillNumbers = null;
-      this.spillTimestamps = null;
-      this.spillTimestampWords = null;
-      this.spillCount = 0;
-      this.outlet.spill({ count, numbers, timestamps });
+      if (count < SPILL_CHUNK) {
+        // A part of a chunk goes as a copy of what it holds; the buffers stay for the next spill
+        // (a worker just behind the ring would otherwise cost a new 250 KB chunk every few records).
+        this.outlet.spill({
+          count,
+          numbers: numbers.slice(0, count * SLOT_WIDTH),
+          timestamps: timestamps.slice(0, count),
+        });
+      } else {
+        this.spillNumbers = null;
+        this.spillTimestamps = null;
+        this.spillTimestampWords = null;
+        this.outlet.spill({ count, numbers, timestamps });
+      }
     }
     if (this.published !== this.head) this.publish();
   }
@@ -391,6 +426,7 @@ export class RecordRingWriter {
     const joined = keys.join("\u0000");
     let list = this.keyLists.get(joined);
     if (list === undefined) {
+      if (this.keyLists.size >= MAX_KEPT) this.keyLists.clear();
       list = { id: -1, lastSequence: -REUSE_WINDOW - 1, keys };
       this.keyLists.set(joined, list);
     }
@@ -459,7 +495,7 @@ export class RecordRingWriter {
     const id = this.nextId++;
     if (entry === undefined) {
       // Contexts such as `Memory allocated: 1.2 MB` are many: start over rather than keep them all.
-      if (this.texts.size >= MAX_TEXTS) this.texts = new Map();
+      if (this.texts.size >= MAX_KEPT) this.texts = new Map();
       this.texts.set(value, { id, lastSequence: sequence });
     } else {
       entry.id = id;
@@ -489,6 +525,10 @@ export class RecordRingWriter {
 
   /** The kind of `scope`'s path on its thread, made when new. */
   private kindEntry(scope: RecordedPhase): KindEntry {
+    if (this.kindCount >= MAX_KEPT) {
+      this.kinds.clear();
+      this.kindCount = 0;
+    }
     let byPath = this.kinds.get(scope.threadId);
     if (byPath === undefined) {
       byPath = new Map();
@@ -515,6 +555,7 @@ export class RecordRingWriter {
       },
     };
     byPath.set(scope.phasePath, entry);
+    this.kindCount++;
     return entry;
   }
 }
@@ -533,12 +574,12 @@ export class RecordRingReader {
   private readonly control: Int32Array;
   private readonly numbers: Float64Array;
   private readonly timestamps: BigInt64Array;
-  private readonly capacity: number;
+  private readonly mask: number;
   private readonly objects = new Map<number, LearnedObject>();
   private readonly spills: { chunk: SpillChunk; at: number }[] = [];
   private readonly prefix: string;
   private known = 0;
-  private tail = 0;
+  private tail: number;
   private nextSequence = 0;
   private sinceCleanup = 0;
 
@@ -547,10 +588,11 @@ export class RecordRingReader {
     private readonly context: RecordContext,
     private readonly store: EventStore,
   ) {
-    this.capacity = buffers.capacity;
+    this.mask = ringMask(buffers.capacity);
     this.control = new Int32Array(buffers.control);
     this.numbers = new Float64Array(buffers.numbers);
     this.timestamps = new BigInt64Array(buffers.timestamps);
+    this.tail = Atomics.load(this.control, TAIL);
     this.prefix = `${context.sessionId}:`;
   }
 
@@ -574,13 +616,14 @@ export class RecordRingReader {
     for (;;) {
       if (!more()) return true;
       if (this.tail === head) head = Atomics.load(this.control, HEAD);
-      if (this.tail < head) {
-        const slot = this.tail % this.capacity;
+      if (this.tail !== head) {
+        const slot = this.tail & this.mask;
         const at = slot * SLOT_WIDTH;
         if (this.numbers[at + SEQUENCE] === this.nextSequence) {
           if ((this.numbers[at + NEEDS] as number) >= this.known) return false;
           append(this.decode(this.numbers, at, this.timestamps[slot] as bigint));
-          Atomics.store(this.control, TAIL, ++this.tail);
+          this.tail = (this.tail + 1) | 0;
+          Atomics.store(this.control, TAIL, this.tail);
           continue;
         }
       }
@@ -690,7 +733,7 @@ const waitAsync = (
   }
 ).waitAsync;
 
-/** Waits (asynchronously, on the worker) until the ring is a quarter full or `timeoutMs` passed. */
+/** Waits (asynchronously, on the worker) until the tracker publishes records or `timeoutMs` passed. */
 export function waitForRecords(buffers: RingBuffers, timeoutMs: number): Promise<void> {
   const control = new Int32Array(buffers.control);
   const waited = waitAsync(control, WAKE, 0, timeoutMs);

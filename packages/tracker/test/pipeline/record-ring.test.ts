@@ -38,8 +38,12 @@ const scope = {
 };
 
 /** A writer and a reader over one ring, as the tracker and its worker use them; posts are held until `deliver`. */
-function ring(capacity = 64) {
+function ring(capacity = 64, startAt = 0) {
   const buffers = ringBuffers(capacity);
+  // A ring that has already carried `startAt` records (head and tail as the int32 cells hold them).
+  const control = new Int32Array(buffers.control);
+  control[0] = startAt | 0;
+  control[1] = startAt | 0;
   const posted: { objects: RingObject[][]; spills: SpillChunk[] } = { objects: [], spills: [] };
   const writer = new RecordRingWriter(
     { objects: (objects) => posted.objects.push(objects), spill: (chunk) => posted.spills.push(chunk) },
@@ -177,6 +181,20 @@ describe("the record ring", () => {
     expect(read).toEqual(r.expected(more.slice(0, 64)));
     for (const index of more.slice(64)) r.writer.write(r.store, index);
     expect(r.deliver()).toEqual(r.expected(more.slice(64)));
+  });
+
+  it("reads on past 2^31 records, where the int32 head and tail wrap, spilling and refilling in order", () => {
+    const r = ring(8, 2 ** 31 - 5);
+    const first = Array.from({ length: 20 }, () => push(r.store, "sample", null));
+    for (const index of first) r.writer.write(r.store, index);
+    expect(r.deliver()).toEqual(r.expected(first));
+    const second = Array.from({ length: 30 }, () => push(r.store, "sample", null));
+    for (const index of second) r.writer.write(r.store, index);
+    expect(r.deliver()).toEqual(r.expected(second));
+  });
+
+  it("refuses a capacity that is not a power of two (slots are taken by mask)", () => {
+    expect(() => ringBuffers(100)).toThrow(/power of two/);
   });
 
   it("spills a burst beyond the ring into chunks and reads ring and chunks in order", () => {
