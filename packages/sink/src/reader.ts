@@ -3,7 +3,6 @@ import {
   compareSessionsForSelection,
   inferSessionSummaryFromEvents,
   JsonlDecodeError,
-  type JsonlLine,
   type JsonObject,
   type JsonValue,
   LosslessJsonParser,
@@ -175,15 +174,6 @@ function jsonDocumentRecords(text: string, path: string, eventsKey: string | und
   return { records: records as JsonObject[], lines };
 }
 
-/** The lines of a segment; a file-system error (a permission, a link loop) is typed. */
-async function* readSegmentLines(segment: string): AsyncGenerator<JsonlLine> {
-  try {
-    yield* readJsonlLines(segment);
-  } catch (error) {
-    throw TelemetryInputAccessError.wrap(segment, error);
-  }
-}
-
 /** Every event of the input in storage order: segments by name, lines in order. Nothing is retained. */
 async function* scan(
   input: ResolvedTelemetryInput,
@@ -216,23 +206,28 @@ async function* scan(
     for (const { path: segment, hint, defaultSessionId } of part.segments) {
       let count = 0;
       let lastSession: string | null = hint;
-      for await (const line of readSegmentLines(segment)) {
-        const location = { file: segment, line: line.lineNumber };
-        let event: TelemetryEvent;
-        try {
-          event = decodeTelemetryEventLine(line.text, location, defaultSessionId, options);
-        } catch (error) {
-          if (!line.terminated && JsonlDecodeError.isInstance(error)) {
-            const message = `${segment}:${line.lineNumber}: dropped a final line cut short (${line.text.length} characters, no newline)`;
-            options.onWarning?.(message);
-            hooks.onWarning?.(message, lastSession);
-            break;
+      // A file-system error (a permission, a link loop) is typed; decode errors pass through as they are.
+      try {
+        for await (const line of readJsonlLines(segment)) {
+          const location = { file: segment, line: line.lineNumber };
+          let event: TelemetryEvent;
+          try {
+            event = decodeTelemetryEventLine(line.text, location, defaultSessionId, options);
+          } catch (error) {
+            if (!line.terminated && JsonlDecodeError.isInstance(error)) {
+              const message = `${segment}:${line.lineNumber}: dropped a final line cut short (${line.text.length} characters, no newline)`;
+              options.onWarning?.(message);
+              hooks.onWarning?.(message, lastSession);
+              break;
+            }
+            throw error;
           }
-          throw error;
+          count++;
+          lastSession = event.session_id;
+          yield { event, source: segment };
         }
-        count++;
-        lastSession = event.session_id;
-        yield { event, source: segment };
+      } catch (error) {
+        throw TelemetryInputAccessError.wrap(segment, error);
       }
       if (count === 0 && hint !== null) hooks.onEmptySegment?.(segment, hint);
     }

@@ -16,6 +16,7 @@ import {
 import { describe, expect, it } from "vitest";
 import { BASE_NS, MS, record, writeSink } from "../../analysis/test/report-helpers.js";
 import {
+  buildTelemetryRollups,
   iterateTelemetryEvents,
   loadTelemetrySessions,
   summarizeTelemetrySessions,
@@ -81,6 +82,17 @@ describe("links in the input", () => {
       expect(warnings[0]).toContain(`${link} not read: it is a ${LEADS_OUT}`);
       expect(warnings[0]).toContain(join(outside, "manifest.json"));
     }
+  });
+
+  it("builds rollups without the outside manifest a manifest.json links to", async () => {
+    const outside = join(tempDir(), "outside");
+    writeSink(outside, samples("outside-session", 4));
+    const input = join(tempDir(), "input");
+    writeSink(input, samples("own-session", 3), { manifest: false });
+    symlinkSync(join(outside, "manifest.json"), join(input, "manifest.json"));
+    const rollups = await buildTelemetryRollups(input, { segmentCache: "off" });
+    expect(rollups.source_manifest).toBeNull();
+    expect(stringifyJson(rollups)).not.toContain("outside-session");
   });
 
   it("does not follow a rank directory that links to a sink outside the root, and says so", async () => {

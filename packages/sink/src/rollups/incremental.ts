@@ -7,7 +7,6 @@ import {
   stringifyJson,
 } from "@stormlog/core";
 import { type ResolvedTelemetryInput, resolveTelemetryInput, type TelemetryInputSegment } from "../input.js";
-import { readManifest } from "../manifest.js";
 import type { ReadOptions } from "../reader.js";
 import { rebuildTelemetryRollups } from "./full-rebuild.js";
 import {
@@ -55,7 +54,8 @@ export async function buildRollupsIncrementally(
 ): Promise<JsonObject> {
   const input = await resolveTelemetryInput(path, (message) => options.onWarning?.(message));
   if (input.kind === "json") return rebuildTelemetryRollups(path, options);
-  const manifest = await readManifest(path);
+  // The manifest as the input's rules read it (null when it is a link out of the input).
+  const manifest = input.parts.find((part) => part.dir === input.path)?.manifest ?? null;
   const ledger = new Map<string, SessionSummary>();
   for (const part of input.parts) {
     for (const summary of part.manifest?.sessions ?? [])
