@@ -50,13 +50,23 @@ function marksSinkDirectory(name: string): boolean {
   return name === MANIFEST_FILENAME || isSegmentFilename(name);
 }
 
+/**
+ * The names in `dir`; none when it is not there or not a directory. Other file-system errors (a
+ * permission) are a `TelemetryInputAccessError`: an unreadable directory is not "no sink".
+ */
+function listDirectory(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch (error) {
+    const code = fileSystemErrorCode(error);
+    if (code === "ENOENT" || code === "ENOTDIR") return [];
+    throw TelemetryInputAccessError.wrap(dir, error);
+  }
+}
+
 /** True when `dir` is a sink directory itself (it holds a manifest or a segment). */
 export function isSinkDirectorySync(dir: string): boolean {
-  try {
-    return readdirSync(dir).some(marksSinkDirectory);
-  } catch {
-    return false;
-  }
+  return listDirectory(dir).some(marksSinkDirectory);
 }
 
 /**
@@ -78,12 +88,7 @@ export function discoverSinkDirectoriesSync(
   path: string,
   warn: (message: string) => void = () => undefined,
 ): string[] {
-  let names: string[];
-  try {
-    names = readdirSync(path);
-  } catch {
-    return [];
-  }
+  const names = listDirectory(path);
   let root: string | undefined;
   const realRoot = (): string => {
     root ??= realpathSync(path);
