@@ -1,4 +1,4 @@
-import { defineConfig } from "vitest/config";
+import { configDefaults, defineConfig } from "vitest/config";
 
 // Tests run against `src` through the `@stormlog/source` export condition: no build needed.
 const conditions = ["@stormlog/source", "node", "import", "module", "default"];
@@ -17,7 +17,12 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: "parallel", include, exclude: [sequential], sequence: { groupOrder: 0 } },
+        test: {
+          name: "parallel",
+          include,
+          exclude: [...configDefaults.exclude, sequential],
+          sequence: { groupOrder: 0 },
+        },
       },
       {
         extends: true,

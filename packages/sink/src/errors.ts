@@ -1,4 +1,4 @@
-import { StormlogError } from "@stormlog/core";
+import { inputText, StormlogError } from "@stormlog/core";
 
 const SESSION_MISMATCH_MARKER = Symbol.for("stormlog.error.sink_session_mismatch");
 
@@ -40,9 +40,9 @@ export class SessionNotFoundError extends StormlogError {
     const listed =
       availableSessionIds.length === 0
         ? "it holds no sessions"
-        : `sessions there: ${availableSessionIds.join(", ")}`;
+        : `sessions there: ${availableSessionIds.map(inputText).join(", ")}`;
     super(
-      `Requested session_id not found: ${sessionId} in ${source} (${listed}); pass one of the listed ids`,
+      `Requested session_id not found: ${inputText(sessionId)} in ${source} (${listed}); pass one of the listed ids`,
     );
     this.sessionId = sessionId;
     this.availableSessionIds = availableSessionIds;
