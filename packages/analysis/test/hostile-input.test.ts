@@ -6,30 +6,19 @@
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import {
-  encodeTelemetryRecord,
-  JsonlDecodeError,
-  type JsonObject,
-  parseJson,
-  type TelemetryEvent,
-} from "@stormlog/core";
+import { encodeTelemetryRecord, JsonlDecodeError, type JsonObject, parseJson } from "@stormlog/core";
 import { TelemetryInputAccessError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
 import { CanonicalLineReader } from "../src/fast-line.js";
 import { analyzeTelemetry, buildPerfettoTrace, formatPerfettoTrace, TimeRangeError } from "../src/index.js";
 import { fingerprint, locateInput } from "../src/input-snapshot.js";
 import { scanSegmentSync } from "../src/scan.js";
-import { BASE_NS, MS, record, writeSink } from "./report-helpers.js";
+import { BASE_NS, deepJson, MS, record, samples, writeSink } from "./report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-hostile-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 let made = 0;
 const fresh = (): string => join(temp, `case-${++made}`);
-
-/** `count` samples of one session, 1 ms apart from `start`. */
-function samples(count: number, start = BASE_NS): TelemetryEvent[] {
-  return Array.from({ length: count }, (_, i) => record("sample", start + BigInt(i) * MS));
-}
 
 /** What `analyzeTelemetry` threw, with and without the index (the same error both ways). */
 async function refusal(path: string): Promise<Error> {
@@ -54,20 +43,18 @@ function fastPathReads(line: string): boolean {
   return new CanonicalLineReader().read(bytes, 0, bytes.length - 1);
 }
 
-const deep = (depth: number): string => `${"[".repeat(depth)}${"]".repeat(depth)}`;
-
 describe("JSON nested 5,000 deep", () => {
   it("is refused naming the file and line, on the fast path's lines and the general path's", async () => {
     const dir = fresh();
     const [segment] = writeSink(dir, samples(6));
     const lines = readFileSync(segment!, "utf8").split("\n");
-    const canonical = lines[3]!.replace('"metadata": {}', `"metadata": {"x": ${deep(3)}}`);
+    const canonical = lines[3]!.replace('"metadata": {}', `"metadata": {"x": ${deepJson(3)}}`);
     // The fast path reads this layout; nested 5,000 deep it declines, and the general path refuses it.
     expect(fastPathReads(canonical)).toBe(true);
-    const deepCanonical = canonical.replace(deep(3), deep(5000));
+    const deepCanonical = canonical.replace(deepJson(3), deepJson(5000));
     expect(fastPathReads(deepCanonical)).toBe(false);
     // Keys out of the canonical order: the general path from the start.
-    const general = `{"zzz": ${deep(5000)}, ${lines[3]!.slice(1)}`;
+    const general = `{"zzz": ${deepJson(5000)}, ${lines[3]!.slice(1)}`;
     expect(fastPathReads(general)).toBe(false);
     for (const text of [deepCanonical, general]) {
       writeFileSync(segment!, [...lines.slice(0, 3), text, ...lines.slice(4)].join("\n"));
@@ -85,7 +72,7 @@ describe("timestamps too far apart for one capture", () => {
 
   it("name the segment and the line where the span broke", async () => {
     const dir = fresh();
-    const [segment] = writeSink(dir, [...samples(3), ...samples(2, farther)]);
+    const [segment] = writeSink(dir, [...samples(3), ...samples(2, { start: farther })]);
     const error = await refusal(dir);
     expect(TimeRangeError.isInstance(error)).toBe(true);
     expect(error.message).toContain(`more than 104 days (2^53 ns) apart (${segment}:4)`);
@@ -96,7 +83,7 @@ describe("timestamps too far apart for one capture", () => {
     const id = "run\nFAKE";
     writeSink(
       dir,
-      [...samples(2), ...samples(2, farther)].map((event) => ({ ...event, session_id: id })),
+      [...samples(2), ...samples(2, { start: farther })].map((event) => ({ ...event, session_id: id })),
     );
     const error = await refusal(dir);
     expect(error.message).toMatch(/^Session "run\\nFAKE" rank 0 has timestamps/);
@@ -104,7 +91,9 @@ describe("timestamps too far apart for one capture", () => {
 
   it("name both segments when the span lies between them", async () => {
     const dir = fresh();
-    const [first, second] = writeSink(dir, [...samples(3), ...samples(3, farther)], { segmentSize: 3 });
+    const [first, second] = writeSink(dir, [...samples(3), ...samples(3, { start: farther })], {
+      segmentSize: 3,
+    });
     const error = await refusal(dir);
     expect(TimeRangeError.isInstance(error)).toBe(true);
     expect(error.message).toContain(`apart (${first} and ${second})`);
@@ -113,7 +102,9 @@ describe("timestamps too far apart for one capture", () => {
   it("name the JSON document", async () => {
     const path = join(fresh(), "events.json");
     mkdirSync(join(path, ".."));
-    const records = [...samples(3), ...samples(2, farther)].map((event) => encodeTelemetryRecord(event));
+    const records = [...samples(3), ...samples(2, { start: farther })].map((event) =>
+      encodeTelemetryRecord(event),
+    );
     writeFileSync(path, `[\n${records.join(",\n")}\n]\n`);
     let caught: unknown;
     try {

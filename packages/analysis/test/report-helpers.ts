@@ -47,6 +47,21 @@ export function record(
   };
 }
 
+/** `count` samples of one session, 1 ms apart from `start`. */
+export function samples(
+  count: number,
+  options: { sessionId?: string; start?: bigint } = {},
+): TelemetryEvent[] {
+  const start = options.start ?? BASE_NS;
+  const fields = options.sessionId === undefined ? {} : { session_id: options.sessionId };
+  return Array.from({ length: count }, (_, i) => record("sample", start + BigInt(i) * MS, fields));
+}
+
+/** JSON arrays nested `depth` deep: past every parser's recursion limit at a few thousand. */
+export function deepJson(depth: number): string {
+  return `${"[".repeat(depth)}${"]".repeat(depth)}`;
+}
+
 /** Builds one process's events: samples and nested phases, boundary records carrying the current counters. */
 export class Timeline {
   readonly events: TelemetryEvent[] = [];

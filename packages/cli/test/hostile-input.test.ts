@@ -5,22 +5,15 @@
  */
 import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { encodeTelemetryRecord, type TelemetryEvent } from "@stormlog/core";
+import { encodeTelemetryRecord } from "@stormlog/core";
 import { afterAll, describe, expect, it } from "vitest";
-import { BASE_NS, MS, record, Timeline, writeSink } from "../../analysis/test/report-helpers.js";
+import { deepJson, samples, Timeline, writeSink } from "../../analysis/test/report-helpers.js";
 import { type CliRun, expectOneLineError, RAW_CONTROL, runCli, tempDir } from "./helpers.js";
 
 const temp = tempDir("stormlog-hostile-");
 afterAll(() => temp.remove());
 let made = 0;
 const fresh = (): string => join(temp.path, `case-${++made}`);
-
-/** `count` samples of one session, 1 ms apart. */
-function samples(sessionId: string, count: number): TelemetryEvent[] {
-  return Array.from({ length: count }, (_, i) =>
-    record("sample", BASE_NS + BigInt(i) * MS, { session_id: sessionId }),
-  );
-}
 
 const COMMANDS = [["analyze"], ["analyze", "--no-index"], ["sessions"], ["diagnose"]] as const;
 
@@ -50,7 +43,7 @@ describe("link loops", () => {
   it("inside the input (a rank directory, a segment): the same", async () => {
     for (const name of ["rank-1", "rank-0/segment-000002.jsonl"]) {
       const root = fresh();
-      writeSink(join(root, "rank-0"), samples("s", 3));
+      writeSink(join(root, "rank-0"), samples(3, { sessionId: "s" }));
       const loop = join(root, name);
       symlinkSync(loop, loop);
       for (const [command, run] of await runAll(root)) {
@@ -63,9 +56,9 @@ describe("link loops", () => {
 describe("a manifest linking out of the input", () => {
   it("is not read: its sessions are not listed, analysed or diagnosed, and each command says why", async () => {
     const outside = fresh();
-    writeSink(outside, samples("outside-session", 4));
+    writeSink(outside, samples(4, { sessionId: "outside-session" }));
     const input = fresh();
-    writeSink(input, samples("own-session", 3), { manifest: false });
+    writeSink(input, samples(3, { sessionId: "own-session" }), { manifest: false });
     const link = join(input, "manifest.json");
     symlinkSync(join(outside, "manifest.json"), link);
     const warning = `${link} not read: it is a symbolic link that leads out of the input`;
@@ -86,12 +79,9 @@ describe("a manifest linking out of the input", () => {
 describe("damaged content", () => {
   it("JSON nested 5,000 deep: one line naming the file and line, with or without the index", async () => {
     const dir = fresh();
-    const [segment] = writeSink(dir, samples("s", 4));
+    const [segment] = writeSink(dir, samples(4, { sessionId: "s" }));
     const lines = readFileSync(segment!, "utf8").split("\n");
-    lines[1] = lines[1]!.replace(
-      '"metadata": {}',
-      `"metadata": {"x": ${"[".repeat(5000)}${"]".repeat(5000)}}`,
-    );
+    lines[1] = lines[1]!.replace('"metadata": {}', `"metadata": {"x": ${deepJson(5000)}}`);
     writeFileSync(segment!, lines.join("\n"));
     for (const [name, run] of await runAll(dir)) {
       expectOneLineError(
@@ -106,7 +96,7 @@ describe("damaged content", () => {
   it("a bad timestamp in a JSON document: one line naming the file and line", async () => {
     const path = join(fresh(), "events.json");
     mkdirSync(join(path, ".."));
-    const records = samples("s", 3).map((event) => encodeTelemetryRecord(event));
+    const records = samples(3, { sessionId: "s" }).map((event) => encodeTelemetryRecord(event));
     records[2] = records[2]!.replace(/"timestamp_ns": \d+/, '"timestamp_ns": 1.5');
     writeFileSync(path, `[\n${records.join(",\n")}\n]\n`);
     for (const [name, run] of await runAll(path)) {

@@ -20,7 +20,7 @@ import {
 import { seededRandom } from "@stormlog/phases";
 import { loadTelemetrySessions, TelemetrySourceError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
-import { BASE_NS, Timeline, writeSink } from "../../analysis/test/report-helpers.js";
+import { BASE_NS, deepJson, Timeline, writeSink } from "../../analysis/test/report-helpers.js";
 import { RAW_CONTROL, runCli, tempDir } from "./helpers.js";
 
 const CASES = 300;
@@ -71,8 +71,6 @@ const documentRecords = rankEvents(0)
   .map((event) => parseJson(encodeTelemetryRecord(event)));
 const documentText = `${stringifyJson({ events: documentRecords }, { indent: 2 })}\n`;
 
-const deep = (depth: number): string => `${"[".repeat(depth)}${"]".repeat(depth)}`;
-
 /** Values that replace a JSON value: wrong types, huge and non-finite numbers, hostile strings. */
 const VALUES = [
   '"text"',
@@ -94,8 +92,8 @@ const VALUES = [
   '"\\ud800"',
   '{"__proto__": {"event_type": "sample"}}',
   '{"__proto__": null}',
-  deep(600),
-  `{"a": ${deep(5000)}}`,
+  deepJson(600),
+  `{"a": ${deepJson(5000)}}`,
 ];
 
 /** One damage done to a file's bytes. */

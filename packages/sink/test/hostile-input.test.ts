@@ -14,7 +14,7 @@ import {
   TelemetryValidationError,
 } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { BASE_NS, MS, record, writeSink } from "../../analysis/test/report-helpers.js";
+import { deepJson, samples, writeSink } from "../../analysis/test/report-helpers.js";
 import {
   buildTelemetryRollups,
   iterateTelemetryEvents,
@@ -24,13 +24,6 @@ import {
   TelemetrySourceError,
 } from "../src/index.js";
 import { tempDir } from "./helpers.js";
-
-/** `count` samples of one session, 1 ms apart. */
-function samples(sessionId: string, count: number): TelemetryEvent[] {
-  return Array.from({ length: count }, (_, i) =>
-    record("sample", BASE_NS + BigInt(i) * MS, { session_id: sessionId }),
-  );
-}
 
 /** The sessions `path` holds, and the warnings reading it gave. */
 async function read(path: string): Promise<{ ids: string[]; events: number; warnings: string[] }> {
@@ -70,9 +63,9 @@ const LEADS_OUT = "symbolic link that leads out of the input";
 describe("links in the input", () => {
   it("does not follow a manifest.json that links to another sink's manifest, and says so", async () => {
     const outside = join(tempDir(), "outside");
-    writeSink(outside, samples("outside-session", 4));
+    writeSink(outside, samples(4, { sessionId: "outside-session" }));
     const input = join(tempDir(), "input");
-    writeSink(input, samples("own-session", 3), { manifest: false });
+    writeSink(input, samples(3, { sessionId: "own-session" }), { manifest: false });
     const link = join(input, "manifest.json");
     symlinkSync(join(outside, "manifest.json"), link);
     for (const path of [input, link]) {
@@ -86,9 +79,9 @@ describe("links in the input", () => {
 
   it("builds rollups without the outside manifest a manifest.json links to", async () => {
     const outside = join(tempDir(), "outside");
-    writeSink(outside, samples("outside-session", 4));
+    writeSink(outside, samples(4, { sessionId: "outside-session" }));
     const input = join(tempDir(), "input");
-    writeSink(input, samples("own-session", 3), { manifest: false });
+    writeSink(input, samples(3, { sessionId: "own-session" }), { manifest: false });
     symlinkSync(join(outside, "manifest.json"), join(input, "manifest.json"));
     const rollups = await buildTelemetryRollups(input, { segmentCache: "off" });
     expect(rollups.source_manifest).toBeNull();
@@ -97,9 +90,9 @@ describe("links in the input", () => {
 
   it("does not follow a rank directory that links to a sink outside the root, and says so", async () => {
     const outside = join(tempDir(), "outside");
-    writeSink(outside, samples("outside-session", 4));
+    writeSink(outside, samples(4, { sessionId: "outside-session" }));
     const root = tempDir();
-    writeSink(join(root, "rank-0"), samples("rank-0-session", 5));
+    writeSink(join(root, "rank-0"), samples(5, { sessionId: "rank-0-session" }));
     symlinkSync(outside, join(root, "rank-1"));
     const { ids, warnings } = await read(root);
     expect(ids).toEqual(["rank-0-session"]);
@@ -115,15 +108,17 @@ describe("links in the input", () => {
   it("reads segment and rank links that stay inside the input; skips a segment linking out, with a warning", async () => {
     const root = tempDir();
     const sink = join(root, "rank-0");
-    writeSink(sink, samples("live", 3));
+    writeSink(sink, samples(3, { sessionId: "live" }));
     // Not a segment name: the archive is no sink directory of its own.
-    const [written] = writeSink(join(sink, "archive"), samples("archived", 2), { manifest: false });
+    const [written] = writeSink(join(sink, "archive"), samples(2, { sessionId: "archived" }), {
+      manifest: false,
+    });
     const kept = join(sink, "archive", "kept.jsonl");
     renameSync(written!, kept);
     symlinkSync(kept, join(sink, "segment-000002.jsonl"));
     symlinkSync(sink, join(root, "rank-9"));
     const outside = join(tempDir(), "outside");
-    const [far] = writeSink(outside, samples("outside-session", 4), { manifest: false });
+    const [far] = writeSink(outside, samples(4, { sessionId: "outside-session" }), { manifest: false });
     symlinkSync(far!, join(sink, "segment-000003.jsonl"));
     const { ids, events, warnings } = await read(sink);
     expect(ids).toEqual(["archived", "live"]);
@@ -153,7 +148,7 @@ describe("links in the input", () => {
     ["a manifest", "rank-0/manifest.json"],
   ])("refuses a link loop inside the input (%s) with the same error", async (_, name) => {
     const root = tempDir();
-    writeSink(join(root, "rank-0"), samples("rank-0-session", 3), {
+    writeSink(join(root, "rank-0"), samples(3, { sessionId: "rank-0-session" }), {
       manifest: !name.endsWith("manifest.json"),
     });
     const loop = join(root, name);
@@ -165,7 +160,7 @@ describe("links in the input", () => {
 describe("errors about content name the file and the line", () => {
   it("a bad timestamp in a segment", async () => {
     const dir = tempDir();
-    const [segment] = writeSink(dir, samples("s", 5));
+    const [segment] = writeSink(dir, samples(5, { sessionId: "s" }));
     const lines = readFileSync(segment!, "utf8").split("\n");
     lines[2] = lines[2]!.replace(/"timestamp_ns": \d+/, '"timestamp_ns": "yesterday"');
     writeFileSync(segment!, lines.join("\n"));
@@ -193,7 +188,7 @@ describe("errors about content name the file and the line", () => {
     ["an object's events", true],
   ])("a bad timestamp in a JSON document (%s)", async (_, under) => {
     const path = join(tempDir(), "events.json");
-    const records: object[] = samples("s", 6);
+    const records: object[] = samples(6, { sessionId: "s" });
     records[4] = { ...records[4], timestamp_ns: -5 };
     const text = document(records, under);
     writeFileSync(path, text);
@@ -206,7 +201,10 @@ describe("errors about content name the file and the line", () => {
 
   it("a record of a JSON document that is not an object", async () => {
     const path = join(tempDir(), "events.json");
-    const text = document(samples("s", 3), true).replace(/\n {4}\{\n(?:.*\n)*? {4}\}\n/, "\n    17\n");
+    const text = document(samples(3, { sessionId: "s" }), true).replace(
+      /\n {4}\{\n(?:.*\n)*? {4}\}\n/,
+      "\n    17\n",
+    );
     writeFileSync(path, text);
     const error = await thrown(loadTelemetrySessions(path));
     expect(TelemetrySourceError.isInstance(error)).toBe(true);
@@ -221,17 +219,15 @@ describe("errors about content name the file and the line", () => {
     expect((error as Error).message).toBe(`Invalid JSON at column 11: expected a string key (${path}:3)`);
   });
 
-  const deep = (depth: number): string => `${"[".repeat(depth)}${"]".repeat(depth)}`;
-
   it("JSON nested 5,000 deep in a segment (canonical and other lines) and in a document", async () => {
     const dir = tempDir();
-    const [segment] = writeSink(dir, samples("s", 4));
+    const [segment] = writeSink(dir, samples(4, { sessionId: "s" }));
     const lines = readFileSync(segment!, "utf8").split("\n");
     for (const [line, text] of [
       // Canonical: the fast decoder's layout, deep metadata.
-      [2, lines[1]!.replace('"metadata": {}', `"metadata": {"x": ${deep(5000)}}`)],
+      [2, lines[1]!.replace('"metadata": {}', `"metadata": {"x": ${deepJson(5000)}}`)],
       // Not canonical: a key first, out of order.
-      [3, `{"zzz": ${deep(5000)}, ${lines[2]!.slice(1)}`],
+      [3, `{"zzz": ${deepJson(5000)}, ${lines[2]!.slice(1)}`],
     ] as const) {
       const copy = [...lines];
       copy[line - 1] = text;
@@ -243,7 +239,7 @@ describe("errors about content name the file and the line", () => {
       );
     }
     const path = join(tempDir(), "deep.json");
-    writeFileSync(path, `[\n  {"a": 1},\n  {"b": ${deep(5000)}}\n]\n`);
+    writeFileSync(path, `[\n  {"a": 1},\n  {"b": ${deepJson(5000)}}\n]\n`);
     const error = await thrown(loadTelemetrySessions(path));
     expect(JsonlDecodeError.isInstance(error)).toBe(true);
     expect((error as Error).message).toMatch(new RegExp(`nested deeper than 512 levels.*\\(${path}:3\\)$`));
