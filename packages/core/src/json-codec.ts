@@ -48,6 +48,21 @@ const MAX_SAFE = Number.MAX_SAFE_INTEGER;
  */
 export const MAX_JSON_DEPTH = 512;
 
+/** The 1-based line of each position of `text` (`positions` in ascending order), in one pass. */
+export function linesAt(text: string, positions: readonly number[]): number[] {
+  const lines: number[] = [];
+  let line = 1;
+  let at = text.indexOf("\n");
+  for (const position of positions) {
+    while (at !== -1 && at < position) {
+      line++;
+      at = text.indexOf("\n", at + 1);
+    }
+    lines.push(line);
+  }
+  return lines;
+}
+
 /**
  * A small, exact JSON parser: integers beyond 2^53 become `bigint`, integral float tokens are marked
  * (see `FLOAT_KEYS`), and Python's `NaN`/`Infinity` tokens are accepted as `json.loads` accepts them.
@@ -71,15 +86,9 @@ export class LosslessJsonParser {
     let column = this.pos + 1;
     if (location?.file !== undefined && location.line === undefined) {
       // A whole document (not one JSONL line): its line and the column in that line.
-      const text = this.text;
-      const end = Math.min(this.pos, text.length);
-      let line = 1;
-      let lineStart = 0;
-      for (let at = text.indexOf("\n"); at !== -1 && at < end; at = text.indexOf("\n", at + 1)) {
-        line++;
-        lineStart = at + 1;
-      }
-      location = { ...location, line };
+      const end = Math.min(this.pos, this.text.length);
+      location = { ...location, line: linesAt(this.text, [end])[0] };
+      const lineStart = end === 0 ? 0 : this.text.lastIndexOf("\n", end - 1) + 1;
       column = this.pos - lineStart + 1;
     }
     throw new JsonlDecodeError(`Invalid JSON at column ${column}: ${message}`, { location });

@@ -6,6 +6,7 @@ import {
   type JsonObject,
   type JsonValue,
   LosslessJsonParser,
+  linesAt,
   normalizeTelemetryRecord,
   readJsonlLines,
   type SessionSummary,
@@ -112,21 +113,6 @@ interface JsonDocumentRecords {
   readonly lines: readonly number[];
 }
 
-/** The 1-based lines of ascending positions in `text`, counted in one pass. */
-function linesOf(text: string, positions: readonly number[]): number[] {
-  const lines: number[] = [];
-  let line = 1;
-  let at = text.indexOf("\n");
-  for (const position of positions) {
-    while (at !== -1 && at < position) {
-      line++;
-      at = text.indexOf("\n", at + 1);
-    }
-    lines.push(line);
-  }
-  return lines;
-}
-
 /** The records of the JSON document `text` (at `path`), each with its line. */
 function jsonDocumentRecords(text: string, path: string, eventsKey: string | undefined): JsonDocumentRecords {
   const parser = new PositionedJsonParser(text, { file: path });
@@ -162,7 +148,7 @@ function jsonDocumentRecords(text: string, path: string, eventsKey: string | und
   } else {
     throw new TelemetrySourceError(path, "Telemetry payload must be a JSON object or array");
   }
-  const lines = linesOf(text, parser.elementStarts.get(records) ?? [parser.start]);
+  const lines = linesAt(text, parser.elementStarts.get(records) ?? [parser.start]);
   records.forEach((record, index) => {
     if (typeof record !== "object" || record === null || Array.isArray(record)) {
       throw new TelemetrySourceError(
