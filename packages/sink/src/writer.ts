@@ -323,9 +323,8 @@ export class TelemetrySink {
   }
 
   private closeSession(status: SessionStatus, rollups: boolean): Promise<void> {
-    const sessionId = this.ledger.activeSessionId;
+    const sessionId = this.ledger.detach();
     if (sessionId === null) return this.flush().then(() => this.backgroundSettled());
-    this.ledger.activeSessionId = null;
     const closed = new Promise<void>((resolve) => {
       this.pushBarrier(new Barrier("close", resolve, sessionId, status, this.config.clock.nowNs(), rollups));
       this.kick(true);
@@ -342,9 +341,8 @@ export class TelemetrySink {
     if (this.finalized) return;
     this.finalized = true;
     this.unregister();
-    const sessionId = this.ledger.activeSessionId;
+    const sessionId = this.ledger.detach();
     if (sessionId !== null) {
-      this.ledger.activeSessionId = null;
       this.pushBarrier(new Barrier("close", null, sessionId, status, this.config.clock.nowNs()));
     } else {
       this.pushBarrier(new Barrier("flush", null));

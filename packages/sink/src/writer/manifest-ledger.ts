@@ -19,7 +19,8 @@ export const MANIFEST_RESERVE_FILENAME = "manifest.reserve";
  */
 export class ManifestLedger {
   readonly sessions = new Map<string, SessionSummary>();
-  activeSessionId: string | null = null;
+  /** The open session (`open()`, until `detach()`). */
+  private active: string | null = null;
   /** 0, COUNTS or STRUCTURAL. */
   private dirty = 0;
   /** A manifest write running in the background (see the writer's writeManifestBehind), and whether another is due. */
@@ -91,11 +92,22 @@ export class ManifestLedger {
     if (activeLoss !== undefined) this.losses.set(activeLoss.session_id, activeLoss);
   }
 
+  get activeSessionId(): string | null {
+    return this.active;
+  }
+
+  /** Ends the open session's hold on new records; returns its id (null when none was open). */
+  detach(): string | null {
+    const id = this.active;
+    this.active = null;
+    return id;
+  }
+
   /** Registers a `running` session as the open one; its entry goes to disk before its records. */
   open(summary: SessionSummary): void {
     this.sessions.set(summary.session_id, summary);
     this.openLoss.set(summary.session_id, 0);
-    this.activeSessionId = summary.session_id;
+    this.active = summary.session_id;
     this.changed();
   }
 
