@@ -1,6 +1,9 @@
+import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { expect } from "vitest";
 import { type CliIo, type CliSignal, main } from "../src/index.js";
 
@@ -90,4 +93,36 @@ export function manualSignals(): {
 export function tempDir(prefix = "stormlog-cli-"): { path: string; remove(): void } {
   const path = mkdtempSync(join(tmpdir(), prefix));
   return { path, remove: () => rmSync(path, { recursive: true, force: true }) };
+}
+
+/** tsx's loader by URL: a child started in another directory (a job's) cannot resolve "tsx" by name. */
+const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+
+/** `stormlog <args>` as its own process, from the sources (stdout and stderr piped). */
+export function spawnCli(
+  args: readonly string[],
+  options: { cwd?: string; env?: NodeJS.ProcessEnv } = {},
+): ChildProcess {
+  return spawn(
+    process.execPath,
+    [
+      "--conditions=@stormlog/source",
+      "--import",
+      TSX_LOADER,
+      join(REPO_ROOT, "packages/cli/src/bin.ts"),
+      ...args,
+    ],
+    { cwd: options.cwd ?? REPO_ROOT, stdio: ["ignore", "pipe", "pipe"], env: options.env ?? process.env },
+  );
+}
+
+/** What a child printed, and how it ended. */
+export function finished(
+  child: ChildProcess,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  let stdout = "";
+  let stderr = "";
+  child.stdout?.on("data", (chunk) => (stdout += chunk));
+  child.stderr?.on("data", (chunk) => (stderr += chunk));
+  return new Promise((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
 }

@@ -1,15 +1,10 @@
-import { spawn } from "node:child_process";
 import { readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { pathToFileURL } from "node:url";
 import { parseJson } from "@stormlog/core";
 import { loadTelemetrySessions } from "@stormlog/sink";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { REPO_ROOT, runCli, tempDir } from "./helpers.js";
+import { finished, runCli, spawnCli, tempDir } from "./helpers.js";
 
-const BIN = join(REPO_ROOT, "packages/cli/src/bin.ts");
-// By path: the ranks run in the job's directory, where "tsx" does not resolve.
-const TSX = pathToFileURL(join(REPO_ROOT, "node_modules/tsx/dist/loader.mjs")).href;
 const RANKS = 8;
 
 /** Holds some memory for a moment, then exits 0. */
@@ -27,43 +22,31 @@ beforeEach(() => {
 afterEach(() => dir.remove());
 
 /** `stormlog track` as a launcher starts a rank: its own process, the job's working directory, no sink flag. */
-function trackRank(rank: number): Promise<{ code: number | null; output: string }> {
-  const child = spawn(
-    process.execPath,
-    [
-      "--conditions=@stormlog/source",
-      "--import",
-      TSX,
-      BIN,
-      "track",
-      "--interval",
-      "0.02",
-      "--no-gpu",
-      "--job-id",
-      "job-shared",
-      "--",
-      process.execPath,
-      "job.cjs",
-    ],
-    {
-      cwd: dir.path,
-      env: {
-        PATH: process.env.PATH,
-        RANK: String(rank),
-        LOCAL_RANK: String(rank),
-        WORLD_SIZE: String(RANKS),
+function trackRank(rank: number) {
+  return finished(
+    spawnCli(
+      [
+        "track",
+        "--interval",
+        "0.02",
+        "--no-gpu",
+        "--job-id",
+        "job-shared",
+        "--",
+        process.execPath,
+        "job.cjs",
+      ],
+      {
+        cwd: dir.path,
+        env: {
+          PATH: process.env.PATH,
+          RANK: String(rank),
+          LOCAL_RANK: String(rank),
+          WORLD_SIZE: String(RANKS),
+        },
       },
-      stdio: ["ignore", "pipe", "pipe"],
-    },
+    ),
   );
-  let output = "";
-  child.stdout.on("data", (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  child.stderr.on("data", (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, output })));
 }
 
 describe("ranks of one job sharing the default sink directory", () => {
@@ -71,16 +54,17 @@ describe("ranks of one job sharing the default sink directory", () => {
     timeout: 120_000,
   }, async () => {
     const runs = await Promise.all(Array.from({ length: RANKS }, (_, rank) => trackRank(rank)));
-    for (const run of runs) expect(run.code, run.output).toBe(0);
+    for (const run of runs) expect(run.code, run.stderr).toBe(0);
 
     // What each track says it wrote and dropped.
     let written = 0;
     for (const run of runs) {
-      const counts = /(\d+) written, (\d+) dropped/.exec(run.output);
-      expect(counts, run.output).not.toBeNull();
+      const output = run.stdout + run.stderr;
+      const counts = /(\d+) written, (\d+) dropped/.exec(output);
+      expect(counts, output).not.toBeNull();
       written += Number(counts![1]);
       expect(Number(counts![2])).toBe(0);
-      expect(run.output).toContain("Next: stormlog analyze ");
+      expect(output).toContain("Next: stormlog analyze ");
     }
 
     const sink = join(dir.path, "stormlog-sink");

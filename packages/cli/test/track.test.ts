@@ -1,11 +1,11 @@
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { type JsonObject, parseJson } from "@stormlog/core";
 import { loadTelemetrySessions } from "@stormlog/sink";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { splitTrackArgs } from "../src/commands/track.js";
-import { manualSignals, REPO_ROOT, runCli, tempDir } from "./helpers.js";
+import { finished, manualSignals, runCli, spawnCli, tempDir } from "./helpers.js";
 
 /** Allocates ~100 MB in steps, then exits with code 3. */
 const ALLOCATE_AND_EXIT = `
@@ -176,33 +176,11 @@ describe("stormlog bin (child process)", () => {
     if (cli !== null && cli.exitCode === null) cli.kill("SIGKILL");
   });
 
-  function bin(args: string[], cwd: string): ChildProcess {
-    return spawn(
-      process.execPath,
-      [
-        "--conditions=@stormlog/source",
-        "--import",
-        "tsx",
-        join(REPO_ROOT, "packages/cli/src/bin.ts"),
-        ...args,
-      ],
-      { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, STORMLOG_TEST_CWD: cwd } },
-    );
-  }
-
-  function finish(child: ChildProcess): Promise<{ code: number | null; stdout: string; stderr: string }> {
-    let stdout = "";
-    let stderr = "";
-    child.stdout!.on("data", (chunk) => (stdout += chunk));
-    child.stderr!.on("data", (chunk) => (stderr += chunk));
-    return new Promise((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
-  }
-
   it("prints help and reports a user error in one line without a stack trace", async () => {
-    const help = await finish(bin(["--help"], dir.path));
+    const help = await finished(spawnCli(["--help"]));
     expect(help.code).toBe(0);
     expect(help.stdout).toContain("Usage: stormlog <command>");
-    const error = await finish(bin(["analyze", join(dir.path, "missing")], dir.path));
+    const error = await finished(spawnCli(["analyze", join(dir.path, "missing")]));
     expect(error.code).toBe(1);
     expect(error.stderr.trim().split("\n")).toHaveLength(1);
     expect(error.stderr).not.toMatch(/\n\s+at /);
@@ -212,23 +190,20 @@ describe("stormlog bin (child process)", () => {
     const sink = join(dir.path, "sink");
     const ready = join(dir.path, "ready");
     const got = join(dir.path, "got");
-    cli = bin(
-      [
-        "track",
-        "--interval",
-        "0.05",
-        "--no-gpu",
-        "--telemetry-sink-dir",
-        sink,
-        "--",
-        process.execPath,
-        join(dir.path, "wait.cjs"),
-        ready,
-        got,
-      ],
-      dir.path,
-    );
-    const done = finish(cli);
+    cli = spawnCli([
+      "track",
+      "--interval",
+      "0.05",
+      "--no-gpu",
+      "--telemetry-sink-dir",
+      sink,
+      "--",
+      process.execPath,
+      join(dir.path, "wait.cjs"),
+      ready,
+      got,
+    ]);
+    const done = finished(cli);
     await until(() => existsSync(ready));
     // The tracker is started right after the child: wait for its first records.
     await until(() => existsSync(join(sink, "manifest.json")));
