@@ -18,6 +18,7 @@ import {
   decodeTelemetryEventLine,
   iterateTelemetryEvents,
   type ResolvedTelemetryInput,
+  readingInput,
   resolveTelemetryInput,
   summarizeTelemetrySessions,
   TelemetryInputAccessError,
@@ -152,12 +153,7 @@ function forEachLine(
   path: string,
   line: (buf: Buffer, start: number, end: number, lineNumber: number, terminated: boolean) => boolean,
 ): void {
-  let fd: number;
-  try {
-    fd = openSync(path, "r");
-  } catch (error) {
-    throw TelemetryInputAccessError.wrap(path, error);
-  }
+  const fd = readingInput(path, () => openSync(path, "r"));
   try {
     let buf = Buffer.allocUnsafe(CHUNK_BYTES);
     let filled = 0;

@@ -7,12 +7,7 @@
  */
 import { type BigIntStats, type Dirent, readdirSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import {
-  MANIFEST_FILENAME,
-  resolveInputPath,
-  SEGMENT_SUFFIX,
-  TelemetryInputAccessError,
-} from "@stormlog/sink";
+import { MANIFEST_FILENAME, readingInput, resolveInputPath, SEGMENT_SUFFIX } from "@stormlog/sink";
 
 /** A file modified this recently may still change within the file system's timestamp granularity. */
 export const RACY_NS = 2_000_000_000n;
@@ -40,12 +35,7 @@ function toFingerprint(info: BigIntStats): Fingerprint {
 
 /** Blocking on purpose: a stat is microseconds, a thread-pool round trip per file costs more (warm CLI path). */
 export function fingerprint(path: string): Fingerprint | null {
-  let info: BigIntStats | undefined;
-  try {
-    info = statSync(path, { bigint: true, throwIfNoEntry: false });
-  } catch (error) {
-    throw TelemetryInputAccessError.wrap(path, error);
-  }
+  const info = readingInput(path, () => statSync(path, { bigint: true, throwIfNoEntry: false }));
   return info === undefined ? null : toFingerprint(info);
 }
 
@@ -81,13 +71,8 @@ export interface InputLocation {
 
 /** The location of the input at `path`, or null when nothing is there. */
 export function locateInput(path: string): InputLocation | null {
-  let info: ReturnType<typeof statSync>;
-  try {
-    info = statSync(path, { throwIfNoEntry: false });
-  } catch (error) {
-    // A link loop, a permission: the typed error, not the sink resolution's "does not exist".
-    throw TelemetryInputAccessError.wrap(path, error);
-  }
+  // A link loop, a permission: the typed error, not the sink resolution's "does not exist".
+  const info = readingInput(path, () => statSync(path, { throwIfNoEntry: false }));
   if (info === undefined) return null;
   const absolute = resolveInputPath(path);
   const name = basename(path);

@@ -8,6 +8,7 @@ import { JsonlDecodeError, type JsonValue, type TelemetryEvent } from "@stormlog
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases";
 import {
   decodeTelemetryEventLine,
+  readingInput,
   TelemetryInputAccessError,
   type TelemetryInputSegment,
 } from "@stormlog/sink";
@@ -161,12 +162,7 @@ export function scanSegmentSync(
 
   // Synchronous reads: the scan is CPU-bound, and a round trip through the thread pool per chunk
   // only adds latency (much of it on a loaded machine).
-  let fd: number;
-  try {
-    fd = openSync(path, "r");
-  } catch (error) {
-    throw TelemetryInputAccessError.wrap(path, error);
-  }
+  const fd = readingInput(path, () => openSync(path, "r"));
   try {
     let buf = scratch.buf ?? Buffer.allocUnsafe(CHUNK_BYTES);
     let filled = 0;

@@ -144,3 +144,15 @@ export class TelemetryInputAccessError extends TelemetrySourceError {
     return typeof error === "object" && error !== null && INPUT_ACCESS_MARKER in error;
   }
 }
+
+/**
+ * Runs `read`, a file-system call on the input at `path`; a file-system error it throws becomes a
+ * `TelemetryInputAccessError` (other errors pass as they are).
+ */
+export function readingInput<T>(path: string, read: () => T): T {
+  try {
+    return read();
+  } catch (error) {
+    throw TelemetryInputAccessError.wrap(path, error);
+  }
+}

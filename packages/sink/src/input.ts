@@ -2,7 +2,7 @@
  * What a telemetry path holds, and how each of its lines becomes an event: the one place where the
  * reader (and analysis, which scans the same files its own way) learns the reference's input rules.
  */
-import { type Dirent, lstatSync, readdirSync, realpathSync, statSync } from "node:fs";
+import { lstatSync, readdirSync, realpathSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import {
   decodeTelemetryLine,
@@ -14,7 +14,12 @@ import {
   type TelemetryEvent,
   TelemetryValidationError,
 } from "@stormlog/core";
-import { fileSystemErrorCode, TelemetryInputAccessError, TelemetrySourceError } from "./errors.js";
+import {
+  fileSystemErrorCode,
+  readingInput,
+  TelemetryInputAccessError,
+  TelemetrySourceError,
+} from "./errors.js";
 import { discoverSinkDirectoriesSync } from "./layout.js";
 import { linkInsideInput } from "./links.js";
 import {
@@ -81,20 +86,12 @@ function readPartManifest(
     if (code === "ENOENT" || code === "ENOTDIR") return null;
     throw TelemetryInputAccessError.wrap(file, error);
   }
-  try {
-    return readManifestSync(dir, { onWarning: warn });
-  } catch (error) {
-    throw TelemetryInputAccessError.wrap(file, error);
-  }
+  return readingInput(file, () => readManifestSync(dir, { onWarning: warn }));
 }
 
 /** True for a regular file; file-system errors other than a missing file are typed. */
 function isFileAt(path: string): boolean {
-  try {
-    return statSync(path, { throwIfNoEntry: false })?.isFile() === true;
-  } catch (error) {
-    throw TelemetryInputAccessError.wrap(path, error);
-  }
+  return readingInput(path, () => statSync(path, { throwIfNoEntry: false })?.isFile() === true);
 }
 
 /**
@@ -106,12 +103,7 @@ function readableFiles(
   root: string,
   warn: (message: string) => void,
 ): { names: string[]; readable: (name: string) => boolean } {
-  let entries: Dirent[];
-  try {
-    entries = readdirSync(dir, { withFileTypes: true });
-  } catch (error) {
-    throw TelemetryInputAccessError.wrap(dir, error);
-  }
+  const entries = readingInput(dir, () => readdirSync(dir, { withFileTypes: true }));
   const byName = new Map(entries.map((entry) => [entry.name, entry]));
   const known = new Map<string, boolean>();
   const readable = (name: string): boolean => {
