@@ -90,7 +90,8 @@ export function phaseScopePayload(
   const payload: PhaseScopePayload = {
     action,
     name: scope.name,
-    path: scope.path as string[],
+    // A copy: the recorder shares one frozen list among every scope of a path.
+    path: [...scope.path],
     depth: scope.depth,
     scope_id: scope.scopeId,
     parent_scope_id: scope.parentScopeId,

@@ -142,6 +142,18 @@ describe("phase records", () => {
     );
   });
 
+  it("shares one path list per path among scopes, and gives each record a list of its own", () => {
+    const { recorder, boundaries } = record();
+    for (let step = 0; step < 2; step++) recorder.phase("train", () => recorder.phase("forward", () => 1));
+    const [first, , , , second] = boundaries;
+    expect(first?.scope.pathKey).toBe(second?.scope.pathKey);
+    expect(Object.isFrozen(first?.scope.path)).toBe(true);
+    const payload = first!.phaseScope;
+    payload.path.push("changed by a reader");
+    expect(second?.phaseScope.path).toEqual(["train"]);
+    expect(first?.scope.path).toEqual(["train"]);
+  });
+
   it("exposes the scope handle fields", () => {
     const { recorder } = record();
     using outer = recorder.enterPhase("train");
