@@ -33,7 +33,7 @@ import {
   strongestVerdict,
 } from "@stormlog/phases";
 import { describeError } from "./describe-error.js";
-import { BOUNDARY_READ, type EventStore } from "./store.js";
+import { BOUNDARY_READ, type EventStore, PHASE_ENTER, PHASE_EXIT } from "./store.js";
 
 /** `leakAlerts` of `MemoryTrackerOptions`. */
 export interface LeakAlertOptions {
@@ -60,6 +60,8 @@ export const LEAK_WINDOW_PATHS = 50;
 export const LEAK_WINDOW_SNAPSHOTS = 512;
 /** Phases open at once that are remembered (the oldest are dropped: phases never closed). */
 const MAX_OPEN = 256;
+/** Records between two reads of the store's phase records (at most half the store). */
+const CATCH_UP_BATCH = 256;
 /** Default time between checks. */
 export const DEFAULT_LEAK_CHECK_INTERVAL_MS = 10_000;
 /** A check may take at most this share of the time between checks (else the next one waits). */
@@ -321,6 +323,13 @@ export class LeakWatch {
   /** The timer runs from the session's first phase boundary on (without phases there is nothing to judge). */
   private armed = false;
   private lastCheckMs = 0;
+  /**
+   * The store's record count at which the tracker calls `catchUp()`: phase records are read from the
+   * store in batches, not at each boundary, so that a boundary pays one comparison for the watch.
+   */
+  catchUpAt = 0;
+  /** The store's records read so far. */
+  private seen = 0;
   private readonly checkTask = (): void => {
     this.timer = null;
     if (this.session === null) return;
@@ -328,15 +337,24 @@ export class LeakWatch {
     this.schedule();
   };
 
+  /** Phase records read per batch: fewer than the store keeps, so none is overwritten before it is read. */
+  private readonly batch: number;
+
   constructor(
     readonly options: ResolvedLeakAlerts,
     private readonly host: LeakAlertHost,
-  ) {}
+    private readonly store: EventStore,
+  ) {
+    this.batch = Math.max(1, Math.min(CATCH_UP_BATCH, store.capacity >> 1));
+  }
 
   /** Starts watching a session, forgetting the last one; the timer starts at its first phase boundary. */
   begin(session: LeakSession): void {
     this.stopTimer();
     this.session = session;
+    this.seen = this.store.written;
+    // The first boundary arms the timer.
+    this.catchUpAt = this.seen;
     this.windows.clear();
     this.openScopes.fill(null);
     this.openWindows.fill(null);
@@ -354,6 +372,7 @@ export class LeakWatch {
   /** Stops the timer; `finalCheck` judges the window once more first (at `stop()`). */
   end(finalCheck: boolean): void {
     this.stopTimer();
+    if (this.session !== null) this.catchUp();
     if (finalCheck && this.session !== null) this.check();
     this.session = null;
     this.armed = false;
@@ -383,11 +402,37 @@ export class LeakWatch {
   }
 
   /**
-   * A phase record was stored at `index` at `ts` (its counters final): the enter opens an occurrence,
+   * Reads the phase records stored since the last call, in order (the tracker calls it once the store
+   * holds `catchUpAt` records; samples, checks and `end()` call it first, so that the watch sees
+   * boundaries and samples in the order they happened). Never throws.
+   */
+  catchUp(): void {
+    const store = this.store;
+    const written = store.written;
+    // Records the store overwrote before they were read (many records between two boundaries): their
+    // occurrences are lost, not misread.
+    let index = Math.max(this.seen, written - store.capacity);
+    this.seen = written;
+    this.catchUpAt = written + this.batch;
+    for (; index < written; index++) {
+      const flags = store.flagsAt(index);
+      if ((flags & (PHASE_ENTER | PHASE_EXIT)) === 0) continue;
+      this.boundary(
+        (flags & PHASE_EXIT) !== 0,
+        store.scope(index) as RecordedPhase,
+        store.timestamp(index),
+        store,
+        index,
+      );
+    }
+  }
+
+  /**
+   * A phase record stored at `index` at `ts` (its counters final): the enter opens an occurrence,
    * the exit closes it into its path's window with the counters of both records. Everything stays in
    * this one body so that no counter is boxed on its way. Never throws.
    */
-  boundary(exit: boolean, scope: RecordedPhase, ts: bigint, store: EventStore, index: number): void {
+  private boundary(exit: boolean, scope: RecordedPhase, ts: bigint, store: EventStore, index: number): void {
     try {
       if (!this.armed) {
         this.armed = true;
@@ -463,6 +508,7 @@ export class LeakWatch {
 
   /** A sample's metadata: its tensor count (primary device) and birth-phase snapshot. Never throws. */
   sampled(primary: boolean, ts: bigint, metadata: JsonObject): void {
+    this.catchUp();
     try {
       if (primary) {
         const tensors = metadata.tfjs_num_tensors;
@@ -532,6 +578,7 @@ export class LeakWatch {
   /** Judges the window and records a warning for each path whose leak is new. Never throws. */
   check(): void {
     const started = this.host.clock.nowNs();
+    this.catchUp();
     try {
       for (const suspicion of this.judge()) {
         this.host.emit(`Leak suspected: ${suspicion.message}`, {

@@ -200,6 +200,11 @@ export class EventStore {
     return this.flags[slot] as number;
   }
 
+  /** A stored record's flag bits (`PHASE_ENTER`, `PHASE_EXIT`, `BOUNDARY_READ`). */
+  flagsAt(index: number): number {
+    return this.flags[index % this.capacity] as number;
+  }
+
   /** The collector detail attached to a stored record (`mergeExtra`), or null. */
   extra(index: number): JsonObject | null {
     return this.extras[index % this.capacity] ?? null;

@@ -117,15 +117,19 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     );
     this.collectors = collectors;
     this.leakWatch = resolved.leakAlerts.enabled
-      ? new LeakWatch(resolved.leakAlerts, {
-          clock,
-          scheduler,
-          warn: (message) => logger.warn(message),
-          emit: (context, metadata) => {
-            const primary = collectors.primary;
-            records.emit(primary, "warning", clock.nowNs(), primary.lastReading, 0, context, metadata);
+      ? new LeakWatch(
+          resolved.leakAlerts,
+          {
+            clock,
+            scheduler,
+            warn: (message) => logger.warn(message),
+            emit: (context, metadata) => {
+              const primary = collectors.primary;
+              records.emit(primary, "warning", clock.nowNs(), primary.lastReading, 0, context, metadata);
+            },
           },
-        })
+          this.store,
+        )
       : null;
     const health = new CollectorHealthMachine(records, resolved.retryBackoff);
     this.processor = new SampleProcessor(
@@ -343,7 +347,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     // boundaries pay only this check.
     if (boundary.scope.readings === true && collectors.onDemandStates.length > 0)
       this.readInto(index, collectors.onDemandStates, "readOnDemand");
-    this.leakWatch?.boundary(eventType === "phase_exit", boundary.scope, ts, this.store, index);
+    const watch = this.leakWatch;
+    if (watch !== null && index >= watch.catchUpAt) watch.catchUp();
     this.records.committedPlain(index);
   }
 

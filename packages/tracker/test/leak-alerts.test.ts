@@ -182,6 +182,31 @@ describe("leak alerts", () => {
     expect(written[0]?.metadata).toMatchObject(alert.metadata);
   });
 
+  it("reads phase records from the store in batches: a store of 8 records judges as one of 10000", async () => {
+    // The watch reads boundaries from the tracker's store when it holds enough new ones, at samples
+    // and at checks; a small store must be read before its records are overwritten.
+    const judged = async (maxEvents: number) => {
+      const l = loop({ maxEvents });
+      // The store keeps the last 8 records only: alerts are taken as they are recorded.
+      const alerts: TelemetryEvent[] = [];
+      l.tracker.addAlertCallback((alert) => {
+        alerts.push(alert);
+      });
+      await l.tracker.start();
+      for (let i = 1; i <= 80; i++) {
+        step(l, MiB);
+        if (i % 10 === 0) await l.scheduler.advance(1000);
+        // Samples between steps, as the sampling timer takes them.
+        if (i % 7 === 0) await l.tracker.sampleNow();
+      }
+      await l.tracker.stop();
+      return leakAlerts(alerts, "train / backward").map((alert) => alert.metadata);
+    };
+    const small = await judged(8);
+    expect(small).toHaveLength(1);
+    expect(small).toEqual(await judged(10_000));
+  });
+
   it("a stable loop with noise raises none, at the checks or at stop()", async () => {
     const l = loop();
     await l.tracker.start();

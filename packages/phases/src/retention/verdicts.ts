@@ -20,7 +20,7 @@
  */
 import type { PhaseSpan } from "../replay.js";
 import { type BirthSnapshot, type BirthVerdict, judgeBirths } from "./births.js";
-import { localNoise, median, risingTrend, seededRandom, selectKth, type TrendTest } from "./trend.js";
+import { localNoise, median, risingTrend, seededRandom, type TrendTest } from "./trend.js";
 import type { RetentionEvidence, RetentionMetric, RetentionVerdictKind } from "./types.js";
 
 /** RetentionOccurrences per rank needed for a verdict. */
@@ -233,17 +233,10 @@ function totalKept(kept: ReadonlyMap<string | null, number>): number {
  * measure one level: they are pooled (averaged together), so such a segment is zero and the noise
  * of its readings averages out instead of landing in a neighbour's share.
  */
-function segmentMeans(units: readonly Unit[], picks: readonly number[], mask: readonly boolean[]): number[] {
-  const m = units[0]!.readings.length;
-  const scratch = new Float64Array(picks.length);
+function segmentMeans(profile: UnitMatrix, counts: Uint32Array, mask: readonly boolean[]): number[] {
+  const m = profile.segmentCount + 1;
   const levels = new Array<number>(m).fill(0);
-  for (let j = 1; j < m; j++) {
-    picks.forEach((k, i) => {
-      const r = units[k]!.readings;
-      scratch[i] = r[j]! - r[0]!;
-    });
-    levels[j] = trimmedMean(scratch).mean;
-  }
+  for (let j = 1; j < m; j++) levels[j] = trimmedMean(profile.levels, j - 1, counts).mean;
   const pooled = new Array<number>(m);
   let start = 0;
   for (let j = 1; j <= m; j++) {
@@ -262,28 +255,52 @@ function segmentMeans(units: readonly Unit[], picks: readonly number[], mask: re
 const TRIM = 0.1;
 
 /**
- * The 10 % trimmed mean of `values` (which it reorders) and its standard error (winsorized variance):
- * as efficient as a mean on plain noise, and the few units a transient spike crosses do not move it.
+ * The 10 % trimmed mean of row `row` of `matrix` over the units picked `counts[k]` times each, and
+ * its standard error (winsorized variance): as efficient as a mean on plain noise, and the few units a
+ * transient spike crosses do not move it. One walk of the row in sorted order finds both cut points
+ * (a bootstrap's picks repeat units: counting them beats selecting among copies), a second sums.
  */
-function trimmedMean(values: Float64Array): { mean: number; error: number } {
-  const n = values.length;
+function trimmedMean(matrix: SortedRows, row: number, counts: Uint32Array): { mean: number; error: number } {
+  const units = matrix.unitCount;
+  const from = row * units;
+  const values = matrix.sorted;
+  const order = matrix.order;
+  const n = matrix.picked;
   const cut = Math.floor(TRIM * n);
   // Under ten units nothing is cut.
-  const low = cut > 0 ? selectKth(values, cut) : Number.NEGATIVE_INFINITY;
-  const high = cut > 0 ? selectKth(values, n - 1 - cut) : Number.POSITIVE_INFINITY;
+  let low = Number.NEGATIVE_INFINITY;
+  let high = Number.POSITIVE_INFINITY;
+  if (cut > 0) {
+    let rank = 0;
+    let lowFound = false;
+    for (let r = from; r < from + units; r++) {
+      const c = counts[order[r]!]!;
+      if (c === 0) continue;
+      rank += c;
+      if (!lowFound && rank > cut) {
+        low = values[r]!;
+        lowFound = true;
+      }
+      if (rank > n - 1 - cut) {
+        high = values[r]!;
+        break;
+      }
+    }
+  }
   let sum = 0;
   let count = 0;
   let wSum = 0;
   let wSquares = 0;
-  for (let i = 0; i < n; i++) {
-    const value = values[i]!;
-    if (value >= low && value <= high) {
-      sum += value;
-      count++;
-    }
+  // Units not picked count zero times: no branch on it (a third of a bootstrap's units).
+  for (let r = from; r < from + units; r++) {
+    const c = counts[order[r]!]!;
+    const value = values[r]!;
+    const inside = value >= low && value <= high ? c : 0;
+    sum += value * inside;
+    count += inside;
     const w = Math.min(Math.max(value, low), high);
-    wSum += w;
-    wSquares += w * w;
+    wSum += w * c;
+    wSquares += w * w * c;
   }
   const mean = count > 0 ? sum / count : 0;
   const wMean = wSum / n;
@@ -292,19 +309,60 @@ function trimmedMean(values: Float64Array): { mean: number; error: number } {
 }
 
 /** Per segment: does its trimmed mean over the picked units stand out of its noise (two standard errors)? */
-function significantSegments(units: readonly Unit[], picks: readonly number[]): boolean[] {
-  const m = units[0]!.readings.length - 1;
-  const values = new Float64Array(picks.length);
+function significantSegments(profile: UnitMatrix, counts: Uint32Array): boolean[] {
   const mask: boolean[] = [];
-  for (let j = 0; j < m; j++) {
-    picks.forEach((k, i) => {
-      const r = units[k]!.readings;
-      values[i] = r[j + 1]! - r[j]!;
-    });
-    const { mean, error } = trimmedMean(values);
+  for (let j = 0; j < profile.segmentCount; j++) {
+    const { mean, error } = trimmedMean(profile.deltas, j, counts);
     mask.push(mean !== 0 && Math.abs(mean) >= 2 * error);
   }
   return mask;
+}
+
+/** Rows of values, each sorted ascending, with the unit each value came from. */
+interface SortedRows {
+  readonly unitCount: number;
+  /** Units picked in all (the sum of the counts a trimmed mean is given). */
+  readonly picked: number;
+  readonly sorted: Float64Array;
+  readonly order: Uint32Array;
+}
+
+/**
+ * The units' readings as two matrices, a row per segment, each row sorted: each segment's change,
+ * and each reading's level above the unit's entry. Built once per judgement, so that the bootstrap's
+ * rounds only count their picks per unit.
+ */
+interface UnitMatrix {
+  readonly segmentCount: number;
+  /** Row j: reading j + 1 less reading j. */
+  readonly deltas: SortedRows;
+  /** Row j: reading j + 1 less the entry reading. */
+  readonly levels: SortedRows;
+}
+
+function unitMatrix(units: readonly Unit[]): UnitMatrix {
+  const unitCount = units.length;
+  const segmentCount = units[0]!.readings.length - 1;
+  const rows = (value: (readings: readonly number[], j: number) => number): SortedRows => {
+    const sorted = new Float64Array(segmentCount * unitCount);
+    const order = new Uint32Array(segmentCount * unitCount);
+    const column = new Float64Array(unitCount);
+    const byValue = Array.from({ length: unitCount }, (_, k) => k);
+    for (let j = 0; j < segmentCount; j++) {
+      for (let k = 0; k < unitCount; k++) column[k] = value(units[k]!.readings, j);
+      byValue.sort((a, b) => column[a]! - column[b]!);
+      for (let r = 0; r < unitCount; r++) {
+        order[j * unitCount + r] = byValue[r]!;
+        sorted[j * unitCount + r] = column[byValue[r]!]!;
+      }
+    }
+    return { unitCount, picked: unitCount, sorted, order };
+  };
+  return {
+    segmentCount,
+    deltas: rows((r, j) => r[j + 1]! - r[j]!),
+    levels: rows((r, j) => r[j + 1]! - r[0]!),
+  };
 }
 
 /**
@@ -407,23 +465,34 @@ function steadyUnits(units: readonly Unit[]): readonly Unit[] {
   const head = spaced(0, quarter);
   const rest = spaced(quarter, units.length);
   const m = units[0]!.readings.length - 1;
-  const delta = (k: number, j: number) => units[k]!.readings[j + 1]! - units[k]!.readings[j]!;
+  const h = head.length;
+  const n = h + rest.length;
+  const pairs = h * rest.length;
+  // Segment j's deltas, the head's first; sorted by value through `order`, for their ranks.
+  const values = new Float64Array(n);
+  const order = Array.from({ length: n }, (_, i) => i);
   for (let j = 0; j < m; j++) {
-    let u = 0;
-    for (const h of head) {
-      const a = delta(h, j);
-      for (const r of rest) {
-        const b = delta(r, j);
-        u += a > b ? 1 : a === b ? 0.5 : 0;
-      }
+    for (let i = 0; i < n; i++) {
+      const k = i < h ? head[i]! : rest[i - h]!;
+      const readings = units[k]!.readings;
+      values[i] = readings[j + 1]! - readings[j]!;
     }
-    const pairs = head.length * rest.length;
-    // The variance of U with ties corrected: exact repeats (an allocation of the same size each step) are common.
-    const n = head.length + rest.length;
-    const counts = new Map<number, number>();
-    for (const k of [...head, ...rest]) counts.set(delta(k, j), (counts.get(delta(k, j)) ?? 0) + 1);
+    order.sort((a, b) => values[a]! - values[b]!);
+    // U counts the (head, rest) pairs where the head's value is larger, a tie as one half: the head's
+    // rank sum (ties at their mean rank) less h(h+1)/2, in O(n log n) rather than pair by pair.
+    let headRanks = 0;
     let ties = 0;
-    for (const t of counts.values()) ties += t * t * t - t;
+    for (let from = 0; from < n; ) {
+      let to = from + 1;
+      while (to < n && values[order[to]!] === values[order[from]!]) to++;
+      const t = to - from;
+      // The variance of U with ties corrected: exact repeats (an allocation of the same size each step) are common.
+      ties += t * t * t - t;
+      const meanRank = (from + 1 + to) / 2;
+      for (let i = from; i < to; i++) if (order[i]! < h) headRanks += meanRank;
+      from = to;
+    }
+    const u = headRanks - (h * (h + 1)) / 2;
     const sd = Math.sqrt((pairs / 12) * (n + 1 - ties / (n * (n - 1))));
     if (sd > 0 && Math.abs(u - pairs / 2) / sd > 3.3) return units.slice(quarter);
   }
@@ -640,18 +709,20 @@ function judgeChildren(
   if (profiled.length === 0) return out;
 
   if (level.growing) {
-    const all = units.map((_, k) => k);
-    const mask = significantSegments(units, all);
+    const profile = unitMatrix(units);
+    // How often each unit is picked: once each for the estimate, by the bootstrap's draws in its rounds.
+    const counts = new Uint32Array(units.length).fill(1);
+    const mask = significantSegments(profile, counts);
     const owners = units[0]!.owners;
-    const estimate = giveBack(segmentMeans(units, all, mask), owners);
+    const estimate = giveBack(segmentMeans(profile, counts, mask), owners);
     const estimateTotal = totalKept(estimate.kept);
     const hits = new Map<string, number>();
     const random = seededRandom(units.length * 2654435761 + owners.length);
-    const picks = new Array<number>(units.length);
     for (let round = 0; round < BOOTSTRAP_ROUNDS; round++) {
-      for (let i = 0; i < units.length; i++) picks[i] = Math.floor(random() * units.length);
+      counts.fill(0);
+      for (let i = 0; i < units.length; i++) counts[Math.floor(random() * units.length)]!++;
       // Each resample decides anew which segments stand out: which readings are noise is uncertain too.
-      const kept = giveBack(segmentMeans(units, picks, significantSegments(units, picks)), owners).kept;
+      const kept = giveBack(segmentMeans(profile, counts, significantSegments(profile, counts)), owners).kept;
       const total = totalKept(kept);
       for (const [owner, amount] of kept)
         if (owner !== null && total > 0 && amount >= CHILD_SHARE * total)
