@@ -129,6 +129,9 @@ class PathWindow {
   next = 0;
   starts = new BigInt64Array(0);
   ends = new BigInt64Array(0);
+  /** `starts` and `ends` as 32-bit words: a boundary copies its time without making a bigint. */
+  startWords = new Int32Array(0);
+  endWords = new Int32Array(0);
   threads = new Float64Array(0);
   sequences = new Float64Array(0);
   /** Per occurrence: the enter's VALUES, then the exit's. */
@@ -174,6 +177,8 @@ class PathWindow {
     const ends = new BigInt64Array(capacity);
     ends.set(this.ends);
     this.ends = ends;
+    this.startWords = new Int32Array(starts.buffer);
+    this.endWords = new Int32Array(ends.buffer);
     const threads = new Float64Array(capacity);
     threads.set(this.threads);
     this.threads = threads;
@@ -304,7 +309,12 @@ export class LeakWatch {
   private readonly windows = new Map<string, PathWindow>();
   /** Open phases (enter seen, exit not yet), innermost last: the scope, its start, its enter's values. */
   private readonly openScopes: (RecordedPhase | null)[] = new Array(MAX_OPEN).fill(null);
-  private readonly openStarts: bigint[] = new Array(MAX_OPEN).fill(0n);
+  private readonly openStarts = new BigInt64Array(MAX_OPEN);
+  private readonly openStartWords = new Int32Array(this.openStarts.buffer);
+  /** The window of the top-level path opened last, and its generation then (most loops have one). */
+  private topNode: object | undefined = undefined;
+  private topWindow: PathWindow | null = null;
+  private topGeneration = 0;
   private readonly openWindows: (PathWindow | null)[] = new Array(MAX_OPEN).fill(null);
   private readonly openGenerations: number[] = new Array(MAX_OPEN).fill(0);
   private readonly openValues = new Float64Array(MAX_OPEN * OPEN_WIDTH);
@@ -359,6 +369,8 @@ export class LeakWatch {
     this.openScopes.fill(null);
     this.openWindows.fill(null);
     this.openCount = 0;
+    this.topNode = undefined;
+    this.topWindow = null;
     this.alerted.clear();
     this.snapshots.fill(undefined);
     this.snapshotCount = 0;
@@ -417,22 +429,16 @@ export class LeakWatch {
     for (; index < written; index++) {
       const flags = store.flagsAt(index);
       if ((flags & (PHASE_ENTER | PHASE_EXIT)) === 0) continue;
-      this.boundary(
-        (flags & PHASE_EXIT) !== 0,
-        store.scope(index) as RecordedPhase,
-        store.timestamp(index),
-        store,
-        index,
-      );
+      this.boundary((flags & PHASE_EXIT) !== 0, store.scope(index) as RecordedPhase, store, index);
     }
   }
 
   /**
-   * A phase record stored at `index` at `ts` (its counters final): the enter opens an occurrence,
+   * A phase record stored at `index` (its counters final): the enter opens an occurrence,
    * the exit closes it into its path's window with the counters of both records. Everything stays in
    * this one body so that no counter is boxed on its way. Never throws.
    */
-  private boundary(exit: boolean, scope: RecordedPhase, ts: bigint, store: EventStore, index: number): void {
+  private boundary(exit: boolean, scope: RecordedPhase, store: EventStore, index: number): void {
     try {
       if (!this.armed) {
         this.armed = true;
@@ -446,7 +452,7 @@ export class LeakWatch {
         const window = this.windowAtEnter(scope);
         const k = this.openCount++;
         this.openScopes[k] = scope;
-        this.openStarts[k] = ts;
+        store.copyTimestamp(index, this.openStartWords, k);
         this.openWindows[k] = window;
         this.openGenerations[k] = window.generation;
         const at = k * OPEN_WIDTH;
@@ -476,8 +482,10 @@ export class LeakWatch {
       const flags = store.readCounters(index, v, at + 4);
       v[at + 7] = typeof tensors === "number" ? tensors : this.sampledTensors;
       window.read[slot] = open[from + 4] !== 0 || (flags & BOUNDARY_READ) !== 0 ? 1 : 0;
-      window.starts[slot] = this.openStarts[k]!;
-      window.ends[slot] = ts;
+      const startWords = window.startWords;
+      startWords[slot * 2] = this.openStartWords[k * 2]!;
+      startWords[slot * 2 + 1] = this.openStartWords[k * 2 + 1]!;
+      store.copyTimestamp(index, window.endWords, slot);
       window.threads[slot] = scope.threadId;
       window.sequences[slot] = scope.sequence;
       window.threadNames[slot] = scope.threadName;
@@ -549,7 +557,19 @@ export class LeakWatch {
         break;
       }
     }
-    window ??= this.windowOf(scope);
+    if (window === undefined) {
+      const node = scope.pathKey;
+      const top = this.topWindow;
+      if (parentSequence === null && node !== undefined) {
+        if (node === this.topNode && top !== null && top.generation === this.topGeneration) window = top;
+        else {
+          window = this.windowOf(scope);
+          this.topNode = node;
+          this.topWindow = window;
+          this.topGeneration = window.generation;
+        }
+      } else window = this.windowOf(scope);
+    }
     window.lastUse = ++this.uses;
     return window;
   }
