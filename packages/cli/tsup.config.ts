@@ -20,6 +20,9 @@ export default [
     minifyWhitespace: true,
     minifySyntax: true,
     noExternal: [/^@stormlog\/(core|phases|sink|tracker|analysis)$/],
+    // The tracker's ESM finds its sink worker from `import.meta.url`; the CLI writes its sink on the
+    // main thread, but the bundled code must still compile to CommonJS without an empty `import.meta`.
+    shims: true,
     // The launcher runs the bundle from a `vm.Script`, which cannot serve `import()`: lazy imports
     // (`track`'s child_process and NVML adapter) become `require` calls.
     esbuildOptions(options) {

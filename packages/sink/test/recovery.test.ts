@@ -76,7 +76,17 @@ describe("opening an existing directory (recovery)", () => {
     const full = encodeTelemetryRecord(sampleRecord("crashed", 10));
     appendFileSync(join(dir, "segment-000001.jsonl"), full.slice(0, 200));
     writeFileSync(join(dir, "segment-000002.jsonl"), `${lines("crashed", 11, 2)}${full}`);
-    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    const warnings: string[] = [];
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      logger: { warn: (m) => warnings.push(m), info: (m) => warnings.push(m) },
+    });
+    // Each repair is also said where the user sees it, once.
+    expect(warnings).toEqual([
+      `${dir}: segment-000001.jsonl: removed a final line cut short by a crash (200 bytes)`,
+      `${dir}: segment-000002.jsonl: completed a final record that lacked its newline`,
+    ]);
     expect(sink.recovery?.repairedTails).toEqual([
       { filename: "segment-000001.jsonl", action: "truncated", droppedBytes: 200 },
       { filename: "segment-000002.jsonl", action: "terminated", droppedBytes: 0 },
@@ -141,8 +151,17 @@ describe("opening an existing directory (recovery)", () => {
       session_id: "x",
     });
     writeFileSync(join(dir, "manifest.json"), JSON.stringify(manifest));
-    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    const warnings: string[] = [];
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      logger: { warn: (m) => warnings.push(m), info: (m) => warnings.push(m) },
+    });
     expect(sink.recovery?.warnings.filter((w) => w.includes("outside the sink directory"))).toHaveLength(2);
+    expect(warnings).toEqual([
+      `${dir}: manifest segment entry "../secret.jsonl" refused: it names a file outside the sink directory`,
+      `${dir}: manifest segment entry "/etc/passwd" refused: it names a file outside the sink directory`,
+    ]);
     expect(readManifestSync(dir)!.segments.map((s) => s.filename)).toEqual(["segment-000001.jsonl"]);
   });
 

@@ -171,10 +171,19 @@ describe("the writer lock in one process", () => {
       token: "t",
     };
     writeFileSync(join(dir, WRITER_LOCK_FILENAME), JSON.stringify(foreign));
-    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    const warnings: string[] = [];
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      logger: { warn: (m) => warnings.push(m), info: (m) => warnings.push(m) },
+    });
     expect(sink.rootDir).toMatch(/writer-.+-\d+$/);
     await sink.close();
     expect(lockOwner(dir).host).toBe(foreign.host);
+    // The user is told where the records go instead, and that readers given the directory read both.
+    expect(warnings).toEqual([
+      `${dir} is being written by pid 1 on ${foreign.host}: this process writes beside it, to ${sink.rootDir} (readers given ${dir} read both)`,
+    ]);
   });
 
   it("breaks a lock whose pid was reused by a process that started later", async () => {

@@ -25,10 +25,15 @@ const tempDir = temporaryDirectories("stormlog-fallback-");
 
 it("writes the sink on the training thread when its worker cannot start", async () => {
   const root = `${tempDir()}/sink`;
-  const { tracker, warnings } = trackerWithSink(root);
+  const sinkWarnings: string[] = [];
+  const { tracker, warnings } = trackerWithSink(root, { logger: { warn: (m) => sinkWarnings.push(m) } });
   await trackOnePhase(tracker);
 
   expect(warnings).toEqual([expect.stringContaining("writing the sink on the training thread instead")]);
+  // The sink says why its worker failed, and what to pass to skip it.
+  expect(sinkWarnings).toEqual([
+    `the telemetry sink's worker thread failed (worker threads are not available here); pass sinkThread: "main" to MemoryTracker to write the sink on the training thread`,
+  ]);
   const sessions = await loadTelemetrySessions(root);
   expect(sessions[0]?.summary.status).toBe("completed");
   expect(sessions[0]?.events.map((event) => event.event_type)).toEqual(ONE_PHASE_SESSION);
