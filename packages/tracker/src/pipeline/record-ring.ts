@@ -5,12 +5,18 @@
  * Strings and objects (event types, device groups, base metadata, phase kinds, contexts) are named
  * by id: each is posted once (`RingObject`s), and again only after it went unused for `REUSE_WINDOW`
  * records, so that both sides forget what is no longer used. A record's collector detail and its
- * phase's attributes go into the slot itself when they hold only numbers (tfjs tensor counts, a
- * batch number), as a key list (an object, posted once) and values. When the worker falls behind
+ * phase's attributes go into the slot itself, one cell a key (at most `VALUE_CELLS` in all), when each
+ * value is a number, a string, a boolean, null or a nested object or array: a key list (posted once)
+ * gives the keys and each one's type, and a cell holds the number, 1 or 0, or the id of the text or
+ * object, which is posted like any other only when the worker does not know it. A steady tfjs sample
+ * (backend name, counts, flags, an unchanged `tfjs_live_by_phase`) thus posts nothing. Nested objects
+ * are named by reference: one changed in place after its record was written may reach the file as it
+ * was when first posted (the collectors make a new object for a new value). Detail with other values
+ * (bigint, undefined) or more keys is posted whole, as a structured clone. When the worker falls behind
  * and the ring is full, records go into spill chunks posted as messages; every record carries its
  * sequence number, so the worker reads ring and chunks in order.
  */
-import type { JsonObject } from "@stormlog/core";
+import type { JsonObject, JsonValue } from "@stormlog/core";
 import type { RecordedPhase } from "@stormlog/phases";
 import { type EventStore, RECORD_NUMBERS, type RecordContext, type StoredGroup } from "../store.js";
 
@@ -37,9 +43,22 @@ const SEQUENCE = GROUP + 11;
 /** The largest object id assigned when the record was written: the worker reads it once it knows that many. */
 const NEEDS = GROUP + 12;
 const VALUES = GROUP + 13;
-/** Room for numeric detail and attributes; larger ones are posted as objects. */
+/** Room for detail and attributes, a cell a key; larger ones are posted as objects. */
 const VALUE_CELLS = 8;
 const SLOT_WIDTH = VALUES + VALUE_CELLS;
+
+/** How a key's value is written in its cell (`ValueLayout.types`): the number itself. */
+const AS_NUMBER = 0;
+/** The id of the text (`idOfText`). */
+const AS_TEXT = 1;
+/** 1 or 0. */
+const AS_BOOLEAN = 2;
+/** Nothing: the value is null. */
+const AS_NULL = 3;
+/** The id of the object or array (`idOfObject`), posted when the reference is new to the worker. */
+const AS_OBJECT = 4;
+/** A value no cell can name (bigint, undefined, a function): the whole object is posted. */
+const UNENCODABLE = -1;
 
 /** Int32 cells of the control buffer. */
 const HEAD = 0;
@@ -59,7 +78,6 @@ const PUBLISH_EVERY = 64;
 const SPILL_CHUNK = 1024;
 /** An object unused for this many records is forgotten by the worker (and posted again if used). */
 export const REUSE_WINDOW = 1 << 16;
-const EMPTY_KEYS: readonly string[] = [];
 /**
  * Strings, phase kinds and key lists kept for reuse on the training thread; beyond, a table starts
  * over (and posts again): names made per step (`batch-17`) must not pile up.
@@ -103,8 +121,16 @@ interface KindEntry extends ObjectEntry {
   readonly kind: PhaseKind;
 }
 
-interface KeyList extends ObjectEntry {
+/** What the worker learns of a key list: the keys in order, and how each one's value is written. */
+interface ValueLayout {
   readonly keys: readonly string[];
+  readonly types: readonly number[];
+}
+
+const EMPTY_LAYOUT: ValueLayout = { keys: [], types: [] };
+
+interface KeyList extends ObjectEntry {
+  readonly layout: ValueLayout;
 }
 
 /** `capacity - 1`: slots are taken by mask, so that the wrapping int32 counters stay in order. */
@@ -315,7 +341,7 @@ export class RecordRingWriter {
     let values = 0;
     if (extra === null) out[at + EXTRA] = -1;
     else {
-      const code = this.encodeNumeric(extra, out, at + VALUES, VALUE_CELLS, sequence);
+      const code = this.encodeValues(extra, out, at + VALUES, VALUE_CELLS, sequence);
       if (code === 0) out[at + EXTRA] = this.idOfObject(extra, sequence, same);
       else {
         out[at + EXTRA] = code;
@@ -351,7 +377,7 @@ export class RecordRingWriter {
     const attributes = scope.attributes;
     if (attributes === undefined) out[at + ATTRIBUTES] = -1;
     else {
-      const code = this.encodeNumeric(attributes, out, at + VALUES + values, VALUE_CELLS - values, sequence);
+      const code = this.encodeValues(attributes, out, at + VALUES + values, VALUE_CELLS - values, sequence);
       out[at + ATTRIBUTES] = code === 0 ? this.idOfObject(attributes, sequence, same) : code;
     }
   }
@@ -390,14 +416,16 @@ export class RecordRingWriter {
     return value;
   }
 
-  /** Values written by the last successful `encodeNumeric`. */
+  /** Values written by the last successful `encodeValues`. */
   private valueCount = 0;
+  /** The texts and nested objects met by `encodeValues`, by cell, until they are named by id. */
+  private readonly references: (string | object | undefined)[] = new Array(VALUE_CELLS).fill(undefined);
 
   /**
-   * Writes an object of numbers as its values (into `out` from `at`, at most `room`) and returns
-   * -2 - its key list's id; 0 when it holds anything else or more than `room` keys.
+   * Writes an object's values (into `out` from `at`, at most `room`) and returns -2 - its key list's
+   * id; 0 when it holds a value no cell can name or more than `room` keys.
    */
-  private encodeNumeric(
+  private encodeValues(
     object: JsonObject,
     out: Float64Array,
     at: number,
@@ -406,43 +434,88 @@ export class RecordRingWriter {
   ): number {
     let count = 0;
     const recent = this.recentKeyLists;
-    // Most objects have the last key list's keys: compared in the same pass as the values are written.
-    const last = recent.length > 0 ? (recent[0] as KeyList).keys : EMPTY_KEYS;
+    // Most objects have the last key list's keys and types: compared in the same pass as the values are written.
+    const last = recent.length > 0 ? (recent[0] as KeyList).layout : EMPTY_LAYOUT;
+    const lastKeys = last.keys;
+    const lastTypes = last.types;
     let sameAsLast = true;
+    let referenced = false;
     for (const key in object) {
+      if (count === room) return this.refuse(referenced, count);
       const value = object[key];
-      if (typeof value !== "number" || count === room) return 0;
-      if (sameAsLast && last[count] !== key) sameAsLast = false;
-      out[at + count++] = value;
+      let type = AS_NUMBER;
+      if (typeof value === "number") out[at + count] = value;
+      else {
+        type = typeOfValue(value);
+        if (type === AS_BOOLEAN) out[at + count] = value === true ? 1 : 0;
+        else if (type === AS_NULL) out[at + count] = 0;
+        else if (type === UNENCODABLE) return this.refuse(referenced, count);
+        else {
+          this.references[count] = value as string | object;
+          referenced = true;
+        }
+      }
+      if (sameAsLast && (lastKeys[count] !== key || lastTypes[count] !== type)) sameAsLast = false;
+      count++;
     }
     this.valueCount = count;
-    if (sameAsLast && count === last.length && count > 0)
+    // Named only now: an object posted whole must not also post its texts and nested objects.
+    if (referenced) this.nameReferences(out, at, count, sequence);
+    if (sameAsLast && count === lastKeys.length && count > 0)
       return -2 - this.reuse(recent[0] as KeyList, sequence);
+    return -2 - this.reuse(this.keyListOf(object, count), sequence);
+  }
+
+  /** `encodeValues` gives up: the references met so far are let go. */
+  private refuse(referenced: boolean, count: number): number {
+    if (referenced) this.references.fill(undefined, 0, count);
+    return 0;
+  }
+
+  /** Replaces the texts and nested objects met by `encodeValues` with their ids. */
+  private nameReferences(out: Float64Array, at: number, count: number, sequence: number): void {
+    const references = this.references;
+    for (let i = 0; i < count; i++) {
+      const value = references[i];
+      if (value === undefined) continue;
+      references[i] = undefined;
+      out[at + i] =
+        typeof value === "string" ? this.idOfText(value, sequence) : this.idOfObject(value, sequence, same);
+    }
+  }
+
+  /** The key list of an object of `count` keys that is not the last one used: a recent, kept or new one. */
+  private keyListOf(object: JsonObject, count: number): KeyList {
+    const recent = this.recentKeyLists;
     for (let i = 1; i < recent.length; i++) {
       const list = recent[i] as KeyList;
-      if (list.keys.length === count && sameKeys(object, list.keys)) return -2 - this.reuse(list, sequence);
+      if (list.layout.keys.length === count && sameLayout(object, list.layout)) return list;
     }
-    const keys = Object.keys(object);
-    const joined = keys.join("\u0000");
+    // `for ... in`, as `encodeValues` reads the values: the same keys in the same order.
+    const keys: string[] = [];
+    const types: number[] = [];
+    for (const key in object) {
+      keys.push(key);
+      types.push(typeOfValue(object[key]));
+    }
+    const joined = `${types.join("")}\u0000${keys.join("\u0000")}`;
     let list = this.keyLists.get(joined);
-    if (list === undefined) {
+    // Keys holding the separator could join alike: the kept list must have these very keys.
+    if (list === undefined || !sameStrings(list.layout.keys, keys)) {
       if (this.keyLists.size >= MAX_KEPT) this.keyLists.clear();
-      list = { id: -1, lastSequence: -REUSE_WINDOW - 1, keys };
+      list = { id: -1, lastSequence: -REUSE_WINDOW - 1, layout: { keys, types } };
       this.keyLists.set(joined, list);
     }
     if (recent.length === 4) recent.pop();
     recent.unshift(list);
-    return -2 - this.reuse(list, sequence);
+    return list;
   }
 
   /** The entry's id, a new one (posted) if the worker may have forgotten it. */
-  private reuse(
-    entry: ObjectEntry & { keys?: readonly string[]; kind?: PhaseKind },
-    sequence: number,
-  ): number {
+  private reuse(entry: ObjectEntry & { layout?: ValueLayout; kind?: PhaseKind }, sequence: number): number {
     if (sequence - entry.lastSequence > REUSE_WINDOW) {
       entry.id = this.nextId++;
-      this.outbox.push([entry.id, entry.keys ?? entry.kind, sequence]);
+      this.outbox.push([entry.id, entry.layout ?? entry.kind, sequence]);
     }
     entry.lastSequence = sequence;
     return entry.id;
@@ -539,7 +612,7 @@ export class RecordRingWriter {
     if (
       known !== undefined &&
       known.kind.threadName === scope.threadName &&
-      samePath(known.kind.path, scope.path)
+      sameStrings(known.kind.path, scope.path)
     )
       return known;
     const entry: KindEntry = {
@@ -645,9 +718,9 @@ export class RecordRingReader {
     let extra: JsonObject | null = null;
     if (extraCode >= 0) extra = this.object(extraCode, sequence) as JsonObject;
     else if (extraCode <= -2) {
-      const keys = this.object(-2 - extraCode, sequence) as string[];
-      extra = this.numericObject(keys, numbers, at + VALUES);
-      values = keys.length;
+      const layout = this.object(-2 - extraCode, sequence) as ValueLayout;
+      extra = this.valuesObject(layout, numbers, at + VALUES, sequence);
+      values = layout.keys.length;
     }
     const contextId = numbers[at + CONTEXT] as number;
     const kindId = numbers[at + KIND] as number;
@@ -661,10 +734,11 @@ export class RecordRingReader {
       let attributes: JsonObject | undefined;
       if (attributesCode >= 0) attributes = this.object(attributesCode, sequence) as JsonObject;
       else if (attributesCode <= -2)
-        attributes = this.numericObject(
-          this.object(-2 - attributesCode, sequence) as string[],
+        attributes = this.valuesObject(
+          this.object(-2 - attributesCode, sequence) as ValueLayout,
           numbers,
           at + VALUES + values,
+          sequence,
         );
       // Only `materialize` reads it, and it reads only these fields.
       scope = {
@@ -707,9 +781,28 @@ export class RecordRingReader {
     return entry.value;
   }
 
-  private numericObject(keys: readonly string[], numbers: Float64Array, at: number): JsonObject {
+  /** The object a key list's cells make: the writer's keys, in its order, with their values. */
+  private valuesObject(layout: ValueLayout, numbers: Float64Array, at: number, sequence: number): JsonObject {
+    const { keys, types } = layout;
     const object: JsonObject = {};
-    for (let i = 0; i < keys.length; i++) object[keys[i] as string] = numbers[at + i] as number;
+    for (let i = 0; i < keys.length; i++) {
+      const cell = numbers[at + i] as number;
+      const type = types[i];
+      // Texts and objects through `object()`: each use keeps them from being forgotten, as the writer counts.
+      const value: JsonValue =
+        type === AS_NUMBER
+          ? cell
+          : type === AS_TEXT || type === AS_OBJECT
+            ? (this.object(cell, sequence) as JsonValue)
+            : type === AS_BOOLEAN
+              ? cell === 1
+              : null;
+      const key = keys[i] as string;
+      // Assigned, `__proto__` would set the prototype instead of making the key.
+      if (key === "__proto__")
+        Object.defineProperty(object, key, { value, enumerable: true, writable: true, configurable: true });
+      else object[key] = value;
+    }
     return object;
   }
 
@@ -742,13 +835,34 @@ export function waitForRecords(buffers: RingBuffers, timeoutMs: number): Promise
   });
 }
 
-function sameKeys(object: JsonObject, keys: readonly string[]): boolean {
-  let i = 0;
-  for (const key in object) if (key !== keys[i++]) return false;
-  return true;
+/** How a value is written in a cell (`AS_*`), or `UNENCODABLE`. */
+function typeOfValue(value: JsonValue | undefined): number {
+  switch (typeof value) {
+    case "number":
+      return AS_NUMBER;
+    case "string":
+      return AS_TEXT;
+    case "boolean":
+      return AS_BOOLEAN;
+    case "object":
+      return value === null ? AS_NULL : AS_OBJECT;
+    default:
+      return UNENCODABLE;
+  }
 }
 
-function samePath(a: readonly string[], b: readonly string[]): boolean {
+/** Whether `object` has the layout's keys, in its order, with values of its types. */
+function sameLayout(object: JsonObject, layout: ValueLayout): boolean {
+  const { keys, types } = layout;
+  let i = 0;
+  for (const key in object) {
+    if (key !== keys[i] || typeOfValue(object[key]) !== types[i]) return false;
+    i++;
+  }
+  return i === keys.length;
+}
+
+function sameStrings(a: readonly string[], b: readonly string[]): boolean {
   if (a.length !== b.length) return false;
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
   return true;

@@ -1,4 +1,4 @@
-import type { JsonObject, TelemetryEvent } from "@stormlog/core";
+import { encodeTelemetryRecord, type JsonObject, type TelemetryEvent } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
 import {
   REUSE_WINDOW,
@@ -66,7 +66,7 @@ function ring(capacity = 64, startAt = 0) {
     return read.slice(before);
   };
   const expected = (indices: readonly number[]) => indices.map((index) => store.materialize(index, context));
-  return { writer, reader, store, posted, deliver, expected };
+  return { writer, reader, store, posted, read, deliver, expected };
 }
 
 function push(
@@ -227,5 +227,241 @@ describe("the record ring", () => {
     r.writer.write(r.store, again);
     expect(r.writer.holding).toBe(true);
     expect(r.deliver()).toEqual(r.expected([again]));
+  });
+});
+
+/** The records as text, key order included (`toEqual` ignores it), bigints marked. */
+function exactly(records: readonly TelemetryEvent[]): string[] {
+  return records.map((record) =>
+    JSON.stringify(record, (_key, value) => (typeof value === "bigint" ? `${value}n` : value)),
+  );
+}
+
+/** Rebuilt record for record, key order included, and the sink's lines byte for byte. */
+function expectSame(read: readonly TelemetryEvent[], expected: readonly TelemetryEvent[]): void {
+  expect(read).toEqual(expected);
+  expect(exactly(read)).toEqual(exactly(expected));
+  expect(read.map(encodeTelemetryRecord)).toEqual(expected.map(encodeTelemetryRecord));
+}
+
+/** Posts what the writer holds and returns the values of the objects posted (left for `deliver`). */
+function postedValues(r: ReturnType<typeof ring>): unknown[] {
+  r.writer.post();
+  return r.posted.objects.flat().map(([, value]) => value);
+}
+
+/** A tfjs sample's detail: the backend, counts, a flag and the live tensors by birth phase. */
+function tfjsSample(live: JsonObject, tensors = 20, backend = "cpu", unreliable = false): JsonObject {
+  return {
+    tfjs_backend: backend,
+    tfjs_num_tensors: tensors,
+    tfjs_num_data_buffers: tensors,
+    tfjs_unreliable: unreliable,
+    tfjs_num_bytes: tensors * 64,
+    tfjs_live_by_phase: live,
+    tfjs_attribution: "birth_phase",
+  };
+}
+
+function livePhases(tensors: number): JsonObject {
+  return {
+    "train / forward": {
+      tensors,
+      bytes: tensors * 64,
+      largest: [{ dtype: "float32", shape: [4, 4], bytes: 64, count: tensors }],
+    },
+  };
+}
+
+describe("the record ring's detail of mixed values", () => {
+  it("rebuilds strings, booleans, null, nested objects and arrays key for key, in order", () => {
+    const r = ring();
+    const live = livePhases(3);
+    const detail = tfjsSample(live);
+    const indices = [
+      push(r.store, "sample", detail, null, base, "Collected telemetry sample."),
+      // Integer-like keys come first in any object; -0 and NaN are kept by the cell.
+      push(r.store, "sample", { b: 1, "2": "x", a: true, "1": null, z: -0, n: Number.NaN, list: [1, "y"] }),
+      // A `__proto__` key of the object's own (as JSON.parse makes it), not its prototype.
+      push(r.store, "sample", JSON.parse('{"__proto__": 5, "name": "p"}') as JsonObject),
+      // Detail and attributes in one slot, the attributes' values after the detail's.
+      push(
+        r.store,
+        "phase_enter",
+        { tfjs_num_tensors: 4, tfjs_backend: "cpu" },
+        {
+          ...scope,
+          attributes: { model: "mlp", warmup: true, note: null, step: 3, sizes: [8, 16] },
+        },
+      ),
+      push(
+        r.store,
+        "phase_exit",
+        { tfjs_num_tensors: 5, tfjs_backend: "cpu" },
+        {
+          ...scope,
+          attributes: { model: "mlp", warmup: false, note: null, step: 3, sizes: [8, 16] },
+        },
+      ),
+      push(r.store, "sample", { empty: {}, none: [] }),
+      push(r.store, "sample", {}),
+    ];
+    for (const index of indices) r.writer.write(r.store, index);
+    const values = postedValues(r);
+    // Nothing was posted whole: the detail's texts and its nested object went by themselves.
+    expect(values).not.toContain(detail);
+    expect(values).toContain(live);
+    expect(values).toContain("cpu");
+    expect(values.filter((value) => value === "cpu")).toHaveLength(1);
+    expectSame(r.deliver(), r.expected(indices));
+  });
+
+  it("gives the same keys with values of other types a key list of their own", () => {
+    const r = ring();
+    const indices = [{ x: 1 }, { x: "one" }, { x: null }, { x: true }, { x: [1] }, { x: 1 }].map((extra) =>
+      push(r.store, "sample", extra),
+    );
+    for (const index of indices) r.writer.write(r.store, index);
+    expectSame(r.deliver(), r.expected(indices));
+  });
+
+  it("tells apart key lists that would join alike (keys holding the separator)", () => {
+    const r = ring();
+    const indices = [
+      push(r.store, "sample", { "a\u0000b": 1, c: 2 }),
+      push(r.store, "sample", { a: 1, "b\u0000c": 2 }),
+      push(r.store, "sample", { "a\u0000b": 3, c: 4 }),
+    ];
+    for (const index of indices) r.writer.write(r.store, index);
+    expectSame(r.deliver(), r.expected(indices));
+  });
+
+  it("posts nothing for a steady sample, and only what changed otherwise", () => {
+    const r = ring();
+    const live = livePhases(3);
+    const first = push(r.store, "sample", tfjsSample(live, 20));
+    r.writer.write(r.store, first);
+    expect(r.deliver()).toEqual(r.expected([first]));
+
+    // New counts and a new detail object, the same live-tensor object: nothing new to the worker.
+    const steady = [
+      push(r.store, "sample", tfjsSample(live, 21)),
+      push(r.store, "sample", tfjsSample(live, 22)),
+    ];
+    for (const index of steady) r.writer.write(r.store, index);
+    expect(r.writer.waitingObjects).toBe(0);
+    expect(postedValues(r)).toEqual([]);
+    expectSame(r.deliver(), r.expected(steady));
+
+    // A flag that flips is a cell too.
+    const flipped = push(r.store, "sample", tfjsSample(live, 22, "cpu", true));
+    r.writer.write(r.store, flipped);
+    expect(postedValues(r)).toEqual([]);
+    expectSame(r.deliver(), r.expected([flipped]));
+
+    // A changed live-tensor object is posted, and it alone.
+    const changed = livePhases(4);
+    const next = push(r.store, "sample", tfjsSample(changed, 23));
+    r.writer.write(r.store, next);
+    // Published but not yet posted: the record waits for the object it names.
+    r.writer.publish();
+    r.reader.drain(
+      () => expect.unreachable("read before its object was posted"),
+      () => true,
+    );
+    const values = postedValues(r);
+    expect(values).toHaveLength(1);
+    expect(values[0]).toBe(changed);
+    expectSame(r.deliver(), r.expected([next]));
+
+    // A new backend name: its text alone.
+    const moved = push(r.store, "sample", tfjsSample(changed, 23, "webgl"));
+    r.writer.write(r.store, moved);
+    expect(postedValues(r)).toEqual(["webgl"]);
+    expectSame(r.deliver(), r.expected([moved]));
+  });
+
+  it("posts the objects of 1000 steady samples with the first one", () => {
+    const r = ring(256);
+    const live = livePhases(3);
+    const posts: number[] = [];
+    for (let i = 0; i < 1000; i++) {
+      const detail = tfjsSample(live, 20 + (i % 7), "cpu", i % 2 === 0);
+      r.writer.write(r.store, push(r.store, "sample", detail, null, base, "Collected telemetry sample."));
+      if (i === 0 || i % 100 === 99) {
+        posts.push(postedValues(r).length);
+        r.deliver();
+      }
+    }
+    // The group, base, event type and context; the key list, the texts "cpu" and "birth_phase", the live tensors.
+    expect(posts).toEqual([8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+  });
+
+  it("keeps the texts and objects named in cells while they are used, and posts them again once forgotten", () => {
+    const r = ring(256);
+    const live = livePhases(3);
+    const used = (tensors: number) => push(r.store, "sample", tfjsSample(live, tensors));
+    // Used in every record for more than a window: the reader must not forget them meanwhile.
+    let last: number[] = [];
+    for (let i = 0; i <= REUSE_WINDOW + 4096; i += 128) {
+      last = Array.from({ length: 128 }, (_, j) => used(j));
+      for (const index of last) r.writer.write(r.store, index);
+      const values = postedValues(r);
+      if (i > 0) expect(values).toEqual([]);
+      r.deliver();
+    }
+    expectSame(r.read.slice(-128), r.expected(last));
+    // Then unused for a window: both sides forget them, and they are posted again.
+    for (let i = 0; i <= REUSE_WINDOW; i += 128) {
+      for (let j = 0; j < 128; j++) r.writer.write(r.store, push(r.store, "sample", null));
+      r.deliver();
+    }
+    const again = used(7);
+    r.writer.write(r.store, again);
+    const values = postedValues(r);
+    expect(values).toContain(live);
+    expect(values).toContain("cpu");
+    expect(values).toContain("birth_phase");
+    expectSame(r.deliver(), r.expected([again]));
+  });
+
+  it("writes spilled records with the same encoding", () => {
+    const r = ring(8);
+    const lives = [livePhases(1), livePhases(2)];
+    const details: JsonObject[] = [];
+    const indices = Array.from({ length: 30 }, (_, i) => {
+      const detail = tfjsSample(lives[i % 2] as JsonObject, i, i < 15 ? "cpu" : "wasm", i % 3 === 0);
+      details.push(detail);
+      return push(r.store, "sample", detail);
+    });
+    for (const index of indices) r.writer.write(r.store, index);
+    const values = postedValues(r);
+    expect(r.posted.spills.length).toBeGreaterThan(0);
+    for (const detail of details) expect(values).not.toContain(detail);
+    // The two live-tensor objects, two backend names and `birth_phase`, besides the key list.
+    expect(values.filter((value) => lives.includes(value as JsonObject))).toHaveLength(2);
+    expectSame(r.deliver(), r.expected(indices));
+  });
+
+  it("posts whole what the cells cannot hold, and no part of it besides", () => {
+    const r = ring();
+    const tooMany = Object.fromEntries([..."abcdefghi"].map((key) => [key, `text-${key}`]));
+    const bigint = { label: "text-big", huge: 2n ** 64n } as never as JsonObject;
+    const undefinedValue = { label: "text-undefined", missing: undefined } as never as JsonObject;
+    const detail = { a: 1, b: 2, c: 3, d: 4, e: 5, f: 6 };
+    // Three attributes after six detail values: more than the slot's eight cells.
+    const attributes = { label: "text-attributes", g: 7, h: 8 };
+    const indices = [
+      push(r.store, "sample", tooMany),
+      push(r.store, "sample", bigint),
+      push(r.store, "sample", undefinedValue),
+      push(r.store, "phase_enter", detail, { ...scope, attributes }),
+    ];
+    for (const index of indices) r.writer.write(r.store, index);
+    const values = postedValues(r);
+    for (const whole of [tooMany, bigint, undefinedValue, attributes]) expect(values).toContain(whole);
+    expect(values).not.toContain(detail);
+    expect(values.filter((value) => typeof value === "string" && value.startsWith("text-"))).toEqual([]);
+    expectSame(r.deliver(), r.expected(indices));
   });
 });
