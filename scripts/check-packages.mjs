@@ -7,10 +7,14 @@
 //  5. loads each package there once with `import` (ESM) and once with `require` (CJS), and runs its bins
 //     with --help, and
 //  6. with @stormlog/tracker: tracks into a sink from each build, which starts the sink worker from the
-//     installed package's own files.
+//     installed package's own files,
+//  7. checks each tarball's LICENSE (the root LICENSE's text) and repository/homepage/bugs/keywords, and
+//  8. installs each tarball alone into a fresh project and reports the tarball's and the install's size
+//     against SIZE_BUDGETS.
 import { spawn, spawnSync } from "node:child_process";
 import {
   existsSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -19,12 +23,30 @@ import {
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const BIN = join(ROOT, "node_modules/.bin");
 const SCOPE = "@stormlog/";
+const REPOSITORY_URL = "git+https://github.com/stormlog/stormlog-ts.git";
+
+const MB = 1_000_000;
+/**
+ * Size budgets in bytes (decimal MB, as npm prints them): `tarball` is the packed .tgz, `install` the
+ * node_modules of a fresh project that installs the tarball alone with its dependencies. Our packages are
+ * pure JavaScript; each budget is about 1.5 times today's size, room to grow but not for a native
+ * dependency: koffi's prebuilt binaries alone are 28.8 MB (a 38.8 MB CLI install), so native bindings
+ * must stay optional peers.
+ */
+export const SIZE_BUDGETS = {
+  // core, phases, sink and the adapters.
+  default: { tarball: 0.5 * MB, install: 4 * MB },
+  "@stormlog/tracker": { tarball: 0.75 * MB, install: 7 * MB },
+  "@stormlog/analysis": { tarball: 1 * MB, install: 8 * MB },
+  // Everything above but the tfjs and onnxruntime adapters.
+  "@stormlog/cli": { tarball: 1.25 * MB, install: 15 * MB },
+};
 
 const USAGE = `usage: pnpm check:packages [filter...] [--skip-build] [--keep]
   filter        check only packages whose name contains one of these strings (their @stormlog
@@ -163,6 +185,83 @@ for (const name of JSON.parse(process.argv[2])) {
 console.log("@@probe" + JSON.stringify(out));
 `;
 
+/** Bytes of the regular files under `dir` (symlinks such as node_modules/.bin entries not followed). */
+function treeBytes(dir) {
+  let total = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) total += treeBytes(path);
+    else if (entry.isFile()) total += lstatSync(path).size;
+  }
+  return total;
+}
+
+/** The packages installed under `nodeModules` (scoped ones as `@scope/name`), with their sizes, largest first. */
+function installedPackages(nodeModules) {
+  const found = [];
+  const visit = (dir) => {
+    if (!existsSync(dir)) return;
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      if (!entry.isDirectory() || entry.name.startsWith(".")) continue;
+      const path = join(dir, entry.name);
+      if (entry.name.startsWith("@")) {
+        for (const scoped of readdirSync(path, { withFileTypes: true })) {
+          if (scoped.isDirectory())
+            found.push({ name: `${entry.name}/${scoped.name}`, path: join(path, scoped.name) });
+        }
+      } else found.push({ name: entry.name, path });
+    }
+  };
+  visit(nodeModules);
+  return found.map((p) => ({ name: p.name, bytes: treeBytes(p.path) })).sort((a, b) => b.bytes - a.bytes);
+}
+
+function formatBytes(bytes) {
+  if (bytes >= MB) return `${Number((bytes / MB).toFixed(2))} MB`;
+  return `${Number((bytes / 1000).toFixed(1))} kB`;
+}
+
+function budgetOf(name) {
+  return { ...SIZE_BUDGETS.default, ...SIZE_BUDGETS[name] };
+}
+
+/** Problems with the registry metadata of a packed package.json (`dir`: the package's folder name). */
+export function metadataProblems(manifest, dir) {
+  const problems = [];
+  const repo = manifest.repository;
+  const directory = `packages/${dir}`;
+  if (
+    typeof repo !== "object" ||
+    repo === null ||
+    repo.type !== "git" ||
+    repo.url !== REPOSITORY_URL ||
+    repo.directory !== directory
+  ) {
+    problems.push(
+      `"repository" must be {"type": "git", "url": "${REPOSITORY_URL}", "directory": "${directory}"}, got ${JSON.stringify(repo)}`,
+    );
+  }
+  const homepage = `https://github.com/stormlog/stormlog-ts/tree/main/${directory}#readme`;
+  if (manifest.homepage !== homepage) {
+    problems.push(`"homepage" must be "${homepage}", got ${JSON.stringify(manifest.homepage)}`);
+  }
+  const bugs = typeof manifest.bugs === "string" ? manifest.bugs : manifest.bugs?.url;
+  if (bugs !== "https://github.com/stormlog/stormlog-ts/issues") {
+    problems.push(
+      `"bugs" must point at https://github.com/stormlog/stormlog-ts/issues, got ${JSON.stringify(manifest.bugs)}`,
+    );
+  }
+  const keywords = manifest.keywords;
+  if (
+    !Array.isArray(keywords) ||
+    keywords.length === 0 ||
+    !keywords.every((k) => typeof k === "string" && k !== "")
+  ) {
+    problems.push(`"keywords" must be a non-empty list of words, got ${JSON.stringify(keywords)}`);
+  }
+  return problems;
+}
+
 function parseProbe(res) {
   const line = res.out.split("\n").find((l) => l.startsWith("@@probe"));
   return line ? JSON.parse(line.slice("@@probe".length)) : undefined;
@@ -187,6 +286,13 @@ export async function main(argv) {
     : all;
   if (selected.length === 0) {
     console.error(`check:packages: no package matches ${opts.filters.join(", ")}`);
+    return 1;
+  }
+  const unknownBudgets = Object.keys(SIZE_BUDGETS).filter(
+    (k) => k !== "default" && !all.some((p) => p.name === k),
+  );
+  if (unknownBudgets.length > 0) {
+    console.error(`check:packages: SIZE_BUDGETS names no package in packages/: ${unknownBudgets.join(", ")}`);
     return 1;
   }
   const packed = closure(all, selected);
@@ -240,6 +346,40 @@ export async function main(argv) {
       if (res.status === 0 && res.stdout.includes("workspace:")) {
         fail(p.name, "pack", "the packed package.json still has a workspace: range");
       }
+    }
+
+    // LICENSE and registry metadata, as packed. Each package keeps its own copy of the root LICENSE (npm and
+    // pnpm pack only a package's own folder); the copy must not drift from the root's text.
+    console.log("▶ LICENSE and repository/homepage/bugs/keywords in each tarball");
+    const rootLicense = existsSync(join(ROOT, "LICENSE"))
+      ? readFileSync(join(ROOT, "LICENSE"), "utf8")
+      : undefined;
+    for (const p of selected) {
+      const tgz = tarballs.get(p.name);
+      const license = spawnSync("tar", ["-xzOf", tgz, "package/LICENSE"], { encoding: "utf8" });
+      if (rootLicense === undefined) fail(p.name, "LICENSE", "the repository has no LICENSE at its root");
+      else if (license.status !== 0) {
+        fail(
+          p.name,
+          "LICENSE",
+          `the tarball has no LICENSE: copy the root LICENSE to ${join("packages", basename(p.dir), "LICENSE")}`,
+        );
+      } else if (license.stdout !== rootLicense) {
+        fail(
+          p.name,
+          "LICENSE",
+          `the packed LICENSE differs from the root LICENSE: copy it again (cp LICENSE ${join("packages", basename(p.dir))}/)`,
+        );
+      }
+      const packedManifest = spawnSync("tar", ["-xzOf", tgz, "package/package.json"], { encoding: "utf8" });
+      const problems =
+        packedManifest.status === 0
+          ? metadataProblems(JSON.parse(packedManifest.stdout), basename(p.dir))
+          : ["the tarball has no package.json"];
+      for (const problem of problems) fail(p.name, "metadata", problem);
+      console.log(
+        `  ${p.name}: LICENSE ${license.status === 0 && license.stdout === rootLicense ? "ok" : "FAILED"}, metadata ${problems.length === 0 ? "ok" : "FAILED"}`,
+      );
     }
 
     // 3. publint and attw on the tarballs, two at a time (the machine has two cores).
@@ -352,6 +492,84 @@ export async function main(argv) {
         console.log(`  ${probe}: ${ok ? "ok" : "FAILED"}`);
       }
     }
+
+    // 8. Sizes: each tarball installed alone into a fresh project, as a user's `npm install <package>` would
+    // (optional dependencies included; optional peers, such as koffi, not).
+    console.log("▶ sizes: each tarball installed alone into a fresh project");
+    const sizes = await pool(selected, 2, async (p) => {
+      const dir = join(work, `install-${basename(p.dir)}`);
+      mkdirSync(dir);
+      writeFileSync(
+        join(dir, "package.json"),
+        `${JSON.stringify({ name: "stormlog-size-check", private: true, version: "0.0.0", dependencies: { [p.name]: fileSpecs[p.name] }, overrides: fileSpecs }, null, 2)}\n`,
+      );
+      const res = await exec(
+        "npm",
+        [
+          "install",
+          "--ignore-scripts",
+          "--no-audit",
+          "--no-fund",
+          "--prefer-offline",
+          "--loglevel=error",
+          "--no-package-lock",
+        ],
+        dir,
+      );
+      if (res.code !== 0) return { p, error: res.out };
+      const installed = installedPackages(join(dir, "node_modules"));
+      return {
+        p,
+        tarball: lstatSync(tarballs.get(p.name)).size,
+        install: treeBytes(join(dir, "node_modules")),
+        heaviest: installed.find((d) => !d.name.startsWith(SCOPE)),
+        count: installed.length,
+      };
+    });
+    const rows = [["package", "tarball", "budget", "install", "budget", "packages", "heaviest third-party"]];
+    for (const s of sizes) {
+      if (s.error) {
+        fail(s.p.name, "size", `npm install of the tarball alone failed:\n${s.error}`);
+        continue;
+      }
+      const budget = budgetOf(s.p.name);
+      const overTarball = s.tarball > budget.tarball;
+      const overInstall = s.install > budget.install;
+      if (overTarball) {
+        fail(
+          s.p.name,
+          "size",
+          `the tarball is ${formatBytes(s.tarball)}, over its budget of ${formatBytes(budget.tarball)} (SIZE_BUDGETS in scripts/check-packages.mjs): check "files" in its package.json`,
+        );
+      }
+      if (overInstall) {
+        const heavy = s.heaviest
+          ? `; the heaviest dependency is ${s.heaviest.name} (${formatBytes(s.heaviest.bytes)})`
+          : "";
+        fail(
+          s.p.name,
+          "size",
+          `installing it takes ${formatBytes(s.install)}, over its budget of ${formatBytes(budget.install)} (SIZE_BUDGETS in scripts/check-packages.mjs)${heavy}: make heavy or native dependencies optional peers`,
+        );
+      }
+      rows.push([
+        s.p.name,
+        `${formatBytes(s.tarball)}${overTarball ? " ✗" : ""}`,
+        formatBytes(budget.tarball),
+        `${formatBytes(s.install)}${overInstall ? " ✗" : ""}`,
+        formatBytes(budget.install),
+        String(s.count),
+        s.heaviest ? `${s.heaviest.name} ${formatBytes(s.heaviest.bytes)}` : "-",
+      ]);
+    }
+    const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
+    for (const row of rows)
+      console.log(
+        `  ${row
+          .map((cell, i) => cell.padEnd(widths[i]))
+          .join("  ")
+          .trimEnd()}`,
+      );
   } finally {
     if (opts.keep) console.log(`(kept ${work})`);
     else rmSync(work, { recursive: true, force: true });
@@ -363,7 +581,7 @@ export async function main(argv) {
     return 1;
   }
   console.log(
-    `\ncheck:packages: ${selected.length} package(s) pass publint, attw, import, require and bin checks.`,
+    `\ncheck:packages: ${selected.length} package(s) pass publint, attw, import, require, bin, LICENSE, metadata and size checks.`,
   );
   return 0;
 }

@@ -1,8 +1,10 @@
 /**
  * @stormlog/adapter-cuda: device memory of NVIDIA GPUs through NVML (koffi FFI, sampled on a
  * worker thread), `CUDA_VISIBLE_DEVICES` mapping, and an `nvidia-smi` collector as the slow
- * fallback. Depends on `@stormlog/core` (and koffi) only.
+ * fallback. Depends on `@stormlog/core` only; koffi is an optional peer dependency, required only when
+ * NVML is opened.
  */
+export { KoffiMissingError } from "./errors.js";
 export {
   NVIDIA_SMI_ARGS,
   type NvidiaSmiCollectorOptions,

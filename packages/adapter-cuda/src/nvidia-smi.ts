@@ -1,6 +1,4 @@
 import { execFile } from "node:child_process";
-import { accessSync, constants } from "node:fs";
-import { delimiter, join } from "node:path";
 import {
   COLLECTOR_SPECIFICATION_VERSION,
   type CollectorAvailability,
@@ -12,6 +10,7 @@ import {
   noCapabilities,
   type SampleResult,
 } from "@stormlog/core";
+import { findExecutable } from "./driver-files.js";
 import { NVML_COLLECTOR_NAME } from "./nvml.js";
 import { firstLine } from "./nvml-library.js";
 import { parseCudaVisibleDevices, resolveLogicalDevice } from "./visible-devices.js";
@@ -159,7 +158,7 @@ export function nvidiaSmiCollector(options: NvidiaSmiCollectorOptions = {}): Mem
     capabilities,
     availability(): CollectorAvailability {
       if (closed) return { available: false, reason: "the nvidia-smi collector was closed" };
-      return findExecutable(command, env.PATH)
+      return findExecutable(command, env.PATH) !== undefined
         ? { available: true }
         : { available: false, reason: `${command} not found (no NVIDIA driver tools on PATH)` };
     },
@@ -177,21 +176,4 @@ export function nvidiaSmiCollector(options: NvidiaSmiCollectorOptions = {}): Mem
       closed = true;
     },
   };
-}
-
-function findExecutable(command: string, path: string | undefined): boolean {
-  const executable = (file: string) => {
-    try {
-      accessSync(file, constants.X_OK);
-      return true;
-    } catch {
-      return false;
-    }
-  };
-  if (command.includes("/") || command.includes("\\")) return executable(command);
-  const extensions = process.platform === "win32" ? ["", ".exe"] : [""];
-  return (path ?? "")
-    .split(delimiter)
-    .filter((dir) => dir !== "")
-    .some((dir) => extensions.some((ext) => executable(join(dir, command + ext))));
 }

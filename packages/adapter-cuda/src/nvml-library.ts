@@ -44,9 +44,22 @@ export interface SlotReading {
 
 const require = createRequire(import.meta.url);
 
-/** Loads koffi lazily: a platform without its prebuilt binary still gets the nvidia-smi collector. */
+/**
+ * Loads koffi lazily: it is an optional peer dependency (28 MB of prebuilt binaries), and a machine without
+ * it, or without a prebuilt binary for its platform, still gets the nvidia-smi collector.
+ */
 function loadKoffi(): unknown {
   return require("koffi");
+}
+
+/** Whether koffi is installed where this package can require it (resolved, not loaded). */
+export function koffiInstalled(): boolean {
+  try {
+    require.resolve("koffi");
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function loadBindingModule(): NvmlBindingModule {

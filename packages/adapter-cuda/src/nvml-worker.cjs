@@ -5,6 +5,7 @@
 "use strict";
 
 const { workerData } = require("node:worker_threads");
+// An optional peer, but installed: the main thread loaded it before starting this worker.
 const koffi = require("koffi");
 const { openNvml, NVML_SUCCESS } = require("./nvml-binding.cjs");
 

@@ -10,8 +10,10 @@ import {
   noCapabilities,
   type SampleResult,
 } from "@stormlog/core";
+import { findExecutable, findLibraryFile } from "./driver-files.js";
+import { KoffiMissingError } from "./errors.js";
 import { describeNvmlReturn, NVML_SUCCESS } from "./nvml-codes.js";
-import { firstLine, NvmlLibrary, type SlotReading, SlotStatus } from "./nvml-library.js";
+import { firstLine, koffiInstalled, NvmlLibrary, type SlotReading, SlotStatus } from "./nvml-library.js";
 import type { NvmlBinding, NvmlDeviceHandle } from "./nvml-types.js";
 import {
   logicalIndexOf,
@@ -102,7 +104,8 @@ const DEVICE_FIELDS: readonly MemoryCounterField[] = [
  * process's own usage. NVML calls run on a worker thread, so `sample()` returns a Promise and the
  * main thread only posts the request (about 10 us). Without NVML (no driver, no GPU, CPU-only CI)
  * the collector is unavailable and says why in one line. NVML errors become failed or partial
- * samples, never zeros.
+ * samples, never zeros. koffi is an optional peer dependency: where it is not installed but a driver is,
+ * the reason is a {@link KoffiMissingError}'s message (`npm i koffi`), and failed samples carry that error.
  *
  * @example
  * const gpu = nvmlCollector({ deviceIndex: 0 });
@@ -143,7 +146,10 @@ export function nvmlCollector(options: NvmlCollectorOptions = {}): NvmlCollector
       capabilities,
       device: undefined,
       availability: () => ({ available: false, reason: opened.reason }),
-      sample: () => ({ kind: "failure", error: opened.reason }),
+      sample: () =>
+        opened.cause === undefined
+          ? { kind: "failure", error: opened.reason }
+          : { kind: "failure", error: opened.reason, cause: opened.cause },
       close: async () => {
         closed = true;
       },
@@ -307,7 +313,7 @@ type Opened =
       readonly device: NvmlDeviceInfo;
       readonly logicalIndex: number;
     }
-  | { readonly ok: false; readonly reason: string };
+  | { readonly ok: false; readonly reason: string; readonly cause?: KoffiMissingError };
 
 function openDevice(
   options: NvmlCollectorOptions,
@@ -323,6 +329,19 @@ function openDevice(
         : defaultNvmlLibraryPaths();
   if (candidates.length === 0) {
     return { ok: false, reason: `NVML unavailable: no NVIDIA driver library on ${process.platform}` };
+  }
+  if (!koffiInstalled()) {
+    // Without koffi no library can be opened: tell a machine with a driver how to read it.
+    const smi = findExecutable("nvidia-smi", env.PATH);
+    const found = findLibraryFile(candidates, env) ?? smi;
+    if (found !== undefined) {
+      const cause = new KoffiMissingError(found, smi !== undefined);
+      return { ok: false, reason: cause.message, cause };
+    }
+    return {
+      ok: false,
+      reason: `NVML unavailable (tried ${candidates.join(", ")}; set ${NVML_LIBRARY_ENV} or libraryPath): no NVIDIA driver library found, and koffi, needed to read one, is not installed (npm i koffi)`,
+    };
   }
   let library: NvmlLibrary | undefined;
   let lastError = "";
