@@ -9,6 +9,7 @@
  * --json   also write the analysis as JSON to FILE.
  */
 import { existsSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { join, relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { tfjsCollector } from "@stormlog/adapter-tfjs";
@@ -128,7 +129,11 @@ log("─────────────────────────
 log(`Telemetry: ${sink}`);
 log(`  session ${sessionId}, ${stats.totalEvents} records (schema v3: the Python Stormlog reads it too)`);
 log();
-log("Try next (the `stormlog` command needs `pnpm build` first):");
+// `pnpm demo` builds the packages; run on its own from source, the command may not be built yet.
+const cliBuilt = existsSync(
+  join(createRequire(import.meta.url).resolve("@stormlog/cli/package.json"), "..", "dist", "launch.cjs"),
+);
+log(cliBuilt ? "Try next:" : "Try next (the `stormlog` command is built by `pnpm build`; run it first):");
 log(`  pnpm exec stormlog analyze ${sink} --format json    # this analysis as JSON`);
 log(`  pnpm exec stormlog sessions ${sink}                 # every run recorded in this sink`);
 log(`  pnpm exec stormlog export ${sink} --format perfetto --output trace.json`);

@@ -132,17 +132,73 @@ class RankOccurrence implements Occurrence {
     readonly exitUsed: number,
     readonly enterTensors: number,
     readonly exitTensors: number,
-    readonly peakAllocated: number,
-    readonly peakAllocatedNs: bigint,
-    readonly peakUsed: number,
-    readonly peakUsedNs: bigint,
+    // Raised to the peaks of the phases nested in it (`includeNestedPeaks`).
+    public peakAllocated: number,
+    public peakAllocatedNs: bigint,
+    public peakUsed: number,
+    public peakUsedNs: bigint,
     readonly boundaryRead: boolean,
   ) {}
 }
 
+/**
+ * A phase's peak includes its children's: their boundary readings fall inside its span but are not
+ * its own records (`train` must not show less than `train / forward`). Children are found by time on
+ * the same thread, one level deeper, and raise their parent's peaks deepest first.
+ */
+function includeNestedPeaks(occurrences: readonly RankOccurrence[]): void {
+  const byThread = new Map<PhaseSpan["threadId"], RankOccurrence[]>();
+  for (const occurrence of occurrences) {
+    const list = byThread.get(occurrence.span.threadId);
+    if (list === undefined) byThread.set(occurrence.span.threadId, [occurrence]);
+    else list.push(occurrence);
+  }
+  const withParent: [child: RankOccurrence, parent: RankOccurrence][] = [];
+  for (const list of byThread.values()) {
+    list.sort((a, b) =>
+      a.span.startNs < b.span.startNs
+        ? -1
+        : a.span.startNs > b.span.startNs
+          ? 1
+          : a.span.depth - b.span.depth,
+    );
+    const open: RankOccurrence[] = [];
+    for (const occurrence of list) {
+      const { span } = occurrence;
+      while (open.length > 0 && (open[open.length - 1] as RankOccurrence).span.endNs < span.startNs)
+        open.pop();
+      // The innermost open span that encloses this one, one level up.
+      for (let k = open.length - 1; k >= 0; k--) {
+        const candidate = (open[k] as RankOccurrence).span;
+        if (candidate.depth >= span.depth || candidate.endNs < span.endNs) continue;
+        if (candidate.depth === span.depth - 1) withParent.push([occurrence, open[k] as RankOccurrence]);
+        break;
+      }
+      open.push(occurrence);
+    }
+  }
+  withParent.sort((a, b) => b[0].span.depth - a[0].span.depth);
+  for (const [child, parent] of withParent) {
+    if (
+      child.peakAllocated > parent.peakAllocated ||
+      (Number.isNaN(parent.peakAllocated) && !Number.isNaN(child.peakAllocated))
+    ) {
+      parent.peakAllocated = child.peakAllocated;
+      parent.peakAllocatedNs = child.peakAllocatedNs;
+    }
+    if (
+      child.peakUsed > parent.peakUsed ||
+      (Number.isNaN(parent.peakUsed) && !Number.isNaN(child.peakUsed))
+    ) {
+      parent.peakUsed = child.peakUsed;
+      parent.peakUsedNs = child.peakUsedNs;
+    }
+  }
+}
+
 /** The occurrences of every span of one session's rank. */
 export function collectOccurrences(series: RankSeries, index: PhaseReplayIndex | null): Occurrence[] {
-  const out: Occurrence[] = [];
+  const out: RankOccurrence[] = [];
   if (index === null) return out;
   {
     const spans = index.spansFor(series.sessionId, series.rank);
@@ -232,6 +288,7 @@ export function collectOccurrences(series: RankSeries, index: PhaseReplayIndex |
       );
     }
   }
+  includeNestedPeaks(out);
   return out;
 }
 

@@ -3,7 +3,7 @@
  * exist (so scripts grepping them keep working), then sessions, phases, leaks, hidden memory,
  * alerts and collector health as aligned tables for a terminal.
  */
-import { formatBytes, terminalText } from "@stormlog/core";
+import { formatBytes, isoTimestampNs, terminalText } from "@stormlog/core";
 import { type PhaseAttributionPayload, summarizePhaseResolution } from "@stormlog/phases";
 import type { AnalysisReport, LeakReport, PhaseStat, RankGapFinding } from "./types.js";
 
@@ -121,12 +121,16 @@ function rankList(ranks: readonly number[]): string {
 
 function referenceLines(report: AnalysisReport): string[] {
   const input = shownText(report.input.path ?? "<events>");
+  // A sink is a directory: its size is the sum of its files' (as the reference's "File size" of one).
+  const directory = report.input.kind === "sink" || report.input.kind === "sink-root";
   const lines = [
     `Analyzing profiling results from: ${input}`,
     "",
     "Basic Analysis:",
-    `Input file: ${input}`,
-    `File size: ${report.input.size_bytes} bytes`,
+    directory ? `Input directory: ${input}` : `Input file: ${input}`,
+    directory
+      ? `Directory size: ${report.input.size_bytes} bytes (${formatBytes(report.input.size_bytes)})`
+      : `File size: ${report.input.size_bytes} bytes (${formatBytes(report.input.size_bytes)})`,
   ];
   lines.push(`Gap findings: ${report.gap_analysis.length}`);
   const topGapPhase = report.gap_analysis
@@ -160,7 +164,10 @@ function referenceLines(report: AnalysisReport): string[] {
   const session = report.session;
   if (session.selected_session_id !== null) {
     lines.push(
-      `Telemetry session selected: ${shownText(session.selected_session_id)} (${shownText(String(session.status))}, started_at_ns=${session.started_at_ns}).`,
+      `Telemetry session selected: ${shownText(session.selected_session_id)} (${shownText(String(session.status))}, ` +
+        (session.started_at_ns === null
+          ? "started_at_ns=null)."
+          : `started ${isoTimestampNs(session.started_at_ns)}, started_at_ns=${session.started_at_ns}).`),
     );
   }
   return lines;
@@ -211,6 +218,9 @@ function phaseRows(phases: readonly PhaseStat[], limit: number): string[][] {
   });
 }
 
+/** The device id of host (CPU) records, as the reference's CPU tracker writes them. */
+const HOST_DEVICE_ID = -1;
+
 /** The text report (see the module comment). */
 export function formatReportText(report: AnalysisReport, options: TextOptions = {}): string {
   const color = options.color === true;
@@ -243,16 +253,27 @@ export function formatReportText(report: AnalysisReport, options: TextOptions = 
     `${count(summary.event_count)} (${count(summary.sample_count)} samples) on ${summary.ranks.length} rank${summary.ranks.length === 1 ? "" : "s"}` +
       (summary.ranks.length > 1 ? ` (${rankList(summary.ranks)})` : ""),
   ]);
-  const peak = (label: string, value: AnalysisReport["summary"]["peaks"]["device_used_bytes"]): void => {
+  // On the host (device -1, the reference's CPU tracker and ours) reserved and device used are the
+  // process's resident memory: said so, or they read as a GPU's figures next to a tiny allocated one.
+  const peak = (
+    label: string,
+    value: AnalysisReport["summary"]["peaks"]["device_used_bytes"],
+    onHost?: string,
+  ): void => {
     if (value !== null)
       rows.push([
         label,
-        `${formatBytes(value.value)}  rank ${value.rank}, ${relative(value.timestamp_ns, origin)}`,
+        `${formatBytes(value.value)}  rank ${value.rank}, ${relative(value.timestamp_ns, origin)}` +
+          (onHost !== undefined && value.device_id === HOST_DEVICE_ID ? `  (${onHost})` : ""),
       ]);
   };
   peak("Peak allocated", summary.peaks.allocator_allocated_bytes);
-  peak("Peak reserved", summary.peaks.allocator_reserved_bytes);
-  peak("Peak device used", summary.peaks.device_used_bytes);
+  peak(
+    "Peak reserved",
+    summary.peaks.allocator_reserved_bytes,
+    "the process's resident memory (RSS): a CPU run",
+  );
+  peak("Peak device used", summary.peaks.device_used_bytes, "the process's resident memory (RSS): a CPU run");
   const alertTypes = Object.entries(summary.alerts_by_type);
   rows.push([
     "Alerts",

@@ -203,11 +203,12 @@ describe("input snapshot (warm analyses skip resolving an unchanged input)", () 
     expect(await renderTelemetryAnalysis(root, { format: "txt", color: true })).toContain("\x1b[");
     // The text names the input's size: a file beside the sinks changes it, and the stored rendering is not used.
     const size = (await analyzeTelemetry(root)).input.size_bytes;
-    expect(text).toContain(`File size: ${size} bytes`);
+    expect(text).toContain(`Input directory: ${root}`);
+    expect(text).toContain(`Directory size: ${size} bytes (`);
     mkdirSync(join(root, "notes"));
     writeFileSync(join(root, "notes", "a.txt"), "y".repeat(333));
     const after = await renderTelemetryAnalysis(root, { format: "txt" });
-    expect(after).toContain(`File size: ${size + 333} bytes`);
+    expect(after).toContain(`Directory size: ${size + 333} bytes (`);
     expect(after).toBe(await expectedText());
   });
 

@@ -282,3 +282,49 @@ describe("session summary", () => {
     expect(analyzeEvents(events.filter((event) => event.rank === 0)).cross_rank_analysis).toBeNull();
   });
 });
+
+describe("a parent phase's peak", () => {
+  /** `train` around `forward` and `backward`; the highest reading is backward's exit, no sample inside. */
+  function step(offsetMs: number, id: number, threadOf = 1): TelemetryEvent[] {
+    const boundary = (
+      kind: "phase_enter" | "phase_exit",
+      ms: number,
+      path: string[],
+      n: number,
+      allocated: number,
+    ) =>
+      record(kind, at(offsetMs + ms), {
+        allocator_allocated_bytes: allocated,
+        metadata: scope(kind === "phase_enter" ? "enter" : "exit", path, `s:${id + n}`, id + n, threadOf),
+      });
+    return [
+      boundary("phase_enter", 0, ["train"], 0, 1 * GiB),
+      boundary("phase_enter", 1, ["train", "forward"], 1, 1 * GiB),
+      boundary("phase_exit", 5, ["train", "forward"], 1, 2 * GiB),
+      boundary("phase_enter", 6, ["train", "backward"], 2, 2 * GiB),
+      boundary("phase_exit", 9, ["train", "backward"], 2, 3 * GiB),
+      boundary("phase_exit", 10, ["train"], 0, 1 * GiB),
+    ];
+  }
+
+  it("includes the peaks of the phases nested in it", () => {
+    const report = analyzeEvents([...step(0, 0), ...step(20, 10)]);
+    const peak = (path: string) => report.phases.find((p) => p.phase_path === path)?.peak_allocated_bytes;
+    expect(peak("train / backward")?.value).toBe(3 * GiB);
+    expect(peak("train")).toMatchObject({ value: 3 * GiB, timestamp_ns: at(9) });
+  });
+
+  it("does not take a peak from a phase of another thread that overlaps it", () => {
+    const other = step(0, 100, 2).filter(
+      (event) => (event.metadata.phase_scope as { depth: number }).depth === 2,
+    );
+    const mine = step(0, 0).filter(
+      (event) => (event.metadata.phase_scope as { name: string }).name !== "backward",
+    );
+    const report = analyzeEvents(
+      [...mine, ...other].sort((a, b) => (a.timestamp_ns < b.timestamp_ns ? -1 : 1)),
+    );
+    const train = report.phases.find((p) => p.phase_path === "train");
+    expect(train?.peak_allocated_bytes?.value).toBe(2 * GiB);
+  });
+});

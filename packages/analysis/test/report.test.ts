@@ -1,7 +1,7 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { formatBytes, type JsonObject, parseJson, stringifyJson } from "@stormlog/core";
+import { formatBytes, isoTimestampNs, type JsonObject, parseJson, stringifyJson } from "@stormlog/core";
 import { SessionNotFoundError, TelemetrySourceError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
 import {
@@ -12,7 +12,7 @@ import {
   reportToJson,
 } from "../src/index.js";
 import { goldenCases, loadEvents } from "./golden-helpers.js";
-import { GiB, Timeline, writeSink } from "./report-helpers.js";
+import { BASE_NS, GiB, MiB, MS, record, Timeline, writeSink } from "./report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-report-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
@@ -73,7 +73,7 @@ describe("formatReportText", () => {
       "",
       "Basic Analysis:",
       "Input file: job.jsonl",
-      "File size: 0 bytes",
+      "File size: 0 bytes (0 B)",
     ]);
     expect(lines).toContain(`Gap findings: ${distributed.gap_analysis.length}`);
     expect(lines).toContain("Distributed Analysis:");
@@ -85,6 +85,32 @@ describe("formatReportText", () => {
     );
     expect(lines).toContain(`Notes: ${crossRank.notes.join(" ")}`);
     expect(lines.some((line) => line.startsWith("Telemetry session selected: session-11-0 ("))).toBe(true);
+  });
+
+  it("says when reserved and device used are the process's resident memory (a CPU run), and when the session started", () => {
+    const samples = (device: number) =>
+      [10, 20, 30].map((ms, i) =>
+        record("sample", BASE_NS + BigInt(ms) * MS, {
+          device_id: device,
+          allocator_allocated_bytes: 1000 * (i + 1),
+          allocator_reserved_bytes: 300 * MiB,
+          device_used_bytes: 300 * MiB,
+        }),
+      );
+    const rowsOf = (text: string) => text.split("\n").filter((line) => /^ {2}Peak /.test(line));
+    const host = rowsOf(formatReportText(analyzeEvents(samples(-1))));
+    expect(host).toHaveLength(3);
+    expect(host[0]).toMatch(/^ {2}Peak allocated +2\.93 KB {2}rank 0, \+[\d.]+ s$/);
+    for (const line of host.slice(1))
+      expect(line).toMatch(/\(the process's resident memory \(RSS\): a CPU run\)$/);
+    // A GPU's figures are the device's: no such note.
+    for (const line of rowsOf(formatReportText(analyzeEvents(samples(0))))) expect(line).not.toContain("RSS");
+
+    const started = distributed.session.started_at_ns;
+    expect(started).not.toBeNull();
+    expect(formatReportText(distributed)).toContain(
+      `started ${isoTimestampNs(started as bigint)}, started_at_ns=${started}).`,
+    );
   });
 
   it("uses colour only when asked", () => {

@@ -1,4 +1,4 @@
-import { formatBytes, terminalText } from "@stormlog/core";
+import { formatBytes, isoTimestampNs, terminalText } from "@stormlog/core";
 
 /** Table cells are cut past this many characters (a phase name or job id may be any length). */
 export const CELL_MAX_LENGTH = 100;
@@ -8,6 +8,14 @@ export const LINE_MAX_LENGTH = 500;
 /** Input-derived text for a line of output: escaped by `terminalText`, `-` when absent. */
 export function shown(value: string | null | undefined, maxLength = LINE_MAX_LENGTH): string {
   return value === null || value === undefined ? "-" : terminalText(value, { maxLength });
+}
+
+/**
+ * A warning for stderr, one line: `stormlog <command>: warning: <message>` (what the reading left
+ * out or distrusted; the command's result is still written, and its exit code stays that of success).
+ */
+export function warningLine(command: string, message: string): string {
+  return `stormlog ${command}: warning: ${shown(message)}\n`;
 }
 
 /** `+1.50 MB`, `-512.00 B`, `0 B`; `-` for unknown. */
@@ -23,13 +31,9 @@ export function bytes(value: number | null | undefined): string {
   return formatBytes(value);
 }
 
-/** An epoch timestamp in ns as ISO-8601 UTC with nanoseconds: `2025-12-06T05:55:12.105815000Z`. */
+/** An epoch timestamp in ns as ISO-8601 UTC with nanoseconds (`isoTimestampNs`); `-` for unknown. */
 export function isoNs(ns: bigint | null | undefined): string {
-  if (ns === null || ns === undefined) return "-";
-  const seconds = ns / 1_000_000_000n;
-  const fraction = ns % 1_000_000_000n;
-  const base = new Date(Number(seconds) * 1000).toISOString().slice(0, 19);
-  return `${base}.${fraction.toString().padStart(9, "0")}Z`;
+  return ns === null || ns === undefined ? "-" : isoTimestampNs(ns);
 }
 
 /** Seconds between two ns timestamps: `12.345 s`. */

@@ -32,7 +32,12 @@ export type MemoryReading = Partial<Record<MemoryCounterField, number | null>>;
 export interface FullSample {
   readonly kind: "full";
   readonly reading: MemoryReading;
-  /** Collector-specific detail (tensor counts, backend flags) merged into the event's metadata. */
+  /**
+   * Collector-specific detail (tensor counts, backend flags) merged into the event's metadata. The
+   * tracker keeps it, and its nested objects, as given: return new objects for new values and never
+   * change one after returning it (an unchanged one may be returned again, and crosses to the sink's
+   * worker once).
+   */
   readonly metadata?: JsonObject;
 }
 

@@ -20,3 +20,20 @@ export function formatBytes(bytes: number | bigint, precision = 2): string {
   }
   return `${pythonFormatFixed(size, precision)} ${BYTE_UNITS[unit]}`;
 }
+
+/**
+ * An epoch timestamp in nanoseconds as ISO-8601 UTC with all nine fraction digits
+ * (`2025-12-06T05:55:12.105815000Z`): exact, where a `Date` would keep milliseconds only.
+ */
+export function isoTimestampNs(ns: bigint): string {
+  const seconds = ns / 1_000_000_000n;
+  let fraction = ns % 1_000_000_000n;
+  let whole = seconds;
+  // Before 1970 the remainder is negative: borrow a second.
+  if (fraction < 0n) {
+    fraction += 1_000_000_000n;
+    whole -= 1n;
+  }
+  const base = new Date(Number(whole) * 1000).toISOString().slice(0, 19);
+  return `${base}.${fraction.toString().padStart(9, "0")}Z`;
+}

@@ -10,8 +10,10 @@
  * gives the keys and each one's type, and a cell holds the number, 1 or 0, or the id of the text or
  * object, which is posted like any other only when the worker does not know it. A steady tfjs sample
  * (backend name, counts, flags, an unchanged `tfjs_live_by_phase`) thus posts nothing. Nested objects
- * are named by reference: one changed in place after its record was written may reach the file as it
- * was when first posted (the collectors make a new object for a new value). Detail with other values
+ * in collector detail are named by reference: one changed in place after its record was written may
+ * reach the file as it was when first posted (collectors make a new object for a new value; the
+ * collector contract says so). Phase attributes with a nested object are posted whole, as a copy:
+ * user code may change such an object in place between phases. Detail with other values
  * (bigint, undefined) or more keys is posted whole, as a structured clone. When the worker falls behind
  * and the ring is full, records go into spill chunks posted as messages; every record carries its
  * sequence number, so the worker reads ring and chunks in order.
@@ -341,7 +343,7 @@ export class RecordRingWriter {
     let values = 0;
     if (extra === null) out[at + EXTRA] = -1;
     else {
-      const code = this.encodeValues(extra, out, at + VALUES, VALUE_CELLS, sequence);
+      const code = this.encodeValues(extra, out, at + VALUES, VALUE_CELLS, sequence, true);
       if (code === 0) out[at + EXTRA] = this.idOfObject(extra, sequence, same);
       else {
         out[at + EXTRA] = code;
@@ -377,7 +379,16 @@ export class RecordRingWriter {
     const attributes = scope.attributes;
     if (attributes === undefined) out[at + ATTRIBUTES] = -1;
     else {
-      const code = this.encodeValues(attributes, out, at + VALUES + values, VALUE_CELLS - values, sequence);
+      // A user's phase metadata may hold an object the loop changes in place between phases: nested
+      // objects there are posted with their record (a copy), never named by reference.
+      const code = this.encodeValues(
+        attributes,
+        out,
+        at + VALUES + values,
+        VALUE_CELLS - values,
+        sequence,
+        false,
+      );
       out[at + ATTRIBUTES] = code === 0 ? this.idOfObject(attributes, sequence, same) : code;
     }
   }
@@ -431,6 +442,7 @@ export class RecordRingWriter {
     at: number,
     room: number,
     sequence: number,
+    nestedByReference: boolean,
   ): number {
     let count = 0;
     const recent = this.recentKeyLists;
@@ -449,7 +461,8 @@ export class RecordRingWriter {
         type = typeOfValue(value);
         if (type === AS_BOOLEAN) out[at + count] = value === true ? 1 : 0;
         else if (type === AS_NULL) out[at + count] = 0;
-        else if (type === UNENCODABLE) return this.refuse(referenced, count);
+        else if (type === UNENCODABLE || (type === AS_OBJECT && !nestedByReference))
+          return this.refuse(referenced, count);
         else {
           this.references[count] = value as string | object;
           referenced = true;

@@ -56,7 +56,8 @@ function ring(capacity = 64, startAt = 0) {
   /** Posts what the writer holds, hands it to the reader, and reads what can be read. */
   const deliver = (): TelemetryEvent[] => {
     writer.post();
-    for (const objects of posted.objects.splice(0)) reader.learn(objects);
+    // Copied, as postMessage copies them: the reader never shares an object with the tracker.
+    for (const objects of posted.objects.splice(0)) reader.learn(structuredClone(objects));
     for (const chunk of posted.spills.splice(0)) reader.spill(chunk);
     const before = read.length;
     reader.drain(
@@ -314,6 +315,27 @@ describe("the record ring's detail of mixed values", () => {
     expect(values).toContain("cpu");
     expect(values.filter((value) => value === "cpu")).toHaveLength(1);
     expectSame(r.deliver(), r.expected(indices));
+  });
+
+  it("copies a phase's attributes that hold an object, which the loop may change in place between phases", () => {
+    const r = ring();
+    // One object, changed in place before the next phase: each record keeps what it had.
+    const shared: JsonObject = { lr: 0.1 };
+    const attributes = { step: 1, optimizer: shared };
+    const first = push(r.store, "phase_enter", null, { ...scope, attributes: { ...attributes } });
+    r.writer.write(r.store, first);
+    // As it was written (the stored record shares the object the loop changes next).
+    const expectedFirst = structuredClone(r.expected([first]));
+    r.deliver();
+    shared.lr = 0.05;
+    const second = push(r.store, "phase_enter", null, { ...scope, attributes: { ...attributes, step: 2 } });
+    r.writer.write(r.store, second);
+    const [read] = r.deliver();
+    expect((read?.metadata.phase_scope as { attributes?: JsonObject }).attributes).toEqual({
+      step: 2,
+      optimizer: { lr: 0.05 },
+    });
+    expectSame(r.read.slice(0, 1), expectedFirst);
   });
 
   it("gives the same keys with values of other types a key list of their own", () => {
