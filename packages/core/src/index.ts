@@ -15,6 +15,7 @@ export * from "./json-codec.js";
 export * from "./jsonl.js";
 export * from "./legacy.js";
 export * from "./line-encoder.js";
+export * from "./logger.js";
 export type * from "./phase-host.js";
 export * from "./pyrepr.js";
 export * from "./schema.js";

@@ -1,4 +1,11 @@
-import { type Clock, InvalidConfigError, type Scheduler, systemClock, systemScheduler } from "@stormlog/core";
+import {
+  type Clock,
+  guardedLogger,
+  InvalidConfigError,
+  type Scheduler,
+  systemClock,
+  systemScheduler,
+} from "@stormlog/core";
 import type { LockedDirectoryPolicy } from "./writer-lock.js";
 
 const MIB = 1024 * 1024;
@@ -218,7 +225,7 @@ export function resolveSinkConfig(options: TelemetrySinkOptions): ResolvedSinkCo
     failureBackoffMaxSeconds,
     handleProcessExit: options.handleProcessExit ?? d.handleProcessExit,
     source,
-    logger: options.logger ?? consoleSinkLogger,
+    logger: guardedLogger(options.logger ?? consoleSinkLogger),
     clock: options.clock ?? systemClock,
     scheduler: options.scheduler ?? systemScheduler,
   };

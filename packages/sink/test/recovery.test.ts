@@ -101,6 +101,22 @@ describe("opening an existing directory (recovery)", () => {
     ]);
   });
 
+  it("recovers the same with a logger that throws (its messages are lost, not the sink)", () => {
+    const dir = crashedSink();
+    appendFileSync(
+      join(dir, "segment-000001.jsonl"),
+      encodeTelemetryRecord(sampleRecord("crashed", 10)).slice(0, 99),
+    );
+    const broken = () => {
+      throw new Error("the user's logger broke");
+    };
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet, logger: { warn: broken, info: broken } });
+    expect(sink.recovery?.repairedTails).toEqual([
+      { filename: "segment-000001.jsonl", action: "truncated", droppedBytes: 99 },
+    ]);
+    expect(fileLines(join(dir, "segment-000001.jsonl"))).toHaveLength(10);
+  });
+
   it("rebuilds a malformed manifest from the segments", () => {
     const dir = crashedSink();
     writeFileSync(join(dir, "manifest.json"), '{"schema_version": 2, "sessions": [');

@@ -2,7 +2,13 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { pathToFileURL } from "node:url";
 import { Worker } from "node:worker_threads";
-import { type SessionStatus, type SessionSummary, StormlogError, type TelemetryEvent } from "@stormlog/core";
+import {
+  guardedLogger,
+  type SessionStatus,
+  type SessionSummary,
+  StormlogError,
+  type TelemetryEvent,
+} from "@stormlog/core";
 import {
   consoleSinkLogger,
   registerExitParticipant,
@@ -84,7 +90,7 @@ export class OffThreadSink implements TelemetryWriter {
     this.source = resolved.source;
     this.flushIntervalMs = resolved.flushEverySeconds * 1000;
     const { logger, clock: _clock, scheduler: _scheduler, ...crossing } = options;
-    this.logger = logger ?? consoleSinkLogger;
+    this.logger = guardedLogger(logger ?? consoleSinkLogger);
     this.handleProcessExit = options.handleProcessExit ?? true;
     const diagnostics = new SharedArrayBuffer(DIAGNOSTIC_KEYS.length * Float64Array.BYTES_PER_ELEMENT);
     const closed = new SharedArrayBuffer(Int32Array.BYTES_PER_ELEMENT);

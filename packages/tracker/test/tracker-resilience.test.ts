@@ -321,6 +321,33 @@ describe("collector health (reference test_tracker_resilience)", () => {
     expect(tracker.getSessionSummary()?.ended_at_ns).not.toBeNull();
   });
 
+  it("a logger that throws loses its message, never the sampling timer's work or the training loop", async () => {
+    const writer = new FakeWriter();
+    const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
+    let thrown = 0;
+    const { tracker, scheduler } = makeTracker([collector], {
+      sink: writer,
+      logger: {
+        warn: () => {
+          thrown++;
+          throw new Error("the user's logger broke");
+        },
+      },
+    });
+    await tracker.start();
+    writer.failAppend = true;
+    // The sink fails inside a timer; its warning goes to the throwing logger.
+    await scheduler.advance(60);
+    expect(thrown).toBeGreaterThan(0);
+    expect(tracker.getSessionSummary()?.status).toBe("incomplete");
+    // Sampling and phases go on.
+    const before = tracker.getEvents({ eventType: "sample" }).length;
+    await scheduler.advance(50);
+    expect(tracker.getEvents({ eventType: "sample" }).length).toBeGreaterThan(before);
+    expect(tracker.phase("train", () => 7)).toBe(7);
+    await tracker.stop();
+  });
+
   it("marks the session incomplete when the sink lost records", async () => {
     const writer = new FakeWriter();
     writer.diagnostics = { dropped_events: 3 };
