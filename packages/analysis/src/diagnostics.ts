@@ -56,6 +56,7 @@ import {
   selectSession,
 } from "./merge.js";
 import { buildPhaseIndex } from "./phase-stats.js";
+import { segmentWarnings } from "./report.js";
 import { scratchDoubles } from "./scratch.js";
 import type { IndexUsage } from "./types.js";
 import { PACKAGE_VERSION } from "./version.js";
@@ -794,7 +795,8 @@ async function diagnoseLocated(
   if (quick !== null) return { result: quick, index: reused };
   // Fingerprinted before it is resolved, so that a change made meanwhile shows next time.
   const snapshot = location === null || !indexOptions.index ? null : snapshotInput(location, INDEX_DIRNAME);
-  // What the input's resolution did not read (a link out of the input) leads the warnings.
+  // What the input's resolution and the segments' reading left out or distrusted (a link out of the
+  // input, an unusable manifest, a segment shorter than its manifest says) leads the warnings.
   const notRead: string[] = [];
   const input = await resolveTelemetryInput(path, (message) => notRead.push(message));
   const warned = (found: Diagnosed): Diagnosed =>
@@ -805,7 +807,7 @@ async function diagnoseLocated(
           diagnostics: { ...found.diagnostics, warnings: [...notRead, ...found.diagnostics.warnings] },
         };
   if (input.kind === "json")
-    return { result: { ...(await diagnoseEvents(path, options)), index: null }, index: null };
+    return { result: { ...warned(await diagnoseEvents(path, options)), index: null }, index: null };
   const index = await SegmentIndex.open(input, {
     ...indexOptions,
     ...(location !== null && snapshot !== null ? { location, snapshot } : {}),
@@ -817,6 +819,7 @@ async function diagnoseLocated(
       return { result: stored, index };
     }
     const { segments, usage } = await index.loadSegments();
+    notRead.push(...segmentWarnings(input, segments));
     const result = warned(
       diagnoseSegments(input, segments, path, options) ?? (await diagnoseEvents(path, options)),
     );

@@ -50,7 +50,7 @@ import {
 import { CanonicalLineReader } from "./fast-line.js";
 import { SegmentIndex } from "./index-cache.js";
 import { findRankGroups, listSessions, selectSession } from "./merge.js";
-import { analyzeTelemetry } from "./report.js";
+import { analyzeTelemetry, segmentWarnings } from "./report.js";
 
 /** Options of the streaming exports. */
 export interface StreamExportOptions {
@@ -62,6 +62,11 @@ export interface StreamExportOptions {
   readonly cacheDir?: string;
   /** Told after each member session is written (`done` of `total`). */
   readonly onProgress?: (done: number, total: number) => void;
+  /**
+   * Told what the reading left out or distrusted, and what the input is when that needs saying: a
+   * final line cut short, a segment shorter than its manifest says, an unusable manifest, an OOM dump.
+   */
+  readonly onWarning?: (message: string) => void;
 }
 
 /** Options of `streamPerfettoTrace`. */
@@ -110,6 +115,8 @@ async function planExport(input: ResolvedTelemetryInput, options: StreamExportOp
     index.dispose();
   }
   const segments = loaded.segments;
+  if (options.onWarning !== undefined)
+    for (const warning of segmentWarnings(input, segments)) options.onWarning(warning);
   const ledger = new Map<string, SessionSummary>();
   for (const part of input.parts) {
     for (const summary of part.manifest?.sessions ?? [])
@@ -547,7 +554,7 @@ export async function* streamPerfettoTrace(
   path: string,
   options: StreamPerfettoOptions = {},
 ): AsyncGenerator<string> {
-  const input = await resolveTelemetryInput(path);
+  const input = await resolveTelemetryInput(path, options.onWarning);
   if (input.kind === "json") {
     const { selection, events } = await loadDistributedEvents(
       path,
@@ -648,7 +655,7 @@ export async function openSelectedEvents(
   path: string,
   options: StreamExportOptions = {},
 ): Promise<SelectedEvents> {
-  const input = await resolveTelemetryInput(path);
+  const input = await resolveTelemetryInput(path, options.onWarning);
   if (input.kind === "json") {
     const sessions = await summarizeTelemetrySessions(path);
     const chosen = selectDistributedSession(sessions, options.sessionId, path);

@@ -16,7 +16,12 @@ import {
   type TelemetryEvent,
 } from "@stormlog/core";
 import type { PhaseReplayIndex } from "@stormlog/phases";
-import { loadTelemetrySessions, type ResolvedTelemetryInput, resolveTelemetryInput } from "@stormlog/sink";
+import {
+  loadTelemetrySessions,
+  type ResolvedTelemetryInput,
+  resolveTelemetryInput,
+  segmentShortfall,
+} from "@stormlog/sink";
 import type { SegmentAggregate } from "./aggregate.js";
 import { CrossRankAccumulator } from "./cross-rank-columns.js";
 import { DatasetLoader, planDataset, type RankSeries } from "./dataset.js";
@@ -217,16 +222,29 @@ async function readRollupsCoverage(dir: string): Promise<{ pruned: number; prune
   }
 }
 
+/**
+ * What reading the segments left out, segment by segment: a final line cut short, and a segment
+ * shorter than its manifest says (`segments` are the input's, in its reading order).
+ */
+export function segmentWarnings(input: ResolvedTelemetryInput, segments: readonly SegmentData[]): string[] {
+  const warnings: string[] = [];
+  const inputSegments = input.parts.flatMap((part) => part.segments);
+  segments.forEach((segment, k) => {
+    for (const warning of segment.digest.warnings) warnings.push(warning.message);
+    const source = inputSegments[k];
+    const shortfall = source === undefined ? null : segmentShortfall(source, segment.digest.eventCount);
+    if (shortfall !== null) warnings.push(shortfall);
+  });
+  return warnings;
+}
+
 async function sinkSection(
   input: ResolvedTelemetryInput,
   segments: readonly SegmentData[],
   sizes: readonly number[],
   sessions: readonly SessionListing[],
 ): Promise<SinkReport> {
-  const warnings: string[] = [];
-  for (const segment of segments)
-    for (const warning of segment.digest.warnings) warnings.push(warning.message);
-  const report = emptySink(input.kind, input.path, warnings);
+  const report = emptySink(input.kind, input.path, segmentWarnings(input, segments));
   let k = 0;
   for (const part of input.parts) {
     const present = new Set(part.segments.map((segment) => segment.path.slice(part.dir.length + 1)));
@@ -335,7 +353,8 @@ async function analyzeLocated(
   const warnings: string[] = [];
   const input = await resolveTelemetryInput(path, (message) => warnings.push(message));
   const inputSize = snapshot?.sizeBytes ?? 0;
-  if (input.kind === "json") return { report: await analyzeJsonFile(input, options, inputSize), index: null };
+  if (input.kind === "json")
+    return { report: await analyzeJsonFile(input, options, inputSize, warnings), index: null };
   const index = await SegmentIndex.open(input, {
     ...segmentIndexOptions(options),
     ...(location !== null && snapshot !== null ? { location, snapshot } : {}),
@@ -390,6 +409,7 @@ async function analyzeJsonFile(
   input: ResolvedTelemetryInput,
   options: AnalyzeOptions,
   size: number,
+  warnings: readonly string[],
 ): Promise<AnalysisReport> {
   const loaded = await loadTelemetrySessions(input.path);
   const events: TelemetryEvent[] = [];
@@ -409,7 +429,8 @@ async function analyzeJsonFile(
     sessions,
     selection,
     segments,
-    sink: emptySink("json", input.path, []),
+    // The resolution's word on the input (an OOM dump folder says what it is).
+    sink: emptySink("json", input.path, [...warnings]),
     index: {
       status: "disabled",
       location: null,

@@ -1,3 +1,4 @@
+import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { CliUsageError } from "./errors.js";
 
@@ -34,8 +35,38 @@ export interface ParsedArgs {
 
 const HELP_OPTION: OptionSpec = { type: "boolean", short: "h", description: "Show this help." };
 
+/** The analysis index's flags, for the commands that read through it (analyze, diagnose, export). */
+export const INDEX_OPTIONS: Readonly<Record<"no-index" | "cache-dir", OptionSpec>> = {
+  "no-index": { type: "boolean", description: "Neither read nor write the index: scan every segment." },
+  "cache-dir": {
+    type: "string",
+    value: "DIR",
+    description: "Where to keep the index when the sink is read-only.",
+  },
+};
+
+/** `--no-index` and `--cache-dir` (relative to `cwd`) as the analysis options `index` and `cacheDir`. */
+export function indexFlags(args: ParsedArgs, cwd: string): { index: boolean; cacheDir?: string } {
+  const cacheDir = stringFlag(args, "cache-dir");
+  return {
+    index: args.values["no-index"] !== true,
+    ...(cacheDir === undefined ? {} : { cacheDir: resolve(cwd, cacheDir) }),
+  };
+}
+
 function helpHint(command: string): string {
   return `run 'stormlog ${command} --help'`;
+}
+
+/** What node's `parseArgs` is given for a command: its options and `--help` (also what `--help` lists). */
+export function parserOptions(
+  help: CommandHelp,
+): Readonly<Record<string, { readonly type: "string" | "boolean"; readonly short?: string }>> {
+  const options: Record<string, { type: "string" | "boolean"; short?: string }> = {};
+  for (const [name, spec] of Object.entries({ ...help.options, help: HELP_OPTION })) {
+    options[name] = spec.short === undefined ? { type: spec.type } : { type: spec.type, short: spec.short };
+  }
+  return options;
 }
 
 /**
@@ -43,14 +74,10 @@ function helpHint(command: string): string {
  * name the flag). `--help` is always accepted.
  */
 export function parseCommandArgs(help: CommandHelp, argv: readonly string[]): ParsedArgs {
-  const options: Record<string, { type: "string" | "boolean"; short?: string }> = { help: HELP_OPTION };
-  for (const [name, spec] of Object.entries(help.options)) {
-    options[name] = spec.short === undefined ? { type: spec.type } : { type: spec.type, short: spec.short };
-  }
   try {
     const { values, positionals } = parseArgs({
       args: [...argv],
-      options,
+      options: parserOptions(help),
       allowPositionals: true,
       strict: true,
     });
@@ -71,7 +98,7 @@ export function requirePath(help: CommandHelp, args: ParsedArgs, what = "<path>"
   const [path, ...rest] = args.positionals;
   if (path === undefined) {
     throw new CliUsageError(
-      `missing ${what}: the telemetry to read (a sink directory, a .jsonl or .json file)`,
+      `missing ${what}: the telemetry to read (a sink directory, a .jsonl or .json file, an OOM dump folder)`,
       helpHint(help.name),
     );
   }

@@ -9,6 +9,7 @@ export * from "./exit-hooks.js";
 export * from "./input.js";
 export * from "./layout.js";
 export * from "./manifest.js";
+export * from "./oom-dump.js";
 export * from "./reader.js";
 export type { RecoveryReport } from "./recovery.js";
 export { recoverSinkDirectory } from "./recovery.js";

@@ -29,6 +29,7 @@ import {
   SEGMENT_SUFFIX,
   type SinkManifest,
 } from "./manifest.js";
+import { describeOOMDump, OOM_DUMP_PREFIX, type OOMDumpInfo, readOOMDumpSync } from "./oom-dump.js";
 import { settleAbandonedSessions } from "./writer-lock.js";
 
 /** What a path holds, for the loaders. */
@@ -41,18 +42,23 @@ export interface TelemetryInputSegment {
   readonly hint: string | null;
   /** Session id of records without one: the hint, else the directory's synthetic id. */
   readonly defaultSessionId: string;
+  /** Events the manifest says were written to it (absent when the manifest does not list it). */
+  readonly written?: number;
 }
 
 /** One sink directory of an input. */
 export interface TelemetryInputPart {
   readonly dir: string;
   readonly manifest: SinkManifest | null;
+  /** Why its `manifest.json` is no usable sink manifest (not JSON, wrong shape); absent when it is, or is absent. */
+  readonly manifestProblem?: string;
   readonly segments: readonly TelemetryInputSegment[];
 }
 
 /** A resolved input: its kind and its segments, in the reference's reading order. */
 export interface ResolvedTelemetryInput {
   readonly kind: TelemetryInputKind;
+  /** The path as given; for an OOM dump folder, its `events.json` (what is read). */
   readonly path: string;
   /** Resolved absolute path (synthetic session ids of JSON files). */
   readonly absolute: string;
@@ -61,6 +67,8 @@ export interface ResolvedTelemetryInput {
   readonly defaultSource: string;
   /** The source of sessions without a segment: the path as given for directories, else absolute. */
   readonly defaultSourcePath: string;
+  /** Set when the path given is an OOM flight recorder's dump folder (read as its `events.json`). */
+  readonly oomDump?: OOMDumpInfo;
 }
 
 /** `path` made absolute through its links (`realpath`); just made absolute when it cannot be resolved. */
@@ -72,21 +80,56 @@ export function resolveInputPath(path: string): string {
   }
 }
 
-/** The manifest of `dir`, unless it is a link out of the input; file-system errors are typed. */
+/**
+ * The manifest of `dir`, unless it is a link out of the input, and why it is no usable sink
+ * manifest (then `warn` says so, and what the reader does instead); file-system errors are typed.
+ */
 function readPartManifest(
   dir: string,
   root: string,
   warn: (message: string) => void,
-): ReturnType<typeof readManifestSync> {
+): { manifest: SinkManifest | null; problem: string | null } {
   const file = join(dir, MANIFEST_FILENAME);
   try {
-    if (lstatSync(file).isSymbolicLink() && linkInsideInput(file, root, warn) === null) return null;
+    if (lstatSync(file).isSymbolicLink() && linkInsideInput(file, root, warn) === null)
+      return { manifest: null, problem: null };
   } catch (error) {
     const code = fileSystemErrorCode(error);
-    if (code === "ENOENT" || code === "ENOTDIR") return null;
+    if (code === "ENOENT" || code === "ENOTDIR") return { manifest: null, problem: null };
     throw TelemetryInputAccessError.wrap(file, error);
   }
-  return readingInput(file, () => readManifestSync(dir, { onWarning: warn }));
+  let problem: string | null = null;
+  const manifest = readingInput(file, () =>
+    readManifestSync(dir, {
+      onWarning: (message) => warn(`${file}: ${message}`),
+      onInvalid: (found) => {
+        problem = found;
+      },
+    }),
+  );
+  if (problem !== null) {
+    warn(
+      `${file} is not a usable sink manifest (${problem}): the segment-*.jsonl files beside it are read ` +
+        "without it, so sessions' statuses come from their events (no stop event reads as incomplete) " +
+        "and what it says was written is not checked",
+    );
+  }
+  return { manifest, problem };
+}
+
+/**
+ * What a segment lost: fewer events could be read from it than its manifest says were written (the
+ * writers count a write only once it is done, so a live segment never reads short). The message
+ * names both counts; null when nothing is missing or the manifest does not list the segment.
+ */
+export function segmentShortfall(segment: TelemetryInputSegment, read: number): string | null {
+  const written = segment.written;
+  if (written === undefined || read >= written) return null;
+  return (
+    `${segment.path}: ${read} of the ${written} events its manifest says were written could be read ` +
+    `(${written - read} missing: the file was cut short, e.g. by a crash before its data reached the ` +
+    "disk, or by an incomplete copy)"
+  );
 }
 
 /** True for a regular file; file-system errors other than a missing file are typed. */
@@ -131,10 +174,14 @@ function sinkPart(
   root: string,
 ): TelemetryInputPart {
   if (linkInsideInput(dir, root, warn) === null) return { dir, manifest: null, segments: [] };
-  const read = readPartManifest(dir, root, warn);
+  const { manifest: read, problem } = readPartManifest(dir, root, warn);
   const manifest = read === null ? null : { ...read, sessions: settleAbandonedSessions(read.sessions) };
   const hints = new Map<string, string | null>();
-  for (const segment of manifest?.segments ?? []) hints.set(segment.filename, segment.session_id);
+  const written = new Map<string, number>();
+  for (const segment of manifest?.segments ?? []) {
+    hints.set(segment.filename, segment.session_id);
+    written.set(segment.filename, segment.event_count);
+  }
   let names: string[];
   if (only !== null) {
     names = [only];
@@ -150,16 +197,34 @@ function sinkPart(
   const segments = names.map((name): TelemetryInputSegment => {
     const hint = hints.get(name) ?? null;
     if (hint === null && fallback === undefined) fallback = fallbackSessionId();
-    return { path: join(dir, name), hint, defaultSessionId: hint ?? fallback! };
+    const segment = { path: join(dir, name), hint, defaultSessionId: hint ?? fallback! };
+    const count = written.get(name);
+    return count === undefined ? segment : { ...segment, written: count };
   });
-  return { dir, manifest, segments };
+  return problem === null
+    ? { dir, manifest, segments }
+    : { dir, manifest, manifestProblem: problem, segments };
+}
+
+/**
+ * The OOM dumps directly in `dir`, newest name first (their names start with the UTC time), for the
+ * error about a folder of dumps.
+ */
+function oomDumpsIn(dir: string): string[] {
+  const names = readingInput(dir, () => readdirSync(dir));
+  return names
+    .filter((name) => name.startsWith(OOM_DUMP_PREFIX) && readOOMDumpSync(join(dir, name)) !== null)
+    .sort()
+    .reverse();
 }
 
 /**
  * Works out what `path` is: a sink directory, a root whose sub-directories are sinks, a
- * `manifest.json`, a `.jsonl` segment (with its directory's ledger and hints, as the reference), or
- * any other file, read as a JSON document. Throws `TelemetrySourceError` for a missing path or a
- * directory without sinks.
+ * `manifest.json`, a `.jsonl` segment (with its directory's ledger and hints, as the reference), an
+ * OOM flight recorder's dump folder (read as its `events.json`; `warn` says what it is), or any
+ * other file, read as a JSON document. `warn` also hears of a manifest that is no sink manifest (its
+ * segments are then read without it). Throws `TelemetrySourceError` for a missing path, a directory
+ * without sinks, or a sink directory with nothing to read (an unusable manifest and no segment).
  */
 export async function resolveTelemetryInput(
   path: string,
@@ -186,11 +251,26 @@ export function resolveTelemetryInputSync(
       cause: error,
     });
   }
+  if (info.isDirectory()) {
+    const dump = readOOMDumpSync(path);
+    if (dump !== null) {
+      warn(describeOOMDump(dump));
+      return { ...resolveTelemetryInputSync(dump.eventsPath, warn), oomDump: dump };
+    }
+  }
   const absolute = resolveInputPath(path);
   const defaultSource = `artifact:${basename(path) || absolute}`;
   if (info.isDirectory()) {
     const dirs = discoverSinkDirectoriesSync(path, warn);
     if (dirs.length === 0) {
+      const dumps = oomDumpsIn(path);
+      if (dumps.length > 0) {
+        throw new TelemetrySourceError(
+          path,
+          `Not a sink directory: it holds ${dumps.length} OOM flight recorder dump${dumps.length === 1 ? "" : "s"}; ` +
+            `pass one of them, e.g. the newest: ${join(path, dumps[0]!)}`,
+        );
+      }
       throw new TelemetrySourceError(
         path,
         "Not a sink directory (no manifest.json or segment-*.jsonl) and no sink directory inside it",
@@ -200,6 +280,7 @@ export function resolveTelemetryInputSync(
       sinkPart(dir, null, () => stableLegacySessionId([resolveInputPath(dir), "sink"]), warn, absolute),
     );
     const kind = dirs.length === 1 && dirs[0] === path ? "sink" : "sink-root";
+    if (kind === "sink") unreadable(path, parts[0]!);
     return { kind, path, absolute, parts, defaultSource, defaultSourcePath: path };
   }
   const name = basename(path);
@@ -209,6 +290,7 @@ export function resolveTelemetryInputSync(
   const root = resolveInputPath(parent);
   if (name === MANIFEST_FILENAME) {
     const parts = [sinkPart(parent, null, fallback, warn, root)];
+    unreadable(path, parts[0]!);
     return { kind: "sink", path, absolute, parts, defaultSource, defaultSourcePath: path };
   }
   if (name.endsWith(SEGMENT_SUFFIX)) {
@@ -216,6 +298,24 @@ export function resolveTelemetryInputSync(
     return { kind: "jsonl", path, absolute, parts, defaultSource, defaultSourcePath: absolute };
   }
   return { kind: "json", path, absolute, parts: [], defaultSource, defaultSourcePath: absolute };
+}
+
+/**
+ * A sink directory whose manifest is no sink manifest and that holds no segment has nothing to read:
+ * a `TelemetrySourceError` rather than an empty report (another tool's folder with a manifest.json).
+ */
+function unreadable(path: string, part: TelemetryInputPart): void {
+  if (
+    part.manifestProblem === undefined ||
+    part.segments.length > 0 ||
+    (part.manifest?.sessions.length ?? 0) > 0
+  )
+    return;
+  throw new TelemetrySourceError(
+    path,
+    `Nothing to read: ${join(part.dir, MANIFEST_FILENAME)} is not a sink manifest (${part.manifestProblem}) ` +
+      "and there is no segment-*.jsonl beside it",
+  );
 }
 
 /** How lines are decoded: the loaders' `strict`, `permissiveLegacy` and `upgradeTo` options. */

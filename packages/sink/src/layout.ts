@@ -5,6 +5,7 @@ import { InvalidConfigError } from "@stormlog/core";
 import { fileSystemErrorCode, TelemetryInputAccessError } from "./errors.js";
 import { linkInsideInput } from "./links.js";
 import { isSegmentFilename, MANIFEST_FILENAME } from "./manifest.js";
+import { readOOMDumpSync } from "./oom-dump.js";
 
 /** Who writes a sink directory under a shared root. */
 export interface ProcessSinkIdentity {
@@ -73,8 +74,8 @@ export function isSinkDirectorySync(dir: string): boolean {
  * The sink directories at `path`: `path` itself when it is one, and the sub-directories that are
  * (sorted by name): the shared-root layout, and the processes that wrote beside a directory's live
  * writer (see `claimSinkDirectory`). Empty when there are none. A sub-directory that is a symbolic
- * link out of `path` is not followed (`warn` says so). (Metadata calls only, made blocking: see
- * `resolveTelemetryInputSync`.)
+ * link out of `path` is not followed, nor is an OOM dump folder (`warn` says so). (Metadata calls
+ * only, made blocking: see `resolveTelemetryInputSync`.)
  */
 export async function discoverSinkDirectories(
   path: string,
@@ -120,7 +121,14 @@ function isSinkSubdirectory(realRoot: () => string, child: string, warn: (messag
     if (fileSystemErrorCode(error) === "ENOENT") return false;
     throw TelemetryInputAccessError.wrap(child, error);
   }
-  if (!info.isDirectory() || !isSinkDirectorySync(target)) return false;
+  if (!info.isDirectory()) return false;
+  const names = listDirectory(target);
+  if (!names.some(marksSinkDirectory)) return false;
+  // Its manifest.json is the bundle's: read as a sink it would be an empty one.
+  if (readOOMDumpSync(target, names) !== null) {
+    warn(`${child} not read: it is an OOM flight recorder dump, not a sink; pass it on its own to read it`);
+    return false;
+  }
   if (target === child) return true;
   // A link back to the input itself: the input is read already.
   return target !== realRoot() && linkInsideInput(child, realRoot(), warn) !== null;

@@ -145,6 +145,20 @@ function isPlainObject(value: unknown): value is JsonObject {
 export interface ManifestReadOptions {
   /** Told about entries that were skipped (malformed, or naming a file outside the directory). */
   onWarning?: (message: string) => void;
+  /**
+   * Told, once, why the text is no usable sink manifest (not JSON, not an object, no `segments`
+   * list...). It is still read as leniently as the reference reads it: unparsable means absent.
+   */
+  onInvalid?: (problem: string) => void;
+}
+
+/** `a list`, `a string`... for the messages about a manifest of the wrong shape. */
+function jsonKind(value: JsonValue): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "a list";
+  if (typeof value === "object") return "an object";
+  if (typeof value === "bigint") return "a number";
+  return `a ${typeof value}`;
 }
 
 /**
@@ -157,13 +171,27 @@ export function parseManifest(text: string, options: ManifestReadOptions = {}): 
   let payload: JsonValue;
   try {
     payload = parseJson(text);
-  } catch {
+  } catch (error) {
+    const detail = (error as Error).message.split("\n")[0]!;
+    options.onInvalid?.(text.trim() === "" ? "empty" : `not JSON: ${detail}`);
     return null;
   }
-  if (!isPlainObject(payload)) return null;
+  if (!isPlainObject(payload)) {
+    options.onInvalid?.(`the JSON is ${jsonKind(payload)}, not an object`);
+    return null;
+  }
   const schemaVersion = coerceManifestInt(payload.schema_version ?? 1, 1, 1);
   const formatValue = payload.format;
   const format = typeof formatValue === "string" && formatValue !== "" ? formatValue : SINK_FORMAT;
+
+  // A shape the reference reads as an empty ledger and segment list: said once, then read as it does.
+  const shape: string[] = [];
+  if (payload.segments === undefined) shape.push('no "segments" list');
+  else if (!Array.isArray(payload.segments))
+    shape.push(`"segments" is ${jsonKind(payload.segments)}, not a list`);
+  if (payload.sessions !== undefined && !Array.isArray(payload.sessions))
+    shape.push(`"sessions" is ${jsonKind(payload.sessions)}, not a list`);
+  if (shape.length > 0) options.onInvalid?.(shape.join("; "));
 
   const sessions: SessionSummary[] = [];
   const rawSessions = payload.sessions;

@@ -18,6 +18,7 @@ import {
   decodeTelemetryEventLine,
   type ResolvedTelemetryInput,
   resolveTelemetryInput,
+  segmentShortfall,
   type TelemetryInputKind,
 } from "./input.js";
 
@@ -31,7 +32,11 @@ export interface ReadOptions {
   strict?: boolean;
   /** Schema records are upgraded to: 3 (default, the Python snapshot) or 4. */
   upgradeTo?: 3 | 4;
-  /** Told about what was skipped: a final line cut by a crash, refused manifest entries. */
+  /**
+   * Told about what was skipped or distrusted: a final line cut by a crash, a segment shorter than
+   * its manifest says, a manifest that is no sink manifest, refused manifest entries; and that the
+   * input is an OOM dump folder.
+   */
   onWarning?: (message: string) => void;
 }
 
@@ -189,7 +194,8 @@ async function* scan(
     return;
   }
   for (const part of input.parts) {
-    for (const { path: segment, hint, defaultSessionId } of part.segments) {
+    for (const inputSegment of part.segments) {
+      const { path: segment, hint, defaultSessionId } = inputSegment;
       let count = 0;
       let lastSession: string | null = hint;
       // A file-system error (a permission, a link loop) is typed; decode errors pass through as they are.
@@ -216,6 +222,9 @@ async function* scan(
         throw TelemetryInputAccessError.wrap(segment, error);
       }
       if (count === 0 && hint !== null) hooks.onEmptySegment?.(segment, hint);
+      // Not among the session's `warnings`: those are the reference loader's (rollups.json keeps them).
+      const shortfall = segmentShortfall(inputSegment, count);
+      if (shortfall !== null) options.onWarning?.(shortfall);
     }
   }
 }

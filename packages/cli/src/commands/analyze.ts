@@ -3,6 +3,8 @@ import {
   type CommandHelp,
   choice,
   formatCommandHelp,
+  INDEX_OPTIONS,
+  indexFlags,
   parseCommandArgs,
   requirePath,
   stringFlag,
@@ -13,13 +15,18 @@ import type { Command } from "./command.js";
 const help: CommandHelp = {
   name: "analyze",
   summary: "Explain a run: peaks, phases, leaks, hidden memory and the cross-rank first cause.",
-  usage: "stormlog analyze <path> [--format txt|json] [--output FILE] [--session-id ID] [--no-index]",
+  usage:
+    "stormlog analyze <path> [--format txt|json] [--output FILE] [--session-id ID] [--no-index] [--cache-dir DIR]",
   description:
-    "Analyzes a sink directory (or a root of per-rank sink directories, a .jsonl or .json file).\n" +
+    "Analyzes a sink directory (or a root of per-rank sink directories, a .jsonl or .json file, an OOM\n" +
+    "flight recorder's dump folder).\n" +
     "Per-rank sessions of one job are merged into one distributed view; --session-id picks one session.\n" +
     "txt prints a readable summary (the Python reference's lines where they exist); json writes the full\n" +
     "report with exact integers. The first analysis of a sink builds an index beside it (or in\n" +
-    "--cache-dir when the sink is read-only), so later ones only read segments that changed.",
+    "--cache-dir when the sink is read-only), so later ones only read segments that changed.\n" +
+    "What the reading left out or distrusted (a line cut short, a segment shorter than its manifest\n" +
+    "says, an unusable manifest) is listed in the report's notes (json: sink.warnings).\n" +
+    "Exit code: 0 when the report was written, notes or not; 1 on an error (no report).",
   options: {
     format: { type: "string", value: "txt|json", description: "Report format.", default: "txt" },
     output: {
@@ -33,12 +40,7 @@ const help: CommandHelp = {
       value: "ID",
       description: "Analyze this session (see 'stormlog sessions').",
     },
-    "no-index": { type: "boolean", description: "Neither read nor write the index: scan every segment." },
-    "cache-dir": {
-      type: "string",
-      value: "DIR",
-      description: "Where to keep the index when the sink is read-only.",
-    },
+    ...INDEX_OPTIONS,
   },
   examples: [
     "stormlog analyze ./stormlog-sink",
@@ -65,7 +67,6 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const path = resolve(io.cwd, requirePath(help, args));
   const format = choice(help, args, "format", ["txt", "json"] as const, "txt");
   const sessionId = stringFlag(args, "session-id");
-  const cacheDir = stringFlag(args, "cache-dir");
   const { renderTelemetryAnalysis } = await import("@stormlog/analysis");
   const file = stringFlag(args, "output");
   // Colours only on a terminal, and never with NO_COLOR (https://no-color.org).
@@ -77,8 +78,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
       format,
       color,
       ...(sessionId === undefined ? {} : { sessionId }),
-      index: args.values["no-index"] !== true,
-      ...(cacheDir === undefined ? {} : { cacheDir: resolve(io.cwd, cacheDir) }),
+      ...indexFlags(args, io.cwd),
       onProgress: progressReporter(progress),
     });
   } finally {

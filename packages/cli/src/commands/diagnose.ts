@@ -11,6 +11,8 @@ import {
   type CommandHelp,
   choice,
   formatCommandHelp,
+  INDEX_OPTIONS,
+  indexFlags,
   parseCommandArgs,
   requirePath,
   stringFlag,
@@ -26,7 +28,8 @@ export const EXIT_MEMORY_RISK = 2;
 const help: CommandHelp = {
   name: "diagnose",
   summary: "Per-rank diagnostics table: gaps, first anomalies, earliest and most severe rank.",
-  usage: "stormlog diagnose <path> [--format txt|json] [--session-id ID] [--ranks 0,2,4-7] [--output FILE]",
+  usage:
+    "stormlog diagnose <path> [--format txt|json] [--session-id ID] [--ranks 0,2,4-7] [--output FILE] [--no-index] [--cache-dir DIR]",
   description:
     "The Python reference TUI's Diagnostics tab in the terminal: per rank its availability, samples,\n" +
     "allocated and reserved change, hidden gap (device used - allocator reserved; latest and peak) and\n" +
@@ -34,7 +37,8 @@ const help: CommandHelp = {
     "Changes and gaps are read from the samples and from phase records whose counters were read at the\n" +
     "boundary (phase_counters: boundary_read; a BOUNDARY READS column counts them when there are any).\n" +
     "Anomalies: alert events, readings whose gap reaches 5% of the device, hidden-memory findings, and\n" +
-    "phases that analyze judges leaking (leak:<phase path>).\n" +
+    "phases that analyze judges leaking (leak:<phase path>). Like analyze, it builds or reuses the\n" +
+    "index beside the sink (or in --cache-dir), and lists what the reading left out as warnings.\n" +
     "Exit code: 0 when nothing was found, 2 when a memory risk was found (a warning or critical\n" +
     "anomaly), 1 on error.",
   options: {
@@ -47,6 +51,7 @@ const help: CommandHelp = {
       default: "all",
     },
     output: { type: "string", short: "o", value: "FILE", description: "Write to FILE instead of stdout." },
+    ...INDEX_OPTIONS,
   },
   examples: [
     "stormlog diagnose ./job-sinks",
@@ -187,6 +192,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     rendered = await renderTelemetryDiagnosis(path, {
       ...(sessionId === undefined ? {} : { sessionId }),
       ...(ranks === undefined ? {} : { ranks }),
+      ...indexFlags(args, io.cwd),
       renderKey: `stormlog ${VERSION} diagnose ${format}`,
       render: ({ selection, diagnostics, firstTimestampNs }) => {
         const risk = diagnosticsFoundRisk(diagnostics);

@@ -5,10 +5,13 @@ import {
   type CommandHelp,
   choice,
   formatCommandHelp,
+  INDEX_OPTIONS,
+  indexFlags,
   parseCommandArgs,
   requirePath,
   stringFlag,
 } from "../args.js";
+import { warningLine } from "../format.js";
 import { type CliIo, createProgress, type Output, openOutput, type Progress } from "../io.js";
 import type { Command } from "./command.js";
 
@@ -17,7 +20,8 @@ const FORMATS = ["perfetto", "csv", "jsonl"] as const;
 const help: CommandHelp = {
   name: "export",
   summary: "Export a run as a Perfetto/Chrome trace, CSV (metadata kept) or canonical JSONL.",
-  usage: "stormlog export <path> --format perfetto|csv|jsonl [--output FILE] [--session-id ID]",
+  usage:
+    "stormlog export <path> --format perfetto|csv|jsonl [--output FILE] [--session-id ID] [--no-index] [--cache-dir DIR]",
   description:
     "perfetto: Chrome Trace Event JSON for ui.perfetto.dev: each rank is a process ('rank R @ host'),\n" +
     "phases are slices on one lane per recording thread, memory series are counter tracks, and alerts,\n" +
@@ -28,11 +32,14 @@ const help: CommandHelp = {
     "The selection is the one analyze and diagnose use: per-rank sessions of one job are merged\n" +
     "unless --session-id picks one. csv and jsonl stream in storage order; perfetto streams one\n" +
     "session at a time (each session's events are a block of the trace). Like analyze, export\n" +
-    "builds or reuses the analysis index beside the sink (or in the cache directory).",
+    "builds or reuses the analysis index beside the sink (or in --cache-dir when the sink is read-only).\n" +
+    "What the reading left out or distrusted (a line cut short, a segment shorter than its manifest\n" +
+    "says, an unusable manifest) is said on stderr, one warning a line; the exit code stays 0.",
   options: {
     format: { type: "string", value: "perfetto|csv|jsonl", description: "Export format (required)." },
     output: { type: "string", short: "o", value: "FILE", description: "Write to FILE instead of stdout." },
     "session-id": { type: "string", value: "ID", description: "Export this session or rank group." },
+    ...INDEX_OPTIONS,
   },
   examples: [
     "stormlog export ./job-sinks --format perfetto --output trace.json   # open in https://ui.perfetto.dev",
@@ -93,7 +100,11 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const open = () => openOutput(io, stringFlag(args, "output"));
   const progress = createProgress(io, "Exporting");
   try {
-    const selectionOptions = sessionId === undefined ? {} : { sessionId };
+    const selectionOptions = {
+      ...(sessionId === undefined ? {} : { sessionId }),
+      ...indexFlags(args, io.cwd),
+      onWarning: (message: string) => io.stderr.write(warningLine(help.name, message)),
+    };
     if (format === "perfetto") {
       const chunks = streamPerfettoTrace(path, {
         ...selectionOptions,

@@ -10,7 +10,7 @@ import {
   requirePath,
   stringFlag,
 } from "../args.js";
-import { durationNs, isoNs, renderTable, shown } from "../format.js";
+import { durationNs, isoNs, renderTable, shown, warningLine } from "../format.js";
 import { type CliIo, writeOutput } from "../io.js";
 import type { Command } from "./command.js";
 
@@ -85,7 +85,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     text = formatSessionsText(path, sessions, rankGroups);
   }
   await writeOutput(io, stringFlag(args, "output"), text);
-  for (const warning of warnings) io.stderr.write(`stormlog sessions: warning: ${shown(warning)}\n`);
+  for (const warning of warnings) io.stderr.write(warningLine(help.name, warning));
   return 0;
 }
 
