@@ -50,6 +50,8 @@ export interface CounterPeak {
   value: number;
   timestampNs: bigint;
   deviceId: number;
+  /** The record's collector (`stormlog.tfjs_tracker+stormlog.cpu_tracker` for merged ones). */
+  collector: string;
 }
 
 /** A phase boundary record with the counters it carries. NaN marks a null counter. */
@@ -233,6 +235,7 @@ export class RankPart {
   ];
   private readonly peakTs = [0, 0, 0];
   private readonly peakDevices = [0, 0, 0];
+  private readonly peakCollectors = ["", "", ""];
   readonly boundaries: BoundaryEntry[] = [];
   readonly births: BirthEntry[] = [];
   readonly alerts: AlertEntry[] = [];
@@ -355,11 +358,12 @@ export class RankPart {
     }
   }
 
-  peak(which: 0 | 1 | 2, value: number, t: number, deviceId: number): void {
+  peak(which: 0 | 1 | 2, value: number, t: number, deviceId: number, collector: string): void {
     if (!(value > this.peakValues[which]!)) return;
     this.peakValues[which] = value;
     this.peakTs[which] = t;
     this.peakDevices[which] = deviceId;
+    this.peakCollectors[which] = collector;
   }
 
   /** The peaks of allocator allocated, allocator reserved and device used, over every event. */
@@ -368,7 +372,12 @@ export class RankPart {
     for (let i = 0; i < 3; i++) {
       const value = this.peakValues[i]!;
       if (value > Number.NEGATIVE_INFINITY)
-        out[i] = { value, timestampNs: this.timestampOf(this.peakTs[i]!), deviceId: this.peakDevices[i]! };
+        out[i] = {
+          value,
+          timestampNs: this.timestampOf(this.peakTs[i]!),
+          deviceId: this.peakDevices[i]!,
+          collector: this.peakCollectors[i]!,
+        };
     }
     return out;
   }
@@ -378,6 +387,7 @@ export class RankPart {
     this.peakValues[which] = peak === null ? Number.NEGATIVE_INFINITY : peak.value;
     this.peakTs[which] = peak === null ? 0 : this.offsetOfBigInt(peak.timestampNs);
     this.peakDevices[which] = peak?.deviceId ?? 0;
+    this.peakCollectors[which] = peak?.collector ?? "";
   }
 
   get minTs(): bigint | null {
@@ -512,6 +522,7 @@ export interface LineFields {
   readonly localRank: number;
   readonly pid: number;
   readonly host: string;
+  readonly collector: string;
   readonly jobId: string | null;
   readonly worldSize: number;
   readonly samplingIntervalMs: number;
@@ -585,9 +596,10 @@ export class Accumulator {
       });
     }
     const deviceId = fields.deviceId;
-    part.peak(0, fields.allocated, t, deviceId);
-    part.peak(1, fields.reserved, t, deviceId);
-    part.peak(2, fields.used, t, deviceId);
+    const collector = fields.collector;
+    part.peak(0, fields.allocated, t, deviceId, collector);
+    part.peak(1, fields.reserved, t, deviceId, collector);
+    part.peak(2, fields.used, t, deviceId, collector);
     if (isSample) {
       const used = fields.used;
       if (Number.isNaN(used)) part.samplesWithoutUsed++;
@@ -655,9 +667,9 @@ export class Accumulator {
     const allocated = nullable(event.allocator_allocated_bytes);
     const reserved = nullable(event.allocator_reserved_bytes);
     const used = nullable(event.device_used_bytes);
-    part.peak(0, allocated, t, event.device_id);
-    part.peak(1, reserved, t, event.device_id);
-    part.peak(2, used, t, event.device_id);
+    part.peak(0, allocated, t, event.device_id, event.collector);
+    part.peak(1, reserved, t, event.device_id, event.collector);
+    part.peak(2, used, t, event.device_id, event.collector);
     if (isSample) {
       if (Number.isNaN(used)) part.samplesWithoutUsed++;
       if (originOf(event.metadata) !== null) part.originSamples++;

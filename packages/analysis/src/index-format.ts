@@ -65,7 +65,7 @@ interface RankHeader {
   first: Evidence;
   lastStop: Evidence;
   identities: SampleIdentity[];
-  peaks: ({ v: number; t: string; d: number } | null)[];
+  peaks: ({ v: number; t: string; d: number; c: string } | null)[];
   samplesWithoutUsed: number;
   count: number;
   hasIdentity: boolean;
@@ -198,7 +198,9 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
         lastStop: evidenceOut(part.lastStop, part.lastStopT),
         identities: part.identities,
         peaks: part.peaks.map((peak) =>
-          peak === null ? null : { v: peak.value, t: peak.timestampNs.toString(), d: peak.deviceId },
+          peak === null
+            ? null
+            : { v: peak.value, t: peak.timestampNs.toString(), d: peak.deviceId, c: peak.collector },
         ),
         samplesWithoutUsed: part.samplesWithoutUsed,
         count,
@@ -374,7 +376,12 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
           i as 0 | 1 | 2,
           peak === null
             ? null
-            : ({ value: peak.v, timestampNs: BigInt(peak.t), deviceId: peak.d } satisfies CounterPeak),
+            : ({
+                value: peak.v,
+                timestampNs: BigInt(peak.t),
+                deviceId: peak.d,
+                collector: peak.c,
+              } satisfies CounterPeak),
         );
       });
       part.samplesWithoutUsed = r.samplesWithoutUsed;

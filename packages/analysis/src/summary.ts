@@ -228,6 +228,7 @@ export class SummaryAccumulator {
           rank: series.rank,
           device_id: peak.deviceId,
           session_id: series.sessionId,
+          collector: peak.collector,
         };
       }
     });

@@ -220,6 +220,12 @@ function phaseRows(phases: readonly PhaseStat[], limit: number): string[][] {
 
 /** The device id of host (CPU) records, as the reference's CPU tracker writes them. */
 const HOST_DEVICE_ID = -1;
+/** The collector that writes the process's resident memory as reserved and device used (both trackers). */
+const CPU_TRACKER = "stormlog.cpu_tracker";
+
+function isCpuTrackerPeak(peak: { device_id: number; collector: string }): boolean {
+  return peak.device_id === HOST_DEVICE_ID && peak.collector.split("+").includes(CPU_TRACKER);
+}
 
 /** The text report (see the module comment). */
 export function formatReportText(report: AnalysisReport, options: TextOptions = {}): string {
@@ -253,18 +259,18 @@ export function formatReportText(report: AnalysisReport, options: TextOptions = 
     `${count(summary.event_count)} (${count(summary.sample_count)} samples) on ${summary.ranks.length} rank${summary.ranks.length === 1 ? "" : "s"}` +
       (summary.ranks.length > 1 ? ` (${rankList(summary.ranks)})` : ""),
   ]);
-  // On the host (device -1, the reference's CPU tracker and ours) reserved and device used are the
-  // process's resident memory: said so, or they read as a GPU's figures next to a tiny allocated one.
+  // Figures the CPU tracker wrote (the reference's and ours: device -1, the process's RSS as reserved
+  // and device used) are said to be so, or they read as a GPU's next to a tiny allocated one.
   const peak = (
     label: string,
     value: AnalysisReport["summary"]["peaks"]["device_used_bytes"],
-    onHost?: string,
+    fromCpuTracker?: string,
   ): void => {
     if (value !== null)
       rows.push([
         label,
         `${formatBytes(value.value)}  rank ${value.rank}, ${relative(value.timestamp_ns, origin)}` +
-          (onHost !== undefined && value.device_id === HOST_DEVICE_ID ? `  (${onHost})` : ""),
+          (fromCpuTracker !== undefined && isCpuTrackerPeak(value) ? `  (${fromCpuTracker})` : ""),
       ]);
   };
   peak("Peak allocated", summary.peaks.allocator_allocated_bytes);

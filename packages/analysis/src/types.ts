@@ -40,6 +40,8 @@ export interface CounterPeakReport {
   rank: number;
   device_id: number;
   session_id: string;
+  /** The collector of the record that holds the peak (merged collectors joined with `+`). */
+  collector: string;
 }
 
 /** Collector-health transitions (`collector_degraded`/`collector_recovered`) and the time spent degraded. */

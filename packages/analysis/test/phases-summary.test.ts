@@ -215,13 +215,14 @@ describe("session summary", () => {
     });
   });
 
-  it("gives each peak with its value, time, rank and device", () => {
+  it("gives each peak with its value, time, rank, device and collector", () => {
     expect(report.summary.peaks.device_used_bytes).toEqual({
       value: 20 * GiB,
       timestamp_ns: at(700),
       rank: 1,
       device_id: 1,
       session_id: "s",
+      collector: "stormlog.test",
     });
     expect(report.summary.peaks.allocator_reserved_bytes).toMatchObject({
       value: 3 * GiB + 10 * MiB,

@@ -88,23 +88,37 @@ describe("formatReportText", () => {
   });
 
   it("says when reserved and device used are the process's resident memory (a CPU run), and when the session started", () => {
-    const samples = (device: number) =>
+    const samples = (device: number, collector: string) =>
       [10, 20, 30].map((ms, i) =>
         record("sample", BASE_NS + BigInt(ms) * MS, {
           device_id: device,
+          collector,
           allocator_allocated_bytes: 1000 * (i + 1),
           allocator_reserved_bytes: 300 * MiB,
           device_used_bytes: 300 * MiB,
         }),
       );
     const rowsOf = (text: string) => text.split("\n").filter((line) => /^ {2}Peak /.test(line));
-    const host = rowsOf(formatReportText(analyzeEvents(samples(-1))));
+    const host = rowsOf(
+      formatReportText(analyzeEvents(samples(-1, "stormlog.tfjs_tracker+stormlog.cpu_tracker"))),
+    );
     expect(host).toHaveLength(3);
     expect(host[0]).toMatch(/^ {2}Peak allocated +2\.93 KB {2}rank 0, \+[\d.]+ s$/);
     for (const line of host.slice(1))
       expect(line).toMatch(/\(the process's resident memory \(RSS\): a CPU run\)$/);
-    // A GPU's figures are the device's: no such note.
-    for (const line of rowsOf(formatReportText(analyzeEvents(samples(0))))) expect(line).not.toContain("RSS");
+    // tfjs alone on the CPU (its reserved figure is not RSS), and a GPU's figures: no such note.
+    for (const [device, collector] of [
+      [-1, "stormlog.tfjs_tracker"],
+      [0, "stormlog.nvml_tracker+stormlog.cpu_tracker"],
+    ] as const) {
+      const rows = rowsOf(formatReportText(analyzeEvents(samples(device, collector))));
+      expect(rows).toHaveLength(3);
+      for (const line of rows) expect(line).not.toContain("RSS");
+    }
+    // The report names the collector of each peak's record.
+    expect(
+      analyzeEvents(samples(-1, "stormlog.cpu_tracker")).summary.peaks.device_used_bytes?.collector,
+    ).toBe("stormlog.cpu_tracker");
 
     const started = distributed.session.started_at_ns;
     expect(started).not.toBeNull();
