@@ -146,13 +146,17 @@ function referenceLines(report: AnalysisReport): string[] {
       `Missing ranks: ${crossRank.missing_ranks.join(", ") || "none"}`,
     );
     if (crossRank.cluster_onset_timestamp_ns !== null)
-      lines.push(`Cluster onset (aligned ns): ${crossRank.cluster_onset_timestamp_ns}`);
+      lines.push(
+        `Cluster onset (aligned ns): ${crossRank.cluster_onset_timestamp_ns} (${isoTimestampNs(crossRank.cluster_onset_timestamp_ns)})`,
+      );
     const top = crossRank.first_cause_suspects[0];
     if (top !== undefined) {
       lines.push(
         `Top first-cause suspect: rank ${top.rank} (${top.confidence})`,
-        `Evidence: timestamp_ns=${top.first_spike_timestamp_ns}, aligned_timestamp_ns=${top.aligned_first_spike_timestamp_ns}, ` +
-          `lead_ns=${top.lead_over_cluster_onset_ns}, delta=${formatBytes(top.peak_delta_bytes)}`,
+        // The reference's fields, each time also as people read it.
+        `Evidence: timestamp_ns=${top.first_spike_timestamp_ns} (${isoTimestampNs(top.first_spike_timestamp_ns)}), ` +
+          `aligned_timestamp_ns=${top.aligned_first_spike_timestamp_ns}, ` +
+          `lead_ns=${top.lead_over_cluster_onset_ns} (${formatDuration(top.lead_over_cluster_onset_ns)}), delta=${formatBytes(top.peak_delta_bytes)}`,
       );
       const phase = phaseSummaryFromPayload(top.phase_attribution);
       if (phase) lines.push(`Suspect phase: ${shownText(phase)}`);

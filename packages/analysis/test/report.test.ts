@@ -81,8 +81,10 @@ describe("formatReportText", () => {
     expect(lines).toContain(`Missing ranks: ${crossRank.missing_ranks.join(", ") || "none"}`);
     expect(lines).toContain(`Top first-cause suspect: rank ${top.rank} (${top.confidence})`);
     expect(lines).toContain(
-      `Evidence: timestamp_ns=${top.first_spike_timestamp_ns}, aligned_timestamp_ns=${top.aligned_first_spike_timestamp_ns}, lead_ns=${top.lead_over_cluster_onset_ns}, delta=${formatBytes(top.peak_delta_bytes)}`,
+      `Evidence: timestamp_ns=${top.first_spike_timestamp_ns} (${isoTimestampNs(top.first_spike_timestamp_ns)}), aligned_timestamp_ns=${top.aligned_first_spike_timestamp_ns}, lead_ns=${top.lead_over_cluster_onset_ns} (${formatDuration(top.lead_over_cluster_onset_ns)}), delta=${formatBytes(top.peak_delta_bytes)}`,
     );
+    const onset = crossRank.cluster_onset_timestamp_ns as bigint;
+    expect(lines).toContain(`Cluster onset (aligned ns): ${onset} (${isoTimestampNs(onset)})`);
     expect(lines).toContain(`Notes: ${crossRank.notes.join(" ")}`);
     expect(lines.some((line) => line.startsWith("Telemetry session selected: session-11-0 ("))).toBe(true);
   });
