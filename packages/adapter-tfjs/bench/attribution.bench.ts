@@ -169,9 +169,11 @@ group("(b) training step: MLP 64-128-128-10, batch 64, Adam, cpu backend", () =>
   });
 });
 
-// sample() groups every live tensor: its cost with 10 000 live tensors in 10 phases.
-group("sample() with 10 000 live tensors", () => {
-  bench("tfjs/sample() with attribution, 10 000 live tensors", function* () {
+// sample() groups every live tensor: its cost with 10 000 live tensors in 10 phases. When the live
+// tensors are those of the last sample it returns the last result without grouping; a tensor made or
+// disposed between samples (a leak, a step caught midway) makes it group them all.
+function sampled(change: boolean) {
+  return function* () {
     const collector = attributed(syncContext);
     const kept: tf.Tensor[] = [];
     for (let i = 0; i < 10_000; i++) {
@@ -179,10 +181,25 @@ group("sample() with 10 000 live tensors", () => {
       kept.push(tf.zeros([(i % 7) + 1, 8]));
     }
     syncPath = "train / backward";
-    yield () => collector.sample();
+    let extra: tf.Tensor | undefined;
+    yield () => {
+      if (change) {
+        if (extra === undefined) extra = tf.zeros([4]);
+        else {
+          extra.dispose();
+          extra = undefined;
+        }
+      }
+      return collector.sample();
+    };
+    extra?.dispose();
     tf.dispose(kept);
     collector.close();
-  });
+  };
+}
+group("sample() with 10 000 live tensors", () => {
+  bench("tfjs/sample() with attribution, 10 000 live tensors, unchanged", sampled(false));
+  bench("tfjs/sample() with attribution, 10 000 live tensors, one more or fewer each time", sampled(true));
 });
 
 const results = await run();

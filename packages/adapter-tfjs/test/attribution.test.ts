@@ -398,3 +398,188 @@ describe("birth-phase attribution on the cpu backend", () => {
     }
   });
 });
+
+/** An engine of tfjs's shape whose tensors the test makes by id, and a collector attributing on it. */
+function fakeEngine() {
+  class Engine {
+    backendName = "cpu";
+    state = { numBytes: 0, numTensors: 0, numDataBuffers: 0 };
+    trackTensor(_tensor: TfTrackedTensor): void {
+      this.state.numTensors++;
+    }
+    disposeTensor(_tensor: TfTrackedTensor): void {
+      this.state.numTensors--;
+    }
+  }
+  const engine = new Engine();
+  const ns: TfNamespace = {
+    getBackend: () => "cpu",
+    backend: () => ({}),
+    memory: () => ({ ...engine.state }),
+    engine: () => engine,
+  };
+  const tensor = (id: number, shape: number[] = [2, 3]): TfTrackedTensor => ({
+    id,
+    dtype: "float32",
+    shape,
+    size: shape.reduce((product, dim) => product * dim, 1),
+    dataId: {},
+  });
+  return { engine, ns, tensor };
+}
+
+describe("birth-phase attribution's table of live tensors (tensor ids in order, as tfjs makes them)", () => {
+  it("keeps a long-lived tensor whose slot a much newer id takes, and an older id that arrives after a newer one", () => {
+    const { engine, ns, tensor } = fakeEngine();
+    let path = "build";
+    const c = collector({}, ns);
+    c.bindPhases({ currentPhasePath: () => path });
+    // Ids 2^20 apart share a slot in any table of up to 2^20 slots.
+    const apart = 1 << 20;
+    const weights = Array.from({ length: 8 }, (_, i) => tensor(i, [i + 1]));
+    for (const w of weights) engine.trackTensor(w);
+    path = "step";
+    const newer = Array.from({ length: 8 }, (_, i) => tensor(5 * apart + i, [4, 4]));
+    for (const t of newer) engine.trackTensor(t);
+    // Older than the newer tensors in its slot, tracked after them (an engine that numbers otherwise).
+    const late = tensor(3 * apart, [7]);
+    engine.trackTensor(late);
+    expect(live(c)).toEqual({
+      step: {
+        tensors: 9,
+        bytes: 8 * 64 + 28,
+        largest: [
+          { dtype: "float32", shape: [4, 4], bytes: 512, count: 8 },
+          { dtype: "float32", shape: [7], bytes: 28, count: 1 },
+        ],
+      },
+      build: {
+        tensors: 8,
+        bytes: 4 * 36,
+        largest: [
+          { dtype: "float32", shape: [8], bytes: 32, count: 1 },
+          { dtype: "float32", shape: [7], bytes: 28, count: 1 },
+          { dtype: "float32", shape: [6], bytes: 24, count: 1 },
+        ],
+      },
+    });
+
+    // Variable.assign() on a displaced tensor: disposed and tracked again, it keeps its birth phase.
+    engine.disposeTensor(weights[7] as TfTrackedTensor);
+    engine.trackTensor(weights[7] as TfTrackedTensor);
+    for (const t of newer) engine.disposeTensor(t);
+    engine.disposeTensor(late);
+    expect(counts(c)).toEqual({ build: 8 });
+    for (const w of weights.slice(0, 6)) engine.disposeTensor(w);
+    expect(live(c)).toEqual({
+      build: {
+        tensors: 2,
+        bytes: 60,
+        largest: [
+          { dtype: "float32", shape: [8], bytes: 32, count: 1 },
+          { dtype: "float32", shape: [7], bytes: 28, count: 1 },
+        ],
+      },
+    });
+    // A new tensor reuses the slot of a disposed one; the ones displaced from it stay.
+    path = "next";
+    engine.trackTensor(tensor(9 * apart + 7, [1]));
+    expect(counts(c)).toEqual({ build: 2, next: 1 });
+  });
+
+  it("stays exact while the table grows: thousands of long-lived tensors under a stream of short-lived ones", () => {
+    const { engine, ns, tensor } = fakeEngine();
+    let path = "build";
+    const c = collector({}, ns);
+    c.bindPhases({ currentPhasePath: () => path });
+    let id = 0;
+    const weights = Array.from({ length: 5000 }, () => tensor(id++, [4]));
+    for (const w of weights) engine.trackTensor(w);
+    path = "step";
+    const window: TfTrackedTensor[] = [];
+    for (let i = 0; i < 30_000; i++) {
+      const t = tensor(id++, [3]);
+      engine.trackTensor(t);
+      window.push(t);
+      if (window.length > 50) engine.disposeTensor(window.shift() as TfTrackedTensor);
+      // Every 1000th tensor lives on, as a leak would.
+      if (i % 1000 === 0) window.pop();
+    }
+    expect(live(c)).toEqual({
+      build: {
+        tensors: 5000,
+        bytes: 80_000,
+        largest: [{ dtype: "float32", shape: [4], bytes: 80_000, count: 5000 }],
+      },
+      step: {
+        tensors: 80,
+        bytes: 80 * 12,
+        largest: [{ dtype: "float32", shape: [3], bytes: 80 * 12, count: 80 }],
+      },
+    });
+    for (const w of weights) engine.disposeTensor(w);
+    for (const t of window) engine.disposeTensor(t);
+    expect(counts(c)).toEqual({ step: 30 });
+  });
+});
+
+describe("live() returns its previous result while it stays the same", () => {
+  it("returns the same object until the live tensors change, then a new one that keeps unchanged phases' objects", () => {
+    let path = "build";
+    const c = collector();
+    c.bindPhases({ currentPhasePath: () => path });
+    const weights = tf.variable(tf.zeros([8, 8]));
+    kept.push(weights);
+    path = "train";
+    kept.push(tf.ones([4]));
+    const first = live(c);
+    expect(live(c)).toBe(first);
+
+    // A step: tensors made and disposed, a variable assigned: the same live tensors.
+    tf.tidy(() => {
+      weights.assign(tf.add(weights, 1));
+      tf.square(tf.ones([16]));
+    });
+    expect(live(c)).toBe(first);
+
+    // One more live tensor: a new result; the phase it did not touch keeps its object.
+    const extra = tf.zeros([4]);
+    const second = live(c);
+    expect(second).not.toBe(first);
+    expect(second.train?.tensors).toBe(2);
+    expect(second.build).toBe(first.build);
+    expect(live(c)).toBe(second);
+
+    // Back to the first tensors: equal to the first result, but not the previous call's, so a new object.
+    extra.dispose();
+    const third = live(c);
+    expect(third).not.toBe(second);
+    expect(third).toEqual(first);
+    expect(live(c)).toBe(third);
+  });
+
+  it("compares the new result with the previous one when the tensors changed but the result did not", () => {
+    let path = "tokenize";
+    const c = collector();
+    c.bindPhases({ currentPhasePath: () => path });
+    // A string's bytes are read from tfjs at each sample: the result is computed and compared.
+    kept.push(tf.tensor(["abc", "de"]), tf.zeros([3]));
+    const first = live(c);
+    path = "train";
+    tf.dispose(tf.ones([3]));
+    const disposedAndMadeAgain = tf.zeros([5]);
+    disposedAndMadeAgain.dispose();
+    expect(live(c)).toBe(first);
+    // The same ids tracked again with another shape (a fake engine may): a new result.
+    const { engine, ns, tensor } = fakeEngine();
+    const fake = collector({}, ns);
+    fake.bindPhases({ currentPhasePath: () => "infer" });
+    engine.trackTensor(tensor(1, [2, 3]));
+    const before = live(fake);
+    engine.disposeTensor(tensor(1, [2, 3]));
+    engine.trackTensor(tensor(1, [3, 2]));
+    const after = live(fake);
+    expect(after).not.toBe(before);
+    expect(after.infer?.largest).toEqual([{ dtype: "float32", shape: [3, 2], bytes: 24, count: 1 }]);
+  });
+});
