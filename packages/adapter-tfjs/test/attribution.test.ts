@@ -10,11 +10,12 @@ import {
   tfjsCollector,
 } from "../src/index.js";
 import { asyncPhases } from "./support/async-phases.js";
+import { useCpuBackend } from "./support/cpu-backend.js";
 
 /** The engine's own methods, read before any collector of this file wraps them. */
 let engineMethods: { trackTensor: unknown; disposeTensor: unknown };
 beforeAll(async () => {
-  await tf.setBackend("cpu");
+  await useCpuBackend();
   await tf.ready();
   const engine = tf.engine();
   engineMethods = { trackTensor: engine.trackTensor, disposeTensor: engine.disposeTensor };

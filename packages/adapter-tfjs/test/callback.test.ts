@@ -1,10 +1,11 @@
 import * as tf from "@tensorflow/tfjs";
 import { beforeAll, describe, expect, it } from "vitest";
 import { stormlogCallback } from "../src/index.js";
+import { useCpuBackend } from "./support/cpu-backend.js";
 import { recordingHost } from "./support/recording-host.js";
 
 beforeAll(async () => {
-  await tf.setBackend("cpu");
+  await useCpuBackend();
   await tf.ready();
 });
 

@@ -8,9 +8,10 @@ import {
   tfjsCollector,
 } from "../src/index.js";
 import { describeCollectorContract } from "./support/collector-contract.js";
+import { useCpuBackend } from "./support/cpu-backend.js";
 
 beforeAll(async () => {
-  await tf.setBackend("cpu");
+  await useCpuBackend();
   await tf.ready();
 });
 
