@@ -330,8 +330,10 @@ describe("the record ring's detail of mixed values", () => {
     shared.lr = 0.05;
     const second = push(r.store, "phase_enter", null, { ...scope, attributes: { ...attributes, step: 2 } });
     r.writer.write(r.store, second);
-    const [read] = r.deliver();
-    expect((read?.metadata.phase_scope as { attributes?: JsonObject }).attributes).toEqual({
+    const delivered = r.deliver();
+    expect(delivered).toHaveLength(1);
+    const read = delivered[0] as TelemetryEvent;
+    expect((read.metadata.phase_scope as { attributes?: JsonObject }).attributes).toEqual({
       step: 2,
       optimizer: { lr: 0.05 },
     });
