@@ -343,7 +343,7 @@ export function formatReportText(report: AnalysisReport, options: TextOptions = 
     if (shown.length === 0) lines.push("  No phase keeps memory across its occurrences.");
     if (stable.length > 0) lines.push(`  Stable: ${stable.join(", ")}`);
     for (const [reason, paths] of unknown)
-      lines.push(`  Not judged (${shownText(reason)}): ${paths.join(", ")}`);
+      lines.push(`  Not judged: ${paths.join(", ")} (${shownText(reason)})`);
   }
 
   // Hidden memory.

@@ -1,6 +1,6 @@
 import type { TelemetryEvent } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { analyzeEvents } from "../src/index.js";
+import { analyzeEvents, formatReportText } from "../src/index.js";
 import { BASE_NS, GiB, MiB, MS, record } from "./report-helpers.js";
 
 const scope = (action: "enter" | "exit", path: string[], scopeId: string, sequence: number, thread = 1) => ({
@@ -307,6 +307,14 @@ describe("a parent phase's peak", () => {
       boundary("phase_exit", 10, ["train"], 0, 1 * GiB),
     ];
   }
+
+  it("says why phases with too few occurrences are not judged, one line per reason", () => {
+    const text = formatReportText(analyzeEvents([...step(0, 0), ...step(20, 10)]));
+    expect(text).toContain(
+      "  Not judged: train, train / backward, train / forward (2 closed occurrences on a rank; 6 needed)",
+    );
+    expect(formatReportText(analyzeEvents(step(0, 0)))).toContain("(1 closed occurrence on a rank; 6 needed)");
+  });
 
   it("includes the peaks of the phases nested in it", () => {
     const report = analyzeEvents([...step(0, 0), ...step(20, 10)]);

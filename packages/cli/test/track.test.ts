@@ -13,7 +13,8 @@ const keep = [];
 let n = 0;
 const timer = setInterval(() => {
   keep.push(Buffer.alloc(20 * 1024 * 1024, 1));
-  if (++n === 5) { clearInterval(timer); setTimeout(() => process.exit(3), 150); }
+  // Held a second before exiting: samples are taken even when a loaded machine starts the tracker late.
+  if (++n === 5) { clearInterval(timer); setTimeout(() => process.exit(3), 1000); }
 }, 40);
 `;
 

@@ -614,7 +614,9 @@ const insufficient = (reason: string): MetricVerdict => ({
 function judgeOwn(entry: PathOccurrences, metric: Metric, lastSample: boolean): MetricVerdict {
   const { levels, nets } = closedLevels(entry.list, READERS[metric]);
   if (levels.length < MIN_LEAK_OCCURRENCES)
-    return insufficient(`${levels.length} closed occurrences on a rank (${MIN_LEAK_OCCURRENCES} needed)`);
+    return insufficient(
+      `${levels.length} closed occurrence${levels.length === 1 ? "" : "s"} on a rank; ${MIN_LEAK_OCCURRENCES} needed`,
+    );
   const level = judgeLevels(levels, metric);
   const measured = nets.filter((net) => !Number.isNaN(net));
   if (!lastSample && measured.length < MIN_LEAK_OCCURRENCES)
