@@ -313,7 +313,9 @@ describe("a parent phase's peak", () => {
     expect(text).toContain(
       "  Not judged: train, train / backward, train / forward (2 closed occurrences on a rank; 6 needed)",
     );
-    expect(formatReportText(analyzeEvents(step(0, 0)))).toContain("(1 closed occurrence on a rank; 6 needed)");
+    expect(formatReportText(analyzeEvents(step(0, 0)))).toContain(
+      "(1 closed occurrence on a rank; 6 needed)",
+    );
   });
 
   it("includes the peaks of the phases nested in it", () => {
