@@ -3,7 +3,13 @@
  * exist (so scripts grepping them keep working), then sessions, phases, leaks, hidden memory,
  * alerts and collector health as aligned tables for a terminal.
  */
-import { formatBytes, isoTimestampNs, terminalText } from "@stormlog/core";
+import {
+  CPU_TRACKER_COLLECTOR,
+  formatBytes,
+  HOST_DEVICE_ID,
+  isoTimestampNs,
+  terminalText,
+} from "@stormlog/core";
 import { type PhaseAttributionPayload, summarizePhaseResolution } from "@stormlog/phases";
 import type { AnalysisReport, LeakReport, PhaseStat, RankGapFinding } from "./types.js";
 
@@ -222,13 +228,8 @@ function phaseRows(phases: readonly PhaseStat[], limit: number): string[][] {
   });
 }
 
-/** The device id of host (CPU) records, as the reference's CPU tracker writes them. */
-const HOST_DEVICE_ID = -1;
-/** The collector that writes the process's resident memory as reserved and device used (both trackers). */
-const CPU_TRACKER = "stormlog.cpu_tracker";
-
 function isCpuTrackerPeak(peak: { device_id: number; collector: string }): boolean {
-  return peak.device_id === HOST_DEVICE_ID && peak.collector.split("+").includes(CPU_TRACKER);
+  return peak.device_id === HOST_DEVICE_ID && peak.collector.split("+").includes(CPU_TRACKER_COLLECTOR);
 }
 
 /** The text report (see the module comment). */

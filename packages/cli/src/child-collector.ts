@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import {
   COLLECTOR_SPECIFICATION_VERSION,
   type CollectorAvailability,
+  CPU_TRACKER_COLLECTOR,
   type JsonObject,
   type MemoryCapabilities,
   type MemoryCollector,
@@ -10,7 +11,7 @@ import {
 } from "@stormlog/core";
 
 /** The telemetry `collector` of host-memory readings (the reference's CPU mode), here for another process. */
-export const CHILD_COLLECTOR_NAME = "stormlog.cpu_tracker";
+export const CHILD_COLLECTOR_NAME = CPU_TRACKER_COLLECTOR;
 
 /** Options of {@link childProcessCollector}. */
 export interface ChildProcessCollectorOptions {

@@ -5,6 +5,14 @@ import type { MemoryCounterField } from "./schema.js";
 export const COLLECTOR_SPECIFICATION_VERSION = "v1" as const;
 
 /**
+ * The telemetry `collector` of host-memory readings, as the reference's CPU tracker writes it: the
+ * process's resident memory as reserved and device used, on `HOST_DEVICE_ID`.
+ */
+export const CPU_TRACKER_COLLECTOR = "stormlog.cpu_tracker";
+/** The `device_id` of host (CPU) records. */
+export const HOST_DEVICE_ID = -1;
+
+/**
  * What a collector can measure: exactly the keys of the v4 `metadata.memory_capabilities` object.
  * A counter whose `supports_*` flag is false is never reported (not even as zero).
  */

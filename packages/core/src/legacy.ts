@@ -1,4 +1,4 @@
-import type { MemoryCapabilities } from "./collector.js";
+import { CPU_TRACKER_COLLECTOR, HOST_DEVICE_ID, type MemoryCapabilities } from "./collector.js";
 import { InvalidConfigError, type SourceLocation, TelemetryValidationError } from "./errors.js";
 import { resolveDistributedIdentity } from "./identity.js";
 import type { JsonObject, JsonValue } from "./json.js";
@@ -26,7 +26,7 @@ export const LEGACY_BACKEND_COLLECTORS: Readonly<Record<string, string>> = {
   mps: "stormlog.mps_tracker",
   rocm: "stormlog.rocm_tracker",
   cuda: "stormlog.cuda_tracker",
-  cpu: "stormlog.cpu_tracker",
+  cpu: CPU_TRACKER_COLLECTOR,
 };
 
 /** Options of `normalizeTelemetryRecord`. */
@@ -399,7 +399,7 @@ function legacyCollector(
   }
   if (has(record, "memory_mb")) return "stormlog.tensorflow.memory_tracker";
   if (has(record, "memory_allocated")) {
-    return deviceId === -1 || deviceId === -1n ? "stormlog.cpu_tracker" : "stormlog.cuda_tracker";
+    return deviceId === HOST_DEVICE_ID || deviceId === -1n ? CPU_TRACKER_COLLECTOR : "stormlog.cuda_tracker";
   }
   return options.defaultCollector ?? DEFAULT_LEGACY_COLLECTOR;
 }

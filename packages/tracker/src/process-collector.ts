@@ -3,6 +3,7 @@ import { getHeapStatistics } from "node:v8";
 import {
   COLLECTOR_SPECIFICATION_VERSION,
   type CollectorAvailability,
+  CPU_TRACKER_COLLECTOR,
   InvalidConfigError,
   type JsonObject,
   type MemoryCapabilities,
@@ -13,7 +14,7 @@ import {
 import { describeError } from "./describe-error.js";
 
 /** The telemetry `collector` of host-memory readings, as the reference's CPU mode writes it. */
-export const PROCESS_COLLECTOR_NAME = "stormlog.cpu_tracker";
+export const PROCESS_COLLECTOR_NAME = CPU_TRACKER_COLLECTOR;
 
 /** Options of {@link processCollector}. */
 export interface ProcessCollectorOptions {

@@ -50,6 +50,10 @@ const VALUE_CELLS = 8;
 const SLOT_WIDTH = VALUES + VALUE_CELLS;
 
 /** How a key's value is written in its cell (`ValueLayout.types`): the number itself. */
+/** The kinds of values `encodeValues` writes: a record's collector detail, named by reference where
+ * nested, and a phase's attributes, copied where nested (user code may change them in place). */
+const DETAIL_VALUES = 0;
+const ATTRIBUTE_VALUES = 1;
 const AS_NUMBER = 0;
 /** The id of the text (`idOfText`). */
 const AS_TEXT = 1;
@@ -195,6 +199,11 @@ export class RecordRingWriter {
   private readonly keyLists = new Map<string, KeyList>();
   /** The last few key lists used, checked before `keyLists` (which needs a joined key). */
   private readonly recentKeyLists: KeyList[] = [];
+  /**
+   * The key list each kind of values used last (`DETAIL_VALUES`, `ATTRIBUTE_VALUES`): a phase record has both, so
+   * one shared "last" would alternate between them and miss every time.
+   */
+  private readonly lastKeyLists: (KeyList | null)[] = [null, null];
   private lastBase: JsonObject | null = null;
   private lastGroup: StoredGroup | null = null;
   private lastGroupEntry: ObjectEntry | null = null;
@@ -343,7 +352,7 @@ export class RecordRingWriter {
     let values = 0;
     if (extra === null) out[at + EXTRA] = -1;
     else {
-      const code = this.encodeValues(extra, out, at + VALUES, VALUE_CELLS, sequence, true);
+      const code = this.encodeValues(extra, out, at + VALUES, VALUE_CELLS, sequence, DETAIL_VALUES);
       if (code === 0) out[at + EXTRA] = this.idOfObject(extra, sequence, same);
       else {
         out[at + EXTRA] = code;
@@ -387,7 +396,7 @@ export class RecordRingWriter {
         at + VALUES + values,
         VALUE_CELLS - values,
         sequence,
-        false,
+        ATTRIBUTE_VALUES,
       );
       out[at + ATTRIBUTES] = code === 0 ? this.idOfObject(attributes, sequence, same) : code;
     }
@@ -442,12 +451,13 @@ export class RecordRingWriter {
     at: number,
     room: number,
     sequence: number,
-    nestedByReference: boolean,
+    kind: typeof DETAIL_VALUES | typeof ATTRIBUTE_VALUES,
   ): number {
     let count = 0;
-    const recent = this.recentKeyLists;
-    // Most objects have the last key list's keys and types: compared in the same pass as the values are written.
-    const last = recent.length > 0 ? (recent[0] as KeyList).layout : EMPTY_LAYOUT;
+    // Most objects have the keys and types of the last one of their kind: compared in the same pass as
+    // the values are written.
+    const lastList = this.lastKeyLists[kind] as KeyList | null;
+    const last = lastList === null ? EMPTY_LAYOUT : lastList.layout;
     const lastKeys = last.keys;
     const lastTypes = last.types;
     let sameAsLast = true;
@@ -461,7 +471,7 @@ export class RecordRingWriter {
         type = typeOfValue(value);
         if (type === AS_BOOLEAN) out[at + count] = value === true ? 1 : 0;
         else if (type === AS_NULL) out[at + count] = 0;
-        else if (type === UNENCODABLE || (type === AS_OBJECT && !nestedByReference))
+        else if (type === UNENCODABLE || (type === AS_OBJECT && kind === ATTRIBUTE_VALUES))
           return this.refuse(referenced, count);
         else {
           this.references[count] = value as string | object;
@@ -475,8 +485,10 @@ export class RecordRingWriter {
     // Named only now: an object posted whole must not also post its texts and nested objects.
     if (referenced) this.nameReferences(out, at, count, sequence);
     if (sameAsLast && count === lastKeys.length && count > 0)
-      return -2 - this.reuse(recent[0] as KeyList, sequence);
-    return -2 - this.reuse(this.keyListOf(object, count), sequence);
+      return -2 - this.reuse(lastList as KeyList, sequence);
+    const list = this.keyListOf(object, count);
+    this.lastKeyLists[kind] = list;
+    return -2 - this.reuse(list, sequence);
   }
 
   /** `encodeValues` gives up: the references met so far are let go. */
@@ -500,7 +512,7 @@ export class RecordRingWriter {
   /** The key list of an object of `count` keys that is not the last one used: a recent, kept or new one. */
   private keyListOf(object: JsonObject, count: number): KeyList {
     const recent = this.recentKeyLists;
-    for (let i = 1; i < recent.length; i++) {
+    for (let i = 0; i < recent.length; i++) {
       const list = recent[i] as KeyList;
       if (list.layout.keys.length === count && sameLayout(object, list.layout)) return list;
     }
