@@ -18,6 +18,7 @@ export * from "./line-encoder.js";
 export * from "./logger.js";
 export type * from "./phase-host.js";
 export * from "./pyrepr.js";
+export * from "./python-text.js";
 export * from "./schema.js";
 export * from "./session.js";
 export * from "./terminal-text.js";

@@ -17,7 +17,7 @@
  * Hits are returned in the reference's order (spans sorted by start, end, then replay order), which
  * only matters to the policy for spans with equal `(sequence, scope_id)`.
  */
-import { FLOAT_KEYS, type JsonObject } from "@stormlog/core";
+import { FLOAT_KEYS, type JsonObject, pythonStrip } from "@stormlog/core";
 import {
   type AttributeOptions,
   attributeActiveSpans,
@@ -179,32 +179,6 @@ function pythonTimestamp(event: PhaseEventLike): bigint | null {
   if (typeof value === "bigint") return value;
   const int = pythonInt(event as Container, "timestamp_ns", value);
   return int === null ? null : BigInt(int);
-}
-
-// Python's str.isspace() set, which differs from JS trim() (0x1c-0x1f and 0x85 in, U+FEFF out).
-function isPythonSpace(c: number): boolean {
-  return (
-    (c >= 0x09 && c <= 0x0d) ||
-    (c >= 0x1c && c <= 0x20) ||
-    c === 0x85 ||
-    c === 0xa0 ||
-    c === 0x1680 ||
-    (c >= 0x2000 && c <= 0x200a) ||
-    c === 0x2028 ||
-    c === 0x2029 ||
-    c === 0x202f ||
-    c === 0x205f ||
-    c === 0x3000
-  );
-}
-
-/** Python's `str.strip()`. */
-function pythonStrip(value: string): string {
-  let start = 0;
-  let end = value.length;
-  while (start < end && isPythonSpace(value.charCodeAt(start))) start++;
-  while (end > start && isPythonSpace(value.charCodeAt(end - 1))) end--;
-  return start === 0 && end === value.length ? value : value.slice(start, end);
 }
 
 const DECIMAL_DIGIT = /\p{Nd}/u;

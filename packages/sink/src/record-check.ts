@@ -1,4 +1,4 @@
-import { type TelemetryEvent, validateTelemetryRecord } from "@stormlog/core";
+import { isPythonBlank, type TelemetryEvent, validateTelemetryRecord } from "@stormlog/core";
 
 function isInt(value: unknown): value is number {
   return typeof value === "number" && Number.isSafeInteger(value);
@@ -10,23 +10,6 @@ function nonNegative(value: unknown): boolean {
 
 function nullableNonNegative(value: unknown): boolean {
   return value === null || (isInt(value) && value >= 0);
-}
-
-/** Python's `str.isspace()` characters (besides ASCII controls): a string of them is empty after `strip()`. */
-const PYTHON_SPACES = new Set([0x20, 0x85, 0xa0, 0x1680, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000]);
-
-function isPythonSpace(code: number): boolean {
-  return (
-    (code >= 0x09 && code <= 0x0d) ||
-    (code >= 0x1c && code <= 0x20) ||
-    (code >= 0x2000 && code <= 0x200a) ||
-    PYTHON_SPACES.has(code)
-  );
-}
-
-function isPythonBlank(value: string): boolean {
-  for (let i = 0; i < value.length; i++) if (!isPythonSpace(value.charCodeAt(i))) return false;
-  return true;
 }
 
 function nonEmpty(value: unknown): boolean {
