@@ -10,9 +10,13 @@
  */
 import {
   ALERT_EVENT_TYPES,
+  CASEFOLD_SAMPLE,
   type JsonObject,
   type JsonValue,
+  SAMPLE_EVENT_TYPE,
   type SessionEventLike,
+  STRIP_LOWER_SAMPLE,
+  sampleRules,
   sessionEventLikeOf,
   stringifyJson,
   type TelemetryEvent,
@@ -22,6 +26,9 @@ import { TimeRangeError } from "./errors.js";
 
 /** `metadata.phase_counters` of a phase record whose counters were read at the boundary itself. */
 export const BOUNDARY_READ = "boundary_read";
+
+/** Every reference rule takes an exact `sample` record for a sample (`sampleRules` bits). */
+export const ALL_SAMPLE_RULES = CASEFOLD_SAMPLE | STRIP_LOWER_SAMPLE;
 
 /** At most this many alerts and health transitions are kept per rank and segment (counts stay exact). */
 export const DETAIL_CAP = 1000;
@@ -123,6 +130,11 @@ export class SampleColumns {
   tensors: Float64Array;
   /** Index into the rank part's identities; null while every sample has identity 0. */
   identity: Uint16Array | null = null;
+  /**
+   * Which of the reference's sample rules take each sample (`sampleRules` bits of core); null while
+   * every sample is an exact `sample` record, which all rules take.
+   */
+  rules: Uint8Array | null = null;
 
   constructor(capacity = 256) {
     this.t = new Float64Array(capacity);
@@ -153,6 +165,11 @@ export class SampleColumns {
       next.set(this.identity);
       this.identity = next;
     }
+    if (this.rules !== null) {
+      const next = new Uint8Array(capacity);
+      next.set(this.rules);
+      this.rules = next;
+    }
   }
 
   push(
@@ -164,6 +181,7 @@ export class SampleColumns {
     total: number,
     tensors: number,
     identity: number,
+    rules: number = ALL_SAMPLE_RULES,
   ): void {
     const i = this.count;
     if (i === this.t.length) this.grow();
@@ -176,6 +194,11 @@ export class SampleColumns {
     this.tensors[i] = tensors;
     if (identity !== 0 && this.identity === null) this.identity = new Uint16Array(this.t.length);
     if (this.identity !== null) this.identity[i] = identity;
+    if (rules !== ALL_SAMPLE_RULES && this.rules === null) {
+      this.rules = new Uint8Array(this.t.length);
+      this.rules.fill(ALL_SAMPLE_RULES, 0, i);
+    }
+    if (this.rules !== null) this.rules[i] = rules;
     this.count = i + 1;
   }
 
@@ -192,6 +215,7 @@ export class SampleColumns {
       this.total = this.total.subarray(0, n);
       this.tensors = this.tensors.subarray(0, n);
       if (this.identity !== null) this.identity = this.identity.subarray(0, n);
+      if (this.rules !== null) this.rules = this.rules.subarray(0, n);
       return;
     }
     this.t = this.t.slice(0, n);
@@ -202,6 +226,7 @@ export class SampleColumns {
     this.total = this.total.slice(0, n);
     this.tensors = this.tensors.slice(0, n);
     if (this.identity !== null) this.identity = this.identity.slice(0, n);
+    if (this.rules !== null) this.rules = this.rules.slice(0, n);
   }
 }
 
@@ -240,7 +265,7 @@ export class RankPart {
   readonly births: BirthEntry[] = [];
   readonly alerts: AlertEntry[] = [];
   readonly health: HealthEntry[] = [];
-  /** Samples whose device used memory is null (schema v4). */
+  /** Samples whose device used memory is null (schema v4), of any sample rule. */
   samplesWithoutUsed = 0;
   /** Largest positive `world_size` over every event (0: none), and whether several were seen. */
   worldSizeMax = 0;
@@ -466,7 +491,10 @@ export class SessionPart {
 
   finish(): void {
     if (this.sampleCount > 0) {
-      this.eventTypes.set("sample", (this.eventTypes.get("sample") ?? 0) + this.sampleCount);
+      this.eventTypes.set(
+        SAMPLE_EVENT_TYPE,
+        (this.eventTypes.get(SAMPLE_EVENT_TYPE) ?? 0) + this.sampleCount,
+      );
       this.sampleCount = 0;
     }
     for (const part of this.ranks.values()) part.samples.trim();
@@ -576,7 +604,8 @@ export class Accumulator {
     this.eventCount++;
     session.eventCount++;
     const eventType = fields.eventType;
-    const isSample = eventType === "sample";
+    // The fast reader hands every other kind of sample record to `addEvent`.
+    const isSample = eventType === SAMPLE_EVENT_TYPE;
     if (isSample) session.sampleCount++;
     else session.countType(eventType);
     const part = this.rank(session, fields.rank);
@@ -655,8 +684,9 @@ export class Accumulator {
     const session = this.session(event.session_id);
     this.eventCount++;
     session.eventCount++;
-    const isSample = eventType === "sample";
-    if (isSample) session.sampleCount++;
+    const rules = sampleRules(eventType);
+    const isSample = rules !== 0;
+    if (eventType === SAMPLE_EVENT_TYPE) session.sampleCount++;
     else session.countType(eventType);
     const part = this.rank(session, event.rank);
     const ts = event.timestamp_ns;
@@ -690,6 +720,7 @@ export class Accumulator {
         nullable(event.device_total_bytes),
         tensorsOf(event.metadata),
         identity,
+        rules,
       );
       const births = event.metadata[LIVE_BY_PHASE_KEY];
       if (typeof births === "object" && births !== null && !Array.isArray(births))

@@ -14,7 +14,7 @@ import {
   selectKth,
 } from "@stormlog/phases";
 import { type CrossRankAnalysis, SKEW_NOTE_MULTIPLIER, SPIKE_MIN_BYTES } from "./cross-rank.js";
-import type { DatasetPlan, RankSeries } from "./dataset.js";
+import { type DatasetPlan, type RankSeries, seriesForRule } from "./dataset.js";
 import { TimeRangeError } from "./errors.js";
 import {
   type FirstCause,
@@ -155,7 +155,7 @@ export class CrossRankAccumulator {
   private withoutUsed = 0;
 
   constructor(private readonly plan: DatasetPlan) {
-    this.deltas = new Deltas(plan.sampleCount);
+    this.deltas = new Deltas(plan.crossRankSampleCount);
     const jobs = new Map<string, { count: number; first: Position }>();
     for (const [jobId, job] of plan.jobs)
       jobs.set(jobId, { count: job.count, first: { ts: job.firstTs, order: job.firstOrder } });
@@ -169,9 +169,13 @@ export class CrossRankAccumulator {
    */
   addRank(
     rank: number,
-    series: readonly RankSeries[],
+    allSeries: readonly RankSeries[],
     resolverOf: (series: RankSeries) => PhaseResolver | null,
   ): void {
+    // The reference's cross-rank rule for samples: `event_type.casefold() == "sample"`.
+    const series = allSeries.map((s) => seriesForRule(s, "casefold"));
+    const resolverOfOwn = (s: RankSeries): PhaseResolver | null =>
+      resolverOf(allSeries[series.indexOf(s)] ?? s);
     for (const s of series) this.withoutUsed += s.samplesWithoutUsed;
     const samples = this.selected(series);
     const n = samples.t.length;
@@ -206,7 +210,7 @@ export class CrossRankAccumulator {
       rank,
       count: n,
       firstTs: samples.base + BigInt(t[0]!),
-      spike: findSpike(samples, rank, resolverOf),
+      spike: findSpike(samples, rank, resolverOfOwn),
     });
   }
 
@@ -307,7 +311,7 @@ export class CrossRankAccumulator {
   /** The reference's structure (`summarize_cross_rank_analysis`). */
   finish(): CrossRankAnalysis {
     const notes: string[] = [];
-    const samples = this.plan.sampleCount;
+    const samples = this.plan.crossRankSampleCount;
     if (samples !== this.plan.eventCount) notes.push(NOTE_NON_SAMPLE);
     if (this.withoutUsed > 0) notes.push(NOTE_NO_DEVICE_USED);
     if (samples - this.withoutUsed === 0) {

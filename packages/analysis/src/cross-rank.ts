@@ -14,7 +14,7 @@
  * first-appearance key order (JSON key order carries no meaning; `mergeCrossRankTimelines` returns
  * it as an ordered `Map`).
  */
-import type { TelemetryEvent } from "@stormlog/core";
+import { isSampleEventType, type TelemetryEvent } from "@stormlog/core";
 import {
   comparePythonStrings,
   type PhaseAttributionPayload,
@@ -107,13 +107,6 @@ export interface CrossRankOptions {
 const NOTE_NO_EVENTS = "No telemetry events were provided.";
 const NOTE_NO_ANALYSIS_EVENTS = "No telemetry events were available for distributed analysis.";
 
-/** Python's `event_type.casefold() == "sample"`; U+017F (long s) folds to "s". */
-function isSample(eventType: string): boolean {
-  if (eventType === "sample") return true;
-  if (eventType.length !== 6) return false;
-  return eventType.replaceAll("\u017f", "s").toLowerCase() === "sample";
-}
-
 function compareSamples(a: TelemetryEvent, b: TelemetryEvent): number {
   if (a.timestamp_ns !== b.timestamp_ns) return a.timestamp_ns < b.timestamp_ns ? -1 : 1;
   if (a.pid !== b.pid) return a.pid - b.pid;
@@ -168,7 +161,7 @@ function collect(events: readonly TelemetryEvent[], jobId: string | null): Colle
   let last: RankSamples | undefined;
   let lastRank = Number.NaN;
   for (const event of events) {
-    if (!isSample(event.event_type)) continue;
+    if (!isSampleEventType(event.event_type, "casefold")) continue;
     const used = event.device_used_bytes;
     if (used === null) {
       withoutDeviceUsed++;

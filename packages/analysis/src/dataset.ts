@@ -5,6 +5,7 @@
  * phase boundaries, alerts, health transitions and peaks. Aggregates kept on disk (the index) are
  * read when a rank needs them and let go after, so memory holds one rank's data, not the input's.
  */
+import { SAMPLE_RULE_BITS, type SampleRule } from "@stormlog/core";
 import type {
   AlertEntry,
   BirthEntry,
@@ -15,6 +16,7 @@ import type {
   SampleIdentity,
   SegmentAggregate,
 } from "./aggregate.js";
+import { ALL_SAMPLE_RULES } from "./aggregate.js";
 import { TimeRangeError } from "./errors.js";
 import { decodeAggregate, readAggregateFile } from "./index-format.js";
 import type { SegmentData } from "./merge.js";
@@ -43,6 +45,11 @@ export interface RankSeries {
   readonly identities: readonly SampleIdentity[];
   /** Per sample index into `identities`; null when all use identity 0. */
   readonly identity: Uint16Array | null;
+  /**
+   * Per sample, which of the reference's sample rules take it (core's `sampleRules` bits); null when
+   * all samples are exact `sample` records. `seriesForRule` keeps one rule's samples.
+   */
+  readonly rules: Uint8Array | null;
   readonly samplesWithoutUsed: number;
   /** Samples whose metadata holds phase attribution hints. */
   readonly originSamples: number;
@@ -77,8 +84,10 @@ export interface DatasetPlan {
   readonly ranks: readonly { readonly rank: number; readonly series: readonly SeriesPlan[] }[];
   readonly eventTypes: ReadonlyMap<string, number>;
   readonly eventCount: number;
-  /** Exact `sample` events. */
+  /** Sample records (of any reference rule). */
   readonly sampleCount: number;
+  /** Sample records the cross-rank analysis takes (`event_type.casefold() == "sample"`). */
+  readonly crossRankSampleCount: number;
   /** Cross-rank job statistics over samples with device used memory: count and first position. */
   readonly jobs: ReadonlyMap<string, { count: number; firstTs: bigint; firstOrder: number }>;
 }
@@ -91,6 +100,7 @@ export function planDataset(segments: readonly SegmentData[], memberIds: readonl
   const jobs = new Map<string, { count: number; firstTs: bigint; firstOrder: number }>();
   let eventCount = 0;
   let sampleCount = 0;
+  let crossRankSampleCount = 0;
   segments.forEach((segment, ordinal) => {
     for (const session of segment.digest.sessions) {
       if (!members.has(session.sessionId)) continue;
@@ -99,6 +109,7 @@ export function planDataset(segments: readonly SegmentData[], memberIds: readonl
         eventTypes.set(type, (eventTypes.get(type) ?? 0) + count);
       for (const rank of session.ranks) {
         sampleCount += rank.sampleCount;
+        crossRankSampleCount += rank.crossRankSampleCount;
         const key = `${rank.rank}\u0000${session.sessionId}`;
         const entry = bySeries.get(key);
         if (entry === undefined)
@@ -132,7 +143,7 @@ export function planDataset(segments: readonly SegmentData[], memberIds: readonl
       rank,
       series: series.sort((a, b) => (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0)),
     }));
-  return { segments, ranks, eventTypes, eventCount, sampleCount, jobs };
+  return { segments, ranks, eventTypes, eventCount, sampleCount, crossRankSampleCount, jobs };
 }
 
 /**
@@ -285,6 +296,7 @@ function single(
     tensors: view(samples.tensors),
     identities: part.identities,
     identity: samples.identity === null ? null : samples.identity.subarray(0, n),
+    rules: samples.rules === null ? null : samples.rules.subarray(0, n),
     samplesWithoutUsed: part.samplesWithoutUsed,
     originSamples: part.originSamples,
     alertsTruncated: part.alertsTruncated,
@@ -326,6 +338,7 @@ function combine(
   const tensors = pool.doubles(n);
   const identities: SampleIdentity[] = [];
   let identity: Uint16Array | null = null;
+  let rules: Uint8Array | null = null;
   const boundaries: BoundaryEntry[] = [];
   const boundaryOrders: number[] = [];
   const alerts: AlertEntry[] = [];
@@ -375,6 +388,10 @@ function combine(
       identity ??= pool.identity(n);
       for (let i = 0; i < count; i++) identity[offset + i] = map[local === null ? 0 : local[i]!]!;
     }
+    if (samples.rules !== null) {
+      rules ??= new Uint8Array(n).fill(ALL_SAMPLE_RULES);
+      rules.set(samples.rules.subarray(0, count), offset);
+    }
     offset += count;
     for (const boundary of part.boundaries) {
       boundaries.push(boundary);
@@ -408,6 +425,7 @@ function combine(
     tensors,
     identities,
     identity,
+    rules,
     samplesWithoutUsed,
     originSamples,
     alertsTruncated,
@@ -433,7 +451,7 @@ function sortSeries(series: RankSeries): RankSeries {
   if (sorted) return series;
   const index = Array.from({ length: count }, (_, i) => i);
   index.sort((a, b) => t[a]! - t[b]! || order[a]! - order[b]!);
-  const permute = <T extends Float64Array | Uint16Array>(array: T): T => {
+  const permute = <T extends Float64Array | Uint16Array | Uint8Array>(array: T): T => {
     const out = array.slice() as T;
     for (let i = 0; i < count; i++) out[i] = array[index[i]!]!;
     return out;
@@ -448,6 +466,43 @@ function sortSeries(series: RankSeries): RankSeries {
     total: permute(series.total),
     tensors: permute(series.tensors),
     identity: series.identity === null ? null : permute(series.identity),
+    rules: series.rules === null ? null : permute(series.rules),
+  };
+}
+
+/**
+ * The series with only the samples that the reference's `rule` takes (itself when every sample is
+ * an exact `sample` record). The reference's analyses each read samples by their own rule.
+ */
+export function seriesForRule(series: RankSeries, rule: SampleRule): RankSeries {
+  const rules = series.rules;
+  if (rules === null) return series;
+  const bit = SAMPLE_RULE_BITS[rule];
+  const keep: number[] = [];
+  let withoutUsed = 0;
+  for (let i = 0; i < series.count; i++) {
+    if ((rules[i]! & bit) === 0) continue;
+    keep.push(i);
+    if (Number.isNaN(series.used[i]!)) withoutUsed++;
+  }
+  const pick = <T extends Float64Array | Uint16Array>(array: T): T => {
+    const out = new (array.constructor as { new (length: number): T })(keep.length);
+    for (let k = 0; k < keep.length; k++) out[k] = array[keep[k]!]!;
+    return out;
+  };
+  return {
+    ...series,
+    count: keep.length,
+    t: pick(series.t),
+    order: pick(series.order),
+    allocated: pick(series.allocated),
+    reserved: pick(series.reserved),
+    used: pick(series.used),
+    total: pick(series.total),
+    tensors: pick(series.tensors),
+    identity: series.identity === null ? null : pick(series.identity),
+    rules: null,
+    samplesWithoutUsed: withoutUsed,
   };
 }
 

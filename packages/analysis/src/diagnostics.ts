@@ -15,6 +15,7 @@
  */
 import {
   InvalidConfigError,
+  isSampleEventType,
   type JsonObject,
   type JsonValue,
   parseJson,
@@ -164,11 +165,6 @@ export interface DiagnosticsOptions {
   readonly includeTimelines?: boolean;
 }
 
-/** Python's `str(event_type).strip().lower() == "sample"`. */
-function isSample(eventType: string): boolean {
-  return eventType === "sample" || eventType.trim().toLowerCase() === "sample";
-}
-
 function hasAllocatorCounters(event: TelemetryEvent): boolean {
   return (
     event.allocator_allocated_bytes !== null &&
@@ -200,7 +196,8 @@ function phaseOf(resolver: PhaseResolver | null, event: TelemetryEvent): string 
 
 /** A sample's phase, or a boundary reading's by its time alone (the index keeps no hints of phase records). */
 function readingPhase(resolver: PhaseResolver | null, event: TelemetryEvent): string | null {
-  if (resolver === null || isSample(event.event_type)) return phaseOf(resolver, event);
+  if (resolver === null || isSampleEventType(event.event_type, "strip-lower"))
+    return phaseOf(resolver, event);
   const { session_id, timestamp_ns, rank, event_type } = event;
   return summarizePhaseAttribution(
     resolver.resolveForEvent({ session_id, timestamp_ns, rank, event_type, metadata: {} }),
@@ -446,7 +443,7 @@ export function buildDistributedDiagnostics(
   };
   for (const event of sorted) {
     push(grouped, event);
-    if (isSample(event.event_type)) {
+    if (isSampleEventType(event.event_type, "strip-lower")) {
       push(samples, event);
       push(readings, event);
     } else if (isBoundaryReading(event)) push(readings, event);
@@ -859,7 +856,7 @@ async function diagnoseEvents(path: string, options: DiagnoseTelemetryOptions): 
 /** Event types the columns count apart from what the diagnostics test (`isSample`, alert severities). */
 function columnsCover(eventTypes: ReadonlyMap<string, number>): boolean {
   for (const type of eventTypes.keys()) {
-    if (type !== "sample" && isSample(type)) return false;
+    if (type !== "sample" && isSampleEventType(type, "strip-lower")) return false;
     if (type in Object.prototype) return false;
   }
   return true;

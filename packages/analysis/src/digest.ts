@@ -3,20 +3,24 @@
  * choice need, without the samples. Small enough to keep for every segment of a large sink (and to
  * store in the index catalog), so that sample data is loaded one rank at a time.
  */
+import { CASEFOLD_SAMPLE, STRIP_LOWER_SAMPLE } from "@stormlog/core";
 import type { SegmentAggregate, SessionEvidence } from "./aggregate.js";
 
 /** One rank of one session in a segment. */
 export interface RankDigest {
   readonly rank: number;
   readonly eventCount: number;
+  /** Sample records, of any reference rule. */
   readonly sampleCount: number;
+  /** Sample records the cross-rank analysis takes (`event_type.casefold() == "sample"`). */
+  readonly crossRankSampleCount: number;
   /** Largest positive `world_size` over the rank's events (0: none), and whether several were seen. */
   readonly worldSizeMax: number;
   readonly worldSizeMixed: boolean;
-  /** Whether a sample has both allocator counters (allocated and reserved). */
+  /** Whether a sample (to the diagnostics' rule, `strip().lower()`) has both allocator counters. */
   readonly allocatorSamples: boolean;
   /**
-   * Per truthy `job_id`, over samples with device used memory: count, and the first such sample's
+   * Per truthy `job_id`, over the cross-rank analysis's samples with device used memory: count, and the first such sample's
    * timestamp and line (the cross-rank analysis keeps the most common job, the first seen on ties).
    */
   readonly jobs: readonly {
@@ -59,9 +63,19 @@ export function digestOf(aggregate: SegmentAggregate): SegmentDigest {
       const jobs = new Map<string, { jobId: string; count: number; firstT: number; firstLine: number }>();
       const identities = part.identities;
       let allocatorSamples = false;
+      const rules = samples.rules;
+      let crossRankSampleCount = 0;
       for (let i = 0; i < samples.count; i++) {
-        if (!allocatorSamples && !Number.isNaN(samples.allocated[i]!) && !Number.isNaN(samples.reserved[i]!))
+        const bits = rules === null ? CASEFOLD_SAMPLE | STRIP_LOWER_SAMPLE : rules[i]!;
+        if (
+          !allocatorSamples &&
+          (bits & STRIP_LOWER_SAMPLE) !== 0 &&
+          !Number.isNaN(samples.allocated[i]!) &&
+          !Number.isNaN(samples.reserved[i]!)
+        )
           allocatorSamples = true;
+        if ((bits & CASEFOLD_SAMPLE) === 0) continue;
+        crossRankSampleCount++;
         if (Number.isNaN(samples.used[i]!)) continue;
         const jobId = identities[samples.identity === null ? 0 : samples.identity[i]!]!.job_id;
         if (!jobId) continue;
@@ -80,6 +94,7 @@ export function digestOf(aggregate: SegmentAggregate): SegmentDigest {
         rank: part.rank,
         eventCount: part.eventCount,
         sampleCount: samples.count,
+        crossRankSampleCount,
         worldSizeMax: part.worldSizeMax,
         worldSizeMixed: part.worldSizeMixed,
         allocatorSamples,
@@ -131,6 +146,8 @@ export interface DigestJson {
       rank: number;
       eventCount: number;
       sampleCount: number;
+      /** Cross-rank samples, when not `sampleCount`. */
+      crs?: number;
       /** [largest positive world_size, several seen (0/1), a sample with allocator counters (0/1)]. */
       ws: [number, number, number];
       jobs: [string, number, string, number][];
@@ -169,6 +186,7 @@ export function digestToJson(digest: SegmentDigest): DigestJson {
         rank: rank.rank,
         eventCount: rank.eventCount,
         sampleCount: rank.sampleCount,
+        ...(rank.crossRankSampleCount === rank.sampleCount ? {} : { crs: rank.crossRankSampleCount }),
         ws: [rank.worldSizeMax, rank.worldSizeMixed ? 1 : 0, rank.allocatorSamples ? 1 : 0],
         jobs: rank.jobs.map((job): [string, number, string, number] => [
           job.jobId,
@@ -200,6 +218,7 @@ export function digestFromJson(json: DigestJson): SegmentDigest {
         rank: rank.rank,
         eventCount: rank.eventCount,
         sampleCount: rank.sampleCount,
+        crossRankSampleCount: rank.crs ?? rank.sampleCount,
         worldSizeMax: rank.ws[0],
         worldSizeMixed: rank.ws[1] === 1,
         allocatorSamples: rank.ws[2] === 1,

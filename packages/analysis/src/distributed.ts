@@ -4,7 +4,7 @@
  */
 import type { TelemetryEvent } from "@stormlog/core";
 import type { PhaseResolver } from "@stormlog/phases";
-import { type RankSeries, sampleTimeAsNumber } from "./dataset.js";
+import { type RankSeries, sampleTimeAsNumber, seriesForRule } from "./dataset.js";
 import { analyzeGapColumns, type GapColumns } from "./gap.js";
 import type { RankGapFinding } from "./types.js";
 
@@ -60,7 +60,9 @@ export class GapAccumulator {
   private readonly findings: RankGapFinding[] = [];
 
   add(series: RankSeries, resolver: PhaseResolver | null): void {
-    for (const finding of analyzeGapColumns(gapColumns(series), { phaseResolver: resolver })) {
+    // The reference's gap rule for samples: `str(event_type).strip().lower() == "sample"`.
+    const samples = seriesForRule(series, "strip-lower");
+    for (const finding of analyzeGapColumns(gapColumns(samples), { phaseResolver: resolver })) {
       this.findings.push(Object.assign(finding, { rank: series.rank, session_id: series.sessionId }));
     }
   }

@@ -19,7 +19,7 @@
  * This module builds a trace from events in memory; `streamPerfettoTrace` (export-stream.ts) writes
  * the same events from a sink one session at a time.
  */
-import type { TelemetryEvent } from "@stormlog/core";
+import { isSampleEventType, type TelemetryEvent } from "@stormlog/core";
 import { PhaseReplayIndex, type PhaseResolver } from "@stormlog/phases";
 import { summarizeCrossRankAnalysis } from "./cross-rank.js";
 import { isBoundaryReading } from "./diagnostics-phases.js";
@@ -27,7 +27,6 @@ import {
   compareNs,
   counterEvent,
   gapInstant,
-  isSample,
   laneMetadata,
   newRankProcess,
   phaseSlices,
@@ -101,7 +100,8 @@ export function buildPerfettoTrace(
       groups.set(event.session_id, ranks);
     }
     ranks.add(event.rank);
-    if (isSample(event.event_type) || isBoundaryReading(event)) process.deviceIds.add(event.device_id);
+    if (isSampleEventType(event.event_type) || isBoundaryReading(event))
+      process.deviceIds.add(event.device_id);
   }
 
   const index = options.phaseIndex ?? PhaseReplayIndex.fromEvents(sorted);
@@ -128,7 +128,7 @@ export function buildPerfettoTrace(
     const process = processOf(event.rank);
     const ts = micros(event.timestamp_ns);
     // A boundary reading is a reading like a sample (and no instant).
-    if (isSample(event.event_type) || isBoundaryReading(event)) {
+    if (isSampleEventType(event.event_type) || isBoundaryReading(event)) {
       const tracks = tracksOf(process, event.device_id);
       const used = event.device_used_bytes;
       const reserved = event.allocator_reserved_bytes;

@@ -12,7 +12,13 @@
  * boundary feed the counter tracks as samples do, in time order with them.
  */
 import { closeSync, openSync, readSync } from "node:fs";
-import { JsonlDecodeError, readJsonlLines, type SessionSummary, type TelemetryEvent } from "@stormlog/core";
+import {
+  isSampleEventType,
+  JsonlDecodeError,
+  readJsonlLines,
+  type SessionSummary,
+  type TelemetryEvent,
+} from "@stormlog/core";
 import { type PhaseEventLike, PhaseReplayIndex, type PhaseResolver } from "@stormlog/phases";
 import {
   decodeTelemetryEventLine,
@@ -30,7 +36,6 @@ import { buildPerfettoTrace, perfettoTraceChunks } from "./export-perfetto.js";
 import {
   counterEvent,
   gapInstant,
-  isSample,
   laneMetadata,
   newRankProcess,
   phaseSlices,
@@ -392,7 +397,7 @@ function readSession(
       if (event.session_id !== sessionId) return true;
       const diff = Number(event.timestamp_ns - first);
       seen(event.rank, event.host, diff, order, event.job_id);
-      if (isSample(event.event_type)) {
+      if (isSampleEventType(event.event_type)) {
         addSample(
           diff,
           order,

@@ -46,10 +46,6 @@ const INSTANT_CATEGORIES: Readonly<Record<string, string>> = {
 
 const MAX_NAME = 80;
 
-export function isSample(eventType: string): boolean {
-  return eventType === "sample" || eventType.trim().toLowerCase() === "sample";
-}
-
 export function compareNs(a: bigint, b: bigint): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }

@@ -11,6 +11,7 @@
 import {
   formatBytes,
   InvalidConfigError,
+  isSampleEventType,
   type JsonObject,
   markFloat,
   type TelemetryEvent,
@@ -129,17 +130,6 @@ function resolveThresholds(overrides: Partial<GapThresholds> | undefined): GapTh
   }
   return thresholds;
 }
-
-/** Python's `str(event_type).strip().lower() == "sample"`. */
-function isSample(eventType: string): boolean {
-  if (eventType === "sample") return true;
-  return eventType.replace(PYTHON_SPACE_EDGES, "").toLowerCase() === "sample";
-}
-
-// Python's str.isspace() characters (JS \s differs: it has U+FEFF and lacks U+001C-U+001F, U+0085).
-const PYTHON_SPACE =
-  "\\t\\n\\v\\f\\r\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
-const PYTHON_SPACE_EDGES = new RegExp(`^[${PYTHON_SPACE}]+|[${PYTHON_SPACE}]+$`, "g");
 
 /** A byte count with its sign (formatBytes does not scale negatives). */
 function signedBytes(bytes: number): string {
@@ -346,7 +336,7 @@ export function analyzeGaps(
   events: readonly TelemetryEvent[],
   options: GapAnalysisOptions = {},
 ): GapFinding[] {
-  const samples = events.filter((event) => isSample(event.event_type));
+  const samples = events.filter((event) => isSampleEventType(event.event_type, "strip-lower"));
   const n = samples.length;
   const used = new Float64Array(n);
   const reserved = new Float64Array(n);

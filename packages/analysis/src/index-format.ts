@@ -9,6 +9,7 @@
 import { closeSync, fstatSync, openSync, readSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { FLOAT_KEYS, type JsonObject, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
 import {
+  ALL_SAMPLE_RULES,
   type AlertEntry,
   type BoundaryEntry,
   type CounterPeak,
@@ -69,6 +70,11 @@ interface RankHeader {
   samplesWithoutUsed: number;
   count: number;
   hasIdentity: boolean;
+  /**
+   * `[sample index, sampleRules bits]` of each sample that not every reference rule takes (a type
+   * other than exactly "sample": rare); absent when there is none.
+   */
+  rules?: [number, number][];
   /** Byte offset of the rank's columns in the data area. */
   offset: number;
   /** Boundaries (`BoundaryRow`s). */
@@ -145,6 +151,13 @@ function evidenceIn(value: Evidence): LinedEvidence | null {
   return { evidence: { ...rest, timestamp_ns: BigInt(t) }, line };
 }
 
+/** The samples whose rule bits are not `ALL_SAMPLE_RULES`, as `[index, bits]`. */
+function oddRules(rules: Uint8Array, count: number): [number, number][] {
+  const out: [number, number][] = [];
+  for (let i = 0; i < count; i++) if (rules[i] !== ALL_SAMPLE_RULES) out.push([i, rules[i]!]);
+  return out;
+}
+
 const COLUMNS = 7; // ts, line, allocated, reserved, used, total, tensors (8 bytes each)
 
 function columnsBytes(count: number, hasIdentity: boolean): number {
@@ -205,6 +218,7 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
         samplesWithoutUsed: part.samplesWithoutUsed,
         count,
         hasIdentity,
+        ...(samples.rules === null ? {} : { rules: oddRules(samples.rules, count) }),
         offset,
         boundaries: rows(part.boundaries, (b): string => {
           // A `BoundaryRow`. The scope's text as the scan read it (exact: it parsed it with
@@ -398,6 +412,10 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
       samples.total = new Float64Array(buffer, at + 40 * n, n);
       samples.tensors = new Float64Array(buffer, at + 48 * n, n);
       samples.identity = r.hasIdentity ? new Uint16Array(buffer, at + 56 * n, n) : null;
+      if (r.rules !== undefined) {
+        samples.rules = new Uint8Array(n).fill(ALL_SAMPLE_RULES);
+        for (const [i, bits] of r.rules) if (i >= 0 && i < n) samples.rules[i] = bits;
+      }
       const boundariesRead = eachRow<BoundaryRow>(r.boundaries, (row) => {
         const [t, type, line, allocated, reserved, used, tensors, scope, exact, total, boundaryRead] = row;
         part.boundaries.push(

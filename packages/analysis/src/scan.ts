@@ -4,7 +4,7 @@
  * path (`fast-line.ts`); every other line is decoded exactly as `@stormlog/sink`'s reader decodes it.
  */
 import { closeSync, openSync, readSync, statSync } from "node:fs";
-import { JsonlDecodeError, type JsonValue, type TelemetryEvent } from "@stormlog/core";
+import { JsonlDecodeError, type JsonValue, sampleRules, type TelemetryEvent } from "@stormlog/core";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases";
 import {
   decodeTelemetryEventLine,
@@ -138,7 +138,8 @@ export function scanSegmentSync(
         addBirths(part, reader.timestampNs(), buf, reader.metadataStart, reader.metadataEnd);
       return;
     }
-    if (DETAILED_TYPES.has(eventType)) {
+    // Detailed records, and sample records whose type is not exactly "sample" (rare), take the general path.
+    if (DETAILED_TYPES.has(eventType) || sampleRules(eventType) !== 0) {
       slow(buf, start, end, terminated);
       return;
     }

@@ -59,20 +59,23 @@ export const SAMPLE_RULE_BITS: Readonly<Record<SampleRule, number>> = {
  */
 export function sampleRules(eventType: string): number {
   if (eventType === SAMPLE_EVENT_TYPE) return CASEFOLD_SAMPLE | STRIP_LOWER_SAMPLE;
-  // Only strings of "sample"'s length (after stripping) can match: most event types leave here.
-  if (eventType.length < SAMPLE_EVENT_TYPE.length) return 0;
-  let rules = 0;
-  // Of the characters that Python case-folds into "sample", only U+017F (long s) does not lower-case to it too.
-  if (
-    eventType.length === SAMPLE_EVENT_TYPE.length &&
-    eventType.replaceAll("\u017f", "s").toLowerCase() === SAMPLE_EVENT_TYPE
-  )
-    rules |= CASEFOLD_SAMPLE;
-  if (pythonStrip(eventType).toLowerCase() === SAMPLE_EVENT_TYPE) rules |= STRIP_LOWER_SAMPLE;
-  return rules;
+  const length = eventType.length;
+  if (length === SAMPLE_EVENT_TYPE.length) {
+    // Of the characters Python case-folds into "sample", only U+017F (long s) does not lower-case to it as well.
+    if (eventType.toLowerCase() === SAMPLE_EVENT_TYPE) return CASEFOLD_SAMPLE | STRIP_LOWER_SAMPLE;
+    return eventType.replaceAll("\u017f", "s").toLowerCase() === SAMPLE_EVENT_TYPE ? CASEFOLD_SAMPLE : 0;
+  }
+  // Longer: a sample to the gap rule only with Python spaces around it (most event types leave here).
+  if (length < SAMPLE_EVENT_TYPE.length) return 0;
+  if (!isPythonSpace(eventType.charCodeAt(0)) && !isPythonSpace(eventType.charCodeAt(length - 1))) return 0;
+  return pythonStrip(eventType).toLowerCase() === SAMPLE_EVENT_TYPE ? STRIP_LOWER_SAMPLE : 0;
 }
 
-/** Whether the reference's analysis with `rule` takes `eventType` for a sample. */
-export function isSampleEventType(eventType: string, rule: SampleRule): boolean {
-  return (sampleRules(eventType) & SAMPLE_RULE_BITS[rule]) !== 0;
+/**
+ * Whether the reference's analysis with `rule` takes `eventType` for a sample; without a rule, whether
+ * either does (what Stormlog's own analyses and exports count as a sample).
+ */
+export function isSampleEventType(eventType: string, rule?: SampleRule): boolean {
+  const rules = sampleRules(eventType);
+  return rule === undefined ? rules !== 0 : (rules & SAMPLE_RULE_BITS[rule]) !== 0;
 }
