@@ -1,8 +1,8 @@
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { describeCollectorContract } from "@stormlog/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { describeCollectorContract } from "../../adapter-tfjs/test/support/collector-contract.js";
 import { NVIDIA_SMI_ARGS, nvidiaSmiCollector, parseNvidiaSmiOutput } from "../src/index.js";
 
 const MiB = 1024 * 1024;
@@ -34,8 +34,10 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-describeCollectorContract("nvidia-smi (fake executable)", () =>
-  nvidiaSmiCollector({ command: fake, env: { FAKE_SMI_OUTPUT: ROWS } }),
+describeCollectorContract(
+  "nvidia-smi (fake executable)",
+  () => nvidiaSmiCollector({ command: fake, env: { FAKE_SMI_OUTPUT: ROWS } }),
+  { describe, it },
 );
 
 describe("nvidiaSmiCollector", () => {

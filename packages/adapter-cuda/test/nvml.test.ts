@@ -2,8 +2,8 @@ import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import type { SampleResult } from "@stormlog/core";
+import { describeCollectorContract } from "@stormlog/core/testing";
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { describeCollectorContract } from "../../adapter-tfjs/test/support/collector-contract.js";
 import { type NvmlCollector, type NvmlCollectorOptions, nvmlCollector } from "../src/index.js";
 import { buildStub, type StubControl, stubControl } from "./stub/build.js";
 
@@ -44,13 +44,15 @@ async function full(result: SampleResult | Promise<SampleResult>) {
   return settled;
 }
 
-describeCollectorContract("NVML against the stub libnvidia-ml.so.1", () =>
-  nvmlCollector({ libraryPath: buildStub("full"), env: {} }),
+describeCollectorContract(
+  "NVML against the stub libnvidia-ml.so.1",
+  () => nvmlCollector({ libraryPath: buildStub("full"), env: {} }),
+  { describe, it },
 );
 describeCollectorContract(
   "NVML with no library",
   () => nvmlCollector({ libraryPath: "/nonexistent/libnvidia-ml.so.1", env: {} }),
-  { available: false, kinds: ["failure"] },
+  { describe, it, available: false, kinds: ["failure"] },
 );
 
 describe("nvmlCollector against the stub", () => {

@@ -1,3 +1,4 @@
+import { describeCollectorContract } from "@stormlog/core/testing";
 import * as tf from "@tensorflow/tfjs";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
@@ -7,7 +8,6 @@ import {
   type TfNamespace,
   tfjsCollector,
 } from "../src/index.js";
-import { describeCollectorContract } from "./support/collector-contract.js";
 import { useCpuBackend } from "./support/cpu-backend.js";
 
 beforeAll(async () => {
@@ -49,15 +49,21 @@ function webglNamespace(state: { inUse: number; allocated: number; free: number 
   };
 }
 
-describeCollectorContract("tfjs on the cpu backend", () => tfjsCollector(tf));
-describeCollectorContract("tfjs on tfjs-node's tensorflow backend (shape)", () =>
-  tfjsCollector(nodeBackendNamespace({ numBytes: 4096, numTensors: 2 })),
+describeCollectorContract("tfjs on the cpu backend", () => tfjsCollector(tf), { describe, it });
+describeCollectorContract(
+  "tfjs on tfjs-node's tensorflow backend (shape)",
+  () => tfjsCollector(nodeBackendNamespace({ numBytes: 4096, numTensors: 2 })),
+  { describe, it },
 );
-describeCollectorContract("tfjs on tfjs-node-gpu's tensorflow backend (shape)", () =>
-  tfjsCollector(nodeBackendNamespace({ numBytes: 4096, numTensors: 2, gpu: true })),
+describeCollectorContract(
+  "tfjs on tfjs-node-gpu's tensorflow backend (shape)",
+  () => tfjsCollector(nodeBackendNamespace({ numBytes: 4096, numTensors: 2, gpu: true })),
+  { describe, it },
 );
-describeCollectorContract("tfjs on the webgl backend (shape)", () =>
-  tfjsCollector(webglNamespace({ inUse: 1000, allocated: 5000, free: 4000 })),
+describeCollectorContract(
+  "tfjs on the webgl backend (shape)",
+  () => tfjsCollector(webglNamespace({ inUse: 1000, allocated: 5000, free: 4000 })),
+  { describe, it },
 );
 
 describe("tfjsCollector on the cpu backend", () => {

@@ -1,11 +1,11 @@
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
+import { describeCollectorContract } from "@stormlog/core/testing";
 import * as tf from "@tensorflow/tfjs";
 import { setWasmPaths } from "@tensorflow/tfjs-backend-wasm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tfjsCollector, wasmHeapBytes } from "../src/index.js";
 import { asyncPhases } from "./support/async-phases.js";
-import { describeCollectorContract } from "./support/collector-contract.js";
 
 // In Node the wasm backend loads its .wasm files from disk: point it at the installed package.
 const require = createRequire(import.meta.url);
@@ -21,7 +21,7 @@ afterAll(async () => {
   await tf.setBackend("cpu");
 });
 
-describeCollectorContract("tfjs on the wasm backend", () => tfjsCollector(tf));
+describeCollectorContract("tfjs on the wasm backend", () => tfjsCollector(tf), { describe, it });
 
 describe("tfjsCollector on the wasm backend", () => {
   it("reports the wasm heap as reserved: it grows for a large tensor and does not shrink", () => {
