@@ -1,20 +1,26 @@
 /**
- * `summarizeCrossRankAnalysis` (cross-rank.ts) computed one rank at a time from the sample columns,
- * so that a large job's samples never become objects nor need to be in memory together. Same
- * steps, notes, tie-breaks and output as the event version; `test/report-golden.test.ts` checks
- * that both agree on every golden case and on hundreds of generated jobs. What crosses ranks is
+ * The cross-rank analysis (the reference's `summarize_cross_rank_analysis`), computed one rank at a
+ * time from the dataset's sample columns, so that a large job's samples never become objects nor
+ * need to be in memory together. Same steps, notes, tie-breaks and output as the reference;
+ * `test/report-golden.test.ts` checks it against the golden cases and, on hundreds of generated jobs,
+ * against an event-by-event oracle (`test/oracles/cross-rank-events.ts`). What crosses ranks is
  * small: per rank its sample count, first sample and spike candidate, and the positive gaps between
  * samples (for the median sampling interval).
  */
 import {
-  comparePythonStrings,
   type PhaseAttributionPayload,
   type PhaseResolver,
   phaseAttributionToPayload,
-  selectKth,
 } from "@stormlog/phases";
-import { type CrossRankAnalysis, SKEW_NOTE_MULTIPLIER, SPIKE_MIN_BYTES } from "./cross-rank.js";
-import { type DatasetPlan, type RankSeries, seriesForRule } from "./dataset.js";
+import { comparePythonStrings, selectKth } from "@stormlog/phases/internal";
+import type { TelemetryEvent } from "@stormlog/core";
+import {
+  type CrossRankAnalysis,
+  type CrossRankOptions,
+  SKEW_NOTE_MULTIPLIER,
+  SPIKE_MIN_BYTES,
+} from "./cross-rank.js";
+import { DatasetLoader, type DatasetPlan, planDataset, type RankSeries, seriesForRule } from "./dataset.js";
 import { TimeRangeError } from "./errors.js";
 import {
   type FirstCause,
@@ -26,6 +32,8 @@ import {
   rankFirstCause,
   type SpikeCandidate,
 } from "./first-cause.js";
+import { inMemorySegment } from "./merge.js";
+import { aggregateEvents } from "./scan.js";
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 
@@ -464,4 +472,32 @@ function detectFirstCause(
     medianIntervalNs,
     (candidate) => candidate.attribution,
   );
+}
+
+const NOTE_NO_EVENTS = "No telemetry events were provided.";
+
+/**
+ * The cross-rank summary of a job held as events (`summarize_cross_rank_analysis`): participating and
+ * missing ranks, alignment offsets, the cluster onset and the first-cause suspects, with notes
+ * explaining what limited the analysis. All events count as one job, whatever their sessions. The
+ * events become the dataset the analysis reads (as `stormlog analyze` reads a sink); pass them
+ * sorted by `timestamp_ns` (a stable sort), as the reference's callers do.
+ */
+export function summarizeCrossRankAnalysis(
+  events: readonly TelemetryEvent[],
+  options: CrossRankOptions = {},
+): CrossRankAnalysis {
+  if (events.length === 0) return empty([NOTE_NO_EVENTS, NOTE_NO_SAMPLES]);
+  const aggregate = aggregateEvents(events);
+  const plan = planDataset([inMemorySegment("<events>", null, aggregate)], [...aggregate.sessions.keys()]);
+  const loader = new DatasetLoader(plan);
+  const resolver = options.phaseResolver ?? null;
+  const accumulator = new CrossRankAccumulator(plan);
+  for (const { rank, series } of plan.ranks)
+    accumulator.addRank(
+      rank,
+      series.map((seriesPlan) => loader.load(seriesPlan)),
+      () => resolver,
+    );
+  return accumulator.finish();
 }

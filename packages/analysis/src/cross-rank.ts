@@ -14,13 +14,14 @@
  * first-appearance key order (JSON key order carries no meaning; `mergeCrossRankTimelines` returns
  * it as an ordered `Map`).
  */
-import { isSampleEventType, type TelemetryEvent } from "@stormlog/core";
+import type { TelemetryEvent } from "@stormlog/core";
+import { isSampleEventType } from "@stormlog/core/internal";
 import {
-  comparePythonStrings,
   type PhaseAttributionPayload,
   type PhaseResolver,
   phaseAttributionToPayload,
 } from "@stormlog/phases";
+import { comparePythonStrings } from "@stormlog/phases/internal";
 import {
   type FirstCause,
   NOTE_MULTIPLE_JOBS,
@@ -105,7 +106,6 @@ export interface CrossRankOptions {
 }
 
 const NOTE_NO_EVENTS = "No telemetry events were provided.";
-const NOTE_NO_ANALYSIS_EVENTS = "No telemetry events were available for distributed analysis.";
 
 function compareSamples(a: TelemetryEvent, b: TelemetryEvent): number {
   if (a.timestamp_ns !== b.timestamp_ns) return a.timestamp_ns < b.timestamp_ns ? -1 : 1;
@@ -395,109 +395,5 @@ export function mergeCrossRankTimelines(events: readonly TelemetryEvent[]): Cros
     alignment_offsets_ns: prepared.offsets,
     merged_points: points,
     notes: prepared.notes,
-  };
-}
-
-/** A spike candidate, with the session its spike sample belongs to (for phase attribution). */
-interface EventSpike extends SpikeCandidate {
-  readonly sessionId: string;
-}
-
-/**
- * `_find_rank_spike_candidate`: the first sample where a run of consecutive increases of device
- * used memory adds up to the threshold, `max(64 MiB, 10% of the rank's peak)`.
- */
-function findSpike(samples: RankSamples, offset: bigint): EventSpike | null {
-  const used = samples.used;
-  const n = used.length;
-  if (n < 2) return null;
-  let peak = used[0]!;
-  for (let i = 1; i < n; i++) if (used[i]! > peak) peak = used[i]!;
-  const threshold = Math.max(SPIKE_MIN_BYTES, Math.trunc(peak * 0.1));
-  let cumulative = 0;
-  let windowSamples = 0;
-  for (let i = 1; i < n; i++) {
-    const delta = used[i]! - used[i - 1]!;
-    if (delta <= 0) {
-      cumulative = 0;
-      windowSamples = 0;
-      continue;
-    }
-    cumulative += delta;
-    windowSamples++;
-    if (cumulative < threshold) continue;
-    const event = samples.events[i]!;
-    return {
-      rank: event.rank,
-      sessionId: event.session_id,
-      firstSpikeNs: event.timestamp_ns,
-      alignedFirstSpikeNs: event.timestamp_ns - offset,
-      peakDeltaBytes: cumulative,
-      windowSamples,
-    };
-  }
-  return null;
-}
-
-/** `_detect_first_cause_spikes`. */
-function detectFirstCause(prepared: Prepared, phaseResolver: PhaseResolver | null | undefined): FirstCause {
-  const grouped = prepared.grouped;
-  if (grouped.size === 0) return { clusterOnsetNs: null, suspects: [], notes: [NOTE_NO_ANALYSIS_EVENTS] };
-  if (grouped.size === 1) return { clusterOnsetNs: null, suspects: [], notes: [NOTE_ONE_RANK] };
-
-  const sparseRanks: number[] = [];
-  const candidates: EventSpike[] = [];
-  for (const [rank, samples] of grouped) {
-    if (samples.events.length < 2) sparseRanks.push(rank);
-    const candidate = findSpike(samples, prepared.offsets.get(rank) ?? 0n);
-    if (candidate !== null) candidates.push(candidate);
-  }
-  return rankFirstCause(
-    candidates,
-    sparseRanks,
-    prepared.missingRanks,
-    prepared.medianIntervalNs,
-    (candidate) =>
-      phaseAttributionToPayload(
-        phaseResolver
-          ? phaseResolver.resolve(candidate.firstSpikeNs, candidate.sessionId, candidate.rank)
-          : null,
-      ),
-  );
-}
-
-/**
- * The cross-rank summary of a job (`summarize_cross_rank_analysis`): participating and missing
- * ranks, alignment offsets, the cluster onset and the first-cause suspects, with notes explaining
- * what limited the analysis.
- */
-export function summarizeCrossRankAnalysis(
-  events: readonly TelemetryEvent[],
-  options: CrossRankOptions = {},
-): CrossRankAnalysis {
-  const prepared = prepare(events);
-  const firstCause: FirstCause =
-    prepared.grouped.size === 0
-      ? {
-          clusterOnsetNs: null,
-          suspects: [],
-          notes: prepared.selectionNotes.length > 0 ? prepared.selectionNotes : [...prepared.notes],
-        }
-      : detectFirstCause(prepared, options.phaseResolver);
-
-  const rankSampleCounts: Record<string, number> = {};
-  for (const [rank, group] of prepared.grouped) rankSampleCounts[String(rank)] = group.events.length;
-  const offsets: Record<string, bigint> = {};
-  for (const [rank, offset] of prepared.offsets) offsets[String(rank)] = offset;
-  return {
-    job_id: prepared.jobId,
-    world_size: prepared.worldSize,
-    participating_ranks: prepared.participatingRanks,
-    missing_ranks: prepared.missingRanks,
-    rank_sample_counts: rankSampleCounts,
-    alignment_offsets_ns: offsets,
-    cluster_onset_timestamp_ns: firstCause.clusterOnsetNs,
-    first_cause_suspects: firstCause.suspects,
-    notes: [...new Set([...prepared.notes, ...firstCause.notes])],
   };
 }

@@ -19,9 +19,10 @@
  * This module builds a trace from events in memory; `streamPerfettoTrace` (export-stream.ts) writes
  * the same events from a sink one session at a time.
  */
-import { isSampleEventType, type TelemetryEvent } from "@stormlog/core";
+import type { TelemetryEvent } from "@stormlog/core";
+import { isSampleEventType } from "@stormlog/core/internal";
 import { PhaseReplayIndex, type PhaseResolver } from "@stormlog/phases";
-import { summarizeCrossRankAnalysis } from "./cross-rank.js";
+import { summarizeCrossRankAnalysis } from "./cross-rank-columns.js";
 import { isBoundaryReading } from "./diagnostics-phases.js";
 import {
   compareNs,

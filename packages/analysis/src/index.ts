@@ -3,6 +3,7 @@
  * gap analysis and the numeric helpers they share with the Python reference.
  */
 export * from "./cross-rank.js";
+export { summarizeCrossRankAnalysis } from "./cross-rank-columns.js";
 export * from "./diagnostics.js";
 export { TimeRangeError } from "./errors.js";
 export * from "./export-csv.js";

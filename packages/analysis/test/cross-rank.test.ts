@@ -3,6 +3,7 @@ import { PhaseReplayIndex } from "@stormlog/phases";
 import { describe, expect, it } from "vitest";
 import { mergeCrossRankTimelines, summarizeCrossRankAnalysis } from "../src/index.js";
 import { canonical, goldenCases, loadEvents, loadExpected, sortedByTimestamp } from "./golden-helpers.js";
+import { summarizeCrossRankEvents } from "./oracles/cross-rank-events.js";
 
 describe("summarizeCrossRankAnalysis agrees with the Python reference (golden cases)", () => {
   const cases = goldenCases("cross-rank");
@@ -19,6 +20,11 @@ describe("summarizeCrossRankAnalysis agrees with the Python reference (golden ca
       phaseResolver: PhaseReplayIndex.fromEvents(events),
     });
     expect(canonical(result)).toEqual(canonical(expected));
+    // The event-by-event oracle that generated jobs are checked against holds on the golden cases too.
+    const oracle = summarizeCrossRankEvents(sortedByTimestamp(events), {
+      phaseResolver: PhaseReplayIndex.fromEvents(events),
+    });
+    expect(canonical(oracle)).toEqual(canonical(expected));
     // Key order of the reference's structure (rank-keyed maps aside: JS orders integer keys).
     expect(Object.keys(result)).toEqual(Object.keys(expected));
     const suspects = expected.first_cause_suspects as JsonObject[];

@@ -1,8 +1,10 @@
 import type { JsonObject, TelemetryEvent } from "@stormlog/core";
-import { PhaseReplayIndex, seededRandom } from "@stormlog/phases";
+import { PhaseReplayIndex } from "@stormlog/phases";
+import { seededRandom } from "@stormlog/phases/internal";
 import { describe, expect, it } from "vitest";
-import { analyzeEvents, analyzeGaps, summarizeCrossRankAnalysis } from "../src/index.js";
+import { analyzeEvents, analyzeGaps } from "../src/index.js";
 import { canonical, goldenCases, loadEvents, loadExpected, sortedByTimestamp } from "./golden-helpers.js";
+import { summarizeCrossRankEvents } from "./oracles/cross-rank-events.js";
 import { BASE_NS, MiB, record } from "./report-helpers.js";
 
 describe("the report's cross-rank analysis equals the Python reference (golden cases)", () => {
@@ -135,14 +137,14 @@ function phaseEvent(
   });
 }
 
-describe("the rank-at-a-time cross-rank analysis equals cross-rank.ts", () => {
+describe("the rank-at-a-time cross-rank analysis equals the event-by-event oracle", () => {
   it("on 300 random jobs (missing ranks, skew, ties, v4 nulls, several job ids and sessions)", () => {
     let withSuspects = 0;
     const notes = new Set<string>();
     for (let seed = 1; seed <= 300; seed++) {
       const events = randomJob(seed);
       if (new Set(events.map((event) => event.rank)).size < 2) continue;
-      const reference = summarizeCrossRankAnalysis(sortedByTimestamp(events), {
+      const reference = summarizeCrossRankEvents(sortedByTimestamp(events), {
         phaseResolver: PhaseReplayIndex.fromEvents(events),
       });
       expect(canonical(analyzeEvents(events).cross_rank_analysis), `seed ${seed}`).toEqual(
@@ -166,7 +168,7 @@ describe("the rank-at-a-time cross-rank analysis equals cross-rank.ts", () => {
     ]);
   });
 
-  it("breaks equal-timestamp ties within a rank by (pid, host), as the event version", () => {
+  it("breaks equal-timestamp ties within a rank by (pid, host), as the oracle", () => {
     const events: TelemetryEvent[] = [];
     for (const rank of [0, 1]) {
       for (let i = 0; i < 6; i++) {
@@ -183,7 +185,7 @@ describe("the rank-at-a-time cross-rank analysis equals cross-rank.ts", () => {
       }
     }
     expect(canonical(analyzeEvents(events).cross_rank_analysis)).toEqual(
-      canonical(summarizeCrossRankAnalysis(sortedByTimestamp(events))),
+      canonical(summarizeCrossRankEvents(sortedByTimestamp(events))),
     );
   });
 });

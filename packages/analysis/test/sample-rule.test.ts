@@ -2,17 +2,28 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encodeTelemetryRecord, type TelemetryEvent } from "@stormlog/core";
-import { PhaseReplayIndex, seededRandom } from "@stormlog/phases";
+import { PhaseReplayIndex } from "@stormlog/phases";
+import { seededRandom } from "@stormlog/phases/internal";
 import { afterAll, describe, expect, it } from "vitest";
-import { analyzeEvents, analyzeGaps, analyzeTelemetry, summarizeCrossRankAnalysis } from "../src/index.js";
+import { analyzeEvents, analyzeGaps, analyzeTelemetry } from "../src/index.js";
 import { canonical, goldenCases, loadEvents, sortedByTimestamp } from "./golden-helpers.js";
+import { summarizeCrossRankEvents } from "./oracles/cross-rank-events.js";
 
 /**
  * Sample records spelled as other producers spell them. The reference's cross-rank analysis takes
  * `event_type.casefold() == "sample"`, its gap analysis `str(event_type).strip().lower() == "sample"`:
  * each variant below is a sample to one rule, both, or neither.
  */
-const SPELLINGS = ["sample", "Sample", "SAMPLE", " Sample ", "sample\t", "\u017fample", "\ufeffsample", "samples"];
+const SPELLINGS = [
+  "sample",
+  "Sample",
+  "SAMPLE",
+  " Sample ",
+  "sample\t",
+  "\u017fample",
+  "\ufeffsample",
+  "samples",
+];
 
 /** The case's events with sample types respelled at random (seeded). */
 function respelled(events: readonly TelemetryEvent[], seed: number): TelemetryEvent[] {
@@ -40,7 +51,7 @@ describe("each analysis tells samples by the reference's rule for it", () => {
     expect(events.some((event) => event.event_type !== "sample" && event.event_type.length >= 6)).toBe(true);
     // The event implementation is the reference's algorithm over its own rule (the oracle).
     const expected = canonical(
-      summarizeCrossRankAnalysis(sortedByTimestamp(events), {
+      summarizeCrossRankEvents(sortedByTimestamp(events), {
         phaseResolver: PhaseReplayIndex.fromEvents(events),
       }),
     );
