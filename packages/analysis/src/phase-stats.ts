@@ -14,6 +14,7 @@ import {
 } from "@stormlog/phases";
 import type { BoundaryEntry } from "./aggregate.js";
 import type { RankSeries } from "./dataset.js";
+import { RangeMax } from "./range-max.js";
 import type { NetChange, PhaseOccurrence, PhaseStat } from "./types.js";
 
 /** The replay index of one session's rank: its boundaries, its last event as the group's end. */
@@ -220,6 +221,8 @@ export function collectOccurrences(series: RankSeries, index: PhaseReplayIndex |
       if (boundary !== undefined && !Number.isNaN(boundary.tensors)) return boundary.tensors;
       return hasSampledTensors ? sampledTensors(series, t) : Number.NaN;
     };
+    const allocatedMax = new RangeMax(series.allocated, series.count);
+    const usedMax = new RangeMax(series.used, series.count);
     for (const span of spans) {
       const enter = enters.get(span.scopeId);
       const exit = span.syntheticEnd
@@ -236,23 +239,22 @@ export function collectOccurrences(series: RankSeries, index: PhaseReplayIndex |
         peakAllocatedNs = peakUsedNs = enter.timestampNs;
       }
       const ts = series.t;
-      const allocatedColumn = series.allocated;
-      const usedColumn = series.used;
       const startT = Number(span.startNs - series.base);
       const endT = Number(span.endNs - series.base);
-      let bestAllocated = -1;
-      let bestUsed = -1;
-      for (let i = lowerBound(ts, series.count, startT); i < series.count && ts[i]! <= endT; i++) {
-        const allocated = allocatedColumn[i]!;
-        if (allocated > peakAllocated || (Number.isNaN(peakAllocated) && !Number.isNaN(allocated))) {
-          peakAllocated = allocated;
-          bestAllocated = i;
-        }
-        const used = usedColumn[i]!;
-        if (used > peakUsed || (Number.isNaN(peakUsed) && !Number.isNaN(used))) {
-          peakUsed = used;
-          bestUsed = i;
-        }
+      const lo = lowerBound(ts, series.count, startT);
+      const hi = Math.max(lo, upperBound(ts, series.count, endT));
+      // The samples' first maximum beats the entry reading as the scan from it would decide.
+      let bestAllocated = allocatedMax.argmax(lo, hi);
+      if (bestAllocated >= 0) {
+        const allocated = series.allocated[bestAllocated]!;
+        if (allocated > peakAllocated || Number.isNaN(peakAllocated)) peakAllocated = allocated;
+        else bestAllocated = -1;
+      }
+      let bestUsed = usedMax.argmax(lo, hi);
+      if (bestUsed >= 0) {
+        const used = series.used[bestUsed]!;
+        if (used > peakUsed || Number.isNaN(peakUsed)) peakUsed = used;
+        else bestUsed = -1;
       }
       if (bestAllocated >= 0) peakAllocatedNs = series.base + BigInt(ts[bestAllocated]!);
       if (bestUsed >= 0) peakUsedNs = series.base + BigInt(ts[bestUsed]!);
