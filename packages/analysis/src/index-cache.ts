@@ -10,7 +10,8 @@
  * (its aggregate is read only when its rank is analysed), scans only segments that changed or
  * appeared, forgets pruned ones, and starts over when the index's format or settings differ. There
  * is no separate indexing step, and nothing is used unless its source provably did not change: a
- * file modified within two seconds of being indexed is read again.
+ * file modified within two seconds of being indexed (racy: it may change again without its times
+ * showing it) is trusted only while its content check (`contentCheck`) still matches too.
  *
  * Scanned aggregates go to disk as soon as they are made, so memory holds one segment's aggregate
  * while scanning and one rank's data while analysing, whatever the size of the input. Without an
@@ -24,6 +25,7 @@ import { DETAIL_CAP, type SegmentAggregate } from "./aggregate.js";
 import { type DigestJson, digestFromJson, digestOf, digestToJson, type SegmentDigest } from "./digest.js";
 import { aggregateStampMatches, encodeAggregate, writeAggregateFile } from "./index-format.js";
 import {
+  contentCheck,
   type Fingerprint,
   fingerprint,
   type InputLocation,
@@ -71,8 +73,10 @@ interface CatalogEntry extends Fingerprint {
   file: string;
   ranks: number[];
   digest: DigestJson;
-  /** Modified within RACY_NS of indexing: never trusted, scanned again. */
+  /** Modified within RACY_NS of indexing: trusted only while its content check matches. */
   racy: boolean;
+  /** The content check of a racy segment, taken before it was scanned (absent: scanned again). */
+  check?: string;
 }
 
 interface Catalog {
@@ -270,6 +274,11 @@ export class SegmentIndex {
     private readonly options: SegmentIndexOptions,
     private readonly segmentsIn: readonly TelemetryInputSegment[],
     private readonly prints: readonly Fingerprint[],
+    /**
+     * Per segment: undefined when it was not racy when fingerprinted, else its content check (null
+     * when it could not be read).
+     */
+    private readonly checks: readonly (string | null | undefined)[],
     private readonly where: ReturnType<typeof locate> | null,
     private dir: string | null,
     private catalog: Catalog | null,
@@ -297,8 +306,10 @@ export class SegmentIndex {
         stored.settings === SETTINGS &&
         stored.kind === location.kind &&
         stored.absolute === location.absolute &&
-        snapshotHolds(where.base, stored.entries);
-      return usable ? new SegmentIndex(options, [], [], where, dir, null, null, stored.state, stored) : null;
+        snapshotHolds(where.base, stored.entries, INDEX_DIRNAME);
+      return usable
+        ? new SegmentIndex(options, [], [], [], where, dir, null, null, stored.state, stored)
+        : null;
     }
     return null;
   }
@@ -329,7 +340,7 @@ export class SegmentIndex {
     const solid = prints as Fingerprint[];
     const location = options.location ?? locateInput(input.path);
     if (!options.index || location === null)
-      return new SegmentIndex(options, segments, solid, null, null, null, null, null);
+      return new SegmentIndex(options, segments, solid, [], null, null, null, null, null);
     const where = locate(location, options.cacheDir);
     let dir = where.dirs[0]!;
     let catalog = readCatalog(dir, where.catalog);
@@ -353,27 +364,36 @@ export class SegmentIndex {
     }
     // The report depends on the segments, the manifests (session ledger) and rollups.json (pruning counters).
     const nowNs = BigInt(Date.now()) * 1_000_000n;
-    const sidecars = input.parts.flatMap((part) => [
-      fingerprint(join(part.dir, "manifest.json")),
-      fingerprint(join(part.dir, "rollups.json")),
+    const sidecarPaths = input.parts.flatMap((part) => [
+      join(part.dir, "manifest.json"),
+      join(part.dir, "rollups.json"),
     ]);
-    const racy =
-      missing >= 0 ||
-      solid.some((print) => isRacy(print, nowNs)) ||
-      sidecars.some((print) => isRacy(print, nowNs));
-    const state = racy
-      ? null
-      : hashText(
-          [
-            input.kind,
-            where.base,
-            ...input.parts.map((part) => relative(where.base, part.dir)),
-            ...sidecars.map(printText),
-            ...segments.map((segment, i) => `${relative(where.base, segment.path)}=${printText(solid[i]!)}`),
-          ].join("\n"),
-          32,
-        );
-    return new SegmentIndex(options, segments, solid, where, dir, catalog, reason, state);
+    const sidecars = sidecarPaths.map(fingerprint);
+    // A racy file is known by its content check as well, taken before it is read (see input-snapshot.ts).
+    const checkOf = (path: string, print: Fingerprint | null): string | null | undefined =>
+      print !== null && isRacy(print, nowNs) ? contentCheck(path, print.size) : undefined;
+    const checks = segments.map((segment, i) => checkOf(segment.path, solid[i]!));
+    const sidecarChecks = sidecarPaths.map((path, i) => checkOf(path, sidecars[i]!));
+    const unchecked = checks.includes(null) || sidecarChecks.includes(null);
+    const withCheck = (text: string, check: string | null | undefined): string =>
+      check === undefined || check === null ? text : `${text}#${check}`;
+    const state =
+      missing >= 0 || unchecked
+        ? null
+        : hashText(
+            [
+              input.kind,
+              where.base,
+              ...input.parts.map((part) => relative(where.base, part.dir)),
+              ...sidecars.map((print, i) => withCheck(printText(print), sidecarChecks[i]!)),
+              ...segments.map(
+                (segment, i) =>
+                  `${relative(where.base, segment.path)}=${withCheck(printText(solid[i]!), checks[i]!)}`,
+              ),
+            ].join("\n"),
+            32,
+          );
+    return new SegmentIndex(options, segments, solid, checks, where, dir, catalog, reason, state);
   }
 
   /** Segment sizes in reading order. */
@@ -524,7 +544,7 @@ export class SegmentIndex {
    * written to the index (or spilled, or kept in memory for small inputs without an index).
    */
   async loadSegments(): Promise<LoadedSegments> {
-    const { options, segmentsIn: inputSegments, prints, where } = this;
+    const { options, segmentsIn: inputSegments, prints, checks, where } = this;
     const sizes = this.sizes;
     const relPaths = inputSegments.map((segment) =>
       where === null ? segment.path : relative(where.base, segment.path),
@@ -537,7 +557,13 @@ export class SegmentIndex {
     const readFrom = this.dir;
     inputSegments.forEach((segment, i) => {
       const entry = known.get(relPaths[i]!);
-      if (entry === undefined || entry.racy || readFrom === null || !sameFingerprint(entry, prints[i]!))
+      if (entry === undefined || readFrom === null || !sameFingerprint(entry, prints[i]!)) return;
+      // A racy entry holds while the segment's content check still matches the one taken when it was indexed.
+      if (
+        entry.racy &&
+        (entry.check === undefined ||
+          entry.check !== (checks[i] === undefined ? contentCheck(segment.path, prints[i]!.size) : checks[i]))
+      )
         return;
       const file = { path: join(readFrom, "segments", entry.file), stamp: stampOf(relPaths[i]!, prints[i]!) };
       // A missing or foreign aggregate file (deleted, damaged, another writer's): scanned again.
@@ -596,7 +622,6 @@ export class SegmentIndex {
     const sink = target ?? this.spill;
     // Moving to another location: the aggregates already indexed elsewhere are written there too.
     const relocating = target !== null && target !== readFrom;
-    const nowNs = BigInt(Date.now()) * 1_000_000n;
     const files = missing.map((i) => `seg-${hashText(stampOf(relPaths[i]!, prints[i]!), 24)}.agg`);
     const jobs: ScanJob[] = missing.map((i, k) => ({
       segment: inputSegments[i]!,
@@ -629,7 +654,9 @@ export class SegmentIndex {
           .filter((rank, j, all) => all.indexOf(rank) === j)
           .sort((a, b) => a - b),
         digest: digestToJson(result.digest),
-        racy: isRacy(prints[i]!, nowNs),
+        // Racy when fingerprinted (`open`), with the check taken then; a racy one without a check is scanned again.
+        racy: checks[i] !== undefined,
+        ...(typeof checks[i] === "string" ? { check: checks[i] } : {}),
       };
       data[i] = {
         source: segment.path,

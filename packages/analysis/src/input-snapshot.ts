@@ -4,8 +4,15 @@
  * entry of a stored snapshot is unchanged, nothing was added, removed, rewritten or appended (a
  * directory's mtime and ctime change with its entries), so the result stored for it still holds and
  * a warm analysis skips listing directories and parsing manifests.
+ *
+ * A file changed within RACY_NS of its fingerprint may change again without its times showing it
+ * (the file system's timestamp granularity). Such a racy entry carries a check of its content as
+ * well (`contentCheck`: a hash of its first and last 64 KiB and of blocks spread between them; for
+ * a directory, of its entries' names), taken before the file is read and compared again on every
+ * later use: an append changes the size, a rewrite the bytes the check reads. So a freshly written
+ * input is stored and reused at once instead of being scanned again until it is two seconds old.
  */
-import { type BigIntStats, type Dirent, readdirSync, statSync } from "node:fs";
+import { type BigIntStats, closeSync, type Dirent, openSync, readdirSync, readSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { MANIFEST_FILENAME, readingInput, resolveInputPath, SEGMENT_SUFFIX } from "@stormlog/sink";
 
@@ -39,6 +46,90 @@ export function fingerprint(path: string): Fingerprint | null {
   return info === undefined ? null : toFingerprint(info);
 }
 
+/** Bytes read at each end of a racy file, and at each of SPREAD_BLOCKS offsets between them. */
+const END_BYTES = 64 << 10;
+const SPREAD_BYTES = 4 << 10;
+const SPREAD_BLOCKS = 16;
+let checkBuffer: Buffer | null = null;
+
+/**
+ * A check of the content of the file at `path` of `size` bytes: its size, and a hash of its first
+ * and last 64 KiB and of 16 blocks of 4 KiB spread evenly between them (about 200 KiB read, well
+ * under a millisecond). Null when it cannot be read.
+ */
+export function contentCheck(path: string, size: number): string | null {
+  let fd: number;
+  try {
+    fd = openSync(path, "r");
+  } catch {
+    return null;
+  }
+  try {
+    checkBuffer ??= Buffer.allocUnsafe(END_BYTES);
+    const buffer = checkBuffer;
+    const hash = new ByteHash();
+    const take = (position: number, length: number): void => {
+      const read = readSync(fd, buffer, 0, Math.min(length, buffer.length), position);
+      hash.add(buffer, read);
+    };
+    if (size <= 2 * END_BYTES) {
+      for (let position = 0; position < size; position += END_BYTES) take(position, END_BYTES);
+    } else {
+      take(0, END_BYTES);
+      const stride = Math.floor((size - 2 * END_BYTES) / (SPREAD_BLOCKS + 1));
+      for (let k = 1; k <= SPREAD_BLOCKS; k++) take(END_BYTES + k * stride, SPREAD_BYTES);
+      take(size - END_BYTES, END_BYTES);
+    }
+    return `${size}:${hash.hex()}`;
+  } catch {
+    return null;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** A check of a directory's entries: a hash of their names, sorted (`skipName` left out). */
+export function namesCheck(path: string, skipName: string): string | null {
+  let names: string[];
+  try {
+    names = readdirSync(path).filter((name) => name !== skipName);
+  } catch {
+    return null;
+  }
+  const hash = new ByteHash();
+  hash.add(Buffer.from(names.sort().join("\n"), "utf8"));
+  return `${names.length}:${hash.hex()}`;
+}
+
+/** Two 32-bit multiply-xor lanes over bytes (not cryptographic: it tells versions of one file apart). */
+class ByteHash {
+  private h1 = 0x9e3779b1;
+  private h2 = 0x85ebca77;
+  private count = 0;
+
+  add(bytes: Uint8Array, length = bytes.length): void {
+    let h1 = this.h1;
+    let h2 = this.h2;
+    for (let i = 0; i < length; i++) {
+      const k = bytes[i]!;
+      h1 = Math.imul(h1 ^ k, 0x01000193);
+      h2 = Math.imul(h2 ^ k, 0x5bd1e995) ^ (h2 >>> 15);
+    }
+    this.h1 = h1;
+    this.h2 = h2;
+    this.count += length;
+  }
+
+  hex(): string {
+    const h1 = Math.imul(this.h1 ^ (this.h1 >>> 16), 0x85ebca6b) ^ this.count;
+    const h2 = Math.imul(this.h2 ^ (this.h2 >>> 13), 0xc2b2ae35);
+    return `${(h1 >>> 0).toString(16).padStart(8, "0")}${(h2 >>> 0).toString(16).padStart(8, "0")}`;
+  }
+}
+
+/** Separates a racy entry's fingerprint from its content check in a snapshot. */
+const CHECK_MARK = "#";
+
 /** A fingerprint as one string (`-` for a missing file). */
 export const printText = (print: Fingerprint | null): string =>
   print === null ? "-" : `${print.size}:${print.mtimeNs}:${print.ctimeNs}:${print.ino}:${print.dev}`;
@@ -67,6 +158,11 @@ export interface InputLocation {
   /** The real path of a directory input; the real path's directory for a file. */
   readonly base: string;
   readonly size: number;
+  /**
+   * A file given through a link into another directory: its resolution reads the link's directory
+   * (the manifest beside it), which `base` is not, so it is not snapshotted.
+   */
+  readonly linked: boolean;
 }
 
 /** The location of the input at `path`, or null when nothing is there. */
@@ -83,7 +179,9 @@ export function locateInput(path: string): InputLocation | null {
       : name.endsWith(SEGMENT_SUFFIX)
         ? "jsonl"
         : "json";
-  return { kind, absolute, base: kind === "dir" ? absolute : dirname(absolute), size: info.size };
+  const base = kind === "dir" ? absolute : dirname(absolute);
+  const linked = kind !== "dir" && resolveInputPath(dirname(path)) !== base;
+  return { kind, absolute, base, size: info.size, linked };
 }
 
 /** Fingerprints of an input's directories and files. */
@@ -94,27 +192,51 @@ export interface InputSnapshot {
   readonly sizeBytes: number;
   /**
    * False when the entries do not cover everything the analysis depends on (a link, an unreadable
-   * directory, too many entries, a JSON document) or something changed within RACY_NS: then it must
-   * not be stored.
+   * directory, too many entries, a JSON document) or a racy entry's content could not be checked:
+   * then it must not be stored.
    */
   readonly reusable: boolean;
 }
 
+/** Files beside a segment that its analysis reads (the session ledger, the pruning counters). */
+const SEGMENT_SIDECARS = [MANIFEST_FILENAME, "rollups.json"] as const;
+
 /**
  * The snapshot of the input at `location`, skipping `skipName` (the index directory). A directory
- * is walked whole; for a segment or a manifest, its directory and the files directly in it are what
- * its resolution reads. A JSON document has no index: only its size.
+ * is walked whole; for a manifest, its directory and the files directly in it are what its
+ * resolution reads; for a segment, the segment and the files beside it that its analysis reads
+ * (other files beside it, such as a report written there, do not change its analysis). A JSON
+ * document has no index: only its size.
  */
 export function snapshotInput(location: InputLocation, skipName: string): InputSnapshot {
   const { kind, base } = location;
   const nowNs = BigInt(Date.now()) * 1_000_000n;
   const entries: [string, string][] = [];
   if (kind === "json") return { entries, sizeBytes: location.size, reusable: false };
-  let reusable = true;
-  const note = (relativePath: string, print: Fingerprint | null): void => {
-    if (print === null || isRacy(print, nowNs) || entries.length >= MAX_SNAPSHOT_ENTRIES) reusable = false;
-    entries.push([relativePath, printText(print)]);
+  let reusable = !location.linked;
+  const note = (relativePath: string, print: Fingerprint | null, isDirectory = false): void => {
+    if (print === null || entries.length >= MAX_SNAPSHOT_ENTRIES) reusable = false;
+    let text = printText(print);
+    if (print !== null && isRacy(print, nowNs)) {
+      const path = relativePath === "" ? base : join(base, relativePath);
+      const check = isDirectory ? namesCheck(path, skipName) : contentCheck(path, print.size);
+      if (check === null) reusable = false;
+      text += `${CHECK_MARK}${isDirectory ? "d" : "f"}${check}`;
+    }
+    entries.push([relativePath, text]);
   };
+  if (kind === "jsonl") {
+    const own = basename(location.absolute);
+    const print = fingerprint(location.absolute);
+    note(own, print);
+    // Absent sidecars are noted as such ("-"): one that appears changes the analysis.
+    for (const name of SEGMENT_SIDECARS) {
+      const sidecar = fingerprint(join(base, name));
+      if (sidecar === null) entries.push([name, printText(null)]);
+      else note(name, sidecar);
+    }
+    return { entries, sizeBytes: print?.size ?? location.size, reusable };
+  }
   const list = (dir: string): Dirent[] => {
     try {
       return readdirSync(dir, { withFileTypes: true });
@@ -126,7 +248,7 @@ export function snapshotInput(location: InputLocation, skipName: string): InputS
   if (kind !== "dir") {
     const own = basename(location.absolute);
     let sizeBytes = location.size;
-    note("", fingerprint(base));
+    note("", fingerprint(base), true);
     for (const entry of list(base)) {
       if (entry.isSymbolicLink()) reusable = false;
       else if (entry.isFile()) {
@@ -139,7 +261,7 @@ export function snapshotInput(location: InputLocation, skipName: string): InputS
   }
   let sizeBytes = 0;
   const walk = (dir: string, relativeDir: string): void => {
-    note(relativeDir, fingerprint(dir));
+    note(relativeDir, fingerprint(dir), true);
     for (const entry of list(dir)) {
       if (entry.name === skipName) continue;
       const relativePath = relativeDir === "" ? entry.name : `${relativeDir}/${entry.name}`;
@@ -159,10 +281,27 @@ export function snapshotInput(location: InputLocation, skipName: string): InputS
   return { entries, sizeBytes, reusable };
 }
 
-/** True when every entry of a stored snapshot still has its fingerprint. */
-export function snapshotHolds(base: string, entries: readonly (readonly [string, string])[]): boolean {
-  for (const [relativePath, print] of entries) {
-    if (printText(fingerprint(relativePath === "" ? base : join(base, relativePath))) !== print) return false;
+/**
+ * True when every entry of a stored snapshot still has its fingerprint, and each racy one its
+ * content check (`skipName`: as given to `snapshotInput`).
+ */
+export function snapshotHolds(
+  base: string,
+  entries: readonly (readonly [string, string])[],
+  skipName: string,
+): boolean {
+  for (const [relativePath, stored] of entries) {
+    const path = relativePath === "" ? base : join(base, relativePath);
+    const print = fingerprint(path);
+    const text = printText(print);
+    const mark = stored.indexOf(CHECK_MARK);
+    if (mark < 0) {
+      if (text !== stored) return false;
+      continue;
+    }
+    if (print === null || stored.slice(0, mark) !== text) return false;
+    const check = stored[mark + 1] === "d" ? namesCheck(path, skipName) : contentCheck(path, print.size);
+    if (check === null || stored.slice(mark + 2) !== check) return false;
   }
   return true;
 }

@@ -3,9 +3,12 @@ import {
   existsSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
+  statSync,
   symlinkSync,
+  utimesSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -22,7 +25,7 @@ import {
   reportToJson,
 } from "../src/index.js";
 import { SegmentIndex } from "../src/index-cache.js";
-import { locateInput, snapshotInput } from "../src/input-snapshot.js";
+import { contentCheck, locateInput, snapshotInput } from "../src/input-snapshot.js";
 import { appendSample, BASE_NS, GiB, MS, settle, Timeline, writeSink } from "./report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-snapshot-"));
@@ -249,5 +252,151 @@ describe("input snapshot (warm analyses skip resolving an unchanged input)", () 
     writeSink(join(root, "rank-2"), rankEvents(0, 4, BASE_NS, "job-t"), { segmentSize: 50 });
     expect(await render()).toEqual({ rows: 2, reused: false });
     expect(calls).toBe(4);
+  });
+});
+
+/** Sets a file's mtime an hour ahead: racy for as long as the test runs, whatever the machine's speed. */
+function makeRacy(path: string): void {
+  const ahead = new Date(Date.now() + 3_600_000);
+  utimesSync(path, ahead, ahead);
+}
+
+/** The stored snapshot's entries of a single segment's index. */
+function storedEntries(segment: string): [string, string][] {
+  const dir = join(segment, "..", INDEX_DIRNAME);
+  const name = `inputs-${segment.slice(segment.lastIndexOf("/") + 1)}.json`;
+  return JSON.parse(readFileSync(join(dir, name), "utf8")).entries;
+}
+
+describe("racy inputs and files beside a single segment", () => {
+  beforeAll(() => {
+    delete process.env.STORMLOG_CACHE_DIR;
+    process.env.XDG_CACHE_HOME = join(temp, "xdg");
+  });
+
+  it("stores a freshly written segment's results at once, vouched for by its content check", async () => {
+    const dir = join(temp, "racy-segment");
+    writeSink(dir, rankEvents(0, 12), { segmentSize: 1000, manifest: false });
+    const segment = join(dir, "segment-000001.jsonl");
+    makeRacy(segment);
+    const cold = await analyzeTelemetry(segment);
+    expect(cold.index).toMatchObject({ status: "built", report_reused: false });
+    // The entry carries its content check; the file's times alone would not vouch for it.
+    const [own] = storedEntries(segment);
+    expect(own?.[0]).toBe("segment-000001.jsonl");
+    expect(own?.[1]).toContain("#f");
+    expect(vouched(segment)).toBe(true);
+    const warm = await analyzeTelemetry(segment);
+    expect(warm.index).toMatchObject({ status: "reused", report_reused: true });
+    expect(await jsonOf(segment)).toBe(await jsonOf(segment, false));
+    // Both renderings after the cold run come from the index, and are what a fresh analysis renders.
+    const first = await renderTelemetryAnalysis(segment, { format: "json" });
+    expect(await renderTelemetryAnalysis(segment, { format: "json" })).toBe(first);
+    expect(first).toBe(await renderTelemetryAnalysis(segment, { format: "json", index: false }));
+  });
+
+  it("stops vouching for a racy segment when its content check no longer matches", async () => {
+    const dir = join(temp, "racy-check");
+    writeSink(dir, rankEvents(0, 12), { segmentSize: 1000, manifest: false });
+    const segment = join(dir, "segment-000001.jsonl");
+    makeRacy(segment);
+    await analyzeTelemetry(segment);
+    expect(vouched(segment)).toBe(true);
+    // What a same-size rewrite within the file system's timestamp granularity would leave: the
+    // fingerprint as stored and other bytes. Fingerprints cannot be forged here, so the stored
+    // check is: the segment is then read again.
+    const indexDir = join(dir, INDEX_DIRNAME);
+    const snapshotFile = join(indexDir, "inputs-segment-000001.jsonl.json");
+    const snapshot = JSON.parse(readFileSync(snapshotFile, "utf8"));
+    snapshot.entries[0][1] = snapshot.entries[0][1].replace(/#f\d+:[0-9a-f]+$/, "#f1:00000000deadbeef");
+    writeFileSync(snapshotFile, JSON.stringify(snapshot));
+    expect(vouched(segment)).toBe(false);
+    const catalogFile = join(indexDir, "index-segment-000001.jsonl.json");
+    const catalog = JSON.parse(readFileSync(catalogFile, "utf8"));
+    expect(catalog.segments[0]).toMatchObject({ racy: true, check: expect.any(String) });
+    catalog.segments[0].check = "1:00000000deadbeef";
+    writeFileSync(catalogFile, JSON.stringify(catalog));
+    for (const name of readdirSync(indexDir)) if (name.startsWith("report-")) rmSync(join(indexDir, name));
+    const again = await analyzeTelemetry(segment);
+    expect(again.index).toMatchObject({ status: "updated", segments_scanned: 1, segments_reused: 0 });
+    expect(await jsonOf(segment)).toBe(await jsonOf(segment, false));
+  });
+
+  it("keeps vouching for a single segment when a report is written beside it", async () => {
+    const dir = join(temp, "beside-segment");
+    writeSink(dir, rankEvents(1, 12), { segmentSize: 1000 });
+    const segment = join(dir, "segment-000001.jsonl");
+    makeRacy(segment);
+    const text = await renderTelemetryAnalysis(segment, { format: "txt" });
+    writeFileSync(join(dir, "report.txt"), text);
+    expect(vouched(segment)).toBe(true);
+    await renderTelemetryAnalysis(segment, { format: "txt" });
+    writeFileSync(join(dir, "report.txt"), text);
+    expect(vouched(segment)).toBe(true);
+    // What its analysis reads beside it still counts: the manifest, rollups.json.
+    const manifest = join(dir, "manifest.json");
+    writeFileSync(manifest, readFileSync(manifest, "utf8").replace('"completed"', '"completeD"'));
+    expect(vouched(segment)).toBe(false);
+    const rollups = join(temp, "beside-rollups");
+    writeSink(rollups, rankEvents(1, 6), { segmentSize: 1000 });
+    const other = join(rollups, "segment-000001.jsonl");
+    await analyzeTelemetry(other);
+    expect(vouched(other)).toBe(true);
+    writeFileSync(join(rollups, "rollups.json"), "{}");
+    expect(vouched(other)).toBe(false);
+  });
+
+  it("re-checks a racy directory by its entries' names", async () => {
+    const root = makeRoot("racy-root");
+    for (const path of [root, join(root, "rank-0"), join(root, "rank-1")]) makeRacy(path);
+    // The first analysis adds the index directory (the root changes after its snapshot), the second stores it.
+    await analyzeTelemetry(root);
+    await analyzeTelemetry(root);
+    expect(vouched(root)).toBe(true);
+    const stored = JSON.parse(readFileSync(join(root, INDEX_DIRNAME, "inputs.json"), "utf8")).entries;
+    expect(stored.find(([path]: [string, string]) => path === "rank-0")?.[1]).toContain("#d");
+    writeFileSync(join(root, "rank-0", "notes.txt"), "x");
+    expect(vouched(root)).toBe(false);
+  });
+
+  it("does not snapshot a segment given through a link into another directory", () => {
+    const dir = join(temp, "linked-segment");
+    writeSink(join(dir, "real"), rankEvents(0, 4), { segmentSize: 1000 });
+    mkdirSync(join(dir, "view"));
+    symlinkSync(join(dir, "real", "segment-000001.jsonl"), join(dir, "view", "segment-000001.jsonl"));
+    const location = locateInput(join(dir, "view", "segment-000001.jsonl"))!;
+    expect(location.linked).toBe(true);
+    expect(snapshotInput(location, INDEX_DIRNAME).reusable).toBe(false);
+    expect(locateInput(join(dir, "real", "segment-000001.jsonl"))!.linked).toBe(false);
+  });
+});
+
+describe("contentCheck", () => {
+  it("tells apart a change of one byte at either end or in a block between, and of the size", () => {
+    const path = join(temp, "check.bin");
+    const size = 1 << 20;
+    const bytes = Buffer.alloc(size, 0x61);
+    writeFileSync(path, bytes);
+    const base = contentCheck(path, size);
+    expect(base).toMatch(/^1048576:[0-9a-f]{16}$/);
+    expect(contentCheck(path, size)).toBe(base);
+    const stride = Math.floor((size - 2 * 65536) / 17);
+    for (const offset of [0, 65535, 65536 + stride, size - 65536, size - 1]) {
+      const changed = Buffer.from(bytes);
+      changed[offset] = 0x62;
+      writeFileSync(path, changed);
+      expect(contentCheck(path, size), `byte ${offset}`).not.toBe(base);
+    }
+    writeFileSync(path, Buffer.concat([bytes, Buffer.from("\n")]));
+    expect(contentCheck(path, statSync(path).size)).not.toBe(base);
+    expect(contentCheck(join(temp, "no-such-file"), 10)).toBeNull();
+  });
+
+  it("reads a small file whole", () => {
+    const path = join(temp, "check-small.txt");
+    writeFileSync(path, "abc");
+    const before = contentCheck(path, 3);
+    writeFileSync(path, "abd");
+    expect(contentCheck(path, 3)).not.toBe(before);
   });
 });
