@@ -10,18 +10,22 @@
  */
 import {
   ALERT_EVENT_TYPES,
-  CASEFOLD_SAMPLE,
   type JsonObject,
   type JsonValue,
+  stringifyJson,
+  type TelemetryEvent,
+} from "@stormlog/core";
+import {
+  CASEFOLD_SAMPLE,
+  type ExactCounters,
+  exactCountersOf,
   SAMPLE_EVENT_TYPE,
   type SessionEventLike,
   STRIP_LOWER_SAMPLE,
   sampleRules,
   sessionEventLikeOf,
-  stringifyJson,
-  type TelemetryEvent,
-} from "@stormlog/core";
-import { LIVE_BY_PHASE_KEY } from "@stormlog/phases";
+} from "@stormlog/core/internal";
+import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import { TimeRangeError } from "./errors.js";
 
 /** `metadata.phase_counters` of a phase record whose counters were read at the boundary itself. */
@@ -274,6 +278,8 @@ export class RankPart {
   originSamples = 0;
   /** Alerts left out by DETAIL_CAP. */
   alertsTruncated = false;
+  /** Exact values of samples' counters past 2^53, by the sample's line (null: none, the usual case). */
+  exact: Map<number, ExactCounters> | null = null;
 
   constructor(
     readonly rank: number,
@@ -722,6 +728,11 @@ export class Accumulator {
         identity,
         rules,
       );
+      const exact = exactCountersOf(event);
+      if (exact !== undefined) {
+        part.exact ??= new Map();
+        part.exact.set(line, exact);
+      }
       const births = event.metadata[LIVE_BY_PHASE_KEY];
       if (typeof births === "object" && births !== null && !Array.isArray(births))
         // Decoded metadata may hold bigints (integers past 2^53): the lossless encoder writes them.

@@ -7,13 +7,14 @@
  * small: per rank its sample count, first sample and spike candidate, and the positive gaps between
  * samples (for the median sampling interval).
  */
+
+import type { TelemetryEvent } from "@stormlog/core";
 import {
   type PhaseAttributionPayload,
   type PhaseResolver,
   phaseAttributionToPayload,
 } from "@stormlog/phases";
 import { comparePythonStrings, selectKth } from "@stormlog/phases/internal";
-import type { TelemetryEvent } from "@stormlog/core";
 import {
   type CrossRankAnalysis,
   type CrossRankOptions,
@@ -97,7 +98,7 @@ function countedMedian(counts: ReadonlyMap<number, number>): bigint {
 interface Spike {
   sessionId: string;
   firstSpikeNs: bigint;
-  peakDeltaBytes: number;
+  peakDeltaBytes: number | bigint;
   windowSamples: number;
   attribution: PhaseAttributionPayload | null;
 }
@@ -414,6 +415,8 @@ function findSpike(
 ): Spike | null {
   const n = samples.t.length;
   if (n < 2) return null;
+  const exactUsed = exactUsedOf(samples);
+  if (exactUsed !== null) return findSpikeExactly(samples, exactUsed, rank, resolverOf);
   let peak = Number.NEGATIVE_INFINITY;
   for (let i = 0; i < n; i++) if (samples.used[i]! > peak) peak = samples.used[i]!;
   const threshold = Math.max(SPIKE_MIN_BYTES, Math.trunc(peak * 0.1));
@@ -431,19 +434,75 @@ function findSpike(
     }
     cumulative += delta;
     windowSamples++;
-    if (cumulative < threshold) continue;
-    const series = samples.series?.[i] ?? samples.only!.series;
-    const ts = samples.base + BigInt(samples.t[i]!);
-    const resolver = resolverOf(series);
-    return {
-      sessionId: series.sessionId,
-      firstSpikeNs: ts,
-      peakDeltaBytes: cumulative,
-      windowSamples,
-      attribution: resolver ? phaseAttributionToPayload(resolver.resolve(ts, series.sessionId, rank)) : null,
-    };
+    if (cumulative >= threshold) return spikeAt(samples, i, cumulative, windowSamples, rank, resolverOf);
   }
   return null;
+}
+
+/** Device used of the selected samples as exact integers, when one of them passes 2^53 (else null). */
+function exactUsedOf(samples: Selected): bigint[] | null {
+  const seriesOf = (i: number) => samples.series?.[i] ?? samples.only!.series;
+  let any = false;
+  for (let i = 0; i < samples.t.length && !any; i++) {
+    const exact = seriesOf(i).exact;
+    if (exact !== null && exact.get(samples.order[i]!)?.device_used_bytes !== undefined) any = true;
+  }
+  if (!any) return null;
+  return Array.from(
+    samples.used,
+    (used, i) => seriesOf(i).exact?.get(samples.order[i]!)?.device_used_bytes ?? BigInt(used),
+  );
+}
+
+/** `findSpike` with the reference's unbounded integers, for a rank whose counters pass 2^53. */
+function findSpikeExactly(
+  samples: Selected,
+  used: readonly bigint[],
+  rank: number,
+  resolverOf: (series: RankSeries) => PhaseResolver | null,
+): Spike | null {
+  let peak = used[0]!;
+  for (const value of used) if (value > peak) peak = value;
+  // `max(64 MiB, int(peak * 0.1))`: the product is a float in the reference too.
+  const tenth = BigInt(Math.trunc(Number(peak) * 0.1));
+  const threshold = tenth > BigInt(SPIKE_MIN_BYTES) ? tenth : BigInt(SPIKE_MIN_BYTES);
+  let cumulative = 0n;
+  let windowSamples = 0;
+  for (let i = 1; i < used.length; i++) {
+    const delta = used[i]! - used[i - 1]!;
+    if (delta <= 0n) {
+      cumulative = 0n;
+      windowSamples = 0;
+      continue;
+    }
+    cumulative += delta;
+    windowSamples++;
+    if (cumulative >= threshold) {
+      const bytes = Number.isSafeInteger(Number(cumulative)) ? Number(cumulative) : cumulative;
+      return spikeAt(samples, i, bytes, windowSamples, rank, resolverOf);
+    }
+  }
+  return null;
+}
+
+function spikeAt(
+  samples: Selected,
+  i: number,
+  peakDeltaBytes: number | bigint,
+  windowSamples: number,
+  rank: number,
+  resolverOf: (series: RankSeries) => PhaseResolver | null,
+): Spike {
+  const series = samples.series?.[i] ?? samples.only!.series;
+  const ts = samples.base + BigInt(samples.t[i]!);
+  const resolver = resolverOf(series);
+  return {
+    sessionId: series.sessionId,
+    firstSpikeNs: ts,
+    peakDeltaBytes,
+    windowSamples,
+    attribution: resolver ? phaseAttributionToPayload(resolver.resolve(ts, series.sessionId, rank)) : null,
+  };
 }
 
 function detectFirstCause(

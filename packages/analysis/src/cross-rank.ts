@@ -16,22 +16,9 @@
  */
 import type { TelemetryEvent } from "@stormlog/core";
 import { isSampleEventType } from "@stormlog/core/internal";
-import {
-  type PhaseAttributionPayload,
-  type PhaseResolver,
-  phaseAttributionToPayload,
-} from "@stormlog/phases";
+import type { PhaseAttributionPayload, PhaseResolver } from "@stormlog/phases";
 import { comparePythonStrings } from "@stormlog/phases/internal";
-import {
-  type FirstCause,
-  NOTE_MULTIPLE_JOBS,
-  NOTE_NO_DEVICE_USED,
-  NOTE_NO_SAMPLES,
-  NOTE_NON_SAMPLE,
-  NOTE_ONE_RANK,
-  rankFirstCause,
-  type SpikeCandidate,
-} from "./first-cause.js";
+import { NOTE_MULTIPLE_JOBS, NOTE_NO_DEVICE_USED, NOTE_NO_SAMPLES, NOTE_NON_SAMPLE } from "./first-cause.js";
 
 /** Minimum cumulative device-used growth that counts as a spike (64 MiB), as in the reference. */
 export const SPIKE_MIN_BYTES = 64 * 1024 ** 2;
@@ -74,12 +61,12 @@ export interface FirstCauseSuspect {
   /** When the rank's growth window crossed the spike threshold (the rank's own clock). */
   first_spike_timestamp_ns: bigint;
   aligned_first_spike_timestamp_ns: bigint;
-  /** Cumulative device-used growth of the window at the crossing. */
-  peak_delta_bytes: number;
+  /** Cumulative device-used growth of the window at the crossing (a `bigint` only past 2^53). */
+  peak_delta_bytes: number | bigint;
   spike_window_samples: number;
   lead_over_cluster_onset_ns: bigint;
   confidence: FirstCauseConfidence;
-  evidence: { device_used_delta_bytes: number; supporting_ranks_at_or_before_onset: number };
+  evidence: { device_used_delta_bytes: number | bigint; supporting_ranks_at_or_before_onset: number };
   /** The phase active on that rank at `first_spike_timestamp_ns`, when a resolver is given. */
   phase_attribution: PhaseAttributionPayload | null;
 }

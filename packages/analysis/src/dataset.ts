@@ -5,7 +5,7 @@
  * phase boundaries, alerts, health transitions and peaks. Aggregates kept on disk (the index) are
  * read when a rank needs them and let go after, so memory holds one rank's data, not the input's.
  */
-import { SAMPLE_RULE_BITS, type SampleRule } from "@stormlog/core";
+import { type ExactCounters, SAMPLE_RULE_BITS, type SampleRule } from "@stormlog/core/internal";
 import type {
   AlertEntry,
   BirthEntry,
@@ -50,6 +50,11 @@ export interface RankSeries {
    * all samples are exact `sample` records. `seriesForRule` keeps one rule's samples.
    */
   readonly rules: Uint8Array | null;
+  /**
+   * Exact values of counters past 2^53 (where the columns hold the nearest double), by the sample's
+   * storage order (`order`); null when there are none, the usual case. Read them with `exactAt`.
+   */
+  readonly exact: ReadonlyMap<number, ExactCounters> | null;
   readonly samplesWithoutUsed: number;
   /** Samples whose metadata holds phase attribution hints. */
   readonly originSamples: number;
@@ -297,6 +302,7 @@ function single(
     identities: part.identities,
     identity: samples.identity === null ? null : samples.identity.subarray(0, n),
     rules: samples.rules === null ? null : samples.rules.subarray(0, n),
+    exact: exactByOrder(part.exact, orderBase, null),
     samplesWithoutUsed: part.samplesWithoutUsed,
     originSamples: part.originSamples,
     alertsTruncated: part.alertsTruncated,
@@ -339,6 +345,7 @@ function combine(
   const identities: SampleIdentity[] = [];
   let identity: Uint16Array | null = null;
   let rules: Uint8Array | null = null;
+  let exact: Map<number, ExactCounters> | null = null;
   const boundaries: BoundaryEntry[] = [];
   const boundaryOrders: number[] = [];
   const alerts: AlertEntry[] = [];
@@ -392,6 +399,7 @@ function combine(
       rules ??= new Uint8Array(n).fill(ALL_SAMPLE_RULES);
       rules.set(samples.rules.subarray(0, count), offset);
     }
+    exact = exactByOrder(part.exact, orderBase, exact);
     offset += count;
     for (const boundary of part.boundaries) {
       boundaries.push(boundary);
@@ -426,6 +434,7 @@ function combine(
     identities,
     identity,
     rules,
+    exact,
     samplesWithoutUsed,
     originSamples,
     alertsTruncated,
@@ -439,6 +448,23 @@ function combine(
     health,
     births,
   });
+}
+
+/** A part's exact counters (by line) keyed by storage order instead, added to `into`. */
+function exactByOrder(
+  byLine: ReadonlyMap<number, ExactCounters> | null,
+  orderBase: number,
+  into: Map<number, ExactCounters> | null,
+): Map<number, ExactCounters> | null {
+  if (byLine === null) return into;
+  const out = into ?? new Map<number, ExactCounters>();
+  for (const [line, counters] of byLine) out.set(orderBase + line, counters);
+  return out;
+}
+
+/** The exact counters of sample `i` past 2^53, if it has any (the columns hold their nearest doubles). */
+export function exactAt(series: RankSeries, i: number): ExactCounters | undefined {
+  return series.exact?.get(series.order[i]!);
 }
 
 /** Sorts a series by `(timestamp, storage order)` when it is not already. */

@@ -4,7 +4,7 @@
  */
 import type { TelemetryEvent } from "@stormlog/core";
 import type { PhaseResolver } from "@stormlog/phases";
-import { type RankSeries, sampleTimeAsNumber, seriesForRule } from "./dataset.js";
+import { exactAt, type RankSeries, sampleTimeAsNumber, seriesForRule } from "./dataset.js";
 import { analyzeGapColumns, type GapColumns } from "./gap.js";
 import type { RankGapFinding } from "./types.js";
 
@@ -50,6 +50,7 @@ export function gapColumns(series: RankSeries): GapColumns {
     total: series.total,
     timeOf: sampleTimeAsNumber(series),
     event: (i) => sampleRecord(series, i),
+    ...(series.exact === null ? {} : { exactCounters: (i: number) => exactAt(series, i) }),
   };
 }
 

@@ -19,7 +19,8 @@ export interface SpikeCandidate {
   readonly rank: number;
   readonly firstSpikeNs: bigint;
   readonly alignedFirstSpikeNs: bigint;
-  readonly peakDeltaBytes: number;
+  /** A `bigint` only past 2^53 (counters read exactly). */
+  readonly peakDeltaBytes: number | bigint;
   readonly windowSamples: number;
 }
 
@@ -55,7 +56,9 @@ export function rankFirstCause<C extends SpikeCandidate>(
   candidates.sort((a, b) => {
     if (a.alignedFirstSpikeNs !== b.alignedFirstSpikeNs)
       return a.alignedFirstSpikeNs < b.alignedFirstSpikeNs ? -1 : 1;
-    if (a.peakDeltaBytes !== b.peakDeltaBytes) return b.peakDeltaBytes - a.peakDeltaBytes;
+    // Larger growth first (a number and a bigint compare exactly).
+    if (a.peakDeltaBytes > b.peakDeltaBytes) return -1;
+    if (a.peakDeltaBytes < b.peakDeltaBytes) return 1;
     return a.rank - b.rank;
   });
   let clusterOnsetNs: bigint | null = null;

@@ -8,14 +8,15 @@
  * The gap only means something when `device_used_bytes` comes from the driver (NVML), not from the
  * framework itself. Pass one rank's events in time order, as the reference's callers do.
  */
+import { formatBytes, InvalidConfigError, type JsonObject, type TelemetryEvent } from "@stormlog/core";
 import {
-  formatBytes,
-  InvalidConfigError,
+  type ExactCounterField,
+  type ExactCounters,
+  exactCountersOf,
+  exactQuotient,
   isSampleEventType,
-  type JsonObject,
   markFloat,
-  type TelemetryEvent,
-} from "@stormlog/core";
+} from "@stormlog/core/internal";
 import {
   type PhaseAttributionPayload,
   type PhaseEventLike,
@@ -156,6 +157,16 @@ export interface GapColumns {
   timeOf(i: number): number;
   /** Sample `i` as a record the phase resolver reads (timestamp, session, rank, origin hints). */
   event(i: number): PhaseEventLike & { readonly timestamp_ns: bigint };
+  /**
+   * The exact values of sample `i`'s counters past 2^53 (the columns hold their nearest doubles);
+   * absent when no sample has any. The reference computes with unbounded integers.
+   */
+  readonly exactCounters?: (i: number) => ExactCounters | undefined;
+}
+
+/** A counter of a sample exactly: its value past 2^53 when it has one, else the column's (exact) double. */
+function exactCounter(exact: ExactCounters, field: ExactCounterField, column: number): bigint {
+  return exact[field] ?? BigInt(column);
 }
 
 function attribution(
@@ -291,8 +302,15 @@ function fragmentation(
     const allocated = columns.allocated[i]!;
     // NaN (null) fails `reserved > 0` and makes the ratio NaN.
     if (!(reserved > 0) || Number.isNaN(allocated)) continue;
-    // Reference §6.6: the allocator gap is clamped at zero (allocated above reserved is a stale read).
-    all[count] = Math.max(0, reserved - allocated) / reserved;
+    const exact = columns.exactCounters?.(i);
+    if (exact === undefined)
+      // Reference §6.6: the allocator gap is clamped at zero (allocated above reserved is a stale read).
+      all[count] = Math.max(0, reserved - allocated) / reserved;
+    else {
+      const exactReserved = exactCounter(exact, "allocator_reserved_bytes", reserved);
+      const unallocated = exactReserved - exactCounter(exact, "allocator_allocated_bytes", allocated);
+      all[count] = exactQuotient(unallocated > 0n ? unallocated : 0n, exactReserved);
+    }
     ratioSamples[count++] = i;
   }
   if (count === 0) return null;
@@ -359,6 +377,7 @@ export function analyzeGaps(
       total,
       timeOf: (i) => Number(samples[i]!.timestamp_ns),
       event: (i) => samples[i]!,
+      exactCounters: (i) => exactCountersOf(samples[i]!),
     },
     options,
   );
@@ -368,6 +387,7 @@ export function analyzeGaps(
 export function analyzeGapColumns(columns: GapColumns, options: GapAnalysisOptions = {}): GapFinding[] {
   const thresholds = resolveThresholds(options.thresholds);
   const { count, used, reserved, total } = columns;
+  const exactOf = columns.exactCounters;
   // Reused working arrays: findings keep values, never the arrays.
   const picked = scratchInts("gap.picked", count);
   const allGaps = scratchDoubles("gap.gaps", count);
@@ -377,9 +397,18 @@ export function analyzeGapColumns(columns: GapColumns, options: GapAnalysisOptio
     const deviceTotal = total[i]!;
     // NaN (null) counters fail these tests, as null does in the reference.
     if (!(deviceTotal > 0)) continue;
-    const gap = used[i]! - reserved[i]!;
+    let gap = used[i]! - reserved[i]!;
     if (Number.isNaN(gap)) continue;
-    const ratio = Math.abs(gap / deviceTotal);
+    let ratio: number;
+    const exact = exactOf?.(i);
+    if (exact === undefined) ratio = Math.abs(gap / deviceTotal);
+    else {
+      const exactGap =
+        exactCounter(exact, "device_used_bytes", used[i]!) -
+        exactCounter(exact, "allocator_reserved_bytes", reserved[i]!);
+      gap = Number(exactGap);
+      ratio = Math.abs(exactQuotient(exactGap, exactCounter(exact, "device_total_bytes", deviceTotal)));
+    }
     if (ratio > maxRatio) maxRatio = ratio;
     allGaps[kept] = gap;
     picked[kept++] = i;

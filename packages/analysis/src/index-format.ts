@@ -7,7 +7,8 @@
  * several times the live heap: memory would grow with the size of the segments.
  */
 import { closeSync, fstatSync, openSync, readSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { FLOAT_KEYS, type JsonObject, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
+import { type JsonObject, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
+import { type ExactCounterField, type ExactCounters, FLOAT_KEYS } from "@stormlog/core/internal";
 import {
   ALL_SAMPLE_RULES,
   type AlertEntry,
@@ -75,6 +76,8 @@ interface RankHeader {
    * other than exactly "sample": rare); absent when there is none.
    */
   rules?: [number, number][];
+  /** `[sample line, counter field, exact decimal digits]` of counters past 2^53; absent when none. */
+  exact?: [number, string, string][];
   /** Byte offset of the rank's columns in the data area. */
   offset: number;
   /** Boundaries (`BoundaryRow`s). */
@@ -158,6 +161,28 @@ function oddRules(rules: Uint8Array, count: number): [number, number][] {
   return out;
 }
 
+/** The exact counters as rows: one per sample and field. */
+function exactRows(exact: ReadonlyMap<number, ExactCounters>): [number, string, string][] {
+  const rows: [number, string, string][] = [];
+  for (const [line, counters] of exact)
+    for (const [field, value] of Object.entries(counters)) rows.push([line, field, value.toString()]);
+  return rows;
+}
+
+function exactFromRows(rows: readonly [number, string, string][]): Map<number, ExactCounters> {
+  const exact = new Map<number, Partial<Record<ExactCounterField, bigint>>>();
+  for (const [line, field, digits] of rows) {
+    if (!/^-?\d+$/.test(digits)) continue; // a damaged row: the column's double stands
+    let counters = exact.get(line);
+    if (counters === undefined) {
+      counters = {};
+      exact.set(line, counters);
+    }
+    counters[field as ExactCounterField] = BigInt(digits);
+  }
+  return exact;
+}
+
 const COLUMNS = 7; // ts, line, allocated, reserved, used, total, tensors (8 bytes each)
 
 function columnsBytes(count: number, hasIdentity: boolean): number {
@@ -219,6 +244,7 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
         count,
         hasIdentity,
         ...(samples.rules === null ? {} : { rules: oddRules(samples.rules, count) }),
+        ...(part.exact === null ? {} : { exact: exactRows(part.exact) }),
         offset,
         boundaries: rows(part.boundaries, (b): string => {
           // A `BoundaryRow`. The scope's text as the scan read it (exact: it parsed it with
@@ -399,6 +425,7 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
         );
       });
       part.samplesWithoutUsed = r.samplesWithoutUsed;
+      if (r.exact !== undefined) part.exact = exactFromRows(r.exact);
       const n = r.count;
       if (r.offset + columnsBytes(n, r.hasIdentity) > dataLength) return undefined;
       const at = base + r.offset;

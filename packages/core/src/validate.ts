@@ -1,8 +1,10 @@
 import { CAPABILITY_FOR_COUNTER, type MemoryCapabilities } from "./collector.js";
 import { inputText, type SourceLocation, TelemetryValidationError } from "./errors.js";
+import { type ExactCounterField, setExactCounters } from "./exact-counters.js";
 import type { JsonObject } from "./json.js";
 import {
   MEMORY_COUNTER_FIELDS,
+  type MemoryCounterField,
   type SchemaVersion,
   SUPPORTED_SCHEMA_VERSIONS,
   TELEMETRY_V3_FIELDS,
@@ -69,12 +71,20 @@ function readInt(record: Candidate, field: string, location: SourceLocation | un
   return invalid(`Field '${field}' must be an integer, got ${describe(value)}`, field, location);
 }
 
-function readNullableInt(
+/**
+ * A memory counter: an exact integer, which may pass 2^53 when it was read exactly (a `bigint` from
+ * the lossless parser). Returns the value as read; a double past 2^53 is refused (it is not exact).
+ */
+function readCounter(
   record: Candidate,
   field: string,
+  nullable: boolean,
   location: SourceLocation | undefined,
-): number | null {
-  return record[field] === null ? null : readInt(record, field, location);
+): number | bigint | null {
+  const value = record[field];
+  if (nullable && value === null) return null;
+  if (typeof value === "bigint") return Number.isSafeInteger(Number(value)) ? Number(value) : value;
+  return readInt(record, field, location);
 }
 
 function atLeast(
@@ -202,7 +212,9 @@ export function validateTelemetryRecord(value: unknown, options: ValidateOptions
 
   const deviceId = readInt(record, "device_id", location);
   const counterNullable = schemaVersion === 4;
-  const counters: Record<string, number | null> = {};
+  // Exact values (bigint past 2^53) for the checks; the record gets doubles, the exact ones aside.
+  const counters: Record<string, number | bigint | null> = {};
+  let exact: Partial<Record<ExactCounterField, bigint>> | null = null;
   for (const field of MEMORY_COUNTER_FIELDS) {
     const nullable =
       counterNullable ||
@@ -210,13 +222,21 @@ export function validateTelemetryRecord(value: unknown, options: ValidateOptions
       field === "allocator_inactive_bytes" ||
       field === "device_free_bytes" ||
       field === "device_total_bytes";
-    const counter = nullable ? readNullableInt(record, field, location) : readInt(record, field, location);
-    atLeast(counter, 0, field, location);
+    const counter = readCounter(record, field, nullable, location);
+    if (counter !== null && counter < 0)
+      invalid(`Field '${field}' must be >= 0, got ${counter}`, field, location);
     counters[field] = counter;
+    if (typeof counter === "bigint") {
+      exact ??= {};
+      exact[field] = counter;
+    }
   }
-  const changeBytes = counterNullable
-    ? readNullableInt(record, "allocator_change_bytes", location)
-    : readInt(record, "allocator_change_bytes", location);
+  const change = readCounter(record, "allocator_change_bytes", counterNullable, location);
+  if (typeof change === "bigint") {
+    exact ??= {};
+    exact.allocator_change_bytes = change;
+  }
+  const changeBytes = change === null ? null : Number(change);
   const total = counters.device_total_bytes ?? null;
   if (total !== null) {
     for (const field of ["device_used_bytes", "device_free_bytes"] as const) {
@@ -226,6 +246,10 @@ export function validateTelemetryRecord(value: unknown, options: ValidateOptions
       }
     }
   }
+  const double = (field: MemoryCounterField): number | null => {
+    const counter = counters[field] ?? null;
+    return counter === null ? null : Number(counter);
+  };
 
   const context = record.context;
   if (context !== null && typeof context !== "string") {
@@ -234,9 +258,9 @@ export function validateTelemetryRecord(value: unknown, options: ValidateOptions
   const metadata = record.metadata;
   if (!isPlainObject(metadata))
     invalid(`Field 'metadata' must be an object, got ${describe(metadata)}`, "metadata", location);
-  if (schemaVersion === 4) validateCapabilities(metadata, counters, changeBytes, location);
+  if (schemaVersion === 4) validateCapabilities(metadata, counters, change, location);
 
-  return {
+  const validated = {
     schema_version: schemaVersion,
     ...(sessionId === undefined ? {} : { session_id: sessionId }),
     timestamp_ns: timestampNs,
@@ -250,23 +274,25 @@ export function validateTelemetryRecord(value: unknown, options: ValidateOptions
     local_rank: localRank,
     world_size: worldSize,
     device_id: deviceId,
-    allocator_allocated_bytes: counters.allocator_allocated_bytes,
-    allocator_reserved_bytes: counters.allocator_reserved_bytes,
-    allocator_active_bytes: counters.allocator_active_bytes,
-    allocator_inactive_bytes: counters.allocator_inactive_bytes,
+    allocator_allocated_bytes: double("allocator_allocated_bytes"),
+    allocator_reserved_bytes: double("allocator_reserved_bytes"),
+    allocator_active_bytes: double("allocator_active_bytes"),
+    allocator_inactive_bytes: double("allocator_inactive_bytes"),
     allocator_change_bytes: changeBytes,
-    device_used_bytes: counters.device_used_bytes,
-    device_free_bytes: counters.device_free_bytes,
-    device_total_bytes: counters.device_total_bytes,
+    device_used_bytes: double("device_used_bytes"),
+    device_free_bytes: double("device_free_bytes"),
+    device_total_bytes: double("device_total_bytes"),
     context: context as string | null,
     metadata,
   } as TelemetryRecord;
+  if (exact !== null) setExactCounters(validated, exact);
+  return validated;
 }
 
 function validateCapabilities(
   metadata: JsonObject,
-  counters: Record<string, number | null>,
-  changeBytes: number | null,
+  counters: Record<string, number | bigint | null>,
+  changeBytes: number | bigint | null,
   location: SourceLocation | undefined,
 ): void {
   const field = "metadata.memory_capabilities";

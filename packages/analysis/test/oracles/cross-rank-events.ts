@@ -20,16 +20,11 @@
  */
 import type { TelemetryEvent } from "@stormlog/core";
 import { isSampleEventType } from "@stormlog/core/internal";
-import {
-  type PhaseAttributionPayload,
-  type PhaseResolver,
-  phaseAttributionToPayload,
-} from "@stormlog/phases";
+import { type PhaseResolver, phaseAttributionToPayload } from "@stormlog/phases";
 import { comparePythonStrings } from "@stormlog/phases/internal";
 import {
   type CrossRankAnalysis,
   type CrossRankOptions,
-  type FirstCauseSuspect,
   SKEW_NOTE_MULTIPLIER,
   SPIKE_MIN_BYTES,
 } from "../../src/cross-rank.js";
@@ -291,12 +286,6 @@ function prepare(events: readonly TelemetryEvent[]): Prepared {
     notes,
     selectionNotes,
   };
-}
-
-function sampleCounts(prepared: Prepared): Map<number, number> {
-  const counts = new Map<number, number>();
-  for (const [rank, group] of prepared.grouped) counts.set(rank, group.events.length);
-  return counts;
 }
 
 /** A spike candidate, with the session its spike sample belongs to (for phase attribution). */
