@@ -19,7 +19,8 @@ export default [
     // Fewer bytes to read at every start (identifiers kept, so stack traces stay readable).
     minifyWhitespace: true,
     minifySyntax: true,
-    noExternal: [/^@stormlog\/(core|phases|sink|tracker|analysis)$/],
+    // Their `internal` entries too: the bundle must not require them at run time.
+    noExternal: [/^@stormlog\/(core|phases|sink|tracker|analysis)(\/internal)?$/],
     // The tracker's ESM finds its sink worker from `import.meta.url`; the CLI writes its sink on the
     // main thread, but the bundled code must still compile to CommonJS without an empty `import.meta`.
     shims: true,

@@ -15,7 +15,6 @@
  */
 import {
   InvalidConfigError,
-  isSampleEventType,
   type JsonObject,
   type JsonValue,
   parseJson,
@@ -23,6 +22,7 @@ import {
   stringifyJson,
   type TelemetryEvent,
 } from "@stormlog/core";
+import { isSampleEventType } from "@stormlog/core/internal";
 import {
   type PhaseAttributionPayload,
   PhaseReplayIndex,
@@ -30,13 +30,8 @@ import {
   summarizePhaseAttribution,
   summarizePhaseResolution,
 } from "@stormlog/phases";
-import {
-  loadTelemetrySessions,
-  type ReadOptions,
-  type ResolvedTelemetryInput,
-  resolveTelemetryInput,
-  type SessionInfo,
-} from "@stormlog/sink";
+import { loadTelemetrySessions, type ReadOptions, type SessionInfo } from "@stormlog/sink";
+import { type ResolvedTelemetryInput, resolveTelemetryInput } from "@stormlog/sink/internal";
 import { DatasetLoader, planDataset, type RankSeries, sampleTimestamp } from "./dataset.js";
 import {
   isBoundaryReading,

@@ -3,7 +3,7 @@
  * choice need, without the samples. Small enough to keep for every segment of a large sink (and to
  * store in the index catalog), so that sample data is loaded one rank at a time.
  */
-import { CASEFOLD_SAMPLE, STRIP_LOWER_SAMPLE } from "@stormlog/core";
+import { CASEFOLD_SAMPLE, STRIP_LOWER_SAMPLE } from "@stormlog/core/internal";
 import type { SegmentAggregate, SessionEvidence } from "./aggregate.js";
 
 /** One rank of one session in a segment. */

@@ -1,4 +1,5 @@
-import { inputText, StormlogError } from "@stormlog/core";
+import { StormlogError } from "@stormlog/core";
+import { inputText } from "@stormlog/core/internal";
 
 const TIME_RANGE_MARKER = Symbol.for("stormlog.error.analysis_time_range");
 

@@ -12,24 +12,21 @@
  * boundary feed the counter tracks as samples do, in time order with them.
  */
 import { closeSync, openSync, readSync } from "node:fs";
-import {
-  isSampleEventType,
-  JsonlDecodeError,
-  readJsonlLines,
-  type SessionSummary,
-  type TelemetryEvent,
-} from "@stormlog/core";
+import { JsonlDecodeError, type SessionSummary, type TelemetryEvent } from "@stormlog/core";
+import { isSampleEventType, readJsonlLines } from "@stormlog/core/internal";
 import { type PhaseEventLike, PhaseReplayIndex, type PhaseResolver } from "@stormlog/phases";
 import {
-  decodeTelemetryEventLine,
   iterateTelemetryEvents,
+  summarizeTelemetrySessions,
+  TelemetryInputAccessError,
+} from "@stormlog/sink";
+import {
+  decodeTelemetryEventLine,
   type ResolvedTelemetryInput,
   readingInput,
   resolveTelemetryInput,
-  summarizeTelemetrySessions,
-  TelemetryInputAccessError,
   type TelemetryInputSegment,
-} from "@stormlog/sink";
+} from "@stormlog/sink/internal";
 import { loadDistributedEvents, selectDistributedSession } from "./diagnostics.js";
 import { isBoundaryReading } from "./diagnostics-phases.js";
 import { buildPerfettoTrace, perfettoTraceChunks } from "./export-perfetto.js";

@@ -3,14 +3,8 @@
  * streaming writer (`export-stream.ts`): process and lane bookkeeping, counter tracks, and how a
  * record, a phase span or an analysis finding becomes a trace event. Internal to the package.
  */
-import {
-  type JsonObject,
-  type JsonValue,
-  pythonJsonString,
-  setJsonMember,
-  stringifyJson,
-  type TelemetryEvent,
-} from "@stormlog/core";
+import { type JsonObject, type JsonValue, stringifyJson, type TelemetryEvent } from "@stormlog/core";
+import { pythonJsonString, setJsonMember } from "@stormlog/core/internal";
 import { type PhaseResolver, type PhaseSpan, summarizePhaseAttribution } from "@stormlog/phases";
 import type { FirstCauseSuspect } from "./cross-rank.js";
 import { summarizePhaseAttributionPayload } from "./diagnostics.js";

@@ -20,7 +20,7 @@
 import { promises as fsPromises, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { basename, join, relative } from "node:path";
-import type { ResolvedTelemetryInput, TelemetryInputSegment } from "@stormlog/sink";
+import type { ResolvedTelemetryInput, TelemetryInputSegment } from "@stormlog/sink/internal";
 import { DETAIL_CAP, type SegmentAggregate } from "./aggregate.js";
 import { type DigestJson, digestFromJson, digestOf, digestToJson, type SegmentDigest } from "./digest.js";
 import { aggregateStampMatches, encodeAggregate, writeAggregateFile } from "./index-format.js";

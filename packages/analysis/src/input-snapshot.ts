@@ -14,7 +14,7 @@
  */
 import { type BigIntStats, closeSync, type Dirent, openSync, readdirSync, readSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { MANIFEST_FILENAME, readingInput, resolveInputPath, SEGMENT_SUFFIX } from "@stormlog/sink";
+import { MANIFEST_FILENAME, readingInput, resolveInputPath, SEGMENT_SUFFIX } from "@stormlog/sink/internal";
 
 /** A file modified this recently may still change within the file system's timestamp granularity. */
 export const RACY_NS = 2_000_000_000n;

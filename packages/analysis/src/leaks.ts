@@ -14,7 +14,7 @@ import {
   type RankVerdicts,
   strongestVerdict,
   VERDICT_ORDER,
-} from "@stormlog/phases";
+} from "@stormlog/phases/internal";
 import type { BirthEntry } from "./aggregate.js";
 import type { Occurrence } from "./phase-stats.js";
 import type { BirthEvidence, LeakReport, LeakVerdictKind } from "./types.js";

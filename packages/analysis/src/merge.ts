@@ -5,15 +5,15 @@
  * each, distinct ranks, no more than `world_size`) are merged into one rank-group view, as the
  * reference's TUI does, and that view is chosen unless a single session is asked for.
  */
+import { compareSessionsForSelection, type SessionSummary } from "@stormlog/core";
 import {
-  compareSessionsForSelection,
   createSessionSummary,
   inferSessionSummaryFromEvents,
-  type SessionSummary,
   stableLegacySessionId,
-} from "@stormlog/core";
-import { comparePythonStrings } from "@stormlog/phases";
-import { type SessionInfo, SessionNotFoundError, type TelemetryInputSegment } from "@stormlog/sink";
+} from "@stormlog/core/internal";
+import { comparePythonStrings } from "@stormlog/phases/internal";
+import { type SessionInfo, SessionNotFoundError } from "@stormlog/sink";
+import type { TelemetryInputSegment } from "@stormlog/sink/internal";
 import type { SegmentAggregate, SessionEvidence } from "./aggregate.js";
 import { digestOf, type SegmentDigest } from "./digest.js";
 

@@ -5,13 +5,8 @@
  * carry the readings taken at the boundary, and the samples inside each span.
  */
 import type { JsonObject, JsonValue } from "@stormlog/core";
-import {
-  median,
-  type PhaseEventLike,
-  PhaseReplayIndex,
-  type PhaseSpan,
-  type RetentionOccurrence,
-} from "@stormlog/phases";
+import { type PhaseEventLike, PhaseReplayIndex, type PhaseSpan } from "@stormlog/phases";
+import { median, type RetentionOccurrence } from "@stormlog/phases/internal";
 import type { BoundaryEntry } from "./aggregate.js";
 import type { RankSeries } from "./dataset.js";
 import { RangeMax } from "./range-max.js";

@@ -9,19 +9,19 @@ import { join } from "node:path";
 import {
   type JsonObject,
   type JsonValue,
-  markFloat,
   parseJson,
   type SessionSummary,
   stringifyJson,
   type TelemetryEvent,
 } from "@stormlog/core";
+import { markFloat } from "@stormlog/core/internal";
 import type { PhaseReplayIndex } from "@stormlog/phases";
+import { loadTelemetrySessions } from "@stormlog/sink";
 import {
-  loadTelemetrySessions,
   type ResolvedTelemetryInput,
   resolveTelemetryInput,
   segmentShortfall,
-} from "@stormlog/sink";
+} from "@stormlog/sink/internal";
 import type { SegmentAggregate } from "./aggregate.js";
 import { CrossRankAccumulator } from "./cross-rank-columns.js";
 import { DatasetLoader, planDataset, type RankSeries } from "./dataset.js";

@@ -4,14 +4,11 @@
  * path (`fast-line.ts`); every other line is decoded exactly as `@stormlog/sink`'s reader decodes it.
  */
 import { closeSync, openSync, readSync, statSync } from "node:fs";
-import { JsonlDecodeError, type JsonValue, sampleRules, type TelemetryEvent } from "@stormlog/core";
-import { LIVE_BY_PHASE_KEY } from "@stormlog/phases";
-import {
-  decodeTelemetryEventLine,
-  readingInput,
-  TelemetryInputAccessError,
-  type TelemetryInputSegment,
-} from "@stormlog/sink";
+import { JsonlDecodeError, type JsonValue, type TelemetryEvent } from "@stormlog/core";
+import { sampleRules } from "@stormlog/core/internal";
+import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
+import { TelemetryInputAccessError } from "@stormlog/sink";
+import { decodeTelemetryEventLine, readingInput, type TelemetryInputSegment } from "@stormlog/sink/internal";
 import { Accumulator, type RankPart, type SegmentAggregate } from "./aggregate.js";
 import { TimeRangeError } from "./errors.js";
 import { CanonicalLineReader } from "./fast-line.js";

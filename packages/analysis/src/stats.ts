@@ -3,7 +3,7 @@
  * rounded outputs agree: NumPy's pairwise summation (`np.sum`/`np.mean`), sample standard deviation
  * (`np.std(ddof=1)`), `scipy.stats.linregress` with its two-sided p-value, and Python's `round()`.
  */
-import { pythonFormatFixed } from "@stormlog/core";
+import { pythonFormatFixed } from "@stormlog/core/internal";
 import { scratchDoubles } from "./scratch.js";
 
 /** NumPy's unrolled block size for pairwise summation (`PW_BLOCKSIZE`). */

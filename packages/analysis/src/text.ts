@@ -3,13 +3,8 @@
  * exist (so scripts grepping them keep working), then sessions, phases, leaks, hidden memory,
  * alerts and collector health as aligned tables for a terminal.
  */
-import {
-  CPU_TRACKER_COLLECTOR,
-  formatBytes,
-  HOST_DEVICE_ID,
-  isoTimestampNs,
-  terminalText,
-} from "@stormlog/core";
+import { CPU_TRACKER_COLLECTOR, formatBytes, HOST_DEVICE_ID } from "@stormlog/core";
+import { isoTimestampNs, terminalText } from "@stormlog/core/internal";
 import { type PhaseAttributionPayload, summarizePhaseResolution } from "@stormlog/phases";
 import type { AnalysisReport, LeakReport, PhaseStat, RankGapFinding } from "./types.js";
 

@@ -3,7 +3,7 @@
  * `--format json` output; `reportToJson` only drops what JSON does not carry (`input`, `index`) and
  * the absent `cross_rank_analysis`. Timestamps and durations in ns are exact `bigint`s.
  */
-import type { BirthEvidence, RetentionEvidence, RetentionVerdictKind } from "@stormlog/phases";
+import type { BirthEvidence, RetentionEvidence, RetentionVerdictKind } from "@stormlog/phases/internal";
 import type { CrossRankAnalysis } from "./cross-rank.js";
 import type { GapFinding } from "./gap.js";
 
@@ -157,7 +157,7 @@ export type LeakVerdictKind = RetentionVerdictKind;
 /** Evidence behind a leak verdict, for one metric (bytes or tensors). See docs/leak-verdicts.md. */
 export type LeakEvidence = RetentionEvidence;
 
-export type { BirthEvidence, BirthGroup } from "@stormlog/phases";
+export type { BirthEvidence, BirthGroup } from "@stormlog/phases/internal";
 
 /** A leak verdict with its evidence (pooled over ranks; `leaking_ranks` are those that leak). */
 export interface LeakReport {

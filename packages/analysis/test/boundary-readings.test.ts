@@ -1,7 +1,7 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { resolveTelemetryInput } from "@stormlog/sink";
+import { resolveTelemetryInput } from "@stormlog/sink/internal";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   analyzeTelemetry,

@@ -1,10 +1,6 @@
 import { join } from "node:path";
-import {
-  createSessionSummary,
-  type JsonObject,
-  stableLegacySessionId,
-  type TelemetryEvent,
-} from "@stormlog/core";
+import type { JsonObject, TelemetryEvent } from "@stormlog/core";
+import { createSessionSummary, stableLegacySessionId } from "@stormlog/core/internal";
 import { type SessionInfo, SessionNotFoundError } from "@stormlog/sink";
 import { describe, expect, it } from "vitest";
 import {

@@ -6,7 +6,7 @@ import {
   type JsonObject,
   type TelemetryRecord,
 } from "@stormlog/core";
-import { seededRandom } from "@stormlog/phases";
+import { seededRandom } from "@stormlog/phases/internal";
 import { describe, expect, it } from "vitest";
 import { CanonicalLineReader } from "../src/fast-line.js";
 import { BASE_NS, record } from "./report-helpers.js";

@@ -1,7 +1,8 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { encodeTelemetryRecord, type JsonObject, markFloat, stringifyJson } from "@stormlog/core";
+import { encodeTelemetryRecord, type JsonObject, stringifyJson } from "@stormlog/core";
+import { markFloat } from "@stormlog/core/internal";
 import { describe, expect, it } from "vitest";
 import type { BoundaryEntry } from "../src/aggregate.js";
 import { decodeAggregate, encodeAggregate } from "../src/index-format.js";

@@ -1,7 +1,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { stableLegacySessionId, type TelemetryRecordV3 } from "@stormlog/core";
+import type { TelemetryRecordV3 } from "@stormlog/core";
+import { stableLegacySessionId } from "@stormlog/core/internal";
 import { SessionNotFoundError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
 import { analyzeTelemetry } from "../src/index.js";

@@ -6,7 +6,7 @@ import {
   type TelemetryEvent,
   type TelemetryRecordV3,
 } from "@stormlog/core";
-import { serializeManifest } from "@stormlog/sink";
+import { serializeManifest } from "@stormlog/sink/internal";
 
 export const BASE_NS = 1_760_000_000_000_000_000n;
 export const MS = 1_000_000n;

@@ -1,7 +1,8 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { formatBytes, isoTimestampNs, type JsonObject, parseJson, stringifyJson } from "@stormlog/core";
+import { formatBytes, type JsonObject, parseJson, stringifyJson } from "@stormlog/core";
+import { isoTimestampNs } from "@stormlog/core/internal";
 import { SessionNotFoundError, TelemetrySourceError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
 import {

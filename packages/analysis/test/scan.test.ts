@@ -2,7 +2,8 @@ import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFi
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encodeTelemetryRecord, type JsonObject, stringifyJson } from "@stormlog/core";
-import { loadTelemetryEvents, resolveTelemetryInput, summarizeTelemetrySessions } from "@stormlog/sink";
+import { loadTelemetryEvents, summarizeTelemetrySessions } from "@stormlog/sink";
+import { resolveTelemetryInput } from "@stormlog/sink/internal";
 import { afterAll, describe, expect, it } from "vitest";
 import { analyzeEvents, analyzeTelemetry, reportToJson } from "../src/index.js";
 import { inMemorySegment, listSessions, type SegmentData } from "../src/merge.js";

@@ -1,4 +1,5 @@
-import { formatBytes, isoTimestampNs, terminalText } from "@stormlog/core";
+import { formatBytes } from "@stormlog/core";
+import { isoTimestampNs, terminalText } from "@stormlog/core/internal";
 
 /** Table cells are cut past this many characters (a phase name or job id may be any length). */
 export const CELL_MAX_LENGTH = 100;

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { COMMANDS } from "../src/index.js";
+import { COMMANDS } from "../src/main.js";
 import { expectOneLineError, FIXTURES, runCli } from "./helpers.js";
 
 const SINK = join(FIXTURES, "python-sink/single-completed/sink");

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { parseCommandArgs, parserOptions } from "../src/args.js";
-import { CliUsageError, COMMANDS } from "../src/index.js";
+import { CliUsageError } from "../src/errors.js";
+import { COMMANDS } from "../src/main.js";
 import { runCli } from "./helpers.js";
 
 // Every flag a command's parser accepts is in its --help. The flags come from what the parser is

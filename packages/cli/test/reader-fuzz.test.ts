@@ -17,7 +17,7 @@ import {
   type TelemetryEvent,
   TelemetryValidationError,
 } from "@stormlog/core";
-import { seededRandom } from "@stormlog/phases";
+import { seededRandom } from "@stormlog/phases/internal";
 import { loadTelemetrySessions, TelemetrySourceError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
 import { BASE_NS, deepJson, Timeline, writeSink } from "../../analysis/test/report-helpers.js";

@@ -5,9 +5,9 @@ import {
   type JsonObject,
   normalizeTelemetryRecord,
   parseJson,
-  stableLegacySessionId,
   validateTelemetryRecord,
 } from "../src/index.js";
+import { stableLegacySessionId } from "../src/internal.js";
 
 const legacyLines = Array.from(
   { length: 200 },

@@ -12,11 +12,11 @@ import {
   parseJson,
   readTelemetryJsonl,
   stringifyJson,
-  TelemetryLineEncoder,
   type TelemetryRecordV3,
   TelemetryValidationError,
   type TruncatedTail,
 } from "../src/index.js";
+import { TelemetryLineEncoder } from "../src/internal.js";
 import { goldenJsonlFiles } from "./golden.js";
 
 const SAMPLE_LINE =

@@ -2,7 +2,8 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { type JsonlLine, readJsonlLines, splitJsonlText } from "../src/index.js";
+import { type JsonlLine, readJsonlLines } from "../src/internal.js";
+import { splitJsonlText } from "../src/jsonl.js";
 
 const dir = mkdtempSync(join(tmpdir(), "stormlog-jsonl-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -3,11 +3,10 @@ import {
   encodeTelemetryRecord,
   type JsonObject,
   type JsonValue,
-  markFloat,
-  TelemetryLineEncoder,
   type TelemetryRecordV3,
   type TelemetryRecordV4,
 } from "../src/index.js";
+import { markFloat, TelemetryLineEncoder } from "../src/internal.js";
 
 /** A deterministic pseudo-random generator, so a failure reproduces. */
 function random(seed: number): () => number {

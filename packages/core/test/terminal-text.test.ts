@@ -1,12 +1,8 @@
 import { describe, expect, it } from "vitest";
-import {
-  decodeTelemetryLine,
-  JsonlDecodeError,
-  MAX_JSON_DEPTH,
-  parseJson,
-  TERMINAL_TEXT_MAX_LENGTH,
-  terminalText,
-} from "../src/index.js";
+import { decodeTelemetryLine, JsonlDecodeError, parseJson } from "../src/index.js";
+import { terminalText } from "../src/internal.js";
+import { MAX_JSON_DEPTH } from "../src/json-codec.js";
+import { TERMINAL_TEXT_MAX_LENGTH } from "../src/terminal-text.js";
 
 describe("terminalText", () => {
   it("keeps plain text, unicode and astral characters as they are", () => {

@@ -1,10 +1,5 @@
-import {
-  type JsonObject,
-  nodeWorkerThreads,
-  type PhaseHost,
-  type PhaseOptions,
-  type PhaseScope,
-} from "@stormlog/core";
+import type { JsonObject, PhaseHost, PhaseOptions, PhaseScope } from "@stormlog/core";
+import { nodeWorkerThreads } from "@stormlog/core/internal";
 import {
   type AsyncContextMode,
   asyncPhaseOpened,

@@ -17,7 +17,8 @@
  * Hits are returned in the reference's order (spans sorted by start, end, then replay order), which
  * only matters to the policy for spans with equal `(sequence, scope_id)`.
  */
-import { FLOAT_KEYS, type JsonObject, pythonStrip } from "@stormlog/core";
+import type { JsonObject } from "@stormlog/core";
+import { FLOAT_KEYS, pythonStrip } from "@stormlog/core/internal";
 import {
   type AttributeOptions,
   attributeActiveSpans,

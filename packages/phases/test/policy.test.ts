@@ -1,16 +1,14 @@
 import { InvalidConfigError } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
 import {
-  attributeActiveSpans,
-  comparePythonStrings,
-  createPhaseAttribution,
-  formatPhasePath,
   mergePhaseAttributions,
   type PhaseSpan,
   phaseAttributionToPayload,
   summarizePhaseAttribution,
   summarizePhaseResolution,
 } from "../src/index.js";
+import { comparePythonStrings } from "../src/internal.js";
+import { attributeActiveSpans, createPhaseAttribution, formatPhasePath } from "../src/policy.js";
 
 function span(path: string[], sequence: number, threadId = 1, scopeId = `s:${sequence}`): PhaseSpan {
   return {

@@ -1,16 +1,14 @@
 import { parseJson, type TelemetryRecordV3 } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
+import { type PhaseEventLike, PhaseReplayIndex, type PhaseSpan } from "../src/index.js";
+import { seededRandom } from "../src/internal.js";
+import { attributeActiveSpans } from "../src/policy.js";
 import {
-  attributeActiveSpans,
   isPhaseBoundaryEvent,
   PHASE_ENTER_EVENT,
   PHASE_EXIT_EVENT,
-  type PhaseEventLike,
-  PhaseReplayIndex,
-  type PhaseSpan,
   parsePhaseBoundary,
-  seededRandom,
-} from "../src/index.js";
+} from "../src/replay.js";
 
 // Ports of the Python reference's tests/test_phases.py (replay and resolver cases), then our own.
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { type BirthSnapshot, judgeBirths } from "../src/index.js";
+import { type BirthSnapshot, judgeBirths } from "../src/internal.js";
 
 const STEP_NS = 50_000_000n;
 

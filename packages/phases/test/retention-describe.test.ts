@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { type BirthEvidence, risingTrend } from "../src/index.js";
+import { type BirthEvidence, risingTrend } from "../src/internal.js";
 import { describeBirths, describeKept, describeKeptInside, formatCount } from "../src/retention/describe.js";
 
 const MiB = 2 ** 20;

@@ -2,13 +2,12 @@ import { threadId } from "node:worker_threads";
 import type { JsonObject } from "@stormlog/core";
 import { StormlogError } from "@stormlog/core";
 import { afterEach, describe, expect, it } from "vitest";
+import { asyncContextEnabled } from "../src/async-context.js";
 import {
-  asyncContextEnabled,
   clearGlobalPhaseHost,
   enterPhase,
   getPhaseHost,
   InvalidPhaseNameError,
-  NoopPhaseScope,
   noopPhaseHost,
   type PhaseBoundary,
   PhaseProtocolError,
@@ -18,6 +17,7 @@ import {
   phase,
   setGlobalPhaseHost,
 } from "../src/index.js";
+import { NoopPhaseScope } from "../src/noop.js";
 
 const SESSION = "session-1";
 

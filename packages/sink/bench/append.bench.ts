@@ -4,7 +4,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { encodeTelemetryRecord, TelemetryLineEncoder, type TelemetryRecordV3 } from "@stormlog/core";
+import { encodeTelemetryRecord, type TelemetryRecordV3 } from "@stormlog/core";
+import { TelemetryLineEncoder } from "@stormlog/core/internal";
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { sampleRecord } from "../scripts/sample-records.js";
 import { TelemetrySink } from "../src/index.js";

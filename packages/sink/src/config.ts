@@ -1,11 +1,5 @@
-import {
-  type Clock,
-  guardedLogger,
-  InvalidConfigError,
-  type Scheduler,
-  systemClock,
-  systemScheduler,
-} from "@stormlog/core";
+import { type Clock, InvalidConfigError, type Scheduler, systemClock, systemScheduler } from "@stormlog/core";
+import { guardedLogger } from "@stormlog/core/internal";
 import type { LockedDirectoryPolicy } from "./writer-lock.js";
 
 const MIB = 1024 * 1024;

@@ -1,4 +1,5 @@
-import { inputText, StormlogError } from "@stormlog/core";
+import { StormlogError } from "@stormlog/core";
+import { inputText } from "@stormlog/core/internal";
 
 const SESSION_MISMATCH_MARKER = Symbol.for("stormlog.error.sink_session_mismatch");
 

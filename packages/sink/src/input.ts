@@ -10,10 +10,10 @@ import {
   normalizeTelemetryRecord,
   parseJson,
   type SourceLocation,
-  stableLegacySessionId,
   type TelemetryEvent,
   TelemetryValidationError,
 } from "@stormlog/core";
+import { stableLegacySessionId } from "@stormlog/core/internal";
 import {
   fileSystemErrorCode,
   readingInput,

@@ -14,10 +14,9 @@ import {
   type JsonValue,
   parseJson,
   type SessionSummary,
-  sessionSummaryFromJson,
-  sessionSummaryToJson,
   stringifyJson,
 } from "@stormlog/core";
+import { sessionSummaryFromJson, sessionSummaryToJson } from "@stormlog/core/internal";
 
 /** Name of the manifest in a sink directory. */
 export const MANIFEST_FILENAME = "manifest.json";

@@ -6,7 +6,8 @@
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { basename, join } from "node:path";
-import { inputText, type JsonObject, type JsonValue, parseJson } from "@stormlog/core";
+import { type JsonObject, type JsonValue, parseJson } from "@stormlog/core";
+import { inputText } from "@stormlog/core/internal";
 import { fileSystemErrorCode, TelemetryInputAccessError } from "./errors.js";
 import { isSegmentFilename, MANIFEST_FILENAME } from "./manifest.js";
 

@@ -1,18 +1,20 @@
 import { promises as fsPromises } from "node:fs";
 import {
   compareSessionsForSelection,
-  inferSessionSummaryFromEvents,
   JsonlDecodeError,
   type JsonObject,
   type JsonValue,
-  LosslessJsonParser,
-  linesAt,
   normalizeTelemetryRecord,
-  readJsonlLines,
   type SessionSummary,
-  stableLegacySessionId,
   type TelemetryEvent,
 } from "@stormlog/core";
+import {
+  inferSessionSummaryFromEvents,
+  LosslessJsonParser,
+  linesAt,
+  readJsonlLines,
+  stableLegacySessionId,
+} from "@stormlog/core/internal";
 import { SessionNotFoundError, TelemetryInputAccessError, TelemetrySourceError } from "./errors.js";
 import {
   decodeTelemetryEventLine,

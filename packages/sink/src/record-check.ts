@@ -1,4 +1,5 @@
-import { isPythonBlank, type TelemetryEvent, validateTelemetryRecord } from "@stormlog/core";
+import { type TelemetryEvent, validateTelemetryRecord } from "@stormlog/core";
+import { isPythonBlank } from "@stormlog/core/internal";
 
 function isInt(value: unknown): value is number {
   return typeof value === "number" && Number.isSafeInteger(value);

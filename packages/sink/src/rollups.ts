@@ -1,6 +1,7 @@
 import { closeSync, promises as fsPromises, fsyncSync, openSync } from "node:fs";
 import { join } from "node:path";
-import { type Clock, type JsonObject, nodeCrypto, stringifyJson } from "@stormlog/core";
+import { type Clock, type JsonObject, stringifyJson } from "@stormlog/core";
+import { nodeCrypto } from "@stormlog/core/internal";
 import type { ReadOptions } from "./reader.js";
 import { buildRollupsIncrementally, type SegmentTallySource } from "./rollups/incremental.js";
 import { ROLLUP_FILENAME, type RollupCoverage } from "./rollups/payload.js";

@@ -1,12 +1,6 @@
 import { join } from "node:path";
-import {
-  type Clock,
-  createSessionSummary,
-  type SessionStatus,
-  type SessionSummary,
-  type TelemetryEvent,
-  type TimerHandle,
-} from "@stormlog/core";
+import type { Clock, SessionStatus, SessionSummary, TelemetryEvent, TimerHandle } from "@stormlog/core";
+import { createSessionSummary } from "@stormlog/core/internal";
 import { type ResolvedSinkConfig, resolveSinkConfig, type TelemetrySinkOptions } from "./config.js";
 import { SinkSessionMismatchError } from "./errors.js";
 import { registerExitParticipant } from "./exit-hooks.js";

@@ -3,13 +3,13 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { sampleRecord } from "../scripts/sample-records.js";
 import {
-  parseManifest,
   readOOMDumpSync,
-  resolveTelemetryInputSync,
   summarizeTelemetrySessions,
   TelemetrySink,
   TelemetrySourceError,
 } from "../src/index.js";
+import { resolveTelemetryInputSync } from "../src/input.js";
+import { parseManifest } from "../src/manifest.js";
 import { quiet, segmentNames, tempDir } from "./helpers.js";
 
 /** A sink directory written by the sink, one closed session of `count` samples in one segment. */

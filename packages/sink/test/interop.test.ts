@@ -8,10 +8,10 @@ import {
   iterateTelemetryEvents,
   loadTelemetryEvents,
   loadTelemetrySessions,
-  parseManifest,
-  serializeManifest,
   summarizeTelemetrySessions,
 } from "../src/index.js";
+import { serializeManifest } from "../src/internal.js";
+import { parseManifest } from "../src/manifest.js";
 
 const ROOT = join(import.meta.dirname, "../../../fixtures/golden/python-sink");
 const CASES = readdirSync(ROOT).sort();

@@ -1,10 +1,5 @@
-import {
-  encodeTelemetryRecord,
-  markFloat,
-  TelemetryLineEncoder,
-  type TelemetryRecordV3,
-  type TelemetryRecordV4,
-} from "@stormlog/core";
+import { encodeTelemetryRecord, type TelemetryRecordV3, type TelemetryRecordV4 } from "@stormlog/core";
+import { markFloat, TelemetryLineEncoder } from "@stormlog/core/internal";
 import { describe, expect, it } from "vitest";
 import { sampleRecord } from "../scripts/sample-records.js";
 

@@ -5,7 +5,8 @@ import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { loadTelemetrySessions, type SinkDiagnostics, type SinkSessionLoss } from "../src/index.js";
+import { loadTelemetrySessions, type SinkDiagnostics } from "../src/index.js";
+import type { SinkSessionLoss } from "../src/manifest.js";
 import { bundleForAnotherUser } from "./bundle-child.js";
 
 const SCRIPT = join(import.meta.dirname, "../scripts/read-only-directory.ts");

@@ -4,13 +4,8 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseJson } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import {
-  loadTelemetrySessions,
-  parseManifest,
-  readManifestSync,
-  summarizeTelemetrySessions,
-  TelemetrySink,
-} from "../src/index.js";
+import { loadTelemetrySessions, summarizeTelemetrySessions, TelemetrySink } from "../src/index.js";
+import { parseManifest, readManifestSync } from "../src/manifest.js";
 import { exited, start, waitFor } from "./children.js";
 import { quiet, tempDir } from "./helpers.js";
 

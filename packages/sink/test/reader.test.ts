@@ -1,26 +1,22 @@
 import { cpSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import {
-  encodeTelemetryRecord,
-  JsonlDecodeError,
-  stableLegacySessionId,
-  stringifyJson,
-} from "@stormlog/core";
+import { encodeTelemetryRecord, JsonlDecodeError, stringifyJson } from "@stormlog/core";
+import { stableLegacySessionId } from "@stormlog/core/internal";
 import { describe, expect, it } from "vitest";
 import { sampleRecord } from "../scripts/sample-records.js";
 import {
-  describeTelemetryInput,
   iterateTelemetryEvents,
   loadTelemetryEvents,
   loadTelemetrySessions,
   openTelemetrySession,
-  resolveTelemetryInput,
   SessionNotFoundError,
   sinkDirectoryForProcess,
   summarizeTelemetrySessions,
   TelemetrySink,
   TelemetrySourceError,
 } from "../src/index.js";
+import { resolveTelemetryInput } from "../src/internal.js";
+import { describeTelemetryInput } from "../src/reader.js";
 import { quiet, tempDir } from "./helpers.js";
 
 const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden/python-sink");

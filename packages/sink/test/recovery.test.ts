@@ -3,7 +3,9 @@ import { join } from "node:path";
 import { encodeTelemetryRecord } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
 import { sampleRecord } from "../scripts/sample-records.js";
-import { loadTelemetrySessions, readManifestSync, serializeManifest, TelemetrySink } from "../src/index.js";
+import { loadTelemetrySessions, TelemetrySink } from "../src/index.js";
+import { serializeManifest } from "../src/internal.js";
+import { readManifestSync } from "../src/manifest.js";
 import { fileLines, quiet, segmentNames, tempDir } from "./helpers.js";
 
 const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden/python-sink");

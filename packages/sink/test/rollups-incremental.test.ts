@@ -24,18 +24,16 @@ import { beforeEach, describe, expect, it } from "vitest";
 import { BASE_NS, sampleRecord } from "../scripts/sample-records.js";
 import {
   buildTelemetryRollups,
-  describeTelemetryInput,
   loadTelemetrySessions,
-  ROLLUP_CACHE_DIRNAME,
   type RollupOptions,
-  readManifestSync,
-  recoverSinkDirectory,
   type SegmentTallySource,
-  segmentFilename,
   TelemetrySink,
 } from "../src/index.js";
+import { readManifestSync, segmentFilename } from "../src/manifest.js";
+import { describeTelemetryInput } from "../src/reader.js";
+import { recoverSinkDirectory } from "../src/recovery.js";
 import { rebuildTelemetryRollups } from "../src/rollups/full-rebuild.js";
-import { clearRollupSegmentMemory } from "../src/rollups/segment-cache.js";
+import { clearRollupSegmentMemory, ROLLUP_CACHE_DIRNAME } from "../src/rollups/segment-cache.js";
 import { segmentNames, tempDir } from "./helpers.js";
 
 const SECOND = 1_000_000_000n;

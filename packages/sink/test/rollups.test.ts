@@ -3,13 +3,9 @@ import { basename, join } from "node:path";
 import { type JsonObject, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
 import { BASE_NS, sampleRecord } from "../scripts/sample-records.js";
-import {
-  buildTelemetryRollups,
-  type RollupCoverage,
-  readManifestSync,
-  rollupCoverageFromManifest,
-  TelemetrySink,
-} from "../src/index.js";
+import { buildTelemetryRollups, type RollupCoverage, TelemetrySink } from "../src/index.js";
+import { readManifestSync } from "../src/manifest.js";
+import { rollupCoverageFromManifest } from "../src/rollups/payload.js";
 import { tempDir } from "./helpers.js";
 
 const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden/python-sink");

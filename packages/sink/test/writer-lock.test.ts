@@ -5,13 +5,9 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { sampleRecord } from "../scripts/sample-records.js";
-import {
-  loadTelemetrySessions,
-  readManifestSync,
-  SinkDirectoryLockedError,
-  TelemetrySink,
-  WRITER_LOCK_FILENAME,
-} from "../src/index.js";
+import { loadTelemetrySessions, SinkDirectoryLockedError, TelemetrySink } from "../src/index.js";
+import { readManifestSync } from "../src/manifest.js";
+import { WRITER_LOCK_FILENAME } from "../src/writer-lock.js";
 import { exited, start, waitFor } from "./children.js";
 import { memoryLogger, quiet, tempDir } from "./helpers.js";
 

@@ -3,10 +3,12 @@
 // rollover, and flush/close/closeSync must still wait for (or redo) the write in flight.
 import { existsSync, readdirSync, readlinkSync, statSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
-import { encodeTelemetryRecord, type JsonObject, markFloat, type TelemetryRecordV3 } from "@stormlog/core";
+import { encodeTelemetryRecord, type JsonObject, type TelemetryRecordV3 } from "@stormlog/core";
+import { markFloat } from "@stormlog/core/internal";
 import { describe, expect, it } from "vitest";
 import { sampleRecord } from "../scripts/sample-records.js";
-import { readManifestSync, TelemetrySink } from "../src/index.js";
+import { TelemetrySink } from "../src/index.js";
+import { readManifestSync } from "../src/manifest.js";
 import { fileLines, memoryLogger, quiet, segmentNames, tempDir } from "./helpers.js";
 
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));

@@ -3,14 +3,9 @@ import { join } from "node:path";
 import { encodeTelemetryRecord, InvalidConfigError, parseJson, type TelemetryRecordV3 } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
 import { sampleRecord } from "../scripts/sample-records.js";
-import {
-  loadTelemetrySessions,
-  parseManifest,
-  readManifestSync,
-  SINK_DEFAULTS,
-  SinkSessionMismatchError,
-  TelemetrySink,
-} from "../src/index.js";
+import { SINK_DEFAULTS } from "../src/config.js";
+import { loadTelemetrySessions, SinkSessionMismatchError, TelemetrySink } from "../src/index.js";
+import { parseManifest, readManifestSync } from "../src/manifest.js";
 import { fileLines, memoryLogger, quiet, segmentNames, tempDir } from "./helpers.js";
 
 function manifestOf(dir: string) {

@@ -4,8 +4,8 @@ import {
   type JsonObject,
   type MemoryCapabilities,
   type MemoryReading,
-  pythonFormatFixed,
 } from "@stormlog/core";
+import { pythonFormatFixed } from "@stormlog/core/internal";
 import { markFloatIfIntegral } from "./health.js";
 
 /** Alert thresholds, the reference's four (`set_threshold` names in snake_case are accepted too). */

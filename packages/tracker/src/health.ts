@@ -1,4 +1,5 @@
-import { type JsonObject, markFloat } from "@stormlog/core";
+import type { JsonObject } from "@stormlog/core";
+import { markFloat } from "@stormlog/core/internal";
 
 /** Collector health as the reference names it. */
 export type CollectorHealthStatus = "healthy" | "degraded" | "unhealthy";

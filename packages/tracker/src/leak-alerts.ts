@@ -15,6 +15,7 @@ import {
   type Scheduler,
   type TimerHandle,
 } from "@stormlog/core";
+import type { PhaseSpan, RecordedPhase } from "@stormlog/phases";
 import {
   type BirthSnapshot,
   describeBirths,
@@ -24,14 +25,12 @@ import {
   judgeRetention,
   LIVE_BY_PHASE_KEY,
   type MetricVerdict,
-  type PhaseSpan,
   parseBirthCounts,
   type RankVerdicts,
-  type RecordedPhase,
   type RetentionEvidence,
   type RetentionOccurrence,
   strongestVerdict,
-} from "@stormlog/phases";
+} from "@stormlog/phases/internal";
 import { describeError } from "./describe-error.js";
 import { BOUNDARY_READ, type EventStore, PHASE_ENTER, PHASE_EXIT } from "./store.js";
 

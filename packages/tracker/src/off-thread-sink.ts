@@ -2,21 +2,15 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { pathToFileURL } from "node:url";
 import { Worker } from "node:worker_threads";
-import {
-  guardedLogger,
-  type SessionStatus,
-  type SessionSummary,
-  StormlogError,
-  type TelemetryEvent,
-} from "@stormlog/core";
+import { type SessionStatus, type SessionSummary, StormlogError, type TelemetryEvent } from "@stormlog/core";
+import { guardedLogger } from "@stormlog/core/internal";
+import type { SinkLogger, TelemetrySinkOptions } from "@stormlog/sink";
 import {
   consoleSinkLogger,
   registerExitParticipant,
   resolveSinkConfig,
   runningSessionSummary,
-  type SinkLogger,
-  type TelemetrySinkOptions,
-} from "@stormlog/sink";
+} from "@stormlog/sink/internal";
 import {
   DIAGNOSTIC_KEYS,
   readSharedDiagnostics,

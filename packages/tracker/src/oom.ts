@@ -6,10 +6,10 @@ import {
   type JsonObject,
   type JsonValue,
   type SessionSummary,
-  sessionSummaryToJson,
   stringifyJson,
   type TelemetryEvent,
 } from "@stormlog/core";
+import { sessionSummaryToJson } from "@stormlog/core/internal";
 
 /** The reference's message patterns, in its order (`_OOM_MESSAGE_PATTERNS`). */
 export const OOM_MESSAGE_PATTERNS = [

@@ -5,7 +5,8 @@ import {
   type MemoryReading,
   type TelemetryEvent,
 } from "@stormlog/core";
-import { phaseBoundaryContext, phaseScopePayload, type RecordedPhase } from "@stormlog/phases";
+import type { RecordedPhase } from "@stormlog/phases";
+import { phaseBoundaryContext, phaseScopePayload } from "@stormlog/phases/internal";
 import { markFloatIfIntegral } from "./health.js";
 
 const FIELDS = MEMORY_COUNTER_FIELDS.length;

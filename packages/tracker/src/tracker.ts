@@ -20,7 +20,7 @@ import {
   PhaseRecorder,
   setGlobalPhaseHost,
 } from "@stormlog/phases";
-import { registerExitParticipant } from "@stormlog/sink";
+import { registerExitParticipant } from "@stormlog/sink/internal";
 import type { AlertThresholds } from "./alerts.js";
 import { CollectorHealthMachine } from "./collector-health.js";
 import { describeError } from "./describe-error.js";

@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { systemClock } from "@stormlog/core";
-import { seededRandom } from "@stormlog/phases";
+import { seededRandom } from "@stormlog/phases/internal";
 import { loadTelemetrySessions } from "@stormlog/sink";
 import { describe, expect, it } from "vitest";
 import { temporaryDirectories } from "./helpers.js";

@@ -10,13 +10,14 @@ import {
 } from "@stormlog/core";
 import { loadTelemetrySessions } from "@stormlog/sink";
 import { describe, expect, it, vi } from "vitest";
-import { LEAK_WINDOW_PATHS, type MemoryTracker } from "../src/index.js";
+import type { MemoryTracker } from "../src/index.js";
+import { LEAK_WINDOW_PATHS } from "../src/leak-alerts.js";
 import { type FakeClock, type FakeScheduler, makeTracker, temporaryDirectories } from "./helpers.js";
 
 /** Set by a test to make the engine throw, as a bug in it would. */
 const judge = vi.hoisted(() => ({ fail: false, calls: 0 }));
-vi.mock("@stormlog/phases", async (importOriginal) => {
-  const actual = await importOriginal<typeof import("@stormlog/phases")>();
+vi.mock("@stormlog/phases/internal", async (importOriginal) => {
+  const actual = await importOriginal<typeof import("@stormlog/phases/internal")>();
   return {
     ...actual,
     judgeRetention: (...args: Parameters<typeof actual.judgeRetention>) => {

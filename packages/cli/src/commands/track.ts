@@ -8,12 +8,8 @@ import {
   resolveDistributedIdentity,
   type TelemetryEvent,
 } from "@stormlog/core";
-import {
-  resolveSinkConfig,
-  type SinkDiagnostics,
-  TelemetrySink,
-  type TelemetrySinkOptions,
-} from "@stormlog/sink";
+import { type SinkDiagnostics, TelemetrySink, type TelemetrySinkOptions } from "@stormlog/sink";
+import { resolveSinkConfig } from "@stormlog/sink/internal";
 import type { TrackerStatistics } from "@stormlog/tracker";
 import {
   type CommandHelp,

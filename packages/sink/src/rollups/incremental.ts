@@ -1,11 +1,6 @@
 import { basename } from "node:path";
-import {
-  type Clock,
-  inferSessionSummaryFromEvents,
-  type JsonObject,
-  type SessionSummary,
-  stringifyJson,
-} from "@stormlog/core";
+import { type Clock, type JsonObject, type SessionSummary, stringifyJson } from "@stormlog/core";
+import { inferSessionSummaryFromEvents } from "@stormlog/core/internal";
 import { type ResolvedTelemetryInput, resolveTelemetryInput, type TelemetryInputSegment } from "../input.js";
 import type { ReadOptions } from "../reader.js";
 import { rebuildTelemetryRollups } from "./full-rebuild.js";

@@ -1,10 +1,5 @@
-import {
-  type Clock,
-  type JsonObject,
-  type SessionSummary,
-  sessionSummaryToJson,
-  systemClock,
-} from "@stormlog/core";
+import { type Clock, type JsonObject, type SessionSummary, systemClock } from "@stormlog/core";
+import { sessionSummaryToJson } from "@stormlog/core/internal";
 import { MANIFEST_FILENAME, type SinkManifest } from "../manifest.js";
 import type { SessionTally } from "./tally.js";
 

@@ -9,7 +9,8 @@
 import { createHash } from "node:crypto";
 import { promises as fsPromises, statSync } from "node:fs";
 import { join } from "node:path";
-import { type JsonObject, nodeCrypto, parseJson, stringifyJson } from "@stormlog/core";
+import { type JsonObject, parseJson, stringifyJson } from "@stormlog/core";
+import { nodeCrypto } from "@stormlog/core/internal";
 import { resolveInputPath } from "../input.js";
 import { isSegmentFilename, SEGMENT_SUFFIX } from "../manifest.js";
 

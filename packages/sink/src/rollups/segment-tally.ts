@@ -1,4 +1,5 @@
-import { JsonlDecodeError, type JsonObject, type JsonValue, readJsonlLines } from "@stormlog/core";
+import { JsonlDecodeError, type JsonObject, type JsonValue } from "@stormlog/core";
+import { readJsonlLines } from "@stormlog/core/internal";
 import { decodeTelemetryEventLine, type LineDecodeOptions, type TelemetryInputSegment } from "../input.js";
 import { SessionTally } from "./tally.js";
 

@@ -5,16 +5,14 @@
  * by reading order, a key (timestamp, segment position, line index), as the reference's sort over
  * the loaded events does.
  */
+import type { JsonObject, JsonValue, TelemetryEvent } from "@stormlog/core";
 import {
-  type JsonObject,
-  type JsonValue,
   markFloat,
   pythonFormatFixed,
   pythonStr,
   type SessionEventLike,
   sessionEventLikeOf,
-  type TelemetryEvent,
-} from "@stormlog/core";
+} from "@stormlog/core/internal";
 
 const ALERT_TYPES: ReadonlySet<string> = new Set(["warning", "critical", "error"]);
 const TRANSITION_TYPES: ReadonlySet<string> = new Set(["collector_degraded", "collector_recovered"]);

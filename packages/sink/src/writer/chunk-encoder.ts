@@ -1,4 +1,5 @@
-import { encodeTelemetryRecord, type TelemetryEvent, TelemetryLineEncoder } from "@stormlog/core";
+import { encodeTelemetryRecord, type TelemetryEvent } from "@stormlog/core";
+import { TelemetryLineEncoder } from "@stormlog/core/internal";
 
 type Latin1Writer = { latin1Write?: (text: string, offset: number) => number };
 /** `buffer.write(text, offset, "latin1")` without its argument juggling (Node's own fast method when present). */

@@ -5,7 +5,6 @@ import {
   DEFAULT_SCHEMA_VERSION,
   type DistributedIdentity,
   type DistributedIdentityInput,
-  guardedLogger,
   InvalidConfigError,
   type MemoryCollector,
   resolveDistributedIdentity,
@@ -13,6 +12,7 @@ import {
   systemClock,
   systemScheduler,
 } from "@stormlog/core";
+import { guardedLogger } from "@stormlog/core/internal";
 import type { AsyncContextMode } from "@stormlog/phases";
 import {
   type AlertPolicy,

@@ -1,10 +1,5 @@
-import {
-  createSessionSummary,
-  finalizeSessionSummary,
-  type SessionStatus,
-  type SessionSummary,
-  updateSessionSummary,
-} from "@stormlog/core";
+import type { SessionStatus, SessionSummary } from "@stormlog/core";
+import { createSessionSummary, finalizeSessionSummary, updateSessionSummary } from "@stormlog/core/internal";
 import type { ResolvedTrackerOptions } from "../options/tracker-options.js";
 import type { SessionStart } from "../pipeline/record-pipeline.js";
 import type { RecordContext } from "../store.js";

@@ -1,0 +1,75 @@
+/**
+ * @stormlog/core/internal: for Stormlog's own packages; no semver promise. Helpers that sink, phases,
+ * tracker, analysis and the CLI share so that they read and print exactly what the Python reference
+ * does. Users import `@stormlog/core`.
+ */
+
+// Lossless JSON building blocks: the parser the sink's readers extend, float marks, Python escaping.
+
+export {
+  FLOAT_KEYS,
+  LosslessJsonParser,
+  linesAt,
+  markFloat,
+  type NumberToken,
+  pythonJsonString,
+  setJsonMember,
+} from "./json-codec.js";
+
+// JSONL lines, and the streaming encoder the sink writes with.
+
+export { type JsonlLine, readJsonlLines } from "./jsonl.js";
+export { TelemetryLineEncoder } from "./line-encoder.js";
+
+// Session summaries as the writers and readers build, update and store them.
+
+export {
+  type CreateSessionSummaryOptions,
+  createSessionSummary,
+  finalizeSessionSummary,
+  inferSessionSummaryFromEvents,
+  type SessionEventLike,
+  type SessionSummaryUpdate,
+  sessionEventLikeOf,
+  sessionSummaryFromJson,
+  sessionSummaryToJson,
+  stableLegacySessionId,
+  updateSessionSummary,
+} from "./session.js";
+
+// The reference's text rules: Python's str()/format and strip, and what counts as a sample.
+
+export { type PythonScalar, pythonFormatFixed, pythonStr } from "./pyrepr.js";
+export {
+  CASEFOLD_SAMPLE,
+  isPythonBlank,
+  isSampleEventType,
+  pythonStrip,
+  SAMPLE_EVENT_TYPE,
+  SAMPLE_RULE_BITS,
+  type SampleRule,
+  STRIP_LOWER_SAMPLE,
+  sampleRules,
+} from "./python-text.js";
+
+// Text printed from input: one escaped line; error messages that quote it; timestamps.
+
+export { inputText } from "./errors.js";
+export { isoTimestampNs } from "./format.js";
+export { type TerminalTextOptions, terminalText } from "./terminal-text.js";
+
+// Logging that never throws into the caller, and Node built-ins loaded once, lazily.
+
+export { nodeCrypto, nodeWorkerThreads } from "./builtins.js";
+export { guardedLogger, type StormlogLogger } from "./logger.js";
+
+// Memory counters past 2^53, kept exactly beside the decoded record for the analyses.
+
+export {
+  counterValue,
+  type ExactCounterField,
+  type ExactCounters,
+  exactCountersOf,
+  exactQuotient,
+  setExactCounters,
+} from "./exact-counters.js";

@@ -1,0 +1,30 @@
+/**
+ * @stormlog/sink/internal: for Stormlog's own packages; no semver promise. The input resolution and
+ * line decoding the analysis reads with, the pieces the tracker builds its off-thread sink from, and
+ * the file-system error wording the CLI prints. Users import `@stormlog/sink`.
+ */
+
+// Inputs as the loaders resolve them: parts, segments, and one event line decoded.
+
+export {
+  decodeTelemetryEventLine,
+  type LineDecodeOptions,
+  type ResolvedTelemetryInput,
+  resolveInputPath,
+  resolveTelemetryInput,
+  segmentShortfall,
+  type TelemetryInputKind,
+  type TelemetryInputPart,
+  type TelemetryInputSegment,
+} from "./input.js";
+export { MANIFEST_FILENAME, SEGMENT_SUFFIX, serializeManifest } from "./manifest.js";
+
+// File-system errors: typed while reading input, and worded with what to do.
+
+export { describeFileSystemError, fileSystemErrorCode, readingInput } from "./errors.js";
+
+// The tracker's sink on a worker thread: options checked once, the running summary, the shared exit hooks.
+
+export { consoleSinkLogger, type ResolvedSinkConfig, resolveSinkConfig } from "./config.js";
+export { type ExitParticipant, registerExitParticipant } from "./exit-hooks.js";
+export { runningSessionSummary } from "./writer.js";
