@@ -1,66 +1,43 @@
 /**
  * @stormlog/tracker: the memory tracker (sampling, collector health, alerts, phases, sink session,
  * OOM flight recorder) and the Node process collector.
+ *
+ * Named exports only: each one is a promise to users; `test/public-api.json` lists the runtime names.
+ * The tracker's parts (alert evaluation, health, the leak watch, the OOM recorder) stay inside.
  */
-export {
-  type AlertPolicy,
-  type AlertThresholds,
-  DEFAULT_THRESHOLDS,
-  evaluateAlerts,
-  type PendingAlert,
-  type ResolvedAlertPolicy,
-  resolveAlertPolicy,
-} from "./alerts.js";
-export {
-  aggregateHealth,
-  type CollectorHealth,
-  type CollectorHealthStatus,
-  HEALTHY,
-  healthMetadata,
-  type RetryBackoff,
-  retryDelaySeconds,
-} from "./health.js";
-export type { EventQuery } from "./history/history.js";
-export {
-  type CollectorHealthStatistics,
-  type CollectorStatistics,
-  type DeviceStatistics,
-  statisticsToJson,
-  type TrackerStatistics,
-} from "./history/statistics.js";
-export {
-  DEFAULT_LEAK_CHECK_INTERVAL_MS,
-  LEAK_WINDOW_OCCURRENCES,
-  LEAK_WINDOW_PATHS,
-  LEAK_WINDOW_SNAPSHOTS,
-  type LeakAlertOptions,
-  type ResolvedLeakAlerts,
-  resolveLeakAlerts,
-} from "./leak-alerts.js";
-export { SinkWorkerError } from "./off-thread-sink.js";
-export {
-  classifyOOMError,
-  legacyEventPayload,
-  OOM_MESSAGE_PATTERNS,
-  type OOMClassification,
-  OOMFlightRecorder,
-  type OOMFlightRecorderOptions,
-  type ResolvedOOMOptions,
-  resolveOOMOptions,
-} from "./oom.js";
-export type { OOMCaptureOptions } from "./oom-dump.js";
-export {
-  consoleTrackerLogger,
-  type MemoryTrackerOptions,
-  type TrackerLogger,
-} from "./options/tracker-options.js";
-export * from "./process-collector.js";
-export type { AlertCallback } from "./records/record-log.js";
+
+// The tracker and its options.
+
+export type { AlertPolicy, AlertThresholds } from "./alerts.js";
+export type { RetryBackoff } from "./health.js";
+export type { LeakAlertOptions } from "./leak-alerts.js";
+export type { OOMFlightRecorderOptions } from "./oom.js";
+export type { MemoryTrackerOptions, TrackerLogger } from "./options/tracker-options.js";
 export { MemoryTracker } from "./tracker.js";
+
+// Where records go: a `TelemetrySink`, sink options, or a writer of your own.
+
+export { SinkWorkerError } from "./off-thread-sink.js";
+export type { TelemetryWriter, TrackerSinkOption, WriterDiagnostics } from "./writer.js";
+
+// What the tracker's methods take and give back.
+
+export type { CollectorHealthStatus } from "./health.js";
+export type { EventQuery } from "./history/history.js";
+export type {
+  CollectorHealthStatistics,
+  CollectorStatistics,
+  DeviceStatistics,
+  TrackerStatistics,
+} from "./history/statistics.js";
+export type { OOMCaptureOptions } from "./oom-dump.js";
+export type { AlertCallback } from "./records/record-log.js";
+
+// The Node process collector: host memory (RSS), the tracker's default.
+
 export {
-  createSink,
-  isTelemetryWriter,
-  type TelemetryWriter,
-  type TrackerSinkOption,
-  type WriterDiagnostics,
-} from "./writer.js";
+  PROCESS_COLLECTOR_NAME,
+  type ProcessCollector,
+  type ProcessCollectorOptions,
+  processCollector,
+} from "./process-collector.js";

@@ -44,7 +44,7 @@ export interface DeviceStatistics {
 
 /**
  * `getStatistics()`: the reference's keys (§3.5, plus its v4 additions) in camelCase for the primary
- * device (the first collector's), then per-device and per-collector detail. `statisticsToJson()`
+ * device (the first collector's), then per-device and per-collector detail. `getStatisticsJson()`
  * gives the reference's snake_case object.
  */
 export interface TrackerStatistics extends CollectorHealthStatistics {
