@@ -3,30 +3,24 @@
  * worker thread), `CUDA_VISIBLE_DEVICES` mapping, and an `nvidia-smi` collector as the slow
  * fallback. Depends on `@stormlog/core` only; koffi is an optional peer dependency, required only when
  * NVML is opened.
+ *
+ * Named exports only: each one is a promise to users; `test/public-api.json` lists the runtime names.
  */
-export { KoffiMissingError } from "./errors.js";
+
+// The NVML collector: device memory, and this process's share of it.
+
 export {
-  NVIDIA_SMI_ARGS,
-  type NvidiaSmiCollectorOptions,
-  type NvidiaSmiRow,
-  nvidiaSmiCollector,
-  parseNvidiaSmiOutput,
-} from "./nvidia-smi.js";
-export {
-  defaultNvmlLibraryPaths,
   NVML_COLLECTOR_NAME,
-  NVML_LIBRARY_ENV,
   type NvmlCollector,
   type NvmlCollectorOptions,
   type NvmlDeviceInfo,
   nvmlCollector,
 } from "./nvml.js";
-export { describeNvmlReturn, NVML_RETURN_CODES } from "./nvml-codes.js";
-export {
-  logicalIndexOf,
-  type PhysicalDevice,
-  parseCudaVisibleDevices,
-  type ResolvedDevice,
-  resolveLogicalDevice,
-  type VisibleDeviceEntry,
-} from "./visible-devices.js";
+
+// The slow fallback, through `nvidia-smi` (no koffi needed).
+
+export { type NvidiaSmiCollectorOptions, nvidiaSmiCollector } from "./nvidia-smi.js";
+
+// Errors: a driver found, but koffi not installed to read it.
+
+export { KoffiMissingError } from "./errors.js";

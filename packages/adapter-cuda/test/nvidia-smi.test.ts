@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describeCollectorContract } from "@stormlog/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { NVIDIA_SMI_ARGS, nvidiaSmiCollector, parseNvidiaSmiOutput } from "../src/index.js";
+import { nvidiaSmiCollector } from "../src/index.js";
+import { NVIDIA_SMI_ARGS, parseNvidiaSmiOutput } from "../src/nvidia-smi.js";
 
 const MiB = 1024 * 1024;
 const ROWS = [

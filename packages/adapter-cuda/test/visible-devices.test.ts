@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { logicalIndexOf, parseCudaVisibleDevices, resolveLogicalDevice } from "../src/index.js";
+import { logicalIndexOf, parseCudaVisibleDevices, resolveLogicalDevice } from "../src/visible-devices.js";
 
 const physical = [
   { index: 0, uuid: "GPU-aaaa1111-0000-0000-0000-000000000000" },

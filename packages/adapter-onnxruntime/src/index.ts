@@ -3,11 +3,21 @@
  * create and release, input shapes) and ingestion of onnxruntime's profiling output.
  * onnxruntime has no memory API: memory readings come from the tracker's process collector
  * (host RSS) and the NVML collector (device). Depends on `@stormlog/core` only.
+ *
+ * Named exports only: each one is a promise to users; `test/public-api.json` lists the runtime names.
  */
-export { OnnxProfileError } from "./errors.js";
+
+// Sessions under phases: create, run and release, with cycles and input shapes.
+
 export {
-  DEFAULT_PROFILE_FILE_PREFIX,
-  findProfileFile,
+  createInstrumentedSession,
+  type InstrumentSessionOptions,
+  instrumentSession,
+} from "./session.js";
+
+// onnxruntime's profiler output: parsed, turned into readings and phase attributes.
+
+export {
   type IngestedProfile,
   type IngestProfileOptions,
   ingestSessionProfile,
@@ -20,15 +30,11 @@ export {
   profileSummaryMetadata,
   readOnnxProfile,
 } from "./profile.js";
-export {
-  createInstrumentedSession,
-  type InstrumentSessionOptions,
-  inputShapes,
-  inputSignature,
-  instrumentSession,
-  type SessionInstrumentation,
-  sessionInstrumentation,
-  sessionOptionAttributes,
-  sessionPhaseName,
-} from "./session.js";
+
+// Errors: a profile file that cannot be read or parsed.
+
+export { OnnxProfileError } from "./errors.js";
+
+// The parts of onnxruntime-node the adapter uses, typed structurally (no onnxruntime import).
+
 export type { OrtNamespace, OrtSessionLike, OrtSessionOptionsLike, OrtValueLike } from "./types.js";

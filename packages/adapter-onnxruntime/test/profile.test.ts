@@ -6,7 +6,6 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { recordingHost } from "../../adapter-tfjs/test/support/recording-host.js";
 import {
   createInstrumentedSession,
-  findProfileFile,
   ingestSessionProfile,
   instrumentSession,
   OnnxProfileError,
@@ -14,8 +13,9 @@ import {
   profileReadings,
   profileSummaryMetadata,
   readOnnxProfile,
-  sessionInstrumentation,
 } from "../src/index.js";
+import { findProfileFile } from "../src/profile.js";
+import { sessionInstrumentation } from "../src/session.js";
 import { tinyMatMulAddModel } from "./support/model.js";
 
 const fixture = join(import.meta.dirname, "fixtures/onnxruntime-node-1.30-cpu-profile.json");

@@ -4,13 +4,8 @@ import { join } from "node:path";
 import * as ort from "onnxruntime-node";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { recordingHost } from "../../adapter-tfjs/test/support/recording-host.js";
-import {
-  createInstrumentedSession,
-  inputSignature,
-  instrumentSession,
-  sessionInstrumentation,
-  sessionOptionAttributes,
-} from "../src/index.js";
+import { createInstrumentedSession, instrumentSession } from "../src/index.js";
+import { inputSignature, sessionInstrumentation, sessionOptionAttributes } from "../src/session.js";
 import { tinyMatMulAddModel } from "./support/model.js";
 
 const model = tinyMatMulAddModel();

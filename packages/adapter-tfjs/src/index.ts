@@ -2,22 +2,31 @@
  * @stormlog/adapter-tfjs: TensorFlow.js memory for Stormlog on every backend (cpu, wasm, webgl,
  * webgpu, tfjs-node, tfjs-node-gpu), `model.fit` phases and opt-in per-kernel detail.
  * Depends on `@stormlog/core` only; the `tf` namespace is injected.
+ *
+ * Named exports only: each one is a promise to users; `test/public-api.json` lists the runtime names.
  */
 
-export { LARGEST_GROUPS, type LivePhaseTensors, type LiveTensorGroup } from "./attribution.js";
+// The collector: `tf.memory()` per backend, and each live tensor's birth phase.
+
+export type { LivePhaseTensors, LiveTensorGroup } from "./attribution.js";
+export {
+  TFJS_COLLECTOR_NAME,
+  type TfjsCollector,
+  type TfjsCollectorOptions,
+  tfjsCollector,
+} from "./collector.js";
+
+// `model.fit` / `model.fitDataset` phases without touching the loop.
+
 export {
   type StormlogCallbackOptions,
   type StormlogFitCallback,
   stormlogCallback,
   type TfjsCallbackLogs,
 } from "./callback.js";
-export {
-  TFJS_COLLECTOR_NAME,
-  type TfjsCollector,
-  type TfjsCollectorOptions,
-  tfjsCollector,
-  wasmHeapBytes,
-} from "./collector.js";
+
+// Per-kernel memory of one phase through `tf.profile` (a debugging tool).
+
 export {
   type KernelMemoryDetail,
   type KernelProfileSummary,
@@ -25,8 +34,10 @@ export {
   type ProfiledPhase,
   type ProfilePhaseOptions,
   profilePhase,
-  summarizeProfile,
 } from "./profile.js";
+
+// The parts of the `tf` namespace the adapter uses, typed structurally (no tfjs import).
+
 export type {
   TfEngine,
   TfEngineState,

@@ -1,6 +1,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { beforeAll, describe, expect, it } from "vitest";
-import { type KernelProfileSummary, profilePhase, summarizeProfile } from "../src/index.js";
+import { type KernelProfileSummary, profilePhase } from "../src/index.js";
+import { summarizeProfile } from "../src/profile.js";
 import { useCpuBackend } from "./support/cpu-backend.js";
 import { recordingHost } from "./support/recording-host.js";
 

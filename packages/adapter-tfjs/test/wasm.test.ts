@@ -4,7 +4,8 @@ import { describeCollectorContract } from "@stormlog/core/testing";
 import * as tf from "@tensorflow/tfjs";
 import { setWasmPaths } from "@tensorflow/tfjs-backend-wasm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tfjsCollector, wasmHeapBytes } from "../src/index.js";
+import { wasmHeapBytes } from "../src/collector.js";
+import { tfjsCollector } from "../src/index.js";
 import { asyncPhases } from "./support/async-phases.js";
 
 // In Node the wasm backend loads its .wasm files from disk: point it at the installed package.
