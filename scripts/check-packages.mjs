@@ -4,8 +4,8 @@
 //  2. packs each one with `pnpm pack` (which rewrites `workspace:*` ranges to real versions),
 //  3. runs publint and @arethetypeswrong/cli (profile node16) on each tarball,
 //  4. installs all tarballs together into an empty temporary project with npm, and
-//  5. loads each package there once with `import` (ESM) and once with `require` (CJS), and runs its bins
-//     with --help, and
+//  5. loads each package, and each of its subpath exports, there once with `import` (ESM) and once with
+//     `require` (CJS), and runs its bins with --help, and
 //  6. with @stormlog/tracker: tracks into a sink from each build, which starts the sink worker from the
 //     installed package's own files,
 //  7. checks each tarball's LICENSE (the root LICENSE's text) and repository/homepage/bugs/keywords, and
@@ -219,6 +219,14 @@ function installedPackages(nodeModules) {
 function formatBytes(bytes) {
   if (bytes >= MB) return `${Number((bytes / MB).toFixed(2))} MB`;
   return `${Number((bytes / 1000).toFixed(1))} kB`;
+}
+
+/** What `import`/`require` can load from a package: its name and each subpath export without a wildcard. */
+function entryPoints(p) {
+  const subpaths = Object.keys(p.manifest.exports ?? {}).filter(
+    (key) => key.startsWith("./") && !key.includes("*") && !key.endsWith(".json"),
+  );
+  return [p.name, ...subpaths.map((key) => `${p.name}/${key.slice(2)}`)];
 }
 
 function budgetOf(name) {
@@ -437,7 +445,7 @@ export async function main(argv) {
 
     // 5. import and require each selected package; run its bins.
     console.log("▶ import (ESM) and require (CJS) of each package");
-    const names = JSON.stringify(selected.map((p) => p.name));
+    const names = JSON.stringify(selected.flatMap((p) => entryPoints(p)));
     writeFileSync(join(project, "probe.mjs"), ESM_PROBE);
     writeFileSync(join(project, "probe.cjs"), CJS_PROBE);
     const esmRes = await exec(process.execPath, ["probe.mjs", names], project, 120_000);
@@ -450,19 +458,27 @@ export async function main(argv) {
       return 1;
     }
     for (const p of selected) {
+      // The root and each subpath (`@stormlog/core/internal`): loads both ways, with the same names.
+      const subpaths = [];
+      for (const entry of entryPoints(p)) {
+        const e = esm[entry];
+        const c = cjs[entry];
+        if (!e.ok) fail(p.name, "import", `import("${entry}") threw:\n${e.error}`);
+        if (!c.ok) fail(p.name, "require", `require("${entry}") threw:\n${c.error}`);
+        if (e.ok && c.ok && e.keys.join() !== c.keys.join()) {
+          const onlyEsm = e.keys.filter((k) => !c.keys.includes(k));
+          const onlyCjs = c.keys.filter((k) => !e.keys.includes(k));
+          fail(
+            p.name,
+            "exports",
+            `${entry}: ESM and CJS builds export different names: only ESM [${onlyEsm}], only CJS [${onlyCjs}]`,
+          );
+        }
+        if (entry !== p.name)
+          subpaths.push(`.${entry.slice(p.name.length)} ${e.ok && c.ok ? "ok" : "FAILED"}`);
+      }
       const e = esm[p.name];
       const c = cjs[p.name];
-      if (!e.ok) fail(p.name, "import", `import("${p.name}") threw:\n${e.error}`);
-      if (!c.ok) fail(p.name, "require", `require("${p.name}") threw:\n${c.error}`);
-      if (e.ok && c.ok && e.keys.join() !== c.keys.join()) {
-        const onlyEsm = e.keys.filter((k) => !c.keys.includes(k));
-        const onlyCjs = c.keys.filter((k) => !e.keys.includes(k));
-        fail(
-          p.name,
-          "exports",
-          `ESM and CJS builds export different names: only ESM [${onlyEsm}], only CJS [${onlyCjs}]`,
-        );
-      }
       const bins =
         typeof p.manifest.bin === "string"
           ? { [p.name.split("/").pop()]: p.manifest.bin }
@@ -476,7 +492,7 @@ export async function main(argv) {
       }
       const exportsInfo = e.ok ? `${e.keys.length} export(s)` : "";
       console.log(
-        `  ${p.name}: import ${e.ok ? "ok" : "FAILED"}, require ${c.ok ? "ok" : "FAILED"}${exportsInfo ? `, ${exportsInfo}` : ""}${binResults.length ? `, ${binResults.join(", ")}` : ""}`,
+        `  ${p.name}: import ${e.ok ? "ok" : "FAILED"}, require ${c.ok ? "ok" : "FAILED"}${exportsInfo ? `, ${exportsInfo}` : ""}${subpaths.length ? `, ${subpaths.join(", ")}` : ""}${binResults.length ? `, ${binResults.join(", ")}` : ""}`,
       );
     }
     // 6. The tracker's sink worker, started from the installed files (ESM and CJS builds).
