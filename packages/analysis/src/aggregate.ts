@@ -19,6 +19,8 @@ import {
   CASEFOLD_SAMPLE,
   type ExactCounters,
   exactCountersOf,
+  FLOAT_KEYS,
+  markFloat,
   SAMPLE_EVENT_TYPE,
   type SessionEventLike,
   STRIP_LOWER_SAMPLE,
@@ -34,7 +36,11 @@ export const BOUNDARY_READ = "boundary_read";
 /** Every reference rule takes an exact `sample` record for a sample (`sampleRules` bits). */
 export const ALL_SAMPLE_RULES = CASEFOLD_SAMPLE | STRIP_LOWER_SAMPLE;
 
-/** At most this many alerts and health transitions are kept per rank and segment (counts stay exact). */
+/**
+ * At most this many alerts and health transitions are stored per rank and segment in the index (so
+ * that a segment of alerts cannot bloat it); a part cut so is scanned again when loaded. Aggregates
+ * in memory keep them all.
+ */
 export const DETAIL_CAP = 1000;
 
 /** Fields of an event that identify who sampled it; several per rank only when they change. */
@@ -99,6 +105,8 @@ export interface BirthEntry {
 /** An alert event (`warning`, `critical`, `error`). */
 export interface AlertEntry {
   readonly timestampNs: bigint;
+  /** Line within its segment (storage order, which decides ties in time). */
+  readonly line: number;
   readonly eventType: string;
   readonly context: string | null;
   /** `metadata.oom_reason`, when the alert is an OOM report. */
@@ -274,10 +282,13 @@ export class RankPart {
   /** Largest positive `world_size` over every event (0: none), and whether several were seen. */
   worldSizeMax = 0;
   worldSizeMixed = false;
-  /** Samples whose metadata holds phase attribution hints (the columns do not keep them). */
-  originSamples = 0;
-  /** Alerts left out by DETAIL_CAP. */
-  alertsTruncated = false;
+  /**
+   * Phase attribution hints of samples (`origin_thread_id` / `origin_phase_scope_id` of their
+   * metadata), by the sample's line (null: none, the usual case).
+   */
+  origins: Map<number, JsonObject> | null = null;
+  /** Read back from the index with alerts or health transitions left out by DETAIL_CAP. */
+  detailsCut = false;
   /** Exact values of samples' counters past 2^53, by the sample's line (null: none, the usual case). */
   exact: Map<number, ExactCounters> | null = null;
 
@@ -533,10 +544,13 @@ const ORIGIN_KEYS = ["origin_thread_id", "origin_phase_scope_id"] as const;
 /** The phase attribution hints of a metadata object, or null without any. */
 export function originOf(metadata: JsonObject): JsonObject | null {
   let out: JsonObject | null = null;
+  const floats = (metadata as { [FLOAT_KEYS]?: ReadonlySet<string | number> })[FLOAT_KEYS];
   for (const key of ORIGIN_KEYS) {
     if (metadata[key] === undefined) continue;
     out ??= {};
     out[key] = metadata[key]!;
+    // `7.0` is no thread id to the resolver (Python's isinstance(int)): the mark goes along.
+    if (floats?.has(key) === true) markFloat(out, key);
   }
   return out;
 }
@@ -708,7 +722,11 @@ export class Accumulator {
     part.peak(2, used, t, event.device_id, event.collector);
     if (isSample) {
       if (Number.isNaN(used)) part.samplesWithoutUsed++;
-      if (originOf(event.metadata) !== null) part.originSamples++;
+      const origin = originOf(event.metadata);
+      if (origin !== null) {
+        part.origins ??= new Map();
+        part.origins.set(line, origin);
+      }
       const identity = part.identityIndex(
         event.pid,
         event.host,
@@ -755,28 +773,25 @@ export class Accumulator {
         });
       }
     } else if (ALERT_EVENT_TYPES.has(eventType)) {
-      if (part.alerts.length < DETAIL_CAP) {
-        part.alerts.push({
-          timestampNs: ts,
-          eventType,
-          context: event.context,
-          oomReason: metadataString(event.metadata, "oom_reason"),
-          used,
-          allocated,
-          origin: originOf(event.metadata),
-        });
-      } else part.alertsTruncated = true;
+      part.alerts.push({
+        timestampNs: ts,
+        line,
+        eventType,
+        context: event.context,
+        oomReason: metadataString(event.metadata, "oom_reason"),
+        used,
+        allocated,
+        origin: originOf(event.metadata),
+      });
     } else if (eventType === "collector_degraded" || eventType === "collector_recovered") {
-      if (part.health.length < DETAIL_CAP) {
-        part.health.push({
-          timestampNs: ts,
-          eventType,
-          collector: event.collector,
-          context: event.context,
-          error: metadataString(event.metadata, "collector_last_error"),
-          status: metadataString(event.metadata, "collector_health_status"),
-        });
-      }
+      part.health.push({
+        timestampNs: ts,
+        eventType,
+        collector: event.collector,
+        context: event.context,
+        error: metadataString(event.metadata, "collector_last_error"),
+        status: metadataString(event.metadata, "collector_health_status"),
+      });
     }
   }
 

@@ -5,6 +5,7 @@
  * phase boundaries, alerts, health transitions and peaks. Aggregates kept on disk (the index) are
  * read when a rank needs them and let go after, so memory holds one rank's data, not the input's.
  */
+import type { JsonObject } from "@stormlog/core";
 import { type ExactCounters, SAMPLE_RULE_BITS, type SampleRule } from "@stormlog/core/internal";
 import type {
   AlertEntry,
@@ -55,11 +56,12 @@ export interface RankSeries {
    * storage order (`order`); null when there are none, the usual case. Read them with `exactAt`.
    */
   readonly exact: ReadonlyMap<number, ExactCounters> | null;
+  /**
+   * Phase attribution hints of samples (`origin_thread_id` / `origin_phase_scope_id` of their
+   * metadata), by storage order like `exact`; null when there are none. Read them with `originAt`.
+   */
+  readonly origins: ReadonlyMap<number, JsonObject> | null;
   readonly samplesWithoutUsed: number;
-  /** Samples whose metadata holds phase attribution hints. */
-  readonly originSamples: number;
-  /** Alerts left out by DETAIL_CAP. */
-  readonly alertsTruncated: boolean;
   /** Every event of the rank, samples or not. */
   readonly eventCount: number;
   readonly minTs: bigint | null;
@@ -69,7 +71,10 @@ export interface RankSeries {
   readonly boundaries: readonly BoundaryEntry[];
   /** Storage order of each boundary (as `order`), so that boundaries and samples interleave exactly. */
   readonly boundaryOrder: Float64Array;
+  /** Alerts in storage order, each segment's complete (see `DETAIL_CAP`). */
   readonly alerts: readonly AlertEntry[];
+  /** Storage order of each alert (as `order`). */
+  readonly alertOrder: Float64Array;
   readonly health: readonly HealthEntry[];
   /** Samples' live tensors by birth phase (tfjs attribution), in storage order. */
   readonly births: readonly BirthEntry[];
@@ -250,11 +255,24 @@ export class DatasetLoader {
     return aggregate;
   }
 
+  /**
+   * A session's rank part in a segment, complete: a part whose stored alerts or health transitions
+   * were cut by DETAIL_CAP is read from its segment again (rare: more than DETAIL_CAP alerts).
+   */
+  private part(ordinal: number, sessionId: string, rank: number): RankPart {
+    const part = this.aggregate(ordinal).sessions.get(sessionId)!.ranks.get(rank)!;
+    const segment = this.plan.segments[ordinal]!.segment;
+    if (!part.detailsCut || segment === undefined) return part;
+    const aggregate = scanSegmentSync(segment);
+    this.loaded.set(ordinal, { aggregate, buffer: null });
+    return aggregate.sessions.get(sessionId)!.ranks.get(rank)!;
+  }
+
   /** One session's rank, combined from its segments. */
   load(plan: SeriesPlan): RankSeries {
     const parts = plan.ordinals.map((ordinal) => ({
       ordinal,
-      part: this.aggregate(ordinal).sessions.get(plan.sessionId)!.ranks.get(plan.rank)!,
+      part: this.part(ordinal, plan.sessionId, plan.rank),
     }));
     if (parts.length === 1) return single(plan, parts[0]!, this.pool);
     return combine(plan, parts, this.pool, (ordinal) => this.plan.segments[ordinal]!.source);
@@ -302,10 +320,9 @@ function single(
     identities: part.identities,
     identity: samples.identity === null ? null : samples.identity.subarray(0, n),
     rules: samples.rules === null ? null : samples.rules.subarray(0, n),
-    exact: exactByOrder(part.exact, orderBase, null),
+    exact: byOrder(part.exact, orderBase, null),
+    origins: byOrder(part.origins, orderBase, null),
     samplesWithoutUsed: part.samplesWithoutUsed,
-    originSamples: part.originSamples,
-    alertsTruncated: part.alertsTruncated,
     eventCount: part.eventCount,
     minTs: part.minTs,
     maxTs: part.maxTs,
@@ -313,6 +330,7 @@ function single(
     boundaries: part.boundaries,
     boundaryOrder: Float64Array.from(part.boundaries, (boundary) => orderBase + boundary.line),
     alerts: part.alerts,
+    alertOrder: Float64Array.from(part.alerts, (alert) => orderBase + alert.line),
     health: part.health,
     births: part.births,
   });
@@ -346,16 +364,16 @@ function combine(
   let identity: Uint16Array | null = null;
   let rules: Uint8Array | null = null;
   let exact: Map<number, ExactCounters> | null = null;
+  let origins: Map<number, JsonObject> | null = null;
   const boundaries: BoundaryEntry[] = [];
   const boundaryOrders: number[] = [];
   const alerts: AlertEntry[] = [];
+  const alertOrders: number[] = [];
   const health: HealthEntry[] = [];
   const births: BirthEntry[] = [];
   const peaks: [CounterPeak | null, CounterPeak | null, CounterPeak | null] = [null, null, null];
   let eventCount = 0;
   let samplesWithoutUsed = 0;
-  let originSamples = 0;
-  let alertsTruncated = false;
   let minTs: bigint | null = null;
   let maxTs: bigint | null = null;
   let offset = 0;
@@ -399,13 +417,17 @@ function combine(
       rules ??= new Uint8Array(n).fill(ALL_SAMPLE_RULES);
       rules.set(samples.rules.subarray(0, count), offset);
     }
-    exact = exactByOrder(part.exact, orderBase, exact);
+    exact = byOrder(part.exact, orderBase, exact);
+    origins = byOrder(part.origins, orderBase, origins);
     offset += count;
     for (const boundary of part.boundaries) {
       boundaries.push(boundary);
       boundaryOrders.push(orderBase + boundary.line);
     }
-    for (const alert of part.alerts) alerts.push(alert);
+    for (const alert of part.alerts) {
+      alerts.push(alert);
+      alertOrders.push(orderBase + alert.line);
+    }
     for (const entry of part.health) health.push(entry);
     for (const entry of part.births) births.push(entry);
     part.peaks.forEach((peak, i) => {
@@ -414,8 +436,6 @@ function combine(
     });
     eventCount += part.eventCount;
     samplesWithoutUsed += part.samplesWithoutUsed;
-    originSamples += part.originSamples;
-    alertsTruncated ||= part.alertsTruncated;
     if (part.minTs !== null && (minTs === null || part.minTs < minTs)) minTs = part.minTs;
     if (part.maxTs !== null && (maxTs === null || part.maxTs > maxTs)) maxTs = part.maxTs;
   }
@@ -435,9 +455,8 @@ function combine(
     identity,
     rules,
     exact,
+    origins,
     samplesWithoutUsed,
-    originSamples,
-    alertsTruncated,
     eventCount,
     minTs,
     maxTs,
@@ -445,26 +464,32 @@ function combine(
     boundaries,
     boundaryOrder: Float64Array.from(boundaryOrders),
     alerts,
+    alertOrder: Float64Array.from(alertOrders),
     health,
     births,
   });
 }
 
-/** A part's exact counters (by line) keyed by storage order instead, added to `into`. */
-function exactByOrder(
-  byLine: ReadonlyMap<number, ExactCounters> | null,
+/** A part's sparse per-sample values (by line) keyed by storage order instead, added to `into`. */
+function byOrder<T>(
+  byLine: ReadonlyMap<number, T> | null,
   orderBase: number,
-  into: Map<number, ExactCounters> | null,
-): Map<number, ExactCounters> | null {
+  into: Map<number, T> | null,
+): Map<number, T> | null {
   if (byLine === null) return into;
-  const out = into ?? new Map<number, ExactCounters>();
-  for (const [line, counters] of byLine) out.set(orderBase + line, counters);
+  const out = into ?? new Map<number, T>();
+  for (const [line, value] of byLine) out.set(orderBase + line, value);
   return out;
 }
 
 /** The exact counters of sample `i` past 2^53, if it has any (the columns hold their nearest doubles). */
 export function exactAt(series: RankSeries, i: number): ExactCounters | undefined {
   return series.exact?.get(series.order[i]!);
+}
+
+/** The phase attribution hints of sample `i`, if its metadata has any. */
+export function originAt(series: RankSeries, i: number): JsonObject | undefined {
+  return series.origins?.get(series.order[i]!);
 }
 
 /** Sorts a series by `(timestamp, storage order)` when it is not already. */
@@ -533,10 +558,170 @@ export function seriesForRule(series: RankSeries, rule: SampleRule): RankSeries 
 }
 
 /**
+ * One rank over its sessions: their series (each of one session, in `parts`) merged in time order,
+ * ties in storage order, which is the order a stable sort of the events by time gives. Each sample,
+ * boundary and alert keeps its series (for its session, identity, hints and exact counters).
+ */
+export interface MergedRank {
+  readonly rank: number;
+  readonly parts: readonly RankSeries[];
+  readonly count: number;
+  /** Timestamp origin of `t` (the earliest series' base). */
+  readonly base: bigint;
+  readonly t: Float64Array;
+  readonly order: Float64Array;
+  readonly allocated: Float64Array;
+  readonly reserved: Float64Array;
+  readonly used: Float64Array;
+  readonly total: Float64Array;
+  /** Per sample, its series in `parts` and its index there; null with one series (the same index). */
+  readonly samplePart: Uint16Array | null;
+  readonly sampleIndex: Int32Array | null;
+  /** Boundaries of every series, with their storage order and series (null: one series). */
+  readonly boundaries: readonly BoundaryEntry[];
+  readonly boundaryOrder: Float64Array;
+  readonly boundaryPart: Uint16Array | null;
+  /** Alerts in time order (ties in storage order), with their series. */
+  readonly alerts: readonly { readonly alert: AlertEntry; readonly part: number }[];
+  /** The rank's earliest event of any kind. */
+  readonly minTs: bigint | null;
+}
+
+const byTimeThenOrder = (t: ArrayLike<number>, order: ArrayLike<number>) => (a: number, b: number) =>
+  t[a]! - t[b]! || order[a]! - order[b]!;
+
+/** Merges one rank's series (one per session; a single one is used as it is). */
+export function mergeRankSeries(parts: readonly RankSeries[]): MergedRank {
+  const alertsOf = (): { alert: AlertEntry; part: number }[] => {
+    const all: { alert: AlertEntry; part: number; order: number }[] = [];
+    parts.forEach((series, part) => {
+      series.alerts.forEach((alert, j) => {
+        all.push({ alert, part, order: series.alertOrder[j]! });
+      });
+    });
+    return all
+      .sort((a, b) =>
+        a.alert.timestampNs < b.alert.timestampNs
+          ? -1
+          : a.alert.timestampNs > b.alert.timestampNs
+            ? 1
+            : a.order - b.order,
+      )
+      .map(({ alert, part }) => ({ alert, part }));
+  };
+  let minTs: bigint | null = null;
+  for (const series of parts)
+    if (series.minTs !== null && (minTs === null || series.minTs < minTs)) minTs = series.minTs;
+  const first = parts[0]!;
+  if (parts.length === 1) {
+    const { rank, count, base, t, order, allocated, reserved, used, total, boundaries, boundaryOrder } =
+      first;
+    return {
+      rank,
+      parts,
+      count,
+      base,
+      t,
+      order,
+      allocated,
+      reserved,
+      used,
+      total,
+      samplePart: null,
+      sampleIndex: null,
+      boundaries,
+      boundaryOrder,
+      boundaryPart: null,
+      alerts: alertsOf(),
+      minTs,
+    };
+  }
+  let base = first.base;
+  for (const series of parts) if (series.base < base) base = series.base;
+  // Offsets from the common base must stay exact doubles, as within one series.
+  for (const series of parts) {
+    const low = series.minTs ?? series.base;
+    const high = series.maxTs ?? series.base;
+    if (high - base > 9_007_199_254_740_991n || base - low > 9_007_199_254_740_991n)
+      throw new TimeRangeError(series.sessionId, series.rank, `merged with ${first.sessionId}`);
+  }
+  let n = 0;
+  let boundaryCount = 0;
+  for (const series of parts) {
+    n += series.count;
+    boundaryCount += series.boundaries.length;
+  }
+  const keyT = new Float64Array(n);
+  const keyOrder = new Float64Array(n);
+  const fromPart = new Uint16Array(n);
+  const fromIndex = new Int32Array(n);
+  let k = 0;
+  parts.forEach((series, part) => {
+    const shift = Number(series.base - base);
+    for (let i = 0; i < series.count; i++, k++) {
+      keyT[k] = series.t[i]! + shift;
+      keyOrder[k] = series.order[i]!;
+      fromPart[k] = part;
+      fromIndex[k] = i;
+    }
+  });
+  const sorted = Array.from({ length: n }, (_, i) => i).sort(byTimeThenOrder(keyT, keyOrder));
+  const t = new Float64Array(n);
+  const order = new Float64Array(n);
+  const allocated = new Float64Array(n);
+  const reserved = new Float64Array(n);
+  const used = new Float64Array(n);
+  const total = new Float64Array(n);
+  const samplePart = new Uint16Array(n);
+  const sampleIndex = new Int32Array(n);
+  sorted.forEach((from, i) => {
+    const series = parts[fromPart[from]!]!;
+    const j = fromIndex[from]!;
+    t[i] = keyT[from]!;
+    order[i] = keyOrder[from]!;
+    allocated[i] = series.allocated[j]!;
+    reserved[i] = series.reserved[j]!;
+    used[i] = series.used[j]!;
+    total[i] = series.total[j]!;
+    samplePart[i] = fromPart[from]!;
+    sampleIndex[i] = j;
+  });
+  const boundaries: BoundaryEntry[] = [];
+  const boundaryOrder = new Float64Array(boundaryCount);
+  const boundaryPart = new Uint16Array(boundaryCount);
+  parts.forEach((series, part) => {
+    series.boundaries.forEach((boundary, j) => {
+      boundaryOrder[boundaries.length] = series.boundaryOrder[j]!;
+      boundaryPart[boundaries.length] = part;
+      boundaries.push(boundary);
+    });
+  });
+  return {
+    rank: first.rank,
+    parts,
+    count: n,
+    base,
+    t,
+    order,
+    allocated,
+    reserved,
+    used,
+    total,
+    samplePart,
+    sampleIndex,
+    boundaries,
+    boundaryOrder,
+    boundaryPart,
+    alerts: alertsOf(),
+    minTs,
+  };
+}
+
+/**
  * `Number(timestamp_ns)` of each sample without making bigints: `Number(base)` plus the (exact)
  * rest, rounded once by the addition, which is how `Number()` rounds the exact sum.
  */
-export function sampleTimeAsNumber(series: RankSeries): (i: number) => number {
+export function sampleTimeAsNumber(series: Pick<RankSeries, "base" | "t">): (i: number) => number {
   const head = Number(series.base);
   const rest = Number(series.base - BigInt(head));
   const t = series.t;

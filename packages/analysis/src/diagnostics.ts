@@ -32,7 +32,7 @@ import {
 } from "@stormlog/phases";
 import { loadTelemetrySessions, type ReadOptions, type SessionInfo } from "@stormlog/sink";
 import { type ResolvedTelemetryInput, resolveTelemetryInput } from "@stormlog/sink/internal";
-import { DatasetLoader, planDataset, type RankSeries, sampleTimestamp } from "./dataset.js";
+import { DatasetLoader, originAt, planDataset, type RankSeries, sampleTimestamp } from "./dataset.js";
 import {
   isBoundaryReading,
   LeakAnomalies,
@@ -941,8 +941,6 @@ function diagnoseSegments(
       continue;
     }
     const series = loader.load(seriesPlan);
-    // Hints the columns do not keep, or alerts the index left out: only the events are exact.
-    if (series.originSamples > 0 || series.alertsTruncated) return null;
     const readings = readingColumns(series);
     const entry = rankFromColumns(series, readings, leaks);
     rows.push(entry.row);
@@ -1055,17 +1053,24 @@ function rankFromColumns(
     );
   }
   let firstBreachNs: bigint | null = null;
+  // Index of the sample reading `i` is (samples and boundary readings interleave).
+  let sample = -1;
   for (let i = 0; i < m; i++) {
+    const boundary = readings.boundary?.[i] ?? -1;
+    if (boundary < 0) sample++;
     const deviceTotal = total[i]!;
     const gap = used[i]! - reserved[i]!;
     if (!(deviceTotal > 0) || Number.isNaN(gap)) continue;
     const ratio = Math.abs(gap) / deviceTotal;
     if (ratio < DIAGNOSTICS_GAP_RATIO_THRESHOLD) continue;
     const timestampNs = readingTimestamp(series, readings, i);
-    const boundary = readings.boundary?.[i] ?? -1;
-    const eventType = boundary < 0 ? "sample" : series.boundaries[boundary]!.eventType;
     firstBreachNs ??= timestampNs;
-    candidates.push(gapBreachAnomaly(rank, timestampNs, ratio, phaseAt(timestampNs, eventType, null)));
+    // A sample with its phase hints; a boundary reading by its time alone.
+    const phase =
+      boundary < 0
+        ? phaseAt(timestampNs, "sample", originAt(series, sample) ?? null)
+        : phaseAt(timestampNs, series.boundaries[boundary]!.eventType, null);
+    candidates.push(gapBreachAnomaly(rank, timestampNs, ratio, phase));
   }
   const firstNs = n > 0 ? sampleTimestamp(series, 0) : series.minTs!;
   // The event version keeps samples with all three allocator counters: the others lose their total.

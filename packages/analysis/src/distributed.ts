@@ -4,13 +4,13 @@
  */
 import type { TelemetryEvent } from "@stormlog/core";
 import type { PhaseResolver } from "@stormlog/phases";
-import { exactAt, type RankSeries, sampleTimeAsNumber, seriesForRule } from "./dataset.js";
+import { exactAt, originAt, type RankSeries, sampleTimeAsNumber, seriesForRule } from "./dataset.js";
 import { analyzeGapColumns, type GapColumns } from "./gap.js";
 import type { RankGapFinding } from "./types.js";
 
 const orNull = (value: number): number | null => (Number.isNaN(value) ? null : value);
 
-/** Sample `i` of a series as the light record the analyses read. */
+/** Sample `i` of a series as the light record the analyses read (its metadata: its phase attribution hints). */
 export function sampleRecord(series: RankSeries, i: number): TelemetryEvent {
   const identity = series.identities[series.identity === null ? 0 : series.identity[i]!]!;
   return {
@@ -36,7 +36,7 @@ export function sampleRecord(series: RankSeries, i: number): TelemetryEvent {
     device_free_bytes: null,
     device_total_bytes: orNull(series.total[i]!),
     context: null,
-    metadata: {},
+    metadata: originAt(series, i) ?? {},
   } as unknown as TelemetryEvent;
 }
 

@@ -14,6 +14,7 @@ import {
   type AlertEntry,
   type BoundaryEntry,
   type CounterPeak,
+  DETAIL_CAP,
   type HealthEntry,
   type LinedEvidence,
   RankPart,
@@ -78,6 +79,8 @@ interface RankHeader {
   rules?: [number, number][];
   /** `[sample line, counter field, exact decimal digits]` of counters past 2^53; absent when none. */
   exact?: [number, string, string][];
+  /** `[sample line, its phase attribution hints as exact JSON]`; absent when none. */
+  origins?: [number, string][];
   /** Byte offset of the rank's columns in the data area. */
   offset: number;
   /** Boundaries (`BoundaryRow`s). */
@@ -86,8 +89,8 @@ interface RankHeader {
   births: Chunks;
   /** Alerts (`AlertRow`s). */
   alerts: Chunks;
-  /** [largest positive world_size, several seen (0/1), samples with origin hints, alerts truncated (0/1)]. */
-  extra: [number, number, number, number];
+  /** [largest positive world_size, several seen (0/1), alerts or health cut by DETAIL_CAP (0/1)]. */
+  extra: [number, number, number];
   /** Health transitions (`HealthRow`s). */
   health: Chunks;
 }
@@ -99,8 +102,8 @@ interface RankHeader {
 type BoundaryRow = [string, number, number, Num, Num, Num, Num, JsonValue, number, Num, number];
 /** [ts, the sample's `tfjs_live_by_phase` as JSON text]. */
 type BirthRow = [string, string];
-/** [ts, type, context, oom reason, used, allocated, origin hints as exact JSON or null]. */
-type AlertRow = [string, string, string | null, string | null, Num, Num, string | null];
+/** [ts, type, context, oom reason, used, allocated, origin hints as exact JSON or null, line]. */
+type AlertRow = [string, string, string | null, string | null, Num, Num, string | null, number];
 type HealthRow = [string, string, string, string | null, string | null, string | null];
 
 interface SessionHeader {
@@ -245,6 +248,14 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
         hasIdentity,
         ...(samples.rules === null ? {} : { rules: oddRules(samples.rules, count) }),
         ...(part.exact === null ? {} : { exact: exactRows(part.exact) }),
+        ...(part.origins === null
+          ? {}
+          : {
+              origins: [...part.origins].map(([line, origin]): [number, string] => [
+                line,
+                stringifyJson(origin),
+              ]),
+            }),
         offset,
         boundaries: rows(part.boundaries, (b): string => {
           // A `BoundaryRow`. The scope's text as the scan read it (exact: it parsed it with
@@ -260,8 +271,9 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
           return `["${b.timestampNs}",${type},${b.line},${numJson(b.allocated)},${numJson(b.reserved)},${numJson(b.used)},${numJson(b.tensors)},${scope},${exact},${numJson(b.total)},${b.boundaryRead ? 1 : 0}]`;
         }),
         births: rows(part.births, (b): BirthRow => [b.timestampNs.toString(), b.json]),
+        // The index keeps at most DETAIL_CAP of each; the loader scans a part cut so again.
         alerts: rows(
-          part.alerts,
+          part.alerts.slice(0, DETAIL_CAP),
           (a): AlertRow => [
             a.timestampNs.toString(),
             a.eventType,
@@ -270,16 +282,16 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
             num(a.used),
             num(a.allocated),
             a.origin === null ? null : stringifyJson(a.origin),
+            a.line,
           ],
         ),
         extra: [
           part.worldSizeMax,
           part.worldSizeMixed ? 1 : 0,
-          part.originSamples,
-          part.alertsTruncated ? 1 : 0,
+          part.detailsCut || part.alerts.length > DETAIL_CAP || part.health.length > DETAIL_CAP ? 1 : 0,
         ],
         health: rows(
-          part.health,
+          part.health.slice(0, DETAIL_CAP),
           (h): HealthRow => [
             h.timestampNs.toString(),
             h.eventType,
@@ -426,6 +438,8 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
       });
       part.samplesWithoutUsed = r.samplesWithoutUsed;
       if (r.exact !== undefined) part.exact = exactFromRows(r.exact);
+      if (r.origins !== undefined)
+        part.origins = new Map(r.origins.map(([line, json]) => [line, parseJson(json) as JsonObject]));
       const n = r.count;
       if (r.offset + columnsBytes(n, r.hasIdentity) > dataLength) return undefined;
       const at = base + r.offset;
@@ -464,9 +478,10 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
         part.births.push({ timestampNs: BigInt(t), json });
       });
       const alertsRead = eachRow<AlertRow>(r.alerts, (row) => {
-        const [t, eventType, context, oomReason, used, allocated, origin] = row;
+        const [t, eventType, context, oomReason, used, allocated, origin, line] = row;
         part.alerts.push({
           timestampNs: BigInt(t),
+          line,
           eventType,
           context,
           oomReason,
@@ -475,9 +490,9 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
           origin: origin === null ? null : (parseJson(origin) as JsonObject),
         } satisfies AlertEntry);
       });
-      [part.worldSizeMax, , part.originSamples] = r.extra;
+      part.worldSizeMax = r.extra[0];
       part.worldSizeMixed = r.extra[1] === 1;
-      part.alertsTruncated = r.extra[3] === 1;
+      part.detailsCut = r.extra[2] === 1;
       const healthRead = eachRow<HealthRow>(r.health, (row) => {
         const [t, eventType, collector, context, error, status] = row;
         part.health.push({

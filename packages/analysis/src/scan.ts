@@ -128,9 +128,12 @@ export function scanSegmentSync(
     const eventType = reader.eventType;
     lastSession = reader.sessionId;
     if (eventType === "sample") {
+      // Phase attribution hints (rare): the general path keeps them exactly, float marks included.
+      if (!reader.metadataEmpty && hasOriginKey(buf, reader.metadataStart, reader.metadataEnd)) {
+        slow(buf, start, end, terminated);
+        return;
+      }
       const part = accumulator.addLine(reader, lineNumber);
-      if (!reader.metadataEmpty && hasOriginKey(buf, reader.metadataStart, reader.metadataEnd))
-        part.originSamples++;
       if (!reader.metadataEmpty)
         addBirths(part, reader.timestampNs(), buf, reader.metadataStart, reader.metadataEnd);
       return;

@@ -4,10 +4,12 @@ import { join } from "node:path";
 import { encodeTelemetryRecord, type JsonObject, stringifyJson } from "@stormlog/core";
 import { markFloat } from "@stormlog/core/internal";
 import { describe, expect, it } from "vitest";
-import type { BoundaryEntry } from "../src/aggregate.js";
+import { type BoundaryEntry, DETAIL_CAP } from "../src/aggregate.js";
+import { DatasetLoader, originAt, planDataset } from "../src/dataset.js";
+import { digestOf } from "../src/digest.js";
 import { decodeAggregate, encodeAggregate } from "../src/index-format.js";
 import { aggregateEvents, scanSegmentSync } from "../src/scan.js";
-import { GiB, Timeline } from "./report-helpers.js";
+import { BASE_NS, GiB, MS, record, Timeline } from "./report-helpers.js";
 
 /** Two ranks with many phases (their rows span several JSON chunks), alerts and health transitions. */
 function events() {
@@ -126,3 +128,97 @@ function eventsWithFloatScope() {
   }
   return t.events;
 }
+
+describe("samples' phase attribution hints", () => {
+  it("are kept per sample, float marks included, by the scan's general path and through the index", () => {
+    const hinted: JsonObject = { origin_thread_id: 7, other: 1 };
+    const floatHint: JsonObject = { origin_thread_id: 3 };
+    markFloat(floatHint, "origin_thread_id");
+    const events = [
+      record("sample", BASE_NS),
+      record("sample", BASE_NS + MS, { metadata: hinted }),
+      record("sample", BASE_NS + 2n * MS, { metadata: { origin_phase_scope_id: "s:1" } }),
+      record("sample", BASE_NS + 3n * MS, { metadata: floatHint }),
+    ];
+    const dir = mkdtempSync(join(tmpdir(), "stormlog-origins-"));
+    try {
+      const path = join(dir, "segment-000001.jsonl");
+      writeFileSync(path, events.map((event) => `${encodeTelemetryRecord(event)}\n`).join(""));
+      const scanned = scanSegmentSync({ path, hint: null, defaultSessionId: "x" });
+      for (const aggregate of [
+        aggregateEvents(events),
+        scanned,
+        decodeAggregate(encodeAggregate(scanned, "s"), "s")!,
+      ]) {
+        const origins = aggregate.sessions.get("session-a")!.ranks.get(0)!.origins!;
+        expect([...origins.keys()]).toEqual([2, 3, 4]);
+        expect(stringifyJson(origins.get(2)!)).toBe('{"origin_thread_id": 7}');
+        expect(stringifyJson(origins.get(3)!)).toBe('{"origin_phase_scope_id": "s:1"}');
+        // Python's 3.0 is no thread id: the mark travels with the hint.
+        expect(stringifyJson(origins.get(4)!)).toBe('{"origin_thread_id": 3.0}');
+        const segment = { source: path, hint: null, digest: digestOf(aggregate), aggregate, file: null };
+        const plan = planDataset([segment], ["session-a"]);
+        const series = new DatasetLoader(plan).load(plan.ranks[0]!.series[0]!);
+        expect([0, 1, 2, 3].map((i) => originAt(series, i) === undefined)).toEqual([
+          true,
+          false,
+          false,
+          false,
+        ]);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("alerts and health transitions past DETAIL_CAP", () => {
+  // Past the cap for each kind.
+  const count = 2 * (DETAIL_CAP + 5);
+  const events = Array.from({ length: count }, (_, i) =>
+    record(i % 2 === 0 ? "warning" : "collector_degraded", BASE_NS + BigInt(i) * MS, { context: `#${i}` }),
+  );
+
+  it("are all kept in memory, and the index stores DETAIL_CAP of each with a mark", () => {
+    const aggregate = aggregateEvents([...events, ...events.map((e) => ({ ...e, event_type: "error" }))]);
+    const part = aggregate.sessions.get("session-a")!.ranks.get(0)!;
+    expect(part.alerts).toHaveLength(count + count / 2);
+    expect(part.detailsCut).toBe(false);
+    const read = decodeAggregate(encodeAggregate(aggregate, "s"), "s")!
+      .sessions.get("session-a")!
+      .ranks.get(0)!;
+    expect(read.alerts).toEqual(part.alerts.slice(0, DETAIL_CAP));
+    expect(read.health).toEqual(part.health.slice(0, DETAIL_CAP));
+    expect(read.detailsCut).toBe(true);
+  });
+
+  it("are read whole again from the segment when its stored part was cut", () => {
+    const dir = mkdtempSync(join(tmpdir(), "stormlog-cap-"));
+    try {
+      const path = join(dir, "segment-000001.jsonl");
+      writeFileSync(path, events.map((event) => `${encodeTelemetryRecord(event)}\n`).join(""));
+      const input = { path, hint: null, defaultSessionId: "x" };
+      const scanned = scanSegmentSync(input);
+      const file = join(dir, "seg.agg");
+      writeFileSync(file, encodeAggregate(scanned, "stamp"));
+      const segment = {
+        source: path,
+        hint: null,
+        digest: digestOf(scanned),
+        aggregate: null,
+        file: { path: file, stamp: "stamp" },
+        segment: input,
+      };
+      const plan = planDataset([segment], ["session-a"]);
+      const series = new DatasetLoader(plan).load(plan.ranks[0]!.series[0]!);
+      expect(series.alerts).toHaveLength(count / 2);
+      expect(series.health).toHaveLength(count / 2);
+      expect(series.alerts.map((alert) => alert.context)).toEqual(
+        events.filter((event) => event.event_type === "warning").map((event) => event.context),
+      );
+      expect([...series.alertOrder]).toEqual(series.alerts.map((alert) => alert.line));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
