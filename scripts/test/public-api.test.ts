@@ -9,13 +9,9 @@ import { describe, expect, it } from "vitest";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const PACKAGES = join(ROOT, "packages");
-/** Packages whose root API is being curated in another change (issue #20): that change adds the list. */
-const PENDING = new Set(["analysis"]);
-
 const packages = readdirSync(PACKAGES, { withFileTypes: true })
   .filter((entry) => entry.isDirectory() && existsSync(join(PACKAGES, entry.name, "package.json")))
   .map((entry) => entry.name)
-  .filter((name) => !PENDING.has(name))
   .sort();
 
 async function runtimeNames(file: string): Promise<string[]> {

@@ -1,23 +1,133 @@
 /**
- * @stormlog/analysis: what a recorded run means — cross-rank first-cause analysis, hidden-memory
- * gap analysis and the numeric helpers they share with the Python reference.
+ * @stormlog/analysis: what a recorded run means. One report per input (peaks, phases and leak
+ * verdicts per nested phase path, hidden memory, which rank spiked first), the distributed
+ * diagnostics, and exports for Perfetto and spreadsheets; the reference's analyses return what the
+ * Python Stormlog returns, key for key.
+ *
+ * Named exports only: each one is a promise to users; `test/public-api.json` lists the runtime
+ * names. The dataset, the on-disk index and the NumPy emulation stay inside the package.
  */
-export * from "./cross-rank.js";
-export { summarizeCrossRankAnalysis } from "./cross-rank-columns.js";
-export * from "./diagnostics.js";
+
+// The report: every analysis of a sink, a file or events in memory, as JSON or text.
+
 export { TimeRangeError } from "./errors.js";
-export * from "./export-csv.js";
-export * from "./export-perfetto.js";
-export * from "./export-stream.js";
-export * from "./gap.js";
-export { CACHE_DIR_ENV, INDEX_DIRNAME, INDEX_FORMAT, INDEX_VERSION } from "./index-cache.js";
-export * from "./report.js";
-export * from "./stats.js";
+/** Where the index of a sink is kept (`.stormlog-index` beside it, or under `STORMLOG_CACHE_DIR`). */
+export { CACHE_DIR_ENV, INDEX_DIRNAME } from "./index-cache.js";
 export {
-  formatDuration,
-  formatReportText,
-  phaseSummaryFromPayload,
-  signedBytes,
-  type TextOptions,
-} from "./text.js";
-export type * from "./types.js";
+  type AnalyzeEventsContext,
+  type AnalyzeOptions,
+  type AnalyzeProgress,
+  analyzeEvents,
+  analyzeTelemetry,
+  type RenderAnalysisOptions,
+  renderTelemetryAnalysis,
+  reportToJson,
+} from "./report.js";
+export { formatReportText, type TextOptions } from "./text.js";
+export type {
+  AlertItem,
+  AlertsReport,
+  AnalysisReport,
+  CollectorHealthReport,
+  CounterPeakReport,
+  HealthCounts,
+  HealthTransition,
+  IndexUsage,
+  LeakEvidence,
+  LeakReport,
+  LeakVerdictKind,
+  NetChange,
+  PhaseOccurrence,
+  PhaseStat,
+  RankGapFinding,
+  RankSummary,
+  ReportInput,
+  ReportSession,
+  ReportSummary,
+  SinkCounters,
+  SinkDirectoryReport,
+  SinkReport,
+} from "./types.js";
+
+// Cross-rank first-cause analysis (the reference's `summarize_cross_rank_analysis`).
+
+export {
+  type CrossRankAnalysis,
+  type CrossRankMergeResult,
+  type CrossRankOptions,
+  type FirstCauseConfidence,
+  type FirstCauseSuspect,
+  mergeCrossRankTimelines,
+  type RankTimelinePoint,
+  SKEW_NOTE_MULTIPLIER,
+  SPIKE_MIN_BYTES,
+} from "./cross-rank.js";
+export { summarizeCrossRankAnalysis } from "./cross-rank-columns.js";
+
+// Hidden memory: device used minus allocator reserved (the reference's `analyze_hidden_memory_gaps`).
+
+export {
+  analyzeGaps,
+  DEFAULT_GAP_THRESHOLDS,
+  type FragmentationEvidence,
+  GAP_REMEDIATION,
+  type GapAnalysisOptions,
+  type GapClassification,
+  type GapFinding,
+  type GapSeverity,
+  type GapThresholds,
+  type PersistentDriftEvidence,
+  type TransientSpikeEvidence,
+} from "./gap.js";
+
+// Distributed diagnostics (`stormlog diagnose`): per-rank rows, anomalies and which rank came first.
+
+export {
+  type AnomalyIndicator,
+  buildDistributedDiagnostics,
+  type CollectiveAttributionLike,
+  DIAGNOSTICS_GAP_RATIO_THRESHOLD,
+  type DiagnoseTelemetryOptions,
+  type DiagnoseTelemetryResult,
+  type DiagnosticsAnomaly,
+  type DiagnosticsOptions,
+  type DiagnosticsSeverity,
+  type DistributedDiagnostics,
+  type DistributedSelection,
+  diagnoseTelemetry,
+  diagnosticsFoundRisk,
+  type LoadDistributedOptions,
+  loadDistributedEvents,
+  parseRankFilter,
+  type RankDiagnosticsRow,
+  type RankGroupSession,
+  type RankTimeline,
+  type RenderDiagnosisOptions,
+  renderTelemetryDiagnosis,
+  selectDistributedSession,
+} from "./diagnostics.js";
+
+// Exports: Perfetto traces and CSV, from events in memory or streamed from a sink.
+
+export {
+  TELEMETRY_CSV_COLUMNS,
+  telemetryCsvHeader,
+  telemetryCsvLines,
+  telemetryEventToCsvRow,
+} from "./export-csv.js";
+export {
+  buildPerfettoTrace,
+  formatPerfettoTrace,
+  type PerfettoExportOptions,
+  type PerfettoTrace,
+  perfettoTraceChunks,
+  type TraceEvent,
+} from "./export-perfetto.js";
+export {
+  type ExportSelection,
+  openSelectedEvents,
+  type SelectedEvents,
+  type StreamExportOptions,
+  type StreamPerfettoOptions,
+  streamPerfettoTrace,
+} from "./export-stream.js";

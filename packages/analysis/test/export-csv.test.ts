@@ -1,6 +1,7 @@
 import { parseJson, TELEMETRY_V3_FIELDS, type TelemetryEvent } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { csvField, telemetryCsvHeader, telemetryCsvLines, telemetryEventToCsvRow } from "../src/index.js";
+import { csvField } from "../src/export-csv.js";
+import { telemetryCsvHeader, telemetryCsvLines, telemetryEventToCsvRow } from "../src/index.js";
 
 /** A small RFC 4180 reader, independent of the writer. */
 function parseCsv(text: string): string[][] {

@@ -5,13 +5,8 @@ import { formatBytes, type JsonObject, parseJson, stringifyJson } from "@stormlo
 import { isoTimestampNs } from "@stormlog/core/internal";
 import { SessionNotFoundError, TelemetrySourceError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
-import {
-  analyzeEvents,
-  analyzeTelemetry,
-  formatDuration,
-  formatReportText,
-  reportToJson,
-} from "../src/index.js";
+import { analyzeEvents, analyzeTelemetry, formatReportText, reportToJson } from "../src/index.js";
+import { formatDuration } from "../src/text.js";
 import { goldenCases, loadEvents } from "./golden-helpers.js";
 import { BASE_NS, GiB, MiB, MS, record, Timeline, writeSink } from "./report-helpers.js";
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { argmax, linregress, mean, pythonRound, std, studentTSurvival, sum } from "../src/index.js";
+import { argmax, linregress, mean, pythonRound, std, studentTSurvival, sum } from "../src/stats.js";
 
 // Expected values printed by NumPy 2.4 / SciPy 1.17 for the same inputs.
 const series = Array.from({ length: 300 }, (_, i) => (((i * 7919) % 1000) / 7) * 1e6 + i * 0.1);
