@@ -23,7 +23,7 @@ import { basename, join, relative } from "node:path";
 import type { ResolvedTelemetryInput, TelemetryInputSegment } from "@stormlog/sink/internal";
 import { DETAIL_CAP, type SegmentAggregate } from "./aggregate.js";
 import { type DigestJson, digestFromJson, digestOf, digestToJson, type SegmentDigest } from "./digest.js";
-import { aggregateStampMatches, encodeAggregate, writeAggregateFile } from "./index-format.js";
+import { aggregateStampMatches, encodeAggregateParts, writeAggregateFile } from "./index-format.js";
 import {
   contentCheck,
   type Fingerprint,
@@ -117,7 +117,24 @@ export interface LoadedSegments {
   segments: SegmentData[];
   sizes: number[];
   usage: IndexUsage;
+  /**
+   * With `loadSegments({ settleLater: true })`, while aggregate files are still being written:
+   * waits for them, writes the catalog and gives the final usage (`usage` is provisional until then).
+   */
+  settle?: () => Promise<IndexUsage>;
 }
+
+/**
+ * Just-scanned aggregates whose encoded size adds up to at most this stay in memory for the
+ * analysis (`STORMLOG_KEEP_SCANNED_BYTES` overrides it, for tests and benchmarks), and so does the
+ * last one scanned, whatever its size (it is in memory when the scan ends; reading it back would
+ * take as much): the analysis then neither reads their files back nor decodes them, and the files
+ * are written on the thread pool meanwhile. Every other aggregate is let go once written, so memory
+ * stays bounded on large inputs. Small: held in memory, an aggregate takes several times its
+ * encoded size (measured on the 1 GB, 64-rank job of bench/generate-multirank.mjs: peak RSS 175 MB
+ * with no budget, 193 MB with 4 MiB, 353 MB with 64 MiB).
+ */
+export const KEEP_SCANNED_BYTES = 2 << 20;
 
 function stampOf(path: string, print: Fingerprint): string {
   return `${path}|${printText(print)}|${SETTINGS}`;
@@ -231,38 +248,82 @@ interface ScanJob {
   readonly path: string | null;
 }
 
-/** A scanned segment: its digest, and its aggregate unless it was written to its file. */
+/** A scanned segment: its digest, and its aggregate unless it was written to its file and let go. */
 interface ScanResult {
   readonly digest: SegmentDigest;
   readonly aggregate: SegmentAggregate | null;
+  /** Its file is written (or being written: see `pending`). */
   readonly written: boolean;
 }
 
+/** Where scanned aggregates go: encoded (in parts), then written on the thread pool (false: failed). */
+interface AggregateWriter {
+  encode(aggregate: SegmentAggregate, stamp: string): Uint8Array[] | null;
+  later(path: string, parts: readonly Uint8Array[]): Promise<boolean>;
+}
+
 /**
- * Scans the jobs one after the other, each aggregate written to its file as soon as it is made so
- * that memory holds one segment's aggregate at a time. (Scanning on a worker thread as well was
- * measured on the 2-core VM: no faster, both threads slowed down, so it is not done.)
+ * Scans the jobs one after the other, each aggregate encoded as soon as it is made and its file
+ * written on the thread pool (`pending`) while the main thread goes on. Within `keepBytes` (encoded,
+ * summed) the aggregate stays in memory, and so does the last one; any other is let go once the next
+ * segment is scanned and its file is whole, so that memory holds about one segment's aggregate
+ * beyond the budget. (Scanning on a worker thread as well was measured on the 2-core VM: no
+ * faster, both threads slowed down, so it is not done.)
  */
 async function scanJobs(
   jobs: readonly ScanJob[],
-  write: (path: string, aggregate: SegmentAggregate, stamp: string) => boolean,
+  writer: AggregateWriter,
+  keepBytes: number,
   onBytes: (done: number) => void,
-): Promise<ScanResult[]> {
+): Promise<{ results: ScanResult[]; pending: Promise<boolean>[] }> {
   const results: ScanResult[] = [];
+  const pending: Promise<boolean>[] = [];
   const scratch: ScanScratch = { buf: null };
   let done = 0;
+  let kept = 0;
+  // The last aggregate, kept past the budget until the next one is scanned: its result and write.
+  let last: { index: number; write: Promise<boolean> } | null = null;
   for (const job of jobs) {
     const before = done;
     const aggregate = scanSegmentSync(job.segment, (bytes) => onBytes(before + bytes), scratch);
+    if (last !== null) {
+      // Let go once its file is whole (the analysis reads it back); kept if it could not be written.
+      const previous = results[last.index]!;
+      if (await last.write) results[last.index] = { ...previous, aggregate: null };
+      else results[last.index] = { ...previous, written: false };
+      last = null;
+    }
     const digest = digestOf(aggregate);
-    const written = job.path !== null && write(job.path, aggregate, job.stamp);
-    results.push({ digest, aggregate: written ? null : aggregate, written });
+    const parts = job.path === null ? null : writer.encode(aggregate, job.stamp);
+    let size = 0;
+    for (const part of parts ?? []) size += part.length;
+    if (job.path === null || parts === null) {
+      results.push({ digest, aggregate, written: false });
+    } else {
+      const write = writer.later(job.path, parts);
+      pending.push(write);
+      if (kept + size <= keepBytes) kept += size;
+      else last = { index: results.length, write };
+      results.push({ digest, aggregate, written: true });
+    }
     done += job.size;
     onBytes(done);
-    // Let timers and I/O callbacks (progress output) run between segments.
+    // Let timers and I/O callbacks (progress output, the writes above) run between segments.
     await new Promise<void>((resolve) => setImmediate(resolve));
   }
-  return results;
+  return { results, pending };
+}
+
+/** `writeAggregateFile` on the thread pool: a temporary name, then a rename. */
+async function writeAggregateFileLater(path: string, parts: readonly Uint8Array[]): Promise<void> {
+  const tmp = `${path}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
+  try {
+    await fsPromises.writeFile(tmp, parts);
+    await fsPromises.rename(tmp, path);
+  } catch (error) {
+    await fsPromises.rm(tmp, { force: true });
+    throw error;
+  }
 }
 
 /** The index of one input: what is known about its segments, and where it is stored. */
@@ -541,10 +602,13 @@ export class SegmentIndex {
 
   /**
    * Every segment: its digest from the catalog where fresh, else from a scan whose aggregate is
-   * written to the index (or spilled, or kept in memory for small inputs without an index).
+   * written to the index (or spilled, or kept in memory for small inputs without an index), and
+   * kept in memory within KEEP_SCANNED_BYTES. With `settleLater`, it returns while those files are
+   * still being written: the caller analyses meanwhile, then calls `settle`.
    */
-  async loadSegments(): Promise<LoadedSegments> {
-    const { options, segmentsIn: inputSegments, prints, checks, where } = this;
+  async loadSegments(options: { settleLater?: boolean } = {}): Promise<LoadedSegments> {
+    const { segmentsIn: inputSegments, prints, checks, where } = this;
+    const onProgress = this.options.onProgress;
     const sizes = this.sizes;
     const relPaths = inputSegments.map((segment) =>
       where === null ? segment.path : relative(where.base, segment.path),
@@ -629,17 +693,28 @@ export class SegmentIndex {
       stamp: stampOf(relPaths[i]!, prints[i]!),
       path: sink === null ? null : join(sink, "segments", files[k]!),
     }));
-    const write = (path: string, aggregate: SegmentAggregate, stamp: string): boolean => {
-      try {
-        writeAtomic(path, encodeAggregate(aggregate, stamp));
-        return true;
-      } catch (error) {
-        failures.push(`${sink}: ${describeError(error)}`);
-        return false;
-      }
+    const fail = (error: unknown): false => {
+      failures.push(`${sink}: ${describeError(error)}`);
+      return false;
     };
-    const results = await scanJobs(jobs, write, (done) =>
-      options.onProgress?.({ phase: "scan", done, total }),
+    const writer: AggregateWriter = {
+      encode: (aggregate, stamp) => {
+        try {
+          return encodeAggregateParts(aggregate, stamp);
+        } catch (error) {
+          fail(error);
+          return null;
+        }
+      },
+      later: (path, parts) =>
+        writeAggregateFileLater(path, parts).then(
+          () => true,
+          (error: unknown) => fail(error),
+        ),
+    };
+    const keepBytes = Number(process.env.STORMLOG_KEEP_SCANNED_BYTES ?? KEEP_SCANNED_BYTES);
+    const { results, pending } = await scanJobs(jobs, writer, keepBytes, (done) =>
+      onProgress?.({ phase: "scan", done, total }),
     );
     missing.forEach((i, k) => {
       const segment = inputSegments[i]!;
@@ -688,6 +763,7 @@ export class SegmentIndex {
     const segments = data as SegmentData[];
     const counts = { segments_reused: reused, segments_scanned: missing.length, segments_dropped: dropped };
     if (where === null) {
+      await Promise.all(pending);
       return {
         segments,
         sizes,
@@ -701,17 +777,42 @@ export class SegmentIndex {
         },
       };
     }
+    const settle = (): Promise<IndexUsage> =>
+      Promise.all(pending).then(() => this.writeCatalog(target, where, entries, failures, unusable, counts));
+    if (options.settleLater === true && pending.length > 0) {
+      // What the usage will be if every write succeeds; `settle` tells what it is.
+      const provisional: IndexUsage = {
+        status: this.catalog === null || relocating ? "built" : "updated",
+        location: target,
+        ...counts,
+        report_reused: false,
+        reason: this.reason,
+      };
+      return { segments, sizes, usage: provisional, settle };
+    }
+    return { segments, sizes, usage: await settle() };
+  }
+
+  /**
+   * Once the scanned aggregates are written: the catalog, unreferenced files removed, and how the
+   * index was used (`unavailable` when something could not be written).
+   */
+  private async writeCatalog(
+    target: string | null,
+    where: ReturnType<typeof locate>,
+    entries: readonly (CatalogEntry | undefined)[],
+    failures: readonly string[],
+    unusable: readonly string[],
+    counts: Pick<IndexUsage, "segments_reused" | "segments_scanned" | "segments_dropped">,
+  ): Promise<IndexUsage> {
+    const relocating = target !== null && target !== this.dir;
     if (target === null || failures.length > 0) {
       this.dir = null;
       const why =
         target === null
           ? `no writable index location (${unusable.join("; ")})`
           : `the index could not be written (${failures.join("; ")})`;
-      return {
-        segments,
-        sizes,
-        usage: { status: "unavailable", location: null, ...counts, report_reused: false, reason: why },
-      };
+      return { status: "unavailable", location: null, ...counts, report_reused: false, reason: why };
     }
     const next: Catalog = {
       format: INDEX_FORMAT,
@@ -727,15 +828,11 @@ export class SegmentIndex {
     } catch (error) {
       this.dir = null;
       return {
-        segments,
-        sizes,
-        usage: {
-          status: "unavailable",
-          location: null,
-          ...counts,
-          report_reused: false,
-          reason: `the index could not be written (${describeError(error)})`,
-        },
+        status: "unavailable",
+        location: null,
+        ...counts,
+        report_reused: false,
+        reason: `the index could not be written (${describeError(error)})`,
       };
     }
     const status = this.catalog === null || relocating ? "built" : "updated";
@@ -744,7 +841,7 @@ export class SegmentIndex {
     const reason =
       this.reason ??
       (unusable.length > 0 ? `the preferred location was not writable (${unusable.join("; ")})` : null);
-    return { segments, sizes, usage: { status, location: target, ...counts, report_reused: false, reason } };
+    return { status, location: target, ...counts, report_reused: false, reason };
   }
 }
 

@@ -195,6 +195,15 @@ function columnsBytes(count: number, hasIdentity: boolean): number {
 
 /** Serializes an aggregate, stamped with `stamp` (the source's fingerprint). */
 export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buffer {
+  return Buffer.concat(encodeAggregateParts(aggregate, stamp));
+}
+
+/**
+ * `encodeAggregate` as the parts of the file, in order: the sample columns are views of the
+ * aggregate's own arrays, not copies (they are most of the bytes), so the aggregate must not change
+ * until the parts are written.
+ */
+export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string): Uint8Array[] {
   const sessions: SessionHeader[] = [];
   const chunks: Uint8Array[] = [];
   let offset = 0;
@@ -342,22 +351,13 @@ export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buf
   const jsonStart = MAGIC.length + 4 + stampBytes.length + 4;
   const headerEnd = jsonStart + json.length;
   const dataStart = Math.ceil(headerEnd / 8) * 8;
-  const out = Buffer.alloc(dataStart + offset + textOffset);
-  MAGIC.copy(out, 0);
-  out.writeUInt32LE(stampBytes.length, MAGIC.length);
-  stampBytes.copy(out, MAGIC.length + 4);
-  out.writeUInt32LE(json.length, jsonStart - 4);
-  json.copy(out, jsonStart);
-  let at = dataStart;
-  for (const chunk of chunks) {
-    out.set(chunk, at);
-    at += chunk.length;
-  }
-  for (const text of texts) {
-    out.set(text, at);
-    at += text.length;
-  }
-  return out;
+  const head = Buffer.alloc(dataStart);
+  MAGIC.copy(head, 0);
+  head.writeUInt32LE(stampBytes.length, MAGIC.length);
+  stampBytes.copy(head, MAGIC.length + 4);
+  head.writeUInt32LE(json.length, jsonStart - 4);
+  json.copy(head, jsonStart);
+  return [head, ...chunks, ...texts];
 }
 
 /**

@@ -380,7 +380,8 @@ async function analyzeIndexed(
   warnings: readonly string[],
   view: string,
 ): Promise<AnalysisReport> {
-  const { segments, sizes, usage } = await index.loadSegments();
+  // Aggregate files are written while the analysis runs; `settle` then gives the index's usage.
+  const { segments, sizes, usage, settle } = await index.loadSegments({ settleLater: true });
   const ledger = new Map<string, SessionSummary>();
   for (const part of input.parts) {
     for (const summary of part.manifest?.sessions ?? [])
@@ -401,6 +402,7 @@ async function analyzeIndexed(
     notes: [],
   });
   options.onProgress?.({ phase: "analyze", done: 1, total: 1 });
+  if (settle !== undefined) report.index = await settle();
   await index.writeReport(view, report);
   return report;
 }

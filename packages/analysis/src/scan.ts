@@ -15,6 +15,8 @@ import { CanonicalLineReader } from "./fast-line.js";
 
 /** Chunk size of segment reads; memory stays bounded by this plus the longest line. */
 const CHUNK_BYTES = 4 << 20;
+/** Most samples the first rank's columns are sized for (a sink's segments hold at most a few 10,000 events). */
+const MAX_EXPECTED_SAMPLES = 1 << 16;
 
 /** Event types whose details only the general path keeps (alerts, health): rare, decoded in full. */
 const DETAILED_TYPES: ReadonlySet<string> = new Set([
@@ -27,27 +29,33 @@ const DETAILED_TYPES: ReadonlySet<string> = new Set([
 
 const ORIGIN_PREFIX = Buffer.from('"origin_', "latin1");
 
-/** Whether a metadata object's bytes may hold a phase attribution hint (a key starting `origin_`). */
-function hasOriginKey(buf: Buffer, start: number, end: number): boolean {
-  const last = end - ORIGIN_PREFIX.length;
+/** Whether `buf[start, end)` holds `text` (quote first: the keys looked for start with one). */
+function holds(buf: Buffer, start: number, end: number, text: Buffer): boolean {
+  const last = end - text.length;
+  const second = text[1];
   for (let i = start; i <= last; i++) {
-    if (buf[i] !== 0x22 || buf[i + 1] !== 0x6f) continue;
+    if (buf[i] !== 0x22 || buf[i + 1] !== second) continue;
     let k = 2;
-    while (k < ORIGIN_PREFIX.length && buf[i + k] === ORIGIN_PREFIX[k]) k++;
-    if (k === ORIGIN_PREFIX.length) return true;
+    while (k < text.length && buf[i + k] === text[k]) k++;
+    if (k === text.length) return true;
   }
   return false;
+}
+
+/** Whether a metadata object's bytes may hold a phase attribution hint (a key starting `origin_`). */
+function hasOriginKey(buf: Buffer, start: number, end: number): boolean {
+  return holds(buf, start, end, ORIGIN_PREFIX);
 }
 
 const BIRTHS_KEY = Buffer.from(`"${LIVE_BY_PHASE_KEY}"`, "latin1");
 
 /** A sample's live tensors by birth phase, when its metadata has them (parsed only then). */
 function addBirths(part: RankPart, timestampNs: bigint, buf: Buffer, start: number, end: number): void {
-  const metadata = buf.subarray(start, end);
-  if (metadata.indexOf(BIRTHS_KEY) === -1) return;
+  // Looked for in place: a view of every sample's metadata cost a young-generation object per line.
+  if (!holds(buf, start, end, BIRTHS_KEY)) return;
   let births: unknown;
   try {
-    births = (JSON.parse(metadata.toString("utf8")) as Record<string, unknown>)[LIVE_BY_PHASE_KEY];
+    births = (JSON.parse(buf.toString("utf8", start, end)) as Record<string, unknown>)[LIVE_BY_PHASE_KEY];
   } catch {
     return;
   }
@@ -84,8 +92,10 @@ export function scanSegmentSync(
   const path = segment.path;
   let expected = 256;
   try {
-    // Sample lines are ~300-700 bytes: size the first rank's columns so that they rarely grow.
-    expected = Math.max(256, Math.ceil(statSync(path).size / 600));
+    // Sample lines are ~300-700 bytes: size the first rank's columns so that they rarely grow. Capped:
+    // in one file holding many ranks, the first rank's columns sized for the whole file stayed mostly
+    // empty (22 MB of 220 MB), and they grow by doubling anyway.
+    expected = Math.min(MAX_EXPECTED_SAMPLES, Math.max(256, Math.ceil(statSync(path).size / 600)));
   } catch {
     // Reported by the open below.
   }

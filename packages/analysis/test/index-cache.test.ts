@@ -236,6 +236,31 @@ describe("transparent index", () => {
     expect(report.gap_analysis.length).toBeGreaterThan(0);
     expect(report.summary.peaks.device_used_bytes?.value).toBeGreaterThan(3 * GiB + MiB);
   });
+
+  it("keeps just-scanned aggregates in memory within its budget, reads the others back: the same report", async () => {
+    // None kept, some kept (a few KiB), all kept (the default budget).
+    for (const budget of ["0", "6000", undefined]) {
+      const path = makeRoot(`keep-${budget ?? "default"}`);
+      if (budget === undefined) delete process.env.STORMLOG_KEEP_SCANNED_BYTES;
+      else process.env.STORMLOG_KEEP_SCANNED_BYTES = budget;
+      try {
+        const first = await analysed(path);
+        expect(first.index).toMatchObject({ status: "built", segments_scanned: 12 });
+        expect(first.text).toBe(await fresh(path));
+      } finally {
+        delete process.env.STORMLOG_KEEP_SCANNED_BYTES;
+      }
+      // Every aggregate reached its file, whole: a later analysis reads them all back.
+      const files = readdirSync(join(path, INDEX_DIRNAME, "segments"));
+      expect(files.filter((name) => name.endsWith(".agg"))).toHaveLength(12);
+      expect(files.filter((name) => name.endsWith(".tmp"))).toEqual([]);
+      for (const name of readdirSync(join(path, INDEX_DIRNAME)))
+        if (name.startsWith("report-") || name.startsWith("inputs")) rmSync(join(path, INDEX_DIRNAME, name));
+      const again = await analysed(path);
+      expect(again.index).toMatchObject({ status: "reused", segments_reused: 12, report_reused: false });
+      expect(again.text).toBe(await fresh(path));
+    }
+  });
 });
 
 describe("hashText (names index files, keys stored reports)", () => {
