@@ -12,13 +12,10 @@
 import type { TelemetryEvent } from "@stormlog/core";
 import type { PhaseReplayIndex } from "@stormlog/phases";
 import { BOUNDARY_READ } from "./aggregate.js";
-import { DatasetLoader, planDataset, type RankSeries } from "./dataset.js";
+import type { RankSeries } from "./dataset.js";
 import type { DiagnosticsAnomaly } from "./diagnostics.js";
-import { TimeRangeError } from "./errors.js";
 import { birthSnapshots, LeakAccumulator } from "./leaks.js";
-import { inMemorySegment } from "./merge.js";
 import { buildPhaseIndex, collectOccurrences, type Occurrence } from "./phase-stats.js";
-import { aggregateEvents } from "./scan.js";
 
 /** Prefix of the signal of a leak anomaly (`leak:<phase path>`). */
 export const LEAK_SIGNAL_PREFIX = "leak:";
@@ -54,8 +51,23 @@ export interface ReadingColumns {
   readonly boundaryReadings: number;
 }
 
+/** A rank's samples in time order and its boundaries: one session's series, or several merged. */
+export type ReadingSource = Pick<
+  RankSeries,
+  | "count"
+  | "base"
+  | "t"
+  | "order"
+  | "allocated"
+  | "reserved"
+  | "used"
+  | "total"
+  | "boundaries"
+  | "boundaryOrder"
+>;
+
 /** The samples of `series` with its boundary readings merged in (the samples' columns as they are without any). */
-export function readingColumns(series: RankSeries): ReadingColumns {
+export function readingColumns(series: ReadingSource): ReadingColumns {
   const { boundaries, boundaryOrder, base } = series;
   const picked: number[] = [];
   for (let j = 0; j < boundaries.length; j++) if (boundaries[j]!.boundaryRead) picked.push(j);
@@ -206,25 +218,4 @@ export class LeakAnomalies {
     }
     return out;
   }
-}
-
-/**
- * The leak anomalies of events in memory (the diagnosed ranks' events): each session's rank becomes
- * the series `analyzeEvents` makes of it. A rank whose records span more than the columns' time
- * range (`TimeRangeError`) leaves them out, as the events then cannot be indexed either.
- */
-export function leakAnomaliesOfEvents(events: readonly TelemetryEvent[]): Map<number, DiagnosticsAnomaly[]> {
-  const leaks = new LeakAnomalies();
-  if (events.length === 0) return new Map();
-  try {
-    const segment = inMemorySegment("<events>", null, aggregateEvents(events));
-    const plan = planDataset([segment], [...new Set(events.map((event) => event.session_id))]);
-    const loader = new DatasetLoader(plan);
-    for (const { series } of plan.ranks)
-      for (const seriesPlan of series) leaks.addSeries(loader.load(seriesPlan));
-  } catch (error) {
-    if (error instanceof TimeRangeError) return new Map();
-    throw error;
-  }
-  return leaks.finish();
 }

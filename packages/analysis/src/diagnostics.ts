@@ -25,27 +25,33 @@ import {
 import { isSampleEventType } from "@stormlog/core/internal";
 import {
   type PhaseAttributionPayload,
-  PhaseReplayIndex,
+  type PhaseEventLike,
+  type PhaseReplayIndex,
   type PhaseResolver,
   summarizePhaseAttribution,
   summarizePhaseResolution,
 } from "@stormlog/phases";
 import { loadTelemetrySessions, type ReadOptions, type SessionInfo } from "@stormlog/sink";
 import { type ResolvedTelemetryInput, resolveTelemetryInput } from "@stormlog/sink/internal";
-import { DatasetLoader, originAt, planDataset, type RankSeries, sampleTimestamp } from "./dataset.js";
 import {
-  isBoundaryReading,
-  LeakAnomalies,
-  leakAnomaliesOfEvents,
-  type ReadingColumns,
-  readingColumns,
-} from "./diagnostics-phases.js";
-import { gapColumns } from "./distributed.js";
-import { analyzeGapColumns, analyzeGaps, type GapFinding } from "./gap.js";
+  DatasetLoader,
+  type DatasetPlan,
+  exactAt,
+  type MergedRank,
+  mergeRankSeries,
+  planDataset,
+  type RankSeries,
+  sampleTimeAsNumber,
+  seriesForRule,
+} from "./dataset.js";
+import { LeakAnomalies, type ReadingColumns, readingColumns } from "./diagnostics-phases.js";
+import { sampleRecord } from "./distributed.js";
+import { analyzeGapColumns, type GapFinding } from "./gap.js";
 import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "./index-cache.js";
 import { type InputLocation, snapshotInput } from "./input-snapshot.js";
 import {
   findRankGroups,
+  inMemorySegment,
   listSessions,
   type SegmentData,
   type SessionListing,
@@ -53,6 +59,7 @@ import {
 } from "./merge.js";
 import { buildPhaseIndex } from "./phase-stats.js";
 import { segmentWarnings } from "./report.js";
+import { aggregateEvents } from "./scan.js";
 import { scratchDoubles } from "./scratch.js";
 import type { IndexUsage } from "./types.js";
 import { PACKAGE_VERSION } from "./version.js";
@@ -160,14 +167,6 @@ export interface DiagnosticsOptions {
   readonly includeTimelines?: boolean;
 }
 
-function hasAllocatorCounters(event: TelemetryEvent): boolean {
-  return (
-    event.allocator_allocated_bytes !== null &&
-    event.allocator_reserved_bytes !== null &&
-    event.device_used_bytes !== null
-  );
-}
-
 function delta(first: number | null, last: number | null): number | null {
   return first !== null && last !== null ? last - first : null;
 }
@@ -182,21 +181,6 @@ export function summarizePhaseAttributionPayload(
     return source === "heuristic" ? `(likely) ${path}` : path;
   }
   return summarizePhaseResolution(payload.phase_resolution, payload.phase_path ?? null, payload.phase_paths);
-}
-
-function phaseOf(resolver: PhaseResolver | null, event: TelemetryEvent): string | null {
-  if (resolver === null) return null;
-  return summarizePhaseAttribution(resolver.resolveForEvent(event));
-}
-
-/** A sample's phase, or a boundary reading's by its time alone (the index keeps no hints of phase records). */
-function readingPhase(resolver: PhaseResolver | null, event: TelemetryEvent): string | null {
-  if (resolver === null || isSampleEventType(event.event_type, "strip-lower"))
-    return phaseOf(resolver, event);
-  const { session_id, timestamp_ns, rank, event_type } = event;
-  return summarizePhaseAttribution(
-    resolver.resolveForEvent({ session_id, timestamp_ns, rank, event_type, metadata: {} }),
-  );
 }
 
 /** Python's `f"{ratio:.1%}"`. */
@@ -275,50 +259,6 @@ function gapFindingAnomaly(rank: number, finding: GapFinding, fallbackNs: bigint
   };
 }
 
-function rankCandidates(
-  rank: number,
-  rankEvents: readonly TelemetryEvent[],
-  rankSamples: readonly TelemetryEvent[],
-  rankReadings: readonly TelemetryEvent[],
-  collective: readonly CollectiveAttributionLike[],
-  resolver: PhaseResolver | null,
-): DiagnosticsAnomaly[] {
-  const candidates: DiagnosticsAnomaly[] = [];
-  for (const event of rankEvents) {
-    const severity = ALERT_SEVERITY[event.event_type];
-    if (severity === undefined) continue;
-    candidates.push(
-      alertAnomaly(
-        rank,
-        severity,
-        event.timestamp_ns,
-        event.event_type,
-        event.context,
-        phaseOf(resolver, event),
-      ),
-    );
-  }
-
-  let firstBreachNs: bigint | null = null;
-  for (const event of rankReadings) {
-    const total = event.device_total_bytes;
-    if (!total || total <= 0 || event.device_used_bytes === null || event.allocator_reserved_bytes === null) {
-      continue;
-    }
-    const ratio = Math.abs(event.device_used_bytes - event.allocator_reserved_bytes) / total;
-    if (ratio < DIAGNOSTICS_GAP_RATIO_THRESHOLD) continue;
-    firstBreachNs ??= event.timestamp_ns;
-    candidates.push(gapBreachAnomaly(rank, event.timestamp_ns, ratio, readingPhase(resolver, event)));
-  }
-
-  const firstNs = (rankSamples[0] ?? rankEvents[0])!.timestamp_ns;
-  const findings = analyzeGaps(rankEvents.filter(hasAllocatorCounters), { phaseResolver: resolver });
-  for (const finding of findings) candidates.push(gapFindingAnomaly(rank, finding, firstBreachNs ?? firstNs));
-
-  collectiveCandidates(candidates, rank, collective, firstNs);
-  return candidates;
-}
-
 function collectiveCandidates(
   candidates: DiagnosticsAnomaly[],
   rank: number,
@@ -382,21 +322,24 @@ function indicatorsOf(anomalies: readonly DiagnosticsAnomaly[]): AnomalyIndicato
   return [indicator("earliest", earliest), indicator("most_severe", mostSevere)];
 }
 
-function timeline(readings: readonly TelemetryEvent[]): RankTimeline {
-  const complete = readings.filter(hasAllocatorCounters);
-  if (complete.length > 0) {
-    return {
-      timestamps_ns: complete.map((event) => event.timestamp_ns),
-      allocated: complete.map((event) => event.allocator_allocated_bytes!),
-      reserved: complete.map((event) => event.allocator_reserved_bytes!),
-      gap: complete.map((event) => event.device_used_bytes! - event.allocator_reserved_bytes!),
-    };
-  }
-  const device = readings.filter((event) => event.device_used_bytes !== null);
+/** The view when there is nothing to diagnose. */
+function noEvents(): DistributedDiagnostics {
   return {
-    timestamps_ns: device.map((event) => event.timestamp_ns),
-    device_used: device.map((event) => event.device_used_bytes!),
+    rows: [],
+    indicators: [],
+    expected_ranks: [],
+    present_ranks: [],
+    missing_ranks: [],
+    per_rank_timelines: new Map(),
+    warnings: ["No telemetry events loaded."],
+    anomalies: [],
   };
+}
+
+/** Events as a dataset of their own (storage order: array order), every session a member. */
+function datasetOfEvents(source: string, events: readonly TelemetryEvent[]): DatasetPlan {
+  const aggregate = aggregateEvents(events);
+  return planDataset([inMemorySegment(source, null, aggregate)], [...aggregate.sessions.keys()]);
 }
 
 /**
@@ -404,154 +347,21 @@ function timeline(readings: readonly TelemetryEvent[]): RankTimeline {
  * group), as the reference TUI's `build_distributed_model`: expected ranks are those present plus
  * `0 .. max(world_size) - 1`; each present rank gets its deltas, hidden gap and first anomaly; the
  * indicators name the earliest and the most severe anomaly (critical > warning > info, then time).
+ * The events become the dataset the diagnostics read (as `diagnoseTelemetry` reads a sink's); a
+ * phase resolver sees each record's time, session, rank, type and phase attribution hints.
  */
 export function buildDistributedDiagnostics(
   events: readonly TelemetryEvent[],
   options: DiagnosticsOptions = {},
 ): DistributedDiagnostics {
-  if (events.length === 0) {
-    return {
-      rows: [],
-      indicators: [],
-      expected_ranks: [],
-      present_ranks: [],
-      missing_ranks: [],
-      per_rank_timelines: new Map(),
-      warnings: ["No telemetry events loaded."],
-      anomalies: [],
-    };
-  }
-  const resolver =
-    options.phaseResolver === undefined ? PhaseReplayIndex.fromEvents(events) : options.phaseResolver;
-  const sorted = [...events].sort((a, b) =>
-    a.timestamp_ns < b.timestamp_ns ? -1 : a.timestamp_ns > b.timestamp_ns ? 1 : 0,
-  );
-  const grouped = new Map<number, TelemetryEvent[]>();
-  const samples = new Map<number, TelemetryEvent[]>();
-  // Samples and boundary readings, in time order.
-  const readings = new Map<number, TelemetryEvent[]>();
-  const worldSizes = new Set<number>();
-  const push = (map: Map<number, TelemetryEvent[]>, event: TelemetryEvent): void => {
-    const list = map.get(event.rank);
-    if (list === undefined) map.set(event.rank, [event]);
-    else list.push(event);
-  };
-  for (const event of sorted) {
-    push(grouped, event);
-    if (isSampleEventType(event.event_type, "strip-lower")) {
-      push(samples, event);
-      push(readings, event);
-    } else if (isBoundaryReading(event)) push(readings, event);
-    if (event.world_size > 0) worldSizes.add(event.world_size);
-  }
-  const presentAll = [...grouped.keys()].sort((a, b) => a - b);
-  const expectedWorldSize = worldSizes.size > 0 ? Math.max(...worldSizes) : presentAll.length;
-  const expectedSet = new Set(presentAll);
-  for (let rank = 0; rank < expectedWorldSize; rank++) expectedSet.add(rank);
-  const expectedAll = [...expectedSet].sort((a, b) => a - b);
-
-  const warnings: string[] = [];
-  if (worldSizes.size > 1) {
-    warnings.push("Inconsistent world_size values detected; using max observed world_size.");
-  }
-  let anyAllocator = false;
-  for (const list of samples.values()) {
-    if (
-      list.some(
-        (event) => event.allocator_allocated_bytes !== null && event.allocator_reserved_bytes !== null,
-      )
-    ) {
-      anyAllocator = true;
-      break;
-    }
-  }
-  if (samples.size > 0 && !anyAllocator) {
-    warnings.push("Allocator-native diagnostics are unavailable; showing device memory usage only.");
-  }
-
+  if (events.length === 0) return noEvents();
   const selected = options.selectedRanks ?? null;
-  const keep = (rank: number) => selected === null || selected.has(rank);
-  const expected = expectedAll.filter(keep);
-  const present = presentAll.filter(keep);
-  const presentSet = new Set(present);
-  const missing = expected.filter((rank) => !presentSet.has(rank));
-
-  const collectiveByRank = new Map<number, CollectiveAttributionLike[]>();
-  for (const attribution of options.collectiveAttributions ?? []) {
-    let list = collectiveByRank.get(attribution.rank);
-    if (list === undefined) {
-      list = [];
-      collectiveByRank.set(attribution.rank, list);
-    }
-    list.push(attribution);
-  }
-
-  // The leak verdicts of the diagnosed ranks, as the analysis report reaches them.
-  const leaks = leakAnomaliesOfEvents(events.filter((event) => presentSet.has(event.rank)));
-
-  const rows: RankDiagnosticsRow[] = [];
-  const anomalies: DiagnosticsAnomaly[] = [];
-  const timelines = new Map<number, RankTimeline>();
-  for (const rank of expected) {
-    const rankEvents = grouped.get(rank) ?? [];
-    if (rankEvents.length === 0) {
-      rows.push(missingRow(rank));
-      continue;
-    }
-    const rankSamples = samples.get(rank) ?? [];
-    const rankReadings = readings.get(rank) ?? [];
-    const first = rankReadings[0];
-    const last = rankReadings[rankReadings.length - 1];
-    let gapLatest: number | null = null;
-    let gapPeak: number | null = null;
-    for (const event of rankReadings) {
-      if (event.device_used_bytes === null || event.allocator_reserved_bytes === null) continue;
-      const gap = event.device_used_bytes - event.allocator_reserved_bytes;
-      gapLatest = gap;
-      if (gapPeak === null || Math.abs(gap) > gapPeak) gapPeak = Math.abs(gap);
-    }
-    const candidates = rankCandidates(
-      rank,
-      rankEvents,
-      rankSamples,
-      rankReadings,
-      collectiveByRank.get(rank) ?? [],
-      resolver,
-    );
-    for (const leak of leaks.get(rank) ?? []) candidates.push(leak);
-    const earliest = minBy(candidates, byTime);
-    rows.push({
-      rank,
-      availability: "present",
-      samples: rankSamples.length,
-      boundary_readings: rankReadings.length - rankSamples.length,
-      allocated_delta_bytes:
-        first && last ? delta(first.allocator_allocated_bytes, last.allocator_allocated_bytes) : null,
-      reserved_delta_bytes:
-        first && last ? delta(first.allocator_reserved_bytes, last.allocator_reserved_bytes) : null,
-      device_used_delta_bytes: first && last ? delta(first.device_used_bytes, last.device_used_bytes) : null,
-      hidden_gap_latest_bytes: gapLatest,
-      hidden_gap_peak_abs_bytes: gapPeak,
-      has_anomaly: candidates.length > 0,
-      first_anomaly_timestamp_ns: earliest?.timestamp_ns ?? null,
-      first_anomaly_signal: earliest?.signal ?? null,
-      first_anomaly_phase_path: earliest?.phase_path ?? null,
-    });
-    for (const candidate of candidates) anomalies.push(candidate);
-    if (options.includeTimelines) timelines.set(rank, timeline(rankReadings));
-  }
-
-  const indicators = indicatorsOf(anomalies);
-  return {
-    rows,
-    indicators,
-    expected_ranks: expected,
-    present_ranks: present,
-    missing_ranks: missing,
-    per_rank_timelines: timelines,
-    warnings,
-    anomalies,
-  };
+  return diagnoseDataset(datasetOfEvents("<events>", events), {
+    selectRanks: selected === null ? null : () => selected,
+    includeTimelines: options.includeTimelines === true,
+    collectiveAttributions: options.collectiveAttributions ?? [],
+    phaseResolver: options.phaseResolver,
+  }).diagnostics;
 }
 
 /**
@@ -721,9 +531,7 @@ export interface DiagnoseTelemetryResult {
  * `loadDistributedEvents` + `buildDistributedDiagnostics` (with `selectedRanks` from `ranks`), in one
  * pass over the indexed dataset: one rank's samples (typed columns) in memory at a time, the index
  * built or reused as `analyzeTelemetry` does, and the finished result stored in it, so that an
- * unchanged sink is diagnosed again without reading it. Same result as the event version; inputs the
- * columns cannot represent exactly (JSON documents, a rank split over several sessions, samples with
- * phase attribution hints, more alerts than the index keeps) take the event version.
+ * unchanged sink is diagnosed again without reading it. A JSON document is read whole.
  */
 export async function diagnoseTelemetry(
   path: string,
@@ -812,9 +620,7 @@ async function diagnoseLocated(
     }
     const { segments, usage } = await index.loadSegments();
     notRead.push(...segmentWarnings(input, segments));
-    const result = warned(
-      diagnoseSegments(input, segments, path, options) ?? (await diagnoseEvents(path, options)),
-    );
+    const result = warned(diagnoseSegments(input, segments, path, options));
     if (cacheable) await index.writeStored(view, serializeDiagnose(result, index.stamp(view)), usage);
     return { result: { ...result, index: usage }, index };
   } finally {
@@ -824,46 +630,34 @@ async function diagnoseLocated(
 
 type Diagnosed = Omit<DiagnoseTelemetryResult, "index">;
 
-/** The event version (what `stormlog diagnose` did before the index). */
+/** A JSON document (read whole): the view's events become a dataset of their own. */
 async function diagnoseEvents(path: string, options: DiagnoseTelemetryOptions): Promise<Diagnosed> {
   const { selection, events } = await loadDistributedEvents(
     path,
     options.sessionId === undefined ? {} : { sessionId: options.sessionId },
   );
-  let selectedRanks: Set<number> | null = null;
-  if (options.ranks !== undefined) {
-    const available = new Set<number>();
-    let worldSize = 0;
-    for (const event of events) {
-      available.add(event.rank);
-      if (event.world_size > worldSize) worldSize = event.world_size;
-    }
-    for (let rank = 0; rank < worldSize; rank++) available.add(rank);
-    selectedRanks = parseRankFilter(options.ranks, available);
-  }
-  const diagnostics = buildDistributedDiagnostics(events, {
-    selectedRanks,
-    ...(options.includeTimelines ? { includeTimelines: true } : {}),
-  });
-  return { selection, diagnostics, firstTimestampNs: events[0]?.timestamp_ns ?? null };
+  if (events.length === 0) return { selection, diagnostics: noEvents(), firstTimestampNs: null };
+  return { selection, ...diagnoseDataset(datasetOfEvents(path, events), datasetOptions(options)) };
 }
 
-/** Event types the columns count apart from what the diagnostics test (`isSample`, alert severities). */
-function columnsCover(eventTypes: ReadonlyMap<string, number>): boolean {
-  for (const type of eventTypes.keys()) {
-    if (type !== "sample" && isSampleEventType(type, "strip-lower")) return false;
-    if (type in Object.prototype) return false;
-  }
-  return true;
+/** The column version's options for `diagnoseTelemetry`'s. */
+function datasetOptions(options: DiagnoseTelemetryOptions): DatasetDiagnosisOptions {
+  const ranks = options.ranks;
+  return {
+    selectRanks: ranks === undefined ? null : (available) => parseRankFilter(ranks, available),
+    includeTimelines: options.includeTimelines === true,
+    collectiveAttributions: [],
+    phaseResolver: undefined,
+  };
 }
 
-/** The indexed version; null when the columns cannot give the event version's exact result. */
+/** The indexed version: the selected view's dataset. */
 function diagnoseSegments(
   input: ResolvedTelemetryInput,
   segments: readonly SegmentData[],
   path: string,
   options: DiagnoseTelemetryOptions,
-): Diagnosed | null {
+): Diagnosed {
   const ledger = new Map<string, SessionSummary>();
   for (const part of input.parts) {
     for (const summary of part.manifest?.sessions ?? [])
@@ -873,18 +667,36 @@ function diagnoseSegments(
   const sessions: SessionInfo[] = listings.map(({ ranks: _ranks, ...info }) => info);
   const selection = selectDistributedSession(sessions, options.sessionId, path);
   const plan = planDataset(segments, selection.memberSessionIds);
-  if (plan.eventCount === 0) {
-    return { selection, diagnostics: buildDistributedDiagnostics([]), firstTimestampNs: null };
-  }
-  if (!columnsCover(plan.eventTypes) || plan.ranks.some((rank) => rank.series.length > 1)) return null;
+  return { selection, ...diagnoseDataset(plan, datasetOptions(options)) };
+}
 
-  // World sizes, allocator counters and the first event, from the digests.
-  const members = new Set(selection.memberSessionIds);
+/** What the column version takes besides the dataset. */
+interface DatasetDiagnosisOptions {
+  /** The ranks to diagnose among those there may be (present, or below the largest world size); null: all. */
+  readonly selectRanks: ((available: ReadonlySet<number>) => ReadonlySet<number>) | null;
+  readonly includeTimelines: boolean;
+  readonly collectiveAttributions: readonly CollectiveAttributionLike[];
+  /** As `DiagnosticsOptions.phaseResolver`: undefined resolves by each session's own phases. */
+  readonly phaseResolver: PhaseResolver | null | undefined;
+}
+
+/**
+ * The diagnostics of a planned dataset (the plan's sessions), one rank in memory at a time: a rank's
+ * sessions merged in time order, as the events sort, samples to the reference's `strip().lower()` rule.
+ */
+function diagnoseDataset(
+  plan: DatasetPlan,
+  options: DatasetDiagnosisOptions,
+): { diagnostics: DistributedDiagnostics; firstTimestampNs: bigint | null } {
+  if (plan.eventCount === 0) return { diagnostics: noEvents(), firstTimestampNs: null };
+  // World sizes, allocator counters and the first event, from the digests of the plan's sessions.
+  const members = new Set<string>();
+  for (const { series } of plan.ranks) for (const seriesPlan of series) members.add(seriesPlan.sessionId);
   const worldSizes = new Set<number>();
   let mixed = false;
   let anyAllocator = false;
   let firstTimestampNs: bigint | null = null;
-  for (const segment of segments) {
+  for (const segment of plan.segments) {
     for (const session of segment.digest.sessions) {
       if (!members.has(session.sessionId)) continue;
       const first = session.first?.timestamp_ns;
@@ -897,6 +709,8 @@ function diagnoseSegments(
       }
     }
   }
+  let samples = 0;
+  for (const [type, count] of plan.eventTypes) if (isSampleEventType(type, "strip-lower")) samples += count;
   const presentAll = plan.ranks.map((rank) => rank.rank);
   const maxWorld = worldSizes.size > 0 ? Math.max(...worldSizes) : 0;
   const expectedWorldSize = worldSizes.size > 0 ? maxWorld : presentAll.length;
@@ -907,27 +721,34 @@ function diagnoseSegments(
   if (mixed || worldSizes.size > 1) {
     warnings.push("Inconsistent world_size values detected; using max observed world_size.");
   }
-  if (plan.sampleCount > 0 && !anyAllocator) {
+  if (samples > 0 && !anyAllocator) {
     warnings.push("Allocator-native diagnostics are unavailable; showing device memory usage only.");
   }
-  let selected: Set<number> | null = null;
-  if (options.ranks !== undefined) {
+  let selected: ReadonlySet<number> | null = null;
+  if (options.selectRanks !== null) {
     const available = new Set(presentAll);
     for (let rank = 0; rank < maxWorld; rank++) available.add(rank);
-    selected = parseRankFilter(options.ranks, available);
+    selected = options.selectRanks(available);
   }
   const keep = (rank: number) => selected === null || selected.has(rank);
   const expected = expectedAll.filter(keep);
   const present = presentAll.filter(keep);
   const presentSet = new Set(present);
   const missing = expected.filter((rank) => !presentSet.has(rank));
+  const collectiveByRank = new Map<number, CollectiveAttributionLike[]>();
+  for (const attribution of options.collectiveAttributions) {
+    const list = collectiveByRank.get(attribution.rank);
+    if (list === undefined) collectiveByRank.set(attribution.rank, [attribution]);
+    else list.push(attribution);
+  }
 
-  const byRank = new Map(plan.ranks.map((entry) => [entry.rank, entry.series[0]!]));
+  const byRank = new Map(plan.ranks.map((entry) => [entry.rank, entry.series]));
   const loader = new DatasetLoader(plan);
   // A segment holding several ranks stays loaded until the last of them is done.
   const lastUse = new Map<number, number>();
   expected.forEach((rank, k) => {
-    for (const ordinal of byRank.get(rank)?.ordinals ?? []) lastUse.set(ordinal, k);
+    for (const seriesPlan of byRank.get(rank) ?? [])
+      for (const ordinal of seriesPlan.ordinals) lastUse.set(ordinal, k);
   });
   const rows: RankDiagnosticsRow[] = [];
   const perRank: { row: RankDiagnosticsRow; candidates: DiagnosticsAnomaly[] }[] = [];
@@ -935,17 +756,25 @@ function diagnoseSegments(
   const timelines = new Map<number, RankTimeline>();
   for (let k = 0; k < expected.length; k++) {
     const rank = expected[k]!;
-    const seriesPlan = byRank.get(rank);
-    if (seriesPlan === undefined) {
+    const seriesPlans = byRank.get(rank);
+    if (seriesPlans === undefined) {
       rows.push(missingRow(rank));
       continue;
     }
-    const series = loader.load(seriesPlan);
-    const readings = readingColumns(series);
-    const entry = rankFromColumns(series, readings, leaks);
+    // Each session of the rank (by id): the leak verdicts read them one by one, as the report does.
+    const sessionSeries = seriesPlans.map((seriesPlan) => loader.load(seriesPlan));
+    const indexes = sessionSeries.map((series) => buildPhaseIndex(series));
+    sessionSeries.forEach((series, j) => {
+      leaks.addSeries(series, indexes[j]!);
+    });
+    const merged = mergeRankSeries(sessionSeries.map((series) => seriesForRule(series, "strip-lower")));
+    const resolver =
+      options.phaseResolver === undefined ? sessionsResolver(sessionSeries, indexes) : options.phaseResolver;
+    const readings = readingColumns(merged);
+    const entry = rankFromColumns(merged, readings, resolver, collectiveByRank.get(rank) ?? []);
     rows.push(entry.row);
     perRank.push(entry);
-    if (options.includeTimelines) timelines.set(rank, timelineOfColumns(series, readings));
+    if (options.includeTimelines) timelines.set(rank, timelineOfColumns(merged, readings));
     loader.release([...lastUse.entries()].filter(([, last]) => last > k).map(([ordinal]) => ordinal));
   }
   // Leak verdicts need every rank: their anomalies join each rank's candidates at the end.
@@ -964,7 +793,6 @@ function diagnoseSegments(
     for (const candidate of candidates) anomalies.push(candidate);
   }
   return {
-    selection,
     diagnostics: {
       rows,
       indicators: indicatorsOf(anomalies),
@@ -976,6 +804,27 @@ function diagnoseSegments(
       anomalies,
     },
     firstTimestampNs,
+  };
+}
+
+/** Each session's phases for its own records (with one session, its index). */
+function sessionsResolver(
+  sessions: readonly RankSeries[],
+  indexes: readonly (PhaseReplayIndex | null)[],
+): PhaseResolver | null {
+  if (sessions.length === 1) return indexes[0] ?? null;
+  const bySession = new Map<string, PhaseReplayIndex>();
+  sessions.forEach((series, j) => {
+    const index = indexes[j];
+    if (index) bySession.set(series.sessionId, index);
+  });
+  if (bySession.size === 0) return null;
+  const of = (sessionId: unknown): PhaseReplayIndex | undefined =>
+    typeof sessionId === "string" ? bySession.get(sessionId) : undefined;
+  return {
+    resolve: (timestampNs, sessionId, rank, originThreadId, originPhaseScopeId) =>
+      of(sessionId)?.resolve(timestampNs, sessionId, rank, originThreadId, originPhaseScopeId) ?? null,
+    resolveForEvent: (event) => of(event.session_id)?.resolveForEvent(event) ?? null,
   };
 }
 
@@ -1001,30 +850,24 @@ const orNull = (value: number | undefined): number | null =>
   value === undefined || Number.isNaN(value) ? null : value;
 
 /**
- * One present rank's row and anomaly candidates, as `buildDistributedDiagnostics` makes them (but
- * for its leak anomalies: `leaks` is given the rank, and its verdicts come once every rank is in).
+ * One present rank's row and anomaly candidates (but for its leak anomalies, which come once every
+ * rank is in). `merged` holds its sessions' samples (to the diagnostics' rule) in time order;
+ * `readings` merges its boundary readings in.
  */
 function rankFromColumns(
-  series: RankSeries,
+  merged: MergedRank,
   readings: ReadingColumns,
-  leaks: LeakAnomalies,
+  resolver: PhaseResolver | null,
+  collective: readonly CollectiveAttributionLike[],
 ): { row: RankDiagnosticsRow; candidates: DiagnosticsAnomaly[] } {
-  const { rank, count: n, allocated } = series;
+  const { rank, parts, count: n, allocated } = merged;
   const { count: m, used, reserved, total } = readings;
-  const resolver = buildPhaseIndex(series);
-  leaks.addSeries(series, resolver);
-  const phaseAt = (timestampNs: bigint, eventType: string, metadata: JsonObject | null): string | null =>
-    resolver === null
-      ? null
-      : summarizePhaseAttribution(
-          resolver.resolveForEvent({
-            session_id: series.sessionId,
-            timestamp_ns: timestampNs,
-            rank,
-            event_type: eventType,
-            metadata: metadata ?? {},
-          }),
-        );
+  const sessionOf = (part: number): string => parts[part]!.sessionId;
+  // Sample `i` as its session's record (time, session, identity, phase attribution hints).
+  const record = (i: number): TelemetryEvent =>
+    sampleRecord(parts[merged.samplePart?.[i] ?? 0]!, merged.sampleIndex?.[i] ?? i);
+  const phaseOf = (event: PhaseEventLike): string | null =>
+    resolver === null ? null : summarizePhaseAttribution(resolver.resolveForEvent(event));
   let gapLatest: number | null = null;
   let gapPeak: number | null = null;
   for (let i = 0; i < m; i++) {
@@ -1034,23 +877,17 @@ function rankFromColumns(
     if (gapPeak === null || Math.abs(gap) > gapPeak) gapPeak = Math.abs(gap);
   }
   const candidates: DiagnosticsAnomaly[] = [];
-  // Alerts in time order (each part's are in storage order, the parts in segment order).
-  const alerts = [...series.alerts].sort((a, b) =>
-    a.timestampNs < b.timestampNs ? -1 : a.timestampNs > b.timestampNs ? 1 : 0,
-  );
-  for (const alert of alerts) {
+  for (const { alert, part } of merged.alerts) {
     const severity = ALERT_SEVERITY[alert.eventType];
     if (severity === undefined) continue;
-    candidates.push(
-      alertAnomaly(
-        rank,
-        severity,
-        alert.timestampNs,
-        alert.eventType,
-        alert.context,
-        phaseAt(alert.timestampNs, alert.eventType, alert.origin),
-      ),
-    );
+    const phase = phaseOf({
+      session_id: sessionOf(part),
+      timestamp_ns: alert.timestampNs,
+      rank,
+      event_type: alert.eventType,
+      metadata: alert.origin ?? {},
+    });
+    candidates.push(alertAnomaly(rank, severity, alert.timestampNs, alert.eventType, alert.context, phase));
   }
   let firstBreachNs: bigint | null = null;
   // Index of the sample reading `i` is (samples and boundary readings interleave).
@@ -1063,24 +900,46 @@ function rankFromColumns(
     if (!(deviceTotal > 0) || Number.isNaN(gap)) continue;
     const ratio = Math.abs(gap) / deviceTotal;
     if (ratio < DIAGNOSTICS_GAP_RATIO_THRESHOLD) continue;
-    const timestampNs = readingTimestamp(series, readings, i);
+    const timestampNs = readingTimestamp(merged, readings, i);
     firstBreachNs ??= timestampNs;
     // A sample with its phase hints; a boundary reading by its time alone.
     const phase =
       boundary < 0
-        ? phaseAt(timestampNs, "sample", originAt(series, sample) ?? null)
-        : phaseAt(timestampNs, series.boundaries[boundary]!.eventType, null);
+        ? phaseOf(record(sample))
+        : phaseOf({
+            session_id: sessionOf(merged.boundaryPart?.[boundary] ?? 0),
+            timestamp_ns: timestampNs,
+            rank,
+            event_type: merged.boundaries[boundary]!.eventType,
+            metadata: {},
+          });
     candidates.push(gapBreachAnomaly(rank, timestampNs, ratio, phase));
   }
-  const firstNs = n > 0 ? sampleTimestamp(series, 0) : series.minTs!;
-  // The event version keeps samples with all three allocator counters: the others lose their total.
+  const firstNs = n > 0 ? merged.base + BigInt(merged.t[0]!) : merged.minTs!;
+  // The reference reads the gap from samples with all three allocator counters: the others lose their total.
   const maskedTotal = scratchDoubles("diagnostics.maskedTotal", n);
-  for (let i = 0; i < n; i++) maskedTotal[i] = Number.isNaN(allocated[i]!) ? Number.NaN : series.total[i]!;
+  for (let i = 0; i < n; i++) maskedTotal[i] = Number.isNaN(allocated[i]!) ? Number.NaN : merged.total[i]!;
+  const exact = parts.some((series) => series.exact !== null);
   const findings = analyzeGapColumns(
-    { ...gapColumns(series), total: maskedTotal },
+    {
+      count: n,
+      used: merged.used,
+      reserved: merged.reserved,
+      allocated,
+      total: maskedTotal,
+      timeOf: sampleTimeAsNumber(merged),
+      event: record,
+      ...(exact
+        ? {
+            exactCounters: (i: number) =>
+              exactAt(parts[merged.samplePart?.[i] ?? 0]!, merged.sampleIndex?.[i] ?? i),
+          }
+        : {}),
+    },
     { phaseResolver: resolver },
   );
   for (const finding of findings) candidates.push(gapFindingAnomaly(rank, finding, firstBreachNs ?? firstNs));
+  collectiveCandidates(candidates, rank, collective, firstNs);
   const earliest = minBy(candidates, byTime);
   const last = m - 1;
   const readAllocated = readings.allocated;
@@ -1103,11 +962,11 @@ function rankFromColumns(
 }
 
 /** The exact timestamp of reading `i`. */
-function readingTimestamp(series: RankSeries, readings: ReadingColumns, i: number): bigint {
-  return series.base + BigInt(readings.t[i]!);
+function readingTimestamp(merged: MergedRank, readings: ReadingColumns, i: number): bigint {
+  return merged.base + BigInt(readings.t[i]!);
 }
 
-function timelineOfColumns(series: RankSeries, readings: ReadingColumns): RankTimeline {
+function timelineOfColumns(merged: MergedRank, readings: ReadingColumns): RankTimeline {
   const { count: n, used, reserved, allocated } = readings;
   const complete: number[] = [];
   const device: number[] = [];
@@ -1118,14 +977,14 @@ function timelineOfColumns(series: RankSeries, readings: ReadingColumns): RankTi
   }
   if (complete.length > 0) {
     return {
-      timestamps_ns: complete.map((i) => readingTimestamp(series, readings, i)),
+      timestamps_ns: complete.map((i) => readingTimestamp(merged, readings, i)),
       allocated: complete.map((i) => allocated[i]!),
       reserved: complete.map((i) => reserved[i]!),
       gap: complete.map((i) => used[i]! - reserved[i]!),
     };
   }
   return {
-    timestamps_ns: device.map((i) => readingTimestamp(series, readings, i)),
+    timestamps_ns: device.map((i) => readingTimestamp(merged, readings, i)),
     device_used: device.map((i) => used[i]!),
   };
 }

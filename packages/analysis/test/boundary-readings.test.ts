@@ -5,9 +5,7 @@ import { resolveTelemetryInput } from "@stormlog/sink/internal";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   analyzeTelemetry,
-  buildDistributedDiagnostics,
   buildPerfettoTrace,
-  type DiagnoseTelemetryOptions,
   diagnoseTelemetry,
   diagnosticsFoundRisk,
   formatPerfettoTrace,
@@ -16,6 +14,7 @@ import {
 } from "../src/index.js";
 import { aggregateEvents, scanSegment } from "../src/scan.js";
 import { checkChromeTrace, type ParsedTrace } from "./export-trace-format.js";
+import { diagnoseFromEvents } from "./oracles/diagnostics-events.js";
 
 const LEAKS = join(import.meta.dirname, "../../../fixtures/golden/leaks");
 // The tracker's stable run: phase records with counters read at the boundaries
@@ -65,16 +64,7 @@ afterAll(() => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-/** What `stormlog diagnose` computed before the index: every event loaded, then diagnosed. */
-async function eventVersion(path: string, options: DiagnoseTelemetryOptions = {}) {
-  const { selection, events } = await loadDistributedEvents(path);
-  const diagnostics = buildDistributedDiagnostics(events, {
-    includeTimelines: options.includeTimelines === true,
-  });
-  return { selection, diagnostics, firstTimestampNs: events[0]?.timestamp_ns ?? null };
-}
-
-/** The indexed diagnosis, checked against the event version (cold, warm, and without an index). */
+/** The indexed diagnosis, checked against the event oracle (cold, warm, and without an index). */
 async function diagnosed(path: string) {
   for (const options of [
     { cacheDir: cache },
@@ -82,7 +72,7 @@ async function diagnosed(path: string) {
     { index: false, includeTimelines: true },
   ]) {
     const { index: _index, ...indexed } = await diagnoseTelemetry(path, options);
-    expect(indexed).toEqual(await eventVersion(path, options));
+    expect(indexed).toEqual(await diagnoseFromEvents(path, options));
   }
   return diagnoseTelemetry(path, { index: false, includeTimelines: true });
 }

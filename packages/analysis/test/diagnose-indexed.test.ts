@@ -3,46 +3,18 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  buildDistributedDiagnostics,
-  type DiagnoseTelemetryOptions,
-  diagnoseTelemetry,
-  loadDistributedEvents,
-  parseRankFilter,
-} from "../src/index.js";
+import { type DiagnoseTelemetryOptions, diagnoseTelemetry } from "../src/index.js";
 import { goldenCases } from "./golden-helpers.js";
+import { diagnoseFromEvents } from "./oracles/diagnostics-events.js";
 
 const ROOT = join(import.meta.dirname, "../../..");
 const GENERATOR = join(ROOT, "bench/generate-multirank.mjs");
 const GOLDEN = join(ROOT, "fixtures/golden");
 
-/** What `stormlog diagnose` computed before the index: every event loaded, then diagnosed. */
-async function eventVersion(path: string, options: DiagnoseTelemetryOptions = {}) {
-  const { selection, events } = await loadDistributedEvents(
-    path,
-    options.sessionId === undefined ? {} : { sessionId: options.sessionId },
-  );
-  let selectedRanks: Set<number> | null = null;
-  if (options.ranks !== undefined) {
-    const available = new Set<number>();
-    let worldSize = 0;
-    for (const event of events) {
-      available.add(event.rank);
-      if (event.world_size > worldSize) worldSize = event.world_size;
-    }
-    for (let rank = 0; rank < worldSize; rank++) available.add(rank);
-    selectedRanks = parseRankFilter(options.ranks, available);
-  }
-  const diagnostics = buildDistributedDiagnostics(events, {
-    selectedRanks,
-    includeTimelines: options.includeTimelines === true,
-  });
-  return { selection, diagnostics, firstTimestampNs: events[0]?.timestamp_ns ?? null };
-}
-
+/** The indexed diagnosis equals the oracle's, record by record over every event loaded. */
 async function expectSame(path: string, options: DiagnoseTelemetryOptions = {}) {
   const { index, ...indexed } = await diagnoseTelemetry(path, options);
-  expect(indexed).toEqual(await eventVersion(path, options));
+  expect(indexed).toEqual(await diagnoseFromEvents(path, options));
   return index;
 }
 
@@ -69,7 +41,7 @@ afterAll(() => {
 });
 
 describe("diagnoseTelemetry", () => {
-  it("equals the event version on a generated multi-rank sink, cold, warm and without an index", async () => {
+  it("equals the event oracle on a generated multi-rank sink, cold, warm and without an index", async () => {
     const cold = await expectSame(job);
     expect(cold?.status).toBe("built");
     const warm = await expectSame(job);
@@ -113,7 +85,7 @@ describe("diagnoseTelemetry", () => {
     lines.push(record(9, "phase_exit", scope("exit"), 100));
     writeFileSync(path, `${lines.join("\n")}\n`);
     const { index: _index, ...indexed } = await diagnoseTelemetry(path, { index: false });
-    expect(indexed).toEqual(await eventVersion(path));
+    expect(indexed).toEqual(await diagnoseFromEvents(path));
     expect(indexed.diagnostics.anomalies.length).toBeGreaterThan(0);
   });
 });

@@ -10,6 +10,7 @@ import {
   parseRankFilter,
   selectDistributedSession,
 } from "../src/index.js";
+import { buildDiagnosticsFromEvents } from "./oracles/diagnostics-events.js";
 
 const BASE = 1_700_000_000_000_000_000n;
 const MS = 1_000_000n;
@@ -62,6 +63,13 @@ function phase(action: "enter" | "exit", t: number, path: string[], seq: number,
   return event({ t, rank, event_type: `phase_${action}`, metadata, world_size: 3 });
 }
 
+/** `buildDistributedDiagnostics` (events, then the dataset), checked against the event oracle. */
+function checked(...args: Parameters<typeof buildDistributedDiagnostics>) {
+  const result = buildDistributedDiagnostics(...args);
+  expect(result).toEqual(buildDiagnosticsFromEvents(...args));
+  return result;
+}
+
 describe("buildDistributedDiagnostics", () => {
   it("lists expected ranks up to the world size, with missing ones and per-rank deltas and gaps", () => {
     const events = [
@@ -76,7 +84,7 @@ describe("buildDistributedDiagnostics", () => {
       event({ t: 0, rank: 1, world_size: 3, allocator_reserved_bytes: 3 * GIB, device_used_bytes: 3 * GIB }),
       event({ t: 2, rank: 1, world_size: 3, allocator_reserved_bytes: 2 * GIB, device_used_bytes: 2 * GIB }),
     ];
-    const model = buildDistributedDiagnostics(events);
+    const model = checked(events);
     expect(model.expected_ranks).toEqual([0, 1, 2]);
     expect(model.present_ranks).toEqual([0, 1]);
     expect(model.missing_ranks).toEqual([2]);
@@ -109,7 +117,7 @@ describe("buildDistributedDiagnostics", () => {
       event({ t: 6, rank: 0, world_size: 3, event_type: "critical", context: "CRITICAL: usage 97%" }),
       event({ t: 7, rank: 2, world_size: 3, event_type: "error", context: "OOM" }),
     ];
-    const model = buildDistributedDiagnostics(events);
+    const model = checked(events);
     const [earliest, mostSevere] = model.indicators;
     expect(earliest).toMatchObject({
       kind: "earliest",
@@ -152,7 +160,7 @@ describe("buildDistributedDiagnostics", () => {
         device_used_bytes: 100 * 1024 * 1024 + i * 20 * 1024 * 1024,
       }),
     );
-    const model = buildDistributedDiagnostics(events);
+    const model = checked(events);
     const signals = model.anomalies.map((anomaly) => anomaly.signal);
     expect(signals).toContain("gap:persistent_drift");
     const breaches = model.anomalies.filter((anomaly) => anomaly.signal === "gap_ratio_breach");
@@ -167,7 +175,7 @@ describe("buildDistributedDiagnostics", () => {
 
   it("grades collective attributions by confidence", () => {
     const events = [event({ t: 5, rank: 0, world_size: 2 }), event({ t: 5, rank: 1, world_size: 2 })];
-    const model = buildDistributedDiagnostics(events, {
+    const model = checked(events, {
       collectiveAttributions: [
         {
           rank: 0,
@@ -201,13 +209,10 @@ describe("buildDistributedDiagnostics", () => {
 
   it("keeps only selected ranks and says when events are missing", () => {
     const events = [0, 1, 2, 3].map((rank) => event({ t: rank, rank, world_size: 4 }));
-    const model = buildDistributedDiagnostics(events, { selectedRanks: new Set([1, 3]) });
+    const model = checked(events, { selectedRanks: new Set([1, 3]) });
     expect(model.rows.map((row) => row.rank)).toEqual([1, 3]);
-    expect(buildDistributedDiagnostics([]).warnings).toEqual(["No telemetry events loaded."]);
-    const inconsistent = buildDistributedDiagnostics([
-      event({ t: 0, world_size: 2 }),
-      event({ t: 1, rank: 1, world_size: 3 }),
-    ]);
+    expect(checked([]).warnings).toEqual(["No telemetry events loaded."]);
+    const inconsistent = checked([event({ t: 0, world_size: 2 }), event({ t: 1, rank: 1, world_size: 3 })]);
     expect(inconsistent.warnings).toContain(
       "Inconsistent world_size values detected; using max observed world_size.",
     );
@@ -216,10 +221,8 @@ describe("buildDistributedDiagnostics", () => {
 
   it("fills per-rank timelines only when asked", () => {
     const events = [event({ t: 0 }), event({ t: 1, device_used_bytes: GIB + 5 })];
-    expect(buildDistributedDiagnostics(events).per_rank_timelines.size).toBe(0);
-    const timeline = buildDistributedDiagnostics(events, { includeTimelines: true }).per_rank_timelines.get(
-      0,
-    );
+    expect(checked(events).per_rank_timelines.size).toBe(0);
+    const timeline = checked(events, { includeTimelines: true }).per_rank_timelines.get(0);
     expect(timeline?.gap).toEqual([0, 5]);
   });
 });
