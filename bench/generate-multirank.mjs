@@ -8,9 +8,10 @@
 // steps and then plateaus (an arena warming up), and rank 5's hidden gap drifts upward.
 //
 //   node --import tsx bench/generate-multirank.mjs OUT_DIR [--ranks 64] [--samples 5000]
-//        [--rollover-events 10000] [--seed 1]
+//        [--rollover-events 10000] [--seed 1] [--single-file]
 //
-// `--samples 23000` gives about 1 GB. Deterministic for a given seed.
+// `--samples 23000` gives about 1 GB. Deterministic for a given seed. `--single-file` writes the
+// same records, rank after rank, into one file OUT_DIR/job.jsonl instead (no manifests).
 import { closeSync, mkdirSync, openSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 
@@ -18,10 +19,18 @@ const core = await import(new URL("../packages/core/src/index.ts", import.meta.u
 const { encodeTelemetryRecord, stringifyJson } = core;
 
 const USAGE =
-  "usage: node --import tsx bench/generate-multirank.mjs OUT_DIR [--ranks N] [--samples N] [--rollover-events N] [--seed N]";
+  "usage: node --import tsx bench/generate-multirank.mjs OUT_DIR [--ranks N] [--samples N] [--rollover-events N] [--seed N] [--single-file]";
 
 function parseArgs(argv) {
-  const opts = { out: undefined, ranks: 64, samples: 5000, rolloverEvents: 10000, seed: 1, quiet: false };
+  const opts = {
+    out: undefined,
+    ranks: 64,
+    samples: 5000,
+    rolloverEvents: 10000,
+    seed: 1,
+    quiet: false,
+    singleFile: false,
+  };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const next = () => {
@@ -35,6 +44,7 @@ function parseArgs(argv) {
     else if (arg === "--rollover-events") opts.rolloverEvents = next();
     else if (arg === "--seed") opts.seed = next();
     else if (arg === "--quiet") opts.quiet = true;
+    else if (arg === "--single-file") opts.singleFile = true;
     else if (arg.startsWith("-")) throw new Error(`unknown option ${arg}\n${USAGE}`);
     else opts.out = arg;
   }
@@ -78,13 +88,16 @@ function healthMetadata(status, error) {
   return metadata;
 }
 
-/** Writes one rank's sink directory; returns [events, bytes]. */
-function writeRank(root, rank, opts) {
+/**
+ * Writes one rank's sink directory, or with `single` (an open file) its records into that file;
+ * returns [events, bytes].
+ */
+function writeRank(root, rank, opts, single = null) {
   const rand = random(opts.seed * 7919 + rank);
   const host = `node-${Math.floor(rank / HOST_COUNT)}`;
   const pid = 4000 + rank;
   const dir = join(root, `rank-${rank}-${host}-${pid}`);
-  mkdirSync(dir, { recursive: true });
+  if (single === null) mkdirSync(dir, { recursive: true });
   const sessionId = `bench-session-${String(rank).padStart(3, "0")}`;
   const offsetNs = BigInt(Math.floor(rand() * 4_000_000)); // clock offset up to 4 ms
   const leaks = rank % 8 === 0;
@@ -93,7 +106,7 @@ function writeRank(root, rank, opts) {
   const stepSamples = Math.floor(samples / steps);
 
   const segments = [];
-  let fd = -1;
+  let fd = single ?? -1;
   let segment = null;
   let buffer = [];
   let bufferBytes = 0;
@@ -106,7 +119,7 @@ function writeRank(root, rank, opts) {
     bufferBytes = 0;
   };
   const emit = (record) => {
-    if (segment === null || segment.event_count >= opts.rolloverEvents) {
+    if (single === null && (segment === null || segment.event_count >= opts.rolloverEvents)) {
       if (segment !== null) {
         flush();
         closeSync(fd);
@@ -120,8 +133,12 @@ function writeRank(root, rank, opts) {
     const line = `${encodeTelemetryRecord(record)}\n`;
     buffer.push(line);
     bufferBytes += line.length;
-    segment.event_count++;
-    segment.size_bytes += Buffer.byteLength(line);
+    const size = Buffer.byteLength(line);
+    if (segment !== null) {
+      segment.event_count++;
+      segment.size_bytes += size;
+    }
+    bytes += size;
     events++;
     if (bufferBytes > 1 << 20) flush();
   };
@@ -303,8 +320,10 @@ function writeRank(root, rank, opts) {
   phaseEvent(endNs - 1000n, "exit", "train");
   emit(record(endNs, "stop", "Tracking stopped.", healthMetadata(health, null), state()));
   flush();
+  if (single !== null) return [events, bytes];
   closeSync(fd);
   segment.closed = true;
+  bytes = 0;
   for (const s of segments) {
     s.size_bytes = statSync(join(dir, s.filename)).size;
     bytes += s.size_bytes;
@@ -338,11 +357,13 @@ mkdirSync(opts.out, { recursive: true });
 let events = 0;
 let bytes = 0;
 const started = performance.now();
+const single = opts.singleFile ? openSync(join(opts.out, "job.jsonl"), "w") : null;
 for (let rank = 0; rank < opts.ranks; rank++) {
-  const [e, b] = writeRank(opts.out, rank, opts);
+  const [e, b] = writeRank(opts.out, rank, opts, single);
   events += e;
   bytes += b;
 }
+if (single !== null) closeSync(single);
 if (!opts.quiet) {
   const seconds = ((performance.now() - started) / 1000).toFixed(1);
   console.log(

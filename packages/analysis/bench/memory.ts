@@ -1,6 +1,7 @@
 // Peak RSS and time of `analyzeTelemetry` and `diagnoseTelemetry` as the input grows: the 64-rank
 // job of bench/generate-multirank.mjs at 5,000 samples per rank (~240 MB) and at 23,000 (~1.1 GB),
-// each run cold (building the index), warm, and without an index, in a fresh process.
+// each run cold (building the index), warm, and without an index, in a fresh process; then
+// `analyzeTelemetry` on the same records as one .jsonl file (`--single-file`), cold and warm.
 // Run (about a minute; needs ~1.5 GB of temporary disk):
 //   node --conditions=@stormlog/source --import tsx packages/analysis/bench/memory.ts
 import { execFileSync } from "node:child_process";
@@ -11,18 +12,23 @@ import { fileURLToPath } from "node:url";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
 const script = `
+  // VmHWM: getrusage's maxRSS of a spawned child on Linux also counts the parent it was forked from.
+  const { readFileSync: readStatus } = await import("node:fs");
+  const peakRssMb = () => { try { return Math.round(Number(/VmHWM:\\s+(\\d+)/.exec(readStatus("/proc/self/status", "utf8"))[1]) / 1024); } catch { return Math.round(process.resourceUsage().maxRSS / 1024); } };
   const { analyzeTelemetry } = await import(${JSON.stringify(new URL("../src/index.ts", import.meta.url).href)});
   const t = performance.now();
   const report = await analyzeTelemetry(process.argv[1], { index: process.argv[2] !== "noindex" });
   const ms = performance.now() - t;
-  console.log(JSON.stringify({ ms: Math.round(ms), maxRssMb: Math.round(process.resourceUsage().maxRSS / 1024), events: report.summary.event_count, status: report.index?.status, reportReused: report.index?.report_reused }));
+  console.log(JSON.stringify({ ms: Math.round(ms), maxRssMb: peakRssMb(), events: report.summary.event_count, status: report.index?.status, reportReused: report.index?.report_reused }));
 `;
 const diagnoseScript = `
+  const { readFileSync: readStatus } = await import("node:fs");
+  const peakRssMb = () => { try { return Math.round(Number(/VmHWM:\\s+(\\d+)/.exec(readStatus("/proc/self/status", "utf8"))[1]) / 1024); } catch { return Math.round(process.resourceUsage().maxRSS / 1024); } };
   const { diagnoseTelemetry } = await import(${JSON.stringify(new URL("../src/index.ts", import.meta.url).href)});
   const t = performance.now();
   const result = await diagnoseTelemetry(process.argv[1], { index: process.argv[2] !== "noindex" });
   const ms = performance.now() - t;
-  console.log(JSON.stringify({ ms: Math.round(ms), maxRssMb: Math.round(process.resourceUsage().maxRSS / 1024), anomalies: result.diagnostics.anomalies.length, status: result.index?.status, reused: result.index?.report_reused }));
+  console.log(JSON.stringify({ ms: Math.round(ms), maxRssMb: peakRssMb(), anomalies: result.diagnostics.anomalies.length, status: result.index?.status, reused: result.index?.report_reused }));
 `;
 const measure = (path: string, mode: string, code = script): string =>
   execFileSync(
@@ -55,6 +61,24 @@ try {
     console.log(`  diagnose warm:     ${measure(sink, "index", diagnoseScript)}`);
     console.log(`  diagnose no index: ${measure(sink, "noindex", diagnoseScript)}`);
     rmSync(sink, { recursive: true, force: true });
+    const single = join(dir, `file-${samples}`);
+    execFileSync(
+      process.execPath,
+      [
+        "--import",
+        "tsx",
+        join(REPO, "bench/generate-multirank.mjs"),
+        single,
+        "--samples",
+        String(samples),
+        "--single-file",
+      ],
+      { cwd: REPO, stdio: "inherit" },
+    );
+    const file = join(single, "job.jsonl");
+    console.log(`  one file, cold: ${measure(file, "index")}`);
+    console.log(`  one file, warm: ${measure(file, "index")}`);
+    rmSync(single, { recursive: true, force: true });
   }
 } finally {
   rmSync(dir, { recursive: true, force: true });

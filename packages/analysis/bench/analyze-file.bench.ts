@@ -1,0 +1,140 @@
+// The 64-rank job of bench/generate-multirank.mjs as one .jsonl file (`--single-file`, 352k events,
+// ~240 MB: the "220 MB 64-rank file" of issue #20): `analyzeTelemetry` cold (first analysis, which
+// builds the index) and warm, side by side with DuckDB's single aggregate over the same file (max
+// device_used_bytes per rank) in the same run; then the `stormlog analyze` process on it: cold, and
+// the first and second warm runs on a freshly written file with the report written beside it
+// (`--output`), with peak RSS. The Python reference cannot be installed here: its figure is the one
+// measured in the issue, quoted and labelled as such.
+// Run: node --conditions=@stormlog/source --import tsx packages/analysis/bench/analyze-file.bench.ts
+import { execFileSync, spawnSync } from "node:child_process";
+import { copyFileSync, existsSync, mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { DuckDBInstance } from "@duckdb/node-api";
+import { bench, do_not_optimize, group, run } from "mitata";
+import { analyzeTelemetry, INDEX_DIRNAME } from "../src/index.js";
+
+/** Cold `python -m stormlog analyze` on the 220 MB file, as measured in issue #20 (not in this run: no PyPI here). */
+const PYTHON_REFERENCE_COLD_S = 16.4;
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+const dir = mkdtempSync(join(tmpdir(), "stormlog-analyze-bench-"));
+const generate = (out: string, ...extra: string[]): void => {
+  execFileSync(
+    process.execPath,
+    ["--import", "tsx", join(REPO, "bench/generate-multirank.mjs"), out, "--quiet", ...extra],
+    { cwd: REPO, stdio: "inherit" },
+  );
+};
+const singleDir = join(dir, "single");
+generate(singleDir, "--single-file");
+const file = join(singleDir, "job.jsonl");
+
+// DuckDB reads the file anew for every query (an in-memory database holds nothing of it).
+const duckdb = await DuckDBInstance.create(":memory:");
+const connection = await duckdb.connect();
+const literal = `'${file.replaceAll("'", "''")}'`;
+const QUERIES = {
+  auto: `SELECT rank, max(device_used_bytes) AS peak FROM read_json_auto(${literal}) GROUP BY rank ORDER BY rank`,
+  typed: `SELECT rank, max(device_used_bytes) AS peak FROM read_ndjson(${literal}, columns = {rank: 'BIGINT', device_used_bytes: 'BIGINT'}) GROUP BY rank ORDER BY rank`,
+};
+const NAMES = {
+  cold: "analyze-file/cold (scan, build the index)",
+  warm: "analyze-file/warm (indexed, unchanged)",
+  auto: "duckdb/max(device_used_bytes) by rank (read_json_auto)",
+  typed: "duckdb/max(device_used_bytes) by rank (read_ndjson, 2 typed columns)",
+};
+
+group("analyze: one 240 MB .jsonl (64 ranks), and DuckDB's single aggregate over it", () => {
+  bench(NAMES.cold, async () => {
+    rmSync(join(singleDir, INDEX_DIRNAME), { recursive: true, force: true });
+    do_not_optimize(await analyzeTelemetry(file));
+  });
+  bench(NAMES.warm, async () => {
+    do_not_optimize(await analyzeTelemetry(file));
+  });
+  bench(NAMES.auto, async () => {
+    do_not_optimize(await connection.runAndReadAll(QUERIES.auto));
+  });
+  bench(NAMES.typed, async () => {
+    do_not_optimize(await connection.runAndReadAll(QUERIES.typed));
+  });
+});
+
+const results = await run();
+
+/** mitata's median (ns) of the bench named `name`. */
+function median(name: string): number {
+  for (const trial of results.benchmarks) {
+    for (const r of trial.runs) if (r.name === name && r.stats !== undefined) return r.stats.p50;
+  }
+  return Number.NaN;
+}
+const seconds = (ns: number): string => `${(ns / 1e9).toFixed(3)} s`;
+const ours = median(NAMES.cold);
+console.log("\none .jsonl file, medians of this run (in-process, JIT warm):");
+console.log(`  stormlog analyze cold ${seconds(ours)}, warm ${seconds(median(NAMES.warm))}`);
+for (const key of ["auto", "typed"] as const) {
+  const theirs = median(NAMES[key]);
+  console.log(
+    `  DuckDB ${key === "auto" ? "read_json_auto" : "read_ndjson (typed)"} ${seconds(theirs)}: stormlog cold / DuckDB = ${(ours / theirs).toFixed(2)}`,
+  );
+}
+console.log(
+  `  Python reference cold: ${PYTHON_REFERENCE_COLD_S} s as measured in issue #20 (quoted, not run here): ` +
+    `${(PYTHON_REFERENCE_COLD_S / (ours / 1e9)).toFixed(1)}x our cold median`,
+);
+// The same answer: DuckDB's per-rank maximum is the report's per-rank device-used peak.
+const duck = (await connection.runAndReadAll(QUERIES.auto)).getRows();
+const peaks = new Map(
+  (await analyzeTelemetry(file)).summary.per_rank.map((rank) => [rank.rank, rank.peak_device_used_bytes]),
+);
+const agree =
+  duck.length === peaks.size && duck.every(([rank, peak]) => peaks.get(Number(rank)) === Number(peak));
+console.log(`  DuckDB and stormlog agree on max device_used_bytes for all ${duck.length} ranks: ${agree}`);
+connection.closeSync();
+
+// The command itself, as a user runs it: the built CLI when there is one (`pnpm build`), else from
+// source through tsx (which adds its own start-up). The file is written anew first (a copy renamed
+// over it), so the warm runs start within two seconds of its mtime; the report goes beside it.
+const built = join(REPO, "packages/cli/dist/launch.cjs");
+const cli = existsSync(built)
+  ? { args: [built], label: "built CLI (packages/cli/dist/launch.cjs)" }
+  : {
+      args: ["--conditions=@stormlog/source", "--import", "tsx", join(REPO, "packages/cli/src/bin.ts")],
+      label: "CLI from source through tsx (run pnpm build for the built CLI's figures)",
+    };
+// Peak RSS from /proc/self/status (VmHWM): getrusage's maxRSS of a spawned child on Linux also
+// counts the memory of this process, which it was forked from.
+const rssProbe = join(dir, "rss.cjs");
+writeFileSync(
+  rssProbe,
+  `process.on("exit", () => {
+    let kb = process.resourceUsage().maxRSS;
+    try { kb = Number(/VmHWM:\\s+(\\d+)/.exec(require("node:fs").readFileSync("/proc/self/status", "utf8"))[1]); } catch {}
+    process.stderr.write("maxrss=" + Math.round(kb / 1024) + "\\n");
+  });\n`,
+);
+const command = (): string => {
+  const started = performance.now();
+  const child = spawnSync(
+    process.execPath,
+    ["--require", rssProbe, ...cli.args, "analyze", file, "--output", join(singleDir, "report.txt")],
+    { cwd: REPO, encoding: "utf8" },
+  );
+  const ms = performance.now() - started;
+  if (child.status !== 0) throw new Error(`stormlog analyze failed: ${child.stderr}`);
+  return `${Math.round(ms)} ms, peak RSS ${/maxrss=(\d+)/.exec(child.stderr)?.[1] ?? "?"} MB`;
+};
+rmSync(join(singleDir, INDEX_DIRNAME), { recursive: true, force: true });
+copyFileSync(file, `${file}.new`);
+renameSync(`${file}.new`, file);
+console.log(`stormlog analyze FILE --output report.txt (beside it), ${cli.label}:`);
+console.log(`  cold, freshly written file: ${command()}`);
+console.log(`  first warm:                 ${command()}`);
+console.log(`  second warm:                ${command()}`);
+const floor = performance.now();
+spawnSync(process.execPath, ["-e", "0"]);
+console.log(`  (node -e 0 alone:           ${Math.round(performance.now() - floor)} ms)`);
+rmSync(dir, { recursive: true, force: true });
