@@ -25,11 +25,11 @@ export {
   type TelemetryRecordV2,
   type TelemetryRecordV3,
   type TelemetryRecordV4,
-} from "./schema.js";
+} from "./schema/schema.js";
 
 // Reading and writing telemetry lines, losslessly (timestamps beyond 2^53 stay exact).
 
-export { type DecodeOptions, decodeTelemetryLine, encodeTelemetryRecord } from "./codec.js";
+export { type DecodeOptions, decodeTelemetryLine, encodeTelemetryRecord } from "./codec/codec.js";
 export {
   type DecodedLine,
   decodeTelemetryJsonl,
@@ -37,17 +37,17 @@ export {
   readTelemetryJsonl,
   type TelemetryJsonlOptions,
   type TruncatedTail,
-} from "./jsonl.js";
+} from "./codec/jsonl.js";
 
 // Validation, and records of any Stormlog version converted to v3/v4.
 
-export { type NormalizeOptions, normalizeTelemetryRecord } from "./legacy.js";
-export { type ValidateOptions, validateTelemetryRecord } from "./validate.js";
+export { type NormalizeOptions, normalizeTelemetryRecord } from "./schema/legacy.js";
+export { type ValidateOptions, validateTelemetryRecord } from "./schema/validate.js";
 
 // Lossless JSON for other documents (manifests, reports): bigint for long integers, `85.0` kept.
 
-export type { JsonObject, JsonPrimitive, JsonValue } from "./json.js";
-export { parseJson, type StringifyOptions, stringifyJson } from "./json-codec.js";
+export type { JsonObject, JsonPrimitive, JsonValue } from "./codec/json.js";
+export { parseJson, type StringifyOptions, stringifyJson } from "./codec/json-codec.js";
 
 // Errors: every Stormlog error is a `StormlogError`; test with `isInstance`, not `instanceof`.
 
@@ -57,7 +57,7 @@ export {
   type SourceLocation,
   StormlogError,
   TelemetryValidationError,
-} from "./errors.js";
+} from "./runtime/errors.js";
 
 // Collector contract: what a memory backend implements for the tracker.
 
@@ -76,11 +76,11 @@ export {
   type PhaseContextLike,
   type SampleFailure,
   type SampleResult,
-} from "./collector.js";
+} from "./collector/collector.js";
 
 // Phase host contract: what adapters take to open phases, without depending on the tracker.
 
-export type { PhaseHost, PhaseOptions, PhaseScope } from "./phase-host.js";
+export type { PhaseHost, PhaseOptions, PhaseScope } from "./collector/phase-host.js";
 
 // Distributed identity: job, rank and world size from options, metadata or the launcher's environment.
 
@@ -88,7 +88,7 @@ export {
   type DistributedIdentityInput,
   type DistributedIdentitySources,
   resolveDistributedIdentity,
-} from "./identity.js";
+} from "./schema/identity.js";
 
 // Sessions: the summary a sink's ledger keeps, and the reference's order for choosing one.
 
@@ -101,12 +101,18 @@ export {
   selectDefaultLoadedSession,
   selectDefaultSession,
   sortSessions,
-} from "./session.js";
+} from "./schema/session.js";
 
 // Time: injectable clock and timers (tests pass fakes in the sink's and the tracker's options).
 
-export { type Clock, type Scheduler, systemClock, systemScheduler, type TimerHandle } from "./clock.js";
+export {
+  type Clock,
+  type Scheduler,
+  systemClock,
+  systemScheduler,
+  type TimerHandle,
+} from "./runtime/clock.js";
 
 // Formatting: byte counts as the reference prints them.
 
-export { formatBytes } from "./format.js";
+export { formatBytes } from "./text/format.js";

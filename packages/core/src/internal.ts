@@ -14,12 +14,12 @@ export {
   type NumberToken,
   pythonJsonString,
   setJsonMember,
-} from "./json-codec.js";
+} from "./codec/json-codec.js";
 
 // JSONL lines, and the streaming encoder the sink writes with.
 
-export { type JsonlLine, readJsonlLines } from "./jsonl.js";
-export { TelemetryLineEncoder } from "./line-encoder.js";
+export { type JsonlLine, readJsonlLines } from "./codec/jsonl.js";
+export { TelemetryLineEncoder } from "./codec/line-encoder.js";
 
 // Session summaries as the writers and readers build, update and store them.
 
@@ -35,11 +35,11 @@ export {
   sessionSummaryToJson,
   stableLegacySessionId,
   updateSessionSummary,
-} from "./session.js";
+} from "./schema/session.js";
 
 // The reference's text rules: Python's str()/format and strip, and what counts as a sample.
 
-export { type PythonScalar, pythonFormatFixed, pythonStr } from "./pyrepr.js";
+export { type PythonScalar, pythonFormatFixed, pythonStr } from "./text/pyrepr.js";
 export {
   CASEFOLD_SAMPLE,
   isPythonBlank,
@@ -50,18 +50,18 @@ export {
   type SampleRule,
   STRIP_LOWER_SAMPLE,
   sampleRules,
-} from "./python-text.js";
+} from "./text/python-text.js";
 
 // Text printed from input: one escaped line; error messages that quote it; timestamps.
 
-export { inputText } from "./errors.js";
-export { isoTimestampNs } from "./format.js";
-export { type TerminalTextOptions, terminalText } from "./terminal-text.js";
+export { inputText } from "./runtime/errors.js";
+export { isoTimestampNs } from "./text/format.js";
+export { type TerminalTextOptions, terminalText } from "./text/terminal-text.js";
 
 // Logging that never throws into the caller, and Node built-ins loaded once, lazily.
 
-export { nodeCrypto, nodeWorkerThreads } from "./builtins.js";
-export { guardedLogger, type StormlogLogger } from "./logger.js";
+export { nodeCrypto, nodeWorkerThreads } from "./runtime/builtins.js";
+export { guardedLogger, type StormlogLogger } from "./runtime/logger.js";
 
 // Memory counters past 2^53, kept exactly beside the decoded record for the analyses.
 
@@ -72,4 +72,4 @@ export {
   exactCountersOf,
   exactQuotient,
   setExactCounters,
-} from "./exact-counters.js";
+} from "./schema/exact-counters.js";

@@ -5,9 +5,9 @@ import {
   type MemoryCollector,
   type PhaseContextLike,
   type SampleResult,
-} from "../collector.js";
-import { StormlogError } from "../errors.js";
-import { MEMORY_COUNTER_FIELDS } from "../schema.js";
+} from "../collector/collector.js";
+import { StormlogError } from "../runtime/errors.js";
+import { MEMORY_COUNTER_FIELDS } from "../schema/schema.js";
 
 /** Makes a fresh collector for one check; the suite closes it afterwards. */
 export type CollectorFactory = () => MemoryCollector | Promise<MemoryCollector>;
