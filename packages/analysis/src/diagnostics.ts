@@ -22,7 +22,12 @@ import {
   stringifyJson,
   type TelemetryEvent,
 } from "@stormlog/core";
-import { isSampleEventType } from "@stormlog/core/internal";
+import {
+  type ExactCounterField,
+  type ExactCounters,
+  exactQuotient,
+  isSampleEventType,
+} from "@stormlog/core/internal";
 import {
   type PhaseAttributionPayload,
   type PhaseEventLike,
@@ -85,14 +90,18 @@ export interface RankDiagnosticsRow {
   samples: number;
   /** Phase records with counters read at the boundary, counted among the readings besides the samples. */
   boundary_readings: number;
-  /** Last minus first reading (null without readings or without the counter). */
-  allocated_delta_bytes: number | null;
-  reserved_delta_bytes: number | null;
-  device_used_delta_bytes: number | null;
+  /**
+   * Last minus first reading (null without readings or without the counter). Like the gap values,
+   * computed with the exact integers of counters past 2^53, as the reference does: a `bigint` only
+   * when the result itself is past 2^53.
+   */
+  allocated_delta_bytes: number | bigint | null;
+  reserved_delta_bytes: number | bigint | null;
+  device_used_delta_bytes: number | bigint | null;
   /** `device_used - allocator_reserved` of the rank's last reading that has both. */
-  hidden_gap_latest_bytes: number | null;
+  hidden_gap_latest_bytes: number | bigint | null;
   /** Largest |gap| over the rank's readings. */
-  hidden_gap_peak_abs_bytes: number | null;
+  hidden_gap_peak_abs_bytes: number | bigint | null;
   has_anomaly: boolean;
   first_anomaly_timestamp_ns: bigint | null;
   first_anomaly_signal: string | null;
@@ -104,7 +113,7 @@ export interface AnomalyIndicator extends DiagnosticsAnomaly {
   kind: "earliest" | "most_severe";
 }
 
-/** Per-rank series for plotting (only with `includeTimelines`). */
+/** Per-rank series for plotting (only with `includeTimelines`; counters past 2^53 as their nearest doubles). */
 export interface RankTimeline {
   timestamps_ns: bigint[];
   allocated?: number[];
@@ -167,8 +176,53 @@ export interface DiagnosticsOptions {
   readonly includeTimelines?: boolean;
 }
 
-function delta(first: number | null, last: number | null): number | null {
-  return first !== null && last !== null ? last - first : null;
+/** An exact integer result: a `bigint` only past 2^53. */
+function integerResult(value: bigint): number | bigint {
+  return value >= -MAX_SAFE && value <= MAX_SAFE ? Number(value) : value;
+}
+
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+/** A counter of a reading: the exact integer of its sample's counter past 2^53, else the column's value; null for NaN. */
+function counterAt(
+  column: number,
+  exact: ExactCounters | undefined,
+  field: ExactCounterField,
+): number | bigint | null {
+  if (Number.isNaN(column)) return null;
+  return exact?.[field] ?? column;
+}
+
+/** A double that holds an integer as a bigint (null for a fraction: Python mixes int and float as floats). */
+function asInteger(value: number | bigint): bigint | null {
+  if (typeof value === "bigint") return value;
+  return Number.isInteger(value) ? BigInt(value) : null;
+}
+
+/** `b - a` as Python computes it: exactly when one is an integer past 2^53 and the other an integer. */
+function minus(b: number | bigint, a: number | bigint): number | bigint {
+  if (typeof a === "number" && typeof b === "number") return b - a;
+  const x = asInteger(a);
+  const y = asInteger(b);
+  return x === null || y === null ? Number(b) - Number(a) : integerResult(y - x);
+}
+
+function delta(first: number | bigint | null, last: number | bigint | null): number | bigint | null {
+  return first !== null && last !== null ? minus(last, first) : null;
+}
+
+function magnitude(value: number | bigint): number | bigint {
+  if (typeof value === "number") return Math.abs(value);
+  return value < 0n ? -value : value;
+}
+
+/** `abs(gap) / total` as Python computes it: the exact quotient of integers, rounded once. */
+function gapRatio(gap: number | bigint, total: number | bigint): number {
+  if (typeof gap === "number" && typeof total === "number") return Math.abs(gap) / total;
+  const x = asInteger(gap);
+  const y = asInteger(total);
+  if (x === null || y === null) return Math.abs(Number(gap)) / Number(total);
+  return exactQuotient(x < 0n ? -x : x, y);
 }
 
 /** One line for a phase attribution payload (`summarize_phase_attribution` on the payload form). */
@@ -846,9 +900,6 @@ function missingRow(rank: number): RankDiagnosticsRow {
   };
 }
 
-const orNull = (value: number | undefined): number | null =>
-  value === undefined || Number.isNaN(value) ? null : value;
-
 /**
  * One present rank's row and anomaly candidates (but for its leak anomalies, which come once every
  * rank is in). `merged` holds its sessions' samples (to the diagnostics' rule) in time order;
@@ -868,13 +919,31 @@ function rankFromColumns(
     sampleRecord(parts[merged.samplePart?.[i] ?? 0]!, merged.sampleIndex?.[i] ?? i);
   const phaseOf = (event: PhaseEventLike): string | null =>
     resolver === null ? null : summarizePhaseAttribution(resolver.resolveForEvent(event));
-  let gapLatest: number | null = null;
-  let gapPeak: number | null = null;
-  for (let i = 0; i < m; i++) {
-    const gap = used[i]! - reserved[i]!;
-    if (Number.isNaN(gap)) continue;
+  const anyExact = parts.some((series) => series.exact !== null);
+  const exactOf = (i: number): ExactCounters | undefined =>
+    anyExact ? exactAt(parts[merged.samplePart?.[i] ?? 0]!, merged.sampleIndex?.[i] ?? i) : undefined;
+  // The exact counters of reading `i` that is sample `sample` (boundary readings have none).
+  const exactOfReading = (i: number, sample: number): ExactCounters | undefined =>
+    (readings.boundary?.[i] ?? -1) < 0 ? exactOf(sample) : undefined;
+  /** Reading `i`'s hidden gap (null without both counters). */
+  const gapAt = (i: number, exact: ExactCounters | undefined): number | bigint | null => {
+    if (exact === undefined) {
+      const gap = used[i]! - reserved[i]!;
+      return Number.isNaN(gap) ? null : gap;
+    }
+    const deviceUsed = counterAt(used[i]!, exact, "device_used_bytes");
+    const allocatorReserved = counterAt(reserved[i]!, exact, "allocator_reserved_bytes");
+    return deviceUsed === null || allocatorReserved === null ? null : minus(deviceUsed, allocatorReserved);
+  };
+  let gapLatest: number | bigint | null = null;
+  let gapPeak: number | bigint | null = null;
+  for (let i = 0, sample = -1; i < m; i++) {
+    if ((readings.boundary?.[i] ?? -1) < 0) sample++;
+    const gap = gapAt(i, exactOfReading(i, sample));
+    if (gap === null) continue;
     gapLatest = gap;
-    if (gapPeak === null || Math.abs(gap) > gapPeak) gapPeak = Math.abs(gap);
+    const size = magnitude(gap);
+    if (gapPeak === null || size > gapPeak) gapPeak = size;
   }
   const candidates: DiagnosticsAnomaly[] = [];
   for (const { alert, part } of merged.alerts) {
@@ -896,9 +965,11 @@ function rankFromColumns(
     const boundary = readings.boundary?.[i] ?? -1;
     if (boundary < 0) sample++;
     const deviceTotal = total[i]!;
-    const gap = used[i]! - reserved[i]!;
-    if (!(deviceTotal > 0) || Number.isNaN(gap)) continue;
-    const ratio = Math.abs(gap) / deviceTotal;
+    if (!(deviceTotal > 0)) continue;
+    const exact = boundary < 0 ? exactOf(sample) : undefined;
+    const gap = gapAt(i, exact);
+    if (gap === null) continue;
+    const ratio = gapRatio(gap, counterAt(deviceTotal, exact, "device_total_bytes")!);
     if (ratio < DIAGNOSTICS_GAP_RATIO_THRESHOLD) continue;
     const timestampNs = readingTimestamp(merged, readings, i);
     firstBreachNs ??= timestampNs;
@@ -919,7 +990,6 @@ function rankFromColumns(
   // The reference reads the gap from samples with all three allocator counters: the others lose their total.
   const maskedTotal = scratchDoubles("diagnostics.maskedTotal", n);
   for (let i = 0; i < n; i++) maskedTotal[i] = Number.isNaN(allocated[i]!) ? Number.NaN : merged.total[i]!;
-  const exact = parts.some((series) => series.exact !== null);
   const findings = analyzeGapColumns(
     {
       count: n,
@@ -929,12 +999,7 @@ function rankFromColumns(
       total: maskedTotal,
       timeOf: sampleTimeAsNumber(merged),
       event: record,
-      ...(exact
-        ? {
-            exactCounters: (i: number) =>
-              exactAt(parts[merged.samplePart?.[i] ?? 0]!, merged.sampleIndex?.[i] ?? i),
-          }
-        : {}),
+      ...(anyExact ? { exactCounters: exactOf } : {}),
     },
     { phaseResolver: resolver },
   );
@@ -942,15 +1007,21 @@ function rankFromColumns(
   collectiveCandidates(candidates, rank, collective, firstNs);
   const earliest = minBy(candidates, byTime);
   const last = m - 1;
-  const readAllocated = readings.allocated;
+  // The first reading, when a sample, is sample 0; the last one sample n - 1.
+  const firstExact = m > 0 ? exactOfReading(0, 0) : undefined;
+  const lastExact = m > 0 ? exactOfReading(last, n - 1) : undefined;
+  const change = (column: Float64Array, field: ExactCounterField): number | bigint | null =>
+    m > 0
+      ? delta(counterAt(column[0]!, firstExact, field), counterAt(column[last]!, lastExact, field))
+      : null;
   const row: RankDiagnosticsRow = {
     rank,
     availability: "present",
     samples: n,
     boundary_readings: readings.boundaryReadings,
-    allocated_delta_bytes: m > 0 ? delta(orNull(readAllocated[0]), orNull(readAllocated[last])) : null,
-    reserved_delta_bytes: m > 0 ? delta(orNull(reserved[0]), orNull(reserved[last])) : null,
-    device_used_delta_bytes: m > 0 ? delta(orNull(used[0]), orNull(used[last])) : null,
+    allocated_delta_bytes: change(readings.allocated, "allocator_allocated_bytes"),
+    reserved_delta_bytes: change(reserved, "allocator_reserved_bytes"),
+    device_used_delta_bytes: change(used, "device_used_bytes"),
     hidden_gap_latest_bytes: gapLatest,
     hidden_gap_peak_abs_bytes: gapPeak,
     has_anomaly: candidates.length > 0,
@@ -989,8 +1060,8 @@ function timelineOfColumns(merged: MergedRank, readings: ReadingColumns): RankTi
   };
 }
 
-/** Versioned: results stored by an earlier version (before boundary readings and leak anomalies) are not read. */
-const DIAGNOSE_FORMAT = "stormlog.diagnose_result.v2";
+/** Versioned: results stored by an earlier version (before exact integers past 2^53) are not read. */
+const DIAGNOSE_FORMAT = "stormlog.diagnose_result.v3";
 
 function serializeDiagnose(result: Diagnosed, stamp: string): string {
   const { per_rank_timelines: _timelines, ...diagnostics } = result.diagnostics;
@@ -1001,10 +1072,13 @@ function serializeDiagnose(result: Diagnosed, stamp: string): string {
   });
 }
 
-/** Integers under time keys back to bigints; any other integer beyond 2^53 back to a number. */
+/**
+ * Integers under time keys back to bigints. Elsewhere a bigint was one (an exact result past 2^53):
+ * `stringifyJson` writes a double past 2^53 as a float, which reads back as a number.
+ */
 function reviveTimes(value: JsonValue, time: boolean): JsonValue {
   if (typeof value === "number") return time && Number.isInteger(value) ? BigInt(value) : value;
-  if (typeof value === "bigint") return time ? value : Number(value);
+  if (typeof value === "bigint") return value;
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) value[i] = reviveTimes(value[i]!, time);
     return value;

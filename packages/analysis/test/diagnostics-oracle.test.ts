@@ -1,7 +1,13 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { encodeTelemetryRecord, type JsonObject, type TelemetryEvent } from "@stormlog/core";
+import {
+  decodeTelemetryJsonl,
+  encodeTelemetryRecord,
+  type JsonObject,
+  stringifyJson,
+  type TelemetryEvent,
+} from "@stormlog/core";
 import { markFloat } from "@stormlog/core/internal";
 import { PhaseReplayIndex } from "@stormlog/phases";
 import { seededRandom } from "@stormlog/phases/internal";
@@ -17,7 +23,7 @@ import {
 } from "../src/index.js";
 import { goldenCases, loadEvents } from "./golden-helpers.js";
 import { buildDiagnosticsFromEvents, diagnoseFromEvents } from "./oracles/diagnostics-events.js";
-import { BASE_NS, GiB, MiB, MS, record } from "./report-helpers.js";
+import { BASE_NS, GiB, MiB, MS, record, settle } from "./report-helpers.js";
 
 /**
  * The diagnostics read the dataset only; the record-by-record oracle checks them on what the
@@ -296,7 +302,7 @@ describe("diagnoseTelemetry equals the event oracle", () => {
     events.push(record("error", BASE_NS - MS, { context: "earliest" }));
     const path = writeJsonl("many-alerts", events);
     const cacheDir = join(dir, "cache-alerts");
-    // Cold (aggregates written to the index and read back), then with the stored files only.
+    // Cold, then from the index's files (a result with timelines is not stored), then without an index.
     for (const options of [{ cacheDir }, { cacheDir, includeTimelines: true }, { index: false }]) {
       const { index, ...indexed } = await diagnoseTelemetry(path, options);
       expect(indexed).toEqual(await diagnoseFromEvents(path, options));
@@ -312,4 +318,95 @@ describe("diagnoseTelemetry equals the event oracle", () => {
     expect(withIndex.alerts).toEqual(without.alerts);
     expect(withIndex.summary).toMatchObject({ per_rank: [{ alert_count: count + 1 }] });
   }, 60_000);
+});
+
+describe("counters past 2^53", () => {
+  it("give exact changes and hidden gaps, a bigint only past 2^53, in memory, from a file and stored", async () => {
+    const next = seededRandom(3);
+    const SCALE = 2n ** 24n;
+    // Each counter times 2^24 (past 2^53) plus a small part the nearest double loses.
+    const wide = (value: number): bigint => BigInt(value) * SCALE + BigInt(Math.floor(next() * 255));
+    const lines: string[] = [];
+    const readings = new Map<number, { allocated: bigint; reserved: bigint; used: bigint }[]>();
+    for (const rank of [0, 1]) {
+      const list: { allocated: bigint; reserved: bigint; used: bigint }[] = [];
+      readings.set(rank, list);
+      for (let i = 0; i < 40; i++) {
+        const counters = {
+          allocated: wide(GiB + i * MiB),
+          reserved: wide(2 * GiB + i * MiB),
+          used: wide(2 * GiB + i * MiB + (i % 7 === 3 ? GiB : 16 * MiB)),
+        };
+        list.push(counters);
+        const identity = { session_id: `wide-${rank}`, rank, world_size: 2, job_id: "wide", pid: 10 + rank };
+        const base = record("sample", BASE_NS + BigInt(i * 10 + rank) * MS, identity);
+        const object: JsonObject = {
+          ...(base as unknown as JsonObject),
+          allocator_allocated_bytes: counters.allocated,
+          allocator_reserved_bytes: counters.reserved,
+          device_used_bytes: counters.used,
+          device_total_bytes: wide(16 * GiB),
+        };
+        lines.push(stringifyJson(object, { sortKeys: true }));
+        if (i % 9 === 4) lines.push(encodeTelemetryRecord(record("warning", base.timestamp_ns, identity)));
+      }
+    }
+    const text = `${lines.join("\n")}\n`;
+    const path = join(dir, "wide.jsonl");
+    writeFileSync(path, text);
+    const events = decodeTelemetryJsonl(text).map((line) => line.record as TelemetryEvent);
+
+    const result = expectAdapterEqualsOracle(events);
+    const exactOf = (value: bigint): number | bigint =>
+      value > BigInt(Number.MAX_SAFE_INTEGER) || value < -BigInt(Number.MAX_SAFE_INTEGER)
+        ? value
+        : Number(value);
+    let differs = false;
+    for (const row of result.rows) {
+      const list = readings.get(row.rank)!;
+      const first = list[0]!;
+      const last = list.at(-1)!;
+      const gaps = list.map(({ used, reserved }) => used - reserved);
+      expect(row.allocated_delta_bytes).toBe(exactOf(last.allocated - first.allocated));
+      expect(row.reserved_delta_bytes).toBe(exactOf(last.reserved - first.reserved));
+      expect(row.device_used_delta_bytes).toBe(exactOf(last.used - first.used));
+      expect(row.hidden_gap_latest_bytes).toBe(exactOf(gaps.at(-1)!));
+      expect(row.hidden_gap_peak_abs_bytes).toBe(
+        exactOf([...gaps].sort((a, b) => (a < b ? 1 : a > b ? -1 : 0))[0]!),
+      );
+      // Past 2^53 the peak is a bigint; the nearest doubles would give other changes.
+      expect(typeof row.hidden_gap_peak_abs_bytes).toBe("bigint");
+      if (row.allocated_delta_bytes !== Number(last.allocated) - Number(first.allocated)) differs = true;
+    }
+    expect(differs).toBe(true);
+    expect(result.anomalies.some((anomaly) => anomaly.signal === "gap_ratio_breach")).toBe(true);
+
+    // From the file: without an index, cold, and the stored result read back (bigints kept).
+    await settle();
+    const cacheDir = join(dir, "cache-wide");
+    for (const options of [{ index: false }, { cacheDir }, { cacheDir }]) {
+      const { index: _index, ...indexed } = await diagnoseTelemetry(path, options);
+      expect(indexed).toEqual(await diagnoseFromEvents(path, options));
+      expect(indexed.diagnostics.rows).toEqual(result.rows);
+    }
+    const { index } = await diagnoseTelemetry(path, { cacheDir });
+    expect(index?.report_reused).toBe(true);
+  }, 30_000);
+
+  it("judge a gap ratio at the threshold by the exact quotient, as Python's int / int", () => {
+    // 2^51 / (20 * 2^51 + 1) rounds to just under 0.05; over the total's nearest double it is 0.05.
+    const total = 20n * 2n ** 51n + 1n;
+    expect(2 ** 51 / Number(total)).toBe(0.05);
+    const sample = record("sample", BASE_NS, {
+      allocator_allocated_bytes: 2 ** 52,
+      allocator_reserved_bytes: 2 ** 52,
+      device_used_bytes: 2 ** 52 + 2 ** 51,
+    });
+    const text = stringifyJson(
+      { ...(sample as unknown as JsonObject), device_total_bytes: total },
+      { sortKeys: true },
+    );
+    const events = decodeTelemetryJsonl(`${text}\n`).map((line) => line.record as TelemetryEvent);
+    expect(expectAdapterEqualsOracle(events).anomalies).toEqual([]);
+  });
 });

@@ -11,7 +11,12 @@
  * attributions when given, and phases the analysis report judges leaking.
  */
 import type { TelemetryEvent } from "@stormlog/core";
-import { isSampleEventType } from "@stormlog/core/internal";
+import {
+  counterValue,
+  type ExactCounterField,
+  exactQuotient,
+  isSampleEventType,
+} from "@stormlog/core/internal";
 import { PhaseReplayIndex, type PhaseResolver, summarizePhaseAttribution } from "@stormlog/phases";
 import { DatasetLoader, planDataset } from "../../src/dataset.js";
 import {
@@ -52,8 +57,61 @@ function hasAllocatorCounters(event: TelemetryEvent): boolean {
   );
 }
 
-function delta(first: number | null, last: number | null): number | null {
-  return first !== null && last !== null ? last - first : null;
+/**
+ * A reading's counter as the reference holds it: a Python int, exact past 2^53 for samples (the
+ * dataset keeps no exact values of phase records, whose readings are ours, not the reference's).
+ */
+function counter(event: TelemetryEvent, field: ExactCounterField): number | bigint | null {
+  return isSampleEventType(event.event_type, "strip-lower") ? counterValue(event, field) : event[field];
+}
+
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+/** Python's int, when the value is an integer (null for a float with a fraction). */
+function pythonInt(value: number | bigint): bigint | null {
+  if (typeof value === "bigint") return value;
+  return Number.isInteger(value) ? BigInt(value) : null;
+}
+
+/** An integer result as the diagnostics give it: a bigint only past 2^53. */
+function integerResult(value: bigint): number | bigint {
+  return value < -MAX_SAFE || value > MAX_SAFE ? value : Number(value);
+}
+
+/**
+ * Python's `b - a`, exact with an exact int past 2^53 (a bigint); doubles otherwise, which below
+ * 2^53 are exact too (past it, a phase record's nearest doubles are all there is).
+ */
+function minus(b: number | bigint, a: number | bigint): number | bigint {
+  if (typeof a === "number" && typeof b === "number") return b - a;
+  const x = pythonInt(a);
+  const y = pythonInt(b);
+  return x === null || y === null ? Number(b) - Number(a) : integerResult(y - x);
+}
+
+/** Python's `abs(value)`. */
+function absolute(value: number | bigint): number | bigint {
+  if (typeof value === "number") return Math.abs(value);
+  return integerResult(value < 0n ? -value : value);
+}
+
+/** Python's `a / b`: with an exact int past 2^53, the exact quotient rounded once. */
+function divide(a: number | bigint, b: number | bigint): number {
+  if (typeof a === "number" && typeof b === "number") return a / b;
+  const x = pythonInt(a);
+  const y = pythonInt(b);
+  return x === null || y === null ? Number(a) / Number(b) : exactQuotient(x, y);
+}
+
+function delta(first: number | bigint | null, last: number | bigint | null): number | bigint | null {
+  return first !== null && last !== null ? minus(last, first) : null;
+}
+
+/** `device_used - allocator_reserved` of a reading, null without both. */
+function gapOf(event: TelemetryEvent): number | bigint | null {
+  const used = counter(event, "device_used_bytes");
+  const reserved = counter(event, "allocator_reserved_bytes");
+  return used === null || reserved === null ? null : minus(used, reserved);
 }
 
 function phaseOf(resolver: PhaseResolver | null, event: TelemetryEvent): string | null {
@@ -173,11 +231,10 @@ function rankCandidates(
 
   let firstBreachNs: bigint | null = null;
   for (const event of rankReadings) {
-    const total = event.device_total_bytes;
-    if (!total || total <= 0 || event.device_used_bytes === null || event.allocator_reserved_bytes === null) {
-      continue;
-    }
-    const ratio = Math.abs(event.device_used_bytes - event.allocator_reserved_bytes) / total;
+    const total = counter(event, "device_total_bytes");
+    const gap = gapOf(event);
+    if (!total || total <= 0 || gap === null) continue;
+    const ratio = divide(absolute(gap), total);
     if (ratio < DIAGNOSTICS_GAP_RATIO_THRESHOLD) continue;
     firstBreachNs ??= event.timestamp_ns;
     candidates.push(gapBreachAnomaly(rank, event.timestamp_ns, ratio, readingPhase(resolver, event)));
@@ -375,13 +432,13 @@ export function buildDiagnosticsFromEvents(
     const rankReadings = readings.get(rank) ?? [];
     const first = rankReadings[0];
     const last = rankReadings[rankReadings.length - 1];
-    let gapLatest: number | null = null;
-    let gapPeak: number | null = null;
+    let gapLatest: number | bigint | null = null;
+    let gapPeak: number | bigint | null = null;
     for (const event of rankReadings) {
-      if (event.device_used_bytes === null || event.allocator_reserved_bytes === null) continue;
-      const gap = event.device_used_bytes - event.allocator_reserved_bytes;
+      const gap = gapOf(event);
+      if (gap === null) continue;
       gapLatest = gap;
-      if (gapPeak === null || Math.abs(gap) > gapPeak) gapPeak = Math.abs(gap);
+      if (gapPeak === null || absolute(gap) > gapPeak) gapPeak = absolute(gap);
     }
     const candidates = rankCandidates(
       rank,
@@ -399,10 +456,15 @@ export function buildDiagnosticsFromEvents(
       samples: rankSamples.length,
       boundary_readings: rankReadings.length - rankSamples.length,
       allocated_delta_bytes:
-        first && last ? delta(first.allocator_allocated_bytes, last.allocator_allocated_bytes) : null,
+        first && last
+          ? delta(counter(first, "allocator_allocated_bytes"), counter(last, "allocator_allocated_bytes"))
+          : null,
       reserved_delta_bytes:
-        first && last ? delta(first.allocator_reserved_bytes, last.allocator_reserved_bytes) : null,
-      device_used_delta_bytes: first && last ? delta(first.device_used_bytes, last.device_used_bytes) : null,
+        first && last
+          ? delta(counter(first, "allocator_reserved_bytes"), counter(last, "allocator_reserved_bytes"))
+          : null,
+      device_used_delta_bytes:
+        first && last ? delta(counter(first, "device_used_bytes"), counter(last, "device_used_bytes")) : null,
       hidden_gap_latest_bytes: gapLatest,
       hidden_gap_peak_abs_bytes: gapPeak,
       has_anomaly: candidates.length > 0,

@@ -76,6 +76,11 @@ function indicatorLine(label: string, indicator: AnomalyIndicator, origin: bigin
   );
 }
 
+/** A byte count for the table: the `bigint` of an exact result past 2^53 as its nearest double (`--format json` keeps it exact). */
+function approximate(value: number | bigint | null): number | null {
+  return value === null ? null : Number(value);
+}
+
 function formatText(
   selection: DistributedSelection,
   diagnostics: DistributedDiagnostics,
@@ -98,10 +103,10 @@ function formatText(
     row.availability,
     String(row.samples),
     ...(boundaryColumn ? [String(row.boundary_readings)] : []),
-    signedBytes(row.allocated_delta_bytes),
-    signedBytes(row.reserved_delta_bytes),
-    row.hidden_gap_latest_bytes === null ? "-" : signedBytes(row.hidden_gap_latest_bytes),
-    bytes(row.hidden_gap_peak_abs_bytes),
+    signedBytes(approximate(row.allocated_delta_bytes)),
+    signedBytes(approximate(row.reserved_delta_bytes)),
+    row.hidden_gap_latest_bytes === null ? "-" : signedBytes(approximate(row.hidden_gap_latest_bytes)),
+    bytes(approximate(row.hidden_gap_peak_abs_bytes)),
     origin === null ? "-" : offsetNs(origin, row.first_anomaly_timestamp_ns),
     row.first_anomaly_signal ?? "-",
     row.first_anomaly_phase_path ?? "-",
