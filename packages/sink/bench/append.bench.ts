@@ -9,7 +9,7 @@ import { TelemetryLineEncoder } from "@stormlog/core/internal";
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { sampleRecord } from "../scripts/sample-records.js";
 import { TelemetrySink } from "../src/index.js";
-import { whyNotWritable } from "../src/record-check.js";
+import { whyNotWritable } from "../src/writer/record-check.js";
 
 const BATCH = 10_000;
 const dir = mkdtempSync(join(tmpdir(), "stormlog-sink-bench-"));

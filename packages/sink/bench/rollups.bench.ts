@@ -9,8 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { bench, do_not_optimize, group, run } from "mitata";
 import { sampleRecord } from "../scripts/sample-records.js";
+import { readManifestSync } from "../src/directory/manifest.js";
 import { buildTelemetryRollups, TelemetrySink } from "../src/index.js";
-import { readManifestSync } from "../src/manifest.js";
 import { rebuildTelemetryRollups } from "../src/rollups/full-rebuild.js";
 import { clearRollupSegmentMemory } from "../src/rollups/segment-cache.js";
 

@@ -6,8 +6,8 @@
 // while the directory is read-only, the manifest's view of it before and after permission returns.
 import { chmodSync, mkdtempSync } from "node:fs";
 import { join } from "node:path";
+import { readManifestSync } from "../src/directory/manifest.js";
 import { TelemetrySink } from "../src/index.js";
-import { readManifestSync } from "../src/manifest.js";
 import { sampleRecord } from "./sample-records.js";
 
 const parent = process.argv[2];

@@ -9,19 +9,19 @@
 
 // Writing: the sink, its options, and what it reports (diagnostics, recovery, segments).
 
-export type { FsyncPolicy, SinkLogger, TelemetrySinkOptions } from "./config.js";
-export type { SinkSegment } from "./manifest.js";
-export type { RecoveryReport } from "./recovery.js";
-export { type SinkDiagnostics, type StartSessionOptions, TelemetrySink } from "./writer.js";
+export type { SinkSegment } from "./directory/manifest.js";
+export type { RecoveryReport } from "./directory/recovery.js";
+export type { FsyncPolicy, SinkLogger, TelemetrySinkOptions } from "./writer/config.js";
+export { type SinkDiagnostics, type StartSessionOptions, TelemetrySink } from "./writer/writer.js";
 
 // Several processes: one writer per directory, and a directory of its own per process.
 
-export { type ProcessSinkIdentity, sinkDirectoryForProcess } from "./layout.js";
+export { type ProcessSinkIdentity, sinkDirectoryForProcess } from "./directory/layout.js";
 export {
   type LockedDirectoryPolicy,
   SinkDirectoryLockedError,
   type WriterLockOwner,
-} from "./writer-lock.js";
+} from "./directory/writer-lock.js";
 
 // Reading: sinks, roots of sinks, JSONL and JSON files, as the reference's loaders read them.
 
@@ -35,11 +35,11 @@ export {
   type ReadOptions,
   type SessionInfo,
   summarizeTelemetrySessions,
-} from "./reader.js";
+} from "./reader/reader.js";
 
 // OOM flight recorder dumps, which the loaders read as their events.
 
-export { describeOOMDump, type OOMDumpInfo, readOOMDumpSync } from "./oom-dump.js";
+export { describeOOMDump, type OOMDumpInfo, readOOMDumpSync } from "./reader/oom-dump.js";
 
 // Rollups: the reference's `rollups.json`, built incrementally.
 
@@ -50,7 +50,7 @@ export {
   type RollupSegmentCacheMode,
   type SegmentTallySource,
   writeTelemetryRollups,
-} from "./rollups.js";
+} from "./rollups/rollups.js";
 
 // Errors: a session that is not there, unreadable input, a record of another session.
 

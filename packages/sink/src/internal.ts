@@ -6,6 +6,7 @@
 
 // Inputs as the loaders resolve them: parts, segments, and one event line decoded.
 
+export { MANIFEST_FILENAME, SEGMENT_SUFFIX, serializeManifest } from "./directory/manifest.js";
 export {
   decodeTelemetryEventLine,
   type LineDecodeOptions,
@@ -16,8 +17,7 @@ export {
   type TelemetryInputKind,
   type TelemetryInputPart,
   type TelemetryInputSegment,
-} from "./input.js";
-export { MANIFEST_FILENAME, SEGMENT_SUFFIX, serializeManifest } from "./manifest.js";
+} from "./reader/input.js";
 
 // File-system errors: typed while reading input, and worded with what to do.
 
@@ -25,6 +25,6 @@ export { describeFileSystemError, fileSystemErrorCode, readingInput } from "./er
 
 // The tracker's sink on a worker thread: options checked once, the running summary, the shared exit hooks.
 
-export { consoleSinkLogger, type ResolvedSinkConfig, resolveSinkConfig } from "./config.js";
-export { type ExitParticipant, registerExitParticipant } from "./exit-hooks.js";
-export { runningSessionSummary } from "./writer.js";
+export { consoleSinkLogger, type ResolvedSinkConfig, resolveSinkConfig } from "./writer/config.js";
+export { type ExitParticipant, registerExitParticipant } from "./writer/exit-hooks.js";
+export { runningSessionSummary } from "./writer/writer.js";

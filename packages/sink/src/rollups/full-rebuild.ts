@@ -1,6 +1,6 @@
 import type { Clock, JsonObject } from "@stormlog/core";
-import { readManifest } from "../manifest.js";
-import { iterateTelemetryEvents, type ReadOptions, summarizeTelemetrySessions } from "../reader.js";
+import { readManifest } from "../directory/manifest.js";
+import { iterateTelemetryEvents, type ReadOptions, summarizeTelemetrySessions } from "../reader/reader.js";
 import { type RollupCoverage, rollupCoverageFromManifest, rollupPayload } from "./payload.js";
 import { SessionTally } from "./tally.js";
 

@@ -1,8 +1,12 @@
 import { basename } from "node:path";
 import { type Clock, type JsonObject, type SessionSummary, stringifyJson } from "@stormlog/core";
 import { inferSessionSummaryFromEvents } from "@stormlog/core/internal";
-import { type ResolvedTelemetryInput, resolveTelemetryInput, type TelemetryInputSegment } from "../input.js";
-import type { ReadOptions } from "../reader.js";
+import {
+  type ResolvedTelemetryInput,
+  resolveTelemetryInput,
+  type TelemetryInputSegment,
+} from "../reader/input.js";
+import type { ReadOptions } from "../reader/reader.js";
 import { rebuildTelemetryRollups } from "./full-rebuild.js";
 import {
   type RolledSession,

@@ -1,6 +1,6 @@
 import { type Clock, type JsonObject, type SessionSummary, systemClock } from "@stormlog/core";
 import { sessionSummaryToJson } from "@stormlog/core/internal";
-import { MANIFEST_FILENAME, type SinkManifest } from "../manifest.js";
+import { MANIFEST_FILENAME, type SinkManifest } from "../directory/manifest.js";
 import type { SessionTally } from "./tally.js";
 
 /** Name of the rollup sidecar in a sink directory. */

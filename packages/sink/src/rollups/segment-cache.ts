@@ -2,7 +2,8 @@
  * Where a segment's tallies are kept between rollup builds: in this process's memory and in a
  * hidden sidecar directory of the sink (`.stormlog-rollups/segment-NNNNNN.json`). The Python
  * reference never looks there (it globs `segment-*.jsonl` in the sink directory itself), nor do our
- * loaders (`input.ts` lists files of the directory, `layout.ts` needs a manifest or a segment).
+ * loaders (`reader/input.ts` lists files of the directory, `directory/layout.ts` needs a manifest or a
+ * segment).
  * An entry is used only while its segment has the same name, size, times and inode it was read
  * with, and for the same decoding and window options; anything else is read again.
  */
@@ -11,8 +12,8 @@ import { promises as fsPromises, statSync } from "node:fs";
 import { join } from "node:path";
 import { type JsonObject, parseJson, stringifyJson } from "@stormlog/core";
 import { nodeCrypto } from "@stormlog/core/internal";
-import { resolveInputPath } from "../input.js";
-import { isSegmentFilename, SEGMENT_SUFFIX } from "../manifest.js";
+import { isSegmentFilename, SEGMENT_SUFFIX } from "../directory/manifest.js";
+import { resolveInputPath } from "../reader/input.js";
 
 /** The sidecar directory of per-segment rollup tallies in a sink directory. */
 export const ROLLUP_CACHE_DIRNAME = ".stormlog-rollups";

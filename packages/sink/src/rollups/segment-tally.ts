@@ -1,6 +1,10 @@
 import { JsonlDecodeError, type JsonObject, type JsonValue } from "@stormlog/core";
 import { readJsonlLines } from "@stormlog/core/internal";
-import { decodeTelemetryEventLine, type LineDecodeOptions, type TelemetryInputSegment } from "../input.js";
+import {
+  decodeTelemetryEventLine,
+  type LineDecodeOptions,
+  type TelemetryInputSegment,
+} from "../reader/input.js";
 import { SessionTally } from "./tally.js";
 
 /** A final line cut short that the loaders drop, with the session the reader charges it to. */

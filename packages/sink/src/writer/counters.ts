@@ -1,4 +1,4 @@
-import type { SinkLogger } from "../config.js";
+import type { SinkLogger } from "./config.js";
 import type { RetryPolicy } from "./retry-policy.js";
 import type { SegmentSet } from "./segments.js";
 

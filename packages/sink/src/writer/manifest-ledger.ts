@@ -1,8 +1,8 @@
 import { join } from "node:path";
 import type { SessionStatus, SessionSummary } from "@stormlog/core";
-import type { FsyncPolicy } from "../config.js";
-import type { IoOp, IoResult } from "../io.js";
-import { type SinkSessionLoss, serializeManifest } from "../manifest.js";
+import { type SinkSessionLoss, serializeManifest } from "../directory/manifest.js";
+import type { FsyncPolicy } from "./config.js";
+import type { IoOp, IoResult } from "./io.js";
 import type { SegmentSet } from "./segments.js";
 
 /** Why the manifest must be rewritten: segments or sessions changed (at once), or only counts (on the tick). */

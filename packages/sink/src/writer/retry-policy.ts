@@ -1,6 +1,6 @@
 import type { Clock } from "@stormlog/core";
-import type { SinkLogger } from "../config.js";
-import { describeIoError } from "../io.js";
+import type { SinkLogger } from "./config.js";
+import { describeIoError } from "./io.js";
 
 /**
  * The documented schedule: the n-th failure in a row waits `first * 2^(n-1)` seconds before the next

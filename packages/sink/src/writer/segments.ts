@@ -1,4 +1,4 @@
-import { type SinkSegment, segmentFilename } from "../manifest.js";
+import { type SinkSegment, segmentFilename } from "../directory/manifest.js";
 
 /** The limits a segment set keeps (the reference's rollover and retention options). */
 export interface SegmentLimits {

@@ -4,7 +4,7 @@
  */
 import { realpathSync } from "node:fs";
 import { sep } from "node:path";
-import { fileSystemErrorCode, TelemetryInputAccessError } from "./errors.js";
+import { fileSystemErrorCode, TelemetryInputAccessError } from "../errors.js";
 
 /** True when the resolved path `real` is `root` or inside it. */
 function isInside(real: string, root: string): boolean {

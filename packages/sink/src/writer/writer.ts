@@ -1,28 +1,28 @@
 import { join } from "node:path";
 import type { Clock, SessionStatus, SessionSummary, TelemetryEvent, TimerHandle } from "@stormlog/core";
 import { createSessionSummary } from "@stormlog/core/internal";
-import { type ResolvedSinkConfig, resolveSinkConfig, type TelemetrySinkOptions } from "./config.js";
-import { SinkSessionMismatchError } from "./errors.js";
-import { registerExitParticipant } from "./exit-hooks.js";
-import { execAsync, execSync, IO_OK, type IoOp, type IoResult } from "./io.js";
-import { type SinkSegment, writeManifestTextSync } from "./manifest.js";
-import { whyNotWritable } from "./record-check.js";
-import { type RecoveryReport, recoverSinkDirectory } from "./recovery.js";
+import { type SinkSegment, writeManifestTextSync } from "../directory/manifest.js";
+import { type RecoveryReport, recoverSinkDirectory } from "../directory/recovery.js";
+import { claimSinkDirectory, SinkDirectoryLockedError, type WriterLock } from "../directory/writer-lock.js";
+import { SinkSessionMismatchError } from "../errors.js";
 import {
   buildTelemetryRollups,
   type RollupCoverage,
   rollupCoverageFromManifest,
   writeTelemetryRollups,
-} from "./rollups.js";
-import { ChunkEncoder } from "./writer/chunk-encoder.js";
-import { SinkCounters, type SinkDiagnostics } from "./writer/counters.js";
-import { ManifestLedger } from "./writer/manifest-ledger.js";
-import { RetryPolicy } from "./writer/retry-policy.js";
-import { SegmentSet } from "./writer/segments.js";
-import { claimSinkDirectory, SinkDirectoryLockedError, type WriterLock } from "./writer-lock.js";
+} from "../rollups/rollups.js";
+import { ChunkEncoder } from "./chunk-encoder.js";
+import { type ResolvedSinkConfig, resolveSinkConfig, type TelemetrySinkOptions } from "./config.js";
+import { SinkCounters, type SinkDiagnostics } from "./counters.js";
+import { registerExitParticipant } from "./exit-hooks.js";
+import { execAsync, execSync, IO_OK, type IoOp, type IoResult } from "./io.js";
+import { ManifestLedger } from "./manifest-ledger.js";
+import { whyNotWritable } from "./record-check.js";
+import { RetryPolicy } from "./retry-policy.js";
+import { SegmentSet } from "./segments.js";
 
-export type { SinkDiagnostics } from "./writer/counters.js";
-export { MANIFEST_RESERVE_FILENAME } from "./writer/manifest-ledger.js";
+export type { SinkDiagnostics } from "./counters.js";
+export { MANIFEST_RESERVE_FILENAME } from "./manifest-ledger.js";
 
 /** Options of `startSession`: a full or partial summary (snake_case, as core's `SessionSummary`). */
 export type StartSessionOptions = Partial<Omit<SessionSummary, "status" | "ended_at_ns">>;
@@ -109,8 +109,8 @@ const WRITE_AT_BYTES = 4 << 20;
  * `getDiagnostics()` tells the state. See the package README for the fsync policy and layouts.
  *
  * Inside, the writer is a generator of I/O steps (`work`) that a driver runs asynchronously, or
- * synchronously on process exit. It keeps the queue and the files open; the rest is in parts
- * (`writer/`): the chunk encoder, the segment set (rollover, retention), the manifest ledger, the
+ * synchronously on process exit. It keeps the queue and the files open; the rest is in parts beside
+ * it in `writer/`: the chunk encoder, the segment set (rollover, retention), the manifest ledger, the
  * retry policy and the counters.
  */
 export class TelemetrySink {

@@ -4,12 +4,12 @@ import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { sampleRecord } from "../scripts/sample-records.js";
-import { loadTelemetrySessions, SinkDirectoryLockedError, TelemetrySink } from "../src/index.js";
-import { readManifestSync } from "../src/manifest.js";
-import { WRITER_LOCK_FILENAME } from "../src/writer-lock.js";
-import { exited, start, waitFor } from "./children.js";
-import { memoryLogger, quiet, tempDir } from "./helpers.js";
+import { sampleRecord } from "../../scripts/sample-records.js";
+import { readManifestSync } from "../../src/directory/manifest.js";
+import { WRITER_LOCK_FILENAME } from "../../src/directory/writer-lock.js";
+import { loadTelemetrySessions, SinkDirectoryLockedError, TelemetrySink } from "../../src/index.js";
+import { exited, start, waitFor } from "../children.js";
+import { memoryLogger, quiet, tempDir } from "../helpers.js";
 
 function lockOwner(dir: string): { host: string; pid: number } {
   return JSON.parse(readFileSync(join(dir, WRITER_LOCK_FILENAME), "utf8")) as { host: string; pid: number };

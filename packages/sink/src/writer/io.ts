@@ -17,7 +17,7 @@ import {
   write,
   writeSync,
 } from "node:fs";
-import { writeManifestText, writeManifestTextSync } from "./manifest.js";
+import { writeManifestText, writeManifestTextSync } from "../directory/manifest.js";
 
 /**
  * One file-system step of the writer. The writer's logic yields these and a driver runs them:

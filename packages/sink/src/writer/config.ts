@@ -1,6 +1,6 @@
 import { type Clock, InvalidConfigError, type Scheduler, systemClock, systemScheduler } from "@stormlog/core";
 import { guardedLogger } from "@stormlog/core/internal";
-import type { LockedDirectoryPolicy } from "./writer-lock.js";
+import type { LockedDirectoryPolicy } from "../directory/writer-lock.js";
 
 const MIB = 1024 * 1024;
 

@@ -2,10 +2,10 @@ import { lstatSync, readdirSync, realpathSync, type Stats, statSync } from "node
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { InvalidConfigError } from "@stormlog/core";
-import { fileSystemErrorCode, TelemetryInputAccessError } from "./errors.js";
-import { linkInsideInput } from "./links.js";
+import { fileSystemErrorCode, TelemetryInputAccessError } from "../errors.js";
+import { linkInsideInput } from "../reader/links.js";
+import { readOOMDumpSync } from "../reader/oom-dump.js";
 import { isSegmentFilename, MANIFEST_FILENAME } from "./manifest.js";
-import { readOOMDumpSync } from "./oom-dump.js";
 
 /** Who writes a sink directory under a shared root. */
 export interface ProcessSinkIdentity {

@@ -1,7 +1,7 @@
 import { encodeTelemetryRecord, type TelemetryRecordV3, type TelemetryRecordV4 } from "@stormlog/core";
 import { markFloat, TelemetryLineEncoder } from "@stormlog/core/internal";
 import { describe, expect, it } from "vitest";
-import { sampleRecord } from "../scripts/sample-records.js";
+import { sampleRecord } from "../../scripts/sample-records.js";
 
 /** A deterministic pseudo-random generator, so failures reproduce. */
 function random(seed: number): () => number {

@@ -14,7 +14,7 @@ import {
   TelemetryValidationError,
 } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { deepJson, samples, writeSink } from "../../analysis/test/report-helpers.js";
+import { deepJson, samples, writeSink } from "../../../analysis/test/report-helpers.js";
 import {
   buildTelemetryRollups,
   iterateTelemetryEvents,
@@ -22,8 +22,8 @@ import {
   summarizeTelemetrySessions,
   TelemetryInputAccessError,
   TelemetrySourceError,
-} from "../src/index.js";
-import { tempDir } from "./helpers.js";
+} from "../../src/index.js";
+import { tempDir } from "../helpers.js";
 
 /** The sessions `path` holds, and the warnings reading it gave. */
 async function read(path: string): Promise<{ ids: string[]; events: number; warnings: string[] }> {

@@ -2,11 +2,11 @@ import { existsSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { encodeTelemetryRecord, InvalidConfigError, parseJson, type TelemetryRecordV3 } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { sampleRecord } from "../scripts/sample-records.js";
-import { SINK_DEFAULTS } from "../src/config.js";
-import { loadTelemetrySessions, SinkSessionMismatchError, TelemetrySink } from "../src/index.js";
-import { parseManifest, readManifestSync } from "../src/manifest.js";
-import { fileLines, memoryLogger, quiet, segmentNames, tempDir } from "./helpers.js";
+import { sampleRecord } from "../../scripts/sample-records.js";
+import { parseManifest, readManifestSync } from "../../src/directory/manifest.js";
+import { loadTelemetrySessions, SinkSessionMismatchError, TelemetrySink } from "../../src/index.js";
+import { SINK_DEFAULTS } from "../../src/writer/config.js";
+import { fileLines, memoryLogger, quiet, segmentNames, tempDir } from "../helpers.js";
 
 function manifestOf(dir: string) {
   const manifest = readManifestSync(dir);

@@ -21,20 +21,20 @@ import {
   type TelemetryRecordV3,
 } from "@stormlog/core";
 import { beforeEach, describe, expect, it } from "vitest";
-import { BASE_NS, sampleRecord } from "../scripts/sample-records.js";
+import { BASE_NS, sampleRecord } from "../../scripts/sample-records.js";
+import { readManifestSync, segmentFilename } from "../../src/directory/manifest.js";
+import { recoverSinkDirectory } from "../../src/directory/recovery.js";
 import {
   buildTelemetryRollups,
   loadTelemetrySessions,
   type RollupOptions,
   type SegmentTallySource,
   TelemetrySink,
-} from "../src/index.js";
-import { readManifestSync, segmentFilename } from "../src/manifest.js";
-import { describeTelemetryInput } from "../src/reader.js";
-import { recoverSinkDirectory } from "../src/recovery.js";
-import { rebuildTelemetryRollups } from "../src/rollups/full-rebuild.js";
-import { clearRollupSegmentMemory, ROLLUP_CACHE_DIRNAME } from "../src/rollups/segment-cache.js";
-import { segmentNames, tempDir } from "./helpers.js";
+} from "../../src/index.js";
+import { describeTelemetryInput } from "../../src/reader/reader.js";
+import { rebuildTelemetryRollups } from "../../src/rollups/full-rebuild.js";
+import { clearRollupSegmentMemory, ROLLUP_CACHE_DIRNAME } from "../../src/rollups/segment-cache.js";
+import { segmentNames, tempDir } from "../helpers.js";
 
 const SECOND = 1_000_000_000n;
 

@@ -2,13 +2,13 @@ import { readFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { type JsonObject, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { BASE_NS, sampleRecord } from "../scripts/sample-records.js";
-import { buildTelemetryRollups, type RollupCoverage, TelemetrySink } from "../src/index.js";
-import { readManifestSync } from "../src/manifest.js";
-import { rollupCoverageFromManifest } from "../src/rollups/payload.js";
-import { tempDir } from "./helpers.js";
+import { BASE_NS, sampleRecord } from "../../scripts/sample-records.js";
+import { readManifestSync } from "../../src/directory/manifest.js";
+import { buildTelemetryRollups, type RollupCoverage, TelemetrySink } from "../../src/index.js";
+import { rollupCoverageFromManifest } from "../../src/rollups/payload.js";
+import { tempDir } from "../helpers.js";
 
-const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden/python-sink");
+const FIXTURES = join(import.meta.dirname, "../../../../fixtures/golden/python-sink");
 
 /** Paths differ by machine: keep file names only. The generation time differs by nature. */
 function comparable(value: JsonValue): JsonValue {

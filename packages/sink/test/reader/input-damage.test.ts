@@ -1,16 +1,16 @@
 import { readdirSync, readFileSync, truncateSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { sampleRecord } from "../scripts/sample-records.js";
+import { sampleRecord } from "../../scripts/sample-records.js";
+import { parseManifest } from "../../src/directory/manifest.js";
 import {
   readOOMDumpSync,
   summarizeTelemetrySessions,
   TelemetrySink,
   TelemetrySourceError,
-} from "../src/index.js";
-import { resolveTelemetryInputSync } from "../src/input.js";
-import { parseManifest } from "../src/manifest.js";
-import { quiet, segmentNames, tempDir } from "./helpers.js";
+} from "../../src/index.js";
+import { resolveTelemetryInputSync } from "../../src/reader/input.js";
+import { quiet, segmentNames, tempDir } from "../helpers.js";
 
 /** A sink directory written by the sink, one closed session of `count` samples in one segment. */
 async function writtenSink(count: number): Promise<{ dir: string; segment: string; sessionId: string }> {

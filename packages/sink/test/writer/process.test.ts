@@ -4,10 +4,10 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseJson } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { loadTelemetrySessions, summarizeTelemetrySessions, TelemetrySink } from "../src/index.js";
-import { parseManifest, readManifestSync } from "../src/manifest.js";
-import { exited, start, waitFor } from "./children.js";
-import { quiet, tempDir } from "./helpers.js";
+import { parseManifest, readManifestSync } from "../../src/directory/manifest.js";
+import { loadTelemetrySessions, summarizeTelemetrySessions, TelemetrySink } from "../../src/index.js";
+import { exited, start, waitFor } from "../children.js";
+import { quiet, tempDir } from "../helpers.js";
 
 /** Crash runs in CI; set STORMLOG_CRASH_RUNS for more when run by hand. */
 const CRASH_RUNS = Number(process.env.STORMLOG_CRASH_RUNS ?? 20);

@@ -2,20 +2,20 @@ import { closeSync, promises as fsPromises, fsyncSync, openSync } from "node:fs"
 import { join } from "node:path";
 import { type Clock, type JsonObject, stringifyJson } from "@stormlog/core";
 import { nodeCrypto } from "@stormlog/core/internal";
-import type { ReadOptions } from "./reader.js";
-import { buildRollupsIncrementally, type SegmentTallySource } from "./rollups/incremental.js";
-import { ROLLUP_FILENAME, type RollupCoverage } from "./rollups/payload.js";
-import type { RollupSegmentCacheMode } from "./rollups/segment-cache.js";
+import type { ReadOptions } from "../reader/reader.js";
+import { buildRollupsIncrementally, type SegmentTallySource } from "./incremental.js";
+import { ROLLUP_FILENAME, type RollupCoverage } from "./payload.js";
+import type { RollupSegmentCacheMode } from "./segment-cache.js";
 
-export type { SegmentTallySource } from "./rollups/incremental.js";
+export type { SegmentTallySource } from "./incremental.js";
 export {
   ROLLUP_FILENAME,
   ROLLUP_FORMAT,
   ROLLUP_SCHEMA_VERSION,
   type RollupCoverage,
   rollupCoverageFromManifest,
-} from "./rollups/payload.js";
-export { ROLLUP_CACHE_DIRNAME, type RollupSegmentCacheMode } from "./rollups/segment-cache.js";
+} from "./payload.js";
+export { ROLLUP_CACHE_DIRNAME, type RollupSegmentCacheMode } from "./segment-cache.js";
 
 /** Options of `buildTelemetryRollups`. */
 export interface RollupOptions extends ReadOptions {

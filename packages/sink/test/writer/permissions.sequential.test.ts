@@ -5,11 +5,11 @@ import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { loadTelemetrySessions, type SinkDiagnostics } from "../src/index.js";
-import type { SinkSessionLoss } from "../src/manifest.js";
-import { bundleForAnotherUser } from "./bundle-child.js";
+import type { SinkSessionLoss } from "../../src/directory/manifest.js";
+import { loadTelemetrySessions, type SinkDiagnostics } from "../../src/index.js";
+import { bundleForAnotherUser } from "../bundle-child.js";
 
-const SCRIPT = join(import.meta.dirname, "../scripts/read-only-directory.ts");
+const SCRIPT = join(import.meta.dirname, "../../scripts/read-only-directory.ts");
 const NOBODY = 65534;
 
 interface ChildReport {

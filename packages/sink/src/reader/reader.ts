@@ -15,7 +15,7 @@ import {
   readJsonlLines,
   stableLegacySessionId,
 } from "@stormlog/core/internal";
-import { SessionNotFoundError, TelemetryInputAccessError, TelemetrySourceError } from "./errors.js";
+import { SessionNotFoundError, TelemetryInputAccessError, TelemetrySourceError } from "../errors.js";
 import {
   decodeTelemetryEventLine,
   type ResolvedTelemetryInput,

@@ -4,16 +4,16 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { type JsonObject, parseJson } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
+import { parseManifest } from "../../src/directory/manifest.js";
 import {
   iterateTelemetryEvents,
   loadTelemetryEvents,
   loadTelemetrySessions,
   summarizeTelemetrySessions,
-} from "../src/index.js";
-import { serializeManifest } from "../src/internal.js";
-import { parseManifest } from "../src/manifest.js";
+} from "../../src/index.js";
+import { serializeManifest } from "../../src/internal.js";
 
-const ROOT = join(import.meta.dirname, "../../../fixtures/golden/python-sink");
+const ROOT = join(import.meta.dirname, "../../../../fixtures/golden/python-sink");
 const CASES = readdirSync(ROOT).sort();
 
 interface ExpectedSession {

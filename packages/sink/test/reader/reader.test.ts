@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { encodeTelemetryRecord, JsonlDecodeError, stringifyJson } from "@stormlog/core";
 import { stableLegacySessionId } from "@stormlog/core/internal";
 import { describe, expect, it } from "vitest";
-import { sampleRecord } from "../scripts/sample-records.js";
+import { sampleRecord } from "../../scripts/sample-records.js";
 import {
   iterateTelemetryEvents,
   loadTelemetryEvents,
@@ -14,12 +14,12 @@ import {
   summarizeTelemetrySessions,
   TelemetrySink,
   TelemetrySourceError,
-} from "../src/index.js";
-import { resolveTelemetryInput } from "../src/internal.js";
-import { describeTelemetryInput } from "../src/reader.js";
-import { quiet, tempDir } from "./helpers.js";
+} from "../../src/index.js";
+import { resolveTelemetryInput } from "../../src/internal.js";
+import { describeTelemetryInput } from "../../src/reader/reader.js";
+import { quiet, tempDir } from "../helpers.js";
 
-const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden/python-sink");
+const FIXTURES = join(import.meta.dirname, "../../../../fixtures/golden/python-sink");
 
 function jsonl(records: object[]): string {
   return records.map((record) => `${encodeTelemetryRecord(record as never)}\n`).join("");

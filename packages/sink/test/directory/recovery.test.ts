@@ -2,13 +2,13 @@ import { appendFileSync, cpSync, readFileSync, statSync, writeFileSync } from "n
 import { join } from "node:path";
 import { encodeTelemetryRecord } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { sampleRecord } from "../scripts/sample-records.js";
-import { loadTelemetrySessions, TelemetrySink } from "../src/index.js";
-import { serializeManifest } from "../src/internal.js";
-import { readManifestSync } from "../src/manifest.js";
-import { fileLines, quiet, segmentNames, tempDir } from "./helpers.js";
+import { sampleRecord } from "../../scripts/sample-records.js";
+import { readManifestSync } from "../../src/directory/manifest.js";
+import { loadTelemetrySessions, TelemetrySink } from "../../src/index.js";
+import { serializeManifest } from "../../src/internal.js";
+import { fileLines, quiet, segmentNames, tempDir } from "../helpers.js";
 
-const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden/python-sink");
+const FIXTURES = join(import.meta.dirname, "../../../../fixtures/golden/python-sink");
 
 function lines(sessionId: string, from: number, count: number): string {
   return Array.from(

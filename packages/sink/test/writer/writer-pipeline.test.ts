@@ -6,10 +6,10 @@ import { join } from "node:path";
 import { encodeTelemetryRecord, type JsonObject, type TelemetryRecordV3 } from "@stormlog/core";
 import { markFloat } from "@stormlog/core/internal";
 import { describe, expect, it } from "vitest";
-import { sampleRecord } from "../scripts/sample-records.js";
-import { TelemetrySink } from "../src/index.js";
-import { readManifestSync } from "../src/manifest.js";
-import { fileLines, memoryLogger, quiet, segmentNames, tempDir } from "./helpers.js";
+import { sampleRecord } from "../../scripts/sample-records.js";
+import { readManifestSync } from "../../src/directory/manifest.js";
+import { TelemetrySink } from "../../src/index.js";
+import { fileLines, memoryLogger, quiet, segmentNames, tempDir } from "../helpers.js";
 
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 

@@ -14,23 +14,23 @@ import {
   TelemetryValidationError,
 } from "@stormlog/core";
 import { stableLegacySessionId } from "@stormlog/core/internal";
-import {
-  fileSystemErrorCode,
-  readingInput,
-  TelemetryInputAccessError,
-  TelemetrySourceError,
-} from "./errors.js";
-import { discoverSinkDirectoriesSync } from "./layout.js";
-import { linkInsideInput } from "./links.js";
+import { discoverSinkDirectoriesSync } from "../directory/layout.js";
 import {
   isSegmentFilename,
   MANIFEST_FILENAME,
   readManifestSync,
   SEGMENT_SUFFIX,
   type SinkManifest,
-} from "./manifest.js";
+} from "../directory/manifest.js";
+import { settleAbandonedSessions } from "../directory/writer-lock.js";
+import {
+  fileSystemErrorCode,
+  readingInput,
+  TelemetryInputAccessError,
+  TelemetrySourceError,
+} from "../errors.js";
+import { linkInsideInput } from "./links.js";
 import { describeOOMDump, OOM_DUMP_PREFIX, type OOMDumpInfo, readOOMDumpSync } from "./oom-dump.js";
-import { settleAbandonedSessions } from "./writer-lock.js";
 
 /** What a path holds, for the loaders. */
 export type TelemetryInputKind = "sink" | "sink-root" | "jsonl" | "json";

@@ -8,8 +8,8 @@ import { readdirSync, readFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { type JsonObject, type JsonValue, parseJson } from "@stormlog/core";
 import { inputText } from "@stormlog/core/internal";
-import { fileSystemErrorCode, TelemetryInputAccessError } from "./errors.js";
-import { isSegmentFilename, MANIFEST_FILENAME } from "./manifest.js";
+import { isSegmentFilename, MANIFEST_FILENAME } from "../directory/manifest.js";
+import { fileSystemErrorCode, TelemetryInputAccessError } from "../errors.js";
 
 /** Prefix of the dump folders' names. */
 export const OOM_DUMP_PREFIX = "oom_dump_";

@@ -7,10 +7,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Clock, Scheduler, TimerHandle } from "@stormlog/core";
 import { afterEach, describe, expect, it } from "vitest";
-import { sampleRecord } from "../scripts/sample-records.js";
-import { TelemetrySink } from "../src/index.js";
-import { readManifestSync } from "../src/manifest.js";
-import { memoryLogger, quiet } from "./helpers.js";
+import { sampleRecord } from "../../scripts/sample-records.js";
+import { readManifestSync } from "../../src/directory/manifest.js";
+import { TelemetrySink } from "../../src/index.js";
+import { memoryLogger, quiet } from "../helpers.js";
 
 const mounted: string[] = [];
 
