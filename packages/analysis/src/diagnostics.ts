@@ -44,6 +44,7 @@ import {
   exactAt,
   type MergedRank,
   mergeRankSeries,
+  originAt,
   planDataset,
   type RankSeries,
   sampleTimeAsNumber,
@@ -402,7 +403,8 @@ function datasetOfEvents(source: string, events: readonly TelemetryEvent[]): Dat
  * `0 .. max(world_size) - 1`; each present rank gets its deltas, hidden gap and first anomaly; the
  * indicators name the earliest and the most severe anomaly (critical > warning > info, then time).
  * The events become the dataset the diagnostics read (as `diagnoseTelemetry` reads a sink's); a
- * phase resolver sees each record's time, session, rank, type and phase attribution hints.
+ * phase resolver sees each record's time, session, rank, type and phase attribution hints. A rank
+ * whose records span more than 2^53 ns throws `TimeRangeError`, as `analyzeEvents` does.
  */
 export function buildDistributedDiagnostics(
   events: readonly TelemetryEvent[],
@@ -914,14 +916,16 @@ function rankFromColumns(
   const { rank, parts, count: n, allocated } = merged;
   const { count: m, used, reserved, total } = readings;
   const sessionOf = (part: number): string => parts[part]!.sessionId;
+  // Sample `i`'s series (its session) and its index there.
+  const seriesOf = (i: number): RankSeries => parts[merged.samplePart?.[i] ?? 0]!;
+  const indexIn = (i: number): number => merged.sampleIndex?.[i] ?? i;
   // Sample `i` as its session's record (time, session, identity, phase attribution hints).
-  const record = (i: number): TelemetryEvent =>
-    sampleRecord(parts[merged.samplePart?.[i] ?? 0]!, merged.sampleIndex?.[i] ?? i);
+  const record = (i: number): TelemetryEvent => sampleRecord(seriesOf(i), indexIn(i));
   const phaseOf = (event: PhaseEventLike): string | null =>
     resolver === null ? null : summarizePhaseAttribution(resolver.resolveForEvent(event));
   const anyExact = parts.some((series) => series.exact !== null);
   const exactOf = (i: number): ExactCounters | undefined =>
-    anyExact ? exactAt(parts[merged.samplePart?.[i] ?? 0]!, merged.sampleIndex?.[i] ?? i) : undefined;
+    anyExact ? exactAt(seriesOf(i), indexIn(i)) : undefined;
   // The exact counters of reading `i` that is sample `sample` (boundary readings have none).
   const exactOfReading = (i: number, sample: number): ExactCounters | undefined =>
     (readings.boundary?.[i] ?? -1) < 0 ? exactOf(sample) : undefined;
@@ -976,7 +980,13 @@ function rankFromColumns(
     // A sample with its phase hints; a boundary reading by its time alone.
     const phase =
       boundary < 0
-        ? phaseOf(record(sample))
+        ? phaseOf({
+            session_id: seriesOf(sample).sessionId,
+            timestamp_ns: timestampNs,
+            rank,
+            event_type: "sample",
+            metadata: originAt(seriesOf(sample), indexIn(sample)) ?? {},
+          })
         : phaseOf({
             session_id: sessionOf(merged.boundaryPart?.[boundary] ?? 0),
             timestamp_ns: timestampNs,
