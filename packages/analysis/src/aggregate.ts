@@ -26,6 +26,7 @@ import {
   STRIP_LOWER_SAMPLE,
   sampleRules,
   sessionEventLikeOf,
+  setJsonMember,
 } from "@stormlog/core/internal";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import { TimeRangeError } from "./errors.js";
@@ -88,6 +89,8 @@ export interface BoundaryEntry {
   readonly tensors: number;
   /** `device_total_bytes` on the boundary record, NaN when null. */
   readonly total: number;
+  /** `device_id` of the record: the device whose counter tracks a boundary reading feeds (the Perfetto export). */
+  readonly deviceId: number;
   /**
    * `metadata.phase_counters === "boundary_read"`: the counters were read at the boundary itself.
    * Otherwise (`"last_sample"`, or absent as the Python Stormlog writes) they repeat the last sample.
@@ -127,6 +130,50 @@ export interface HealthEntry {
   readonly error: string | null;
   /** `metadata.collector_health_status`, when a string. */
   readonly status: string | null;
+}
+
+/**
+ * Records that the Perfetto export shows as instants on their rank's timeline: alerts, lifecycle
+ * records and collector-health transitions (`INSTANT_EVENT_TYPES`). Rare, so kept whole.
+ */
+export interface InstantEntry {
+  readonly timestampNs: bigint;
+  /** Line within its segment (storage order, which decides ties in time). */
+  readonly line: number;
+  readonly eventType: string;
+  readonly context: string | null;
+  /**
+   * The record's metadata without `memory_capabilities` and `phase_scope` (bulky, and shown
+   * elsewhere), float marks kept: its phase attribution hints resolve as the record's own.
+   */
+  readonly metadata: JsonObject;
+}
+
+/** Event types kept as `InstantEntry`s. */
+export const INSTANT_EVENT_TYPES: ReadonlySet<string> = new Set([
+  "warning",
+  "critical",
+  "error",
+  "start",
+  "stop",
+  "cleanup",
+  "collector_degraded",
+  "collector_recovered",
+]);
+
+/** Metadata keys an `InstantEntry` leaves out. */
+const INSTANT_DROPPED_KEYS: ReadonlySet<string> = new Set(["memory_capabilities", "phase_scope"]);
+
+/** A record's metadata as an `InstantEntry` keeps it (a copy; float marks of its own keys copied too). */
+export function instantMetadataOf(metadata: JsonObject): JsonObject {
+  const out: JsonObject = {};
+  const floats = (metadata as { [FLOAT_KEYS]?: ReadonlySet<string | number> })[FLOAT_KEYS];
+  for (const key of Object.keys(metadata)) {
+    if (INSTANT_DROPPED_KEYS.has(key)) continue;
+    setJsonMember(out, key, metadata[key] as JsonValue);
+    if (floats?.has(key) === true) markFloat(out, key);
+  }
+  return out;
 }
 
 /** Growable sample columns (NaN marks null counters and absent tensor counts). */
@@ -277,6 +324,14 @@ export class RankPart {
   readonly births: BirthEntry[] = [];
   readonly alerts: AlertEntry[] = [];
   readonly health: HealthEntry[] = [];
+  /** Records shown as instants (alerts, lifecycle, collector health), in storage order. */
+  readonly instants: InstantEntry[] = [];
+  /** Hosts of the rank's events, in the order first seen (one, nearly always). */
+  readonly hosts: string[] = [];
+  private lastHost: string | null = null;
+  /** The earliest event with a `job_id` (first seen on ties): its job id and line, and its offset. */
+  job: { readonly jobId: string; readonly line: number } | null = null;
+  jobT = 0;
   /** Samples whose device used memory is null (schema v4), of any sample rule. */
   samplesWithoutUsed = 0;
   /** Largest positive `world_size` over every event (0: none), and whether several were seen. */
@@ -379,6 +434,20 @@ export class RankPart {
     if (this.first === null || t < this.firstT) wanted |= 1;
     if (isStop && (this.lastStop === null || t >= this.lastStopT)) wanted |= 2;
     return wanted;
+  }
+
+  /** Notes an event's host (a list search only when it differs from the last one). */
+  host(host: string): void {
+    if (host === this.lastHost) return;
+    this.lastHost = host;
+    if (!this.hosts.includes(host)) this.hosts.push(host);
+  }
+
+  /** Notes an event's `job_id` at offset `t` (the trace names the earliest one's job). */
+  jobSeen(jobId: string | null, t: number, line: number): void {
+    if (jobId === null || (this.job !== null && t >= this.jobT)) return;
+    this.job = { jobId, line };
+    this.jobT = t;
   }
 
   /** Notes an event's `world_size`. */
@@ -632,6 +701,8 @@ export class Accumulator {
     const t = part.offsetOf(fields.tsHead, fields.tsTail);
     const wanted = part.touch(t, eventType === "stop");
     part.worldSize(fields.worldSize);
+    part.host(fields.host);
+    part.jobSeen(fields.jobId, t, line);
     if (wanted !== 0) {
       part.record(wanted, t, line, {
         timestamp_ns: fields.timestampNs(),
@@ -694,6 +765,7 @@ export class Accumulator {
       used: fields.used,
       tensors: fields.tensors,
       total: fields.total,
+      deviceId: fields.deviceId,
       boundaryRead: fields.boundaryRead,
     });
   }
@@ -713,6 +785,8 @@ export class Accumulator {
     const t = part.offsetOfBigInt(ts);
     const wanted = part.touch(t, eventType === "stop");
     part.worldSize(event.world_size);
+    part.host(event.host);
+    part.jobSeen(event.job_id, t, line);
     if (wanted !== 0) part.record(wanted, t, line, sessionEventLikeOf(event));
     const allocated = nullable(event.allocator_allocated_bytes);
     const reserved = nullable(event.allocator_reserved_bytes);
@@ -769,6 +843,7 @@ export class Accumulator {
           used,
           tensors: tensorsOf(event.metadata),
           total: nullable(event.device_total_bytes),
+          deviceId: event.device_id,
           boundaryRead: event.metadata.phase_counters === BOUNDARY_READ,
         });
       }
@@ -793,6 +868,14 @@ export class Accumulator {
         status: metadataString(event.metadata, "collector_health_status"),
       });
     }
+    if (INSTANT_EVENT_TYPES.has(eventType))
+      part.instants.push({
+        timestampNs: ts,
+        line,
+        eventType,
+        context: event.context,
+        metadata: instantMetadataOf(event.metadata),
+      });
   }
 
   warn(message: string, sessionId: string | null): void {

@@ -13,6 +13,7 @@ import type {
   BoundaryEntry,
   CounterPeak,
   HealthEntry,
+  InstantEntry,
   RankPart,
   SampleIdentity,
   SegmentAggregate,
@@ -78,6 +79,23 @@ export interface RankSeries {
   readonly health: readonly HealthEntry[];
   /** Samples' live tensors by birth phase (tfjs attribution), in storage order. */
   readonly births: readonly BirthEntry[];
+  /** Records shown as instants (alerts, lifecycle, collector health), in storage order. */
+  readonly instants: readonly InstantEntry[];
+  /** Storage order of each instant (as `order`). */
+  readonly instantOrder: Float64Array;
+  /** Hosts of the rank's events, that of its earliest event first (ties: storage order). */
+  readonly hosts: readonly string[];
+  /** Storage order of the earliest event (NaN without events), which decides ties with other series. */
+  readonly firstOrder: number;
+  /** The earliest event with a `job_id` (ties: storage order), null when none has one. */
+  readonly job: SeriesJob | null;
+}
+
+/** The earliest event of a series with a `job_id`: the job id, when, and its storage order. */
+export interface SeriesJob {
+  readonly jobId: string;
+  readonly timestampNs: bigint;
+  readonly order: number;
 }
 
 /** Where one session's rank lies: the ordinals of the segments holding parts of it. */
@@ -333,7 +351,47 @@ function single(
     alertOrder: Float64Array.from(part.alerts, (alert) => orderBase + alert.line),
     health: part.health,
     births: part.births,
+    instants: part.instants,
+    instantOrder: Float64Array.from(part.instants, (instant) => orderBase + instant.line),
+    hosts: hostsOf([{ ordinal, part }]),
+    firstOrder: part.first === null ? Number.NaN : orderBase + part.first.line,
+    job: jobOf([{ ordinal, part }]),
   });
+}
+
+/** The hosts of a rank's parts: that of the earliest event (ties: storage order) first. */
+function hostsOf(parts: readonly { ordinal: number; part: RankPart }[]): string[] {
+  let first: { ts: bigint; order: number; host: string } | null = null;
+  const hosts = new Set<string>();
+  for (const { ordinal, part } of parts) {
+    for (const host of part.hosts) hosts.add(host);
+    const evidence = part.first;
+    if (evidence === null) continue;
+    const ts = evidence.evidence.timestamp_ns;
+    const order = ordinal * ORDER_SEGMENT_SCALE + evidence.line;
+    if (first === null || ts < first.ts || (ts === first.ts && order < first.order))
+      first = { ts, order, host: evidence.evidence.host };
+  }
+  if (first === null) return [...hosts];
+  hosts.delete(first.host);
+  return [first.host, ...hosts];
+}
+
+/** The earliest event with a job id over a rank's parts (ties: storage order). */
+function jobOf(parts: readonly { ordinal: number; part: RankPart }[]): SeriesJob | null {
+  let best: SeriesJob | null = null;
+  for (const { ordinal, part } of parts) {
+    if (part.job === null) continue;
+    const timestampNs = part.timestampOf(part.jobT);
+    const order = ordinal * ORDER_SEGMENT_SCALE + part.job.line;
+    if (
+      best === null ||
+      timestampNs < best.timestampNs ||
+      (timestampNs === best.timestampNs && order < best.order)
+    )
+      best = { jobId: part.job.jobId, timestampNs, order };
+  }
+  return best;
 }
 
 function combine(
@@ -371,6 +429,10 @@ function combine(
   const alertOrders: number[] = [];
   const health: HealthEntry[] = [];
   const births: BirthEntry[] = [];
+  const instants: InstantEntry[] = [];
+  const instantOrders: number[] = [];
+  let firstOrder = Number.NaN;
+  let firstTs: bigint | null = null;
   const peaks: [CounterPeak | null, CounterPeak | null, CounterPeak | null] = [null, null, null];
   let eventCount = 0;
   let samplesWithoutUsed = 0;
@@ -430,6 +492,19 @@ function combine(
     }
     for (const entry of part.health) health.push(entry);
     for (const entry of part.births) births.push(entry);
+    for (const instant of part.instants) {
+      instants.push(instant);
+      instantOrders.push(orderBase + instant.line);
+    }
+    const first = part.first;
+    if (first !== null) {
+      const ts = first.evidence.timestamp_ns;
+      const order = orderBase + first.line;
+      if (firstTs === null || ts < firstTs || (ts === firstTs && order < firstOrder)) {
+        firstTs = ts;
+        firstOrder = order;
+      }
+    }
     part.peaks.forEach((peak, i) => {
       const current = peaks[i] ?? null;
       if (peak !== null && (current === null || peak.value > current.value)) peaks[i] = { ...peak };
@@ -467,6 +542,11 @@ function combine(
     alertOrder: Float64Array.from(alertOrders),
     health,
     births,
+    instants,
+    instantOrder: Float64Array.from(instantOrders),
+    hosts: hostsOf(parts),
+    firstOrder,
+    job: jobOf(parts),
   });
 }
 

@@ -1,11 +1,12 @@
 /**
- * The pieces of the Perfetto export shared by the in-memory builder (`export-perfetto.ts`) and the
- * streaming writer (`export-stream.ts`): process and lane bookkeeping, counter tracks, and how a
- * record, a phase span or an analysis finding becomes a trace event. Internal to the package.
+ * The pieces of the Perfetto export (`export-perfetto.ts`): process and lane bookkeeping, counter
+ * tracks, and how an instant record, a phase span or an analysis finding becomes a trace event.
+ * Internal to the package.
  */
-import { type JsonObject, type JsonValue, stringifyJson, type TelemetryEvent } from "@stormlog/core";
+import { type JsonObject, type JsonValue, stringifyJson } from "@stormlog/core";
 import { pythonJsonString, setJsonMember } from "@stormlog/core/internal";
 import { type PhaseResolver, type PhaseSpan, summarizePhaseAttribution } from "@stormlog/phases";
+import type { InstantEntry } from "./aggregate.js";
 import type { FirstCauseSuspect } from "./cross-rank.js";
 import { summarizePhaseAttributionPayload } from "./diagnostics.js";
 import type { GapFinding } from "./gap.js";
@@ -48,7 +49,10 @@ function shorten(text: string): string {
   return text.length <= MAX_NAME ? text : `${text.slice(0, MAX_NAME - 1)}…`;
 }
 
-/** Metadata worth showing on an instant: everything but the bulky capability and phase blocks. */
+/**
+ * Metadata worth showing on an instant: everything but the bulky capability and phase blocks. A
+ * copy without the float marks of its own keys (an integral float shows as an integer).
+ */
 function instantMetadata(metadata: JsonObject): JsonObject {
   const out: JsonObject = {};
   for (const key of Object.keys(metadata)) {
@@ -127,30 +131,46 @@ export function counterEvent(
   return { name: track.name, ph: "C", pid, ts, args: { bytes: value } };
 }
 
-/** The instant of an alert, lifecycle or collector record; null for other records. */
+/**
+ * The instant of an alert, lifecycle or collector record of a session's rank (null for another
+ * type); `resolver` attributes it to a phase as the record itself (its metadata's hints included).
+ */
 export function recordInstant(
-  event: TelemetryEvent,
+  entry: InstantEntry,
+  sessionId: string,
+  rank: number,
   pid: number,
   ts: number,
-  resolver: PhaseResolver,
+  resolver: PhaseResolver | null,
 ): TraceEvent | null {
-  const category = INSTANT_CATEGORIES[event.event_type];
+  const category = INSTANT_CATEGORIES[entry.eventType];
   if (category === undefined) return null;
-  const oomReason = event.metadata.oom_reason;
+  const oomReason = entry.metadata.oom_reason;
   const name =
-    event.event_type === "error" && typeof oomReason === "string"
+    entry.eventType === "error" && typeof oomReason === "string"
       ? `OOM: ${oomReason}`
-      : category === "alert" && event.context
-        ? `${event.event_type}: ${event.context}`
-        : event.event_type;
+      : category === "alert" && entry.context
+        ? `${entry.eventType}: ${entry.context}`
+        : entry.eventType;
   const args: JsonObject = {
-    timestamp_ns: event.timestamp_ns.toString(),
-    event_type: event.event_type,
-    context: event.context,
+    timestamp_ns: entry.timestampNs.toString(),
+    event_type: entry.eventType,
+    context: entry.context,
   };
-  const phase = summarizePhaseAttribution(resolver.resolveForEvent(event));
+  const phase =
+    resolver === null
+      ? null
+      : summarizePhaseAttribution(
+          resolver.resolveForEvent({
+            session_id: sessionId,
+            timestamp_ns: entry.timestampNs,
+            rank,
+            event_type: entry.eventType,
+            metadata: entry.metadata,
+          }),
+        );
   if (phase !== null) args.phase = phase;
-  const metadata = instantMetadata(event.metadata);
+  const metadata = instantMetadata(entry.metadata);
   if (Object.keys(metadata).length > 0) args.metadata = metadata;
   return { name: shorten(name), ph: "i", s: "p", pid, tid: 1, ts, cat: category, args };
 }

@@ -46,7 +46,7 @@ export const INDEX_DIRNAME = ".stormlog-index";
 /** `format` of the catalog. */
 export const INDEX_FORMAT = "stormlog.analysis_index";
 /** Bumped whenever what an aggregate or a stored report holds, or how it is computed, changes. */
-export const INDEX_VERSION = 10;
+export const INDEX_VERSION = 11;
 /** Environment variable naming the cache directory for indexes. */
 export const CACHE_DIR_ENV = "STORMLOG_CACHE_DIR";
 /**

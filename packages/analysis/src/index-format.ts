@@ -16,6 +16,7 @@ import {
   type CounterPeak,
   DETAIL_CAP,
   type HealthEntry,
+  type InstantEntry,
   type LinedEvidence,
   RankPart,
   type SampleIdentity,
@@ -81,6 +82,12 @@ interface RankHeader {
   exact?: [number, string, string][];
   /** `[sample line, its phase attribution hints as exact JSON]`; absent when none. */
   origins?: [number, string][];
+  /** Hosts of the rank's events in the order first seen; absent when one (the first event's). */
+  hosts?: string[];
+  /** `[job id, offset, line]` of the earliest event with a `job_id`; absent when none has one. */
+  job?: [string, number, number];
+  /** Records shown as instants (`InstantRow`s); absent when none. */
+  instants?: Chunks;
   /** Byte offset of the rank's columns in the data area. */
   offset: number;
   /** Boundaries (`BoundaryRow`s). */
@@ -97,14 +104,16 @@ interface RankHeader {
 
 /**
  * [ts, type (0 enter, 1 exit), line, allocated, reserved, used, tensors, scope, exact, total,
- * boundary read (0/1)]: scope is plain JSON, or an exact JSON string when `exact` is 1.
+ * boundary read (0/1), device id]: scope is plain JSON, or an exact JSON string when `exact` is 1.
  */
-type BoundaryRow = [string, number, number, Num, Num, Num, Num, JsonValue, number, Num, number];
+type BoundaryRow = [string, number, number, Num, Num, Num, Num, JsonValue, number, Num, number, number];
 /** [ts, the sample's `tfjs_live_by_phase` as JSON text]. */
 type BirthRow = [string, string];
 /** [ts, type, context, oom reason, used, allocated, origin hints as exact JSON or null, line]. */
 type AlertRow = [string, string, string | null, string | null, Num, Num, string | null, number];
 type HealthRow = [string, string, string, string | null, string | null, string | null];
+/** [ts, type, context, metadata as exact JSON, line]. */
+type InstantRow = [string, string, string | null, string, number];
 
 interface SessionHeader {
   sessionId: string;
@@ -142,6 +151,7 @@ class Boundary implements BoundaryEntry {
     readonly tensors: number,
     readonly total: number,
     readonly boundaryRead: boolean,
+    readonly deviceId: number,
   ) {}
 }
 
@@ -265,6 +275,22 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
                 stringifyJson(origin),
               ]),
             }),
+        ...(part.hosts.length > 1 ? { hosts: part.hosts } : {}),
+        ...(part.job === null ? {} : { job: [part.job.jobId, part.jobT, part.job.line] }),
+        ...(part.instants.length === 0
+          ? {}
+          : {
+              instants: rows(
+                part.instants.slice(0, DETAIL_CAP),
+                (i): InstantRow => [
+                  i.timestampNs.toString(),
+                  i.eventType,
+                  i.context,
+                  stringifyJson(i.metadata),
+                  i.line,
+                ],
+              ),
+            }),
         offset,
         boundaries: rows(part.boundaries, (b): string => {
           // A `BoundaryRow`. The scope's text as the scan read it (exact: it parsed it with
@@ -277,7 +303,7 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
             exact = plain ? 0 : 1;
           }
           const type = b.eventType === "phase_enter" ? 0 : 1;
-          return `["${b.timestampNs}",${type},${b.line},${numJson(b.allocated)},${numJson(b.reserved)},${numJson(b.used)},${numJson(b.tensors)},${scope},${exact},${numJson(b.total)},${b.boundaryRead ? 1 : 0}]`;
+          return `["${b.timestampNs}",${type},${b.line},${numJson(b.allocated)},${numJson(b.reserved)},${numJson(b.used)},${numJson(b.tensors)},${scope},${exact},${numJson(b.total)},${b.boundaryRead ? 1 : 0},${b.deviceId}]`;
         }),
         births: rows(part.births, (b): BirthRow => [b.timestampNs.toString(), b.json]),
         // The index keeps at most DETAIL_CAP of each; the loader scans a part cut so again.
@@ -297,7 +323,12 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
         extra: [
           part.worldSizeMax,
           part.worldSizeMixed ? 1 : 0,
-          part.detailsCut || part.alerts.length > DETAIL_CAP || part.health.length > DETAIL_CAP ? 1 : 0,
+          part.detailsCut ||
+          part.alerts.length > DETAIL_CAP ||
+          part.health.length > DETAIL_CAP ||
+          part.instants.length > DETAIL_CAP
+            ? 1
+            : 0,
         ],
         health: rows(
           part.health.slice(0, DETAIL_CAP),
@@ -458,7 +489,20 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
         for (const [i, bits] of r.rules) if (i >= 0 && i < n) samples.rules[i] = bits;
       }
       const boundariesRead = eachRow<BoundaryRow>(r.boundaries, (row) => {
-        const [t, type, line, allocated, reserved, used, tensors, scope, exact, total, boundaryRead] = row;
+        const [
+          t,
+          type,
+          line,
+          allocated,
+          reserved,
+          used,
+          tensors,
+          scope,
+          exact,
+          total,
+          boundaryRead,
+          deviceId,
+        ] = row;
         part.boundaries.push(
           new Boundary(
             BigInt(t),
@@ -471,6 +515,7 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
             unnum(tensors),
             unnum(total),
             boundaryRead === 1,
+            deviceId,
           ),
         );
       });
@@ -504,7 +549,23 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
           status,
         } satisfies HealthEntry);
       });
-      if (!boundariesRead || !birthsRead || !alertsRead || !healthRead) return undefined;
+      if (r.hosts !== undefined) part.hosts.push(...r.hosts);
+      else if (part.first !== null) part.hosts.push(part.first.evidence.host);
+      if (r.job !== undefined) {
+        part.job = { jobId: r.job[0], line: r.job[2] };
+        part.jobT = r.job[1];
+      }
+      const instantsRead = eachRow<InstantRow>(r.instants ?? [], (row) => {
+        const [t, eventType, context, metadata, line] = row;
+        part.instants.push({
+          timestampNs: BigInt(t),
+          line,
+          eventType,
+          context,
+          metadata: parseJson(metadata) as JsonObject,
+        } satisfies InstantEntry);
+      });
+      if (!boundariesRead || !birthsRead || !alertsRead || !healthRead || !instantsRead) return undefined;
       session.ranks.set(r.rank, part);
     }
     sessions.set(s.sessionId, session);

@@ -9,7 +9,7 @@ import { sampleRules } from "@stormlog/core/internal";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import { TelemetryInputAccessError } from "@stormlog/sink";
 import { decodeTelemetryEventLine, readingInput, type TelemetryInputSegment } from "@stormlog/sink/internal";
-import { Accumulator, type RankPart, type SegmentAggregate } from "./aggregate.js";
+import { Accumulator, INSTANT_EVENT_TYPES, type RankPart, type SegmentAggregate } from "./aggregate.js";
 import { TimeRangeError } from "./errors.js";
 import { CanonicalLineReader } from "./fast-line.js";
 
@@ -18,14 +18,11 @@ const CHUNK_BYTES = 4 << 20;
 /** Most samples the first rank's columns are sized for (a sink's segments hold at most a few 10,000 events). */
 const MAX_EXPECTED_SAMPLES = 1 << 16;
 
-/** Event types whose details only the general path keeps (alerts, health): rare, decoded in full. */
-const DETAILED_TYPES: ReadonlySet<string> = new Set([
-  "warning",
-  "critical",
-  "error",
-  "collector_degraded",
-  "collector_recovered",
-]);
+/**
+ * Event types whose details only the general path keeps (alerts, health, and the lifecycle records
+ * the Perfetto export shows with their metadata): rare, decoded in full.
+ */
+const DETAILED_TYPES: ReadonlySet<string> = INSTANT_EVENT_TYPES;
 
 const ORIGIN_PREFIX = Buffer.from('"origin_', "latin1");
 

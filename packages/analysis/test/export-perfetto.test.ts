@@ -1,15 +1,38 @@
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { decodeTelemetryJsonl, type JsonObject, parseJson, type TelemetryEvent } from "@stormlog/core";
 import type { PhaseSpan } from "@stormlog/phases";
 import { describe, expect, it } from "vitest";
-import { buildPerfettoTrace, formatPerfettoTrace, type TraceEvent } from "../src/index.js";
+import {
+  buildPerfettoTrace,
+  formatPerfettoTrace,
+  type PerfettoExportOptions,
+  type TraceEvent,
+} from "../src/index.js";
+import { buildPerfettoTraceFromEvents, sameEvents, traceContent } from "./oracles/perfetto-events.js";
+import { perfettoCase } from "./perfetto-cases.js";
 
-const CASE = join(import.meta.dirname, "../../../fixtures/golden/cross-rank/case-11-0013");
+const GOLDEN = join(import.meta.dirname, "../../../fixtures/golden");
+const CASE = join(GOLDEN, "cross-rank/case-11-0013");
+
+function fileEvents(path: string): TelemetryEvent[] {
+  return decodeTelemetryJsonl(readFileSync(path, "utf8")).map((line) => line.record as TelemetryEvent);
+}
 
 function caseEvents(): TelemetryEvent[] {
-  const text = readFileSync(join(CASE, "input.jsonl"), "utf8");
-  return decodeTelemetryJsonl(text).map((line) => line.record as TelemetryEvent);
+  return fileEvents(join(CASE, "input.jsonl"));
+}
+
+/**
+ * Checks `buildPerfettoTrace` against the event oracle: the same trace events (as written, in any
+ * order) and the same `otherData`. Returns how many events the trace has.
+ */
+function expectLikeOracle(events: readonly TelemetryEvent[], options: PerfettoExportOptions = {}): number {
+  const actual = traceContent(formatPerfettoTrace(buildPerfettoTrace(events, options)));
+  const expected = traceContent(formatPerfettoTrace(buildPerfettoTraceFromEvents(events, options)));
+  expect(sameEvents(actual.events, expected.events)).toEqual({ missing: [], extra: [] });
+  expect(actual.tail).toBe(expected.tail);
+  return actual.events.length;
 }
 
 const BASE = 1_700_000_000_000_000_000n;
@@ -200,5 +223,75 @@ describe("Perfetto export", () => {
     ]);
     const lane = trace.traceEvents.find((e) => e.name === "thread_name" && e.tid === 2);
     expect(lane?.args).toEqual({ name: "phases: MainThread" });
+  });
+});
+
+describe("Perfetto export against the event oracle", () => {
+  it("writes the oracle's trace for every golden input", () => {
+    let cases = 0;
+    for (const kind of ["cross-rank", "gap", "leaks"]) {
+      for (const name of readdirSync(join(GOLDEN, kind))) {
+        const events = fileEvents(join(GOLDEN, kind, name, "input.jsonl"));
+        expect(expectLikeOracle(events, { sessionId: name })).toBeGreaterThan(0);
+        cases++;
+      }
+    }
+    expect(cases).toBeGreaterThan(50);
+  });
+
+  it("writes the oracle's trace for generated runs: ranks, sessions, alerts, health, boundary readings", () => {
+    for (const [seed, ranks, layout] of [
+      [1, 1, "group"],
+      [2, 3, "group"],
+      [3, 5, "group"],
+      [4, 1, "shared"],
+      [5, 3, "shared"],
+      [6, 4, "shared"],
+    ] as const) {
+      const events = perfettoCase({ seed, ranks, layout, sessions: 3 });
+      const kinds = new Set(events.map((event) => event.event_type));
+      for (const kind of ["Sample", " Sample ", "\u017fample", "collector_degraded", "cleanup", "start"])
+        expect(kinds.has(kind)).toBe(true);
+      const count = expectLikeOracle(events);
+      expect(count).toBeGreaterThan(50 * ranks);
+      expectLikeOracle(events, { analyses: false, sessionId: `seed ${seed}` });
+      // In any order: ties keep the order given.
+      const rand = Math.sin(seed);
+      const shuffled = [...events].sort((a, b) =>
+        a.rank === b.rank ? 0 : Math.sign(Math.sin(a.rank * 7 + rand) - Math.sin(b.rank * 7 + rand)),
+      );
+      expectLikeOracle(shuffled.reverse());
+    }
+  });
+
+  it("names the job of the earliest record that has one, ties in storage order", () => {
+    const at = (ms: number, jobId: string | null, rank = 0): TelemetryEvent =>
+      sample(ms, { job_id: jobId, rank, event_type: rank === 0 ? "sample" : "warning" });
+    const tied = [at(1, "b", 1), at(1, "a"), at(0, null), at(1, "c", 1), at(2, "d")];
+    expectLikeOracle(tied);
+    expect(buildPerfettoTrace(tied).otherData.job_id).toBe("b");
+    // An empty job id is the earliest one, and names no job.
+    const empty = [at(0, ""), at(1, "x")];
+    expectLikeOracle(empty);
+    expect(buildPerfettoTrace(empty).otherData.job_id).toBeUndefined();
+  });
+
+  it("shows the records the oracle shows: instants with metadata, boundary counters, the analyses", () => {
+    const events = perfettoCase({ seed: 3, ranks: 5, layout: "group" });
+    const trace = buildPerfettoTrace(events);
+    const categories = new Map<string, number>();
+    for (const event of trace.traceEvents)
+      if (event.cat !== undefined) categories.set(event.cat, (categories.get(event.cat) ?? 0) + 1);
+    for (const category of ["phase", "alert", "collector", "lifecycle", "gap", "spike"])
+      expect(categories.get(category) ?? 0).toBeGreaterThan(0);
+    const start = trace.traceEvents.find((event) => event.name === "start")!;
+    expect(start.args?.metadata).toEqual({ sampling: "10ms" });
+    // Device 1 shows only through boundary readings and some samples of ranks 1 and 4; the host's
+    // memory (device -1) of rank 2 is unprefixed.
+    const names = new Set(trace.traceEvents.filter((event) => event.ph === "C").map((event) => event.name));
+    expect(names.has("device 1 allocated")).toBe(true);
+    expect(names.has("allocated")).toBe(true);
+    expect(trace.otherData.job_id).toBe("job-7");
+    expect(formatPerfettoTrace(trace)).toContain('"ratio": 1,');
   });
 });

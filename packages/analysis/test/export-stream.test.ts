@@ -1,8 +1,8 @@
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { encodeTelemetryRecord } from "@stormlog/core";
+import { encodeTelemetryRecord, type TelemetryEvent } from "@stormlog/core";
 import { iterateTelemetryEvents } from "@stormlog/sink";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -10,13 +10,18 @@ import {
   formatPerfettoTrace,
   loadDistributedEvents,
   openSelectedEvents,
+  type StreamPerfettoOptions,
   streamPerfettoTrace,
 } from "../src/index.js";
 import { checkChromeTrace, type ParsedTrace, sliceDepths } from "./export-trace-format.js";
+import { buildPerfettoTraceFromEvents, sameEvents, traceContent } from "./oracles/perfetto-events.js";
+import { perfettoCase } from "./perfetto-cases.js";
+import { BASE_NS, MS, record, writeSink } from "./report-helpers.js";
 
 const ROOT = join(import.meta.dirname, "../../..");
 const GENERATOR = join(ROOT, "bench/generate-multirank.mjs");
-const INTERLEAVED = join(ROOT, "fixtures/golden/cross-rank/case-11-0012/input.jsonl");
+const GOLDEN = join(ROOT, "fixtures/golden");
+const INTERLEAVED = join(GOLDEN, "cross-rank/case-11-0012/input.jsonl");
 
 let dir = "";
 let job = "";
@@ -49,11 +54,50 @@ afterAll(() => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-async function streamed(path: string, sessionId?: string): Promise<string> {
+async function streamed(
+  path: string,
+  sessionId?: string,
+  options: StreamPerfettoOptions = {},
+): Promise<string> {
   let text = "";
-  for await (const chunk of streamPerfettoTrace(path, sessionId === undefined ? {} : { sessionId }))
+  for await (const chunk of streamPerfettoTrace(path, {
+    ...options,
+    ...(sessionId === undefined ? {} : { sessionId }),
+  }))
     text += chunk;
   return text;
+}
+
+/** The event oracle's trace of the selection the sink reader loads. */
+async function oracle(path: string, sessionId?: string): Promise<string> {
+  const { selection, events } = await loadDistributedEvents(
+    path,
+    sessionId === undefined ? {} : { sessionId },
+  );
+  return formatPerfettoTrace(
+    buildPerfettoTraceFromEvents(events, { sessionId: selection.summary?.session_id ?? null }),
+  );
+}
+
+/** Checks a streamed trace against the oracle's: the same events as written, the same `otherData`. */
+async function expectLikeOracle(
+  path: string,
+  sessionId?: string,
+  options: StreamPerfettoOptions = {},
+): Promise<number> {
+  const text = await streamed(path, sessionId, options);
+  expect(checkChromeTrace(text).problems).toEqual([]);
+  const actual = traceContent(text);
+  const expected = traceContent(await oracle(path, sessionId));
+  expect(sameEvents(actual.events, expected.events)).toEqual({ missing: [], extra: [] });
+  expect(actual.tail).toBe(expected.tail);
+  return actual.events.length;
+}
+
+/** Lines in a fixed pseudo-random order: storage order is not time order. */
+function shuffled<T>(items: readonly T[], seed: number): T[] {
+  const keyed = items.map((item, i) => ({ item, key: Math.sin(i * 12.9898 + seed) * 43758.5453 }));
+  return keyed.sort((a, b) => (a.key % 1) - (b.key % 1)).map(({ item }) => item);
 }
 
 async function built(path: string, sessionId?: string): Promise<string> {
@@ -72,7 +116,8 @@ function eventSet(trace: ParsedTrace): string[] {
 }
 
 describe("streamPerfettoTrace", () => {
-  it("writes the same events as buildPerfettoTrace over the loaded selection", async () => {
+  it("writes the event oracle's trace of the loaded selection, as buildPerfettoTrace does", async () => {
+    expect(await expectLikeOracle(job)).toBeGreaterThan(1000);
     const stream = checkChromeTrace(await streamed(job));
     const memory = checkChromeTrace(await built(job));
     expect(stream.trace.traceEvents.length).toBeGreaterThan(1000);
@@ -109,6 +154,75 @@ describe("streamPerfettoTrace", () => {
       else if (event.ph !== "M" && event.cat !== "spike" && event.cat !== "gap")
         expect(named.has(event.pid)).toBe(true);
     }
+  });
+
+  it("writes the oracle's trace of generated per-rank sinks, built, reused and without an index", async () => {
+    for (const [seed, ranks] of [
+      [11, 3],
+      [12, 5],
+    ] as const) {
+      const root = join(dir, `generated-${seed}`);
+      const events = perfettoCase({ seed, ranks, layout: "group" });
+      for (let rank = 0; rank < ranks; rank++) {
+        const own = events.filter((event) => event.rank === rank);
+        // Small segments, lines out of time order.
+        writeSink(join(root, `rank-${rank}`), shuffled(own, seed + rank), { segmentSize: 37 });
+      }
+      const cacheDir = join(dir, `cache-${seed}`);
+      const count = await expectLikeOracle(root, undefined, { cacheDir });
+      expect(count).toBeGreaterThan(50 * ranks);
+      expect(readdirSync(cacheDir).length).toBeGreaterThan(0);
+      expect(await expectLikeOracle(root, undefined, { cacheDir })).toBe(count);
+      expect(await expectLikeOracle(root, undefined, { index: false })).toBe(count);
+      expect(await expectLikeOracle(root, `run-rank${ranks - 1}`, { cacheDir })).toBeGreaterThan(50);
+    }
+  });
+
+  it("writes the oracle's trace of sessions sharing ranks in one file, each picked by id", async () => {
+    const file = join(dir, "shared.jsonl");
+    const events = perfettoCase({ seed: 21, ranks: 3, layout: "shared", sessions: 3 });
+    writeFileSync(
+      file,
+      shuffled(events, 21)
+        .map((event) => `${encodeTelemetryRecord(event)}\n`)
+        .join(""),
+    );
+    const cacheDir = join(dir, "cache-shared");
+    for (const sessionId of [undefined, "run-z", "run-y", "run-x"])
+      expect(await expectLikeOracle(file, sessionId, { cacheDir })).toBeGreaterThan(100);
+  });
+
+  it("writes the oracle's trace of a segment with more instants than the index keeps", async () => {
+    const sink = join(dir, "alerts");
+    const events: TelemetryEvent[] = [record("start", BASE_NS, { metadata: { memory_capabilities: {} } })];
+    for (let i = 1; i <= 2500; i++)
+      events.push(
+        record(
+          i % 2 === 0 ? "sample" : i % 5 === 0 ? "collector_degraded" : "warning",
+          BASE_NS + BigInt(i) * MS,
+          {
+            context: `alert ${i}`,
+            allocator_allocated_bytes: i * 1024,
+            metadata: { i },
+          },
+        ),
+      );
+    mkdirSync(sink);
+    writeSink(sink, events, { segmentSize: 5000 });
+    const cacheDir = join(dir, "cache-alerts");
+    const count = await expectLikeOracle(sink, undefined, { cacheDir });
+    expect(count).toBeGreaterThan(2500);
+    expect(await expectLikeOracle(sink, undefined, { cacheDir })).toBe(count);
+  });
+
+  it("writes the oracle's trace of the golden sinks and files", async () => {
+    const cacheDir = join(dir, "cache-golden");
+    for (const name of readdirSync(join(GOLDEN, "python-sink")))
+      await expectLikeOracle(join(GOLDEN, "python-sink", name, "sink"), undefined, { cacheDir });
+    for (const name of ["case-11-0003", "case-11-0012", "case-11-0019"])
+      expect(
+        await expectLikeOracle(join(GOLDEN, "cross-rank", name, "input.jsonl"), undefined, { cacheDir }),
+      ).toBeGreaterThan(0);
   });
 
   it("handles several sessions interleaved in one JSONL file, and --session-id", async () => {

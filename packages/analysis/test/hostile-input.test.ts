@@ -10,9 +10,16 @@ import { encodeTelemetryRecord, JsonlDecodeError, type JsonObject, parseJson } f
 import { TelemetryInputAccessError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
 import { CanonicalLineReader } from "../src/fast-line.js";
-import { analyzeTelemetry, buildPerfettoTrace, formatPerfettoTrace, TimeRangeError } from "../src/index.js";
+import {
+  analyzeTelemetry,
+  buildPerfettoTrace,
+  formatPerfettoTrace,
+  streamPerfettoTrace,
+  TimeRangeError,
+} from "../src/index.js";
 import { fingerprint, locateInput } from "../src/input-snapshot.js";
 import { scanSegmentSync } from "../src/scan.js";
+import { buildPerfettoTraceFromEvents, traceContent } from "./oracles/perfetto-events.js";
 import { BASE_NS, deepJson, MS, record, samples, writeSink } from "./report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-hostile-"));
@@ -174,5 +181,21 @@ describe("a __proto__ key in an alert's metadata", () => {
     expect(Object.getPrototypeOf(metadata)).toBe(Object.prototype);
     expect(Object.keys(metadata)).toEqual(["__proto__", "ratio"]);
     expect(formatPerfettoTrace(trace)).toContain('"__proto__": {"x": 1}');
+    expect(traceContent(formatPerfettoTrace(trace))).toEqual(
+      traceContent(formatPerfettoTrace(buildPerfettoTraceFromEvents([record("sample", BASE_NS), alert]))),
+    );
+  });
+
+  it("keeps it as data through the index, in the trace of a sink", async () => {
+    const dir = fresh();
+    const alert = record("warning", BASE_NS + MS, {
+      metadata: parseJson('{"__proto__": {"x": 1}, "ratio": 1.0}') as JsonObject,
+    });
+    writeSink(dir, [record("sample", BASE_NS), alert]);
+    for (let run = 0; run < 2; run++) {
+      let text = "";
+      for await (const chunk of streamPerfettoTrace(dir)) text += chunk;
+      expect(text).toContain('"metadata": {"__proto__": {"x": 1}, "ratio": 1}');
+    }
   });
 });

@@ -50,6 +50,14 @@ describe("aggregate files", () => {
         expect(read.health).toEqual(written.health);
         expect(read.alerts.length).toBeGreaterThan(0);
         expect(read.health.length).toBeGreaterThan(0);
+        // What the Perfetto export reads: instant records (metadata exact), hosts, the first job id.
+        const exact = (part: typeof read) =>
+          part.instants.map((instant) => ({ ...instant, metadata: stringifyJson(instant.metadata) }));
+        expect(exact(read)).toEqual(exact(written));
+        expect(read.instants.length).toBe(read.alerts.length + read.health.length);
+        expect(read.hosts).toEqual(written.hosts);
+        expect([read.job, read.jobT]).toEqual([written.job, written.jobT]);
+        expect(read.job?.jobId).toBe("job-f");
         expect([...read.samples.used.subarray(0, read.samples.count)]).toEqual([
           ...written.samples.used.subarray(0, written.samples.count),
         ]);

@@ -1,7 +1,13 @@
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { formatPerfettoTrace, loadDistributedEvents } from "@stormlog/analysis";
 import { type JsonObject, parseJson } from "@stormlog/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  buildPerfettoTraceFromEvents,
+  sameEvents,
+  traceContent,
+} from "../../analysis/test/oracles/perfetto-events.js";
 import { EXIT_MEMORY_RISK } from "../src/commands/diagnose.js";
 import { REPO_ROOT, runCli, tempDir } from "./helpers.js";
 
@@ -79,5 +85,14 @@ describe("stormlog export --format perfetto on boundary readings", () => {
     const left = allocated.filter((_, i) => i > 0 && i % 2 === 0);
     for (let i = 1; i < left.length; i++) expect(left[i]! - left[i - 1]!).toBe(16 * MiB);
     expect(allocated.at(-1)! - allocated[0]!).toBe(480 * MiB);
+    const { selection, events } = await loadDistributedEvents(leak);
+    const expected = traceContent(
+      formatPerfettoTrace(
+        buildPerfettoTraceFromEvents(events, { sessionId: selection.summary?.session_id ?? null }),
+      ),
+    );
+    const actual = traceContent(readFileSync(file, "utf8"));
+    expect(sameEvents(actual.events, expected.events)).toEqual({ missing: [], extra: [] });
+    expect(actual.tail).toBe(expected.tail);
   });
 });

@@ -1,7 +1,13 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { formatPerfettoTrace, loadDistributedEvents } from "@stormlog/analysis";
 import { parseJson, TELEMETRY_V3_FIELDS } from "@stormlog/core";
 import { afterEach, describe, expect, it } from "vitest";
+import {
+  buildPerfettoTraceFromEvents,
+  sameEvents,
+  traceContent,
+} from "../../analysis/test/oracles/perfetto-events.js";
 import { FIXTURES, runCli, tempDir } from "./helpers.js";
 
 const SINK = join(FIXTURES, "python-sink/single-completed/sink");
@@ -65,6 +71,16 @@ describe("stormlog export", () => {
     const first = (parseJson(readFileSync(PER_RANK, "utf8").split("\n")[0]!) as { timestamp_ns: bigint })
       .timestamp_ns;
     expect(BigInt(trace.otherData.first_timestamp_ns!) <= first).toBe(true);
+    // Event for event the trace of the event oracle over the same selection.
+    const { selection, events } = await loadDistributedEvents(PER_RANK);
+    const expected = traceContent(
+      formatPerfettoTrace(
+        buildPerfettoTraceFromEvents(events, { sessionId: selection.summary?.session_id ?? null }),
+      ),
+    );
+    const actual = traceContent(readFileSync(file, "utf8"));
+    expect(sameEvents(actual.events, expected.events)).toEqual({ missing: [], extra: [] });
+    expect(actual.tail).toBe(expected.tail);
   });
 
   it("perfetto: an unknown --session-id fails before the output file is created", async () => {

@@ -31,7 +31,7 @@ const help: CommandHelp = {
     "jsonl: canonical sink lines (keys sorted, byte-identical to what the Python sink writes).\n" +
     "The selection is the one analyze and diagnose use: per-rank sessions of one job are merged\n" +
     "unless --session-id picks one. csv and jsonl stream in storage order; perfetto streams one\n" +
-    "session at a time (each session's events are a block of the trace). Like analyze, export\n" +
+    "rank at a time (each rank's events are a block of the trace). Like analyze, export\n" +
     "builds or reuses the analysis index beside the sink (or in --cache-dir when the sink is read-only).\n" +
     "What the reading left out or distrusted (a line cut short, a segment shorter than its manifest\n" +
     "says, an unusable manifest) is said on stderr, one warning a line; the exit code stays 0.",
@@ -108,7 +108,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     if (format === "perfetto") {
       const chunks = streamPerfettoTrace(path, {
         ...selectionOptions,
-        onProgress: (done, total) => progress.update(done, total, "sessions"),
+        onProgress: (done, total) => progress.update(done, total, "ranks"),
       });
       await writeAll(open, chunks);
       return 0;
