@@ -6,8 +6,12 @@ import {
   type SampleResult,
 } from "@stormlog/core";
 import { bench, do_not_optimize, group, run, summary } from "mitata";
+import {
+  LEAK_WINDOW_OCCURRENCES,
+  LEAK_WINDOW_PATHS,
+  LEAK_WINDOW_SNAPSHOTS,
+} from "../src/alerts/leak-alerts.js";
 import { MemoryTracker } from "../src/index.js";
-import { LEAK_WINDOW_OCCURRENCES, LEAK_WINDOW_PATHS, LEAK_WINDOW_SNAPSHOTS } from "../src/leak-alerts.js";
 
 // The leak watch's cost. At a phase boundary it appends a few numbers to its path's arrays (goal:
 // no measurable change to the boundary's cost); a check judges the whole window on its own timer

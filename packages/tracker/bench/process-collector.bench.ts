@@ -1,5 +1,5 @@
 import { bench, group, run, summary } from "mitata";
-import { processCollector } from "../src/process-collector.js";
+import { processCollector } from "../src/collectors/process-collector.js";
 
 // Cost of one process-collector reading on the calling thread (goal: <= 5 us).
 const procfs = processCollector();

@@ -8,21 +8,21 @@
 
 // The tracker and its options.
 
-export type { AlertPolicy, AlertThresholds } from "./alerts.js";
-export type { RetryBackoff } from "./health.js";
-export type { LeakAlertOptions } from "./leak-alerts.js";
-export type { OOMFlightRecorderOptions } from "./oom.js";
+export type { AlertPolicy, AlertThresholds } from "./alerts/alerts.js";
+export type { LeakAlertOptions } from "./alerts/leak-alerts.js";
+export type { RetryBackoff } from "./health/health.js";
+export type { OOMFlightRecorderOptions } from "./oom/oom.js";
 export type { MemoryTrackerOptions, TrackerLogger } from "./options/tracker-options.js";
 export { MemoryTracker } from "./tracker.js";
 
 // Where records go: a `TelemetrySink`, sink options, or a writer of your own.
 
-export { SinkWorkerError } from "./off-thread-sink.js";
-export type { TelemetryWriter, TrackerSinkOption, WriterDiagnostics } from "./writer.js";
+export { SinkWorkerError } from "./pipeline/off-thread-sink.js";
+export type { TelemetryWriter, TrackerSinkOption, WriterDiagnostics } from "./pipeline/writer.js";
 
 // What the tracker's methods take and give back.
 
-export type { CollectorHealthStatus } from "./health.js";
+export type { CollectorHealthStatus } from "./health/health.js";
 export type { EventQuery } from "./history/history.js";
 export type {
   CollectorHealthStatistics,
@@ -30,7 +30,7 @@ export type {
   DeviceStatistics,
   TrackerStatistics,
 } from "./history/statistics.js";
-export type { OOMCaptureOptions } from "./oom-dump.js";
+export type { OOMCaptureOptions } from "./oom/oom-dump.js";
 export type { AlertCallback } from "./records/record-log.js";
 
 // The Node process collector: host memory (RSS), the tracker's default.
@@ -40,4 +40,4 @@ export {
   type ProcessCollector,
   type ProcessCollectorOptions,
   processCollector,
-} from "./process-collector.js";
+} from "./collectors/process-collector.js";

@@ -21,15 +21,15 @@ import {
   setGlobalPhaseHost,
 } from "@stormlog/phases";
 import { registerExitParticipant } from "@stormlog/sink/internal";
-import type { AlertThresholds } from "./alerts.js";
-import { CollectorHealthMachine } from "./collector-health.js";
+import type { AlertThresholds } from "./alerts/alerts.js";
+import { LeakWatch } from "./alerts/leak-alerts.js";
 import { describeError } from "./describe-error.js";
-import { healthMetadata } from "./health.js";
+import { CollectorHealthMachine } from "./health/collector-health.js";
+import { healthMetadata } from "./health/health.js";
 import { type EventQuery, History } from "./history/history.js";
 import { collectStatistics, statisticsToJson, type TrackerStatistics } from "./history/statistics.js";
-import { LeakWatch } from "./leak-alerts.js";
-import { classifyOOMError, OOMFlightRecorder } from "./oom.js";
-import { dumpOOM, type OOMCaptureOptions } from "./oom-dump.js";
+import { classifyOOMError, OOMFlightRecorder } from "./oom/oom.js";
+import { dumpOOM, type OOMCaptureOptions } from "./oom/oom-dump.js";
 import {
   type MemoryTrackerOptions,
   type ResolvedTrackerOptions,
@@ -37,13 +37,13 @@ import {
 } from "./options/tracker-options.js";
 import { openPipeline } from "./pipeline/record-pipeline.js";
 import { type AlertCallback, RecordLog } from "./records/record-log.js";
+import { BOUNDARY_READ, COUNTER_INDEX, EventStore, PHASE_ENTER, PHASE_EXIT } from "./records/store.js";
 import { CollectorReader } from "./sampling/collector-reader.js";
 import { CollectorSet } from "./sampling/collector-set.js";
 import type { CollectorState, DeviceGroup } from "./sampling/device-group.js";
 import { SampleProcessor } from "./sampling/sample-processor.js";
 import { SamplingLoop } from "./sampling/sampling-loop.js";
 import { TrackerSession } from "./session/tracker-session.js";
-import { BOUNDARY_READ, COUNTER_INDEX, EventStore, PHASE_ENTER, PHASE_EXIT } from "./store.js";
 
 /**
  * The memory tracker: samples collectors on an unref'd timer, records the reference's events

@@ -1,6 +1,6 @@
 import type { JsonObject, MemoryCapabilities, SessionStatus, SessionSummary } from "@stormlog/core";
-import type { CollectorHealthStatus } from "../health.js";
-import { aggregateHealth, markFloatIfIntegral } from "../health.js";
+import type { CollectorHealthStatus } from "../health/health.js";
+import { aggregateHealth, markFloatIfIntegral } from "../health/health.js";
 import type { RecordLog } from "../records/record-log.js";
 import type { CollectorSet } from "../sampling/collector-set.js";
 import type { DeviceGroup } from "../sampling/device-group.js";

@@ -22,11 +22,11 @@ import {
   type ResolvedAlertPolicy,
   resolveAlertPolicy,
   thresholdKey,
-} from "../alerts.js";
-import type { RetryBackoff } from "../health.js";
-import { type LeakAlertOptions, type ResolvedLeakAlerts, resolveLeakAlerts } from "../leak-alerts.js";
-import { type OOMFlightRecorderOptions, type ResolvedOOMOptions, resolveOOMOptions } from "../oom.js";
-import type { TrackerSinkOption } from "../writer.js";
+} from "../alerts/alerts.js";
+import { type LeakAlertOptions, type ResolvedLeakAlerts, resolveLeakAlerts } from "../alerts/leak-alerts.js";
+import type { RetryBackoff } from "../health/health.js";
+import { type OOMFlightRecorderOptions, type ResolvedOOMOptions, resolveOOMOptions } from "../oom/oom.js";
+import type { TrackerSinkOption } from "../pipeline/writer.js";
 
 /** Where the tracker reports its own trouble. It never throws into your code for it. */
 export interface TrackerLogger {

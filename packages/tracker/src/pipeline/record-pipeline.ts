@@ -1,14 +1,14 @@
 import type { Scheduler, SessionStatus, SessionSummary, TelemetryEvent, TimerHandle } from "@stormlog/core";
 import { TelemetrySink, type TelemetrySinkOptions } from "@stormlog/sink";
-import { canWriteOffThread, OffThreadSink, SinkWorkerError } from "../off-thread-sink.js";
-import type { EventStore, RecordContext } from "../store.js";
+import type { EventStore, RecordContext } from "../records/store.js";
+import { canWriteOffThread, OffThreadSink, SinkWorkerError } from "./off-thread-sink.js";
+import { RecordRingWriter } from "./record-ring.js";
 import {
   isTelemetryWriter,
   type TelemetryWriter,
   type TrackerSinkOption,
   type WriterDiagnostics,
-} from "../writer.js";
-import { RecordRingWriter } from "./record-ring.js";
+} from "./writer.js";
 
 /** The fields of the session summary a sink registers. */
 export type SessionStart = Partial<Omit<SessionSummary, "status" | "ended_at_ns">>;

@@ -20,7 +20,7 @@
  */
 import type { JsonObject, JsonValue } from "@stormlog/core";
 import type { RecordedPhase } from "@stormlog/phases";
-import { type EventStore, RECORD_NUMBERS, type RecordContext, type StoredGroup } from "../store.js";
+import { type EventStore, RECORD_NUMBERS, type RecordContext, type StoredGroup } from "../records/store.js";
 
 /** Slot cells after the record's numbers (`EventStore.copyNumbers`). */
 const GROUP = RECORD_NUMBERS;

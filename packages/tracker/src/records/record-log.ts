@@ -6,12 +6,17 @@ import type {
   TelemetryEvent,
 } from "@stormlog/core";
 import { describeError } from "../describe-error.js";
-import { healthMetadata } from "../health.js";
+import { healthMetadata } from "../health/health.js";
 import type { TrackerLogger } from "../options/tracker-options.js";
 import type { RecordPipeline, SessionStart } from "../pipeline/record-pipeline.js";
+import {
+  emptySinkCounters,
+  type SinkCounters,
+  sinkCounters,
+  type WriterDiagnostics,
+} from "../pipeline/writer.js";
 import type { DeviceGroup } from "../sampling/device-group.js";
-import type { EventStore, RecordContext } from "../store.js";
-import { emptySinkCounters, type SinkCounters, sinkCounters, type WriterDiagnostics } from "../writer.js";
+import type { EventStore, RecordContext } from "./store.js";
 
 /** Called with every `warning`, `critical` and `error` record. Exceptions are caught and logged. */
 export type AlertCallback = (record: TelemetryEvent) => unknown;

@@ -1,6 +1,6 @@
 import type { Clock, Scheduler } from "@stormlog/core";
-import type { CollectorHealthMachine } from "../collector-health.js";
 import { describeError } from "../describe-error.js";
+import type { CollectorHealthMachine } from "../health/collector-health.js";
 import type { CollectorSet } from "./collector-set.js";
 import type { CollectorState } from "./device-group.js";
 import type { SampleReader } from "./sampling-loop.js";

@@ -1,7 +1,7 @@
 import type { MemoryCollector } from "@stormlog/core";
+import { processCollector } from "../collectors/process-collector.js";
 import { describeError } from "../describe-error.js";
 import type { TrackerLogger } from "../options/tracker-options.js";
-import { processCollector } from "../process-collector.js";
 import { type CollectorState, DeviceGroup, groupByDevice } from "./device-group.js";
 
 /**

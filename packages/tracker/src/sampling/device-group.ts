@@ -8,8 +8,8 @@ import {
   type MemoryReading,
   type SampleResult,
 } from "@stormlog/core";
-import { type AlertState, newAlertState } from "../alerts.js";
-import { aggregateHealth, type CollectorHealth, HEALTHY } from "../health.js";
+import { type AlertState, newAlertState } from "../alerts/alerts.js";
+import { aggregateHealth, type CollectorHealth, HEALTHY } from "../health/health.js";
 
 /** One collector inside the tracker: its health and the counters it owns in its device's records. */
 export class CollectorState {

@@ -5,10 +5,10 @@ import {
   evaluateAlerts,
   type ResolvedAlertPolicy,
   thresholdKey,
-} from "../alerts.js";
-import type { CollectorHealthMachine } from "../collector-health.js";
+} from "../alerts/alerts.js";
+import type { LeakWatch } from "../alerts/leak-alerts.js";
 import { describeError } from "../describe-error.js";
-import type { LeakWatch } from "../leak-alerts.js";
+import type { CollectorHealthMachine } from "../health/collector-health.js";
 import type { TrackerLogger } from "../options/tracker-options.js";
 import type { RecordLog } from "../records/record-log.js";
 import { SKIPPED } from "./collector-reader.js";

@@ -2,7 +2,7 @@ import type { SessionStatus, SessionSummary } from "@stormlog/core";
 import { createSessionSummary, finalizeSessionSummary, updateSessionSummary } from "@stormlog/core/internal";
 import type { ResolvedTrackerOptions } from "../options/tracker-options.js";
 import type { SessionStart } from "../pipeline/record-pipeline.js";
-import type { RecordContext } from "../store.js";
+import type { RecordContext } from "../records/store.js";
 
 /**
  * The summary of the tracker's current (or last) session: made at `start()` from the tracker's

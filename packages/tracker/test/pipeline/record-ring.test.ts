@@ -8,7 +8,7 @@ import {
   ringBuffers,
   type SpillChunk,
 } from "../../src/pipeline/record-ring.js";
-import { EventStore, PHASE_ENTER, PHASE_EXIT, type RecordContext } from "../../src/store.js";
+import { EventStore, PHASE_ENTER, PHASE_EXIT, type RecordContext } from "../../src/records/store.js";
 import { cudaCapabilities, reading } from "../helpers.js";
 
 const context: RecordContext = {

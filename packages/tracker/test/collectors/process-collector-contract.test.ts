@@ -1,6 +1,6 @@
 import { describeCollectorContract } from "@stormlog/core/testing";
 import { describe, it } from "vitest";
-import { processCollector } from "../src/process-collector.js";
+import { processCollector } from "../../src/collectors/process-collector.js";
 
 // The shipped process collector, on both of its sources.
 describeCollectorContract("the process collector", () => processCollector(), { describe, it });

@@ -3,7 +3,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { COLLECTOR_SPECIFICATION_VERSION, InvalidConfigError, type SampleResult } from "@stormlog/core";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { detectPageSize, PROCESS_COLLECTOR_NAME, processCollector } from "../src/process-collector.js";
+import {
+  detectPageSize,
+  PROCESS_COLLECTOR_NAME,
+  processCollector,
+} from "../../src/collectors/process-collector.js";
 
 function full(result: SampleResult) {
   if (result.kind !== "full") throw new Error(`expected a full sample, got ${JSON.stringify(result)}`);

@@ -11,6 +11,7 @@ import {
   resolveSinkConfig,
   runningSessionSummary,
 } from "@stormlog/sink/internal";
+import type { RecordContext } from "../records/store.js";
 import {
   DIAGNOSTIC_KEYS,
   readSharedDiagnostics,
@@ -18,8 +19,7 @@ import {
   type SinkWorkerRequest,
   type WorkerSinkOptions,
 } from "./off-thread-protocol.js";
-import type { RingBuffers, RingObject, SpillChunk } from "./pipeline/record-ring.js";
-import type { RecordContext } from "./store.js";
+import type { RingBuffers, RingObject, SpillChunk } from "./record-ring.js";
 import type { TelemetryWriter, WriterDiagnostics } from "./writer.js";
 
 /** How long `closeSync` (process exit) waits for the worker to write what it holds. */

@@ -9,14 +9,14 @@ import { setPriority } from "node:os";
 import { parentPort } from "node:worker_threads";
 import type { TelemetryEvent } from "@stormlog/core";
 import { TelemetrySink } from "@stormlog/sink";
-import { describeError } from "./describe-error.js";
+import { describeError } from "../describe-error.js";
+import { EventStore } from "../records/store.js";
 import {
   type SinkWorkerReply,
   type SinkWorkerRequest,
   writeSharedDiagnostics,
 } from "./off-thread-protocol.js";
-import { RecordRingReader, waitForRecords } from "./pipeline/record-ring.js";
-import { EventStore } from "./store.js";
+import { RecordRingReader, waitForRecords } from "./record-ring.js";
 
 /**
  * How long the worker sleeps between reads of a ring when nothing wakes it: the tracker wakes it at

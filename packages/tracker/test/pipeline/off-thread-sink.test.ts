@@ -3,8 +3,8 @@ import { join } from "node:path";
 import type { SampleResult } from "@stormlog/core";
 import { loadTelemetrySessions } from "@stormlog/sink";
 import { describe, expect, it } from "vitest";
-import { SinkWorkerError } from "../src/index.js";
-import { OffThreadSink } from "../src/off-thread-sink.js";
+import { SinkWorkerError } from "../../src/index.js";
+import { OffThreadSink } from "../../src/pipeline/off-thread-sink.js";
 import {
   full,
   makeTracker,
@@ -12,7 +12,7 @@ import {
   SequencedCollector,
   temporaryDirectories,
   trackerWithSink,
-} from "./helpers.js";
+} from "../helpers.js";
 
 const GiB = 1024 ** 3;
 const tempDir = temporaryDirectories("stormlog-off-thread-");

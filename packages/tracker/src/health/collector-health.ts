@@ -1,4 +1,6 @@
 import type { JsonObject, MemoryReading } from "@stormlog/core";
+import type { RecordLog } from "../records/record-log.js";
+import type { CheckedReading, CollectorState, DeviceGroup } from "../sampling/device-group.js";
 import {
   type CollectorHealth,
   HEALTHY,
@@ -7,8 +9,6 @@ import {
   type RetryBackoff,
   retryDelaySeconds,
 } from "./health.js";
-import type { RecordLog } from "./records/record-log.js";
-import type { CheckedReading, CollectorState, DeviceGroup } from "./sampling/device-group.js";
 
 /**
  * The collector-health state machine: moves each collector between `healthy`, `degraded` (partial

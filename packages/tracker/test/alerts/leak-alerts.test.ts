@@ -10,9 +10,9 @@ import {
 } from "@stormlog/core";
 import { loadTelemetrySessions } from "@stormlog/sink";
 import { describe, expect, it, vi } from "vitest";
-import type { MemoryTracker } from "../src/index.js";
-import { LEAK_WINDOW_PATHS } from "../src/leak-alerts.js";
-import { type FakeClock, type FakeScheduler, makeTracker, temporaryDirectories } from "./helpers.js";
+import { LEAK_WINDOW_PATHS } from "../../src/alerts/leak-alerts.js";
+import type { MemoryTracker } from "../../src/index.js";
+import { type FakeClock, type FakeScheduler, makeTracker, temporaryDirectories } from "../helpers.js";
 
 /** Set by a test to make the engine throw, as a bug in it would. */
 const judge = vi.hoisted(() => ({ fail: false, calls: 0 }));

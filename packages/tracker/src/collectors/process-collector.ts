@@ -11,7 +11,7 @@ import {
   noCapabilities,
   type SampleResult,
 } from "@stormlog/core";
-import { describeError } from "./describe-error.js";
+import { describeError } from "../describe-error.js";
 
 /** The telemetry `collector` of host-memory readings, as the reference's CPU mode writes it. */
 export const PROCESS_COLLECTOR_NAME = CPU_TRACKER_COLLECTOR;

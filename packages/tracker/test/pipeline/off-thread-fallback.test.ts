@@ -1,6 +1,6 @@
 import { loadTelemetrySessions } from "@stormlog/sink";
 import { expect, it, vi } from "vitest";
-import { ONE_PHASE_SESSION, temporaryDirectories, trackerWithSink, trackOnePhase } from "./helpers.js";
+import { ONE_PHASE_SESSION, temporaryDirectories, trackerWithSink, trackOnePhase } from "../helpers.js";
 
 // A platform where worker threads cannot start (the worker reports an error at once).
 vi.mock("node:worker_threads", async (importOriginal) => {

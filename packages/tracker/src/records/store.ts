@@ -7,7 +7,7 @@ import {
 } from "@stormlog/core";
 import type { RecordedPhase } from "@stormlog/phases";
 import { phaseBoundaryContext, phaseScopePayload } from "@stormlog/phases/internal";
-import { markFloatIfIntegral } from "./health.js";
+import { markFloatIfIntegral } from "../health/health.js";
 
 const FIELDS = MEMORY_COUNTER_FIELDS.length;
 /** Index of each counter in a slot's counter row. */

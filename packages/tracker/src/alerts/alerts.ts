@@ -6,7 +6,7 @@ import {
   type MemoryReading,
 } from "@stormlog/core";
 import { pythonFormatFixed } from "@stormlog/core/internal";
-import { markFloatIfIntegral } from "./health.js";
+import { markFloatIfIntegral } from "../health/health.js";
 
 /** Alert thresholds, the reference's four (`set_threshold` names in snake_case are accepted too). */
 export interface AlertThresholds {

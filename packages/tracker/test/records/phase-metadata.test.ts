@@ -1,6 +1,6 @@
 import type { JsonObject } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { PhaseMetadataBuilder } from "../src/store.js";
+import { PhaseMetadataBuilder } from "../../src/records/store.js";
 
 /** What the builder stands for. */
 const literal = (

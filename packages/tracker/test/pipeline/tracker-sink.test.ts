@@ -11,7 +11,7 @@ import {
   temporaryDirectories,
   trackerWithSink,
   trackOnePhase,
-} from "./helpers.js";
+} from "../helpers.js";
 
 const tempDir = temporaryDirectories("stormlog-tracker-");
 

@@ -5,11 +5,11 @@ import type {
   SessionSummary,
   TelemetryEvent,
 } from "@stormlog/core";
-import { describeError } from "./describe-error.js";
+import { describeError } from "../describe-error.js";
+import type { TrackerLogger } from "../options/tracker-options.js";
+import type { RecordLog } from "../records/record-log.js";
+import type { DeviceGroup } from "../sampling/device-group.js";
 import type { OOMFlightRecorder } from "./oom.js";
-import type { TrackerLogger } from "./options/tracker-options.js";
-import type { RecordLog } from "./records/record-log.js";
-import type { DeviceGroup } from "./sampling/device-group.js";
 
 /** Options of `captureOOM()` / `handleError()`. */
 export interface OOMCaptureOptions {

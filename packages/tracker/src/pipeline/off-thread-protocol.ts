@@ -1,8 +1,8 @@
 /** What the tracker's `OffThreadSink` and its sink worker say to each other. */
 import type { SessionStatus, SessionSummary, TelemetryEvent } from "@stormlog/core";
 import type { TelemetrySinkOptions } from "@stormlog/sink";
-import type { RingBuffers, RingObject, SpillChunk } from "./pipeline/record-ring.js";
-import type { RecordContext } from "./store.js";
+import type { RecordContext } from "../records/store.js";
+import type { RingBuffers, RingObject, SpillChunk } from "./record-ring.js";
 import type { WriterDiagnostics } from "./writer.js";
 
 /**

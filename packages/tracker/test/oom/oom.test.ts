@@ -2,8 +2,8 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { classifyOOMError } from "../src/oom.js";
-import { full, makeTracker, reading, SequencedCollector } from "./helpers.js";
+import { classifyOOMError } from "../../src/oom/oom.js";
+import { full, makeTracker, reading, SequencedCollector } from "../helpers.js";
 
 const dirs: string[] = [];
 afterEach(() => {

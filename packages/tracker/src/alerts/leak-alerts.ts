@@ -31,8 +31,8 @@ import {
   type RetentionOccurrence,
   strongestVerdict,
 } from "@stormlog/phases/internal";
-import { describeError } from "./describe-error.js";
-import { BOUNDARY_READ, type EventStore, PHASE_ENTER, PHASE_EXIT } from "./store.js";
+import { describeError } from "../describe-error.js";
+import { BOUNDARY_READ, type EventStore, PHASE_ENTER, PHASE_EXIT } from "../records/store.js";
 
 /** `leakAlerts` of `MemoryTrackerOptions`. */
 export interface LeakAlertOptions {
@@ -753,7 +753,7 @@ export class LeakWatch {
 /**
  * One occurrence with the counters a reader of its records sees: schema 3 writes an unread allocated
  * as device used (else reserved) and an unread device used as max(allocated, reserved), as the
- * records do (store.ts `materialize`); schema 4 writes what was read.
+ * records do (records/store.ts `materialize`); schema 4 writes what was read.
  */
 function occurrence(
   span: PhaseSpan,
