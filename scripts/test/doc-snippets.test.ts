@@ -43,7 +43,7 @@ const FRESH_PROJECT = `${JSON.stringify({ name: "snippet", version: "1.0.0", typ
 
 /** Pages whose blocks another test runs, and that test (which must name the page). */
 const RUN_ELSEWHERE: Readonly<Record<string, string>> = {
-  "docs/report-format.md": "packages/analysis/test/report-format-doc.test.ts",
+  "docs/report-format.md": "packages/analysis/test/report/report-format-doc.test.ts",
 };
 
 const TYPESCRIPT = new Set(["ts", "typescript", "mts", "cts"]);

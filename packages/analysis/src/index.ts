@@ -12,7 +12,7 @@
 
 export { TimeRangeError } from "./errors.js";
 /** Where the index of a sink is kept (`.stormlog-index` beside it, or under `STORMLOG_CACHE_DIR`). */
-export { CACHE_DIR_ENV, INDEX_DIRNAME } from "./index-cache.js";
+export { CACHE_DIR_ENV, INDEX_DIRNAME } from "./index/index-cache.js";
 export {
   type AnalyzeEventsContext,
   type AnalyzeOptions,
@@ -22,8 +22,8 @@ export {
   type RenderAnalysisOptions,
   renderTelemetryAnalysis,
   reportToJson,
-} from "./report.js";
-export { formatReportText, type TextOptions } from "./text.js";
+} from "./report/report.js";
+export { formatReportText, type TextOptions } from "./report/text.js";
 export type {
   AlertItem,
   AlertsReport,
@@ -47,22 +47,24 @@ export type {
   SinkCounters,
   SinkDirectoryReport,
   SinkReport,
-} from "./types.js";
+} from "./report/types.js";
 
 // Cross-rank first-cause analysis (the reference's `summarize_cross_rank_analysis`).
 
+export { summarizeCrossRankAnalysis } from "./analyses/cross-rank.js";
+export {
+  type CrossRankMergeResult,
+  mergeCrossRankTimelines,
+  type RankTimelinePoint,
+} from "./analyses/cross-rank-timelines.js";
 export {
   type CrossRankAnalysis,
-  type CrossRankMergeResult,
   type CrossRankOptions,
   type FirstCauseConfidence,
   type FirstCauseSuspect,
-  mergeCrossRankTimelines,
-  type RankTimelinePoint,
   SKEW_NOTE_MULTIPLIER,
   SPIKE_MIN_BYTES,
-} from "./cross-rank.js";
-export { summarizeCrossRankAnalysis } from "./cross-rank-columns.js";
+} from "./analyses/first-cause.js";
 
 // Hidden memory: device used minus allocator reserved (the reference's `analyze_hidden_memory_gaps`).
 
@@ -78,7 +80,7 @@ export {
   type GapThresholds,
   type PersistentDriftEvidence,
   type TransientSpikeEvidence,
-} from "./gap.js";
+} from "./analyses/gap.js";
 
 // Distributed diagnostics (`stormlog diagnose`): per-rank rows, anomalies and which rank came first.
 
@@ -105,7 +107,7 @@ export {
   type RenderDiagnosisOptions,
   renderTelemetryDiagnosis,
   selectDistributedSession,
-} from "./diagnostics.js";
+} from "./analyses/diagnostics.js";
 
 // Exports: Perfetto traces and CSV, from events in memory or streamed from a sink.
 
@@ -114,7 +116,7 @@ export {
   telemetryCsvHeader,
   telemetryCsvLines,
   telemetryEventToCsvRow,
-} from "./export-csv.js";
+} from "./export/csv.js";
 export {
   buildPerfettoTrace,
   formatPerfettoTrace,
@@ -122,7 +124,7 @@ export {
   type PerfettoTrace,
   perfettoTraceChunks,
   type TraceEvent,
-} from "./export-perfetto.js";
+} from "./export/perfetto.js";
 export {
   type ExportSelection,
   openSelectedEvents,
@@ -130,4 +132,4 @@ export {
   type StreamExportOptions,
   type StreamPerfettoOptions,
   streamPerfettoTrace,
-} from "./export-stream.js";
+} from "./export/stream.js";

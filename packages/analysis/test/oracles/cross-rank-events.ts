@@ -25,10 +25,6 @@ import { comparePythonStrings } from "@stormlog/phases/internal";
 import {
   type CrossRankAnalysis,
   type CrossRankOptions,
-  SKEW_NOTE_MULTIPLIER,
-  SPIKE_MIN_BYTES,
-} from "../../src/cross-rank.js";
-import {
   type FirstCause,
   NOTE_MULTIPLE_JOBS,
   NOTE_NO_DEVICE_USED,
@@ -36,8 +32,10 @@ import {
   NOTE_NON_SAMPLE,
   NOTE_ONE_RANK,
   rankFirstCause,
+  SKEW_NOTE_MULTIPLIER,
+  SPIKE_MIN_BYTES,
   type SpikeCandidate,
-} from "../../src/first-cause.js";
+} from "../../src/analyses/first-cause.js";
 
 const NOTE_NO_EVENTS = "No telemetry events were provided.";
 const NOTE_NO_ANALYSIS_EVENTS = "No telemetry events were available for distributed analysis.";

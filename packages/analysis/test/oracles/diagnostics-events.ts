@@ -18,7 +18,6 @@ import {
   isSampleEventType,
 } from "@stormlog/core/internal";
 import { PhaseReplayIndex, type PhaseResolver, summarizePhaseAttribution } from "@stormlog/phases";
-import { DatasetLoader, planDataset } from "../../src/dataset.js";
 import {
   type AnomalyIndicator,
   type CollectiveAttributionLike,
@@ -34,12 +33,13 @@ import {
   type RankDiagnosticsRow,
   type RankTimeline,
   summarizePhaseAttributionPayload,
-} from "../../src/diagnostics.js";
-import { isBoundaryReading, LeakAnomalies } from "../../src/diagnostics-phases.js";
+} from "../../src/analyses/diagnostics.js";
+import { isBoundaryReading, LeakAnomalies } from "../../src/analyses/diagnostics-phases.js";
+import { analyzeGaps, type GapFinding } from "../../src/analyses/gap.js";
 import { TimeRangeError } from "../../src/errors.js";
-import { analyzeGaps, type GapFinding } from "../../src/gap.js";
-import { inMemorySegment } from "../../src/merge.js";
-import { aggregateEvents } from "../../src/scan.js";
+import { DatasetLoader, planDataset } from "../../src/input/dataset.js";
+import { aggregateEvents } from "../../src/input/scan.js";
+import { inMemorySegment } from "../../src/input/sessions.js";
 
 const SEVERITY_ORDER: Readonly<Record<string, number>> = { info: 1, warning: 2, critical: 3 };
 // A Map, as the reference's dict: an event type named like an Object.prototype member is no alert.

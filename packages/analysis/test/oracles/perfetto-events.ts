@@ -11,9 +11,10 @@
 import type { JsonObject, JsonValue, TelemetryEvent } from "@stormlog/core";
 import { isSampleEventType, setJsonMember } from "@stormlog/core/internal";
 import { PhaseReplayIndex, type PhaseResolver, summarizePhaseAttribution } from "@stormlog/phases";
-import { summarizeCrossRankAnalysis } from "../../src/cross-rank-columns.js";
-import { isBoundaryReading } from "../../src/diagnostics-phases.js";
-import type { PerfettoExportOptions, PerfettoTrace } from "../../src/export-perfetto.js";
+import { summarizeCrossRankAnalysis } from "../../src/analyses/cross-rank.js";
+import { isBoundaryReading } from "../../src/analyses/diagnostics-phases.js";
+import { analyzeGaps } from "../../src/analyses/gap.js";
+import type { PerfettoExportOptions, PerfettoTrace } from "../../src/export/perfetto.js";
 import {
   compareNs,
   counterEvent,
@@ -28,8 +29,7 @@ import {
   type TraceEvent,
   traceOtherData,
   tracksOf,
-} from "../../src/export-trace-parts.js";
-import { analyzeGaps } from "../../src/gap.js";
+} from "../../src/export/trace-parts.js";
 
 const INSTANT_CATEGORIES: Readonly<Record<string, string>> = {
   warning: "alert",

@@ -14,7 +14,7 @@ import {
   TelemetryValidationError,
 } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { deepJson, samples, writeSink } from "../../../analysis/test/report-helpers.js";
+import { deepJson, samples, writeSink } from "../../../analysis/test/support/report-helpers.js";
 import {
   buildTelemetryRollups,
   iterateTelemetryEvents,

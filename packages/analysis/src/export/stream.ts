@@ -1,0 +1,276 @@
+/**
+ * Exports of a sink on disk that stream: the selection (one session, or a job's rank group, as
+ * `analyzeTelemetry` chooses it) is worked out from the analysis index's segment digests.
+ *
+ * `streamPerfettoTrace` reads the selection's dataset through the index, as `analyzeTelemetry`
+ * does, one rank at a time, and writes `buildPerfettoTrace`'s events over the same selection
+ * (`datasetTraceEvents`): each rank's block (its metadata, phase slices, then counters and instants
+ * in time order), and the analyses' instants after the last rank. `openSelectedEvents` streams the
+ * selection's records as they are, for the record exports (CSV, JSONL).
+ */
+import { JsonlDecodeError, type SessionSummary, type TelemetryEvent } from "@stormlog/core";
+import { readJsonlLines } from "@stormlog/core/internal";
+import { iterateTelemetryEvents, summarizeTelemetrySessions } from "@stormlog/sink";
+import {
+  decodeTelemetryEventLine,
+  type ResolvedTelemetryInput,
+  resolveTelemetryInput,
+  type TelemetryInputSegment,
+} from "@stormlog/sink/internal";
+import { loadDistributedEvents, selectDistributedSession } from "../analyses/diagnostics.js";
+import { SegmentIndex } from "../index/index-cache.js";
+import { planDataset } from "../input/dataset.js";
+import { findRankGroups, listSessions, type SegmentData, selectSession } from "../input/sessions.js";
+import { segmentWarnings } from "../report/report.js";
+import { buildPerfettoTrace, datasetTraceEvents, perfettoTraceChunks } from "./perfetto.js";
+import { TRACE_HEAD, traceEventJson, traceOtherData, traceTail } from "./trace-parts.js";
+
+/** Options of the streaming exports. */
+export interface StreamExportOptions {
+  /** A session's or a rank group's id (default: the view `analyzeTelemetry` picks). */
+  readonly sessionId?: string;
+  /** Use and maintain the analysis index beside the sink (default true), as `analyzeTelemetry`. */
+  readonly index?: boolean;
+  /** Where indexes go when the input's location is not writable (see `AnalyzeOptions.cacheDir`). */
+  readonly cacheDir?: string;
+  /** Told after each rank of the trace is written (`done` of `total`). */
+  readonly onProgress?: (done: number, total: number) => void;
+  /**
+   * Told what the reading left out or distrusted, and what the input is when that needs saying: a
+   * final line cut short, a segment shorter than its manifest says, an unusable manifest, an OOM dump.
+   */
+  readonly onWarning?: (message: string) => void;
+}
+
+/** Options of `streamPerfettoTrace`. */
+export interface StreamPerfettoOptions extends StreamExportOptions {
+  /** Add the analyses' findings (first-cause spikes, hidden-memory findings) as instants (default true). */
+  readonly analyses?: boolean;
+}
+
+/** What an export reads: the selected view and its member sessions. */
+export interface ExportSelection {
+  /** The selected id (a session's, or a rank group's synthetic id); null for empty input. */
+  readonly sessionId: string | null;
+  readonly summary: SessionSummary | null;
+  /** Sessions whose events are exported, in the selection's order. */
+  readonly memberSessionIds: readonly string[];
+  /** Events of the member sessions. */
+  readonly eventCount: number;
+}
+
+/** One member session and the segments that hold its events, in reading order. */
+interface MemberPlan {
+  readonly sessionId: string;
+  readonly segments: readonly TelemetryInputSegment[];
+  readonly firstTimestampNs: bigint | null;
+}
+
+interface ExportPlan {
+  readonly selection: ExportSelection;
+  readonly members: readonly MemberPlan[];
+  /** Every segment of the input, in reading order (their aggregates in memory or in the index). */
+  readonly segments: readonly SegmentData[];
+}
+
+function indexOptions(options: StreamExportOptions): { index: boolean; cacheDir?: string } {
+  return {
+    index: options.index !== false,
+    ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
+  };
+}
+
+/** The selection from the index's digests (built on first use, as `analyzeTelemetry` does). */
+async function planExport(input: ResolvedTelemetryInput, options: StreamExportOptions): Promise<ExportPlan> {
+  const index = await SegmentIndex.open(input, indexOptions(options));
+  try {
+    return await planIndexed(input, index, options);
+  } finally {
+    index.dispose();
+  }
+}
+
+/** `planExport` with an open index: its aggregates stay readable until the index is disposed. */
+async function planIndexed(
+  input: ResolvedTelemetryInput,
+  index: SegmentIndex,
+  options: StreamExportOptions,
+): Promise<ExportPlan> {
+  const { segments } = await index.loadSegments();
+  if (options.onWarning !== undefined)
+    for (const warning of segmentWarnings(input, segments)) options.onWarning(warning);
+  const ledger = new Map<string, SessionSummary>();
+  for (const part of input.parts) {
+    for (const summary of part.manifest?.sessions ?? [])
+      if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
+  }
+  const sessions = listSessions(segments, ledger, input.defaultSource, input.absolute);
+  const selection = selectSession(sessions, findRankGroups(sessions), options.sessionId, input.path);
+  const inputSegments = input.parts.flatMap((part) => part.segments);
+  let eventCount = 0;
+  const members = selection.memberIds.map((sessionId): MemberPlan => {
+    const held: TelemetryInputSegment[] = [];
+    segments.forEach((segment, ordinal) => {
+      const part = segment.digest.sessions.find((session) => session.sessionId === sessionId);
+      if (part !== undefined && part.eventCount > 0) {
+        held.push(inputSegments[ordinal]!);
+        eventCount += part.eventCount;
+      }
+    });
+    const listing = sessions.find((session) => session.summary.session_id === sessionId);
+    return { sessionId, segments: held, firstTimestampNs: listing?.firstTimestampNs ?? null };
+  });
+  return {
+    selection: {
+      sessionId: selection.sessionId,
+      summary: selection.summary,
+      memberSessionIds: [...selection.memberIds],
+      eventCount,
+    },
+    members,
+    segments,
+  };
+}
+
+/** Batches trace event lines into chunks of about 64 KB. */
+const CHUNK_CHARS = 1 << 16;
+
+/**
+ * The Perfetto trace of a telemetry path (sink, root of per-rank sinks, JSONL segment, JSON file)
+ * as JSON text chunks, written one rank at a time from the dataset, which is read through the
+ * analysis index as `analyzeTelemetry` reads it (built or reused): memory holds one rank's data
+ * (all its sessions), not the input. The events are `buildPerfettoTrace`'s over the same selection
+ * (see the module comment for their order). JSON documents are read whole.
+ */
+export async function* streamPerfettoTrace(
+  path: string,
+  options: StreamPerfettoOptions = {},
+): AsyncGenerator<string> {
+  const input = await resolveTelemetryInput(path, options.onWarning);
+  if (input.kind === "json") {
+    const { selection, events } = await loadDistributedEvents(
+      path,
+      options.sessionId === undefined ? {} : { sessionId: options.sessionId },
+    );
+    const trace = buildPerfettoTrace(events, {
+      sessionId: selection.summary?.session_id ?? null,
+      ...(options.analyses === false ? { analyses: false } : {}),
+    });
+    let text = "";
+    for (const chunk of perfettoTraceChunks(trace)) {
+      text += chunk;
+      if (text.length >= CHUNK_CHARS) {
+        yield text;
+        text = "";
+      }
+    }
+    if (text.length > 0) yield text;
+    return;
+  }
+  const index = await SegmentIndex.open(input, indexOptions(options));
+  try {
+    const { selection, members, segments } = await planIndexed(input, index, options);
+    let first: bigint | null = null;
+    for (const member of members) {
+      const ts = member.firstTimestampNs;
+      if (ts !== null && (first === null || ts < first)) first = ts;
+    }
+    const origin = first ?? 0n;
+    // Phase lanes are numbered in the order the sessions' first events come, as in buildPerfettoTrace.
+    const sessionOrder = members
+      .filter((member) => member.firstTimestampNs !== null)
+      .sort((a, b) =>
+        a.firstTimestampNs! < b.firstTimestampNs! ? -1 : a.firstTimestampNs! > b.firstTimestampNs! ? 1 : 0,
+      )
+      .map((member) => member.sessionId);
+    const trace = datasetTraceEvents(
+      { plan: planDataset(segments, selection.memberSessionIds), first: origin, sessionOrder },
+      {
+        analyses: options.analyses !== false,
+        ...(options.onProgress === undefined ? {} : { onRank: options.onProgress }),
+      },
+    );
+    let text = TRACE_HEAD;
+    let count = 0;
+    let step = trace.next();
+    while (step.done !== true) {
+      text += count++ === 0 ? traceEventJson(step.value) : `,\n${traceEventJson(step.value)}`;
+      if (text.length >= CHUNK_CHARS) {
+        yield text;
+        text = "";
+      }
+      step = trace.next();
+    }
+    if (count > 0) text += "\n";
+    const { ranks, jobId } = step.value;
+    text += traceTail(traceOtherData(origin, ranks, selection.summary?.session_id ?? null, jobId));
+    yield text;
+  } finally {
+    index.dispose();
+  }
+}
+
+/** A selection and a stream of its events, in storage order. */
+export interface SelectedEvents {
+  readonly selection: ExportSelection;
+  /** Streams the member sessions' events in storage order (nothing is retained). */
+  events(): AsyncGenerator<TelemetryEvent>;
+}
+
+/**
+ * The view `analyzeTelemetry` picks (or `sessionId`) and its events in storage order, for exports
+ * that write records as they are (CSV, JSONL). Only segments holding member sessions are read.
+ * JSON documents fall back to the sink reader's selection.
+ */
+export async function openSelectedEvents(
+  path: string,
+  options: StreamExportOptions = {},
+): Promise<SelectedEvents> {
+  const input = await resolveTelemetryInput(path, options.onWarning);
+  if (input.kind === "json") {
+    const sessions = await summarizeTelemetrySessions(path);
+    const chosen = selectDistributedSession(sessions, options.sessionId, path);
+    const members = new Set(chosen.memberSessionIds);
+    let eventCount = 0;
+    for (const session of sessions)
+      if (members.has(session.summary.session_id)) eventCount += session.eventCount;
+    return {
+      selection: {
+        sessionId: chosen.summary?.session_id ?? null,
+        summary: chosen.summary,
+        memberSessionIds: chosen.memberSessionIds,
+        eventCount,
+      },
+      async *events() {
+        for await (const event of iterateTelemetryEvents(path, { onWarning: () => undefined }))
+          if (members.has(event.session_id)) yield event;
+      },
+    };
+  }
+  const { selection, members } = await planExport(input, options);
+  const ids = new Set(selection.memberSessionIds);
+  const wanted = new Set(members.flatMap((member) => member.segments.map((segment) => segment.path)));
+  const segments = input.parts.flatMap((part) => part.segments).filter((segment) => wanted.has(segment.path));
+  return {
+    selection,
+    async *events() {
+      for (const segment of segments) {
+        for await (const line of readJsonlLines(segment.path)) {
+          let event: TelemetryEvent;
+          try {
+            event = decodeTelemetryEventLine(
+              line.text,
+              { file: segment.path, line: line.lineNumber },
+              segment.defaultSessionId,
+              { upgradeTo: 3 },
+            );
+          } catch (error) {
+            if (!line.terminated && JsonlDecodeError.isInstance(error)) break;
+            throw error;
+          }
+          if (ids.has(event.session_id)) yield event;
+        }
+      }
+    },
+  };
+}

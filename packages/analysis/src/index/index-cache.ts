@@ -1,0 +1,895 @@
+/**
+ * Transparent indexing. The first analysis of a sink writes, as a by-product of its scan, one
+ * aggregate file per segment and a catalog (with each segment's digest) into
+ * `<sink>/.stormlog-index/` (or, when that location is not writable, a cache directory), plus the
+ * finished report, with the input's snapshot (`input/snapshot.ts`) when nothing in it is racy. A
+ * later analysis first checks that snapshot: when every directory and file still has its
+ * fingerprint, it returns the stored report without resolving the input. Otherwise it stats every
+ * segment (and the manifests and rollups): when none changed it returns the stored report; else it
+ * takes the digest of each segment whose size, mtime, ctime and inode are unchanged from the catalog
+ * (its aggregate is read only when its rank is analysed), scans only segments that changed or
+ * appeared, forgets pruned ones, and starts over when the index's format or settings differ. There
+ * is no separate indexing step, and nothing is used unless its source provably did not change: a
+ * file modified within two seconds of being indexed (racy: it may change again without its times
+ * showing it) is trusted only while its content check (`contentCheck`) still matches too.
+ *
+ * Scanned aggregates go to disk as soon as they are made, so memory holds one segment's aggregate
+ * while scanning and one rank's data while analysing, whatever the size of the input. Without an
+ * index, large inputs spill to a temporary directory removed afterwards.
+ */
+import { promises as fsPromises, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
+import { basename, join, relative } from "node:path";
+import type { ResolvedTelemetryInput, TelemetryInputSegment } from "@stormlog/sink/internal";
+import { DETAIL_CAP, type SegmentAggregate } from "../input/aggregate.js";
+import {
+  type DigestJson,
+  digestFromJson,
+  digestOf,
+  digestToJson,
+  type SegmentDigest,
+} from "../input/digest.js";
+import { type ScanScratch, scanSegmentSync } from "../input/scan.js";
+import type { SegmentData } from "../input/sessions.js";
+import {
+  contentCheck,
+  type Fingerprint,
+  fingerprint,
+  type InputLocation,
+  type InputSnapshot,
+  isRacy,
+  locateInput,
+  printText,
+  sameFingerprint,
+  snapshotHolds,
+} from "../input/snapshot.js";
+import type { AnalysisReport, IndexUsage } from "../report/types.js";
+import { aggregateStampMatches, encodeAggregateParts, writeAggregateFile } from "./index-format.js";
+import { deserializeReport, serializeReport } from "./report-cache.js";
+
+/** Directory the index is written to, beside the input. */
+export const INDEX_DIRNAME = ".stormlog-index";
+/** `format` of the catalog. */
+export const INDEX_FORMAT = "stormlog.analysis_index";
+/** Bumped whenever what an aggregate or a stored report holds, or how it is computed, changes. */
+export const INDEX_VERSION = 11;
+/** Environment variable naming the cache directory for indexes. */
+export const CACHE_DIR_ENV = "STORMLOG_CACHE_DIR";
+/**
+ * Without an index, inputs larger than this spill scanned aggregates to a temporary directory
+ * (`STORMLOG_SPILL_MIN_BYTES` overrides it, for tests).
+ */
+export const SPILL_MIN_BYTES = 128 << 20;
+
+/** Everything an aggregate depends on besides the segment's bytes. */
+const SETTINGS = JSON.stringify({
+  version: INDEX_VERSION,
+  detailCap: DETAIL_CAP,
+  strict: true,
+  permissiveLegacy: true,
+  upgradeTo: 3,
+});
+/** Stored reports kept per index (one per session choice). */
+const MAX_REPORTS = 8;
+
+interface CatalogEntry extends Fingerprint {
+  /** Segment path relative to the index base. */
+  path: string;
+  /** Aggregate file in `segments/`. */
+  file: string;
+  ranks: number[];
+  digest: DigestJson;
+  /** Modified within RACY_NS of indexing: trusted only while its content check matches. */
+  racy: boolean;
+  /** The content check of a racy segment, taken before it was scanned (absent: scanned again). */
+  check?: string;
+}
+
+interface Catalog {
+  format: string;
+  version: number;
+  settings: string;
+  /** Absolute directory segment paths are relative to. */
+  base: string;
+  segments: CatalogEntry[];
+}
+
+/** The index options of an analysis's options (`index`, `cacheDir`, `onProgress`). */
+export function segmentIndexOptions(options: {
+  readonly index?: boolean;
+  readonly cacheDir?: string;
+  readonly onProgress?: SegmentIndexOptions["onProgress"];
+}): SegmentIndexOptions {
+  return {
+    index: options.index !== false,
+    ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
+    ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
+  };
+}
+
+/** Options of `SegmentIndex.open`. */
+export interface SegmentIndexOptions {
+  index: boolean;
+  cacheDir?: string;
+  /** The input's location, when the caller has it (else it is located again). */
+  location?: InputLocation;
+  /** The input's snapshot, taken before it was resolved: stored with the results for `reuse`. */
+  snapshot?: InputSnapshot;
+  onProgress?: (progress: { phase: string; done: number; total: number }) => void;
+}
+
+/** Segments in reading order, their sizes, and how the index was used. */
+export interface LoadedSegments {
+  segments: SegmentData[];
+  sizes: number[];
+  usage: IndexUsage;
+  /**
+   * With `loadSegments({ settleLater: true })`, while aggregate files are still being written:
+   * waits for them, writes the catalog and gives the final usage (`usage` is provisional until then).
+   */
+  settle?: () => Promise<IndexUsage>;
+}
+
+/**
+ * Just-scanned aggregates whose encoded size adds up to at most this stay in memory for the
+ * analysis (`STORMLOG_KEEP_SCANNED_BYTES` overrides it, for tests and benchmarks), and so does the
+ * last one scanned, whatever its size (it is in memory when the scan ends; reading it back would
+ * take as much): the analysis then neither reads their files back nor decodes them, and the files
+ * are written on the thread pool meanwhile. Every other aggregate is let go once written, so memory
+ * stays bounded on large inputs. Small: held in memory, an aggregate takes several times its
+ * encoded size (measured on the 1 GB, 64-rank job of bench/generate-multirank.mjs: peak RSS 175 MB
+ * with no budget, 193 MB with 4 MiB, 353 MB with 64 MiB).
+ */
+export const KEEP_SCANNED_BYTES = 2 << 20;
+
+function stampOf(path: string, print: Fingerprint): string {
+  return `${path}|${printText(print)}|${SETTINGS}`;
+}
+
+/**
+ * The first `length` (<= 32) hex digits of a 128-bit hash of `text` (four multiply-xor lanes, then
+ * a final mix: cyrb128). It names index files and keys stored reports; nothing here needs a
+ * cryptographic hash, and `node:crypto` costs a warm `stormlog analyze` ~5 ms just to load.
+ */
+export function hashText(text: string, length: number): string {
+  let h1 = 1779033703;
+  let h2 = 3144134277;
+  let h3 = 1013904242;
+  let h4 = 2773480762;
+  for (let i = 0; i < text.length; i++) {
+    const k = text.charCodeAt(i);
+    h1 = h2 ^ Math.imul(h1 ^ k, 597399067);
+    h2 = h3 ^ Math.imul(h2 ^ k, 2869860233);
+    h3 = h4 ^ Math.imul(h3 ^ k, 951274213);
+    h4 = h1 ^ Math.imul(h4 ^ k, 2716044179);
+  }
+  h1 = Math.imul(h3 ^ (h1 >>> 18), 597399067);
+  h2 = Math.imul(h4 ^ (h2 >>> 22), 2869860233);
+  h3 = Math.imul(h1 ^ (h3 >>> 17), 951274213);
+  h4 = Math.imul(h2 ^ (h4 >>> 19), 2716044179);
+  h1 ^= h2 ^ h3 ^ h4;
+  h2 ^= h1;
+  h3 ^= h1;
+  h4 ^= h1;
+  const hex = (value: number) => (value >>> 0).toString(16).padStart(8, "0");
+  return `${hex(h1)}${hex(h2)}${hex(h3)}${hex(h4)}`.slice(0, length);
+}
+
+/** The user cache directory for indexes. */
+function userCacheDir(): string {
+  const env = process.env[CACHE_DIR_ENV];
+  if (env) return env;
+  const xdg = process.env.XDG_CACHE_HOME;
+  return join(xdg || join(homedir(), ".cache"), "stormlog");
+}
+
+/** Where an input's index lives: base directory, catalog and snapshot file names, candidate index directories. */
+function locate(
+  location: InputLocation,
+  cacheDir: string | undefined,
+): { base: string; catalog: string; snapshot: string; dirs: string[]; explicit: boolean } {
+  const { base } = location;
+  const suffix = location.kind === "jsonl" ? `-${basename(location.absolute)}.json` : ".json";
+  const names = { catalog: `index${suffix}`, snapshot: `inputs${suffix}` };
+  const cached = (root: string): string => join(root, hashText(base, 16));
+  const explicit = cacheDir ?? process.env[CACHE_DIR_ENV];
+  if (explicit) return { base, ...names, dirs: [cached(explicit)], explicit: true };
+  return { base, ...names, dirs: [join(base, INDEX_DIRNAME), cached(userCacheDir())], explicit: false };
+}
+
+/** What `inputs*.json` holds: the input's snapshot when its results were stored, and their state. */
+interface StoredSnapshot {
+  format: string;
+  version: number;
+  settings: string;
+  kind: InputLocation["kind"];
+  absolute: string;
+  state: string;
+  segment_count: number;
+  size_bytes: number;
+  entries: [string, string][];
+}
+
+const SNAPSHOT_FORMAT = "stormlog.analysis_inputs";
+
+/** The JSON object in `dir/name` when it has the array `listKey` (catalog, snapshot); else null. */
+function readIndexFile<T extends object>(dir: string, name: string, listKey: keyof T): T | null {
+  try {
+    const value = JSON.parse(readFileSync(join(dir, name), "utf8")) as T | null;
+    if (typeof value !== "object" || value === null || !Array.isArray(value[listKey])) return null;
+    return value;
+  } catch {
+    return null;
+  }
+}
+
+const readSnapshot = (dir: string, name: string) => readIndexFile<StoredSnapshot>(dir, name, "entries");
+const readCatalog = (dir: string, name: string) => readIndexFile<Catalog>(dir, name, "segments");
+
+const writeAtomic = writeAggregateFile;
+
+function describeError(error: unknown): string {
+  const code = (error as { code?: string }).code;
+  return code ? `${code}: ${(error as Error).message}` : String(error);
+}
+
+/** Creates `dir/segments`; the first candidate that works. */
+function writableDir(candidates: readonly string[], failures: string[]): string | null {
+  for (const candidate of candidates) {
+    try {
+      mkdirSync(join(candidate, "segments"), { recursive: true });
+      return candidate;
+    } catch (error) {
+      failures.push(`${candidate}: ${describeError(error)}`);
+    }
+  }
+  return null;
+}
+
+/** One segment to scan, with where its aggregate goes (null: keep it in memory). */
+interface ScanJob {
+  readonly segment: TelemetryInputSegment;
+  readonly size: number;
+  readonly stamp: string;
+  readonly path: string | null;
+}
+
+/** A scanned segment: its digest, and its aggregate unless it was written to its file and let go. */
+interface ScanResult {
+  readonly digest: SegmentDigest;
+  readonly aggregate: SegmentAggregate | null;
+  /** Its file is written (or being written: see `pending`). */
+  readonly written: boolean;
+}
+
+/** Where scanned aggregates go: encoded (in parts), then written on the thread pool (false: failed). */
+interface AggregateWriter {
+  encode(aggregate: SegmentAggregate, stamp: string): Uint8Array[] | null;
+  later(path: string, parts: readonly Uint8Array[]): Promise<boolean>;
+}
+
+/**
+ * Scans the jobs one after the other, each aggregate encoded as soon as it is made and its file
+ * written on the thread pool (`pending`) while the main thread goes on. Within `keepBytes` (encoded,
+ * summed) the aggregate stays in memory, and so does the last one; any other is let go once the next
+ * segment is scanned and its file is whole, so that memory holds about one segment's aggregate
+ * beyond the budget. (Scanning on a worker thread as well was measured on the 2-core VM: no
+ * faster, both threads slowed down, so it is not done.)
+ */
+async function scanJobs(
+  jobs: readonly ScanJob[],
+  writer: AggregateWriter,
+  keepBytes: number,
+  onBytes: (done: number) => void,
+): Promise<{ results: ScanResult[]; pending: Promise<boolean>[] }> {
+  const results: ScanResult[] = [];
+  const pending: Promise<boolean>[] = [];
+  const scratch: ScanScratch = { buf: null };
+  let done = 0;
+  let kept = 0;
+  // The last aggregate, kept past the budget until the next one is scanned: its result and write.
+  let last: { index: number; write: Promise<boolean> } | null = null;
+  for (const job of jobs) {
+    const before = done;
+    const aggregate = scanSegmentSync(job.segment, (bytes) => onBytes(before + bytes), scratch);
+    if (last !== null) {
+      // Let go once its file is whole (the analysis reads it back); kept if it could not be written.
+      const previous = results[last.index]!;
+      if (await last.write) results[last.index] = { ...previous, aggregate: null };
+      else results[last.index] = { ...previous, written: false };
+      last = null;
+    }
+    const digest = digestOf(aggregate);
+    const parts = job.path === null ? null : writer.encode(aggregate, job.stamp);
+    let size = 0;
+    for (const part of parts ?? []) size += part.length;
+    if (job.path === null || parts === null) {
+      results.push({ digest, aggregate, written: false });
+    } else {
+      const write = writer.later(job.path, parts);
+      pending.push(write);
+      if (kept + size <= keepBytes) kept += size;
+      else last = { index: results.length, write };
+      results.push({ digest, aggregate, written: true });
+    }
+    done += job.size;
+    onBytes(done);
+    // Let timers and I/O callbacks (progress output, the writes above) run between segments.
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  return { results, pending };
+}
+
+/** `writeAggregateFile` on the thread pool: a temporary name, then a rename. */
+async function writeAggregateFileLater(path: string, parts: readonly Uint8Array[]): Promise<void> {
+  const tmp = `${path}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
+  try {
+    await fsPromises.writeFile(tmp, parts);
+    await fsPromises.rename(tmp, path);
+  } catch (error) {
+    await fsPromises.rm(tmp, { force: true });
+    throw error;
+  }
+}
+
+/** The index of one input: what is known about its segments, and where it is stored. */
+export class SegmentIndex {
+  /** Temporary directory aggregates were spilled to (removed by `dispose`). */
+  private spill: string | null = null;
+
+  private constructor(
+    private readonly options: SegmentIndexOptions,
+    private readonly segmentsIn: readonly TelemetryInputSegment[],
+    private readonly prints: readonly Fingerprint[],
+    /**
+     * Per segment: undefined when it was not racy when fingerprinted, else its content check (null
+     * when it could not be read).
+     */
+    private readonly checks: readonly (string | null | undefined)[],
+    private readonly where: ReturnType<typeof locate> | null,
+    private dir: string | null,
+    private catalog: Catalog | null,
+    private readonly reason: string | null,
+    /** Digest of everything the report depends on; null when something may still be changing. */
+    private readonly state: string | null,
+    /** Set by `reuse`: the stored snapshot that vouches for `state` (no catalog was read). */
+    private readonly vouched: StoredSnapshot | null = null,
+  ) {}
+
+  /**
+   * The index of the input at `location` when its stored snapshot still holds, file for file: its
+   * stored results can be read without resolving the input (no directory listed, no manifest
+   * parsed, no catalog read). Null otherwise; then `open` the resolved input.
+   */
+  static reuse(location: InputLocation, options: SegmentIndexOptions): SegmentIndex | null {
+    if (!options.index || location.kind === "json") return null;
+    const where = locate(location, options.cacheDir);
+    for (const dir of where.dirs) {
+      const stored = readSnapshot(dir, where.snapshot);
+      if (stored === null) continue;
+      const usable =
+        stored.format === SNAPSHOT_FORMAT &&
+        stored.version === INDEX_VERSION &&
+        stored.settings === SETTINGS &&
+        stored.kind === location.kind &&
+        stored.absolute === location.absolute &&
+        snapshotHolds(where.base, stored.entries, INDEX_DIRNAME);
+      return usable
+        ? new SegmentIndex(options, [], [], [], where, dir, null, null, stored.state, stored)
+        : null;
+    }
+    return null;
+  }
+
+  /** The input at `path` located, and its index when `reuse` can vouch for it (see there). */
+  static locateReusable(
+    path: string,
+    options: SegmentIndexOptions,
+  ): { location: InputLocation | null; reused: SegmentIndex | null } {
+    const location = locateInput(path);
+    return { location, reused: location === null ? null : SegmentIndex.reuse(location, options) };
+  }
+
+  /** The input's bytes on disk, when `reuse` vouched for it (else the caller's snapshot has them). */
+  get storedSizeBytes(): number | null {
+    return this.vouched?.size_bytes ?? null;
+  }
+
+  /** Stats the input's files and reads the catalog (no segment is read yet). */
+  static async open(input: ResolvedTelemetryInput, options: SegmentIndexOptions): Promise<SegmentIndex> {
+    const segments = input.parts.flatMap((part) => part.segments);
+    const prints = segments.map((segment) => fingerprint(segment.path));
+    const missing = prints.indexOf(null);
+    if (missing >= 0) {
+      // Listed a moment ago and gone now (retention pruned it): the scan reports it as the reader would.
+      prints[missing] = { size: 0, mtimeNs: "0", ctimeNs: "0", ino: "0", dev: "0" };
+    }
+    const solid = prints as Fingerprint[];
+    const location = options.location ?? locateInput(input.path);
+    if (!options.index || location === null)
+      return new SegmentIndex(options, segments, solid, [], null, null, null, null, null);
+    const where = locate(location, options.cacheDir);
+    let dir = where.dirs[0]!;
+    let catalog = readCatalog(dir, where.catalog);
+    if (catalog === null && where.dirs.length > 1) {
+      const other = readCatalog(where.dirs[1]!, where.catalog);
+      if (other !== null) {
+        dir = where.dirs[1]!;
+        catalog = other;
+      }
+    }
+    let reason: string | null = null;
+    if (
+      catalog !== null &&
+      (catalog.format !== INDEX_FORMAT ||
+        catalog.version !== INDEX_VERSION ||
+        catalog.settings !== SETTINGS ||
+        catalog.base !== where.base)
+    ) {
+      reason = "the index was written by another version or with other settings; rebuilt";
+      catalog = null;
+    }
+    // The report depends on the segments, the manifests (session ledger) and rollups.json (pruning counters).
+    const nowNs = BigInt(Date.now()) * 1_000_000n;
+    const sidecarPaths = input.parts.flatMap((part) => [
+      join(part.dir, "manifest.json"),
+      join(part.dir, "rollups.json"),
+    ]);
+    const sidecars = sidecarPaths.map(fingerprint);
+    // A racy file is known by its content check as well, taken before it is read (see input/snapshot.ts).
+    const checkOf = (path: string, print: Fingerprint | null): string | null | undefined =>
+      print !== null && isRacy(print, nowNs) ? contentCheck(path, print.size) : undefined;
+    const checks = segments.map((segment, i) => checkOf(segment.path, solid[i]!));
+    const sidecarChecks = sidecarPaths.map((path, i) => checkOf(path, sidecars[i]!));
+    const unchecked = checks.includes(null) || sidecarChecks.includes(null);
+    const withCheck = (text: string, check: string | null | undefined): string =>
+      check === undefined || check === null ? text : `${text}#${check}`;
+    const state =
+      missing >= 0 || unchecked
+        ? null
+        : hashText(
+            [
+              input.kind,
+              where.base,
+              ...input.parts.map((part) => relative(where.base, part.dir)),
+              ...sidecars.map((print, i) => withCheck(printText(print), sidecarChecks[i]!)),
+              ...segments.map(
+                (segment, i) =>
+                  `${relative(where.base, segment.path)}=${withCheck(printText(solid[i]!), checks[i]!)}`,
+              ),
+            ].join("\n"),
+            32,
+          );
+    return new SegmentIndex(options, segments, solid, checks, where, dir, catalog, reason, state);
+  }
+
+  /** Segment sizes in reading order. */
+  get sizes(): number[] {
+    return this.prints.map((print) => print.size);
+  }
+
+  private reportFile(view: string): string | null {
+    if (this.state === null || this.dir === null) return null;
+    return join(this.dir, `report-${this.state.slice(0, 24)}-${hashText(view, 8)}.json`);
+  }
+
+  /**
+   * The stored report for this exact state of the input and this `view` (what else the report
+   * depends on: the session asked for, the path as given), if there is one.
+   */
+  readReport(view: string): AnalysisReport | null {
+    const text = this.readStored(view);
+    if (text === null) return null;
+    const report = deserializeReport(text, `${this.state}|${view}`);
+    if (report === null) return null;
+    report.index = this.reusedUsage();
+    return report;
+  }
+
+  /** Usage of an index whose stored result was returned as is. */
+  reusedUsage(): IndexUsage {
+    return {
+      status: "reused",
+      location: this.dir,
+      segments_reused: this.vouched?.segment_count ?? this.segmentsIn.length,
+      segments_scanned: 0,
+      segments_dropped: 0,
+      report_reused: true,
+      reason: null,
+    };
+  }
+
+  /** The stamp a result stored for `view` carries (the input's state and the view). */
+  stamp(view: string): string {
+    return `${this.state}|${view}`;
+  }
+
+  /** The text stored for this exact state of the input and `view`, if there is one. */
+  readStored(view: string): string | null {
+    const file = this.reportFile(view);
+    // A catalog of this version (or a snapshot that vouches for the state) says the file is ours.
+    if (file === null || (this.catalog === null && this.vouched === null)) return null;
+    try {
+      return readFileSync(file, "utf8");
+    } catch {
+      return null;
+    }
+  }
+
+  /**
+   * A rendering stored with `writeRendering` for `view`, when this index's stored results were
+   * vouched for by its snapshot (a rendering may name what the state leaves out: files beside the
+   * sinks); else null.
+   */
+  readRendering(view: string): string | null {
+    if (this.vouched === null) return null;
+    const text = this.readStored(view);
+    const stamp = `${this.stamp(view)}\n`;
+    return text?.startsWith(stamp) ? text.slice(stamp.length) : null;
+  }
+
+  /**
+   * Stores the rendering of a result that was itself read back from this index (`usage` says
+   * "reused"): only then is the next rendering of the unchanged input the same (best effort).
+   */
+  async writeRendering(view: string, text: string, usage: IndexUsage | null): Promise<void> {
+    if (usage?.report_reused !== true) return;
+    await this.writeStored(view, `${this.stamp(view)}\n${text}`, usage);
+  }
+
+  /** Stores a finished report (best effort: failures only mean the next analysis recomputes it). */
+  async writeReport(view: string, report: AnalysisReport): Promise<void> {
+    await this.writeStored(view, serializeReport(report, this.stamp(view)), report.index);
+  }
+
+  /**
+   * Stores a finished result for `view` (best effort), when `usage` says the index is usable where
+   * it is; results of other states of the input are removed, and at most MAX_REPORTS kept.
+   */
+  async writeStored(view: string, text: string, usage: IndexUsage | null): Promise<void> {
+    const file = this.reportFile(view);
+    const dir = this.dir;
+    if (file === null || dir === null || usage === null || usage.location !== dir) return;
+    try {
+      writeAtomic(file, text);
+      this.storeSnapshot();
+      const prefix = `report-${this.state!.slice(0, 24)}-`;
+      const others = (await fsPromises.readdir(dir)).filter((name) =>
+        /^report-[0-9a-f]{24}-[0-9a-f]{8}\.json$/.test(name),
+      );
+      for (const name of others.filter((name) => !name.startsWith(prefix)))
+        await fsPromises.rm(join(dir, name), { force: true });
+      const current = others.filter((name) => name.startsWith(prefix));
+      if (current.length > MAX_REPORTS) {
+        const dated = await Promise.all(
+          current.map(async (name) => ({ name, mtime: (await fsPromises.stat(join(dir, name))).mtimeMs })),
+        );
+        dated.sort((a, b) => a.mtime - b.mtime);
+        for (const { name } of dated.slice(0, dated.length - MAX_REPORTS))
+          await fsPromises.rm(join(dir, name), { force: true });
+      }
+    } catch {
+      // Best effort.
+    }
+  }
+
+  /**
+   * Stores the caller's snapshot as the one that vouches for this state, so that the next analysis
+   * of the unchanged input can `reuse` this index (best effort; not when anything was racy).
+   */
+  storeSnapshot(): void {
+    const { snapshot, location } = this.options;
+    const { dir, where, state } = this;
+    if (snapshot === undefined || location === undefined || !snapshot.reusable) return;
+    if (dir === null || where === null || state === null || this.vouched !== null) return;
+    const stored: StoredSnapshot = {
+      format: SNAPSHOT_FORMAT,
+      version: INDEX_VERSION,
+      settings: SETTINGS,
+      kind: location.kind,
+      absolute: location.absolute,
+      state,
+      segment_count: this.segmentsIn.length,
+      size_bytes: snapshot.sizeBytes,
+      entries: snapshot.entries as [string, string][],
+    };
+    try {
+      writeAtomic(join(dir, where.snapshot), JSON.stringify(stored));
+    } catch {
+      // Best effort: the next analysis resolves the input again.
+    }
+  }
+
+  /** Removes the temporary spill directory, if any. Call when the analysis is done. */
+  dispose(): void {
+    if (this.spill !== null) rmSync(this.spill, { recursive: true, force: true });
+    this.spill = null;
+  }
+
+  /**
+   * Every segment: its digest from the catalog where fresh, else from a scan whose aggregate is
+   * written to the index (or spilled, or kept in memory for small inputs without an index), and
+   * kept in memory within KEEP_SCANNED_BYTES. With `settleLater`, it returns while those files are
+   * still being written: the caller analyses meanwhile, then calls `settle`.
+   */
+  async loadSegments(options: { settleLater?: boolean } = {}): Promise<LoadedSegments> {
+    const { segmentsIn: inputSegments, prints, checks, where } = this;
+    const onProgress = this.options.onProgress;
+    const sizes = this.sizes;
+    const relPaths = inputSegments.map((segment) =>
+      where === null ? segment.path : relative(where.base, segment.path),
+    );
+    const known = new Map<string, CatalogEntry>();
+    for (const entry of this.catalog?.segments ?? []) known.set(entry.path, entry);
+
+    const data: (SegmentData | undefined)[] = new Array(inputSegments.length);
+    const entries: (CatalogEntry | undefined)[] = new Array(inputSegments.length);
+    const readFrom = this.dir;
+    inputSegments.forEach((segment, i) => {
+      const entry = known.get(relPaths[i]!);
+      if (entry === undefined || readFrom === null || !sameFingerprint(entry, prints[i]!)) return;
+      // A racy entry holds while the segment's content check still matches the one taken when it was indexed.
+      if (
+        entry.racy &&
+        (entry.check === undefined ||
+          entry.check !== (checks[i] === undefined ? contentCheck(segment.path, prints[i]!.size) : checks[i]))
+      )
+        return;
+      const file = { path: join(readFrom, "segments", entry.file), stamp: stampOf(relPaths[i]!, prints[i]!) };
+      // A missing or foreign aggregate file (deleted, damaged, another writer's): scanned again.
+      if (!aggregateStampMatches(file.path, file.stamp)) return;
+      entries[i] = entry;
+      data[i] = {
+        source: segment.path,
+        hint: segment.hint,
+        digest: digestFromJson(entry.digest),
+        aggregate: null,
+        file,
+        segment,
+      };
+    });
+    const missing = inputSegments.map((_, i) => i).filter((i) => data[i] === undefined);
+    const reused = inputSegments.length - missing.length;
+    const present = new Set(relPaths);
+    const dropped = [...known.keys()].filter((path) => !present.has(path)).length;
+    if (where !== null && missing.length === 0 && dropped === 0 && this.catalog !== null) {
+      return {
+        segments: data as SegmentData[],
+        sizes,
+        usage: {
+          status: "reused",
+          location: this.dir,
+          segments_reused: reused,
+          segments_scanned: 0,
+          segments_dropped: 0,
+          report_reused: false,
+          reason: this.reason,
+        },
+      };
+    }
+
+    // Where scanned aggregates go: the index; without one, a spill directory for large inputs.
+    const unusable: string[] = [];
+    const failures: string[] = [];
+    let target: string | null = null;
+    if (where !== null) {
+      target = writableDir(
+        [this.dir!, ...where.dirs.filter((candidate) => candidate !== this.dir)],
+        unusable,
+      );
+    }
+    let total = 0;
+    for (const i of missing) total += sizes[i]!;
+    const spillAt = Number(process.env.STORMLOG_SPILL_MIN_BYTES ?? SPILL_MIN_BYTES);
+    if (target === null && total >= spillAt) {
+      try {
+        this.spill = mkdtempSync(join(tmpdir(), "stormlog-analysis-"));
+        mkdirSync(join(this.spill, "segments"));
+      } catch {
+        this.spill = null;
+      }
+    }
+    const sink = target ?? this.spill;
+    // Moving to another location: the aggregates already indexed elsewhere are written there too.
+    const relocating = target !== null && target !== readFrom;
+    const files = missing.map((i) => `seg-${hashText(stampOf(relPaths[i]!, prints[i]!), 24)}.agg`);
+    const jobs: ScanJob[] = missing.map((i, k) => ({
+      segment: inputSegments[i]!,
+      size: sizes[i]!,
+      stamp: stampOf(relPaths[i]!, prints[i]!),
+      path: sink === null ? null : join(sink, "segments", files[k]!),
+    }));
+    const fail = (error: unknown): false => {
+      failures.push(`${sink}: ${describeError(error)}`);
+      return false;
+    };
+    const writer: AggregateWriter = {
+      encode: (aggregate, stamp) => {
+        try {
+          return encodeAggregateParts(aggregate, stamp);
+        } catch (error) {
+          fail(error);
+          return null;
+        }
+      },
+      later: (path, parts) =>
+        writeAggregateFileLater(path, parts).then(
+          () => true,
+          (error: unknown) => fail(error),
+        ),
+    };
+    const keepBytes = Number(process.env.STORMLOG_KEEP_SCANNED_BYTES ?? KEEP_SCANNED_BYTES);
+    const { results, pending } = await scanJobs(jobs, writer, keepBytes, (done) =>
+      onProgress?.({ phase: "scan", done, total }),
+    );
+    missing.forEach((i, k) => {
+      const segment = inputSegments[i]!;
+      const result = results[k]!;
+      const job = jobs[k]!;
+      entries[i] = {
+        path: relPaths[i]!,
+        ...prints[i]!,
+        file: files[k]!,
+        ranks: result.digest.sessions
+          .flatMap((session) => session.ranks.map((rank) => rank.rank))
+          .filter((rank, j, all) => all.indexOf(rank) === j)
+          .sort((a, b) => a - b),
+        digest: digestToJson(result.digest),
+        // Racy when fingerprinted (`open`), with the check taken then; a racy one without a check is scanned again.
+        racy: checks[i] !== undefined,
+        ...(typeof checks[i] === "string" ? { check: checks[i] } : {}),
+      };
+      data[i] = {
+        source: segment.path,
+        hint: segment.hint,
+        digest: result.digest,
+        aggregate: result.aggregate,
+        file: result.written ? { path: job.path!, stamp: job.stamp } : null,
+        segment,
+      };
+    });
+    if (relocating && target !== null) {
+      for (let i = 0; i < inputSegments.length; i++) {
+        const item = data[i]!;
+        if (
+          item.aggregate !== null ||
+          item.file === null ||
+          item.file.path.startsWith(join(target, "segments"))
+        )
+          continue;
+        const path = join(target, "segments", entries[i]!.file);
+        try {
+          writeAtomic(path, readFileSync(item.file.path));
+          data[i] = { ...item, file: { path, stamp: item.file.stamp } };
+        } catch (error) {
+          failures.push(`${target}: ${describeError(error)}`);
+        }
+      }
+    }
+    const segments = data as SegmentData[];
+    const counts = { segments_reused: reused, segments_scanned: missing.length, segments_dropped: dropped };
+    if (where === null) {
+      await Promise.all(pending);
+      return {
+        segments,
+        sizes,
+        usage: {
+          status: "disabled",
+          location: null,
+          ...counts,
+          segments_dropped: 0,
+          report_reused: false,
+          reason: null,
+        },
+      };
+    }
+    const settle = (): Promise<IndexUsage> =>
+      Promise.all(pending).then(() => this.writeCatalog(target, where, entries, failures, unusable, counts));
+    if (options.settleLater === true && pending.length > 0) {
+      // What the usage will be if every write succeeds; `settle` tells what it is.
+      const provisional: IndexUsage = {
+        status: this.catalog === null || relocating ? "built" : "updated",
+        location: target,
+        ...counts,
+        report_reused: false,
+        reason: this.reason,
+      };
+      return { segments, sizes, usage: provisional, settle };
+    }
+    return { segments, sizes, usage: await settle() };
+  }
+
+  /**
+   * Once the scanned aggregates are written: the catalog, unreferenced files removed, and how the
+   * index was used (`unavailable` when something could not be written).
+   */
+  private async writeCatalog(
+    target: string | null,
+    where: ReturnType<typeof locate>,
+    entries: readonly (CatalogEntry | undefined)[],
+    failures: readonly string[],
+    unusable: readonly string[],
+    counts: Pick<IndexUsage, "segments_reused" | "segments_scanned" | "segments_dropped">,
+  ): Promise<IndexUsage> {
+    const relocating = target !== null && target !== this.dir;
+    if (target === null || failures.length > 0) {
+      this.dir = null;
+      const why =
+        target === null
+          ? `no writable index location (${unusable.join("; ")})`
+          : `the index could not be written (${failures.join("; ")})`;
+      return { status: "unavailable", location: null, ...counts, report_reused: false, reason: why };
+    }
+    const next: Catalog = {
+      format: INDEX_FORMAT,
+      version: INDEX_VERSION,
+      settings: SETTINGS,
+      base: where.base,
+      segments: entries as CatalogEntry[],
+    };
+    try {
+      writeAtomic(join(target, where.catalog), JSON.stringify(next));
+      await removeUnreferenced(target, where.catalog, next.segments);
+      if (target === where.dirs[0] && !where.explicit) await writeReadme(target);
+    } catch (error) {
+      this.dir = null;
+      return {
+        status: "unavailable",
+        location: null,
+        ...counts,
+        report_reused: false,
+        reason: `the index could not be written (${describeError(error)})`,
+      };
+    }
+    const status = this.catalog === null || relocating ? "built" : "updated";
+    this.dir = target;
+    this.catalog = next;
+    const reason =
+      this.reason ??
+      (unusable.length > 0 ? `the preferred location was not writable (${unusable.join("; ")})` : null);
+    return { status, location: target, ...counts, report_reused: false, reason };
+  }
+}
+
+/** Deletes aggregate files no catalog in `dir` refers to (other inputs' catalogs may share the directory). */
+async function removeUnreferenced(
+  dir: string,
+  catalogName: string,
+  entries: readonly CatalogEntry[],
+): Promise<void> {
+  const referenced = new Set(entries.map((entry) => entry.file));
+  let names: string[];
+  try {
+    names = await fsPromises.readdir(dir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (name === catalogName || !/^index.*\.json$/.test(name)) continue;
+    const other = readCatalog(dir, name);
+    for (const entry of other?.segments ?? []) referenced.add(entry.file);
+  }
+  let files: string[];
+  try {
+    files = await fsPromises.readdir(join(dir, "segments"));
+  } catch {
+    return;
+  }
+  for (const file of files) {
+    if (/^seg-[0-9a-f]{24}\.agg$/.test(file) && !referenced.has(file))
+      await fsPromises.rm(join(dir, "segments", file), { force: true });
+  }
+}
+
+async function writeReadme(dir: string): Promise<void> {
+  const path = join(dir, "README");
+  try {
+    await fsPromises.stat(path);
+  } catch {
+    await fsPromises.writeFile(
+      path,
+      "Index written by `stormlog analyze` (@stormlog/analysis) to make later analyses of this sink fast.\n" +
+        "It is rebuilt from the segments whenever they change; deleting this directory is always safe.\n",
+    );
+  }
+}

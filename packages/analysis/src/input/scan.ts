@@ -1,0 +1,222 @@
+/**
+ * The fused scan: works out which segment files an input holds (as the sink reader does) and reads
+ * each one once, in chunks, into a `SegmentAggregate`. Canonical lines take the byte-level fast
+ * path (`fast-line.ts`); every other line is decoded exactly as `@stormlog/sink`'s reader decodes it.
+ */
+import { closeSync, openSync, readSync, statSync } from "node:fs";
+import { JsonlDecodeError, type JsonValue, type TelemetryEvent } from "@stormlog/core";
+import { sampleRules } from "@stormlog/core/internal";
+import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
+import { TelemetryInputAccessError } from "@stormlog/sink";
+import { decodeTelemetryEventLine, readingInput, type TelemetryInputSegment } from "@stormlog/sink/internal";
+import { TimeRangeError } from "../errors.js";
+import { Accumulator, INSTANT_EVENT_TYPES, type RankPart, type SegmentAggregate } from "./aggregate.js";
+import { CanonicalLineReader } from "./fast-line.js";
+
+/** Chunk size of segment reads; memory stays bounded by this plus the longest line. */
+const CHUNK_BYTES = 4 << 20;
+/** Most samples the first rank's columns are sized for (a sink's segments hold at most a few 10,000 events). */
+const MAX_EXPECTED_SAMPLES = 1 << 16;
+
+/**
+ * Event types whose details only the general path keeps (alerts, health, and the lifecycle records
+ * the Perfetto export shows with their metadata): rare, decoded in full.
+ */
+const DETAILED_TYPES: ReadonlySet<string> = INSTANT_EVENT_TYPES;
+
+const ORIGIN_PREFIX = Buffer.from('"origin_', "latin1");
+
+/** Whether `buf[start, end)` holds `text` (quote first: the keys looked for start with one). */
+function holds(buf: Buffer, start: number, end: number, text: Buffer): boolean {
+  const last = end - text.length;
+  const second = text[1];
+  for (let i = start; i <= last; i++) {
+    if (buf[i] !== 0x22 || buf[i + 1] !== second) continue;
+    let k = 2;
+    while (k < text.length && buf[i + k] === text[k]) k++;
+    if (k === text.length) return true;
+  }
+  return false;
+}
+
+/** Whether a metadata object's bytes may hold a phase attribution hint (a key starting `origin_`). */
+function hasOriginKey(buf: Buffer, start: number, end: number): boolean {
+  return holds(buf, start, end, ORIGIN_PREFIX);
+}
+
+const BIRTHS_KEY = Buffer.from(`"${LIVE_BY_PHASE_KEY}"`, "latin1");
+
+/** A sample's live tensors by birth phase, when its metadata has them (parsed only then). */
+function addBirths(part: RankPart, timestampNs: bigint, buf: Buffer, start: number, end: number): void {
+  // Looked for in place: a view of every sample's metadata cost a young-generation object per line.
+  if (!holds(buf, start, end, BIRTHS_KEY)) return;
+  let births: unknown;
+  try {
+    births = (JSON.parse(buf.toString("utf8", start, end)) as Record<string, unknown>)[LIVE_BY_PHASE_KEY];
+  } catch {
+    return;
+  }
+  if (typeof births === "object" && births !== null && !Array.isArray(births))
+    part.births.push({ timestampNs, json: JSON.stringify(births) });
+}
+
+/**
+ * Scans one JSONL segment into an aggregate. `onBytes` is told about progress (bytes read so far).
+ * Throws the reader's errors for a malformed line; a final line cut short (no newline) that does
+ * not parse is dropped with a warning, as the reader does.
+ */
+export async function scanSegment(
+  segment: TelemetryInputSegment,
+  onBytes?: (bytes: number) => void,
+): Promise<SegmentAggregate> {
+  return scanSegmentSync(segment, onBytes);
+}
+
+/**
+ * A read buffer shared by the scans of one analysis (`scanSegmentSync`'s `scratch`): one buffer for
+ * every segment instead of one each, so that memory does not wait on the collector to free them.
+ */
+export interface ScanScratch {
+  buf: Buffer | null;
+}
+
+/** `scanSegment`, blocking (it reads synchronously anyway: the scan is CPU-bound). */
+export function scanSegmentSync(
+  segment: TelemetryInputSegment,
+  onBytes?: (bytes: number) => void,
+  scratch: ScanScratch = { buf: null },
+): SegmentAggregate {
+  const path = segment.path;
+  let expected = 256;
+  try {
+    // Sample lines are ~300-700 bytes: size the first rank's columns so that they rarely grow. Capped:
+    // in one file holding many ranks, the first rank's columns sized for the whole file stayed mostly
+    // empty (22 MB of 220 MB), and they grow by doubling anyway.
+    expected = Math.min(MAX_EXPECTED_SAMPLES, Math.max(256, Math.ceil(statSync(path).size / 600)));
+  } catch {
+    // Reported by the open below.
+  }
+  const accumulator = new Accumulator(expected);
+  const reader = new CanonicalLineReader();
+  let lastSession: string | null = segment.hint;
+  let lineNumber = 0;
+  let stopped = false;
+
+  const slow = (buf: Buffer, start: number, end: number, terminated: boolean): void => {
+    const text = buf.toString("utf8", start, end);
+    if (text.trim().length === 0) return;
+    const location = { file: path, line: lineNumber };
+    let event: TelemetryEvent;
+    try {
+      event = decodeTelemetryEventLine(text, location, segment.defaultSessionId, { upgradeTo: 3 });
+    } catch (error) {
+      if (!terminated && JsonlDecodeError.isInstance(error)) {
+        accumulator.warn(
+          `${path}:${lineNumber}: dropped a final line cut short (${text.length} characters, no newline)`,
+          lastSession,
+        );
+        stopped = true;
+        return;
+      }
+      throw error;
+    }
+    lastSession = event.session_id;
+    accumulator.addEvent(event, lineNumber);
+  };
+
+  const line = (buf: Buffer, start: number, end: number, terminated: boolean): void => {
+    lineNumber++;
+    if (end > start && buf[end - 1] === 0x0d) end--;
+    if (end === start) return;
+    if (buf[start] !== 0x7b || !reader.read(buf, start, end)) {
+      slow(buf, start, end, terminated);
+      return;
+    }
+    const eventType = reader.eventType;
+    lastSession = reader.sessionId;
+    if (eventType === "sample") {
+      // Phase attribution hints (rare): the general path keeps them exactly, float marks included.
+      if (!reader.metadataEmpty && hasOriginKey(buf, reader.metadataStart, reader.metadataEnd)) {
+        slow(buf, start, end, terminated);
+        return;
+      }
+      const part = accumulator.addLine(reader, lineNumber);
+      if (!reader.metadataEmpty)
+        addBirths(part, reader.timestampNs(), buf, reader.metadataStart, reader.metadataEnd);
+      return;
+    }
+    // Detailed records, and sample records whose type is not exactly "sample" (rare), take the general path.
+    if (DETAILED_TYPES.has(eventType) || sampleRules(eventType) !== 0) {
+      slow(buf, start, end, terminated);
+      return;
+    }
+    if (eventType === "phase_enter" || eventType === "phase_exit") {
+      if (reader.metadataInexact) {
+        // Floats or long integers in the metadata: the exact parser keeps their marks and digits.
+        slow(buf, start, end, terminated);
+        return;
+      }
+      // Only phase_scope is kept: its text alone is parsed, and stored in the index as is.
+      if (reader.scopeStart < 0) {
+        accumulator.addBoundaryLine(reader, lineNumber, undefined, null);
+        return;
+      }
+      const scopeJson = buf.toString("latin1", reader.scopeStart, reader.scopeEnd);
+      accumulator.addBoundaryLine(reader, lineNumber, JSON.parse(scopeJson) as JsonValue, scopeJson);
+      return;
+    }
+    accumulator.addLine(reader, lineNumber);
+  };
+
+  // Synchronous reads: the scan is CPU-bound, and a round trip through the thread pool per chunk
+  // only adds latency (much of it on a loaded machine).
+  const fd = readingInput(path, () => openSync(path, "r"));
+  try {
+    let buf = scratch.buf ?? Buffer.allocUnsafe(CHUNK_BYTES);
+    let filled = 0;
+    let position = 0;
+    for (;;) {
+      if (filled === buf.length) {
+        // One line longer than the buffer: grow it.
+        const bigger = Buffer.allocUnsafe(buf.length * 2);
+        buf.copy(bigger, 0, 0, filled);
+        buf = bigger;
+      }
+      const bytesRead = readSync(fd, buf, filled, buf.length - filled, position);
+      position += bytesRead;
+      const end = filled + bytesRead;
+      if (bytesRead === 0) {
+        if (end > 0 && !stopped) line(buf, 0, end, false);
+        break;
+      }
+      const view = end === buf.length ? buf : buf.subarray(0, end);
+      let start = 0;
+      for (;;) {
+        const newline = view.indexOf(10, start);
+        if (newline === -1) break;
+        line(buf, start, newline, true);
+        if (stopped) break;
+        start = newline + 1;
+      }
+      if (stopped) break;
+      buf.copy(buf, 0, start, end);
+      filled = end - start;
+      onBytes?.(position);
+    }
+    scratch.buf = buf;
+  } catch (error) {
+    // A read refused (EIO, EISDIR...) is typed; a span too long for one capture names its line.
+    throw TimeRangeError.locate(TelemetryInputAccessError.wrap(path, error), `${path}:${lineNumber}`);
+  } finally {
+    closeSync(fd);
+  }
+  return accumulator.finish(lineNumber);
+}
+
+/** Aggregates in-memory events (one batch, storage order = array order). */
+export function aggregateEvents(events: Iterable<TelemetryEvent>): SegmentAggregate {
+  const accumulator = new Accumulator();
+  let line = 0;
+  for (const event of events) accumulator.addEvent(event, ++line);
+  return accumulator.finish(line);
+}

@@ -1,0 +1,307 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import {
+  decodeTelemetryLine,
+  encodeTelemetryRecord,
+  type JsonObject,
+  type TelemetryRecord,
+} from "@stormlog/core";
+import { seededRandom } from "@stormlog/phases/internal";
+import { describe, expect, it } from "vitest";
+import { CanonicalLineReader } from "../../src/input/fast-line.js";
+import { BASE_NS, record } from "../support/report-helpers.js";
+
+const FIXTURES = join(import.meta.dirname, "../../../../fixtures/golden");
+
+/** Reads `line` with the fast reader; null when it declines. */
+function fastRead(line: string, reader = new CanonicalLineReader()): CanonicalLineReader | null {
+  const bytes = Buffer.from(`${line}\nNEXT`, "utf8");
+  return reader.read(bytes, 0, Buffer.byteLength(line)) ? reader : null;
+}
+
+function decodeOrNull(line: string): TelemetryRecord | null {
+  try {
+    return decodeTelemetryLine(line);
+  } catch {
+    return null;
+  }
+}
+
+const orNaN = (value: number | null | undefined): number =>
+  value === null || value === undefined ? Number.NaN : value;
+
+/** Every field the fast reader exposes equals the full decoder's. */
+function expectSame(reader: CanonicalLineReader, decoded: TelemetryRecord, line: string): void {
+  const tensors = decoded.metadata.tfjs_num_tensors;
+  const expected = {
+    allocated: orNaN(decoded.allocator_allocated_bytes),
+    reserved: orNaN(decoded.allocator_reserved_bytes),
+    active: orNaN(decoded.allocator_active_bytes),
+    inactive: orNaN(decoded.allocator_inactive_bytes),
+    change: orNaN(decoded.allocator_change_bytes),
+    used: orNaN(decoded.device_used_bytes),
+    free: orNaN(decoded.device_free_bytes),
+    total: orNaN(decoded.device_total_bytes),
+    deviceId: decoded.device_id,
+    pid: decoded.pid,
+    rank: decoded.rank,
+    localRank: decoded.local_rank,
+    worldSize: decoded.world_size,
+    samplingIntervalMs: decoded.sampling_interval_ms,
+    eventType: decoded.event_type,
+    collector: decoded.collector,
+    host: decoded.host,
+    jobId: decoded.job_id,
+    sessionId: "session_id" in decoded ? decoded.session_id : undefined,
+    timestampNs: decoded.timestamp_ns,
+    context: decoded.context,
+    tensors: typeof tensors === "number" ? tensors : Number.NaN,
+  };
+  const actual = {
+    allocated: reader.allocated,
+    reserved: reader.reserved,
+    active: reader.active,
+    inactive: reader.inactive,
+    change: reader.change,
+    used: reader.used,
+    free: reader.free,
+    total: reader.total,
+    deviceId: reader.deviceId,
+    pid: reader.pid,
+    rank: reader.rank,
+    localRank: reader.localRank,
+    worldSize: reader.worldSize,
+    samplingIntervalMs: reader.samplingIntervalMs,
+    eventType: reader.eventType,
+    collector: reader.collector,
+    host: reader.host,
+    jobId: reader.jobId,
+    sessionId: reader.sessionId,
+    timestampNs: reader.timestampNs(),
+    context: reader.context(),
+    tensors: reader.tensors,
+  };
+  expect(actual, line).toEqual(expected);
+  const metadata = JSON.parse(line.slice(reader.metadataStart, reader.metadataEnd)) as JsonObject;
+  const plain = JSON.parse(JSON.stringify(decoded.metadata)) as JsonObject;
+  expect(metadata, line).toEqual(plain);
+  // The top-level phase_scope's own text, which the scan parses alone and the index stores as is.
+  const scope =
+    reader.scopeStart < 0 ? undefined : JSON.parse(line.slice(reader.scopeStart, reader.scopeEnd));
+  expect(scope, line).toEqual(plain.phase_scope);
+}
+
+const METADATA: JsonObject[] = [
+  {},
+  { tfjs_num_tensors: 42 },
+  { tfjs_num_tensors: 0, backend: "webgl" },
+  { nested: { tfjs_num_tensors: 7 }, list: [1, [2, []], {}], flag: true, none: null, neg: -3 },
+  {
+    phase_scope: {
+      action: "enter",
+      path: ["train", "forward"],
+      depth: 2,
+      scope_id: "s:1",
+      parent_scope_id: null,
+      sequence: 1,
+      thread_id: 1,
+      thread_name: "main",
+      name: "forward",
+    },
+  },
+  { text: 'quote " backslash \\ tab \t newline \n unicode \u00e9 \u2028 end', tfjs_num_tensors: 5 },
+  { phase_scope: "plain", tfjs_num_tensors: 1 },
+  { phase_scope: {}, after: 1 },
+  { phase_scope: [], z: { phase_scope: { deep: true } } },
+  { a: { phase_scope: { x: 1 } }, phase_scope: { action: "exit", path: [] }, zz: [{ phase_scope: 2 }] },
+  { tfjs_num_tensors: "12" },
+  { tfjs_num_tensors: [1] },
+  { tfjs_num_tensors: 3, later: { deep: [{ x: "y" }] } },
+];
+
+describe("CanonicalLineReader agrees with decodeTelemetryLine", () => {
+  it("reads canonical lines exactly (random values, every metadata shape)", () => {
+    const next = seededRandom(7);
+    let read = 0;
+    for (let i = 0; i < 400; i++) {
+      const total = next() < 0.2 ? null : Math.floor(next() * 2 ** 40);
+      const used = total === null ? Math.floor(next() * 2 ** 45) : Math.floor(next() * total);
+      const worldSize = 1 + Math.floor(next() * 64);
+      const event = record(
+        ["sample", "phase_enter", "start", "allocation", "warning"][i % 5]!,
+        BASE_NS + BigInt(Math.floor(next() * 1e15)),
+        {
+          allocator_allocated_bytes: Math.floor(next() * 2 ** 52),
+          allocator_reserved_bytes: Math.floor(next() * 2 ** 33),
+          allocator_active_bytes: next() < 0.5 ? null : Math.floor(next() * 1000),
+          allocator_change_bytes: Math.floor((next() - 0.5) * 2 ** 30),
+          device_used_bytes: used,
+          device_total_bytes: total,
+          device_free_bytes: total === null || next() < 0.3 ? null : total - used,
+          device_id: next() < 0.2 ? -1 : Math.floor(next() * 8),
+          pid: next() < 0.1 ? -1 : Math.floor(next() * 100000),
+          rank: Math.floor(next() * worldSize),
+          local_rank: 0,
+          world_size: worldSize,
+          job_id: next() < 0.3 ? null : `job-${i}`,
+          context: next() < 0.3 ? null : next() < 0.5 ? "" : `Context ${i}`,
+          metadata: METADATA[i % METADATA.length]!,
+          timestamp_ns: next() < 0.05 ? BigInt(Math.floor(next() * 1000)) : BASE_NS + BigInt(i),
+        },
+      );
+      const line = encodeTelemetryRecord(event);
+      const decoded = decodeTelemetryLine(line);
+      const reader = fastRead(line);
+      expect(reader, line).not.toBeNull();
+      expectSame(reader!, decoded, line);
+      read++;
+    }
+    expect(read).toBe(400);
+  });
+
+  it("notes the last of duplicate top-level phase_scope keys, as JSON.parse keeps it", () => {
+    const line = encodeTelemetryRecord(
+      record("phase_exit", BASE_NS, { metadata: { phase_scope: { name: "first" }, zz: 1 } }),
+    ).replace('"zz": 1', '"phase_scope" : [ "second" , {"phase_scope": 3} ] ');
+    const reader = fastRead(line);
+    expect(reader, line).not.toBeNull();
+    expect(line.slice(reader!.scopeStart, reader!.scopeEnd)).toBe('[ "second" , {"phase_scope": 3} ]');
+    expect(fastRead(encodeTelemetryRecord(record("phase_exit", BASE_NS, { metadata: {} })))!.scopeStart).toBe(
+      -1,
+    );
+  });
+
+  it("reads the Python reference's golden sink lines like the decoder", () => {
+    let read = 0;
+    for (const set of ["cross-rank", "python-sink"]) {
+      for (const name of readdirSync(join(FIXTURES, set)).sort().slice(0, 6)) {
+        const dir = set === "python-sink" ? join(FIXTURES, set, name, "sink") : join(FIXTURES, set, name);
+        for (const file of readdirSync(dir).filter((f) => f.endsWith(".jsonl"))) {
+          for (const line of readFileSync(join(dir, file), "utf8").split("\n")) {
+            if (line.trim() === "") continue;
+            const decoded = decodeOrNull(line);
+            const reader = fastRead(line);
+            if (reader === null) continue;
+            expect(decoded, line).not.toBeNull();
+            expectSame(reader, decoded!, line);
+            read++;
+          }
+        }
+      }
+    }
+    expect(read).toBeGreaterThan(1000);
+  });
+
+  it("reads each line's strings, not the previous line's, when one reader reads them all", () => {
+    const reader = new CanonicalLineReader();
+    const hosts = [
+      "node-0",
+      "node-0",
+      "node-01",
+      "node-1",
+      "node-",
+      "node-1",
+      "n",
+      "node-1",
+      "node-0",
+      "node-01",
+    ];
+    // More event types than a slot remembers, and some again after they were forgotten.
+    const types = [
+      "sample",
+      "phase_enter",
+      "sample",
+      "phase_exit",
+      "start",
+      "warning",
+      "sample",
+      "stop",
+      "sample",
+    ];
+    hosts.forEach((host, i) => {
+      const line = encodeTelemetryRecord(
+        record(types[i % types.length]!, BASE_NS + BigInt(i), {
+          host,
+          job_id: i % 3 === 0 ? null : `job-${i % 2}`,
+          session_id: `s-${i >> 1}`,
+          collector: i < 4 ? "stormlog.tfjs_tracker" : "stormlog.tfjs_tracker2",
+          device_used_bytes: 100,
+        }),
+      );
+      expect(fastRead(line, reader), line).toBe(reader);
+      expectSame(reader, decodeTelemetryLine(line), line);
+    });
+  });
+
+  it("declines a line with any byte of any top-level key changed", () => {
+    const line = encodeTelemetryRecord(
+      record("sample", BASE_NS, { device_used_bytes: 100, device_total_bytes: 1000, metadata: { a: 1 } }),
+    );
+    expect(fastRead(line)).not.toBeNull();
+    let changed = 0;
+    for (const match of line.matchAll(/"([a-z_]+)": /g)) {
+      // Keys inside the metadata are the metadata's own: any name is fine there.
+      if (match[1] === "a") continue;
+      for (let i = match.index + 1; i < match.index + 1 + match[1]!.length; i++) {
+        const other = line[i] === "x" ? "y" : "x";
+        const mutated = `${line.slice(0, i)}${other}${line.slice(i + 1)}`;
+        expect(fastRead(mutated), mutated).toBeNull();
+        changed++;
+      }
+    }
+    expect(changed).toBeGreaterThan(200);
+  });
+
+  it("declines what it does not read exactly, and never accepts a line the decoder rejects", () => {
+    const line = encodeTelemetryRecord(
+      record("sample", BASE_NS, {
+        device_used_bytes: 100,
+        device_total_bytes: 1000,
+        metadata: { tfjs_num_tensors: 3 },
+      }),
+    );
+    const variants: [string, string][] = [
+      ["float counter", line.replace('"allocator_allocated_bytes": 0', '"allocator_allocated_bytes": 0.0')],
+      ["exponent counter", line.replace('"device_used_bytes": 100', '"device_used_bytes": 1e2')],
+      ["compact separators", line.replaceAll(", ", ",")],
+      ["escaped host", line.replace('"host": "node-0"', '"host": "node\\u002d0"')],
+      ["non-ASCII host", line.replace('"host": "node-0"', '"host": "nöde-0"')],
+      ["leading-zero timestamp", line.replace(`"timestamp_ns": ${BASE_NS}`, `"timestamp_ns": 0${BASE_NS}`)],
+      ["used above total", line.replace('"device_used_bytes": 100', '"device_used_bytes": 10000')],
+      ["negative count", line.replace('"allocator_reserved_bytes": 0', '"allocator_reserved_bytes": -1')],
+      ["unclosed metadata", line.replace('{"tfjs_num_tensors": 3}', '{"tfjs_num_tensors": 3')],
+      ["NaN in metadata", line.replace('{"tfjs_num_tensors": 3}', '{"tfjs_num_tensors": NaN}')],
+      ["trailing garbage", `${line} x`],
+      ["rank at world size", line.replace('"rank": 0', '"rank": 1')],
+      ["blank-edged host", line.replace('"host": "node-0"', '"host": " node-0"')],
+      ["escaped tensors key", line.replace('"tfjs_num_tensors"', '"tfjs\\u005fnum_tensors"')],
+      ["float in metadata", line.replace('{"tfjs_num_tensors": 3}', '{"tfjs_num_tensors": 3, "ratio": 0.5}')],
+      ["schema v4", line.replace('"schema_version": 3', '"schema_version": 4')],
+      ["missing session", line.replace(/"session_id": "[^"]*", /, "")],
+      ["empty line", ""],
+    ];
+    for (const [label, variant] of variants) {
+      expect(variant, label).not.toBe(line);
+      const reader = fastRead(variant);
+      const decoded = decodeOrNull(variant);
+      if (reader !== null) {
+        // Accepted: only when the decoder reads the very same values.
+        expect(decoded, label).not.toBeNull();
+        expectSame(reader, decoded!, variant);
+      }
+      if (decoded === null) expect(reader, label).toBeNull();
+    }
+    // The inexact-metadata flag sends float-bearing metadata to the exact parser.
+    expect(fastRead(variants[14]![1])?.metadataInexact).toBe(true);
+    expect(fastRead(line)?.metadataInexact).toBe(false);
+  });
+
+  it("reads a trailing carriage return and whitespace like the decoder", () => {
+    const line = encodeTelemetryRecord(record("sample", BASE_NS, { metadata: { tfjs_num_tensors: 9 } }));
+    for (const variant of [`${line} `, `${line}\t`, `${line}\r`]) {
+      const reader = fastRead(variant);
+      expect(reader).not.toBeNull();
+      expectSame(reader!, decodeTelemetryLine(variant), variant);
+    }
+  });
+});
