@@ -13,6 +13,8 @@
 export { TimeRangeError } from "./errors.js";
 /** Where the index of a sink is kept (`.stormlog-index` beside it, or under `STORMLOG_CACHE_DIR`). */
 export { CACHE_DIR_ENV, INDEX_DIRNAME } from "./index/index-cache.js";
+/** What is analysed, diagnosed or exported: one session, or a rank group (one type for all three). */
+export type { RankGroupSession, SessionSelection } from "./input/sessions.js";
 export {
   type AnalyzeEventsContext,
   type AnalyzeOptions,
@@ -95,14 +97,13 @@ export {
   type DiagnosticsOptions,
   type DiagnosticsSeverity,
   type DistributedDiagnostics,
-  type DistributedSelection,
   diagnoseTelemetry,
   diagnosticsFoundRisk,
+  findDistributedRankGroups,
   type LoadDistributedOptions,
   loadDistributedEvents,
   parseRankFilter,
   type RankDiagnosticsRow,
-  type RankGroupSession,
   type RankTimeline,
   type RenderDiagnosisOptions,
   renderTelemetryDiagnosis,
@@ -126,7 +127,6 @@ export {
   type TraceEvent,
 } from "./export/perfetto.js";
 export {
-  type ExportSelection,
   openSelectedEvents,
   type SelectedEvents,
   type StreamExportOptions,

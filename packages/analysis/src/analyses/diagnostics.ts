@@ -56,8 +56,11 @@ import {
   findRankGroups,
   inMemorySegment,
   listSessions,
+  type RankGroupSession,
+  rankGroupSession,
   type SegmentData,
   type SessionListing,
+  type SessionSelection,
   selectSession,
 } from "../input/sessions.js";
 import { type InputLocation, snapshotInput } from "../input/snapshot.js";
@@ -428,62 +431,34 @@ export function diagnosticsFoundRisk(diagnostics: DistributedDiagnostics): boole
   return diagnostics.anomalies.some((anomaly) => anomaly.severity !== "info");
 }
 
-/** A rank group: per-rank sessions of one job merged into one distributed view. */
-export interface RankGroupSession {
-  /** The merged view's summary (`stormlog.diagnostics.distributed`), with the reference's synthetic id. */
-  summary: SessionSummary;
-  /** One session per rank, by rank. */
-  members: SessionInfo[];
-  /** Further sessions of an already-present rank (a restarted process), left out of the view. */
-  skipped: SessionInfo[];
-}
-
-/** Which events a distributed view reads: one session, or a rank group. */
-export interface DistributedSelection {
-  /** The selected session (a real one, or a rank group's merged summary); null for empty input. */
-  summary: SessionSummary | null;
-  /** Sessions whose events belong to the view. */
-  memberSessionIds: string[];
-  /** True when the view merges a rank group. */
-  merged: boolean;
-  /** Every session of the input, in the reference's order. */
-  sessions: SessionInfo[];
-  /** The rank groups found (merged views that can be selected by id). */
-  rankGroups: RankGroupSession[];
+/**
+ * The rank groups of the input (per-rank sessions of one job, merged views that can be selected by
+ * id), as the reference TUI's `load_distributed_artifacts` finds them: the sessions with events that
+ * share a non-null `job_id` and a `world_size > 1`, at least two distinct ranks, at most
+ * `world_size`; when a rank has several sessions (a restarted process) the first in session order
+ * is kept and the others are `skipped`. `sessions` in the reference's order (as the reader lists them).
+ */
+export function findDistributedRankGroups(sessions: readonly SessionInfo[]): RankGroupSession[] {
+  return findRankGroups(listingsOf(sessions)).map(rankGroupSession);
 }
 
 /**
- * Finds rank groups and chooses the view, as the reference TUI's `load_distributed_artifacts` (and
- * `stormlog analyze`) do. A rank group is the sessions with events that share a non-null `job_id`
- * and a `world_size > 1`: at least two distinct ranks, at most `world_size`; when a rank has several
- * sessions (a restarted process) the first in session order is kept and the others are `skipped`.
- * The view is `sessionId` (a session's or a rank group's id; unknown ids throw
- * `SessionNotFoundError`), else the rank group whose best member comes first, else the first
- * session with events. `sessions` must be in the reference's order (as the sink reader lists them).
+ * Chooses the view, as the reference TUI (and `stormlog analyze`) do: `sessionId` (a session's or a
+ * rank group's id; unknown ids throw `SessionNotFoundError`), else the rank group whose best member
+ * comes first (see `findDistributedRankGroups`), else the first session with events.
  */
 export function selectDistributedSession(
   sessions: readonly SessionInfo[],
   sessionId?: string,
   source = "the input",
-): DistributedSelection {
+): SessionSelection {
   // One rule for the whole package: the analysis report's (input/sessions.ts), with each session's rank.
-  const listings: SessionListing[] = sessions.map((session) => ({
-    ...session,
-    ranks: [session.summary.rank],
-  }));
-  const groups = findRankGroups(listings);
-  const selection = selectSession(listings, groups, sessionId, source);
-  return {
-    summary: selection.summary,
-    memberSessionIds: [...selection.memberIds],
-    merged: selection.group !== null,
-    sessions: [...sessions],
-    rankGroups: groups.map((group) => ({
-      summary: group.summary,
-      members: [...group.members],
-      skipped: [...group.skipped],
-    })),
-  };
+  const listings = listingsOf(sessions);
+  return selectSession(listings, findRankGroups(listings), sessionId, source);
+}
+
+function listingsOf(sessions: readonly SessionInfo[]): SessionListing[] {
+  return sessions.map((session) => ({ ...session, ranks: [session.summary.rank] }));
 }
 
 /** Options of `loadDistributedEvents`. */
@@ -504,7 +479,7 @@ function compareEventTime(a: TelemetryEvent, b: TelemetryEvent): number {
 export async function loadDistributedEvents(
   path: string,
   options: LoadDistributedOptions = {},
-): Promise<{ selection: DistributedSelection; events: TelemetryEvent[] }> {
+): Promise<{ selection: SessionSelection; sessions: SessionInfo[]; events: TelemetryEvent[] }> {
   const { sessionId, ...readOptions } = options;
   const loaded = await loadTelemetrySessions(path, readOptions);
   const sessions: SessionInfo[] = loaded.map(({ events: _events, ...info }) => info);
@@ -515,7 +490,7 @@ export async function loadDistributedEvents(
   loaded.length = 0;
   // Each session is already sorted: one list needs nothing, several are runs that sort merges cheaply.
   const events = lists.length === 1 ? lists[0]! : lists.flat().sort(compareEventTime);
-  return { selection, events };
+  return { selection, sessions, events };
 }
 
 /**
@@ -575,7 +550,9 @@ export interface DiagnoseTelemetryOptions {
 
 /** What `diagnoseTelemetry` found. */
 export interface DiagnoseTelemetryResult {
-  selection: DistributedSelection;
+  selection: SessionSelection;
+  /** Every session of the input, in the reference's order. */
+  sessions: SessionInfo[];
   diagnostics: DistributedDiagnostics;
   /** The view's earliest event (null when it has none). */
   firstTimestampNs: bigint | null;
@@ -688,12 +665,12 @@ type Diagnosed = Omit<DiagnoseTelemetryResult, "index">;
 
 /** A JSON document (read whole): the view's events become a dataset of their own. */
 async function diagnoseEvents(path: string, options: DiagnoseTelemetryOptions): Promise<Diagnosed> {
-  const { selection, events } = await loadDistributedEvents(
+  const { selection, sessions, events } = await loadDistributedEvents(
     path,
     options.sessionId === undefined ? {} : { sessionId: options.sessionId },
   );
-  if (events.length === 0) return { selection, diagnostics: noEvents(), firstTimestampNs: null };
-  return { selection, ...diagnoseDataset(datasetOfEvents(path, events), datasetOptions(options)) };
+  if (events.length === 0) return { selection, sessions, diagnostics: noEvents(), firstTimestampNs: null };
+  return { selection, sessions, ...diagnoseDataset(datasetOfEvents(path, events), datasetOptions(options)) };
 }
 
 /** The column version's options for `diagnoseTelemetry`'s. */
@@ -723,7 +700,7 @@ function diagnoseSegments(
   const sessions: SessionInfo[] = listings.map(({ ranks: _ranks, ...info }) => info);
   const selection = selectDistributedSession(sessions, options.sessionId, path);
   const plan = planDataset(segments, selection.memberSessionIds);
-  return { selection, ...diagnoseDataset(plan, datasetOptions(options)) };
+  return { selection, sessions, ...diagnoseDataset(plan, datasetOptions(options)) };
 }
 
 /** What the column version takes besides the dataset. */
@@ -1070,8 +1047,8 @@ function timelineOfColumns(merged: MergedRank, readings: ReadingColumns): RankTi
   };
 }
 
-/** Versioned: results stored by an earlier version (before exact integers past 2^53) are not read. */
-const DIAGNOSE_FORMAT = "stormlog.diagnose_result.v3";
+/** Versioned: results stored by an earlier version (before exact integers past 2^53, or the one selection type) are not read. */
+const DIAGNOSE_FORMAT = "stormlog.diagnose_result.v4";
 
 function serializeDiagnose(result: Diagnosed, stamp: string): string {
   const { per_rank_timelines: _timelines, ...diagnostics } = result.diagnostics;

@@ -20,7 +20,13 @@ import {
 import { loadDistributedEvents, selectDistributedSession } from "../analyses/diagnostics.js";
 import { SegmentIndex } from "../index/index-cache.js";
 import { planDataset } from "../input/dataset.js";
-import { findRankGroups, listSessions, type SegmentData, selectSession } from "../input/sessions.js";
+import {
+  findRankGroups,
+  listSessions,
+  type SegmentData,
+  type SessionSelection,
+  selectSession,
+} from "../input/sessions.js";
 import { segmentWarnings } from "../report/report.js";
 import { buildPerfettoTrace, datasetTraceEvents, perfettoTraceChunks } from "./perfetto.js";
 import { TRACE_HEAD, traceEventJson, traceOtherData, traceTail } from "./trace-parts.js";
@@ -48,17 +54,6 @@ export interface StreamPerfettoOptions extends StreamExportOptions {
   readonly analyses?: boolean;
 }
 
-/** What an export reads: the selected view and its member sessions. */
-export interface ExportSelection {
-  /** The selected id (a session's, or a rank group's synthetic id); null for empty input. */
-  readonly sessionId: string | null;
-  readonly summary: SessionSummary | null;
-  /** Sessions whose events are exported, in the selection's order. */
-  readonly memberSessionIds: readonly string[];
-  /** Events of the member sessions. */
-  readonly eventCount: number;
-}
-
 /** One member session and the segments that hold its events, in reading order. */
 interface MemberPlan {
   readonly sessionId: string;
@@ -67,7 +62,9 @@ interface MemberPlan {
 }
 
 interface ExportPlan {
-  readonly selection: ExportSelection;
+  readonly selection: SessionSelection;
+  /** Events of the member sessions. */
+  readonly eventCount: number;
   readonly members: readonly MemberPlan[];
   /** Every segment of the input, in reading order (their aggregates in memory or in the index). */
   readonly segments: readonly SegmentData[];
@@ -108,7 +105,7 @@ async function planIndexed(
   const selection = selectSession(sessions, findRankGroups(sessions), options.sessionId, input.path);
   const inputSegments = input.parts.flatMap((part) => part.segments);
   let eventCount = 0;
-  const members = selection.memberIds.map((sessionId): MemberPlan => {
+  const members = selection.memberSessionIds.map((sessionId): MemberPlan => {
     const held: TelemetryInputSegment[] = [];
     segments.forEach((segment, ordinal) => {
       const part = segment.digest.sessions.find((session) => session.sessionId === sessionId);
@@ -120,16 +117,7 @@ async function planIndexed(
     const listing = sessions.find((session) => session.summary.session_id === sessionId);
     return { sessionId, segments: held, firstTimestampNs: listing?.firstTimestampNs ?? null };
   });
-  return {
-    selection: {
-      sessionId: selection.sessionId,
-      summary: selection.summary,
-      memberSessionIds: [...selection.memberIds],
-      eventCount,
-    },
-    members,
-    segments,
-  };
+  return { selection, eventCount, members, segments };
 }
 
 /** Batches trace event lines into chunks of about 64 KB. */
@@ -212,7 +200,9 @@ export async function* streamPerfettoTrace(
 
 /** A selection and a stream of its events, in storage order. */
 export interface SelectedEvents {
-  readonly selection: ExportSelection;
+  readonly selection: SessionSelection;
+  /** Events of the member sessions. */
+  readonly eventCount: number;
   /** Streams the member sessions' events in storage order (nothing is retained). */
   events(): AsyncGenerator<TelemetryEvent>;
 }
@@ -235,24 +225,21 @@ export async function openSelectedEvents(
     for (const session of sessions)
       if (members.has(session.summary.session_id)) eventCount += session.eventCount;
     return {
-      selection: {
-        sessionId: chosen.summary?.session_id ?? null,
-        summary: chosen.summary,
-        memberSessionIds: chosen.memberSessionIds,
-        eventCount,
-      },
+      selection: chosen,
+      eventCount,
       async *events() {
         for await (const event of iterateTelemetryEvents(path, { onWarning: () => undefined }))
           if (members.has(event.session_id)) yield event;
       },
     };
   }
-  const { selection, members } = await planExport(input, options);
+  const { selection, eventCount, members } = await planExport(input, options);
   const ids = new Set(selection.memberSessionIds);
   const wanted = new Set(members.flatMap((member) => member.segments.map((segment) => segment.path)));
   const segments = input.parts.flatMap((part) => part.segments).filter((segment) => wanted.has(segment.path));
   return {
     selection,
+    eventCount,
     async *events() {
       for (const segment of segments) {
         for await (const line of readJsonlLines(segment.path)) {

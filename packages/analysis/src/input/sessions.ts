@@ -224,16 +224,37 @@ export function findRankGroups(sessions: readonly SessionListing[]): RankGroup[]
   return groups.sort((a, b) => best(a) - best(b));
 }
 
-/** The session (or rank group) an analysis looks at. */
-export interface Selection {
-  /** The selected id: a session's, or a rank group's synthetic id. */
+/** A rank group as users see it: the per-rank sessions of one job, merged into one view. */
+export interface RankGroupSession {
+  /** The merged view's summary (`stormlog.diagnostics.distributed`), with the reference's synthetic id. */
+  readonly summary: SessionSummary;
+  /** One session per rank, by rank. */
+  readonly members: readonly SessionInfo[];
+  /** Further sessions of an already-present rank (a restarted process), left out of the view. */
+  readonly skipped: readonly SessionInfo[];
+}
+
+/**
+ * What an analysis, a diagnosis or an export reads: one session, or a rank group. The one
+ * selection type of the package (the report's `session`, `diagnoseTelemetry` and the exports).
+ */
+export interface SessionSelection {
+  /** The selected id: a session's, or a rank group's synthetic id; null for empty input. */
   readonly sessionId: string | null;
+  /** The selected session's summary, or the rank group's merged one; null for empty input. */
   readonly summary: SessionSummary | null;
-  /** The sessions whose events are analysed (one, or a rank group's members). */
-  readonly memberIds: readonly string[];
-  /** Set when a rank group is selected. */
-  readonly group: RankGroup | null;
+  /** The sessions whose records are read (one, or a rank group's members). */
+  readonly memberSessionIds: readonly string[];
+  /** The rank group, when one is selected. */
+  readonly rankGroup: RankGroupSession | null;
+  /** What the selection left out, and why. */
   readonly notes: readonly string[];
+}
+
+/** A rank group's public view (its members as the reader lists them). */
+export function rankGroupSession(group: RankGroup): RankGroupSession {
+  const info = ({ ranks: _ranks, ...session }: SessionListing): SessionInfo => session;
+  return { summary: group.summary, members: group.members.map(info), skipped: group.skipped.map(info) };
 }
 
 /**
@@ -246,8 +267,8 @@ export function selectSession(
   groups: readonly RankGroup[],
   sessionId: string | undefined,
   source: string,
-): Selection {
-  const ofGroup = (group: RankGroup): Selection => {
+): SessionSelection {
+  const ofGroup = (group: RankGroup): SessionSelection => {
     const notes: string[] = [];
     for (const skipped of group.skipped) {
       const rank = skipped.ranks[0];
@@ -258,16 +279,16 @@ export function selectSession(
     return {
       sessionId: group.sessionId,
       summary: group.summary,
-      memberIds: group.members.map((member) => member.summary.session_id),
-      group,
+      memberSessionIds: group.members.map((member) => member.summary.session_id),
+      rankGroup: rankGroupSession(group),
       notes,
     };
   };
-  const ofSession = (session: SessionListing): Selection => ({
+  const ofSession = (session: SessionListing): SessionSelection => ({
     sessionId: session.summary.session_id,
     summary: session.summary,
-    memberIds: [session.summary.session_id],
-    group: null,
+    memberSessionIds: [session.summary.session_id],
+    rankGroup: null,
     notes: [],
   });
   if (sessionId !== undefined) {
@@ -288,6 +309,7 @@ export function selectSession(
   }
   if (groups.length > 0) return ofGroup(groups[0]!);
   const session = sessions.find((candidate) => candidate.eventCount > 0) ?? sessions[0];
-  if (session === undefined) return { sessionId: null, summary: null, memberIds: [], group: null, notes: [] };
+  if (session === undefined)
+    return { sessionId: null, summary: null, memberSessionIds: [], rankGroup: null, notes: [] };
   return ofSession(session);
 }

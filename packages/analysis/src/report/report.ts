@@ -37,8 +37,8 @@ import {
   inMemorySegment,
   listSessions,
   type SegmentData,
-  type Selection,
   type SessionListing,
+  type SessionSelection,
   selectSession,
 } from "../input/sessions.js";
 import { type InputLocation, snapshotInput } from "../input/snapshot.js";
@@ -90,14 +90,14 @@ export interface AnalyzeEventsContext {
 interface ReportParts {
   input: ReportInput;
   sessions: readonly SessionListing[];
-  selection: Selection;
+  selection: SessionSelection;
   segments: readonly SegmentData[];
   sink: SinkReport;
   index: IndexUsage | null;
   notes: string[];
 }
 
-function sessionSection(sessions: readonly SessionListing[], selection: Selection): ReportSession {
+function sessionSection(sessions: readonly SessionListing[], selection: SessionSelection): ReportSession {
   const summary: SessionSummary | null = selection.summary;
   const section: ReportSession = {
     selected_session_id: selection.sessionId,
@@ -108,7 +108,7 @@ function sessionSection(sessions: readonly SessionListing[], selection: Selectio
     job_id: summary?.job_id ?? null,
     world_size: summary?.world_size ?? 1,
   };
-  if (selection.group !== null) section.merged_session_ids = [...selection.memberIds];
+  if (selection.rankGroup !== null) section.merged_session_ids = [...selection.memberSessionIds];
   return section;
 }
 
@@ -117,7 +117,7 @@ function sessionSection(sessions: readonly SessionListing[], selection: Selectio
  * memory or the index), fed to the accumulators, and let go before the next rank.
  */
 function analyze(parts: ReportParts): AnalysisReport {
-  const plan = planDataset(parts.segments, parts.selection.memberIds);
+  const plan = planDataset(parts.segments, parts.selection.memberSessionIds);
   const loader = new DatasetLoader(plan);
   const summary = new SummaryAccumulator();
   const health = new HealthAccumulator();
@@ -461,11 +461,11 @@ export function analyzeEvents(
   const memberIds = sessions.map((session) => session.summary.session_id);
   const only = sessions.length === 1 ? sessions[0]! : null;
   const selectedId = context.sessionId ?? only?.summary.session_id ?? null;
-  const selection: Selection = {
+  const selection: SessionSelection = {
     sessionId: selectedId,
     summary: sessions.find((session) => session.summary.session_id === selectedId)?.summary ?? null,
-    memberIds,
-    group: null,
+    memberSessionIds: memberIds,
+    rankGroup: null,
     notes: [],
   };
   const discovered = context.discoveredSessionIds;

@@ -58,7 +58,7 @@ describe("diagnoseTelemetry", () => {
 
   it("reads every rank of the generated job, one row each with its samples", async () => {
     const { diagnostics, selection } = await diagnoseTelemetry(job, { index: false });
-    expect(selection.merged).toBe(true);
+    expect(selection.rankGroup).not.toBeNull();
     expect(diagnostics.present_ranks).toEqual([0, 1, 2, 3, 4, 5]);
     expect(diagnostics.rows.map((row) => row.samples)).toEqual([1200, 1200, 1200, 1200, 1200, 1200]);
   });

@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import {
   buildDistributedDiagnostics,
   diagnosticsFoundRisk,
+  findDistributedRankGroups,
   loadDistributedEvents,
   parseRankFilter,
   selectDistributedSession,
@@ -258,7 +259,7 @@ describe("selectDistributedSession", () => {
   it("merges per-rank sessions of one job under the reference's synthetic id", () => {
     const sessions = [info("r1", 1), info("r0", 0), info("other", 0, { jobId: null, worldSize: 1 })];
     const selection = selectDistributedSession(sessions);
-    expect(selection.merged).toBe(true);
+    expect(selection.rankGroup).not.toBeNull();
     expect(selection.memberSessionIds).toEqual(["r0", "r1"]);
     expect(selection.summary?.session_id).toBe(
       stableLegacySessionId(["distributed.rank_group", "job", 4, "r0", "r1"]),
@@ -274,37 +275,40 @@ describe("selectDistributedSession", () => {
     });
     // A member or an unrelated session can still be chosen by id.
     expect(selectDistributedSession(sessions, "other").memberSessionIds).toEqual(["other"]);
-    expect(selectDistributedSession(sessions, selection.summary!.session_id).merged).toBe(true);
+    expect(selectDistributedSession(sessions, selection.summary!.session_id).rankGroup).not.toBeNull();
     expect(() => selectDistributedSession(sessions, "nope")).toThrow(SessionNotFoundError);
   });
 
   it("keeps the first session of a restarted rank and leaves the others out", () => {
     const selection = selectDistributedSession([info("r1", 1), info("r0-new", 0), info("r0-old", 0)]);
     expect(selection.memberSessionIds).toEqual(["r0-new", "r1"]);
-    expect(selection.rankGroups[0]!.skipped.map((session) => session.summary.session_id)).toEqual(["r0-old"]);
+    expect(selection.rankGroup?.skipped.map((session) => session.summary.session_id)).toEqual(["r0-old"]);
+    expect(findDistributedRankGroups([info("r1", 1), info("r0-new", 0), info("r0-old", 0)])).toEqual([
+      selection.rankGroup,
+    ]);
   });
 
   it("does not merge one rank, single sessions, more sessions than ranks, or empty sessions", () => {
-    expect(selectDistributedSession([info("a", 0), info("b", 0)]).merged).toBe(false);
-    expect(selectDistributedSession([info("a", 0)]).merged).toBe(false);
+    expect(selectDistributedSession([info("a", 0), info("b", 0)]).rankGroup).toBeNull();
+    expect(selectDistributedSession([info("a", 0)]).rankGroup).toBeNull();
     const three = [
       info("a", 0, { worldSize: 2 }),
       info("b", 1, { worldSize: 2 }),
       info("c", 2, { worldSize: 2 }),
     ];
-    expect(selectDistributedSession(three).merged).toBe(false);
+    expect(selectDistributedSession(three).rankGroup).toBeNull();
     const empty = selectDistributedSession([info("a", 0, { events: 0 }), info("b", 1)]);
-    expect(empty.merged).toBe(false);
+    expect(empty.rankGroup).toBeNull();
     expect(empty.summary?.session_id).toBe("b");
   });
 
   it("reads a rank group's events from a file, sorted by time", async () => {
     const path = join(import.meta.dirname, "../../../../fixtures/golden/cross-rank/case-11-0012/input.jsonl");
-    const { selection, events } = await loadDistributedEvents(path);
-    expect(selection.merged).toBe(true);
+    const { selection, sessions, events } = await loadDistributedEvents(path);
+    expect(selection.rankGroup).not.toBeNull();
     expect(new Set(events.map((e) => e.session_id))).toEqual(new Set(selection.memberSessionIds));
     expect(selection.memberSessionIds).toHaveLength(4);
-    expect(events.length).toBe(selection.sessions.reduce((sum, session) => sum + session.eventCount, 0));
+    expect(events.length).toBe(sessions.reduce((sum, session) => sum + session.eventCount, 0));
     for (let i = 1; i < events.length; i++)
       expect(events[i - 1]!.timestamp_ns <= events[i]!.timestamp_ns).toBe(true);
   });

@@ -268,7 +268,7 @@ describe("openSelectedEvents", () => {
     const got: string[] = [];
     for await (const event of selected.events()) got.push(encodeTelemetryRecord(event));
     expect(got).toEqual(expected);
-    expect(selected.selection.eventCount).toBe(expected.length);
+    expect(selected.eventCount).toBe(expected.length);
 
     const one = await openSelectedEvents(job, { sessionId: "bench-session-002" });
     let count = 0;
@@ -276,7 +276,7 @@ describe("openSelectedEvents", () => {
       expect(event.session_id).toBe("bench-session-002");
       count++;
     }
-    expect(count).toBe(one.selection.eventCount);
+    expect(count).toBe(one.eventCount);
     expect(count).toBeGreaterThan(3300);
   });
 });

@@ -18,6 +18,7 @@ import {
   isSampleEventType,
 } from "@stormlog/core/internal";
 import { PhaseReplayIndex, type PhaseResolver, summarizePhaseAttribution } from "@stormlog/phases";
+import type { SessionInfo } from "@stormlog/sink";
 import {
   type AnomalyIndicator,
   type CollectiveAttributionLike,
@@ -27,7 +28,6 @@ import {
   type DiagnosticsOptions,
   type DiagnosticsSeverity,
   type DistributedDiagnostics,
-  type DistributedSelection,
   loadDistributedEvents,
   parseRankFilter,
   type RankDiagnosticsRow,
@@ -39,7 +39,7 @@ import { analyzeGaps, type GapFinding } from "../../src/analyses/gap.js";
 import { TimeRangeError } from "../../src/errors.js";
 import { DatasetLoader, planDataset } from "../../src/input/dataset.js";
 import { aggregateEvents } from "../../src/input/scan.js";
-import { inMemorySegment } from "../../src/input/sessions.js";
+import { inMemorySegment, type SessionSelection } from "../../src/input/sessions.js";
 
 const SEVERITY_ORDER: Readonly<Record<string, number>> = { info: 1, warning: 2, critical: 3 };
 // A Map, as the reference's dict: an event type named like an Object.prototype member is no alert.
@@ -537,11 +537,12 @@ export async function diagnoseFromEvents(
   path: string,
   options: DiagnoseTelemetryOptions = {},
 ): Promise<{
-  selection: DistributedSelection;
+  selection: SessionSelection;
+  sessions: SessionInfo[];
   diagnostics: DistributedDiagnostics;
   firstTimestampNs: bigint | null;
 }> {
-  const { selection, events } = await loadDistributedEvents(
+  const { selection, sessions, events } = await loadDistributedEvents(
     path,
     options.sessionId === undefined ? {} : { sessionId: options.sessionId },
   );
@@ -560,5 +561,5 @@ export async function diagnoseFromEvents(
     selectedRanks,
     ...(options.includeTimelines ? { includeTimelines: true } : {}),
   });
-  return { selection, diagnostics, firstTimestampNs: events[0]?.timestamp_ns ?? null };
+  return { selection, sessions, diagnostics, firstTimestampNs: events[0]?.timestamp_ns ?? null };
 }

@@ -2,11 +2,12 @@ import { resolve } from "node:path";
 import {
   type AnomalyIndicator,
   type DistributedDiagnostics,
-  type DistributedSelection,
   diagnosticsFoundRisk,
   renderTelemetryDiagnosis,
+  type SessionSelection,
 } from "@stormlog/analysis";
 import { type JsonObject, stringifyJson } from "@stormlog/core";
+import type { SessionInfo } from "@stormlog/sink";
 import {
   type CommandHelp,
   choice,
@@ -60,12 +61,13 @@ const help: CommandHelp = {
   ],
 };
 
-function sessionLine(selection: DistributedSelection): string {
+function sessionLine(selection: SessionSelection): string {
   const summary = selection.summary;
   if (summary === null) return "Session: none";
-  const kind = selection.merged
-    ? `rank group of ${selection.memberSessionIds.length} sessions, job ${shown(summary.job_id)}`
-    : `job ${shown(summary.job_id)}, rank ${summary.rank}`;
+  const kind =
+    selection.rankGroup !== null
+      ? `rank group of ${selection.memberSessionIds.length} sessions, job ${shown(summary.job_id)}`
+      : `job ${shown(summary.job_id)}, rank ${summary.rank}`;
   return `Session: ${shown(summary.session_id)} (${kind}, ${shown(summary.status)})`;
 }
 
@@ -82,7 +84,7 @@ function approximate(value: number | bigint | null): number | null {
 }
 
 function formatText(
-  selection: DistributedSelection,
+  selection: SessionSelection,
   diagnostics: DistributedDiagnostics,
   origin: bigint | null,
   risk: boolean,
@@ -154,16 +156,17 @@ function formatText(
 }
 
 function formatJson(
-  selection: DistributedSelection,
+  selection: SessionSelection,
+  sessions: readonly SessionInfo[],
   diagnostics: DistributedDiagnostics,
   risk: boolean,
 ): string {
   const document: JsonObject = {
     session: {
       selected_session_id: selection.summary?.session_id ?? null,
-      merged_rank_group: selection.merged,
-      merged_session_ids: selection.merged ? selection.memberSessionIds : [],
-      discovered_session_ids: selection.sessions.map((session) => session.summary.session_id),
+      merged_rank_group: selection.rankGroup !== null,
+      merged_session_ids: selection.rankGroup !== null ? [...selection.memberSessionIds] : [],
+      discovered_session_ids: sessions.map((session) => session.summary.session_id),
     },
     expected_ranks: diagnostics.expected_ranks,
     present_ranks: diagnostics.present_ranks,
@@ -199,12 +202,12 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
       ...(ranks === undefined ? {} : { ranks }),
       ...indexFlags(args, io.cwd),
       renderKey: `stormlog ${VERSION} diagnose ${format}`,
-      render: ({ selection, diagnostics, firstTimestampNs }) => {
+      render: ({ selection, sessions, diagnostics, firstTimestampNs }) => {
         const risk = diagnosticsFoundRisk(diagnostics);
         return {
           text:
             format === "json"
-              ? formatJson(selection, diagnostics, risk)
+              ? formatJson(selection, sessions, diagnostics, risk)
               : formatText(selection, diagnostics, firstTimestampNs, risk),
           code: risk ? EXIT_MEMORY_RISK : 0,
         };

@@ -114,7 +114,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
       return 0;
     }
     const selected = await openSelectedEvents(path, selectionOptions);
-    const events = counted(selected.events(), selected.selection.eventCount, progress);
+    const events = counted(selected.events(), selected.eventCount, progress);
     await writeAll(open, format === "csv" ? telemetryCsvLines(events) : jsonlLines(events));
     return 0;
   } finally {

@@ -1,5 +1,5 @@
 import { resolve } from "node:path";
-import { selectDistributedSession } from "@stormlog/analysis";
+import { findDistributedRankGroups, type RankGroupSession } from "@stormlog/analysis";
 import { type JsonObject, stringifyJson } from "@stormlog/core";
 import { type SessionInfo, summarizeTelemetrySessions } from "@stormlog/sink";
 import {
@@ -66,7 +66,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   // What was not read (a link out of the input, a final line cut short): on stderr, one line each.
   const warnings: string[] = [];
   const sessions = await summarizeTelemetrySessions(path, { onWarning: (message) => warnings.push(message) });
-  const { rankGroups } = selectDistributedSession(sessions);
+  const rankGroups = findDistributedRankGroups(sessions);
   let text: string;
   if (format === "json") {
     const document: JsonObject = {
@@ -92,7 +92,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
 function formatSessionsText(
   path: string,
   sessions: readonly SessionInfo[],
-  rankGroups: ReturnType<typeof selectDistributedSession>["rankGroups"],
+  rankGroups: readonly RankGroupSession[],
 ): string {
   if (sessions.length === 0) return `No sessions in ${shown(path)}.\n`;
   const rows = sessions.map((session) => {
