@@ -17,14 +17,15 @@ import {
 import { comparePythonStrings, selectKth } from "@stormlog/phases/internal";
 import { TimeRangeError } from "../errors.js";
 import {
-  DatasetLoader,
   type DatasetPlan,
+  loadRanks,
   planDataset,
   type RankSeries,
   seriesForRule,
 } from "../input/dataset.js";
 import { aggregateEvents } from "../input/scan.js";
 import { inMemorySegment } from "../input/sessions.js";
+import type { RankAnalysis, RankData } from "./analysis.js";
 import {
   type CrossRankAnalysis,
   type CrossRankOptions,
@@ -157,8 +158,13 @@ function grow<T extends Uint32Array | Float64Array>(from: T, to: T): T {
   return to;
 }
 
+/** What the cross-rank analysis reads of a rank: a `RankData`, or any resolver of its spikes' phases. */
+export type CrossRankInput = Pick<RankData, "rank" | "series"> & {
+  phaseIndex(series: RankSeries): PhaseResolver | null;
+};
+
 /** The cross-rank analysis, fed one rank at a time (all of that rank's sessions at once). */
-export class CrossRankAccumulator {
+export class CrossRankAccumulator implements RankAnalysis<CrossRankAnalysis> {
   private readonly filterJob: string | null;
   private readonly jobId: string | null;
   private readonly partials: RankPartial[] = [];
@@ -176,15 +182,8 @@ export class CrossRankAccumulator {
     this.filterJob = jobs.size > 1 && this.jobId !== null ? this.jobId : null;
   }
 
-  /**
-   * One rank: its series (one per session), and the phase resolver of each (for the spike's
-   * attribution).
-   */
-  addRank(
-    rank: number,
-    allSeries: readonly RankSeries[],
-    resolverOf: (series: RankSeries) => PhaseResolver | null,
-  ): void {
+  /** One rank: its series (one per session), and the phase resolver of each (for the spike's attribution). */
+  addRank({ rank, series: allSeries, phaseIndex: resolverOf }: CrossRankInput): void {
     // The reference's cross-rank rule for samples: `event_type.casefold() == "sample"`.
     const series = allSeries.map((s) => seriesForRule(s, "casefold"));
     const resolverOfOwn = (s: RankSeries): PhaseResolver | null =>
@@ -553,14 +552,9 @@ export function summarizeCrossRankAnalysis(
   if (events.length === 0) return empty([NOTE_NO_EVENTS, NOTE_NO_SAMPLES]);
   const aggregate = aggregateEvents(events);
   const plan = planDataset([inMemorySegment("<events>", null, aggregate)], [...aggregate.sessions.keys()]);
-  const loader = new DatasetLoader(plan);
   const resolver = options.phaseResolver ?? null;
   const accumulator = new CrossRankAccumulator(plan);
-  for (const { rank, series } of plan.ranks)
-    accumulator.addRank(
-      rank,
-      series.map((seriesPlan) => loader.load(seriesPlan)),
-      () => resolver,
-    );
+  for (const { rank, series } of loadRanks(plan))
+    accumulator.addRank({ rank, series, phaseIndex: () => resolver });
   return accumulator.finish();
 }

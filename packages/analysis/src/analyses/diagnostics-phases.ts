@@ -168,7 +168,7 @@ export class LeakAnomalies {
   /** One session's rank (its phase index, when already built), fed to the verdicts as the report feeds it. */
   addSeries(series: RankSeries, index: PhaseReplayIndex | null = buildPhaseIndex(series)): void {
     const occurrences = collectOccurrences(series, index);
-    this.leaks.addRank(occurrences, birthSnapshots(series.births));
+    this.leaks.addSession(occurrences, birthSnapshots(series.births));
     if (occurrences.length === 0) return;
     const first = firstStart(occurrences)!;
     const known = this.firstStarts.get(series.rank);

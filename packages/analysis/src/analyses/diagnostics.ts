@@ -40,9 +40,9 @@ import { loadTelemetrySessions, type ReadOptions, type SessionInfo } from "@stor
 import { type ResolvedTelemetryInput, resolveTelemetryInput } from "@stormlog/sink/internal";
 import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "../index/index-cache.js";
 import {
-  DatasetLoader,
   type DatasetPlan,
   exactAt,
+  loadRanks,
   type MergedRank,
   mergeRankSeries,
   originAt,
@@ -775,27 +775,16 @@ function diagnoseDataset(
     else list.push(attribution);
   }
 
-  const byRank = new Map(plan.ranks.map((entry) => [entry.rank, entry.series]));
-  const loader = new DatasetLoader(plan);
-  // A segment holding several ranks stays loaded until the last of them is done.
-  const lastUse = new Map<number, number>();
-  expected.forEach((rank, k) => {
-    for (const seriesPlan of byRank.get(rank) ?? [])
-      for (const ordinal of seriesPlan.ordinals) lastUse.set(ordinal, k);
-  });
   const rows: RankDiagnosticsRow[] = [];
   const perRank: { row: RankDiagnosticsRow; candidates: DiagnosticsAnomaly[] }[] = [];
   const leaks = new LeakAnomalies();
   const timelines = new Map<number, RankTimeline>();
-  for (let k = 0; k < expected.length; k++) {
-    const rank = expected[k]!;
-    const seriesPlans = byRank.get(rank);
-    if (seriesPlans === undefined) {
+  for (const { rank, series: sessionSeries } of loadRanks(plan, expected)) {
+    if (sessionSeries.length === 0) {
       rows.push(missingRow(rank));
       continue;
     }
     // Each session of the rank (by id): the leak verdicts read them one by one, as the report does.
-    const sessionSeries = seriesPlans.map((seriesPlan) => loader.load(seriesPlan));
     const indexes = sessionSeries.map((series) => buildPhaseIndex(series));
     sessionSeries.forEach((series, j) => {
       leaks.addSeries(series, indexes[j]!);
@@ -808,7 +797,6 @@ function diagnoseDataset(
     rows.push(entry.row);
     perRank.push(entry);
     if (options.includeTimelines) timelines.set(rank, timelineOfColumns(merged, readings));
-    loader.release([...lastUse.entries()].filter(([, last]) => last > k).map(([ordinal]) => ordinal));
   }
   // Leak verdicts need every rank: their anomalies join each rank's candidates at the end.
   const leakAnomalies = leaks.finish();

@@ -6,6 +6,7 @@ import type { TelemetryEvent } from "@stormlog/core";
 import type { PhaseResolver } from "@stormlog/phases";
 import { exactAt, originAt, type RankSeries, sampleTimeAsNumber, seriesForRule } from "../input/dataset.js";
 import type { RankGapFinding } from "../report/types.js";
+import type { RankAnalysis, RankData } from "./analysis.js";
 import { analyzeGapColumns, type GapColumns } from "./gap.js";
 
 const orNull = (value: number): number | null => (Number.isNaN(value) ? null : value);
@@ -57,10 +58,14 @@ export function gapColumns(series: RankSeries): GapColumns {
 const SEVERITY_ORDER: Readonly<Record<string, number>> = { critical: 0, warning: 1, info: 2 };
 
 /** Hidden-memory gap findings, one session's rank at a time; `finish` orders them by severity, then confidence. */
-export class GapAccumulator {
+export class GapAccumulator implements RankAnalysis<RankGapFinding[]> {
   private readonly findings: RankGapFinding[] = [];
 
-  add(series: RankSeries, resolver: PhaseResolver | null): void {
+  addRank(data: RankData): void {
+    for (const series of data.series) this.add(series, data.phaseIndex(series));
+  }
+
+  private add(series: RankSeries, resolver: PhaseResolver | null): void {
     // The reference's gap rule for samples: `str(event_type).strip().lower() == "sample"`.
     const samples = seriesForRule(series, "strip-lower");
     for (const finding of analyzeGapColumns(gapColumns(samples), { phaseResolver: resolver })) {

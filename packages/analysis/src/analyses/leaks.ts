@@ -17,6 +17,7 @@ import {
 } from "@stormlog/phases/internal";
 import type { BirthEntry } from "../input/aggregate.js";
 import type { BirthEvidence, LeakReport, LeakVerdictKind } from "../report/types.js";
+import type { RankAnalysis, RankData } from "./analysis.js";
 import type { Occurrence } from "./phase-stats.js";
 
 const round = (value: number, digits: number): number => {
@@ -93,15 +94,20 @@ function judgeRank(
 }
 
 /** Leak verdicts accumulated one session's rank at a time. */
-export class LeakAccumulator {
+export class LeakAccumulator implements RankAnalysis<LeakReport[]> {
   private readonly paths = new Map<string, { perRank: RankVerdicts[]; occurrences: number }>();
   /** Per path, each rank's mean net change (exit minus entry) in bytes: the other ranks' baseline. */
   private readonly nets = new Map<string, Map<number, number>>();
   /** Two sessions of one rank: baselines by rank would mix them, so shortfalls stay unsettled. */
   private rankSeenTwice = false;
 
+  addRank(data: RankData): void {
+    for (const series of data.series)
+      this.addSession(data.occurrences(series), birthSnapshots(series.births));
+  }
+
   /** All occurrences (every path) of one session's rank. */
-  addRank(occurrences: readonly Occurrence[], births: readonly BirthSnapshot[] = []): void {
+  addSession(occurrences: readonly Occurrence[], births: readonly BirthSnapshot[] = []): void {
     for (const [phasePath, verdicts] of judgeRank(occurrences, births)) {
       let entry = this.paths.get(phasePath);
       if (entry === undefined) {

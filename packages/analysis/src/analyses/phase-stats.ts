@@ -10,6 +10,7 @@ import { median, type RetentionOccurrence } from "@stormlog/phases/internal";
 import type { BoundaryEntry } from "../input/aggregate.js";
 import type { RankSeries } from "../input/dataset.js";
 import type { NetChange, PhaseOccurrence, PhaseStat } from "../report/types.js";
+import type { RankAnalysis, RankData } from "./analysis.js";
 import { RangeMax } from "./range-max.js";
 
 /** The replay index of one session's rank: its boundaries, its last event as the group's end. */
@@ -347,10 +348,14 @@ interface PathStats {
 }
 
 /** Phase statistics accumulated one session's rank at a time (occurrences are let go after each). */
-export class PhaseAccumulator {
+export class PhaseAccumulator implements RankAnalysis<PhaseStat[]> {
   private readonly paths = new Map<string, PathStats>();
 
-  add(occurrences: readonly Occurrence[]): void {
+  addRank(data: RankData): void {
+    for (const series of data.series) this.add(data.occurrences(series));
+  }
+
+  private add(occurrences: readonly Occurrence[]): void {
     const byPath = new Map<string, Occurrence[]>();
     for (const occurrence of occurrences) {
       const list = byPath.get(occurrence.span.phasePath);

@@ -16,6 +16,7 @@ import type {
   ReportSummary,
   SinkCounters,
 } from "../report/types.js";
+import type { RankAnalysis, RankData } from "./analysis.js";
 
 /** Items kept in the alerts and health-transition lists. */
 export const REPORT_LIST_CAP = 200;
@@ -74,7 +75,7 @@ function statusAfter(eventType: string, status: string | null): string {
 }
 
 /** The collector-health section: counts, time degraded, transitions in time order. */
-export class HealthAccumulator {
+export class HealthAccumulator implements RankAnalysis<CollectorHealthReport> {
   private readonly transitions: HealthTransition[] = [];
   private readonly perRank: CollectorHealthReport["per_rank"] = [];
   private degradedTime = 0n;
@@ -82,8 +83,16 @@ export class HealthAccumulator {
   private recovered = 0;
   /** The latest transition seen (for `last_status`), whatever the list keeps. */
   private last: HealthTransition | null = null;
+  private result: CollectorHealthReport | null = null;
 
-  add(series: RankSeries): void {
+  /** `eventTypes`: the selection's counts by type (exact where the index kept the first transitions only). */
+  constructor(private readonly eventTypes: ReadonlyMap<string, number>) {}
+
+  addRank(data: RankData): void {
+    for (const series of data.series) this.add(series);
+  }
+
+  private add(series: RankSeries): void {
     const { degradedNs, transitions: count } = rankHealth(series);
     this.degradedTime += degradedNs;
     if (count > 0) {
@@ -112,7 +121,13 @@ export class HealthAccumulator {
     keepEarliest(this.transitions, REPORT_LIST_CAP);
   }
 
-  finish(eventTypes: ReadonlyMap<string, number>): CollectorHealthReport {
+  /** The section (the same object on every call: the summary reads it too). */
+  finish(): CollectorHealthReport {
+    this.result ??= this.build(this.eventTypes);
+    return this.result;
+  }
+
+  private build(eventTypes: ReadonlyMap<string, number>): CollectorHealthReport {
     // Exact counts even when a segment kept only the first DETAIL_CAP records.
     const degraded = Math.max(this.degraded, eventTypes.get("collector_degraded") ?? 0);
     const recovered = Math.max(this.recovered, eventTypes.get("collector_recovered") ?? 0);
@@ -130,10 +145,17 @@ export class HealthAccumulator {
 }
 
 /** The alerts section: counts by severity and the first alerts in time order, with their phase. */
-export class AlertsAccumulator {
+export class AlertsAccumulator implements RankAnalysis<AlertsReport> {
   private readonly items: AlertItem[] = [];
 
-  add(series: RankSeries, resolver: PhaseResolver | null): void {
+  /** `eventTypes`: the selection's counts by type (alert counts are exact from them). */
+  constructor(private readonly eventTypes: ReadonlyMap<string, number>) {}
+
+  addRank(data: RankData): void {
+    for (const series of data.series) this.add(series, data.phaseIndex(series));
+  }
+
+  private add(series: RankSeries, resolver: PhaseResolver | null): void {
     for (const entry of series.alerts) {
       this.items.push({
         timestamp_ns: entry.timestampNs,
@@ -150,7 +172,8 @@ export class AlertsAccumulator {
     keepEarliest(this.items, REPORT_LIST_CAP);
   }
 
-  finish(eventTypes: ReadonlyMap<string, number>): AlertsReport {
+  finish(): AlertsReport {
+    const eventTypes = this.eventTypes;
     const severityCounts: Record<string, number> = {};
     let total = 0;
     for (const type of ALERT_EVENT_TYPES) {
@@ -199,7 +222,7 @@ function rankSummary(series: RankSeries, degradedNs: bigint): RankSummary {
 }
 
 /** The summary section. */
-export class SummaryAccumulator {
+export class SummaryAccumulator implements RankAnalysis<ReportSummary> {
   private first: bigint | null = null;
   private last: bigint | null = null;
   private samples = 0;
@@ -207,7 +230,22 @@ export class SummaryAccumulator {
   private readonly ranks = new Set<number>();
   private readonly perRank: RankSummary[] = [];
 
-  add(series: RankSeries): void {
+  /**
+   * Counts come from the plan (`eventTypes`, `eventCount`), collector health from its own section,
+   * the sink's counters from the input.
+   */
+  constructor(
+    private readonly eventTypes: ReadonlyMap<string, number>,
+    private readonly eventCount: number,
+    private readonly health: RankAnalysis<HealthCounts>,
+    private readonly sink: SinkCounters,
+  ) {}
+
+  addRank(data: RankData): void {
+    for (const series of data.series) this.add(series);
+  }
+
+  private add(series: RankSeries): void {
     this.ranks.add(series.rank);
     this.samples += series.count;
     if (series.minTs !== null && (this.first === null || series.minTs < this.first))
@@ -235,13 +273,9 @@ export class SummaryAccumulator {
     this.perRank.push(rankSummary(series, rankHealth(series).degradedNs));
   }
 
-  /** `health` and `sink` come from their own sections; counts from the plan. */
-  finish(
-    eventTypes: ReadonlyMap<string, number>,
-    eventCount: number,
-    health: HealthCounts,
-    sink: SinkCounters,
-  ): ReportSummary {
+  finish(): ReportSummary {
+    const { eventTypes, eventCount, sink } = this;
+    const health = this.health.finish();
     const eventTypeCounts: Record<string, number> = {};
     for (const type of [...eventTypes.keys()].sort()) eventTypeCounts[type] = eventTypes.get(type)!;
     const alertsByType: Record<string, number> = {};

@@ -29,9 +29,9 @@ import { gapColumns, sampleRecord } from "../analyses/gap-accumulator.js";
 import { buildPhaseIndex } from "../analyses/phase-stats.js";
 import type { BoundaryEntry, InstantEntry } from "../input/aggregate.js";
 import {
-  DatasetLoader,
   type DatasetPlan,
   exactAt,
+  loadRanks,
   mergeRankSeries,
   planDataset,
   type RankSeries,
@@ -168,19 +168,10 @@ export function* datasetTraceEvents(
   const sessionIndex = new Map(source.sessionOrder.map((id, i) => [id, i]));
   const laneOrder = (a: RankSeries, b: RankSeries): number =>
     (sessionIndex.get(a.sessionId) ?? Number.MAX_VALUE) - (sessionIndex.get(b.sessionId) ?? Number.MAX_VALUE);
-  const loader = new DatasetLoader(plan);
   const crossRank = options.analyses && plan.ranks.length > 1 ? new CrossRankAccumulator(plan) : null;
   const gapInstants: TraceEvent[] = [];
   let job: SeriesJob | null = null;
-  // A segment holding several ranks stays loaded until the last of them is done.
-  const lastUse = new Map<number, number>();
-  plan.ranks.forEach(({ series }, k) => {
-    for (const seriesPlan of series) for (const ordinal of seriesPlan.ordinals) lastUse.set(ordinal, k);
-  });
-
-  for (let k = 0; k < plan.ranks.length; k++) {
-    const { rank, series: plans } = plan.ranks[k]!;
-    const series = plans.map((seriesPlan) => loader.load(seriesPlan));
+  for (const { rank, series, position } of loadRanks(plan)) {
     const indexes = new Map<RankSeries, TracePhaseIndex | null>();
     for (const one of series) indexes.set(one, options.phaseIndex ?? buildPhaseIndex(one));
     const resolverOf = (one: RankSeries): TracePhaseIndex | null => indexes.get(one) ?? null;
@@ -210,14 +201,13 @@ export function* datasetTraceEvents(
     yield* rankTimeline(process, series, first, resolverOf);
 
     if (options.analyses) {
-      crossRank?.addRank(rank, series, resolverOf);
+      crossRank?.addRank({ rank, series, phaseIndex: resolverOf });
       for (const finding of rankGapFindings(series, resolverOf)) {
         if (finding.evidence_timestamp_ns === null) continue;
         gapInstants.push(gapInstant(finding, process.pid, micros(finding.evidence_timestamp_ns)));
       }
     }
-    loader.release([...lastUse.entries()].filter(([, last]) => last > k).map(([ordinal]) => ordinal));
-    options.onRank?.(k + 1, plan.ranks.length);
+    options.onRank?.(position + 1, plan.ranks.length);
   }
 
   if (crossRank !== null) {

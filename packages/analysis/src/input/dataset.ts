@@ -311,6 +311,44 @@ export class DatasetLoader {
   }
 }
 
+/** One rank of a plan, loaded: its series (one per session), valid until the iteration moves on. */
+export interface LoadedRank {
+  readonly rank: number;
+  readonly series: readonly RankSeries[];
+  /** Its position in the iteration's order. */
+  readonly position: number;
+}
+
+/**
+ * The plan's ranks loaded one at a time (in `order`, by default the plan's), each let go of before
+ * the next, so that memory holds one rank: a segment holding several ranks stays loaded until the
+ * last of them is done. A rank of `order` the plan does not hold comes with no series.
+ */
+export function* loadRanks(
+  plan: DatasetPlan,
+  order: readonly number[] = plan.ranks.map((entry) => entry.rank),
+): Generator<LoadedRank> {
+  const loader = new DatasetLoader(plan);
+  const byRank = new Map(plan.ranks.map((entry) => [entry.rank, entry.series]));
+  const lastUse = new Map<number, number>();
+  order.forEach((rank, position) => {
+    for (const seriesPlan of byRank.get(rank) ?? [])
+      for (const ordinal of seriesPlan.ordinals) lastUse.set(ordinal, position);
+  });
+  try {
+    for (let position = 0; position < order.length; position++) {
+      const rank = order[position]!;
+      const series = (byRank.get(rank) ?? []).map((seriesPlan) => loader.load(seriesPlan));
+      yield { rank, series, position };
+      loader.release(
+        [...lastUse.entries()].filter(([, last]) => last > position).map(([ordinal]) => ordinal),
+      );
+    }
+  } finally {
+    loader.release();
+  }
+}
+
 /** A series made of one segment's part: its columns are used as they are (no copy). */
 function single(
   plan: SeriesPlan,

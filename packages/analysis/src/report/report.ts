@@ -15,22 +15,22 @@ import {
   type TelemetryEvent,
 } from "@stormlog/core";
 import { markFloat } from "@stormlog/core/internal";
-import type { PhaseReplayIndex } from "@stormlog/phases";
 import { loadTelemetrySessions } from "@stormlog/sink";
 import {
   type ResolvedTelemetryInput,
   resolveTelemetryInput,
   segmentShortfall,
 } from "@stormlog/sink/internal";
+import { type RankAnalysis, rankData } from "../analyses/analysis.js";
 import { CrossRankAccumulator } from "../analyses/cross-rank.js";
 import { GapAccumulator } from "../analyses/gap-accumulator.js";
-import { birthSnapshots, LeakAccumulator } from "../analyses/leaks.js";
-import { buildPhaseIndex, collectOccurrences, PhaseAccumulator } from "../analyses/phase-stats.js";
+import { LeakAccumulator } from "../analyses/leaks.js";
+import { PhaseAccumulator } from "../analyses/phase-stats.js";
 import { AlertsAccumulator, HealthAccumulator, SummaryAccumulator } from "../analyses/summary.js";
 import { TimeRangeError } from "../errors.js";
 import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "../index/index-cache.js";
 import type { SegmentAggregate } from "../input/aggregate.js";
-import { DatasetLoader, planDataset, type RankSeries } from "../input/dataset.js";
+import { loadRanks, planDataset } from "../input/dataset.js";
 import { aggregateEvents } from "../input/scan.js";
 import {
   findRankGroups,
@@ -118,47 +118,32 @@ function sessionSection(sessions: readonly SessionListing[], selection: SessionS
  */
 function analyze(parts: ReportParts): AnalysisReport {
   const plan = planDataset(parts.segments, parts.selection.memberSessionIds);
-  const loader = new DatasetLoader(plan);
-  const summary = new SummaryAccumulator();
-  const health = new HealthAccumulator();
-  const alerts = new AlertsAccumulator();
-  const gaps = new GapAccumulator();
-  const leaks = new LeakAccumulator();
-  const phases = new PhaseAccumulator();
-  const crossRank = plan.ranks.length > 1 ? new CrossRankAccumulator(plan) : null;
-  // A segment holding several ranks stays loaded until the last of them is done.
-  const lastUse = new Map<number, number>();
-  plan.ranks.forEach(({ series }, k) => {
-    for (const seriesPlan of series) for (const ordinal of seriesPlan.ordinals) lastUse.set(ordinal, k);
-  });
-  plan.ranks.forEach(({ rank, series: plans }, k) => {
-    const resolvers = new Map<RankSeries, PhaseReplayIndex | null>();
-    const rankSeries = plans.map((seriesPlan) => loader.load(seriesPlan));
-    for (const series of rankSeries) {
-      const index = buildPhaseIndex(series);
-      resolvers.set(series, index);
-      summary.add(series);
-      health.add(series);
-      alerts.add(series, index);
-      gaps.add(series, index);
-      const occurrences = collectOccurrences(series, index);
-      phases.add(occurrences);
-      leaks.addRank(occurrences, birthSnapshots(series.births));
-    }
-    crossRank?.addRank(rank, rankSeries, (series) => resolvers.get(series) ?? null);
-    loader.release([...lastUse.entries()].filter(([, last]) => last > k).map(([ordinal]) => ordinal));
-  });
-  const healthReport = health.finish(plan.eventTypes);
+  const health = new HealthAccumulator(plan.eventTypes);
+  // Each section of the report is one analysis over the dataset, fed the same ranks.
+  const sections = {
+    summary: new SummaryAccumulator(plan.eventTypes, plan.eventCount, health, sinkCounters(parts.sink)),
+    phases: new PhaseAccumulator(),
+    leaks: new LeakAccumulator(),
+    gap_analysis: new GapAccumulator(),
+    cross_rank_analysis: plan.ranks.length > 1 ? new CrossRankAccumulator(plan) : null,
+    collector_health: health,
+    alerts: new AlertsAccumulator(plan.eventTypes),
+  } satisfies Record<string, RankAnalysis<unknown> | null>;
+  const analyses = Object.values(sections).filter((analysis) => analysis !== null);
+  for (const loaded of loadRanks(plan)) {
+    const data = rankData(loaded);
+    for (const analysis of analyses) analysis.addRank(data);
+  }
   return {
     input: parts.input,
     session: sessionSection(parts.sessions, parts.selection),
-    summary: summary.finish(plan.eventTypes, plan.eventCount, healthReport, sinkCounters(parts.sink)),
-    phases: phases.finish(),
-    leaks: leaks.finish(),
-    gap_analysis: gaps.finish(),
-    cross_rank_analysis: crossRank?.finish() ?? null,
-    collector_health: healthReport,
-    alerts: alerts.finish(plan.eventTypes),
+    summary: sections.summary.finish(),
+    phases: sections.phases.finish(),
+    leaks: sections.leaks.finish(),
+    gap_analysis: sections.gap_analysis.finish(),
+    cross_rank_analysis: sections.cross_rank_analysis?.finish() ?? null,
+    collector_health: sections.collector_health.finish(),
+    alerts: sections.alerts.finish(),
     sink: parts.sink,
     notes: [...parts.notes, ...parts.selection.notes],
     index: parts.index,
