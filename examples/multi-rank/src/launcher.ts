@@ -146,7 +146,7 @@ for (const [index, suspect] of analysis.first_cause_suspects.entries()) {
   const lead = Number(suspect.lead_over_cluster_onset_ns) / 1e6;
   console.log(
     `  ${index + 1}. rank ${suspect.rank}  confidence ${suspect.confidence}  phase ${phase}  ` +
-      `+${(suspect.peak_delta_bytes / MIB).toFixed(0)} MiB  ${lead.toFixed(0)} ms before the cluster`,
+      `+${(Number(suspect.peak_delta_bytes) / MIB).toFixed(0)} MiB  ${lead.toFixed(0)} ms before the cluster`,
   );
 }
 for (const note of analysis.notes) console.log(`  note: ${note}`);

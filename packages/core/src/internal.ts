@@ -16,6 +16,16 @@ export {
   setJsonMember,
 } from "./codec/json-codec.js";
 
+// The canonical v3 line's layout (keys, order, value forms): what the encoder and the fast readers follow.
+
+export {
+  CANONICAL_END,
+  CANONICAL_PREFIX,
+  CANONICAL_V3_FIELDS,
+  type CanonicalField,
+  type CanonicalValueForm,
+} from "./codec/canonical-line.js";
+
 // JSONL lines, and the streaming encoder the sink writes with.
 
 export { type JsonlLine, readJsonlLines } from "./codec/jsonl.js";

@@ -8,6 +8,7 @@
  * its top-level `tfjs_num_tensors` and `phase_counters` are read on the way.
  */
 
+import { CANONICAL_PREFIX as P } from "@stormlog/core/internal";
 import type { LineFields } from "./aggregate.js";
 
 const enc = (text: string): Uint8Array => Uint8Array.from(text, (c) => c.charCodeAt(0));
@@ -37,28 +38,28 @@ function literal(text: string): Literal {
   return { chunks, offsets, length: bytes.length };
 }
 
-const K_ACTIVE = literal('{"allocator_active_bytes": ');
-const K_ALLOCATED = literal(', "allocator_allocated_bytes": ');
-const K_CHANGE = literal(', "allocator_change_bytes": ');
-const K_INACTIVE = literal(', "allocator_inactive_bytes": ');
-const K_RESERVED = literal(', "allocator_reserved_bytes": ');
-const K_COLLECTOR = literal(', "collector": ');
-const K_CONTEXT = literal(', "context": ');
-const K_FREE = literal(', "device_free_bytes": ');
-const K_DEVICE_ID = literal(', "device_id": ');
-const K_TOTAL = literal(', "device_total_bytes": ');
-const K_USED = literal(', "device_used_bytes": ');
-const K_EVENT_TYPE = literal(', "event_type": ');
-const K_HOST = literal(', "host": ');
-const K_JOB_ID = literal(', "job_id": ');
-const K_LOCAL_RANK = literal(', "local_rank": ');
-const K_METADATA = literal(', "metadata": ');
-const K_PID = literal(', "pid": ');
-const K_RANK = literal(', "rank": ');
-const K_INTERVAL = literal(', "sampling_interval_ms": ');
-const K_SCHEMA_SESSION = literal(', "schema_version": 3, "session_id": ');
-const K_TIMESTAMP = literal(', "timestamp_ns": ');
-const K_WORLD_SIZE = literal(', "world_size": ');
+const K_ACTIVE = literal(P.allocator_active_bytes);
+const K_ALLOCATED = literal(P.allocator_allocated_bytes);
+const K_CHANGE = literal(P.allocator_change_bytes);
+const K_INACTIVE = literal(P.allocator_inactive_bytes);
+const K_RESERVED = literal(P.allocator_reserved_bytes);
+const K_COLLECTOR = literal(P.collector);
+const K_CONTEXT = literal(P.context);
+const K_FREE = literal(P.device_free_bytes);
+const K_DEVICE_ID = literal(P.device_id);
+const K_TOTAL = literal(P.device_total_bytes);
+const K_USED = literal(P.device_used_bytes);
+const K_EVENT_TYPE = literal(P.event_type);
+const K_HOST = literal(P.host);
+const K_JOB_ID = literal(P.job_id);
+const K_LOCAL_RANK = literal(P.local_rank);
+const K_METADATA = literal(P.metadata);
+const K_PID = literal(P.pid);
+const K_RANK = literal(P.rank);
+const K_INTERVAL = literal(P.sampling_interval_ms);
+const K_SCHEMA_SESSION = literal(`${P.schema_version}3${P.session_id}`);
+const K_TIMESTAMP = literal(P.timestamp_ns);
+const K_WORLD_SIZE = literal(P.world_size);
 const TENSORS_KEY = enc("tfjs_num_tensors");
 const SCOPE_KEY = enc("phase_scope");
 const COUNTERS_KEY = enc("phase_counters");

@@ -1,6 +1,10 @@
 import type { TelemetryRecordV3 } from "../schema/schema.js";
+import { CANONICAL_END, CANONICAL_PREFIX as P } from "./canonical-line.js";
 import type { JsonObject } from "./json.js";
 import { type LosslessJsonParser, MAX_JSON_DEPTH } from "./json-codec.js";
+
+/** `schema_version` (always 3 here) and the next key. */
+const SCHEMA_AND_SESSION = `${P.schema_version}3${P.session_id}`;
 
 /**
  * The hot path of `decodeTelemetryLine`: a v3 line exactly as the sinks write it (sorted keys, `", "` and
@@ -11,19 +15,19 @@ import { type LosslessJsonParser, MAX_JSON_DEPTH } from "./json-codec.js";
 export function decodeCanonicalV3(parser: LosslessJsonParser): TelemetryRecordV3 | undefined {
   const text = parser.text;
   const r = new CanonicalReader(text);
-  if (!r.expect('{"allocator_active_bytes": ')) return undefined;
+  if (!r.expect(P.allocator_active_bytes)) return undefined;
   const active = r.nullableCount();
-  if (active === FAIL || !r.expect(', "allocator_allocated_bytes": ')) return undefined;
+  if (active === FAIL || !r.expect(P.allocator_allocated_bytes)) return undefined;
   const allocated = r.count();
-  if (allocated === FAIL || !r.expect(', "allocator_change_bytes": ')) return undefined;
+  if (allocated === FAIL || !r.expect(P.allocator_change_bytes)) return undefined;
   const change = r.int();
-  if (change === FAIL || !r.expect(', "allocator_inactive_bytes": ')) return undefined;
+  if (change === FAIL || !r.expect(P.allocator_inactive_bytes)) return undefined;
   const inactive = r.nullableCount();
-  if (inactive === FAIL || !r.expect(', "allocator_reserved_bytes": ')) return undefined;
+  if (inactive === FAIL || !r.expect(P.allocator_reserved_bytes)) return undefined;
   const reserved = r.count();
-  if (reserved === FAIL || !r.expect(', "collector": ')) return undefined;
+  if (reserved === FAIL || !r.expect(P.collector)) return undefined;
   const collector = r.nonEmptyString();
-  if (collector === undefined || !r.expect(', "context": ')) return undefined;
+  if (collector === undefined || !r.expect(P.context)) return undefined;
   let context: string | null;
   if (text.startsWith("null", r.pos)) {
     context = null;
@@ -33,19 +37,19 @@ export function decodeCanonicalV3(parser: LosslessJsonParser): TelemetryRecordV3
     if (value === undefined) return undefined;
     context = value;
   }
-  if (!r.expect(', "device_free_bytes": ')) return undefined;
+  if (!r.expect(P.device_free_bytes)) return undefined;
   const free = r.nullableCount();
-  if (free === FAIL || !r.expect(', "device_id": ')) return undefined;
+  if (free === FAIL || !r.expect(P.device_id)) return undefined;
   const deviceId = r.int();
-  if (deviceId === FAIL || !r.expect(', "device_total_bytes": ')) return undefined;
+  if (deviceId === FAIL || !r.expect(P.device_total_bytes)) return undefined;
   const total = r.nullableCount();
-  if (total === FAIL || !r.expect(', "device_used_bytes": ')) return undefined;
+  if (total === FAIL || !r.expect(P.device_used_bytes)) return undefined;
   const used = r.count();
-  if (used === FAIL || !r.expect(', "event_type": ')) return undefined;
+  if (used === FAIL || !r.expect(P.event_type)) return undefined;
   const eventType = r.nonEmptyString();
-  if (eventType === undefined || !r.expect(', "host": ')) return undefined;
+  if (eventType === undefined || !r.expect(P.host)) return undefined;
   const host = r.nonEmptyString();
-  if (host === undefined || !r.expect(', "job_id": ')) return undefined;
+  if (host === undefined || !r.expect(P.job_id)) return undefined;
   let jobId: string | null;
   if (text.startsWith("null", r.pos)) {
     jobId = null;
@@ -55,9 +59,9 @@ export function decodeCanonicalV3(parser: LosslessJsonParser): TelemetryRecordV3
     if (value === undefined) return undefined;
     jobId = value;
   }
-  if (!r.expect(', "local_rank": ')) return undefined;
+  if (!r.expect(P.local_rank)) return undefined;
   const localRank = r.count();
-  if (localRank === FAIL || !r.expect(', "metadata": ')) return undefined;
+  if (localRank === FAIL || !r.expect(P.metadata)) return undefined;
   let metadata: JsonObject;
   if (text.startsWith("{}", r.pos)) {
     metadata = {};
@@ -65,7 +69,7 @@ export function decodeCanonicalV3(parser: LosslessJsonParser): TelemetryRecordV3
   } else {
     if (text.charCodeAt(r.pos) !== 0x7b) return undefined;
     // Only `pid` and later keys follow metadata, none of which can hold this text: the last match ends it.
-    const end = text.lastIndexOf(', "pid": ');
+    const end = text.lastIndexOf(P.pid);
     if (end <= r.pos) return undefined;
     const slice = text.slice(r.pos, end);
     // Too deep for the exact parser's limit: its general path says so with the file and line.
@@ -89,15 +93,15 @@ export function decodeCanonicalV3(parser: LosslessJsonParser): TelemetryRecordV3
       r.pos = end;
     }
   }
-  if (!r.expect(', "pid": ')) return undefined;
+  if (!r.expect(P.pid)) return undefined;
   const pid = r.int();
-  if (pid === FAIL || pid < -1 || !r.expect(', "rank": ')) return undefined;
+  if (pid === FAIL || pid < -1 || !r.expect(P.rank)) return undefined;
   const rank = r.count();
-  if (rank === FAIL || !r.expect(', "sampling_interval_ms": ')) return undefined;
+  if (rank === FAIL || !r.expect(P.sampling_interval_ms)) return undefined;
   const samplingIntervalMs = r.count();
-  if (samplingIntervalMs === FAIL || !r.expect(', "schema_version": 3, "session_id": ')) return undefined;
+  if (samplingIntervalMs === FAIL || !r.expect(SCHEMA_AND_SESSION)) return undefined;
   const sessionId = r.nonEmptyString();
-  if (sessionId === undefined || !r.expect(', "timestamp_ns": ')) return undefined;
+  if (sessionId === undefined || !r.expect(P.timestamp_ns)) return undefined;
   const timestampStart = r.pos;
   let c = text.charCodeAt(r.pos);
   while (c >= 0x30 && c <= 0x39) c = text.charCodeAt(++r.pos);
@@ -105,9 +109,9 @@ export function decodeCanonicalV3(parser: LosslessJsonParser): TelemetryRecordV3
   const timestampDigits = timestampEnd - timestampStart;
   if (timestampDigits === 0 || (timestampDigits > 1 && text.charCodeAt(timestampStart) === 0x30))
     return undefined;
-  if (!r.expect(', "world_size": ')) return undefined;
+  if (!r.expect(P.world_size)) return undefined;
   const worldSize = r.count();
-  if (worldSize === FAIL || worldSize < 1 || !r.expect("}")) return undefined;
+  if (worldSize === FAIL || worldSize < 1 || !r.expect(CANONICAL_END)) return undefined;
   // Only trailing whitespace may follow.
   for (let i = r.pos; i < text.length; i++) {
     const ws = text.charCodeAt(i);

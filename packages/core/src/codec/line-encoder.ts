@@ -1,4 +1,5 @@
 import type { TelemetryEvent } from "../schema/schema.js";
+import { CANONICAL_END, CANONICAL_PREFIX as P } from "./canonical-line.js";
 import { encodeTelemetryRecord } from "./codec.js";
 import type { JsonObject, JsonValue } from "./json.js";
 import { FLOAT_KEYS, pythonJsonNumber, pythonJsonString, stringifyJson } from "./json-codec.js";
@@ -457,7 +458,7 @@ export class TelemetryLineEncoder {
       const text = intText(active);
       if (text === undefined) return -1;
       this.activeKey = active;
-      this.activeRun = ascii(`{"allocator_active_bytes": ${text}, "allocator_allocated_bytes": `);
+      this.activeRun = ascii(`${P.allocator_active_bytes}${text}${P.allocator_allocated_bytes}`);
     }
     let run = this.activeRun;
     out.set(run, offset);
@@ -473,7 +474,7 @@ export class TelemetryLineEncoder {
       this.changeKey = change;
       this.inactiveKey = inactive;
       this.changeRun = ascii(
-        `, "allocator_change_bytes": ${changeText}, "allocator_inactive_bytes": ${inactiveText}, "allocator_reserved_bytes": `,
+        `${P.allocator_change_bytes}${changeText}${P.allocator_inactive_bytes}${inactiveText}${P.allocator_reserved_bytes}`,
       );
     }
     run = this.changeRun;
@@ -490,7 +491,7 @@ export class TelemetryLineEncoder {
     let collectorRun = this.collectorRuns.get(context);
     if (collectorRun === undefined) {
       collectorRun = ascii(
-        `, "collector": ${pythonJsonString(collector)}, "context": ${context === null ? "null" : pythonJsonString(context)}, "device_free_bytes": `,
+        `${P.collector}${pythonJsonString(collector)}${P.context}${context === null ? "null" : pythonJsonString(context)}${P.device_free_bytes}`,
       );
       this.collectorRuns.set(context, collectorRun);
     }
@@ -508,7 +509,7 @@ export class TelemetryLineEncoder {
       this.deviceKey = deviceId;
       this.totalKey = total;
       this.deviceRun = ascii(
-        `, "device_id": ${deviceText}, "device_total_bytes": ${totalText}, "device_used_bytes": `,
+        `${P.device_id}${deviceText}${P.device_total_bytes}${totalText}${P.device_used_bytes}`,
       );
     }
     run = this.deviceRun;
@@ -528,8 +529,8 @@ export class TelemetryLineEncoder {
         jobId,
         localRank,
         0,
-        `, "event_type": ${pythonJsonString(eventType)}, "host": ${pythonJsonString(host)}` +
-          `, "job_id": ${jobId === null ? "null" : pythonJsonString(jobId)}, "local_rank": ${rankText}, "metadata": `,
+        `${P.event_type}${pythonJsonString(eventType)}${P.host}${pythonJsonString(host)}` +
+          `${P.job_id}${jobId === null ? "null" : pythonJsonString(jobId)}${P.local_rank}${rankText}${P.metadata}`,
       );
     }
     pos = putBytes(out, pos, identity);
@@ -551,8 +552,8 @@ export class TelemetryLineEncoder {
         interval,
         version,
         sessionId,
-        `, "pid": ${pidText}, "rank": ${rankText}, "sampling_interval_ms": ${intervalText}` +
-          `, "schema_version": ${version}, "session_id": ${pythonJsonString(sessionId)}, "timestamp_ns": `,
+        `${P.pid}${pidText}${P.rank}${rankText}${P.sampling_interval_ms}${intervalText}` +
+          `${P.schema_version}${version}${P.session_id}${pythonJsonString(sessionId)}${P.timestamp_ns}`,
       );
     }
     pos = putBytes(out, pos, tail);
@@ -573,7 +574,7 @@ export class TelemetryLineEncoder {
       const text = intText(worldSize);
       if (text === undefined) return -1;
       this.worldKey = worldSize;
-      this.worldRun = ascii(`, "world_size": ${text}}`);
+      this.worldRun = ascii(`${P.world_size}${text}${CANONICAL_END}`);
     }
     run = this.worldRun;
     out.set(run, pos);
