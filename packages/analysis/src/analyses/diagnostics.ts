@@ -17,7 +17,6 @@ import {
   InvalidConfigError,
   type JsonObject,
   type JsonValue,
-  parseJson,
   type SessionSummary,
   stringifyJson,
   type TelemetryEvent,
@@ -39,6 +38,7 @@ import {
 import { loadTelemetrySessions, type ReadOptions, type SessionInfo } from "@stormlog/sink";
 import { type ResolvedTelemetryInput, resolveTelemetryInput } from "@stormlog/sink/internal";
 import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "../index/index-cache.js";
+import { readStoredObject } from "../index/report-cache.js";
 import {
   type DatasetPlan,
   exactAt,
@@ -1066,16 +1066,8 @@ function reviveTimes(value: JsonValue, time: boolean): JsonValue {
 }
 
 function deserializeDiagnose(text: string, stamp: string): Diagnosed | null {
-  let payload: JsonValue;
-  try {
-    payload = parseJson(text);
-  } catch {
-    return null;
-  }
-  if (typeof payload !== "object" || payload === null || Array.isArray(payload)) return null;
-  if (payload.format !== DIAGNOSE_FORMAT || payload.stamp !== stamp) return null;
-  const result = payload.result;
-  if (typeof result !== "object" || result === null || Array.isArray(result)) return null;
+  const result = readStoredObject(text, DIAGNOSE_FORMAT, stamp, "result");
+  if (result === null) return null;
   const out = reviveTimes(result, false) as unknown as Diagnosed;
   out.diagnostics.per_rank_timelines = new Map();
   return out;

@@ -27,8 +27,16 @@ function revive(value: JsonValue, exact: boolean): JsonValue {
   return value;
 }
 
-/** The stored report, or null when the text is not one or describes another state. */
-export function deserializeReport(text: string, stamp: string): AnalysisReport | null {
+/**
+ * The object stored under `key` in an index entry written as `{format, stamp, [key]: ...}` by
+ * `stringifyJson`, or null when the text is not one, or is another format's or another state's.
+ */
+export function readStoredObject(
+  text: string,
+  format: string,
+  stamp: string,
+  key: string,
+): JsonObject | null {
   let payload: JsonValue;
   try {
     payload = parseJson(text);
@@ -36,9 +44,15 @@ export function deserializeReport(text: string, stamp: string): AnalysisReport |
     return null;
   }
   if (typeof payload !== "object" || payload === null || Array.isArray(payload)) return null;
-  if (payload.format !== FORMAT || payload.stamp !== stamp) return null;
-  const report = payload.report;
-  if (typeof report !== "object" || report === null || Array.isArray(report)) return null;
+  if (payload.format !== format || payload.stamp !== stamp) return null;
+  const value = payload[key];
+  return typeof value === "object" && value !== null && !Array.isArray(value) ? value : null;
+}
+
+/** The stored report, or null when the text is not one or describes another state. */
+export function deserializeReport(text: string, stamp: string): AnalysisReport | null {
+  const report = readStoredObject(text, FORMAT, stamp, "report");
+  if (report === null) return null;
   revive(report, false);
   const out = report as unknown as AnalysisReport;
   if (out.cross_rank_analysis === undefined) out.cross_rank_analysis = null;
