@@ -16,6 +16,7 @@ import {
   NOTE_NON_SAMPLE,
   SKEW_NOTE_MULTIPLIER,
 } from "./first-cause.js";
+import { integerMedian, mostCommon } from "./stats.js";
 
 /** One sample on the merged, rank-aligned timeline (`RankTimelinePoint`). */
 export interface RankTimelinePoint {
@@ -50,19 +51,6 @@ function compareSamples(a: TelemetryEvent, b: TelemetryEvent): number {
   if (a.timestamp_ns !== b.timestamp_ns) return a.timestamp_ns < b.timestamp_ns ? -1 : 1;
   if (a.pid !== b.pid) return a.pid - b.pid;
   return comparePythonStrings(a.host, b.host);
-}
-
-/** `Counter(values).most_common(1)[0][0]`: the most frequent value, the first seen on ties. */
-function mostCommon<T>(counts: Map<T, number>): T | undefined {
-  let best: T | undefined;
-  let bestCount = 0;
-  for (const [value, count] of counts) {
-    if (count > bestCount) {
-      best = value;
-      bestCount = count;
-    }
-  }
-  return best;
 }
 
 /** One rank's samples, with what the analyses need read once from each event. */
@@ -161,24 +149,8 @@ function determineWorldSize(claimed: Map<number, number>, ranks: readonly number
   return Math.max(declared, observed, 1);
 }
 
+/** Gaps past this many nanoseconds (104 days) are not exact as doubles. */
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
-
-/** `int(statistics.median(values))` of exact integers. */
-function integerMedian(values: Float64Array | bigint[]): bigint {
-  const n = values.length;
-  if (values instanceof Float64Array) {
-    values.sort();
-    if (n % 2 === 1) return BigInt(values[n >> 1]!);
-    const a = values[(n >> 1) - 1]!;
-    const b = values[n >> 1]!;
-    // Python: (a + b) / 2 as a correctly rounded float, then truncated; halving is exact.
-    const total = a + b <= Number.MAX_SAFE_INTEGER ? a + b : Number(BigInt(a) + BigInt(b));
-    return BigInt(Math.trunc(total / 2));
-  }
-  values.sort((x, y) => (x < y ? -1 : x > y ? 1 : 0));
-  if (n % 2 === 1) return values[n >> 1]!;
-  return BigInt(Math.trunc(Number(values[(n >> 1) - 1]! + values[n >> 1]!) / 2));
-}
 
 /** `_median_sampling_interval_ns`: median positive gap between a rank's samples, else of the declared intervals. */
 function medianSamplingIntervalNs(grouped: Map<number, RankSamples>): bigint {

@@ -14,7 +14,7 @@ import {
   type PhaseResolver,
   phaseAttributionToPayload,
 } from "@stormlog/phases";
-import { comparePythonStrings, selectKth } from "@stormlog/phases/internal";
+import { comparePythonStrings } from "@stormlog/phases/internal";
 import { TimeRangeError } from "../errors.js";
 import {
   type DatasetPlan,
@@ -40,8 +40,7 @@ import {
   SPIKE_MIN_BYTES,
   type SpikeCandidate,
 } from "./first-cause.js";
-
-const MAX_SAFE = Number.MAX_SAFE_INTEGER;
+import { halfSum, integerMedian, mostCommon } from "./stats.js";
 
 /** A position in the input: timestamp, then storage order. */
 interface Position {
@@ -51,36 +50,12 @@ interface Position {
 
 const before = (a: Position, b: Position): boolean => a.ts < b.ts || (a.ts === b.ts && a.order < b.order);
 
-/** `Counter(...).most_common(1)`: the highest count, the first seen (in time order) on ties. */
-function mostCommon<K>(counts: ReadonlyMap<K, { count: number; first: Position }>): K | undefined {
-  let best: K | undefined;
-  let bestCount = 0;
-  let bestFirst: Position | null = null;
-  for (const [key, { count, first }] of counts) {
-    if (count > bestCount || (count === bestCount && bestFirst !== null && before(first, bestFirst))) {
-      best = key;
-      bestCount = count;
-      bestFirst = first;
-    }
-  }
-  return best;
-}
-
-/** `int(statistics.median(values))` of exact integers held in doubles (as the reference computes it). */
-function integerMedian(values: Float64Array | Uint32Array): bigint {
-  const n = values.length;
-  if (n % 2 === 1) return BigInt(selectKth(values, n >> 1));
-  const b = selectKth(values, n >> 1);
-  // Everything before the upper middle is at most it: the lower middle is their largest.
-  let a = Number.NEGATIVE_INFINITY;
-  for (let i = 0; i < n >> 1; i++) if (values[i]! > a) a = values[i]!;
-  return halfSum(a, b);
-}
-
-/** `int((a + b) / 2)` as Python computes it for two exact integers. */
-function halfSum(a: number, b: number): bigint {
-  const total = a + b <= MAX_SAFE ? a + b : Number(BigInt(a) + BigInt(b));
-  return BigInt(Math.trunc(total / 2));
+/** `most_common` over counts whose first occurrence is known by position (ranks arrive out of time order). */
+function mostCommonByPosition<K>(counts: ReadonlyMap<K, { count: number; first: Position }>): K | undefined {
+  return mostCommon(
+    [...counts].map(([key, { count }]) => [key, count] as const),
+    (a, b) => before(counts.get(a)!.first, counts.get(b)!.first),
+  );
 }
 
 /** The median of a multiset given as value -> count (for the declared sampling intervals). */
@@ -178,7 +153,7 @@ export class CrossRankAccumulator implements RankAnalysis<CrossRankAnalysis> {
     const jobs = new Map<string, { count: number; first: Position }>();
     for (const [jobId, job] of plan.jobs)
       jobs.set(jobId, { count: job.count, first: { ts: job.firstTs, order: job.firstOrder } });
-    this.jobId = mostCommon(jobs) ?? null;
+    this.jobId = mostCommonByPosition(jobs) ?? null;
     this.filterJob = jobs.size > 1 && this.jobId !== null ? this.jobId : null;
   }
 
@@ -337,7 +312,7 @@ export class CrossRankAccumulator implements RankAnalysis<CrossRankAnalysis> {
       // Every sample belonged to another job: the event version has nothing to group either.
       return { ...empty(notes), job_id: this.jobId };
     }
-    const declared = mostCommon(this.worldCounts) ?? 1;
+    const declared = mostCommonByPosition(this.worldCounts) ?? 1;
     const observed = participatingRanks[participatingRanks.length - 1]! + 1;
     const worldSize =
       participatingRanks.length > 1 ? Math.max(declared, observed) : Math.max(declared, observed, 1);

@@ -4,6 +4,7 @@
  * (`np.std(ddof=1)`), `scipy.stats.linregress` with its two-sided p-value, and Python's `round()`.
  */
 import { pythonFormatFixed } from "@stormlog/core/internal";
+import { selectKth } from "@stormlog/phases/internal";
 import { scratchDoubles } from "../scratch.js";
 
 /** NumPy's unrolled block size for pairwise summation (`PW_BLOCKSIZE`). */
@@ -239,4 +240,53 @@ export function pythonRound(x: number, digits: number): number {
   if (!Number.isFinite(x)) return x;
   if (Math.abs(x) >= 2 ** 52) return x; // already an integer; no fractional digits to round
   return Number(pythonFormatFixed(x, digits));
+}
+
+// Python's `collections.Counter.most_common` and `statistics.median`, as the reference's cross-rank code calls them.
+
+/**
+ * `Counter(...).most_common(1)[0][0]`: the key with the highest count; on ties the first seen, which
+ * is the entries' order unless `seenBefore` says otherwise. Undefined for no entries.
+ */
+export function mostCommon<K>(
+  entries: Iterable<readonly [K, number]>,
+  seenBefore?: (a: K, b: K) => boolean,
+): K | undefined {
+  let best: K | undefined;
+  let bestCount = 0;
+  for (const [key, count] of entries) {
+    if (
+      count > bestCount ||
+      (count === bestCount && best !== undefined && seenBefore?.(key, best) === true)
+    ) {
+      best = key;
+      bestCount = count;
+    }
+  }
+  return best;
+}
+
+/** `int((a + b) / 2)` as Python computes it for two exact integers held in doubles. */
+export function halfSum(a: number, b: number): bigint {
+  const total = a + b <= Number.MAX_SAFE_INTEGER ? a + b : Number(BigInt(a) + BigInt(b));
+  return BigInt(Math.trunc(total / 2));
+}
+
+/**
+ * `int(statistics.median(values))` of exact integers: held in doubles (reordered in place), or as
+ * bigints when they pass 2^53.
+ */
+export function integerMedian(values: Float64Array | Uint32Array | bigint[]): bigint {
+  const n = values.length;
+  if (Array.isArray(values)) {
+    values.sort((x, y) => (x < y ? -1 : x > y ? 1 : 0));
+    if (n % 2 === 1) return values[n >> 1]!;
+    return BigInt(Math.trunc(Number(values[(n >> 1) - 1]! + values[n >> 1]!) / 2));
+  }
+  if (n % 2 === 1) return BigInt(selectKth(values, n >> 1));
+  const b = selectKth(values, n >> 1);
+  // Everything before the upper middle is at most it: the lower middle is their largest.
+  let a = Number.NEGATIVE_INFINITY;
+  for (let i = 0; i < n >> 1; i++) if (values[i]! > a) a = values[i]!;
+  return halfSum(a, b);
 }
