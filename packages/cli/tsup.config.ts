@@ -8,10 +8,15 @@ export default [
   // keep compiled in V8's code cache; see src/launch.ts), and the small launcher that runs it. The
   // NVML adapter stays a dependency: it finds its worker file and native library next to itself.
   defineConfig({
-    entry: { bin: "src/bin.ts", launch: "src/launch.ts" },
+    // The analysis's scan worker beside the bundle: the bundled analysis starts it from there.
+    entry: {
+      bin: "src/bin.ts",
+      launch: "src/launch.ts",
+      "scan-worker": "../analysis/src/index/scan-worker.ts",
+    },
     format: ["cjs"],
     dts: false,
-    clean: ["bin.*", "launch.*"],
+    clean: ["bin.*", "launch.*", "scan-worker.*"],
     sourcemap: true,
     target: "node20",
     platform: "node",

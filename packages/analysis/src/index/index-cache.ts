@@ -14,8 +14,10 @@
  * showing it) is trusted only while its content check (`contentCheck`) still matches too.
  *
  * Scanned aggregates go to disk as soon as they are made, so memory holds one segment's aggregate
- * while scanning and one rank's data while analysing, whatever the size of the input. Without an
- * index, large inputs spill to a temporary directory removed afterwards.
+ * while scanning and one rank's data while analysing, whatever the size of the input; a big segment
+ * (a whole job in one `.jsonl`) is scanned and stored in pieces (`piece-scan.ts`), on scan workers
+ * where there is a second core. Without an index, large inputs spill to a temporary directory
+ * removed afterwards.
  */
 import { promises as fsPromises, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
@@ -29,8 +31,9 @@ import {
   digestToJson,
   type SegmentDigest,
 } from "../input/digest.js";
+import { type PieceRange, pieceBytes, pieceRanges } from "../input/pieces.js";
 import { type ScanScratch, scanSegmentSync } from "../input/scan.js";
-import type { SegmentData } from "../input/sessions.js";
+import type { SegmentData, SegmentPiece } from "../input/sessions.js";
 import {
   contentCheck,
   type Fingerprint,
@@ -45,6 +48,7 @@ import {
 } from "../input/snapshot.js";
 import type { AnalysisReport, IndexUsage } from "../report/types.js";
 import { aggregateStampMatches, encodeAggregateParts, writeAggregateFile } from "./index-format.js";
+import { type AggregateWriter, type ScannedPiece, scanPieces } from "./piece-scan.js";
 import { deserializeReport, serializeReport } from "./report-cache.js";
 
 /** Directory the index is written to, beside the input. */
@@ -52,7 +56,7 @@ export const INDEX_DIRNAME = ".stormlog-index";
 /** `format` of the catalog. */
 export const INDEX_FORMAT = "stormlog.analysis_index";
 /** Bumped whenever what an aggregate or a stored report holds, or how it is computed, changes. */
-export const INDEX_VERSION = 11;
+export const INDEX_VERSION = 12;
 /** Environment variable naming the cache directory for indexes. */
 export const CACHE_DIR_ENV = "STORMLOG_CACHE_DIR";
 /**
@@ -83,6 +87,17 @@ interface CatalogEntry extends Fingerprint {
   racy: boolean;
   /** The content check of a racy segment, taken before it was scanned (absent: scanned again). */
   check?: string;
+  /** A big segment scanned and stored in pieces (`input/pieces.ts`); `file` is then its first piece's. */
+  pieces?: CatalogPiece[];
+}
+
+/** One piece of a segment in the catalog: its aggregate file, bytes (`end` null: to the end), lines before it, digest. */
+interface CatalogPiece {
+  file: string;
+  start: number;
+  end: number | null;
+  lineOffset: number;
+  digest: DigestJson;
 }
 
 interface Catalog {
@@ -145,6 +160,12 @@ export const KEEP_SCANNED_BYTES = 2 << 20;
 function stampOf(path: string, print: Fingerprint): string {
   return `${path}|${printText(print)}|${SETTINGS}`;
 }
+
+/** The aggregate file of piece `k` of the segment whose aggregate file would be `file`. */
+const pieceFileName = (file: string, k: number): string => file.replace(/\.agg$/, `-${k}.agg`);
+
+/** The stamp of piece `k` of the segment stamped `stamp`. */
+const pieceStamp = (stamp: string, k: number): string => `${stamp}|piece ${k}`;
 
 /**
  * The first `length` (<= 32) hex digits of a 128-bit hash of `text` (four multiply-xor lanes, then
@@ -252,6 +273,12 @@ interface ScanJob {
   readonly size: number;
   readonly stamp: string;
   readonly path: string | null;
+  /** A big segment's pieces, with their aggregate files and stamps (`path` is then the first's). */
+  readonly pieces: {
+    readonly ranges: readonly PieceRange[];
+    readonly files: readonly string[];
+    readonly stamps: readonly string[];
+  } | null;
 }
 
 /** A scanned segment: its digest, and its aggregate unless it was written to its file and let go. */
@@ -260,12 +287,8 @@ interface ScanResult {
   readonly aggregate: SegmentAggregate | null;
   /** Its file is written (or being written: see `pending`). */
   readonly written: boolean;
-}
-
-/** Where scanned aggregates go: encoded (in parts), then written on the thread pool (false: failed). */
-interface AggregateWriter {
-  encode(aggregate: SegmentAggregate, stamp: string): Uint8Array[] | null;
-  later(path: string, parts: readonly Uint8Array[]): Promise<boolean>;
+  /** A segment scanned in pieces: they hold its aggregate (`aggregate` is null). */
+  readonly pieces?: readonly ScannedPiece[];
 }
 
 /**
@@ -289,16 +312,38 @@ async function scanJobs(
   let kept = 0;
   // The last aggregate, kept past the budget until the next one is scanned: its result and write.
   let last: { index: number; write: Promise<boolean> } | null = null;
+  const letGoOfLast = async (): Promise<void> => {
+    if (last === null) return;
+    // Let go once its file is whole (the analysis reads it back); kept if it could not be written.
+    const { index, write } = last;
+    last = null;
+    const previous = results[index]!;
+    if (await write) results[index] = { ...previous, aggregate: null };
+    else results[index] = { ...previous, written: false };
+  };
   for (const job of jobs) {
     const before = done;
-    const aggregate = scanSegmentSync(job.segment, (bytes) => onBytes(before + bytes), scratch);
-    if (last !== null) {
-      // Let go once its file is whole (the analysis reads it back); kept if it could not be written.
-      const previous = results[last.index]!;
-      if (await last.write) results[last.index] = { ...previous, aggregate: null };
-      else results[last.index] = { ...previous, written: false };
-      last = null;
+    if (job.pieces !== null) {
+      // A big segment: its pieces hold its aggregate, the last one scanned here stays in memory.
+      const {
+        digest,
+        pieces,
+        pending: writes,
+      } = await scanPieces(
+        { segment: job.segment, size: job.size, ...job.pieces },
+        writer,
+        (bytes) => onBytes(before + bytes),
+        scratch,
+      );
+      await letGoOfLast();
+      pending.push(...writes);
+      results.push({ digest, aggregate: null, written: true, pieces });
+      done += job.size;
+      onBytes(done);
+      continue;
     }
+    const aggregate = scanSegmentSync(job.segment, (bytes) => onBytes(before + bytes), scratch);
+    await letGoOfLast();
     const digest = digestOf(aggregate);
     const parts = job.path === null ? null : writer.encode(aggregate, job.stamp);
     let size = 0;
@@ -635,7 +680,34 @@ export class SegmentIndex {
           entry.check !== (checks[i] === undefined ? contentCheck(segment.path, prints[i]!.size) : checks[i]))
       )
         return;
-      const file = { path: join(readFrom, "segments", entry.file), stamp: stampOf(relPaths[i]!, prints[i]!) };
+      const stamp = stampOf(relPaths[i]!, prints[i]!);
+      const file = { path: join(readFrom, "segments", entry.file), stamp };
+      if (entry.pieces !== undefined) {
+        const pieces = entry.pieces.map(
+          (piece, k): SegmentPiece => ({
+            start: piece.start,
+            end: piece.end ?? Number.POSITIVE_INFINITY,
+            lineOffset: piece.lineOffset,
+            digest: digestFromJson(piece.digest),
+            aggregate: null,
+            file: { path: join(readFrom, "segments", piece.file), stamp: pieceStamp(stamp, k) },
+          }),
+        );
+        // As below, for every piece's file.
+        if (!pieces.every((piece) => aggregateStampMatches(piece.file!.path, piece.file!.stamp))) return;
+        entries[i] = entry;
+        const digest = digestFromJson(entry.digest);
+        data[i] = {
+          source: segment.path,
+          hint: segment.hint,
+          digest,
+          aggregate: null,
+          file: null,
+          segment,
+          pieces,
+        };
+        return;
+      }
       // A missing or foreign aggregate file (deleted, damaged, another writer's): scanned again.
       if (!aggregateStampMatches(file.path, file.stamp)) return;
       entries[i] = entry;
@@ -693,12 +765,27 @@ export class SegmentIndex {
     // Moving to another location: the aggregates already indexed elsewhere are written there too.
     const relocating = target !== null && target !== readFrom;
     const files = missing.map((i) => `seg-${hashText(stampOf(relPaths[i]!, prints[i]!), 24)}.agg`);
-    const jobs: ScanJob[] = missing.map((i, k) => ({
-      segment: inputSegments[i]!,
-      size: sizes[i]!,
-      stamp: stampOf(relPaths[i]!, prints[i]!),
-      path: sink === null ? null : join(sink, "segments", files[k]!),
-    }));
+    const bytesPerPiece = pieceBytes();
+    const jobs: ScanJob[] = missing.map((i, k) => {
+      const segment = inputSegments[i]!;
+      const stamp = stampOf(relPaths[i]!, prints[i]!);
+      if (sink === null) return { segment, size: sizes[i]!, stamp, path: null, pieces: null };
+      const path = join(sink, "segments", files[k]!);
+      let ranges: PieceRange[] = [];
+      try {
+        ranges = pieceRanges(segment.path, sizes[i]!, bytesPerPiece);
+      } catch {
+        // Unreadable: the scan reports it as the reader would.
+      }
+      if (ranges.length < 2) return { segment, size: sizes[i]!, stamp, path, pieces: null };
+      const names = ranges.map((_, p) => pieceFileName(files[k]!, p));
+      const pieces = {
+        ranges,
+        files: names.map((name) => join(sink, "segments", name)),
+        stamps: ranges.map((_, p) => pieceStamp(stamp, p)),
+      };
+      return { segment, size: sizes[i]!, stamp, path: pieces.files[0]!, pieces };
+    });
     const fail = (error: unknown): false => {
       failures.push(`${sink}: ${describeError(error)}`);
       return false;
@@ -739,6 +826,38 @@ export class SegmentIndex {
         racy: checks[i] !== undefined,
         ...(typeof checks[i] === "string" ? { check: checks[i] } : {}),
       };
+      if (result.pieces !== undefined && job.pieces !== null) {
+        const { files: paths, stamps } = job.pieces;
+        entries[i]!.file = basename(paths[0]!);
+        entries[i]!.pieces = result.pieces.map((piece, p) => ({
+          file: basename(paths[p]!),
+          start: piece.range.start,
+          end: Number.isFinite(piece.range.end) ? piece.range.end : null,
+          lineOffset: piece.lineOffset,
+          digest: digestToJson(piece.digest),
+        }));
+        const pieces = result.pieces.map(
+          (piece, p): SegmentPiece => ({
+            start: piece.range.start,
+            end: piece.range.end,
+            lineOffset: piece.lineOffset,
+            digest: piece.digest,
+            aggregate: piece.aggregate,
+            file: piece.written ? { path: paths[p]!, stamp: stamps[p]! } : null,
+          }),
+        );
+        const digest = result.digest;
+        data[i] = {
+          source: segment.path,
+          hint: segment.hint,
+          digest,
+          aggregate: null,
+          file: null,
+          segment,
+          pieces,
+        };
+        return;
+      }
       data[i] = {
         source: segment.path,
         hint: segment.hint,
@@ -751,6 +870,23 @@ export class SegmentIndex {
     if (relocating && target !== null) {
       for (let i = 0; i < inputSegments.length; i++) {
         const item = data[i]!;
+        if (item.pieces !== undefined) {
+          // A segment in pieces: each piece's file, as a segment's below.
+          const pieces = item.pieces.map((piece): SegmentPiece => {
+            if (piece.aggregate !== null || piece.file === null) return piece;
+            if (piece.file.path.startsWith(join(target, "segments"))) return piece;
+            const path = join(target, "segments", basename(piece.file.path));
+            try {
+              writeAtomic(path, readFileSync(piece.file.path));
+              return { ...piece, file: { path, stamp: piece.file.stamp } };
+            } catch (error) {
+              failures.push(`${target}: ${describeError(error)}`);
+              return piece;
+            }
+          });
+          data[i] = { ...item, pieces };
+          continue;
+        }
         if (
           item.aggregate !== null ||
           item.file === null ||
@@ -857,7 +993,12 @@ async function removeUnreferenced(
   catalogName: string,
   entries: readonly CatalogEntry[],
 ): Promise<void> {
-  const referenced = new Set(entries.map((entry) => entry.file));
+  const referenced = new Set<string>();
+  const refer = (entry: CatalogEntry): void => {
+    referenced.add(entry.file);
+    for (const piece of entry.pieces ?? []) referenced.add(piece.file);
+  };
+  for (const entry of entries) refer(entry);
   let names: string[];
   try {
     names = await fsPromises.readdir(dir);
@@ -867,7 +1008,7 @@ async function removeUnreferenced(
   for (const name of names) {
     if (name === catalogName || !/^index.*\.json$/.test(name)) continue;
     const other = readCatalog(dir, name);
-    for (const entry of other?.segments ?? []) referenced.add(entry.file);
+    for (const entry of other?.segments ?? []) refer(entry);
   }
   let files: string[];
   try {
@@ -876,7 +1017,7 @@ async function removeUnreferenced(
     return;
   }
   for (const file of files) {
-    if (/^seg-[0-9a-f]{24}\.agg$/.test(file) && !referenced.has(file))
+    if (/^seg-[0-9a-f]{24}(-\d+)?\.agg$/.test(file) && !referenced.has(file))
       await fsPromises.rm(join(dir, "segments", file), { force: true });
   }
 }

@@ -6,7 +6,16 @@
  * of 100 KB or more straight into the old generation, which is only collected once it has grown by
  * several times the live heap: memory would grow with the size of the segments.
  */
-import { closeSync, fstatSync, openSync, readSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  fstatSync,
+  openSync,
+  readSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
 import { type JsonObject, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
 import { type ExactCounterField, type ExactCounters, FLOAT_KEYS } from "@stormlog/core/internal";
 import {
@@ -634,11 +643,25 @@ export function readAggregateFile(
   });
 }
 
-/** Writes a file through a temporary name and a rename, so that readers never see half of it. */
-export function writeAggregateFile(path: string, data: Uint8Array | string): void {
+/**
+ * Writes a file through a temporary name and a rename, so that readers never see half of it; `data`
+ * may be the parts of `encodeAggregateParts`, written one after the other.
+ */
+export function writeAggregateFile(path: string, data: Uint8Array | string | readonly Uint8Array[]): void {
   const tmp = `${path}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
   try {
-    writeFileSync(tmp, data);
+    if (typeof data === "string" || data instanceof Uint8Array) writeFileSync(tmp, data);
+    else {
+      const fd = openSync(tmp, "w");
+      try {
+        for (const part of data) {
+          let written = 0;
+          while (written < part.length) written += writeSync(fd, part, written, part.length - written);
+        }
+      } finally {
+        closeSync(fd);
+      }
+    }
     renameSync(tmp, path);
   } catch (error) {
     rmSync(tmp, { force: true });

@@ -80,7 +80,7 @@ export interface BoundaryEntry {
   readonly scope: JsonValue;
   /** `scope`'s JSON text as read from the line, when the scan parsed it exactly (the index stores it as is). */
   readonly scopeJson: string | null;
-  /** Line within its segment (storage order). */
+  /** Line within its segment, or its piece of one (storage order: see `SegmentPiece.lineOffset`). */
   readonly line: number;
   readonly allocated: number;
   readonly reserved: number;
@@ -108,7 +108,7 @@ export interface BirthEntry {
 /** An alert event (`warning`, `critical`, `error`). */
 export interface AlertEntry {
   readonly timestampNs: bigint;
-  /** Line within its segment (storage order, which decides ties in time). */
+  /** Line within its segment, or its piece of one (storage order, which decides ties in time). */
   readonly line: number;
   readonly eventType: string;
   readonly context: string | null;
@@ -138,7 +138,7 @@ export interface HealthEntry {
  */
 export interface InstantEntry {
   readonly timestampNs: bigint;
-  /** Line within its segment (storage order, which decides ties in time). */
+  /** Line within its segment, or its piece of one (storage order, which decides ties in time). */
   readonly line: number;
   readonly eventType: string;
   readonly context: string | null;
@@ -353,6 +353,16 @@ export class RankPart {
     capacity = 256,
   ) {
     this.samples = new SampleColumns(capacity);
+  }
+
+  /**
+   * Takes the timestamp origin an earlier piece of the segment gave this session's rank (see
+   * `RankSeed`), so that offsets and their range checks are those of one scan of the whole segment.
+   */
+  seed(seed: RankSeed): void {
+    this.base = seed.base;
+    this.baseHead = seed.head;
+    this.baseTail = seed.tail;
   }
 
   /** The offset of a timestamp given as seconds and nanoseconds (the fast path). */
@@ -654,6 +664,19 @@ export interface LineFields {
   timestampNs(): bigint;
 }
 
+/**
+ * A rank part's timestamp origin as its first event set it: `base`, and the seconds and
+ * nanoseconds the range checks compare against (`RankPart.offsetOf`).
+ */
+export interface RankSeed {
+  readonly base: bigint;
+  readonly head: number;
+  readonly tail: number;
+}
+
+/** Key of one session's rank in maps of seeds and series. */
+export const seriesKey = (sessionId: string, rank: number): string => `${rank}\u0000${sessionId}`;
+
 /** Feeds events into a `SegmentAggregate`: whole records (general path) or fast-read lines. */
 export class Accumulator {
   private readonly sessions = new Map<string, SessionPart>();
@@ -662,8 +685,14 @@ export class Accumulator {
   private lastSession: SessionPart | null = null;
   private lastRank: RankPart | null = null;
 
-  /** `expectedSamples`: capacity of the first rank part's columns (a segment usually holds one). */
-  constructor(private expectedSamples = 256) {}
+  /**
+   * `expectedSamples`: capacity of the first rank part's columns (a segment usually holds one).
+   * `seeds`: origins of rank parts that earlier pieces of the segment began (by `seriesKey`).
+   */
+  constructor(
+    private expectedSamples = 256,
+    private readonly seeds: ReadonlyMap<string, RankSeed> | null = null,
+  ) {}
 
   session(sessionId: string): SessionPart {
     const last = this.lastSession;
@@ -683,6 +712,10 @@ export class Accumulator {
     if (last !== null && last.rank === rank && last.sessionId === session.sessionId) return last;
     const part = session.rankPart(rank, this.expectedSamples);
     this.expectedSamples = 256;
+    if (this.seeds !== null && part.base === null) {
+      const seed = this.seeds.get(seriesKey(session.sessionId, rank));
+      if (seed !== undefined) part.seed(seed);
+    }
     this.lastRank = part;
     return part;
   }

@@ -18,11 +18,12 @@ import type {
   HealthEntry,
   InstantEntry,
   RankPart,
+  RankSeed,
   SampleIdentity,
   SegmentAggregate,
 } from "./aggregate.js";
-import { ALL_SAMPLE_RULES } from "./aggregate.js";
-import { scanSegmentSync } from "./scan.js";
+import { ALL_SAMPLE_RULES, seriesKey } from "./aggregate.js";
+import { scanRangeSync, scanSegmentSync } from "./scan.js";
 import type { SegmentData } from "./sessions.js";
 
 /** Storage order of a line: segment ordinal and line number in one exact double. */
@@ -242,69 +243,133 @@ function take<T extends { length: number }>(free: T[], size: number): T | undefi
   return free.splice(best, 1)[0];
 }
 
+/** A rank part as a series is made of it: its segment, and its lines' storage order base. */
+interface LoadedPart {
+  readonly ordinal: number;
+  /** `ordinal * ORDER_SEGMENT_SCALE`, plus the lines before its piece for a segment scanned in pieces. */
+  readonly orderBase: number;
+  readonly part: RankPart;
+}
+
+/** Pieces per segment a unit key leaves room for (`unitKey`). */
+const PIECE_SCALE = 2 ** 20;
+
+/** Key of one stored aggregate: a segment's (`piece` -1), or one piece's of a segment scanned in pieces. */
+const unitKey = (ordinal: number, piece: number): number => ordinal * PIECE_SCALE + piece + 1;
+
 /**
  * Combines series from the plan's segments, reading aggregates kept on disk when needed. A series
  * `load` returns may use the loader's reused arrays: it is valid until the next `release()`.
  */
 export class DatasetLoader {
-  /** Aggregates read from disk, by ordinal, with the buffer they view, until `release()`. */
+  /** Aggregates read from disk, by unit (`units`), with the buffer they view, until `release()`. */
   private readonly loaded = new Map<number, { aggregate: SegmentAggregate; buffer: Buffer | null }>();
   private readonly pool = new ArrayPool();
+  /** Per segment scanned in pieces, the series (`seriesKey`) each piece holds. */
+  private readonly pieceSeries = new Map<number, ReadonlySet<string>[]>();
 
   constructor(private readonly plan: DatasetPlan) {}
 
-  private aggregate(ordinal: number): SegmentAggregate {
+  /**
+   * The stored aggregates (units) that hold parts of `series`, in storage order: a unit per
+   * segment, or, for a segment scanned in pieces, the pieces holding it.
+   */
+  units(series: SeriesPlan): number[] {
+    const out: number[] = [];
+    const key = seriesKey(series.sessionId, series.rank);
+    for (const ordinal of series.ordinals) {
+      const pieces = this.plan.segments[ordinal]!.pieces;
+      if (pieces === undefined) {
+        out.push(unitKey(ordinal, -1));
+        continue;
+      }
+      let held = this.pieceSeries.get(ordinal);
+      if (held === undefined) {
+        held = pieces.map(
+          (piece) =>
+            new Set(
+              piece.digest.sessions.flatMap((session) =>
+                session.ranks.map((rank) => seriesKey(session.sessionId, rank.rank)),
+              ),
+            ),
+        );
+        this.pieceSeries.set(ordinal, held);
+      }
+      held.forEach((keys, k) => {
+        if (keys.has(key)) out.push(unitKey(ordinal, k));
+      });
+    }
+    return out;
+  }
+
+  private aggregate(unit: number): SegmentAggregate {
+    const ordinal = Math.floor(unit / PIECE_SCALE);
+    const k = (unit % PIECE_SCALE) - 1;
     const segment = this.plan.segments[ordinal]!;
-    if (segment.aggregate !== null) return segment.aggregate;
-    const known = this.loaded.get(ordinal);
+    const stored = k < 0 ? segment : segment.pieces![k]!;
+    if (stored.aggregate !== null) return stored.aggregate;
+    const known = this.loaded.get(unit);
     if (known !== undefined) return known.aggregate;
-    const file = segment.file!;
+    const file = stored.file!;
     const read = readAggregateFile(file.path, (size) => this.pool.bytes(size));
     let aggregate = read === null ? undefined : decodeAggregate(read.bytes, file.stamp);
     let buffer = read?.buffer ?? null;
-    // An index file damaged since it was checked: the segment itself is read again.
+    // An index file damaged since it was checked: the segment (or the piece) itself is read again.
     if (aggregate === undefined && segment.segment !== undefined) {
-      aggregate = scanSegmentSync(segment.segment);
+      aggregate = k < 0 ? scanSegmentSync(segment.segment) : this.rescan(segment, k, null);
       buffer = null;
     }
     if (aggregate === undefined)
       throw new Error(`index file ${file.path} is unreadable; delete the index directory and analyse again`);
-    this.loaded.set(ordinal, { aggregate, buffer });
+    this.loaded.set(unit, { aggregate, buffer });
     return aggregate;
   }
 
+  /** Piece `k` of a segment scanned again, with `part`'s timestamp origin when given (see `ScanRange`). */
+  private rescan(segment: SegmentData, k: number, part: RankPart | null): SegmentAggregate {
+    const { start, end, lineOffset } = segment.pieces![k]!;
+    const seeds = new Map<string, RankSeed>();
+    if (part?.base != null)
+      seeds.set(seriesKey(part.sessionId, part.rank), {
+        base: part.base,
+        head: part.baseHead,
+        tail: part.baseTail,
+      });
+    return scanRangeSync(segment.segment!, { start, end, lineOffset, seeds }).aggregate;
+  }
+
   /**
-   * A session's rank part in a segment, complete: a part whose stored alerts or health transitions
-   * were cut by DETAIL_CAP is read from its segment again (rare: more than DETAIL_CAP alerts).
+   * A session's rank part in a unit, complete: a part whose stored alerts or health transitions
+   * were cut by DETAIL_CAP is read from its segment (or piece) again (rare: more than DETAIL_CAP alerts).
    */
-  private part(ordinal: number, sessionId: string, rank: number): RankPart {
-    const part = this.aggregate(ordinal).sessions.get(sessionId)!.ranks.get(rank)!;
-    const segment = this.plan.segments[ordinal]!.segment;
-    if (!part.detailsCut || segment === undefined) return part;
-    const aggregate = scanSegmentSync(segment);
-    this.loaded.set(ordinal, { aggregate, buffer: null });
-    return aggregate.sessions.get(sessionId)!.ranks.get(rank)!;
+  private part(unit: number, sessionId: string, rank: number): LoadedPart {
+    const ordinal = Math.floor(unit / PIECE_SCALE);
+    const k = (unit % PIECE_SCALE) - 1;
+    const data = this.plan.segments[ordinal]!;
+    const orderBase = ordinal * ORDER_SEGMENT_SCALE + (k < 0 ? 0 : data.pieces![k]!.lineOffset);
+    const part = this.aggregate(unit).sessions.get(sessionId)!.ranks.get(rank)!;
+    if (!part.detailsCut || data.segment === undefined) return { ordinal, orderBase, part };
+    const aggregate = k < 0 ? scanSegmentSync(data.segment) : this.rescan(data, k, part);
+    this.loaded.set(unit, { aggregate, buffer: null });
+    return { ordinal, orderBase, part: aggregate.sessions.get(sessionId)!.ranks.get(rank)! };
   }
 
   /** One session's rank, combined from its segments. */
   load(plan: SeriesPlan): RankSeries {
-    const parts = plan.ordinals.map((ordinal) => ({
-      ordinal,
-      part: this.part(ordinal, plan.sessionId, plan.rank),
-    }));
+    const parts = this.units(plan).map((unit) => this.part(unit, plan.sessionId, plan.rank));
     if (parts.length === 1) return single(plan, parts[0]!, this.pool);
     return combine(plan, parts, this.pool, (ordinal) => this.plan.segments[ordinal]!.source);
   }
 
   /**
-   * Lets go of aggregates read from disk, except those `keep` still needs; the series loaded so far
-   * must no longer be used.
+   * Lets go of aggregates read from disk, except those of the units (`units`) in `keep`; the series
+   * loaded so far must no longer be used.
    */
   release(keep: readonly number[] = []): void {
     const wanted = new Set(keep);
     const kept = new Set<Buffer>();
-    for (const [ordinal, entry] of [...this.loaded.entries()]) {
-      if (!wanted.has(ordinal)) this.loaded.delete(ordinal);
+    for (const [unit, entry] of [...this.loaded.entries()]) {
+      if (!wanted.has(unit)) this.loaded.delete(unit);
       else if (entry.buffer !== null) kept.add(entry.buffer);
     }
     this.pool.reclaim(kept);
@@ -333,16 +398,14 @@ export function* loadRanks(
   const lastUse = new Map<number, number>();
   order.forEach((rank, position) => {
     for (const seriesPlan of byRank.get(rank) ?? [])
-      for (const ordinal of seriesPlan.ordinals) lastUse.set(ordinal, position);
+      for (const unit of loader.units(seriesPlan)) lastUse.set(unit, position);
   });
   try {
     for (let position = 0; position < order.length; position++) {
       const rank = order[position]!;
       const series = (byRank.get(rank) ?? []).map((seriesPlan) => loader.load(seriesPlan));
       yield { rank, series, position };
-      loader.release(
-        [...lastUse.entries()].filter(([, last]) => last > position).map(([ordinal]) => ordinal),
-      );
+      loader.release([...lastUse.entries()].filter(([, last]) => last > position).map(([unit]) => unit));
     }
   } finally {
     loader.release();
@@ -350,14 +413,10 @@ export function* loadRanks(
 }
 
 /** A series made of one segment's part: its columns are used as they are (no copy). */
-function single(
-  plan: SeriesPlan,
-  { ordinal, part }: { ordinal: number; part: RankPart },
-  pool: ArrayPool,
-): RankSeries {
+function single(plan: SeriesPlan, loaded: LoadedPart, pool: ArrayPool): RankSeries {
+  const { orderBase, part } = loaded;
   const samples = part.samples;
   const n = samples.count;
-  const orderBase = ordinal * ORDER_SEGMENT_SCALE;
   const order = pool.doubles(n);
   for (let i = 0; i < n; i++) order[i] = orderBase + samples.line[i]!;
   const view = (array: Float64Array): Float64Array => (array.length === n ? array : array.subarray(0, n));
@@ -391,22 +450,22 @@ function single(
     births: part.births,
     instants: part.instants,
     instantOrder: Float64Array.from(part.instants, (instant) => orderBase + instant.line),
-    hosts: hostsOf([{ ordinal, part }]),
+    hosts: hostsOf([loaded]),
     firstOrder: part.first === null ? Number.NaN : orderBase + part.first.line,
-    job: jobOf([{ ordinal, part }]),
+    job: jobOf([loaded]),
   });
 }
 
 /** The hosts of a rank's parts: that of the earliest event (ties: storage order) first. */
-function hostsOf(parts: readonly { ordinal: number; part: RankPart }[]): string[] {
+function hostsOf(parts: readonly LoadedPart[]): string[] {
   let first: { ts: bigint; order: number; host: string } | null = null;
   const hosts = new Set<string>();
-  for (const { ordinal, part } of parts) {
+  for (const { orderBase, part } of parts) {
     for (const host of part.hosts) hosts.add(host);
     const evidence = part.first;
     if (evidence === null) continue;
     const ts = evidence.evidence.timestamp_ns;
-    const order = ordinal * ORDER_SEGMENT_SCALE + evidence.line;
+    const order = orderBase + evidence.line;
     if (first === null || ts < first.ts || (ts === first.ts && order < first.order))
       first = { ts, order, host: evidence.evidence.host };
   }
@@ -416,12 +475,12 @@ function hostsOf(parts: readonly { ordinal: number; part: RankPart }[]): string[
 }
 
 /** The earliest event with a job id over a rank's parts (ties: storage order). */
-function jobOf(parts: readonly { ordinal: number; part: RankPart }[]): SeriesJob | null {
+function jobOf(parts: readonly LoadedPart[]): SeriesJob | null {
   let best: SeriesJob | null = null;
-  for (const { ordinal, part } of parts) {
+  for (const { orderBase, part } of parts) {
     if (part.job === null) continue;
     const timestampNs = part.timestampOf(part.jobT);
-    const order = ordinal * ORDER_SEGMENT_SCALE + part.job.line;
+    const order = orderBase + part.job.line;
     if (
       best === null ||
       timestampNs < best.timestampNs ||
@@ -434,19 +493,23 @@ function jobOf(parts: readonly { ordinal: number; part: RankPart }[]): SeriesJob
 
 function combine(
   plan: SeriesPlan,
-  parts: readonly { ordinal: number; part: RankPart }[],
+  parts: readonly LoadedPart[],
   pool: ArrayPool,
   sourceOf: (ordinal: number) => string,
 ): RankSeries {
   let n = 0;
   let base: bigint | null = null;
   let earliest = parts[0]!.ordinal;
+  let previous = -1;
   for (const { ordinal, part } of parts) {
     n += part.samples.count;
-    if (part.base !== null && (base === null || part.base < base)) {
+    // A segment's part begins where the rank first appears in it: the origin a scan of the whole
+    // segment gives, whatever later pieces' parts began at (their offsets are exact either way).
+    if (ordinal !== previous && part.base !== null && (base === null || part.base < base)) {
       base = part.base;
       earliest = ordinal;
     }
+    previous = ordinal;
   }
   base ??= 0n;
   const t = pool.doubles(n);
@@ -477,10 +540,9 @@ function combine(
   let minTs: bigint | null = null;
   let maxTs: bigint | null = null;
   let offset = 0;
-  for (const { ordinal, part } of parts) {
+  for (const { ordinal, orderBase, part } of parts) {
     const samples = part.samples;
     const count = samples.count;
-    const orderBase = ordinal * ORDER_SEGMENT_SCALE;
     const shift = part.base === null ? 0n : part.base - base;
     if (shift > 9_007_199_254_740_991n)
       throw new TimeRangeError(plan.sessionId, plan.rank, `${sourceOf(earliest)} and ${sourceOf(ordinal)}`);

@@ -3,7 +3,7 @@
  * choice need, without the samples. Small enough to keep for every segment of a large sink (and to
  * store in the index catalog), so that sample data is loaded one rank at a time.
  */
-import { CASEFOLD_SAMPLE, STRIP_LOWER_SAMPLE } from "@stormlog/core/internal";
+import { CASEFOLD_SAMPLE, SAMPLE_EVENT_TYPE, STRIP_LOWER_SAMPLE } from "@stormlog/core/internal";
 import type { SegmentAggregate, SessionEvidence } from "./aggregate.js";
 
 /** One rank of one session in a segment. */
@@ -123,6 +123,125 @@ export function digestOf(aggregate: SegmentAggregate): SegmentDigest {
     warnings: aggregate.warnings,
     minTs: aggregate.minTs,
     maxTs: aggregate.maxTs,
+  };
+}
+
+/** A digest of a piece of a segment (see `pieces.ts`) whose lines follow `lineOffset` earlier ones. */
+export interface PieceDigest {
+  readonly digest: SegmentDigest;
+  readonly lineOffset: number;
+}
+
+/**
+ * The digest of a segment scanned in pieces, from theirs (in the segment's order): the digest a
+ * scan of the whole segment gives, orders and ties included.
+ */
+export function mergeDigests(pieces: readonly PieceDigest[]): SegmentDigest {
+  interface SessionSum {
+    sessionId: string;
+    eventCount: number;
+    eventTypes: Map<string, number>;
+    samples: number;
+    first: SessionEvidence | null;
+    lastTs: bigint | null;
+    lastStop: SessionEvidence | null;
+    ranks: Map<number, RankSum>;
+  }
+  type JobSum = { jobId: string; count: number; firstTs: bigint; firstLine: number };
+  type RankSum = { -readonly [K in keyof Omit<RankDigest, "jobs">]: RankDigest[K] } & {
+    jobs: Map<string, JobSum>;
+  };
+  const sessions = new Map<string, SessionSum>();
+  const warnings: SegmentDigest["warnings"][number][] = [];
+  let lineCount = 0;
+  let eventCount = 0;
+  let minTs: bigint | null = null;
+  let maxTs: bigint | null = null;
+  for (const { digest, lineOffset } of pieces) {
+    lineCount += digest.lineCount;
+    eventCount += digest.eventCount;
+    warnings.push(...digest.warnings);
+    if (digest.minTs !== null && (minTs === null || digest.minTs < minTs)) minTs = digest.minTs;
+    if (digest.maxTs !== null && (maxTs === null || digest.maxTs > maxTs)) maxTs = digest.maxTs;
+    for (const piece of digest.sessions) {
+      let sum = sessions.get(piece.sessionId);
+      if (sum === undefined) {
+        sum = {
+          sessionId: piece.sessionId,
+          eventCount: 0,
+          eventTypes: new Map(),
+          samples: 0,
+          first: null,
+          lastTs: null,
+          lastStop: null,
+          ranks: new Map(),
+        };
+        sessions.set(piece.sessionId, sum);
+      }
+      sum.eventCount += piece.eventCount;
+      for (const [type, count] of piece.eventTypes) {
+        // A scan counts exact `sample` records apart and adds them last (`SessionPart.finish`).
+        if (type === SAMPLE_EVENT_TYPE) sum.samples += count;
+        else sum.eventTypes.set(type, (sum.eventTypes.get(type) ?? 0) + count);
+      }
+      // Later pieces' lines come later: they win ties for the latest stop, not for the earliest event.
+      if (piece.first !== null && (sum.first === null || piece.first.timestamp_ns < sum.first.timestamp_ns))
+        sum.first = piece.first;
+      if (piece.lastTs !== null && (sum.lastTs === null || piece.lastTs > sum.lastTs))
+        sum.lastTs = piece.lastTs;
+      if (
+        piece.lastStop !== null &&
+        (sum.lastStop === null || piece.lastStop.timestamp_ns >= sum.lastStop.timestamp_ns)
+      )
+        sum.lastStop = piece.lastStop;
+      for (const rank of piece.ranks) {
+        const known = sum.ranks.get(rank.rank);
+        const jobs = known?.jobs ?? new Map<string, JobSum>();
+        for (const job of rank.jobs) {
+          const entry = jobs.get(job.jobId);
+          if (entry === undefined) jobs.set(job.jobId, { ...job, firstLine: lineOffset + job.firstLine });
+          else {
+            entry.count += job.count;
+            if (job.firstTs < entry.firstTs) {
+              entry.firstTs = job.firstTs;
+              entry.firstLine = lineOffset + job.firstLine;
+            }
+          }
+        }
+        if (known === undefined) {
+          sum.ranks.set(rank.rank, { ...rank, jobs });
+          continue;
+        }
+        known.eventCount += rank.eventCount;
+        known.sampleCount += rank.sampleCount;
+        known.crossRankSampleCount += rank.crossRankSampleCount;
+        // Mixed: two different positive world sizes were seen (`RankPart.worldSize`).
+        known.worldSizeMixed ||=
+          rank.worldSizeMixed ||
+          (known.worldSizeMax > 0 && rank.worldSizeMax > 0 && known.worldSizeMax !== rank.worldSizeMax);
+        known.worldSizeMax = Math.max(known.worldSizeMax, rank.worldSizeMax);
+        known.allocatorSamples ||= rank.allocatorSamples;
+      }
+    }
+  }
+  return {
+    lineCount,
+    eventCount,
+    warnings,
+    minTs,
+    maxTs,
+    sessions: [...sessions.values()].map((sum) => {
+      if (sum.samples > 0) sum.eventTypes.set(SAMPLE_EVENT_TYPE, sum.samples);
+      return {
+        sessionId: sum.sessionId,
+        eventCount: sum.eventCount,
+        eventTypes: sum.eventTypes,
+        first: sum.first,
+        lastTs: sum.lastTs,
+        lastStop: sum.lastStop,
+        ranks: [...sum.ranks.values()].map((rank) => ({ ...rank, jobs: [...rank.jobs.values()] })),
+      };
+    }),
   };
 }
 

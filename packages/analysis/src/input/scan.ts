@@ -10,7 +10,13 @@ import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import { TelemetryInputAccessError } from "@stormlog/sink";
 import { decodeTelemetryEventLine, readingInput, type TelemetryInputSegment } from "@stormlog/sink/internal";
 import { TimeRangeError } from "../errors.js";
-import { Accumulator, INSTANT_EVENT_TYPES, type RankPart, type SegmentAggregate } from "./aggregate.js";
+import {
+  Accumulator,
+  INSTANT_EVENT_TYPES,
+  type RankPart,
+  type RankSeed,
+  type SegmentAggregate,
+} from "./aggregate.js";
 import { CanonicalLineReader } from "./fast-line.js";
 
 /** Chunk size of segment reads; memory stays bounded by this plus the longest line. */
@@ -86,33 +92,72 @@ export function scanSegmentSync(
   onBytes?: (bytes: number) => void,
   scratch: ScanScratch = { buf: null },
 ): SegmentAggregate {
+  return scanRangeSync(segment, WHOLE, onBytes, scratch).aggregate;
+}
+
+/**
+ * A byte range of a segment scanned on its own (a piece of a big segment, see `pieces.ts`): its
+ * lines are numbered from 1 in the aggregate; what the scan of the whole segment would carry into
+ * it from the lines before (their count, the last session, rank parts' timestamp origins) is given
+ * where known, so that messages, errors and range checks are the same.
+ */
+export interface ScanRange {
+  /** Byte offset of its first line: 0, or just after a newline. */
+  readonly start: number;
+  /** Byte offset just past its last line's newline; `Infinity`: to the end of the file. */
+  readonly end: number;
+  /** Lines before it (messages name the segment's line numbers). */
+  readonly lineOffset: number;
+  /** Session of the line before it (a warning about a cut final line names it); else the segment's hint. */
+  readonly lastSession?: string | null;
+  /** Timestamp origins of rank parts the lines before it began (`seriesKey`). */
+  readonly seeds?: ReadonlyMap<string, RankSeed>;
+}
+
+const WHOLE: ScanRange = { start: 0, end: Number.POSITIVE_INFINITY, lineOffset: 0 };
+
+/** What a range's scan ends with: its aggregate, and the session of its last line (else the one it began with). */
+export interface RangeScan {
+  readonly aggregate: SegmentAggregate;
+  readonly lastSession: string | null;
+}
+
+/** Scans `range` of a segment (see `ScanRange`); `onBytes` is told the bytes of the range read so far. */
+export function scanRangeSync(
+  segment: TelemetryInputSegment,
+  range: ScanRange,
+  onBytes?: (bytes: number) => void,
+  scratch: ScanScratch = { buf: null },
+): RangeScan {
   const path = segment.path;
+  const { start: from, end: to, lineOffset } = range;
   let expected = 256;
   try {
     // Sample lines are ~300-700 bytes: size the first rank's columns so that they rarely grow. Capped:
     // in one file holding many ranks, the first rank's columns sized for the whole file stayed mostly
     // empty (22 MB of 220 MB), and they grow by doubling anyway.
-    expected = Math.min(MAX_EXPECTED_SAMPLES, Math.max(256, Math.ceil(statSync(path).size / 600)));
+    const bytes = Math.min(to, statSync(path).size) - from;
+    expected = Math.min(MAX_EXPECTED_SAMPLES, Math.max(256, Math.ceil(bytes / 600)));
   } catch {
     // Reported by the open below.
   }
-  const accumulator = new Accumulator(expected);
+  const accumulator = new Accumulator(expected, range.seeds ?? null);
   const reader = new CanonicalLineReader();
-  let lastSession: string | null = segment.hint;
+  let lastSession: string | null = range.lastSession === undefined ? segment.hint : range.lastSession;
   let lineNumber = 0;
   let stopped = false;
 
   const slow = (buf: Buffer, start: number, end: number, terminated: boolean): void => {
     const text = buf.toString("utf8", start, end);
     if (text.trim().length === 0) return;
-    const location = { file: path, line: lineNumber };
+    const location = { file: path, line: lineOffset + lineNumber };
     let event: TelemetryEvent;
     try {
       event = decodeTelemetryEventLine(text, location, segment.defaultSessionId, { upgradeTo: 3 });
     } catch (error) {
       if (!terminated && JsonlDecodeError.isInstance(error)) {
         accumulator.warn(
-          `${path}:${lineNumber}: dropped a final line cut short (${text.length} characters, no newline)`,
+          `${path}:${lineOffset + lineNumber}: dropped a final line cut short (${text.length} characters, no newline)`,
           lastSession,
         );
         stopped = true;
@@ -174,7 +219,7 @@ export function scanSegmentSync(
   try {
     let buf = scratch.buf ?? Buffer.allocUnsafe(CHUNK_BYTES);
     let filled = 0;
-    let position = 0;
+    let position = from;
     for (;;) {
       if (filled === buf.length) {
         // One line longer than the buffer: grow it.
@@ -182,7 +227,8 @@ export function scanSegmentSync(
         buf.copy(bigger, 0, 0, filled);
         buf = bigger;
       }
-      const bytesRead = readSync(fd, buf, filled, buf.length - filled, position);
+      const wanted = Math.min(buf.length - filled, to - position);
+      const bytesRead = wanted > 0 ? readSync(fd, buf, filled, wanted, position) : 0;
       position += bytesRead;
       const end = filled + bytesRead;
       if (bytesRead === 0) {
@@ -201,16 +247,19 @@ export function scanSegmentSync(
       if (stopped) break;
       buf.copy(buf, 0, start, end);
       filled = end - start;
-      onBytes?.(position);
+      onBytes?.(position - from);
     }
     scratch.buf = buf;
   } catch (error) {
     // A read refused (EIO, EISDIR...) is typed; a span too long for one capture names its line.
-    throw TimeRangeError.locate(TelemetryInputAccessError.wrap(path, error), `${path}:${lineNumber}`);
+    throw TimeRangeError.locate(
+      TelemetryInputAccessError.wrap(path, error),
+      `${path}:${lineOffset + lineNumber}`,
+    );
   } finally {
     closeSync(fd);
   }
-  return accumulator.finish(lineNumber);
+  return { aggregate: accumulator.finish(lineNumber), lastSession };
 }
 
 /** Aggregates in-memory events (one batch, storage order = array order). */

@@ -36,6 +36,25 @@ export interface SegmentData {
   readonly file: { readonly path: string; readonly stamp: string } | null;
   /** The segment itself, scanned again should its index file turn out unreadable. */
   readonly segment?: TelemetryInputSegment;
+  /**
+   * A big segment scanned and stored in pieces (`pieces.ts`), in its order: then `aggregate` and
+   * `file` are null, and `digest` is the whole segment's.
+   */
+  readonly pieces?: readonly SegmentPiece[];
+}
+
+/** A byte range of a big segment, scanned and stored on its own. */
+export interface SegmentPiece {
+  /** Its bytes: from `start` to `end` (`Infinity`: the end of the file). */
+  readonly start: number;
+  readonly end: number;
+  /** Lines of the segment before it: its line n (its aggregate numbers them from 1) is the segment's `lineOffset + n`. */
+  readonly lineOffset: number;
+  /** Its own digest (its lines numbered from 1): which sessions' ranks it holds. */
+  readonly digest: SegmentDigest;
+  /** Its aggregate when held in memory; else `file` has it. */
+  readonly aggregate: SegmentAggregate | null;
+  readonly file: { readonly path: string; readonly stamp: string } | null;
 }
 
 /** A segment held in memory (its digest made from it). */
