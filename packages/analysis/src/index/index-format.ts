@@ -32,6 +32,7 @@ import {
   type SegmentAggregate,
   type SessionEvidence,
   SessionPart,
+  TextScopeBoundary,
 } from "../input/aggregate.js";
 
 const MAGIC = Buffer.from("SLAGG\u0004\u0000\u0000", "latin1");
@@ -113,7 +114,8 @@ interface RankHeader {
 
 /**
  * [ts, type (0 enter, 1 exit), line, allocated, reserved, used, tensors, scope, exact, total,
- * boundary read (0/1), device id]: scope is plain JSON, or an exact JSON string when `exact` is 1.
+ * boundary read (0/1), device id]: scope is plain JSON, an exact JSON string when `exact` is 1, or
+ * the JSON text read from the line when `exact` is 2 (parsed when read: `TextScopeBoundary`).
  */
 type BoundaryRow = [string, number, number, Num, Num, Num, Num, JsonValue, number, Num, number, number];
 /** [ts, the sample's `tfjs_live_by_phase` as JSON text]. */
@@ -302,11 +304,15 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
             }),
         offset,
         boundaries: rows(part.boundaries, (b): string => {
-          // A `BoundaryRow`. The scope's text as the scan read it (exact: it parsed it with
-          // JSON.parse), else the scope, or its exact text (flag 1) where JSON would lose something.
-          let scope = b.scopeJson;
-          let exact = 0;
-          if (scope === null) {
+          // A `BoundaryRow`. The scope's text as the scan read it, as a string (flag 2: parsed
+          // with JSON.parse when its rank is analysed), else the scope, or its exact text (flag 1)
+          // where JSON would lose something.
+          let scope: string;
+          let exact: number;
+          if (b.scopeJson !== null) {
+            scope = JSON.stringify(b.scopeJson);
+            exact = 2;
+          } else {
             const plain = plainJson(b.scope);
             scope = JSON.stringify(plain ? b.scope : stringifyJson(b.scope));
             exact = plain ? 0 : 1;
@@ -512,20 +518,35 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
           boundaryRead,
           deviceId,
         ] = row;
+        const eventType = type === 0 ? "phase_enter" : "phase_exit";
         part.boundaries.push(
-          new Boundary(
-            BigInt(t),
-            type === 0 ? "phase_enter" : "phase_exit",
-            exact === 1 ? parseJson(scope as string) : scope,
-            line,
-            unnum(allocated),
-            unnum(reserved),
-            unnum(used),
-            unnum(tensors),
-            unnum(total),
-            boundaryRead === 1,
-            deviceId,
-          ),
+          exact === 2 && typeof scope === "string"
+            ? new TextScopeBoundary(
+                BigInt(t),
+                eventType,
+                scope,
+                line,
+                unnum(allocated),
+                unnum(reserved),
+                unnum(used),
+                unnum(tensors),
+                unnum(total),
+                boundaryRead === 1,
+                deviceId,
+              )
+            : new Boundary(
+                BigInt(t),
+                eventType,
+                exact === 1 ? parseJson(scope as string) : scope,
+                line,
+                unnum(allocated),
+                unnum(reserved),
+                unnum(used),
+                unnum(tensors),
+                unnum(total),
+                boundaryRead === 1,
+                deviceId,
+              ),
         );
       });
       const birthsRead = eachRow<BirthRow>(r.births, ([t, json]) => {

@@ -98,6 +98,35 @@ export interface BoundaryEntry {
   readonly boundaryRead: boolean;
 }
 
+/**
+ * A boundary whose scope is kept as the JSON text read from its line, exact for `JSON.parse` (the
+ * scan's fast path takes no floats or long integers there), and parsed when first read: a scanned
+ * or stored piece holds texts, not objects, until its rank is analysed. A class, not an object
+ * literal (see `Boundary` in index-format.ts).
+ */
+export class TextScopeBoundary implements BoundaryEntry {
+  #scope: JsonValue | undefined = undefined;
+
+  constructor(
+    readonly timestampNs: bigint,
+    readonly eventType: string,
+    readonly scopeJson: string,
+    readonly line: number,
+    readonly allocated: number,
+    readonly reserved: number,
+    readonly used: number,
+    readonly tensors: number,
+    readonly total: number,
+    readonly boundaryRead: boolean,
+    readonly deviceId: number,
+  ) {}
+
+  get scope(): JsonValue {
+    if (this.#scope === undefined) this.#scope = JSON.parse(this.scopeJson) as JsonValue;
+    return this.#scope;
+  }
+}
+
 /** A sample's live tensors by birth phase (`metadata.tfjs_live_by_phase`, the tfjs adapter's attribution). */
 export interface BirthEntry {
   readonly timestampNs: bigint;
@@ -778,29 +807,25 @@ export class Accumulator {
     return part;
   }
 
-  /** A fast-read phase boundary with its already parsed `phase_scope` (and its exact JSON text). */
-  addBoundaryLine(
-    fields: LineFields,
-    line: number,
-    scope: JsonValue | undefined,
-    scopeJson: string | null,
-  ): void {
+  /** A fast-read phase boundary with its `phase_scope`'s JSON text (undefined: it has none). */
+  addBoundaryLine(fields: LineFields, line: number, scopeJson: string | undefined): void {
     const part = this.addLine(fields, line);
-    if (scope === undefined) return;
-    part.boundaries.push({
-      timestampNs: fields.timestampNs(),
-      eventType: fields.eventType,
-      scope,
-      scopeJson,
-      line,
-      allocated: fields.allocated,
-      reserved: fields.reserved,
-      used: fields.used,
-      tensors: fields.tensors,
-      total: fields.total,
-      deviceId: fields.deviceId,
-      boundaryRead: fields.boundaryRead,
-    });
+    if (scopeJson === undefined) return;
+    part.boundaries.push(
+      new TextScopeBoundary(
+        fields.timestampNs(),
+        fields.eventType,
+        scopeJson,
+        line,
+        fields.allocated,
+        fields.reserved,
+        fields.used,
+        fields.tensors,
+        fields.total,
+        fields.boundaryRead,
+        fields.deviceId,
+      ),
+    );
   }
 
   /** Any event, decoded (the general path, and in-memory analysis). */

@@ -4,7 +4,7 @@
  * path (`fast-line.ts`); every other line is decoded exactly as `@stormlog/sink`'s reader decodes it.
  */
 import { closeSync, openSync, readSync, statSync } from "node:fs";
-import { JsonlDecodeError, type JsonValue, type TelemetryEvent } from "@stormlog/core";
+import { JsonlDecodeError, type TelemetryEvent } from "@stormlog/core";
 import { sampleRules } from "@stormlog/core/internal";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import { TelemetryInputAccessError } from "@stormlog/sink";
@@ -201,13 +201,10 @@ export function scanRangeSync(
         slow(buf, start, end, terminated);
         return;
       }
-      // Only phase_scope is kept: its text alone is parsed, and stored in the index as is.
-      if (reader.scopeStart < 0) {
-        accumulator.addBoundaryLine(reader, lineNumber, undefined, null);
-        return;
-      }
-      const scopeJson = buf.toString("latin1", reader.scopeStart, reader.scopeEnd);
-      accumulator.addBoundaryLine(reader, lineNumber, JSON.parse(scopeJson) as JsonValue, scopeJson);
+      // Only phase_scope is kept: its text, parsed when its rank is analysed, and stored in the index as is.
+      const scopeJson =
+        reader.scopeStart < 0 ? undefined : buf.toString("latin1", reader.scopeStart, reader.scopeEnd);
+      accumulator.addBoundaryLine(reader, lineNumber, scopeJson);
       return;
     }
     accumulator.addLine(reader, lineNumber);
