@@ -48,7 +48,7 @@ import {
 } from "../input/snapshot.js";
 import type { AnalysisReport, IndexUsage } from "../report/types.js";
 import { aggregateStampMatches, encodeAggregateParts, writeAggregateFile } from "./index-format.js";
-import { type AggregateWriter, type ScannedPiece, scanPieces } from "./piece-scan.js";
+import { type AggregateWriter, type ScannedPiece, scanSegments } from "./piece-scan.js";
 import { deserializeReport, serializeReport } from "./report-cache.js";
 
 /** Directory the index is written to, beside the input. */
@@ -56,7 +56,7 @@ export const INDEX_DIRNAME = ".stormlog-index";
 /** `format` of the catalog. */
 export const INDEX_FORMAT = "stormlog.analysis_index";
 /** Bumped whenever what an aggregate or a stored report holds, or how it is computed, changes. */
-export const INDEX_VERSION = 12;
+export const INDEX_VERSION = 13;
 /** Environment variable naming the cache directory for indexes. */
 export const CACHE_DIR_ENV = "STORMLOG_CACHE_DIR";
 /**
@@ -292,77 +292,55 @@ interface ScanResult {
 }
 
 /**
- * Scans the jobs one after the other, each aggregate encoded as soon as it is made and its file
- * written on the thread pool (`pending`) while the main thread goes on. Within `keepBytes` (encoded,
- * summed) the aggregate stays in memory, and so does the last one; any other is let go once the next
- * segment is scanned and its file is whole, so that memory holds about one segment's aggregate
- * beyond the budget. (Scanning on a worker thread as well was measured on the 2-core VM: no
- * faster, both threads slowed down, so it is not done.)
+ * Scans the jobs: with a place for their aggregate files, through `scanSegments` (each aggregate
+ * encoded as soon as it is made and its file written while the scan goes on; big segments in
+ * pieces; on scan workers where there is a second core and enough to scan), within `keepBytes`
+ * (encoded, summed) and the last one kept in memory, the others let go once their files are whole;
+ * else one after the other here, every aggregate kept in memory (small inputs without an index).
  */
 async function scanJobs(
   jobs: readonly ScanJob[],
   writer: AggregateWriter,
   keepBytes: number,
   onBytes: (done: number) => void,
-): Promise<{ results: ScanResult[]; pending: Promise<boolean>[] }> {
-  const results: ScanResult[] = [];
-  const pending: Promise<boolean>[] = [];
+): Promise<{ results: ScanResult[]; pending: readonly Promise<boolean>[] }> {
   const scratch: ScanScratch = { buf: null };
+  if (jobs.length > 0 && jobs.every((job) => job.path !== null)) {
+    const { segments, pending } = await scanSegments(
+      jobs.map((job) => ({
+        segment: job.segment,
+        size: job.size,
+        ...(job.pieces ?? {
+          ranges: [{ start: 0, end: Number.POSITIVE_INFINITY }],
+          files: [job.path!],
+          stamps: [job.stamp],
+        }),
+      })),
+      writer,
+      keepBytes,
+      onBytes,
+      scratch,
+    );
+    const results = segments.map((segment, j): ScanResult => {
+      if (jobs[j]!.pieces !== null)
+        return { digest: segment.digest, aggregate: null, written: true, pieces: segment.pieces };
+      const [whole] = segment.pieces;
+      return { digest: segment.digest, aggregate: whole!.aggregate, written: whole!.written };
+    });
+    return { results, pending };
+  }
+  const results: ScanResult[] = [];
   let done = 0;
-  let kept = 0;
-  // The last aggregate, kept past the budget until the next one is scanned: its result and write.
-  let last: { index: number; write: Promise<boolean> } | null = null;
-  const letGoOfLast = async (): Promise<void> => {
-    if (last === null) return;
-    // Let go once its file is whole (the analysis reads it back); kept if it could not be written.
-    const { index, write } = last;
-    last = null;
-    const previous = results[index]!;
-    if (await write) results[index] = { ...previous, aggregate: null };
-    else results[index] = { ...previous, written: false };
-  };
   for (const job of jobs) {
     const before = done;
-    if (job.pieces !== null) {
-      // A big segment: its pieces hold its aggregate, the last one scanned here stays in memory.
-      const {
-        digest,
-        pieces,
-        pending: writes,
-      } = await scanPieces(
-        { segment: job.segment, size: job.size, ...job.pieces },
-        writer,
-        (bytes) => onBytes(before + bytes),
-        scratch,
-      );
-      await letGoOfLast();
-      pending.push(...writes);
-      results.push({ digest, aggregate: null, written: true, pieces });
-      done += job.size;
-      onBytes(done);
-      continue;
-    }
     const aggregate = scanSegmentSync(job.segment, (bytes) => onBytes(before + bytes), scratch);
-    await letGoOfLast();
-    const digest = digestOf(aggregate);
-    const parts = job.path === null ? null : writer.encode(aggregate, job.stamp);
-    let size = 0;
-    for (const part of parts ?? []) size += part.length;
-    if (job.path === null || parts === null) {
-      results.push({ digest, aggregate, written: false });
-    } else {
-      const write = writer.later(job.path, parts);
-      pending.push(write);
-      if (kept + size <= keepBytes) kept += size;
-      else last = { index: results.length, write };
-      results.push({ digest, aggregate, written: true });
-    }
+    results.push({ digest: digestOf(aggregate), aggregate, written: false });
     done += job.size;
     onBytes(done);
-    // Let timers and I/O callbacks (progress output, the writes above) run between segments.
+    // Let timers and I/O callbacks (progress output) run between segments.
     await new Promise<void>((resolve) => setImmediate(resolve));
   }
-  return { results, pending };
+  return { results, pending: [] };
 }
 
 /** `writeAggregateFile` on the thread pool: a temporary name, then a rename. */

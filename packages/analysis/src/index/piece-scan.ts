@@ -1,10 +1,12 @@
 /**
- * Scans a big segment in pieces (`input/pieces.ts`) on scan workers (`scan-worker.ts`) where the
- * machine has a second core: each thread takes the next piece off a shared counter, scans it and
- * writes its aggregate file. A process's first big scan runs on two workers while this thread waits
- * (scanning here as well grew this thread's heap, which the analysis after then kept: 20-40 MB more
- * peak RSS at 1 GB); later ones run here and on one worker. The pieces are then settled here, in
- * order: a piece whose scan does not stand on its own is scanned again with what came before it.
+ * Scans the segments an analysis must scan, big ones in pieces (`input/pieces.ts`), on scan workers
+ * (`scan-worker.ts`) where the machine has a second core and there is enough to scan: each thread
+ * takes the next piece (or whole segment) off a shared counter, scans it and writes its aggregate
+ * file. A process's first big scan runs on two workers while this thread waits (scanning here as
+ * well grew this thread's heap, which the analysis after then kept: 20-40 MB more peak RSS at
+ * 1 GB); later ones run here and on one worker. Each segment's pieces are then settled here, in
+ * order: a piece whose scan does not stand on its own is scanned again with what came before it, so
+ * that errors, warnings and results are those of one scan of each segment after the other.
  */
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -14,7 +16,7 @@ import { type ResourceLimits, Worker } from "node:worker_threads";
 import type { TelemetryInputSegment } from "@stormlog/sink/internal";
 import type { SegmentAggregate } from "../input/aggregate.js";
 import { digestFromJson, digestOf, mergeDigests, type SegmentDigest } from "../input/digest.js";
-import { outcomeOf, type PieceOutcome, type PieceRange, PieceSettler } from "../input/pieces.js";
+import { outcomeOf, type PieceOutcome, type PieceRange, PieceSettler, pieceBytes } from "../input/pieces.js";
 import { type ScanScratch, scanRangeSync } from "../input/scan.js";
 import type { ScanTask, WorkerReply } from "./scan-worker-protocol.js";
 
@@ -24,7 +26,10 @@ export interface AggregateWriter {
   later(path: string, parts: readonly Uint8Array[]): Promise<boolean>;
 }
 
-/** A big segment to scan in pieces: its pieces, and where each piece's aggregate file goes. */
+/**
+ * A segment to scan: its pieces (one, `[0, Infinity)`, for a segment scanned whole), and where each
+ * piece's aggregate file goes.
+ */
 export interface PieceJob {
   readonly segment: TelemetryInputSegment;
   /** The segment's bytes when fingerprinted (the last piece reads to the end of the file). */
@@ -40,65 +45,99 @@ export interface ScannedPiece {
   readonly lineOffset: number;
   readonly digest: SegmentDigest;
   readonly aggregate: SegmentAggregate | null;
-  /** Its file is whole, or being written (see `pending`). */
+  /** Its file is whole, or being written (see `ScannedSegments.pending`). */
   readonly written: boolean;
 }
 
-/** What `scanPieces` gives: the whole segment's digest, its pieces, and the writes still under way. */
+/** A scanned segment: its digest (the whole segment's), and its pieces. */
 export interface ScannedSegment {
   readonly digest: SegmentDigest;
   readonly pieces: readonly ScannedPiece[];
+}
+
+/** What `scanSegments` gives: each job's segment, and the writes still under way. */
+export interface ScannedSegments {
+  readonly segments: readonly ScannedSegment[];
   readonly pending: readonly Promise<boolean>[];
 }
 
+/** Scan workers start only for this many pieces' bytes (`PIECE_BYTES` each) or more in all. */
+const MIN_PIECES = 8;
+
 /**
- * Scans `job`'s pieces on the scan workers and here (see above), then settles them. Aggregates
- * scanned here and written to their files are let go (the last one stays in memory: reading it back
- * would cost as much), so memory holds about a piece per thread. Throws what a scan of the whole
- * segment throws.
+ * Scans the jobs' pieces on the scan workers and here (see above), then settles each segment's.
+ * Aggregates scanned here and written to their files are let go, except within `keepBytes`
+ * (encoded, summed) and the last one (reading it back would cost as much), so memory holds about a
+ * piece per thread beyond that. Throws what scanning the segments one after the other throws.
  */
-export async function scanPieces(
-  job: PieceJob,
+export async function scanSegments(
+  jobs: readonly PieceJob[],
   writer: AggregateWriter,
+  keepBytes: number,
   onBytes: (done: number) => void,
   scratch: ScanScratch,
-): Promise<ScannedSegment> {
-  const { segment, ranges, files, stamps } = job;
-  const count = ranges.length;
-  const bytesOf = (k: number): number => Math.max(0, Math.min(ranges[k]!.end, job.size) - ranges[k]!.start);
+): Promise<ScannedSegments> {
+  // Every piece of every job, in reading order.
+  const units = jobs.flatMap((job, j) => job.ranges.map((range, k) => ({ job: j, piece: k, range })));
+  const count = units.length;
+  const bytesOf = (u: number): number => {
+    const { job, range } = units[u]!;
+    return Math.max(0, Math.min(range.end, jobs[job]!.size) - range.start);
+  };
   // undefined: not back; null: its scan threw, or its file could not be written.
   const outcomes: (PieceOutcome | null | undefined)[] = new Array(count).fill(undefined);
   const digests: (SegmentDigest | null)[] = new Array(count).fill(null);
   const aggregates: (SegmentAggregate | null)[] = new Array(count).fill(null);
   const writes: (Promise<boolean> | null)[] = new Array(count).fill(null);
   const byWorker = new Set<number>();
+  const fileOf = (u: number): string => jobs[units[u]!.job]!.files[units[u]!.piece]!;
+  const stampOf = (u: number): string => jobs[units[u]!.job]!.stamps[units[u]!.piece]!;
   let done = 0;
+  let kept = 0;
+  let held = -1;
 
-  /** Encodes and writes piece `k`'s aggregate, held until the write is whole (for good if it fails). */
-  const store = (k: number, aggregate: SegmentAggregate): void => {
-    aggregates[k] = aggregate;
-    const parts = writer.encode(aggregate, stamps[k]!);
-    writes[k] = parts === null ? Promise.resolve(false) : writer.later(files[k]!, parts);
+  /** Encodes and writes unit `u`'s aggregate; kept within the budget, else held until let go. */
+  const store = async (u: number, aggregate: SegmentAggregate): Promise<void> => {
+    aggregates[u] = aggregate;
+    const parts = writer.encode(aggregate, stampOf(u));
+    writes[u] = parts === null ? Promise.resolve(false) : writer.later(fileOf(u), parts);
+    let size = 0;
+    for (const part of parts ?? []) size += part.length;
+    if (parts !== null && kept + size <= keepBytes) {
+      kept += size;
+      return;
+    }
+    const previous = held;
+    held = u;
+    if (previous >= 0) await letGo(previous);
   };
-  /** Lets go of piece `k`'s aggregate once its file is whole. */
-  const letGo = async (k: number): Promise<void> => {
-    if (await writes[k]!) aggregates[k] = null;
+  /** Lets go of unit `u`'s aggregate once its file is whole (kept if it could not be written). */
+  const letGo = async (u: number): Promise<void> => {
+    if (await writes[u]!) aggregates[u] = null;
   };
 
+  let total = 0;
+  for (const job of jobs) total += job.size;
   const counter = new SharedArrayBuffer(4);
   const next = new Int32Array(counter);
   const warm = ScanWorker.warm;
-  const workers = ScanWorker.start(count);
+  const workers = count > 1 && total >= MIN_PIECES * pieceBytes() ? ScanWorker.start() : [];
   let running = workers.length;
   let wake: (() => void) | null = null;
   const task: ScanTask = {
     id: ScanWorker.nextTask++,
-    path: segment.path,
-    hint: segment.hint,
-    defaultSessionId: segment.defaultSessionId,
-    ranges: ranges.map((range) => [range.start, range.end] as const),
-    files,
-    stamps,
+    units: units.map((unit, u) => {
+      const { segment } = jobs[unit.job]!;
+      return {
+        path: segment.path,
+        hint: segment.hint,
+        defaultSessionId: segment.defaultSessionId,
+        start: unit.range.start,
+        end: unit.range.end,
+        file: fileOf(u),
+        stamp: stampOf(u),
+      };
+    }),
     counter,
   };
   for (const worker of workers) {
@@ -113,37 +152,39 @@ export async function scanPieces(
     worker.run(
       task,
       (reply) => {
-        if (reply.piece < 0) return finished();
-        byWorker.add(reply.piece);
-        outcomes[reply.piece] = reply.outcome;
-        digests[reply.piece] = reply.digest === null ? null : digestFromJson(reply.digest);
-        done += bytesOf(reply.piece);
+        if (reply.unit < 0) return finished();
+        byWorker.add(reply.unit);
+        outcomes[reply.unit] = reply.outcome;
+        digests[reply.unit] = reply.digest === null ? null : digestFromJson(reply.digest);
+        done += bytesOf(reply.unit);
         onBytes(done);
       },
       finished,
     );
   }
 
-  let held = -1;
-  /** Scans here the pieces left on the counter. */
+  /** Scans here the units left on the counter. */
   const scanHere = async (): Promise<void> => {
     for (;;) {
-      const k = Atomics.add(next, 0, 1);
-      if (k >= count) return;
+      const u = Atomics.add(next, 0, 1);
+      if (u >= count) return;
+      const { job, range } = units[u]!;
       let outcome: PieceOutcome | null = null;
       try {
-        const range = { start: ranges[k]!.start, end: ranges[k]!.end, lineOffset: 0 };
-        const scan = scanRangeSync(segment, range, (bytes) => onBytes(done + bytes), scratch);
+        const scan = scanRangeSync(
+          jobs[job]!.segment,
+          { start: range.start, end: range.end, lineOffset: 0 },
+          (bytes) => onBytes(done + bytes),
+          scratch,
+        );
         outcome = outcomeOf(scan);
-        digests[k] = digestOf(scan.aggregate);
-        store(k, scan.aggregate);
-        if (held >= 0) await letGo(held);
-        held = k;
+        digests[u] = digestOf(scan.aggregate);
+        await store(u, scan.aggregate);
       } catch {
         // Settled below: scanned again with what came before it, which throws the error in place.
       }
-      outcomes[k] = outcome;
-      done += bytesOf(k);
+      outcomes[u] = outcome;
+      done += bytesOf(u);
       onBytes(done);
       // Let the workers' replies, progress output and the writes above run.
       await new Promise<void>((resolve) => setImmediate(resolve));
@@ -153,47 +194,60 @@ export async function scanPieces(
     // A thread that has scanned before scans beside its worker; else it waits for its workers.
     if (workers.length === 0 || warm) await scanHere();
     while (running > 0) await new Promise<void>((resolve) => (wake = resolve));
-    // Pieces no worker took (they are gone): scanned here.
+    // Units no worker took (they are gone): scanned here.
     await scanHere();
   } finally {
     // A process's first big scan ends its workers; a later one keeps one (see ScanWorker).
     for (const [k, worker] of workers.entries()) worker.end(warm && k === 0);
-    ScanWorker.warm = true;
+    if (workers.length > 0) ScanWorker.warm = true;
   }
 
-  const settler = new PieceSettler(segment);
-  const offsets: number[] = [];
-  for (let k = 0; k < count; k++) {
-    const scanned = outcomes[k] ?? null;
-    const redo = settler.redo(ranges[k]!, scanned);
-    let outcome: PieceOutcome;
-    if (redo === null && scanned !== null) outcome = scanned;
-    else {
-      if (writes[k] !== null) await writes[k];
-      const scan = scanRangeSync(segment, redo!, undefined, scratch);
-      outcome = outcomeOf(scan);
-      digests[k] = digestOf(scan.aggregate);
-      byWorker.delete(k);
-      store(k, scan.aggregate);
-      if (k !== held) await letGo(k);
+  const segments: ScannedSegment[] = [];
+  let u = 0;
+  for (const job of jobs) {
+    const settler = new PieceSettler(job.segment);
+    const pieces: ScannedPiece[] = [];
+    for (const range of job.ranges) {
+      const scanned = outcomes[u] ?? null;
+      const redo = settler.redo(range, scanned);
+      let outcome: PieceOutcome;
+      if (redo === null && scanned !== null) outcome = scanned;
+      else {
+        if (writes[u] !== null) await writes[u];
+        const scan = scanRangeSync(job.segment, redo!, undefined, scratch);
+        outcome = outcomeOf(scan);
+        digests[u] = digestOf(scan.aggregate);
+        byWorker.delete(u);
+        await store(u, scan.aggregate);
+      }
+      pieces.push({
+        range,
+        lineOffset: settler.accept(outcome),
+        digest: digests[u]!,
+        aggregate: null,
+        written: false,
+      });
+      u++;
     }
-    offsets.push(settler.accept(outcome));
+    segments.push({
+      digest: pieces.length === 1 ? pieces[0]!.digest : mergeDigests(pieces),
+      pieces,
+    });
   }
-  const pieces = ranges.map(
-    (range, k): ScannedPiece => ({
-      range,
-      lineOffset: offsets[k]!,
-      digest: digests[k]!,
-      aggregate: aggregates[k]!,
-      written: byWorker.has(k) || writes[k] !== null,
+  // What is still held once every write is under way (let go meanwhile: see `store`).
+  let v = 0;
+  const out = segments.map(
+    (segment): ScannedSegment => ({
+      digest: segment.digest,
+      pieces: segment.pieces.map((piece) => {
+        const w = v++;
+        return { ...piece, aggregate: aggregates[w]!, written: byWorker.has(w) || writes[w] !== null };
+      }),
     }),
   );
-  const digest = mergeDigests(pieces.map(({ digest, lineOffset }) => ({ digest, lineOffset })));
-  return { digest, pieces, pending: writes.filter((write) => write !== null) };
+  return { segments: out, pending: writes.filter((write) => write !== null) };
 }
 
-/** Fewer pieces than this are scanned here: starting workers would cost more than they save. */
-const MIN_PIECES = 8;
 /**
  * A worker's heap: small, so that the workers and this thread stay within about 200 MB at 1 GB (a
  * piece's aggregate is a few MB). A worker that runs out (a line of tens of MB) ends, and the
@@ -243,15 +297,14 @@ class ScanWorker {
   }
 
   /**
-   * Workers for a segment of `pieces` pieces: one per core but this thread's, and both cores'
-   * worth while this thread has never scanned (the first analysis of a process, as the CLI runs:
-   * its heap stays small until the analysis grows it anyway); none for a few pieces, on a single
-   * core, while another scan has them, or with `STORMLOG_SCAN_THREADS=1` (tests and benchmarks
-   * compare the two).
+   * Workers for a scan: one per core but this thread's, and both cores' worth while this thread
+   * has never scanned (the first analysis of a process, as the CLI runs: its heap stays small until
+   * the analysis grows it anyway); none on a single core, while another scan has them, or with
+   * `STORMLOG_SCAN_THREADS=1` (tests and benchmarks compare the two).
    */
-  static start(pieces: number): ScanWorker[] {
+  static start(): ScanWorker[] {
     const cores = Math.min(2, availableParallelism());
-    if (pieces < MIN_PIECES || cores < 2 || ScanWorker.running > 0) return [];
+    if (cores < 2 || ScanWorker.running > 0) return [];
     if (process.env.STORMLOG_SCAN_THREADS === "1") return [];
     const workers: ScanWorker[] = [];
     const kept = ScanWorker.kept;

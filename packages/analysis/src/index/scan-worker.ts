@@ -1,7 +1,7 @@
 /**
- * A scan worker: scans pieces of a big segment (`piece-scan.ts`), taking each next piece off the
- * task's shared counter, and writes each piece's aggregate file itself, so that only small replies
- * (the piece's digest and outcome) cross back. It says when the counter has run out.
+ * A scan worker: scans pieces of segments, or whole ones (`piece-scan.ts`), taking each next unit
+ * off the task's shared counter, and writes each unit's aggregate file itself, so that only small
+ * replies (the unit's digest and outcome) cross back. It says when the counter has run out.
  */
 import { parentPort } from "node:worker_threads";
 import { digestOf, digestToJson } from "../input/digest.js";
@@ -17,25 +17,24 @@ const scratch: ScanScratch = { buf: null };
 
 port.on("message", (task: ScanTask) => {
   const next = new Int32Array(task.counter);
-  const segment = { path: task.path, hint: task.hint, defaultSessionId: task.defaultSessionId };
   for (;;) {
-    const piece = Atomics.add(next, 0, 1);
-    if (piece >= task.ranges.length) break;
-    const [start, end] = task.ranges[piece]!;
-    let reply: WorkerReply = { id: task.id, piece, outcome: null, digest: null };
+    const unit = Atomics.add(next, 0, 1);
+    if (unit >= task.units.length) break;
+    const { path, hint, defaultSessionId, start, end, file, stamp } = task.units[unit]!;
+    let reply: WorkerReply = { id: task.id, unit, outcome: null, digest: null };
     try {
-      const scan = scanRangeSync(segment, { start, end, lineOffset: 0 }, undefined, scratch);
-      writeAggregateFile(task.files[piece]!, encodeAggregateParts(scan.aggregate, task.stamps[piece]!));
-      reply = {
-        id: task.id,
-        piece,
-        outcome: outcomeOf(scan),
-        digest: digestToJson(digestOf(scan.aggregate)),
-      };
+      const scan = scanRangeSync(
+        { path, hint, defaultSessionId },
+        { start, end, lineOffset: 0 },
+        undefined,
+        scratch,
+      );
+      writeAggregateFile(file, encodeAggregateParts(scan.aggregate, stamp));
+      reply = { id: task.id, unit, outcome: outcomeOf(scan), digest: digestToJson(digestOf(scan.aggregate)) };
     } catch {
-      // The main thread scans the piece again and meets the error itself.
+      // The main thread scans the unit again and meets the error itself.
     }
     port.postMessage(reply);
   }
-  port.postMessage({ id: task.id, piece: -1, outcome: null, digest: null } satisfies WorkerReply);
+  port.postMessage({ id: task.id, unit: -1, outcome: null, digest: null } satisfies WorkerReply);
 });

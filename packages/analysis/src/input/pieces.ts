@@ -129,10 +129,11 @@ export class PieceSettler {
 
   /**
    * The range to scan piece `range` again with (what came before it), when `outcome` (null: its
-   * scan threw, or none came back) is not what a scan of the whole segment gives; else null.
+   * scan threw, or none came back) is not what a scan of the whole segment gives; else null. The
+   * first piece's scan is (nothing came before it).
    */
   redo(range: PieceRange, outcome: PieceOutcome | null): ScanRange | null {
-    if (outcome !== null && !outcome.warned && this.agrees(outcome)) return null;
+    if (outcome !== null && (range.start === 0 || (!outcome.warned && this.agrees(outcome)))) return null;
     return {
       start: range.start,
       end: range.end,

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { type JsonValue, stringifyJson } from "@stormlog/core";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { encodeAggregateParts } from "../../src/index/index-format.js";
-import { scanPieces } from "../../src/index/piece-scan.js";
+import { scanSegments } from "../../src/index/piece-scan.js";
 import {
   analyzeTelemetry,
   diagnoseTelemetry,
@@ -15,6 +15,7 @@ import {
 } from "../../src/index.js";
 import { pieceRanges } from "../../src/input/pieces.js";
 import { interleaved, pieceJobEvents, pieceJobText } from "../support/piece-job.js";
+import { writeSink } from "../support/report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-piece-scan-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
@@ -66,14 +67,17 @@ describe("a big .jsonl scanned in pieces", () => {
     const dir = join(temp, "workers-agg");
     mkdirSync(dir);
     const files = ranges.map((_, k) => join(dir, `piece-${k}.agg`));
-    const scanned = await scanPieces(
-      {
-        segment: { path, hint: null, defaultSessionId: "x" },
-        size: statSync(path).size,
-        ranges,
-        files,
-        stamps: ranges.map((_, k) => `stamp ${k}`),
-      },
+    process.env.STORMLOG_PIECE_BYTES = PIECE;
+    const { segments } = await scanSegments(
+      [
+        {
+          segment: { path, hint: null, defaultSessionId: "x" },
+          size: statSync(path).size,
+          ranges,
+          files,
+          stamps: ranges.map((_, k) => `stamp ${k}`),
+        },
+      ],
       {
         encode: (aggregate, stamp) => encodeAggregateParts(aggregate, stamp),
         later: async (file, parts) => {
@@ -81,9 +85,11 @@ describe("a big .jsonl scanned in pieces", () => {
           return true;
         },
       },
+      0,
       () => undefined,
       { buf: null },
     );
+    const scanned = segments[0]!;
     // Every piece came back from a worker: none was scanned (and held) here.
     expect(scanned.pieces.every((piece) => piece.aggregate === null && piece.written)).toBe(true);
     expect(readdirSync(dir).sort()).toEqual(files.map((file) => file.slice(dir.length + 1)).sort());
@@ -116,6 +122,32 @@ describe("a big .jsonl scanned in pieces", () => {
       expect(await everything(path)).toBe(whole);
     });
   }
+
+  it("scans a root of sinks' segments on workers: what one scan after the other gives", async () => {
+    const root = join(temp, "root");
+    const events = pieceJobEvents();
+    for (const sessionId of new Set(events.map((event) => event.session_id)))
+      writeSink(
+        join(root, sessionId),
+        events.filter((event) => event.session_id === sessionId),
+        { segmentSize: 40 },
+      );
+    process.env.STORMLOG_PIECE_BYTES = WHOLE;
+    const expected = await everything(root);
+    // Workers take whole segments (at 64 KiB per piece: ~30 KB segments, enough bytes in all for
+    // workers), and pieces of them (at 16 KiB); on one thread as well.
+    for (const [bytes, threads] of [
+      ["65536", undefined],
+      [PIECE, undefined],
+      [PIECE, "1"],
+    ] as const) {
+      rmSync(join(root, INDEX_DIRNAME), { recursive: true, force: true });
+      process.env.STORMLOG_PIECE_BYTES = bytes;
+      if (threads === undefined) delete process.env.STORMLOG_SCAN_THREADS;
+      else process.env.STORMLOG_SCAN_THREADS = threads;
+      expect(await everything(root)).toBe(expected);
+    }
+  });
 
   it("spills its pieces without an index, and forgets pieces the file no longer has", async () => {
     const path = writeJob("spill");

@@ -5,7 +5,7 @@ import type { TelemetryEvent } from "@stormlog/core";
 import { afterAll, describe, expect, it } from "vitest";
 import { TimeRangeError } from "../../src/errors.js";
 import { encodeAggregateParts } from "../../src/index/index-format.js";
-import { scanPieces } from "../../src/index/piece-scan.js";
+import { scanSegments } from "../../src/index/piece-scan.js";
 import { loadRanks, planDataset, type RankSeries } from "../../src/input/dataset.js";
 import { digestToJson } from "../../src/input/digest.js";
 import { type PieceRange, pieceRanges } from "../../src/input/pieces.js";
@@ -32,7 +32,7 @@ function rangesAt(lineStarts: readonly number[], cuts: readonly number[]): Piece
 }
 
 /**
- * The segment scanned in `ranges` by `scanPieces` (on this thread: fewer pieces than workers take),
+ * The segment scanned in `ranges` by `scanSegments` (on this thread: too few bytes for workers),
  * its aggregates written to files, as the index hands it to the analysis.
  */
 async function scannedInPieces(
@@ -42,8 +42,8 @@ async function scannedInPieces(
   const dir = mkdtempSync(join(temp, "agg-"));
   const files = ranges.map((_, k) => join(dir, `piece-${k}.agg`));
   const stamps = ranges.map((_, k) => `stamp ${k}`);
-  const scanned = await scanPieces(
-    { segment, size: Number.POSITIVE_INFINITY, ranges, files, stamps },
+  const { segments, pending } = await scanSegments(
+    [{ segment, size: Number.POSITIVE_INFINITY, ranges, files, stamps }],
     {
       encode: (aggregate, stamp) => encodeAggregateParts(aggregate, stamp),
       later: async (path, parts) => {
@@ -51,10 +51,12 @@ async function scannedInPieces(
         return true;
       },
     },
+    0,
     () => undefined,
     { buf: null },
   );
-  await Promise.all(scanned.pending);
+  await Promise.all(pending);
+  const scanned = segments[0]!;
   const pieces = scanned.pieces.map(
     (piece, k): SegmentPiece => ({
       start: piece.range.start,
