@@ -2,11 +2,13 @@
  * Scans the segments an analysis must scan, big ones in pieces (`input/pieces.ts`), on scan workers
  * (`scan-worker.ts`) where the machine has a second core and there is enough to scan: each thread
  * takes the next piece (or whole segment) off a shared counter, scans it and writes its aggregate
- * file. A process's first big scan runs on two workers while this thread waits (scanning here as
- * well grew this thread's heap, which the analysis after then kept: 20-40 MB more peak RSS at
- * 1 GB); later ones run here and on one worker. Each segment's pieces are then settled here, in
- * order: a piece whose scan does not stand on its own is scanned again with what came before it, so
- * that errors, warnings and results are those of one scan of each segment after the other.
+ * file. A process's first scan of 512 MiB or more runs on two workers while this thread waits
+ * (scanning here as well grew this thread's heap, which the analysis after then kept: 20-40 MB more
+ * peak RSS at 1 GB); smaller ones, and later ones, run here and on one worker (this thread starts
+ * at once, while a fresh worker starts and compiles the scan code). Each segment's pieces are then
+ * settled here, in order: a piece whose scan does not stand on its own is scanned again with what
+ * came before it, so that errors, warnings and results are those of one scan of each segment after
+ * the other.
  */
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -63,6 +65,8 @@ export interface ScannedSegments {
 
 /** Scan workers start only for this many pieces' bytes (`PIECE_BYTES` each) or more in all. */
 const MIN_PIECES = 8;
+/** A process's first scan of this many pieces' bytes or more runs on workers alone (512 MiB). */
+const ALONE_PIECES = 32;
 
 /**
  * Scans the jobs' pieces on the scan workers and here (see above), then settles each segment's.
@@ -121,7 +125,9 @@ export async function scanSegments(
   const counter = new SharedArrayBuffer(4);
   const next = new Int32Array(counter);
   const warm = ScanWorker.warm;
-  const workers = count > 1 && total >= MIN_PIECES * pieceBytes() ? ScanWorker.start() : [];
+  // This thread scans too, beside one worker, unless a first scan is big (see the file's comment).
+  const here = warm || total < ALONE_PIECES * pieceBytes();
+  const workers = count > 1 && total >= MIN_PIECES * pieceBytes() ? ScanWorker.start(here) : [];
   let running = workers.length;
   let wake: (() => void) | null = null;
   const task: ScanTask = {
@@ -192,7 +198,7 @@ export async function scanSegments(
   };
   try {
     // A thread that has scanned before scans beside its worker; else it waits for its workers.
-    if (workers.length === 0 || warm) await scanHere();
+    if (workers.length === 0 || here) await scanHere();
     while (running > 0) await new Promise<void>((resolve) => (wake = resolve));
     // Units no worker took (they are gone): scanned here.
     await scanHere();
@@ -297,12 +303,11 @@ class ScanWorker {
   }
 
   /**
-   * Workers for a scan: one per core but this thread's, and both cores' worth while this thread
-   * has never scanned (the first analysis of a process, as the CLI runs: its heap stays small until
-   * the analysis grows it anyway); none on a single core, while another scan has them, or with
+   * Workers for a scan: one per core but this thread's when it scans `here` as well, else both
+   * cores' worth; none on a single core, while another scan has them, or with
    * `STORMLOG_SCAN_THREADS=1` (tests and benchmarks compare the two).
    */
-  static start(): ScanWorker[] {
+  static start(here: boolean): ScanWorker[] {
     const cores = Math.min(2, availableParallelism());
     if (cores < 2 || ScanWorker.running > 0) return [];
     if (process.env.STORMLOG_SCAN_THREADS === "1") return [];
@@ -314,7 +319,7 @@ class ScanWorker {
       kept.worker.worker.ref();
       workers.push(kept.worker);
     }
-    while (workers.length < (ScanWorker.warm ? cores - 1 : cores)) {
+    while (workers.length < (here ? cores - 1 : cores)) {
       const started = startScanWorker();
       if (started === null) break;
       workers.push(new ScanWorker(started));
