@@ -419,6 +419,13 @@ function findSpike(
 
 /** Device used of the selected samples as exact integers, when one of them passes 2^53 (else null). */
 function exactUsedOf(samples: Selected): bigint[] | null {
+  // The usual case, decided without a pass over the samples: no series holds an exact counter.
+  if (
+    samples.only !== null
+      ? samples.only.series.exact === null
+      : samples.series!.every((s) => s.exact === null)
+  )
+    return null;
   const seriesOf = (i: number) => samples.series?.[i] ?? samples.only!.series;
   let any = false;
   for (let i = 0; i < samples.t.length && !any; i++) {

@@ -4,7 +4,6 @@ import { inputText, type SourceLocation, TelemetryValidationError } from "../run
 import { type ExactCounterField, setExactCounters } from "./exact-counters.js";
 import {
   MEMORY_COUNTER_FIELDS,
-  type MemoryCounterField,
   type SchemaVersion,
   SUPPORTED_SCHEMA_VERSIONS,
   TELEMETRY_V3_FIELDS,
@@ -85,6 +84,11 @@ function readCounter(
   if (nullable && value === null) return null;
   if (typeof value === "bigint") return Number.isSafeInteger(Number(value)) ? Number(value) : value;
   return readInt(record, field, location);
+}
+
+/** A counter as the record holds it: the nearest double of one read exactly past 2^53. */
+function nearestDouble(counter: number | bigint | null | undefined): number | null {
+  return counter === undefined || counter === null ? null : Number(counter);
 }
 
 function atLeast(
@@ -246,10 +250,6 @@ export function validateTelemetryRecord(value: unknown, options: ValidateOptions
       }
     }
   }
-  const double = (field: MemoryCounterField): number | null => {
-    const counter = counters[field] ?? null;
-    return counter === null ? null : Number(counter);
-  };
 
   const context = record.context;
   if (context !== null && typeof context !== "string") {
@@ -274,14 +274,14 @@ export function validateTelemetryRecord(value: unknown, options: ValidateOptions
     local_rank: localRank,
     world_size: worldSize,
     device_id: deviceId,
-    allocator_allocated_bytes: double("allocator_allocated_bytes"),
-    allocator_reserved_bytes: double("allocator_reserved_bytes"),
-    allocator_active_bytes: double("allocator_active_bytes"),
-    allocator_inactive_bytes: double("allocator_inactive_bytes"),
+    allocator_allocated_bytes: nearestDouble(counters.allocator_allocated_bytes),
+    allocator_reserved_bytes: nearestDouble(counters.allocator_reserved_bytes),
+    allocator_active_bytes: nearestDouble(counters.allocator_active_bytes),
+    allocator_inactive_bytes: nearestDouble(counters.allocator_inactive_bytes),
     allocator_change_bytes: changeBytes,
-    device_used_bytes: double("device_used_bytes"),
-    device_free_bytes: double("device_free_bytes"),
-    device_total_bytes: double("device_total_bytes"),
+    device_used_bytes: nearestDouble(counters.device_used_bytes),
+    device_free_bytes: nearestDouble(counters.device_free_bytes),
+    device_total_bytes: nearestDouble(counters.device_total_bytes),
     context: context as string | null,
     metadata,
   } as TelemetryRecord;
