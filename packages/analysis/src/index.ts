@@ -132,4 +132,6 @@ export {
   type StreamExportOptions,
   type StreamPerfettoOptions,
   streamPerfettoTrace,
+  streamTraceEvents,
+  type TraceEventsEnd,
 } from "./export/stream.js";

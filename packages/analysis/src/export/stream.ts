@@ -28,8 +28,8 @@ import {
   selectSession,
 } from "../input/sessions.js";
 import { segmentWarnings } from "../report/report.js";
-import { buildPerfettoTrace, datasetTraceEvents, perfettoTraceChunks } from "./perfetto.js";
-import { TRACE_HEAD, traceEventJson, traceOtherData, traceTail } from "./trace-parts.js";
+import { buildPerfettoTrace, datasetTraceEvents } from "./perfetto.js";
+import { TRACE_HEAD, type TraceEvent, traceEventJson, traceOtherData, traceTail } from "./trace-parts.js";
 
 /** Options of the streaming exports. */
 export interface StreamExportOptions {
@@ -123,17 +123,22 @@ async function planIndexed(
 /** Batches trace event lines into chunks of about 64 KB. */
 const CHUNK_CHARS = 1 << 16;
 
+/** What `streamTraceEvents` returns after its last event: the trace's `otherData`. */
+export interface TraceEventsEnd {
+  /** Producer, `first_timestamp_ns` (the time origin of every `ts`), ranks, session and job. */
+  readonly otherData: Record<string, string>;
+}
+
 /**
- * The Perfetto trace of a telemetry path (sink, root of per-rank sinks, JSONL segment, JSON file)
- * as JSON text chunks, written one rank at a time from the dataset, which is read through the
- * analysis index as `analyzeTelemetry` reads it (built or reused): memory holds one rank's data
- * (all its sessions), not the input. The events are `buildPerfettoTrace`'s over the same selection
- * (see the module comment for their order). JSON documents are read whole.
+ * The Perfetto trace of a telemetry path as trace event objects, one rank at a time (the events of
+ * `streamPerfettoTrace`, in its order, before they become text), for readers that draw the run
+ * themselves (`@stormlog/report`). Returns the trace's `otherData` after the last event. Memory holds
+ * one rank's data, as `streamPerfettoTrace`; JSON documents are read whole.
  */
-export async function* streamPerfettoTrace(
+export async function* streamTraceEvents(
   path: string,
   options: StreamPerfettoOptions = {},
-): AsyncGenerator<string> {
+): AsyncGenerator<TraceEvent, TraceEventsEnd> {
   const input = await resolveTelemetryInput(path, options.onWarning);
   if (input.kind === "json") {
     const { selection, events } = await loadDistributedEvents(
@@ -144,16 +149,8 @@ export async function* streamPerfettoTrace(
       sessionId: selection.summary?.session_id ?? null,
       ...(options.analyses === false ? { analyses: false } : {}),
     });
-    let text = "";
-    for (const chunk of perfettoTraceChunks(trace)) {
-      text += chunk;
-      if (text.length >= CHUNK_CHARS) {
-        yield text;
-        text = "";
-      }
-    }
-    if (text.length > 0) yield text;
-    return;
+    yield* trace.traceEvents;
+    return { otherData: trace.otherData };
   }
   const index = await SegmentIndex.open(input, indexOptions(options));
   try {
@@ -178,24 +175,44 @@ export async function* streamPerfettoTrace(
         ...(options.onProgress === undefined ? {} : { onRank: options.onProgress }),
       },
     );
-    let text = TRACE_HEAD;
-    let count = 0;
     let step = trace.next();
     while (step.done !== true) {
-      text += count++ === 0 ? traceEventJson(step.value) : `,\n${traceEventJson(step.value)}`;
-      if (text.length >= CHUNK_CHARS) {
-        yield text;
-        text = "";
-      }
+      yield step.value;
       step = trace.next();
     }
-    if (count > 0) text += "\n";
     const { ranks, jobId } = step.value;
-    text += traceTail(traceOtherData(origin, ranks, selection.summary?.session_id ?? null, jobId));
-    yield text;
+    return { otherData: traceOtherData(origin, ranks, selection.summary?.session_id ?? null, jobId) };
   } finally {
     index.dispose();
   }
+}
+
+/**
+ * The Perfetto trace of a telemetry path (sink, root of per-rank sinks, JSONL segment, JSON file)
+ * as JSON text chunks, written one rank at a time from the dataset, which is read through the
+ * analysis index as `analyzeTelemetry` reads it (built or reused): memory holds one rank's data
+ * (all its sessions), not the input. The events are `buildPerfettoTrace`'s over the same selection
+ * (see the module comment for their order). JSON documents are read whole.
+ */
+export async function* streamPerfettoTrace(
+  path: string,
+  options: StreamPerfettoOptions = {},
+): AsyncGenerator<string> {
+  const events = streamTraceEvents(path, options);
+  let text = TRACE_HEAD;
+  let count = 0;
+  let step = await events.next();
+  while (step.done !== true) {
+    text += count++ === 0 ? traceEventJson(step.value) : `,\n${traceEventJson(step.value)}`;
+    if (text.length >= CHUNK_CHARS) {
+      yield text;
+      text = "";
+    }
+    step = await events.next();
+  }
+  if (count > 0) text += "\n";
+  text += traceTail(step.value.otherData);
+  yield text;
 }
 
 /** A selection and a stream of its events, in storage order. */
