@@ -18,6 +18,7 @@ export const RULES = {
   "adapter-tfjs": ["core"],
   "adapter-cuda": ["core"],
   "adapter-onnxruntime": ["core"],
+  wandb: ["core", "sink", "analysis"],
   cli: "*",
 };
 

@@ -1,0 +1,60 @@
+/**
+ * @stormlog/wandb: Weights & Biases export of Stormlog tracking sessions and diagnose bundles, call for
+ * call the Python Stormlog's, written as W&B offline runs that `wandb sync` uploads (and streamed to a
+ * live run through the W&B JS SDK when it is installed).
+ *
+ * Named exports only: each one is a promise to users; `test/public-api.json` lists the runtime names.
+ */
+
+// Exporting: a tracking session, a diagnose bundle, and their settings.
+
+export {
+  ATTRIBUTION_FILES,
+  attributionPreviewHtml,
+  type TensorRow,
+  tensorAttributionRows,
+} from "./export/attribution.js";
+export {
+  type ExportSession,
+  type ResolvedWandbConfig,
+  resolveWandbConfig,
+  type WandbExportConfig,
+} from "./export/common.js";
+export { trackingDashboardHtml } from "./export/dashboard.js";
+export { type DiagnoseExportInput, exportDiagnoseBundleToWandb } from "./export/diagnose.js";
+export {
+  ALERT_EVENT_TYPES,
+  type ExportEvent,
+  sampleTimelineRows,
+  TIMELINE_MAX_POINTS,
+  type TimelineRow,
+  trackingTimelineRows,
+} from "./export/timeline.js";
+export { exportTrackingRunToWandb, type TrackingExportInput, trackingMetrics } from "./export/tracking.js";
+
+// The W&B calls the export makes, and a client that records them.
+
+export {
+  type ArtifactAdd,
+  type ArtifactEntry,
+  WandbArtifact,
+  type WandbCell,
+  type WandbClient,
+  WandbHtml,
+  type WandbInitOptions,
+  WandbLineSeries,
+  type WandbPayload,
+  type WandbRun,
+  WandbTable,
+  type WandbValue,
+} from "./client.js";
+export { type RecordedCall, type RecordingOptions, RecordingWandbClient, recordedValue } from "./recorder.js";
+
+// Errors.
+
+export {
+  DiagnoseBundleNotFoundError,
+  WandbConfigError,
+  WandbExportInputError,
+  WandbOfflineRunError,
+} from "./errors.js";

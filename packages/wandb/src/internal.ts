@@ -1,0 +1,10 @@
+/**
+ * @stormlog/wandb/internal: for Stormlog's own tools (the replay script, the CLI); no semver promise.
+ */
+
+export {
+  type GoldenCaseConfig,
+  loadCaseSession,
+  readGoldenCaseConfig,
+  runGoldenCaseExport,
+} from "./golden-case.js";

@@ -1,0 +1,34 @@
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const GOLDEN = join(dirname(fileURLToPath(import.meta.url)), "fixtures/golden");
+
+export const CASES = readdirSync(GOLDEN)
+  .filter((name) => name.startsWith("case-"))
+  .sort();
+
+export interface ExpectedCase {
+  calls: Record<string, unknown>[];
+  files_written: string[];
+  raised: string | null;
+  loaded_event_count?: number;
+}
+
+export function expectedOf(name: string): ExpectedCase {
+  return JSON.parse(readFileSync(join(GOLDEN, name, "expected.json"), "utf8")) as ExpectedCase;
+}
+
+/** A fresh copy of the case's `input/` (the export writes into it); removed by the returned function. */
+export function copyCaseInput(name: string): { dir: string; input: string; cleanup: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), "stormlog-wandb-test-"));
+  const input = join(dir, "input");
+  cpSync(join(GOLDEN, name, "input"), input, { recursive: true });
+  return { dir, input, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** JSON round trip: bigints as numbers, so that calls compare as the reference's JSON does. */
+export function plain(value: unknown): unknown {
+  return JSON.parse(JSON.stringify(value, (_key, item) => (typeof item === "bigint" ? Number(item) : item)));
+}
