@@ -108,8 +108,8 @@ ensure_python3() {
   apt_install python3-minimal || log "warning: python3 is missing and could not be installed; the Python interop test will fail"
 }
 
-# Hook for page tests (a browser renders an HTML report): headless Chromium. Not needed yet; call it from
-# prepare_test_prerequisites below once such tests exist, or run with STORMLOG_SETUP_CHROMIUM=1.
+# Headless Chromium (Debian's `chromium`, at /usr/bin/chromium): the page tests of @stormlog/report open the
+# HTML report in it through playwright-core, which downloads no browser of its own.
 ensure_chromium() {
   if command -v chromium >/dev/null 2>&1; then
     log "$(chromium --version 2>/dev/null || echo chromium)"
@@ -126,7 +126,7 @@ ensure_chromium() {
 prepare_test_prerequisites() {
   ensure_gcc
   ensure_python3
-  if [ "${STORMLOG_SETUP_CHROMIUM:-0}" = "1" ]; then ensure_chromium; fi
+  ensure_chromium
 }
 
 main() {

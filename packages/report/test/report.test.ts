@@ -42,7 +42,9 @@ describe("generateReport", () => {
     expect(bytes).toBe(Buffer.byteLength(html));
     expect(html).not.toMatch(/\b(?:src|href)\s*=/i);
     expect(html).not.toMatch(/https?:\/\/(?!github\.com\/leeoniya)/);
-    expect(html).toMatch(/Content-Security-Policy" content="default-src 'none'; script-src 'sha256-[^']+' 'sha256-[^']+';/);
+    expect(html).toMatch(
+      /Content-Security-Policy" content="default-src 'none'; script-src 'sha256-[^']+' 'sha256-[^']+';/,
+    );
     // uPlot's own script and style are inlined.
     expect(html).toContain("uPlot");
     expect(html).toContain(".uplot");
@@ -81,7 +83,12 @@ describe("generateReport", () => {
     const [rank] = data.timeline.ranks;
     expect(rank!.rowCount).toBeGreaterThan(3000);
     expect(rank!.dt.length + 1).toBeLessThan(rank!.rowCount / 2);
-    expect(rank!.markers.map((marker) => marker.kind).sort()).toEqual(["alert", "collector", "collector", "oom"]);
+    expect(rank!.markers.map((marker) => marker.kind).sort()).toEqual([
+      "alert",
+      "collector",
+      "collector",
+      "oom",
+    ]);
     expect(rank!.markers.find((marker) => marker.kind === "alert")!.phase).toBe("train");
     // Decode the allocated series as the page does: its maximum is the analysis's peak, to the byte.
     const allocated = rank!.series.findIndex((series) => series.kind === "allocated");

@@ -26,7 +26,10 @@ export interface RunOptions {
 }
 
 /** Writes a run to `dir/run.jsonl` (a fresh temp folder by default) and returns the file's path. */
-export function writeRun(options: RunOptions = {}, dir = mkdtempSync(join(tmpdir(), "stormlog-report-"))): string {
+export function writeRun(
+  options: RunOptions = {},
+  dir = mkdtempSync(join(tmpdir(), "stormlog-report-")),
+): string {
   const outer = options.outer ?? "train";
   const inner = options.inner ?? "forward";
   const samples = options.samples ?? 400;
@@ -88,19 +91,24 @@ export function writeRun(options: RunOptions = {}, dir = mkdtempSync(join(tmpdir
     } else stack.pop();
     const s = scope!;
     emit(
-      record(ts, action === "enter" ? "phase_enter" : "phase_exit", `Phase ${action}: ${s.path.join(" / ")}`, {
-        phase_scope: {
-          action,
-          name: s.name,
-          path: s.path,
-          depth: s.path.length,
-          scope_id: s.scope_id,
-          parent_scope_id: s.parent,
-          thread_id: 1,
-          thread_name: "main",
-          sequence,
+      record(
+        ts,
+        action === "enter" ? "phase_enter" : "phase_exit",
+        `Phase ${action}: ${s.path.join(" / ")}`,
+        {
+          phase_scope: {
+            action,
+            name: s.name,
+            path: s.path,
+            depth: s.path.length,
+            scope_id: s.scope_id,
+            parent_scope_id: s.parent,
+            thread_id: 1,
+            thread_name: "main",
+            sequence,
+          },
         },
-      }),
+      ),
     );
   };
   const at = (i: number): bigint => BASE_NS + BigInt(i) * 10_000_000n;
@@ -125,7 +133,9 @@ export function writeRun(options: RunOptions = {}, dir = mkdtempSync(join(tmpdir
       );
     if (i === Math.floor(samples / 4) + 5)
       emit(
-        record(at(i) + 3000n, "collector_recovered", "Collector recovered.", { collector_health_status: "healthy" }),
+        record(at(i) + 3000n, "collector_recovered", "Collector recovered.", {
+          collector_health_status: "healthy",
+        }),
       );
   }
   if (stack.length > 1) phase(at(samples) + 2000n, "exit", inner);

@@ -1,0 +1,80 @@
+import { rmSync } from "node:fs";
+import { dirname, join } from "node:path";
+import type { Browser } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { writeReport } from "../src/index.js";
+import { countColoredPixels, openReport } from "./page-support.js";
+import { launchChromium, writeRun } from "./support.js";
+
+// The page in real headless Chromium, opened from file://.
+
+const OUTER = "</script><script>window.__pwned = 1</script>";
+const INNER = '<img src=x onerror="window.__pwned2 = 1">';
+let browser: Browser;
+let dir: string;
+let file: string;
+let endS: number;
+
+beforeAll(async () => {
+  browser = await launchChromium();
+  const run = writeRun({ outer: OUTER, inner: INNER, alertContext: "<script>window.__pwned3 = 1</script>" });
+  dir = dirname(run);
+  file = join(dir, "report.html");
+  const report = await writeReport(run, file);
+  endS = report.data.timeline.endS;
+});
+afterAll(async () => {
+  await browser?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("the report page", () => {
+  it("loads from file:// with no console error and no request but its own file", async () => {
+    const { page, problems, requests, ready } = await openReport(browser, file);
+    expect(problems).toEqual([]);
+    expect(requests).toEqual([page.url()]);
+    expect(ready.ranks).toBe(1);
+    expect(ready.charts).toBe(1);
+    await page.close();
+  });
+
+  it("draws the timeline: the chart's screenshot holds the series' colours", async () => {
+    const { page } = await openReport(browser, file);
+    const chart = page.locator(".rank .chart").first();
+    const png = await chart.screenshot();
+    // allocated #2563eb, device used #dc2626
+    expect(await countColoredPixels(browser, png, [0x25, 0x63, 0xeb])).toBeGreaterThan(200);
+    expect(await countColoredPixels(browser, png, [0xdc, 0x26, 0x26])).toBeGreaterThan(200);
+    // The phase bands are drawn under it: most of their canvas is not white.
+    const bands = page.locator(".rank canvas.bands").first();
+    const box = (await bands.boundingBox())!;
+    const white = await countColoredPixels(browser, await bands.screenshot(), [255, 255, 255], 10);
+    expect(box.height).toBe(24);
+    expect(white).toBeLessThan(box.width * box.height * 0.5);
+    await page.close();
+  });
+
+  it("shows the phase path and exact values under the pointer", async () => {
+    const { page } = await openReport(browser, file);
+    const over = (await page.locator(".rank .u-over").first().boundingBox())!;
+    // The fixture's inner phase runs from sample 5 to 25 of every 40 (10 ms apart): 2.15 s is inside one.
+    await page.mouse.move(over.x + (over.width * 2.15) / endS, over.y + over.height / 2);
+    const readout = page.locator(".rank .readout").first();
+    await expect.poll(() => readout.textContent()).toContain(`phase: ${OUTER} / ${INNER}`);
+    expect(await readout.textContent()).toMatch(/allocated [\d.]+ MB \([\d,]+ B\)/);
+    await page.close();
+  });
+
+  it("runs nothing from the input: hostile phase names and contexts are text", async () => {
+    const { page, problems } = await openReport(browser, file);
+    expect(
+      await page.evaluate("[typeof window.__pwned, typeof window.__pwned2, typeof window.__pwned3]"),
+    ).toEqual(["undefined", "undefined", "undefined"]);
+    expect(await page.locator("img").count()).toBe(0);
+    expect(await page.locator("script").count()).toBe(3);
+    expect(await page.locator("#phases td").first().textContent()).toBe(OUTER);
+    expect(await page.locator("#alerts").textContent()).toContain("<script>window.__pwned3 = 1</script>");
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+});
