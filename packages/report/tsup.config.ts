@@ -1,3 +1,4 @@
 import { packageBuild } from "../../tsup.base.js";
 
-export default packageBuild();
+// `shims` gives the CJS bundle an `import.meta.url`: the page inlines uPlot's files, found from there.
+export default packageBuild({ index: "src/index.ts" }, { shims: true });

@@ -10,6 +10,7 @@ import { analyzeCommand } from "./commands/analyze.js";
 import type { Command } from "./commands/command.js";
 import { diagnoseCommand } from "./commands/diagnose.js";
 import { exportCommand } from "./commands/export.js";
+import { reportCommand } from "./commands/report.js";
 import { sessionsCommand } from "./commands/sessions.js";
 import { trackCommand } from "./commands/track.js";
 import { CliUsageError } from "./errors.js";
@@ -23,6 +24,7 @@ export const COMMANDS: readonly Command[] = [
   diagnoseCommand,
   trackCommand,
   exportCommand,
+  reportCommand,
 ];
 
 function rootHelp(): string {
@@ -45,6 +47,7 @@ function rootHelp(): string {
     "  stormlog analyze ./stormlog-sink",
     "  stormlog diagnose ./job-sinks",
     "  stormlog export ./stormlog-sink --format perfetto -o trace.json",
+    "  stormlog report ./job-sinks -o report.html",
     "",
   ].join("\n");
 }
@@ -57,6 +60,7 @@ const HINTS: Readonly<Record<string, string>> = {
   JsonlDecodeError: "the file is not telemetry JSONL, or a line is damaged",
   TelemetryValidationError: "the record does not follow the telemetry schema (v2, v3 or v4)",
   InvalidConfigError: "check the flag's value",
+  ReportOptionsError: "check the flag's value",
 };
 
 /** Messages quote input (paths, ids, names): one line, escaped by `terminalText`. */

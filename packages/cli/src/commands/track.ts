@@ -64,6 +64,11 @@ const help: CommandHelp = {
       default: "0",
     },
     "no-gpu": { type: "boolean", description: "Do not sample the GPU even if NVML is present." },
+    report: {
+      type: "string",
+      value: "FILE",
+      description: "When tracking stops, write the session's HTML report to FILE (as 'stormlog report').",
+    },
     "telemetry-sink-dir": {
       type: "string",
       value: "DIR",
@@ -433,7 +438,35 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
       peakRssBytes: childCollector?.peakRssBytes ?? null,
     }),
   );
+  const reportFile = stringFlag(args, "report");
+  if (reportFile !== undefined)
+    await writeSessionReport(
+      io,
+      sink!.rootDir,
+      tracker!.getSessionSummary()?.session_id,
+      resolve(io.cwd, reportFile),
+    );
   return exitCode;
+}
+
+/**
+ * `--report FILE`: the session's HTML page, from the sink it was written to. A failure is said on
+ * stderr and leaves the exit code the child's: the recording itself is complete.
+ */
+async function writeSessionReport(
+  io: CliIo,
+  sinkDir: string,
+  sessionId: string | undefined,
+  file: string,
+): Promise<void> {
+  try {
+    const { writeReport } = await import("@stormlog/report");
+    const report = await writeReport(sinkDir, file, sessionId === undefined ? {} : { sessionId });
+    io.stderr.write(`Report: ${file} (${(report.bytes / 1048576).toFixed(2)} MB)\n`);
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    io.stderr.write(`stormlog track: could not write the report ${file}: ${message}\n`);
+  }
 }
 
 interface SummaryInput {
