@@ -123,9 +123,24 @@ ensure_chromium() {
   fi
 }
 
+# A real Prometheus server scrapes `stormlog track --prometheus-port` in the CLI's tests.
+ensure_prometheus() {
+  if command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ]; then
+    log "prometheus $(prometheus --version 2>/dev/null | head -n 1 | awk '{print $3}')"
+    return
+  fi
+  if is_root; then
+    log "installing prometheus"
+    apt_install prometheus || log "warning: prometheus could not be installed; the Prometheus scrape test will fail"
+  else
+    log "warning: prometheus is missing and this is not root; install it (apt-get install -y prometheus) for the scrape test"
+  fi
+}
+
 prepare_test_prerequisites() {
   ensure_gcc
   ensure_python3
+  ensure_prometheus
   ensure_chromium
 }
 

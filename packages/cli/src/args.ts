@@ -144,7 +144,7 @@ export function numberFlag(
   help: CommandHelp,
   args: ParsedArgs,
   name: string,
-  bounds: { min?: number; exclusiveMin?: number; integer?: boolean } = {},
+  bounds: { min?: number; max?: number; exclusiveMin?: number; integer?: boolean } = {},
 ): number | undefined {
   const raw = stringFlag(args, name);
   if (raw === undefined) return undefined;
@@ -153,6 +153,7 @@ export function numberFlag(
   if (!Number.isFinite(value)) throw bad("expected a number");
   if (bounds.integer && !Number.isSafeInteger(value)) throw bad("expected an integer");
   if (bounds.min !== undefined && value < bounds.min) throw bad(`expected a number >= ${bounds.min}`);
+  if (bounds.max !== undefined && value > bounds.max) throw bad(`expected a number <= ${bounds.max}`);
   if (bounds.exclusiveMin !== undefined && value <= bounds.exclusiveMin) {
     throw bad(`expected a number > ${bounds.exclusiveMin}`);
   }

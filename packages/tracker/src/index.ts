@@ -15,6 +15,14 @@ export type { OOMFlightRecorderOptions } from "./oom/oom.js";
 export type { MemoryTrackerOptions, TrackerLogger } from "./options/tracker-options.js";
 export { MemoryTracker } from "./tracker.js";
 
+// Live metrics through the OpenTelemetry metrics API (a no-op until a MeterProvider is registered).
+
+export {
+  METER_NAME,
+  type MetricsMeterProvider,
+  type TrackerMetricsOptions,
+} from "./metrics/tracker-metrics.js";
+
 // Where records go: a `TelemetrySink`, sink options, or a writer of your own.
 
 export { SinkWorkerError } from "./pipeline/off-thread-sink.js";

@@ -28,6 +28,7 @@ import { CollectorHealthMachine } from "./health/collector-health.js";
 import { healthMetadata } from "./health/health.js";
 import { type EventQuery, History } from "./history/history.js";
 import { collectStatistics, statisticsToJson, type TrackerStatistics } from "./history/statistics.js";
+import { TrackerMetrics } from "./metrics/tracker-metrics.js";
 import { classifyOOMError, OOMFlightRecorder } from "./oom/oom.js";
 import { dumpOOM, type OOMCaptureOptions } from "./oom/oom-dump.js";
 import {
@@ -84,6 +85,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private readonly leakWatch: LeakWatch | null;
   private readonly oom: OOMFlightRecorder;
   private readonly session: TrackerSession;
+  /** Live metrics (OpenTelemetry), read from the store at each tick and from state when collected. */
+  private readonly metrics: TrackerMetrics;
 
   private running = false;
   private starting: Promise<void> | null = null;
@@ -143,7 +146,27 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       this.leakWatch,
     );
     const reader = new CollectorReader(collectors, health, clock, scheduler, resolved.sampleTimeoutMs);
-    this.loop = new SamplingLoop(clock, scheduler, this.samplingIntervalMs, reader, this.processor);
+    const metrics = new TrackerMetrics(
+      resolved.metrics,
+      {
+        store: this.store,
+        collectors,
+        identity: this.identity,
+        host: this.host,
+        sinkDiagnostics: () => records.sinkDiagnostics(),
+      },
+      (message) => logger.warn(message),
+    );
+    this.metrics = metrics;
+    const processor = this.processor;
+    // Each tick's records, then the metrics' read of what the store gained since the last tick.
+    this.loop = new SamplingLoop(clock, scheduler, this.samplingIntervalMs, reader, {
+      process: (results) => {
+        processor.process(results);
+        metrics.catchUp();
+      },
+      failed: (error) => processor.failed(error),
+    });
     this.history = new History(records, this.maxEvents);
     this.recorder = new PhaseRecorder({
       onBoundary: (boundary) => this.onPhaseBoundary(boundary),
@@ -215,6 +238,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     }
     const context = this.session.begin(summary);
     records.begin(context);
+    this.metrics.begin();
     this.running = true;
     this.recorder.begin(summary.session_id);
     // Collectors that attribute allocations to phases (tfjs birth phases) ask the recorder where code runs.
@@ -275,6 +299,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     const ts = this.clock.nowNs();
     const reading = this.boundaryReading(primary) ?? primary.lastReading;
     this.records.emit(primary, "stop", ts, reading, 0, "Memory tracking stopped", undefined);
+    this.metrics.end();
     this.recorder.end();
     if (this.registeredGlobal) {
       clearGlobalPhaseHost(this);

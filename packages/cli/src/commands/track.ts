@@ -111,6 +111,18 @@ const help: CommandHelp = {
     },
     "local-rank": { type: "string", value: "N", description: "Rank on this host." },
     "world-size": { type: "string", value: "N", description: "Number of ranks." },
+    "prometheus-port": {
+      type: "string",
+      value: "PORT",
+      description:
+        "Serve live metrics for Prometheus at http://HOST:PORT/metrics while tracking (0: a free port).",
+    },
+    "prometheus-host": {
+      type: "string",
+      value: "HOST",
+      description: "Address the metrics endpoint listens on (0.0.0.0 for scrapes from other hosts).",
+      default: "127.0.0.1",
+    },
   },
   examples: [
     "stormlog track -- node train.js --epochs 3",
@@ -143,6 +155,8 @@ interface TrackSettings {
   readonly gpu: boolean;
   readonly sink: TelemetrySinkOptions;
   readonly identity: DistributedIdentityInput;
+  /** `--prometheus-port`/`--prometheus-host`, or null: no metrics endpoint. */
+  readonly prometheus: { readonly host: string; readonly port: number } | null;
 }
 
 function settings(args: ParsedArgs, io: CliIo, stderrWarn: (message: string) => void): TrackSettings {
@@ -198,6 +212,10 @@ function settings(args: ParsedArgs, io: CliIo, stderrWarn: (message: string) => 
     gpu: args.values["no-gpu"] !== true,
     sink,
     identity,
+    prometheus: ((port) =>
+      port === undefined ? null : { host: stringFlag(args, "prometheus-host") ?? "127.0.0.1", port })(
+      n("prometheus-port", { min: 0, max: 65535, integer: true }),
+    ),
   };
 }
 
@@ -285,11 +303,17 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     );
   }
 
+  // Listening first: a port in use is an error before anything runs.
+  const endpoint =
+    config.prometheus === null
+      ? null
+      : await (await import("../prometheus.js")).serveMetrics(config.prometheus.host, config.prometheus.port);
   let child: ChildProcess | null = null;
   if (command.length > 0) {
     try {
       child = await startChild(command, io);
     } catch (error) {
+      await endpoint?.close();
       const code = (error as NodeJS.ErrnoException).code;
       const why =
         code === "ENOENT"
@@ -376,6 +400,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
       throw new CliUsageError(`nothing to record: ${gpu.note}`, "give a command to run after --");
     }
 
+    if (endpoint !== null) notes.push(`metrics: ${endpoint.url} (Prometheus text format)`);
     const { MemoryTracker } = await import("@stormlog/tracker");
     sink = new TelemetrySink(config.sink);
     tracker = new MemoryTracker({
@@ -388,6 +413,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
       identity: config.identity,
       env: io.env,
       sink,
+      metrics: endpoint === null ? false : { meterProvider: endpoint.meterProvider },
       handleProcessExit: false,
       registerGlobal: false,
       ...(child?.pid === undefined ? {} : { pid: child.pid }),
@@ -413,6 +439,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   } finally {
     for (const timer of timers) clearTimeout(timer);
     await tracker?.stop();
+    await endpoint?.close();
     await (gpu.collector?.close?.() as Promise<void> | undefined);
     childCollector?.close();
     if (tracker === null && running()) {

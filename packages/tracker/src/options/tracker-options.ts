@@ -25,6 +25,11 @@ import {
 } from "../alerts/alerts.js";
 import { type LeakAlertOptions, type ResolvedLeakAlerts, resolveLeakAlerts } from "../alerts/leak-alerts.js";
 import type { RetryBackoff } from "../health/health.js";
+import {
+  type ResolvedMetricsOptions,
+  resolveMetricsOptions,
+  type TrackerMetricsOptions,
+} from "../metrics/tracker-metrics.js";
 import { type OOMFlightRecorderOptions, type ResolvedOOMOptions, resolveOOMOptions } from "../oom/oom.js";
 import type { TrackerSinkOption } from "../pipeline/writer.js";
 
@@ -60,6 +65,13 @@ export interface MemoryTrackerOptions {
    * analyze` would call leaking raise one `warning` each (`Leak suspected: ...`). `false` turns them off.
    */
   readonly leakAlerts?: boolean | LeakAlertOptions;
+  /**
+   * Live metrics through the OpenTelemetry metrics API (default on: a no-op until the application
+   * registers a MeterProvider, and nothing without the optional `@opentelemetry/api`): memory per
+   * device, process RSS, phase durations, alerts, collector health and sink counters. `false` turns
+   * them off; `{ meterProvider }` publishes through a given provider instead of the global one.
+   */
+  readonly metrics?: boolean | TrackerMetricsOptions;
   /** Explicit distributed identity; what is missing comes from the environment, then defaults. */
   readonly identity?: DistributedIdentityInput;
   /** Environment read for identity (default `process.env`; `false` ignores it). */
@@ -118,6 +130,7 @@ export interface ResolvedTrackerOptions {
   readonly logger: TrackerLogger;
   readonly alerts: ResolvedAlertPolicy;
   readonly leakAlerts: ResolvedLeakAlerts;
+  readonly metrics: ResolvedMetricsOptions;
   /** A fresh object: `setThreshold()` changes it. */
   readonly thresholds: AlertThresholds;
   readonly retryBackoff: RetryBackoff;
@@ -169,6 +182,7 @@ export function resolveTrackerOptions(options: MemoryTrackerOptions): ResolvedTr
   }
   const alerts = resolveAlertPolicy(options.alerts);
   const leakAlerts = resolveLeakAlerts(options.leakAlerts);
+  const metrics = resolveMetricsOptions(options.metrics);
   const thresholds = { ...DEFAULT_THRESHOLDS };
   for (const [name, value] of Object.entries(options.thresholds ?? {})) {
     const key = thresholdKey(name);
@@ -198,6 +212,7 @@ export function resolveTrackerOptions(options: MemoryTrackerOptions): ResolvedTr
     logger: guardedLogger(options.logger ?? consoleTrackerLogger),
     alerts,
     leakAlerts,
+    metrics,
     thresholds,
     retryBackoff: options.retryBackoff ?? {},
     boundaryReadings: options.boundaryReadings ?? true,

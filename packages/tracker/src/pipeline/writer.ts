@@ -12,6 +12,10 @@ export interface WriterDiagnostics {
   /** Records lost by the writer: a session with losses ends `incomplete`. */
   readonly dropped_events?: number;
   readonly rejected_events?: number;
+  /** Records written to disk (live metrics publish it where the writer counts it). */
+  readonly written_events?: number;
+  /** Records waiting in memory for the disk (live metrics publish it where the writer counts it). */
+  readonly queued_events?: number;
 }
 
 /** What the tracker needs from a sink: `TelemetrySink` from `@stormlog/sink`, or your own. */

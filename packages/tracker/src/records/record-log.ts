@@ -185,6 +185,16 @@ export class RecordLog {
     }
   }
 
+  /** The sink's counters now, or undefined without a live sink (live metrics read them). */
+  sinkDiagnostics(): WriterDiagnostics | undefined {
+    if (this.pipeline === null || this.failed) return undefined;
+    try {
+      return this.pipeline.diagnostics();
+    } catch {
+      return undefined;
+    }
+  }
+
   /** The sink's rollover and retention counters (the last known ones once it failed or closed). */
   sinkCounters(): SinkCounters {
     if (this.pipeline !== null && !this.failed) {
