@@ -50,6 +50,15 @@ export {
 } from "./client.js";
 export { type RecordedCall, type RecordingOptions, RecordingWandbClient, recordedValue } from "./recorder.js";
 
+// W&B offline runs: written as W&B's own client writes them in offline mode, for `wandb sync`; read back.
+
+export { listOfflineRuns, type OfflineRunContents, readOfflineRun } from "./offline/reader.js";
+export {
+  WandbOfflineClient,
+  type WandbOfflineOptions,
+  WandbOfflineRun,
+} from "./offline/writer.js";
+
 // Errors.
 
 export {
