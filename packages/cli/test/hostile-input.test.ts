@@ -7,7 +7,7 @@ import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { encodeTelemetryRecord } from "@stormlog/core";
 import { afterAll, describe, expect, it } from "vitest";
-import { deepJson, samples, Timeline, writeSink } from "../../analysis/test/support/report-helpers.js";
+import { deepJson, samples, Timeline, writeSink } from "../../sink/test/support/telemetry-fixtures.js";
 import { type CliRun, expectOneLineError, RAW_CONTROL, runCli, tempDir } from "./helpers.js";
 
 const temp = tempDir("stormlog-hostile-");

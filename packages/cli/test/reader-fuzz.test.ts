@@ -20,7 +20,7 @@ import {
 import { seededRandom } from "@stormlog/phases/internal";
 import { loadTelemetrySessions, TelemetrySourceError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
-import { BASE_NS, deepJson, Timeline, writeSink } from "../../analysis/test/support/report-helpers.js";
+import { BASE_NS, deepJson, Timeline, writeSink } from "../../sink/test/support/telemetry-fixtures.js";
 import { RAW_CONTROL, runCli, tempDir } from "./helpers.js";
 
 const CASES = 300;

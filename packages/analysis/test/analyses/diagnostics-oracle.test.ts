@@ -12,6 +12,7 @@ import { markFloat } from "@stormlog/core/internal";
 import { PhaseReplayIndex } from "@stormlog/phases";
 import { seededRandom } from "@stormlog/phases/internal";
 import { afterAll, describe, expect, it } from "vitest";
+import { BASE_NS, GiB, MiB, MS, record, settle } from "../../../sink/test/support/telemetry-fixtures.js";
 import {
   analyzeTelemetry,
   buildDistributedDiagnostics,
@@ -23,7 +24,6 @@ import {
 import { DETAIL_CAP } from "../../src/input/aggregate.js";
 import { buildDiagnosticsFromEvents, diagnoseFromEvents } from "../oracles/diagnostics-events.js";
 import { goldenCases, loadEvents } from "../support/golden-helpers.js";
-import { BASE_NS, GiB, MiB, MS, record, settle } from "../support/report-helpers.js";
 
 /**
  * The diagnostics read the dataset only; the record-by-record oracle checks them on what the

@@ -4,9 +4,9 @@ import { join } from "node:path";
 import { type JsonObject, stringifyJson, type TelemetryEvent } from "@stormlog/core";
 import { seededRandom } from "@stormlog/phases/internal";
 import { afterAll, describe, expect, it } from "vitest";
+import { BASE_NS, MS, record } from "../../../sink/test/support/telemetry-fixtures.js";
 import { analyzeTelemetry } from "../../src/index.js";
 import { goldenCases, loadEvents } from "../support/golden-helpers.js";
-import { BASE_NS, MS, record } from "../support/report-helpers.js";
 
 /**
  * Counters past 2^53 are analysed as the reference analyses them: with exact integers. The

@@ -3,10 +3,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { decodeTelemetryLine, type TelemetryEvent } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
+import { MiB, Timeline, writeSink } from "../../../sink/test/support/telemetry-fixtures.js";
 import { decodeAggregate, encodeAggregate } from "../../src/index/index-format.js";
 import { analyzeEvents, analyzeTelemetry, type LeakReport } from "../../src/index.js";
 import { aggregateEvents } from "../../src/input/scan.js";
-import { MiB, Timeline, writeSink } from "../support/report-helpers.js";
 import { type TrainingRun, trainingRun } from "../support/training-runs.js";
 
 const LEAK_CASES = join(import.meta.dirname, "../../../../fixtures/golden/leaks");

@@ -1,7 +1,7 @@
 import type { TelemetryEvent } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
+import { BASE_NS, GiB, MiB, MS, record } from "../../../sink/test/support/telemetry-fixtures.js";
 import { analyzeEvents, formatReportText } from "../../src/index.js";
-import { BASE_NS, GiB, MiB, MS, record } from "../support/report-helpers.js";
 
 const scope = (action: "enter" | "exit", path: string[], scopeId: string, sequence: number, thread = 1) => ({
   phase_scope: {

@@ -7,7 +7,7 @@
  * timestamps, a hidden-memory drift and a first-cause spike.
  */
 import { type JsonObject, parseJson, type TelemetryEvent, type TelemetryRecordV3 } from "@stormlog/core";
-import { BASE_NS, GiB, MiB, MS, record } from "../support/report-helpers.js";
+import { BASE_NS, GiB, MiB, MS, record } from "../../../sink/test/support/telemetry-fixtures.js";
 
 /** mulberry32: small, deterministic. */
 function random(seed: number): () => number {

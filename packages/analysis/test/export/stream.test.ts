@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { encodeTelemetryRecord, type TelemetryEvent } from "@stormlog/core";
 import { iterateTelemetryEvents } from "@stormlog/sink";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BASE_NS, MS, record, writeSink } from "../../../sink/test/support/telemetry-fixtures.js";
 import {
   buildPerfettoTrace,
   formatPerfettoTrace,
@@ -14,7 +15,6 @@ import {
   streamPerfettoTrace,
 } from "../../src/index.js";
 import { buildPerfettoTraceFromEvents, sameEvents, traceContent } from "../oracles/perfetto-events.js";
-import { BASE_NS, MS, record, writeSink } from "../support/report-helpers.js";
 import { perfettoCase } from "./perfetto-cases.js";
 import { checkChromeTrace, type ParsedTrace, sliceDepths } from "./trace-format.js";
 

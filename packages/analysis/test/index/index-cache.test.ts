@@ -3,8 +3,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encodeTelemetryRecord, stringifyJson, type TelemetryEvent } from "@stormlog/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { hashText } from "../../src/index/index-cache.js";
-import { type AnalyzeOptions, analyzeTelemetry, INDEX_DIRNAME, reportToJson } from "../../src/index.js";
 import {
   appendSample,
   BASE_NS,
@@ -14,7 +12,9 @@ import {
   settle,
   Timeline,
   writeSink,
-} from "../support/report-helpers.js";
+} from "../../../sink/test/support/telemetry-fixtures.js";
+import { hashText } from "../../src/index/index-cache.js";
+import { type AnalyzeOptions, analyzeTelemetry, INDEX_DIRNAME, reportToJson } from "../../src/index.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-index-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));

@@ -4,12 +4,12 @@ import { join } from "node:path";
 import { encodeTelemetryRecord, type JsonObject, stringifyJson } from "@stormlog/core";
 import { markFloat } from "@stormlog/core/internal";
 import { describe, expect, it } from "vitest";
+import { BASE_NS, GiB, MS, record, Timeline } from "../../../sink/test/support/telemetry-fixtures.js";
 import { decodeAggregate, encodeAggregate } from "../../src/index/index-format.js";
 import { type BoundaryEntry, DETAIL_CAP } from "../../src/input/aggregate.js";
 import { DatasetLoader, originAt, planDataset } from "../../src/input/dataset.js";
 import { digestOf } from "../../src/input/digest.js";
 import { aggregateEvents, scanSegmentSync } from "../../src/input/scan.js";
-import { BASE_NS, GiB, MS, record, Timeline } from "../support/report-helpers.js";
 
 /** Two ranks with many phases (their rows span several JSON chunks), alerts and health transitions. */
 function events() {

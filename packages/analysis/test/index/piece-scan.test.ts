@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type JsonValue, stringifyJson } from "@stormlog/core";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { writeSink } from "../../../sink/test/support/telemetry-fixtures.js";
 import { encodeAggregateParts } from "../../src/index/index-format.js";
 import { scanSegments } from "../../src/index/piece-scan.js";
 import {
@@ -15,7 +16,6 @@ import {
 } from "../../src/index.js";
 import { pieceRanges } from "../../src/input/pieces.js";
 import { interleaved, pieceJobEvents, pieceJobText } from "../support/piece-job.js";
-import { writeSink } from "../support/report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-piece-scan-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));

@@ -8,8 +8,8 @@ import {
 } from "@stormlog/core";
 import { seededRandom } from "@stormlog/phases/internal";
 import { describe, expect, it } from "vitest";
+import { BASE_NS, record } from "../../../sink/test/support/telemetry-fixtures.js";
 import { CanonicalLineReader } from "../../src/input/fast-line.js";
-import { BASE_NS, record } from "../support/report-helpers.js";
 
 const FIXTURES = join(import.meta.dirname, "../../../../fixtures/golden");
 

@@ -10,6 +10,14 @@ import { encodeTelemetryRecord, JsonlDecodeError, type JsonObject, parseJson } f
 import { TelemetryInputAccessError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
 import {
+  BASE_NS,
+  deepJson,
+  MS,
+  record,
+  samples,
+  writeSink,
+} from "../../../sink/test/support/telemetry-fixtures.js";
+import {
   analyzeTelemetry,
   buildPerfettoTrace,
   formatPerfettoTrace,
@@ -20,7 +28,6 @@ import { CanonicalLineReader } from "../../src/input/fast-line.js";
 import { scanSegmentSync } from "../../src/input/scan.js";
 import { fingerprint, locateInput } from "../../src/input/snapshot.js";
 import { buildPerfettoTraceFromEvents, traceContent } from "../oracles/perfetto-events.js";
-import { BASE_NS, deepJson, MS, record, samples, writeSink } from "../support/report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-hostile-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));

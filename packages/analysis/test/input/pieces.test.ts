@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TelemetryEvent } from "@stormlog/core";
 import { afterAll, describe, expect, it } from "vitest";
+import { BASE_NS, record } from "../../../sink/test/support/telemetry-fixtures.js";
 import { TimeRangeError } from "../../src/errors.js";
 import { encodeAggregateParts } from "../../src/index/index-format.js";
 import { scanSegments } from "../../src/index/piece-scan.js";
@@ -12,7 +13,6 @@ import { type PieceRange, pieceRanges } from "../../src/input/pieces.js";
 import { scanSegmentSync } from "../../src/input/scan.js";
 import { inMemorySegment, type SegmentData, type SegmentPiece } from "../../src/input/sessions.js";
 import { interleaved, pieceJobEvents, pieceJobText } from "../support/piece-job.js";
-import { BASE_NS, record } from "../support/report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-pieces-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));

@@ -5,10 +5,17 @@ import { encodeTelemetryRecord, type JsonObject, stringifyJson } from "@stormlog
 import { loadTelemetryEvents, summarizeTelemetrySessions } from "@stormlog/sink";
 import { resolveTelemetryInput } from "@stormlog/sink/internal";
 import { afterAll, describe, expect, it } from "vitest";
+import {
+  BASE_NS,
+  GiB,
+  MiB,
+  record,
+  Timeline,
+  writeSink,
+} from "../../../sink/test/support/telemetry-fixtures.js";
 import { analyzeEvents, analyzeTelemetry, reportToJson } from "../../src/index.js";
 import { scanSegment } from "../../src/input/scan.js";
 import { inMemorySegment, listSessions, type SegmentData } from "../../src/input/sessions.js";
-import { BASE_NS, GiB, MiB, record, Timeline, writeSink } from "../support/report-helpers.js";
 
 const FIXTURES = join(import.meta.dirname, "../../../../fixtures/golden", "python-sink");
 const temp = mkdtempSync(join(tmpdir(), "stormlog-scan-"));

@@ -5,8 +5,8 @@ import type { TelemetryRecordV3 } from "@stormlog/core";
 import { stableLegacySessionId } from "@stormlog/core/internal";
 import { SessionNotFoundError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
+import { BASE_NS, GiB, MS, Timeline, writeSink } from "../../../sink/test/support/telemetry-fixtures.js";
 import { analyzeTelemetry } from "../../src/index.js";
-import { BASE_NS, GiB, MS, Timeline, writeSink } from "../support/report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-merge-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));

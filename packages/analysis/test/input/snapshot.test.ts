@@ -15,6 +15,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encodeTelemetryRecord, stringifyJson, type TelemetryEvent } from "@stormlog/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  appendSample,
+  BASE_NS,
+  GiB,
+  MS,
+  settle,
+  Timeline,
+  writeSink,
+} from "../../../sink/test/support/telemetry-fixtures.js";
 import { SegmentIndex } from "../../src/index/index-cache.js";
 import {
   analyzeTelemetry,
@@ -26,7 +35,6 @@ import {
   reportToJson,
 } from "../../src/index.js";
 import { contentCheck, locateInput, snapshotInput } from "../../src/input/snapshot.js";
-import { appendSample, BASE_NS, GiB, MS, settle, Timeline, writeSink } from "../support/report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-snapshot-"));
 const previousCache = process.env.STORMLOG_CACHE_DIR;

@@ -2,6 +2,7 @@ import type { JsonObject, TelemetryEvent } from "@stormlog/core";
 import { PhaseReplayIndex } from "@stormlog/phases";
 import { seededRandom } from "@stormlog/phases/internal";
 import { describe, expect, it } from "vitest";
+import { BASE_NS, MiB, record } from "../../../sink/test/support/telemetry-fixtures.js";
 import { analyzeEvents, analyzeGaps } from "../../src/index.js";
 import { summarizeCrossRankEvents } from "../oracles/cross-rank-events.js";
 import {
@@ -11,7 +12,6 @@ import {
   loadExpected,
   sortedByTimestamp,
 } from "../support/golden-helpers.js";
-import { BASE_NS, MiB, record } from "../support/report-helpers.js";
 
 describe("the report's cross-rank analysis equals the Python reference (golden cases)", () => {
   const cases = goldenCases("cross-rank");

@@ -5,10 +5,18 @@ import { formatBytes, type JsonObject, parseJson, stringifyJson } from "@stormlo
 import { isoTimestampNs } from "@stormlog/core/internal";
 import { SessionNotFoundError, TelemetrySourceError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
+import {
+  BASE_NS,
+  GiB,
+  MiB,
+  MS,
+  record,
+  Timeline,
+  writeSink,
+} from "../../../sink/test/support/telemetry-fixtures.js";
 import { analyzeEvents, analyzeTelemetry, formatReportText, reportToJson } from "../../src/index.js";
 import { formatDuration } from "../../src/report/text.js";
 import { goldenCases, loadEvents } from "../support/golden-helpers.js";
-import { BASE_NS, GiB, MiB, MS, record, Timeline, writeSink } from "../support/report-helpers.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-report-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));

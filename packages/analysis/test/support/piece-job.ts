@@ -1,6 +1,6 @@
 import { encodeTelemetryRecord, type JsonObject, type TelemetryEvent } from "@stormlog/core";
 import { markFloat } from "@stormlog/core/internal";
-import { BASE_NS, GiB, MiB, MS, Timeline } from "./report-helpers.js";
+import { BASE_NS, GiB, MiB, MS, Timeline } from "../../../sink/test/support/telemetry-fixtures.js";
 
 /**
  * A four-rank job as one file's records, with a record of each kind the scan keeps apart: alerts,

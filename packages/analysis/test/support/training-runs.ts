@@ -1,5 +1,5 @@
 import type { TelemetryEvent } from "@stormlog/core";
-import { MiB, Timeline } from "./report-helpers.js";
+import { MiB, Timeline } from "../../../sink/test/support/telemetry-fixtures.js";
 
 /** Where a generated run keeps memory, per step. */
 export interface TrainingRun {

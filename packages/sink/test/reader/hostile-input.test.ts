@@ -14,7 +14,6 @@ import {
   TelemetryValidationError,
 } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { deepJson, samples, writeSink } from "../../../analysis/test/support/report-helpers.js";
 import {
   buildTelemetryRollups,
   iterateTelemetryEvents,
@@ -24,6 +23,7 @@ import {
   TelemetrySourceError,
 } from "../../src/index.js";
 import { tempDir } from "../helpers.js";
+import { deepJson, samples, writeSink } from "../support/telemetry-fixtures.js";
 
 /** The sessions `path` holds, and the warnings reading it gave. */
 async function read(path: string): Promise<{ ids: string[]; events: number; warnings: string[] }> {

@@ -1,3 +1,4 @@
+// Telemetry records and sink directories built for tests (the analysis and CLI tests use them too).
 import { appendFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
@@ -6,7 +7,7 @@ import {
   type TelemetryEvent,
   type TelemetryRecordV3,
 } from "@stormlog/core";
-import { serializeManifest } from "@stormlog/sink/internal";
+import { serializeManifest } from "../../src/internal.js";
 
 export const BASE_NS = 1_760_000_000_000_000_000n;
 export const MS = 1_000_000n;
