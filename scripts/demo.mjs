@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // `pnpm demo`: the main job. A thin launcher: it builds the packages (turbo; cached when nothing changed) and
-// runs the tracked TensorFlow.js training example, which prints its analysis. Until that example exists it
+// runs the tracked TensorFlow.js training example, which prints its analysis and writes its HTML report
+// (stormlog-report.html beside the sink; it prints the path). Until that example exists it
 // says so and shows what the repository has. Usage: pnpm demo [--skip-build] [-- args for the example]
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";

@@ -1,20 +1,22 @@
 /**
  * The Stormlog demo: a TensorFlow.js training job tracked phase by phase, then analysed.
  *
- *   pnpm start [-- --leak] [--out DIR] [--json FILE] [--epochs N] [--batches N]
+ *   pnpm start [-- --leak] [--out DIR] [--json FILE] [--report FILE] [--epochs N] [--batches N]
  *
  * --leak   `backward` keeps a gradient copy every step (a leak), `load_batch` hands the step tensors
  *          it disposes (not one); samples attribute live tensors to the phase they were born in.
  * --out    the sink directory (default ./stormlog-sink; STORMLOG_SINK_DIR also sets it).
  * --json   also write the analysis as JSON to FILE.
+ * --report the HTML report's file (default stormlog-report.html beside the sink): open it in a browser.
  */
 import { existsSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { join, relative, resolve } from "node:path";
+import { dirname, join, relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { tfjsCollector } from "@stormlog/adapter-tfjs";
 import { analyzeTelemetry, formatReportText, reportToJson } from "@stormlog/analysis";
 import { stringifyJson } from "@stormlog/core";
+import { writeReport } from "@stormlog/report";
 import { MemoryTracker, processCollector } from "@stormlog/tracker";
 import { loadTensorFlow } from "./tfjs.js";
 import {
@@ -35,6 +37,7 @@ const { values: args } = parseArgs({
     leak: { type: "boolean", default: false },
     out: { type: "string" },
     json: { type: "string" },
+    report: { type: "string" },
     epochs: { type: "string" },
     batches: { type: "string" },
     quiet: { type: "boolean", default: false },
@@ -58,6 +61,7 @@ const config: TrainConfig = {
   leak: args.leak ?? false,
 };
 const sinkDir = resolve(args.out ?? process.env.STORMLOG_SINK_DIR ?? "stormlog-sink");
+const reportFile = resolve(args.report ?? join(dirname(sinkDir), "stormlog-report.html"));
 // Paths and commands are shown relative to where the user typed the command (pnpm sets INIT_CWD).
 const userCwd = process.env.INIT_CWD ?? process.cwd();
 const shown = (path: string) => {
@@ -124,10 +128,16 @@ log(formatReportText(report));
 if (args.json !== undefined)
   writeFileSync(args.json, `${stringifyJson(reportToJson(report), { indent: 2 })}\n`);
 
+// The same session as one HTML page: timelines with the phases under them, the tables above.
+const page = await writeReport(sinkDir, reportFile, { sessionId, title: "tfjs-training: the Stormlog demo" });
+
 const sink = shown(sinkDir);
 log("────────────────────────────────────────────────────────────────────────────");
 log(`Telemetry: ${sink}`);
 log(`  session ${sessionId}, ${stats.totalEvents} records (schema v3: the Python Stormlog reads it too)`);
+log(
+  `Report: ${shown(reportFile)} (${(page.bytes / 1048576).toFixed(2)} MB; open it in a browser, it loads nothing)`,
+);
 log();
 // `pnpm demo` builds the packages; run on its own from source, the command may not be built yet.
 const cliBuilt = existsSync(
@@ -136,6 +146,7 @@ const cliBuilt = existsSync(
 log(cliBuilt ? "Try next:" : "Try next (the `stormlog` command is built by `pnpm build`; run it first):");
 log(`  pnpm exec stormlog analyze ${sink} --format json    # this analysis as JSON`);
 log(`  pnpm exec stormlog sessions ${sink}                 # every run recorded in this sink`);
+log(`  pnpm exec stormlog report ${sink} -o report.html    # this page again, or another session's`);
 log(`  pnpm exec stormlog export ${sink} --format perfetto --output trace.json`);
 log("      # phases and memory on a timeline: open trace.json in https://ui.perfetto.dev");
 if (!config.leak) {

@@ -223,6 +223,10 @@ describe("examples/tfjs-training", () => {
     expect(out).toContain("train / load_batch, forward, backward, optimizer_step");
     expect(out).toContain("stormlogCallback");
     expect(out).toContain(`Telemetry: ${clean.sink}`);
+    // The HTML report, written beside the sink.
+    const page = join(dirname(clean.sink), "stormlog-report.html");
+    expect(out).toContain(`Report: ${page} (`);
+    expect(readFileSync(page, "utf8")).toContain('<script type="application/json" id="stormlog-data">');
     expect(out).toContain(`pnpm exec stormlog analyze ${clean.sink}`);
     expect(out).toContain("--leak");
   });

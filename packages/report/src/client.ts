@@ -37,6 +37,7 @@ export const CLIENT_SCRIPT = String.raw`(function () {
   }
   function secs(value) {
     var abs = Math.abs(value);
+    if (abs === 0) return "0 s";
     if (abs >= 120) return (value / 60).toFixed(abs >= 1200 ? 0 : 1) + " min";
     if (abs >= 1) return value.toFixed(abs >= 10 ? 1 : 2) + " s";
     return (value * 1000).toFixed(abs >= 0.01 ? 0 : 2) + " ms";
@@ -282,7 +283,7 @@ export const CLIENT_SCRIPT = String.raw`(function () {
       scales: { x: { time: false, auto: false, min: view.min, max: view.max }, y: { range: function (u, min, max) { return [0, max > 0 ? max * 1.05 : 1]; } } },
       axes: [
         { values: function (u, splits) { return splits.map(function (v) { return secs(v); }); }, size: 28 },
-        { values: function (u, splits) { return splits.map(function (v) { return bytes(v); }); }, size: 76 },
+        { values: function (u, splits) { return splits.map(function (v) { return bytes(v); }); }, size: 90 },
       ],
       series: series,
       cursor: { sync: { key: "stormlog" }, drag: { x: true, y: false, setScale: true }, points: { show: false } },

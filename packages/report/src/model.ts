@@ -402,7 +402,7 @@ function cards(report: AnalysisReport, origin: bigint, cpuOnly: boolean): Report
       "Peak allocated",
       summary.peaks.allocator_allocated_bytes,
       origin,
-      rss,
+      "A CPU-only run: what the framework's allocator reports (tfjs tensor bytes), or the process's RSS when no framework collector ran.",
       "Bytes the framework's allocator handed out (tfjs numBytes, onnxruntime arena in use).",
     ),
     peakCard(
