@@ -1,4 +1,4 @@
-import { rmSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -63,6 +63,43 @@ describe("the report page", () => {
     await expect.poll(() => readout.textContent()).toContain(`phase: ${OUTER} / ${INNER}`);
     expect(await readout.textContent()).toMatch(/allocated [\d.]+ MB \([\d,]+ B\)/);
     await page.close();
+  });
+
+  it("zooms with the wheel around the pointer and resets", async () => {
+    const { page, problems } = await openReport(browser, file);
+    const over = (await page.locator(".rank .u-over").first().boundingBox())!;
+    const readout = page.locator(".rank .readout").first();
+    const timeAt = async (fraction: number): Promise<number> => {
+      await page.mouse.move(over.x + over.width * fraction, over.y + over.height / 2);
+      const text = (await readout.textContent()) ?? "";
+      return Number(/t = (-?[\d.]+) s/.exec(text)?.[1]);
+    };
+    const before = await timeAt(0.9);
+    expect(before).toBeCloseTo(endS * 0.9, 1);
+    await page.mouse.move(over.x + over.width * 0.5, over.y + over.height / 2);
+    await page.mouse.wheel(0, -100);
+    await page.mouse.wheel(0, -100);
+    // Zoomed in around the middle: the same pixel near the right edge now reads an earlier time.
+    const zoomed = await timeAt(0.9);
+    expect(zoomed).toBeLessThan(before - 0.2);
+    expect(zoomed).toBeGreaterThan(endS * 0.5);
+    await page.getByRole("button", { name: "reset" }).click();
+    expect(await timeAt(0.9)).toBeCloseTo(before, 2);
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it("says so when a rank has no memory reading, without an error", async () => {
+    const empty = join(dir, "empty.jsonl");
+    const lines = readFileSync(join(dir, "run.jsonl"), "utf8").split("\n");
+    writeFileSync(empty, `${lines.filter((line) => /"event_type": "(start|stop)"/.test(line)).join("\n")}\n`);
+    const page = join(dir, "empty.html");
+    await writeReport(empty, page);
+    const opened = await openReport(browser, page);
+    expect(opened.problems).toEqual([]);
+    expect(opened.ready.charts).toBe(0);
+    expect(await opened.page.locator(".rank .empty").textContent()).toBe("No memory reading on this rank.");
+    await opened.page.close();
   });
 
   it("runs nothing from the input: hostile phase names and contexts are text", async () => {
