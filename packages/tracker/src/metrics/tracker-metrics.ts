@@ -110,8 +110,8 @@ function globalMeterProvider(): MeterProvider | null {
   }
 }
 
-/** Memory gauges per device: the counter each reads from the device's last merged reading. */
-const MEMORY_GAUGES: readonly (readonly [string, MemoryCounterField, string])[] = [
+/** Allocator gauges per device: the counter each reads from the device's last merged reading. */
+const ALLOCATOR_GAUGES: readonly (readonly [string, MemoryCounterField, string])[] = [
   [
     "stormlog.memory.allocated",
     "allocator_allocated_bytes",
@@ -122,12 +122,12 @@ const MEMORY_GAUGES: readonly (readonly [string, MemoryCounterField, string])[] 
     "allocator_reserved_bytes",
     "Bytes the allocator holds from the device, in use or cached.",
   ],
-  [
-    "stormlog.device.memory.used",
-    "device_used_bytes",
-    "Device memory in use, as the driver reports it (NVML).",
-  ],
-  ["stormlog.device.memory.limit", "device_total_bytes", "The device's total memory."],
+];
+
+/** A GPU's memory as the driver reports it (NVML), under the semantic conventions' hardware names. */
+const GPU_COUNTERS: readonly (readonly [string, MemoryCounterField, string])[] = [
+  ["hw.gpu.memory.usage", "device_used_bytes", "GPU memory in use, as the driver reports it (NVML)."],
+  ["hw.gpu.memory.limit", "device_total_bytes", "The GPU's total memory."],
 ];
 
 /** The collector health states, observed as a state set (1 for the current one, 0 for the others). */
@@ -157,6 +157,7 @@ export interface MetricsSource {
 interface Instruments {
   readonly meter: Meter;
   readonly memory: readonly (readonly [ObservableGauge, MemoryCounterField])[];
+  readonly gpu: readonly (readonly [Observable, MemoryCounterField])[];
   readonly processMemory: Observable;
   readonly health: ObservableGauge;
   readonly sinkWritten: Observable;
@@ -321,6 +322,13 @@ export class TrackerMetrics {
           const value = reading[field];
           if (typeof value === "number" && value >= 0) result.observe(gauge, value, attributes);
         }
+        // Device ids from 0 are GPUs (the host is -1).
+        if (group.deviceId < 0) continue;
+        const gpuAttributes = { ...attributes, "hw.id": `gpu${group.deviceId}` };
+        for (const [counter, field] of instruments.gpu) {
+          const value = reading[field];
+          if (typeof value === "number" && value >= 0) result.observe(counter, value, gpuAttributes);
+        }
       }
       if (this.rssBytes !== null) result.observe(instruments.processMemory, this.rssBytes, this.base);
       for (const state of collectors.states) {
@@ -370,9 +378,13 @@ export class TrackerMetrics {
 /** The instruments on `provider`'s meter, observed by `callback`. */
 function makeInstruments(provider: MeterProvider, callback: BatchObservableCallback): Instruments {
   const meter = provider.getMeter(METER_NAME);
-  const memory = MEMORY_GAUGES.map(
+  const memory = ALLOCATOR_GAUGES.map(
     ([name, field, description]) =>
       [meter.createObservableGauge(name, { unit: "By", description }), field] as const,
+  );
+  const gpu = GPU_COUNTERS.map(
+    ([name, field, description]) =>
+      [meter.createObservableUpDownCounter(name, { unit: "By", description }), field] as const,
   );
   // The semantic conventions' name for a process's resident memory.
   const processMemory = meter.createObservableUpDownCounter("process.memory.usage", {
@@ -411,6 +423,7 @@ function makeInstruments(provider: MeterProvider, callback: BatchObservableCallb
   });
   const observables: Observable[] = [
     ...memory.map(([gauge]) => gauge),
+    ...gpu.map(([counter]) => counter),
     processMemory,
     health,
     sinkWritten,
@@ -421,6 +434,7 @@ function makeInstruments(provider: MeterProvider, callback: BatchObservableCallb
   return {
     meter,
     memory,
+    gpu,
     processMemory,
     health,
     sinkWritten,

@@ -90,8 +90,10 @@ describe("live metrics through the OpenTelemetry API", () => {
     };
     expect(pointWith(byName.get("stormlog.memory.allocated"), device).value).toBe(950 * MiB);
     expect(pointWith(byName.get("stormlog.memory.reserved"), device).value).toBe(1000 * MiB);
-    expect(pointWith(byName.get("stormlog.device.memory.used"), device).value).toBe(1000 * MiB);
-    expect(pointWith(byName.get("stormlog.device.memory.limit"), device).value).toBe(1024 * MiB);
+    // A GPU's driver-reported memory under the semantic conventions' hardware names.
+    const gpu = { ...device, "hw.id": "gpu0" };
+    expect(pointWith(byName.get("hw.gpu.memory.usage"), gpu).value).toBe(1000 * MiB);
+    expect(pointWith(byName.get("hw.gpu.memory.limit"), gpu).value).toBe(1024 * MiB);
     expect(byName.get("stormlog.memory.allocated")?.descriptor.unit).toBe("By");
 
     const durations = byName.get("stormlog.phase.duration");
