@@ -28,8 +28,8 @@ export class DiagnoseBundleNotFoundError extends StormlogError {
 
   constructor(path: string) {
     super(
-      `Diagnose artifact directory not found: ${path} (run \`stormlog diagnose --output <dir>\` first, ` +
-        "or pass the folder it wrote)",
+      `Diagnose artifact directory not found: ${path} (pass a folder a diagnose run wrote: ` +
+        "manifest.json, diagnostic_summary.json)",
     );
     this.path = path;
   }

@@ -59,6 +59,17 @@ export {
   WandbOfflineRun,
 } from "./offline/writer.js";
 
+// Online: the history, summary and config also streamed to a live run through the W&B JS SDK.
+
+export {
+  loadOnlineSdk,
+  type OnlineAvailability,
+  WANDB_JS_SDK,
+  type WandbJsRun,
+  type WandbJsSdk,
+  WandbStreamingClient,
+} from "./online.js";
+
 // Errors.
 
 export {

@@ -21,6 +21,13 @@ import {
 import { bytes, isoNs, offsetNs, renderTable, shown, signedBytes } from "../format.js";
 import { type CliIo, createProgress, writeOutput } from "../io.js";
 import { VERSION } from "../version.js";
+import {
+  exportDiagnosis,
+  WANDB_BUNDLE_OPTION,
+  WANDB_OPTIONS,
+  WANDB_USAGE,
+  wandbRequested,
+} from "../wandb.js";
 import type { Command } from "./command.js";
 
 /** Exit code of `diagnose` when a memory risk is found. */
@@ -30,7 +37,8 @@ const help: CommandHelp = {
   name: "diagnose",
   summary: "Per-rank diagnostics table: gaps, first anomalies, earliest and most severe rank.",
   usage:
-    "stormlog diagnose <path> [--format txt|json] [--session-id ID] [--ranks 0,2,4-7] [--output FILE] [--no-index] [--cache-dir DIR]",
+    "stormlog diagnose <path> [--format txt|json] [--session-id ID] [--ranks 0,2,4-7] [--output FILE] [--no-index] [--cache-dir DIR] [--wandb-bundle DIR] " +
+    WANDB_USAGE,
   description:
     "The Python reference TUI's Diagnostics tab in the terminal: per rank its availability, samples,\n" +
     "allocated and reserved change, hidden gap (device used - allocator reserved; latest and peak) and\n" +
@@ -53,6 +61,8 @@ const help: CommandHelp = {
     },
     output: { type: "string", short: "o", value: "FILE", description: "Write to FILE instead of stdout." },
     ...INDEX_OPTIONS,
+    ...WANDB_OPTIONS,
+    ...WANDB_BUNDLE_OPTION,
   },
   examples: [
     "stormlog diagnose ./job-sinks",
@@ -217,6 +227,15 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     progress.finish();
   }
   await writeOutput(io, stringFlag(args, "output"), rendered.text);
+  if (wandbRequested(args)) {
+    await exportDiagnosis(io, help, args, {
+      path,
+      sessionId,
+      text: rendered.text,
+      exitCode: rendered.code,
+      risk: rendered.code === EXIT_MEMORY_RISK,
+    });
+  }
   return rendered.code;
 }
 

@@ -13,15 +13,17 @@ import {
 } from "../args.js";
 import { warningLine } from "../format.js";
 import { type CliIo, createProgress, type Output, openOutput, type Progress } from "../io.js";
+import { exportRecordedSession, WANDB_OPTIONS, WANDB_USAGE } from "../wandb.js";
 import type { Command } from "./command.js";
 
-const FORMATS = ["perfetto", "csv", "jsonl"] as const;
+const FORMATS = ["perfetto", "csv", "jsonl", "wandb"] as const;
 
 const help: CommandHelp = {
   name: "export",
   summary: "Export a run as a Perfetto/Chrome trace, CSV (metadata kept) or canonical JSONL.",
   usage:
-    "stormlog export <path> --format perfetto|csv|jsonl [--output FILE] [--session-id ID] [--no-index] [--cache-dir DIR]",
+    "stormlog export <path> --format perfetto|csv|jsonl|wandb [--output FILE] [--session-id ID] [--no-index] [--cache-dir DIR] " +
+    WANDB_USAGE,
   description:
     "perfetto: Chrome Trace Event JSON for ui.perfetto.dev: each rank is a process ('rank R @ host'),\n" +
     "phases are slices on one lane per recording thread, memory series are counter tracks, and alerts,\n" +
@@ -34,17 +36,21 @@ const help: CommandHelp = {
     "rank at a time (each rank's events are a block of the trace). Like analyze, export\n" +
     "builds or reuses the analysis index beside the sink (or in --cache-dir when the sink is read-only).\n" +
     "What the reading left out or distrusted (a line cut short, a segment shorter than its manifest\n" +
-    "says, an unusable manifest) is said on stderr, one warning a line; the exit code stays 0.",
+    "says, an unusable manifest) is said on stderr, one warning a line; the exit code stays 0.\n" +
+    "wandb: the session as a Weights & Biases offline run (wandb/offline-run-<time>-<id>/ in --wandb-dir),\n" +
+    "the Python Stormlog's export: summary, timeline history, tables, charts, dashboard (docs/wandb.md).",
   options: {
     format: { type: "string", value: "perfetto|csv|jsonl", description: "Export format (required)." },
     output: { type: "string", short: "o", value: "FILE", description: "Write to FILE instead of stdout." },
     "session-id": { type: "string", value: "ID", description: "Export this session or rank group." },
     ...INDEX_OPTIONS,
+    ...WANDB_OPTIONS,
   },
   examples: [
     "stormlog export ./job-sinks --format perfetto --output trace.json   # open in https://ui.perfetto.dev",
     "stormlog export ./stormlog-sink --format csv --output events.csv",
     "stormlog export ./stormlog-sink --format jsonl --session-id <id> > session.jsonl",
+    "stormlog export ./stormlog-sink --format wandb --wandb-project my-project   # then: wandb sync wandb/offline-run-*",
   ],
 };
 
@@ -96,6 +102,8 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   }
   const path = resolve(io.cwd, requirePath(help, args));
   const format = choice(help, args, "format", FORMATS);
+  // wandb: a W&B offline run directory (--wandb-dir), not a stream; the session as `track --wandb` exports it.
+  if (format === "wandb") return exportRecordedSession(io, help, args, path, stringFlag(args, "session-id"));
   const sessionId = stringFlag(args, "session-id");
   const open = () => openOutput(io, stringFlag(args, "output"));
   const progress = createProgress(io, "Exporting");

@@ -22,6 +22,7 @@ import {
 import { type ChildProcessCollector, childProcessCollector } from "../child-collector.js";
 import { CliUsageError } from "../errors.js";
 import type { CliIo, CliSignal } from "../io.js";
+import { exportTrackedSession, WANDB_OPTIONS, wandbRequested } from "../wandb.js";
 import type { Command } from "./command.js";
 
 const MIB = 1024 * 1024;
@@ -123,6 +124,7 @@ const help: CommandHelp = {
       description: "Address the metrics endpoint listens on (0.0.0.0 for scrapes from other hosts).",
       default: "127.0.0.1",
     },
+    ...WANDB_OPTIONS,
   },
   examples: [
     "stormlog track -- node train.js --epochs 3",
@@ -473,6 +475,19 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
       tracker!.getSessionSummary()?.session_id,
       resolve(io.cwd, reportFile),
     );
+  if (wandbRequested(args)) {
+    // Like --report: the recording is complete whatever happens here; a failure is said on stderr.
+    try {
+      await exportTrackedSession(io, help, args, {
+        sinkDir: sink!.rootDir,
+        sessionId: tracker!.getSessionSummary()?.session_id,
+        statistics: tracker!.getStatistics(),
+      });
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      io.stderr.write(`stormlog track: the W&B export failed: ${message}\n`);
+    }
+  }
   return exitCode;
 }
 

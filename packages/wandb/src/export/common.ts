@@ -3,7 +3,7 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type JsonObject, type JsonValue, parseJson } from "@stormlog/core";
-import { isPythonBlank } from "@stormlog/core/internal";
+import { isPythonBlank, pythonStrip } from "@stormlog/core/internal";
 import {
   WandbArtifact,
   type WandbClient,
@@ -123,8 +123,8 @@ export async function resolveRun(
 
 function defaultGroup(session: ExportSession | null): string | null {
   if (session === null || session.job_id === null || session.job_id === undefined) return null;
-  // The reference passes the job id through as it is; a group is text.
-  return typeof session.job_id === "string" ? session.job_id : JSON.stringify(session.job_id);
+  // The reference passes the job id through as it is, text or not (a manifest may hold a number).
+  return session.job_id as string;
 }
 
 /** `update_summary`: nothing for an empty payload. */
@@ -158,11 +158,18 @@ export function sessionSlug(session: ExportSession | null): string {
 /** `read_json_if_exists`: an object, or null when missing, unreadable or not an object. */
 export function readJsonObjectIfExists(path: string): JsonObject | null {
   if (!pathExists(path)) return null;
-  let text: string;
+  let bytes: Buffer;
   try {
-    text = readFileSync(purePath(path), "utf8");
+    bytes = readFileSync(purePath(path));
   } catch {
     return null;
+  }
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes);
+  } catch {
+    // Python's read_text raises UnicodeDecodeError here, which the reference does not catch.
+    throw new WandbExportInputError("UnicodeDecodeError", "the file is not valid UTF-8", path);
   }
   let payload: JsonValue;
   try {
@@ -214,7 +221,7 @@ function sessionFromDict(payload: JsonObject): ExportSession {
   if (typeof rawStatus !== "string" || isPythonBlank(rawStatus)) {
     throw new PythonError("ValueError", "session status must be a non-empty string");
   }
-  const status = rawStatus.trim().toLowerCase();
+  const status = pythonStrip(rawStatus).toLowerCase();
   if (!SESSION_STATUSES.has(status))
     throw new PythonError("ValueError", `Unsupported session status: ${rawStatus}`);
   const int = (field: string, fallback: JsonValue): bigint => {

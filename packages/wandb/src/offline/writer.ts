@@ -112,7 +112,7 @@ export class WandbOfflineRun implements WandbRun {
     private readonly now: () => number,
   ) {
     this.startMs = now();
-    this.runId = options.id ?? generateRunId();
+    this.runId = options.id || generateRunId();
     this.runDir = resolve(
       dir,
       "wandb",
