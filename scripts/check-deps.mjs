@@ -14,6 +14,7 @@ export const RULES = {
   sink: ["core"],
   tracker: ["core", "phases", "sink"],
   analysis: ["core", "phases", "sink"],
+  parquet: ["core", "phases", "sink", "analysis"],
   report: ["core", "phases", "sink", "analysis"],
   "adapter-tfjs": ["core"],
   "adapter-cuda": ["core"],

@@ -46,6 +46,8 @@ export const SIZE_BUDGETS = {
   "@stormlog/analysis": { tarball: 1 * MB, install: 8 * MB },
   // The analysis and uPlot (0.6 MB), whose script and style sheet the HTML report inlines.
   "@stormlog/report": { tarball: 0.5 * MB, install: 10 * MB },
+  // The analysis and the Parquet encoder (DuckDB, for `queryParquet`, is an optional peer: not installed).
+  "@stormlog/parquet": { tarball: 0.5 * MB, install: 10 * MB },
   // Everything above but the tfjs and onnxruntime adapters.
   "@stormlog/cli": { tarball: 1.25 * MB, install: 15 * MB },
 };

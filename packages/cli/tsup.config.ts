@@ -25,7 +25,7 @@ export default [
     minifyWhitespace: true,
     minifySyntax: true,
     // Their `internal` entries too: the bundle must not require them at run time.
-    noExternal: [/^@stormlog\/(core|phases|sink|tracker|analysis)(\/internal)?$/],
+    noExternal: [/^@stormlog\/(core|phases|sink|tracker|analysis|parquet)(\/internal)?$/],
     // The tracker's ESM finds its sink worker from `import.meta.url`; the CLI writes its sink on the
     // main thread, but the bundled code must still compile to CommonJS without an empty `import.meta`.
     shims: true,

@@ -10,6 +10,7 @@ import { analyzeCommand } from "./commands/analyze.js";
 import type { Command } from "./commands/command.js";
 import { diagnoseCommand } from "./commands/diagnose.js";
 import { exportCommand } from "./commands/export.js";
+import { queryCommand } from "./commands/query.js";
 import { reportCommand } from "./commands/report.js";
 import { sessionsCommand } from "./commands/sessions.js";
 import { trackCommand } from "./commands/track.js";
@@ -24,6 +25,7 @@ export const COMMANDS: readonly Command[] = [
   diagnoseCommand,
   trackCommand,
   exportCommand,
+  queryCommand,
   reportCommand,
 ];
 

@@ -21,7 +21,7 @@ import {
   resolveTelemetryInput,
   segmentShortfall,
 } from "@stormlog/sink/internal";
-import { type RankAnalysis, rankData } from "../analyses/analysis.js";
+import { type RankAnalysis, type RankData, rankData } from "../analyses/analysis.js";
 import { CrossRankAccumulator } from "../analyses/cross-rank.js";
 import { GapAccumulator } from "../analyses/gap-accumulator.js";
 import { LeakAccumulator } from "../analyses/leaks.js";
@@ -95,6 +95,17 @@ interface ReportParts {
   sink: SinkReport;
   index: IndexUsage | null;
   notes: string[];
+  /** Shown each rank as the analyses read it (exporters that write the dataset in the same pass). */
+  visitor?: RankVisitor;
+}
+
+/**
+ * What an exporter sees of an analysis while it runs (`analyzeTelemetryRanks`, internal): the
+ * selection and its segments once, then each rank as the analyses read it (valid until the next).
+ */
+export interface RankVisitor {
+  begin?(context: { readonly selection: SessionSelection; readonly segments: readonly SegmentData[] }): void;
+  rank(data: RankData): void;
 }
 
 function sessionSection(sessions: readonly SessionListing[], selection: SessionSelection): ReportSession {
@@ -130,9 +141,12 @@ function analyze(parts: ReportParts): AnalysisReport {
     alerts: new AlertsAccumulator(plan.eventTypes),
   } satisfies Record<string, RankAnalysis<unknown> | null>;
   const analyses = Object.values(sections).filter((analysis) => analysis !== null);
+  const visitor = parts.visitor;
+  visitor?.begin?.({ selection: parts.selection, segments: parts.segments });
   for (const loaded of loadRanks(plan)) {
     const data = rankData(loaded);
     for (const analysis of analyses) analysis.addRank(data);
+    visitor?.rank(data);
   }
   return {
     input: parts.input,
@@ -364,6 +378,7 @@ async function analyzeIndexed(
   inputSize: number,
   warnings: readonly string[],
   view: string,
+  visitor?: RankVisitor,
 ): Promise<AnalysisReport> {
   // Aggregate files are written while the analysis runs; `settle` then gives the index's usage.
   const { segments, sizes, usage, settle } = await index.loadSegments({ settleLater: true });
@@ -385,6 +400,7 @@ async function analyzeIndexed(
     sink,
     index: usage,
     notes: [],
+    ...(visitor !== undefined ? { visitor } : {}),
   });
   options.onProgress?.({ phase: "analyze", done: 1, total: 1 });
   if (settle !== undefined) report.index = await settle();
@@ -397,6 +413,7 @@ async function analyzeJsonFile(
   options: AnalyzeOptions,
   size: number,
   warnings: readonly string[],
+  visitor?: RankVisitor,
 ): Promise<AnalysisReport> {
   const loaded = await loadTelemetrySessions(input.path);
   const events: TelemetryEvent[] = [];
@@ -428,7 +445,30 @@ async function analyzeJsonFile(
       reason: "JSON documents are read whole, not indexed",
     },
     notes: [],
+    ...(visitor !== undefined ? { visitor } : {}),
   });
+}
+
+/**
+ * `analyzeTelemetry`'s report, computed afresh (a stored report is not reused), with `visitor` shown
+ * the selection and each rank as the analyses read it: exporters write the dataset in the same pass
+ * (internal: `@stormlog/analysis/internal`). The index is used and maintained as `analyzeTelemetry` does.
+ */
+export async function analyzeTelemetryRanks(
+  path: string,
+  visitor: RankVisitor,
+  options: AnalyzeOptions = {},
+): Promise<AnalysisReport> {
+  const warnings: string[] = [];
+  const input = await resolveTelemetryInput(path, (message) => warnings.push(message));
+  if (input.kind === "json") return analyzeJsonFile(input, options, 0, warnings, visitor);
+  const index = await SegmentIndex.open(input, segmentIndexOptions(options));
+  try {
+    const view = JSON.stringify([options.sessionId ?? null, path]);
+    return await analyzeIndexed(input, index, options, 0, warnings, view, visitor);
+  } finally {
+    index.dispose();
+  }
 }
 
 /**

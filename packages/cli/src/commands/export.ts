@@ -1,28 +1,31 @@
 import { resolve } from "node:path";
 import { openSelectedEvents, streamPerfettoTrace, telemetryCsvLines } from "@stormlog/analysis";
 import { encodeTelemetryRecord, type TelemetryEvent } from "@stormlog/core";
+import { exportParquet } from "@stormlog/parquet";
 import {
   type CommandHelp,
   choice,
   formatCommandHelp,
   INDEX_OPTIONS,
   indexFlags,
+  type ParsedArgs,
   parseCommandArgs,
   requirePath,
   stringFlag,
 } from "../args.js";
+import { CliUsageError } from "../errors.js";
 import { warningLine } from "../format.js";
 import { type CliIo, createProgress, type Output, openOutput, type Progress } from "../io.js";
 import { exportRecordedSession, WANDB_OPTIONS, WANDB_USAGE } from "../wandb.js";
 import type { Command } from "./command.js";
 
-const FORMATS = ["perfetto", "csv", "jsonl", "wandb"] as const;
+const FORMATS = ["perfetto", "csv", "jsonl", "parquet", "wandb"] as const;
 
 const help: CommandHelp = {
   name: "export",
   summary: "Export a run as a Perfetto/Chrome trace, CSV (metadata kept) or canonical JSONL.",
   usage:
-    "stormlog export <path> --format perfetto|csv|jsonl|wandb [--output FILE] [--session-id ID] [--no-index] [--cache-dir DIR] " +
+    "stormlog export <path> --format perfetto|csv|jsonl|parquet|wandb [--output FILE] [--session-id ID] [--no-index] [--cache-dir DIR] " +
     WANDB_USAGE,
   description:
     "perfetto: Chrome Trace Event JSON for ui.perfetto.dev: each rank is a process ('rank R @ host'),\n" +
@@ -37,10 +40,15 @@ const help: CommandHelp = {
     "builds or reuses the analysis index beside the sink (or in --cache-dir when the sink is read-only).\n" +
     "What the reading left out or distrusted (a line cut short, a segment shorter than its manifest\n" +
     "says, an unusable manifest) is said on stderr, one warning a line; the exit code stays 0.\n" +
+    "parquet: a hive-partitioned Parquet dataset in the directory --output names (<table>/job_id=J/rank=R/),\n" +
+    "tables samples, phase_occurrences, alerts, collector_transitions, hidden_memory_findings,\n" +
+    "leak_verdicts and sessions, for DuckDB, Spark, Trino or ClickHouse (docs/parquet.md); written from\n" +
+    "the analysis's own pass, one rank at a time; exporting again into it rewrites only what changed.\n" +
+    "Query it with 'stormlog query'.\n" +
     "wandb: the session as a Weights & Biases offline run (wandb/offline-run-<time>-<id>/ in --wandb-dir),\n" +
     "the Python Stormlog's export: summary, timeline history, tables, charts, dashboard (docs/wandb.md).",
   options: {
-    format: { type: "string", value: "perfetto|csv|jsonl", description: "Export format (required)." },
+    format: { type: "string", value: "perfetto|csv|jsonl|parquet", description: "Export format (required)." },
     output: { type: "string", short: "o", value: "FILE", description: "Write to FILE instead of stdout." },
     "session-id": { type: "string", value: "ID", description: "Export this session or rank group." },
     ...INDEX_OPTIONS,
@@ -49,6 +57,7 @@ const help: CommandHelp = {
   examples: [
     "stormlog export ./job-sinks --format perfetto --output trace.json   # open in https://ui.perfetto.dev",
     "stormlog export ./stormlog-sink --format csv --output events.csv",
+    'stormlog export ./job-sinks --format parquet -o ./dataset   # then: stormlog query "SELECT ..." ./dataset',
     "stormlog export ./stormlog-sink --format jsonl --session-id <id> > session.jsonl",
     "stormlog export ./stormlog-sink --format wandb --wandb-project my-project   # then: wandb sync wandb/offline-run-*",
   ],
@@ -94,6 +103,39 @@ async function* jsonlLines(events: AsyncIterable<TelemetryEvent>): AsyncGenerato
   for await (const event of events) yield `${encodeTelemetryRecord(event)}\n`;
 }
 
+/** `--format parquet`: the dataset in the directory `--output` names, and one line saying what was written. */
+async function exportParquetDataset(
+  io: CliIo,
+  args: ParsedArgs,
+  path: string,
+  sessionId: string | undefined,
+): Promise<number> {
+  const output = stringFlag(args, "output");
+  if (output === undefined)
+    throw new CliUsageError(
+      "--format parquet writes a directory: name it with --output DIR",
+      "run 'stormlog export --help'",
+    );
+  const progress = createProgress(io, "Exporting");
+  try {
+    const result = await exportParquet(path, resolve(io.cwd, output), {
+      ...(sessionId === undefined ? {} : { sessionId }),
+      ...indexFlags(args, io.cwd),
+      onProgress: (done, total) => progress.update(done, total, "ranks"),
+    });
+    progress.finish();
+    const { samples, phase_occurrences: phases } = result.tables;
+    io.stderr.write(
+      `stormlog export: ${result.outputDir}: ${result.ranks} rank(s), ${samples.files} samples part(s), ` +
+        `${phases.files} phase part(s); ${result.filesWritten} file(s) written, ${result.filesKept} unchanged, ` +
+        `${result.filesRemoved} removed\n`,
+    );
+    return 0;
+  } finally {
+    progress.finish();
+  }
+}
+
 async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const args = parseCommandArgs(help, argv);
   if (args.values.help) {
@@ -105,6 +147,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   // wandb: a W&B offline run directory (--wandb-dir), not a stream; the session as `track --wandb` exports it.
   if (format === "wandb") return exportRecordedSession(io, help, args, path, stringFlag(args, "session-id"));
   const sessionId = stringFlag(args, "session-id");
+  if (format === "parquet") return exportParquetDataset(io, args, path, sessionId);
   const open = () => openOutput(io, stringFlag(args, "output"));
   const progress = createProgress(io, "Exporting");
   try {

@@ -1,0 +1,13 @@
+/**
+ * `@stormlog/analysis/internal`: what Stormlog's own exporters (`@stormlog/parquet`) need of the
+ * analysis, no promise to users. The dataset as the analyses read it, one rank at a time, shown to
+ * an exporter during the report's own pass (`analyzeTelemetryRanks`), and the helpers that read a
+ * rank's columns exactly.
+ */
+
+export type { RankData } from "./analyses/analysis.js";
+export { type Occurrence, occurrenceReport } from "./analyses/phase-stats.js";
+export type { AlertEntry, BoundaryEntry, HealthEntry, SampleIdentity } from "./input/aggregate.js";
+export { exactAt, ORDER_SEGMENT_SCALE, originAt, type RankSeries } from "./input/dataset.js";
+export type { SegmentData } from "./input/sessions.js";
+export { analyzeTelemetryRanks, type RankVisitor } from "./report/report.js";

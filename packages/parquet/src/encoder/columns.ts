@@ -1,0 +1,76 @@
+/**
+ * Column values as the encoder takes them. 64-bit integers are two 32-bit halves (`Int64Column`),
+ * filled from exact doubles, bigints or a bigint base plus an exact double offset (timestamps),
+ * so that no bigint is made per value on the hot path.
+ */
+
+const TWO_32 = 4294967296;
+
+/** A column of 64-bit integers, nulls marked in `nulls` (allocated on the first null). */
+export class Int64Column {
+  readonly hi: Int32Array;
+  readonly lo: Uint32Array;
+  nulls: Uint8Array | null = null;
+
+  constructor(readonly length: number) {
+    this.hi = new Int32Array(length);
+    this.lo = new Uint32Array(length);
+  }
+
+  /** An integral double (any within 2^63; fractions are truncated). */
+  setNumber(k: number, value: number): void {
+    const v = Math.trunc(value);
+    const hi = Math.floor(v / TWO_32);
+    this.hi[k] = hi;
+    this.lo[k] = v - hi * TWO_32;
+  }
+
+  setBigint(k: number, value: bigint): void {
+    this.hi[k] = Number(BigInt.asIntN(32, value >> 32n));
+    this.lo[k] = Number(BigInt.asUintN(32, value));
+  }
+
+  /** `base + offset`, `base` split once by `splitBase`, `offset` an exact double (within 2^53). */
+  setOffset(k: number, baseHi: number, baseLo: number, offset: number): void {
+    const offsetHi = Math.floor(offset / TWO_32);
+    const lo = baseLo + (offset - offsetHi * TWO_32);
+    const carry = lo >= TWO_32 ? 1 : 0;
+    this.lo[k] = lo - carry * TWO_32;
+    this.hi[k] = baseHi + offsetHi + carry;
+  }
+
+  setNull(k: number): void {
+    this.nulls ??= new Uint8Array(this.length);
+    this.nulls[k] = 1;
+  }
+
+  /** A value, or null: integral doubles, bigints and null (NaN counts as null). */
+  set(k: number, value: number | bigint | null): void {
+    if (value === null || (typeof value === "number" && !Number.isFinite(value))) this.setNull(k);
+    else if (typeof value === "bigint") this.setBigint(k, value);
+    else this.setNumber(k, value);
+  }
+
+  /** A column of `values`. */
+  static of(values: readonly (number | bigint | null)[]): Int64Column {
+    const column = new Int64Column(values.length);
+    values.forEach((value, k) => {
+      column.set(k, value);
+    });
+    return column;
+  }
+}
+
+/** `base`'s halves for `Int64Column.setOffset`. */
+export function splitBase(base: bigint): [hi: number, lo: number] {
+  return [Number(BigInt.asIntN(32, base >> 32n)), Number(BigInt.asUintN(32, base))];
+}
+
+/** What a column of each type takes. */
+export type EncoderValues =
+  | Int64Column
+  | Int32Array
+  | Float64Array
+  | readonly (number | bigint | null)[]
+  | readonly (string | null)[]
+  | readonly (boolean | null)[];

@@ -1,0 +1,405 @@
+/**
+ * A flat Parquet file, in one row group, one uncompressed data page (v1) per column: text columns
+ * dictionary-encoded (RLE_DICTIONARY, their values repeat: sessions, hosts, phase paths), numbers
+ * PLAIN, nulls as RLE definition levels. Integer columns carry min/max statistics, so engines skip
+ * files by time or rank. The subset every engine reads (DuckDB, Spark, Trino, ClickHouse, Arrow).
+ */
+
+import { type EncoderValues, Int64Column } from "./columns.js";
+import { ByteSink, type ThriftStruct, type ThriftValue, writeStruct } from "./thrift.js";
+
+/** A column's physical and logical type. */
+export type EncoderType = "INT32" | "INT64" | "DOUBLE" | "BOOLEAN" | "STRING" | "JSON";
+
+/** One column to encode. */
+export interface EncoderColumn {
+  readonly name: string;
+  readonly type: EncoderType;
+  readonly nullable: boolean;
+  readonly values: EncoderValues;
+}
+
+const PHYSICAL: Record<EncoderType, number> = {
+  BOOLEAN: 0,
+  INT32: 1,
+  INT64: 2,
+  DOUBLE: 5,
+  STRING: 6,
+  JSON: 6,
+};
+const ENCODING_PLAIN = 0;
+const ENCODING_RLE = 3;
+const ENCODING_RLE_DICTIONARY = 8;
+const PAGE_DATA = 0;
+const PAGE_DICTIONARY = 2;
+const CONVERTED_UTF8 = 0;
+const CONVERTED_JSON = 19;
+
+const text = new TextEncoder();
+
+/** Appends a run of `count` copies of `value` (RLE/bit-packed hybrid, RLE runs only). */
+function rleRun(out: ByteSink, count: number, value: number, byteWidth: number): void {
+  out.varint(count * 2);
+  for (let b = 0; b < byteWidth; b++) out.byte((value >>> (8 * b)) & 0xff);
+}
+
+/** Definition levels (1 present, 0 null) as RLE runs, with their 4-byte length prefix. */
+function definitionLevels(out: ByteSink, isNull: (k: number) => boolean, rows: number): void {
+  const start = out.length;
+  out.uint32(0);
+  let k = 0;
+  while (k < rows) {
+    const value = isNull(k) ? 0 : 1;
+    let end = k + 1;
+    while (end < rows && (isNull(end) ? 0 : 1) === value) end++;
+    rleRun(out, end - k, value, 1);
+    k = end;
+  }
+  out.view.setUint32(start, out.length - start - 4, true);
+}
+
+function nullTest(values: EncoderValues): (k: number) => boolean {
+  if (values instanceof Int64Column) {
+    const nulls = values.nulls;
+    return nulls === null ? () => false : (k) => nulls[k] === 1;
+  }
+  if (values instanceof Int32Array || values instanceof Float64Array) return () => false;
+  const list = values as readonly unknown[];
+  return (k) => list[k] === null || list[k] === undefined;
+}
+
+interface Stats {
+  readonly min: Uint8Array;
+  readonly max: Uint8Array;
+}
+
+function int64Bytes(hi: number, lo: number): Uint8Array {
+  const bytes = new Uint8Array(8);
+  const view = new DataView(bytes.buffer);
+  view.setUint32(0, lo, true);
+  view.setInt32(4, hi, true);
+  return bytes;
+}
+
+/** PLAIN values of a number or boolean column (nulls skipped); min/max for integers. */
+function plainValues(
+  out: ByteSink,
+  column: EncoderColumn,
+  rows: number,
+  isNull: (k: number) => boolean,
+): Stats | null {
+  const { type } = column;
+  let values = column.values;
+  if (type === "INT64") {
+    if (!(values instanceof Int64Column))
+      values = Int64Column.of(values as readonly (number | bigint | null)[]);
+    const { hi, lo, nulls } = values as Int64Column;
+    out.ensure(rows * 8);
+    const view = out.view;
+    let at = out.length;
+    let minHi = 0;
+    let minLo = 0;
+    let maxHi = 0;
+    let maxLo = 0;
+    let any = false;
+    for (let k = 0; k < rows; k++) {
+      if (nulls !== null && nulls[k] === 1) continue;
+      const h = hi[k]!;
+      const l = lo[k]!;
+      view.setUint32(at, l, true);
+      view.setInt32(at + 4, h, true);
+      at += 8;
+      if (!any) {
+        minHi = maxHi = h;
+        minLo = maxLo = l;
+        any = true;
+      } else {
+        if (h < minHi || (h === minHi && l < minLo)) {
+          minHi = h;
+          minLo = l;
+        }
+        if (h > maxHi || (h === maxHi && l > maxLo)) {
+          maxHi = h;
+          maxLo = l;
+        }
+      }
+    }
+    out.length = at;
+    return any ? { min: int64Bytes(minHi, minLo), max: int64Bytes(maxHi, maxLo) } : null;
+  }
+  if (type === "INT32") {
+    const list = values as Int32Array | readonly (number | null)[];
+    out.ensure(rows * 4);
+    let min = 0;
+    let max = 0;
+    let any = false;
+    for (let k = 0; k < rows; k++) {
+      if (isNull(k)) continue;
+      const v = list[k] as number;
+      out.view.setInt32(out.length, v, true);
+      out.length += 4;
+      if (!any || v < min) min = v;
+      if (!any || v > max) max = v;
+      any = true;
+    }
+    if (!any) return null;
+    const minBytes = new Uint8Array(4);
+    const maxBytes = new Uint8Array(4);
+    new DataView(minBytes.buffer).setInt32(0, min, true);
+    new DataView(maxBytes.buffer).setInt32(0, max, true);
+    return { min: minBytes, max: maxBytes };
+  }
+  if (type === "DOUBLE") {
+    const list = values as Float64Array | readonly (number | null)[];
+    out.ensure(rows * 8);
+    for (let k = 0; k < rows; k++) {
+      if (isNull(k)) continue;
+      out.view.setFloat64(out.length, list[k] as number, true);
+      out.length += 8;
+    }
+    return null;
+  }
+  // BOOLEAN: bit-packed, least significant bit first.
+  const list = values as readonly (boolean | null)[];
+  let byte = 0;
+  let bit = 0;
+  for (let k = 0; k < rows; k++) {
+    if (isNull(k)) continue;
+    if (list[k] === true) byte |= 1 << bit;
+    if (++bit === 8) {
+      out.byte(byte);
+      byte = 0;
+      bit = 0;
+    }
+  }
+  if (bit > 0) out.byte(byte);
+  return null;
+}
+
+interface ChunkMeta {
+  readonly column: EncoderColumn;
+  readonly offset: number;
+  readonly dataOffset: number;
+  readonly dictionaryOffset: number | null;
+  readonly size: number;
+  readonly nulls: number;
+  readonly stats: Stats | null;
+  readonly encodings: readonly number[];
+}
+
+function pageHeader(
+  out: ByteSink,
+  type: number,
+  size: number,
+  header: readonly [id: number, value: ThriftValue],
+): void {
+  writeStruct(out, [[1, { i32: type }], [2, { i32: size }], [3, { i32: size }], header]);
+}
+
+/** Writes one column chunk (dictionary page, data page) at the end of `out`. */
+function writeChunk(out: ByteSink, column: EncoderColumn, rows: number, scratch: ByteSink): ChunkMeta {
+  const offset = out.length;
+  const isNull = nullTest(column.values);
+  let nulls = 0;
+  for (let k = 0; k < rows; k++) if (isNull(k)) nulls++;
+  const present = rows - nulls;
+  scratch.length = 0;
+  if (column.nullable) definitionLevels(scratch, isNull, rows);
+  let dictionaryOffset: number | null = null;
+  let stats: Stats | null = null;
+  let encoding = ENCODING_PLAIN;
+  if (column.type === "STRING" || column.type === "JSON") {
+    const list = column.values as readonly (string | null)[];
+    const ids = new Map<string, number>();
+    const indices = new Uint32Array(present);
+    let p = 0;
+    for (let k = 0; k < rows; k++) {
+      const value = list[k];
+      if (value === null || value === undefined) continue;
+      let id = ids.get(value);
+      if (id === undefined) {
+        id = ids.size;
+        ids.set(value, id);
+      }
+      indices[p++] = id;
+    }
+    // The dictionary page: its values PLAIN.
+    const dictionary = new ByteSink(1024);
+    for (const value of ids.keys()) {
+      const bytes = text.encode(value);
+      dictionary.uint32(bytes.length);
+      dictionary.append(bytes);
+    }
+    dictionaryOffset = out.length;
+    pageHeader(out, PAGE_DICTIONARY, dictionary.length, [
+      7,
+      {
+        struct: [
+          [1, { i32: ids.size }],
+          [2, { i32: ENCODING_PLAIN }],
+        ],
+      },
+    ]);
+    out.append(dictionary.result());
+    // The data page: the indices, RLE runs.
+    let bitWidth = 1;
+    while (2 ** bitWidth < ids.size) bitWidth++;
+    const byteWidth = Math.ceil(bitWidth / 8);
+    scratch.byte(bitWidth);
+    let i = 0;
+    while (i < present) {
+      const value = indices[i]!;
+      let end = i + 1;
+      while (end < present && indices[end] === value) end++;
+      rleRun(scratch, end - i, value, byteWidth);
+      i = end;
+    }
+    encoding = ENCODING_RLE_DICTIONARY;
+  } else stats = plainValues(scratch, column, rows, isNull);
+  const dataOffset = out.length;
+  pageHeader(out, PAGE_DATA, scratch.length, [
+    5,
+    {
+      struct: [
+        [1, { i32: rows }],
+        [2, { i32: encoding }],
+        [3, { i32: ENCODING_RLE }],
+        [4, { i32: ENCODING_RLE }],
+      ],
+    },
+  ]);
+  out.append(scratch.result());
+  return {
+    column,
+    offset,
+    dataOffset,
+    dictionaryOffset,
+    size: out.length - offset,
+    nulls,
+    stats,
+    encodings:
+      encoding === ENCODING_PLAIN
+        ? [ENCODING_PLAIN, ENCODING_RLE]
+        : [ENCODING_PLAIN, ENCODING_RLE, ENCODING_RLE_DICTIONARY],
+  };
+}
+
+function schemaElement(column: EncoderColumn): ThriftStruct {
+  const converted =
+    column.type === "STRING" ? CONVERTED_UTF8 : column.type === "JSON" ? CONVERTED_JSON : undefined;
+  return [
+    [1, { i32: PHYSICAL[column.type] }],
+    [3, { i32: column.nullable ? 1 : 0 }],
+    [4, { binary: column.name }],
+    [6, converted === undefined ? undefined : { i32: converted }],
+  ];
+}
+
+/** One Parquet file of `columns` (equally long), `metadata` as its key-value metadata. */
+export function encodeParquet(
+  columns: readonly EncoderColumn[],
+  rows: number,
+  options: { readonly createdBy: string; readonly metadata?: Readonly<Record<string, string>> },
+): Uint8Array {
+  const out = new ByteSink(Math.max(1 << 16, rows * 16));
+  out.uint32(0x31524150); // PAR1
+  const scratch = new ByteSink(Math.max(1 << 12, rows * 8));
+  const chunks = columns.map((column) => writeChunk(out, column, rows, scratch));
+  const rowGroupBytes = chunks.reduce((sum, chunk) => sum + chunk.size, 0);
+  const footerStart = out.length;
+  writeStruct(out, [
+    [1, { i32: 1 }],
+    [
+      2,
+      {
+        of: "struct",
+        list: [
+          {
+            struct: [
+              [4, { binary: "schema" }],
+              [5, { i32: columns.length }],
+            ],
+          },
+          ...columns.map((column): ThriftValue => ({ struct: schemaElement(column) })),
+        ],
+      },
+    ],
+    [3, { i64: rows }],
+    [
+      4,
+      {
+        of: "struct",
+        list: [
+          {
+            struct: [
+              [
+                1,
+                {
+                  of: "struct",
+                  list: chunks.map(
+                    (chunk): ThriftValue => ({
+                      struct: [
+                        [2, { i64: chunk.offset }],
+                        [
+                          3,
+                          {
+                            struct: [
+                              [1, { i32: PHYSICAL[chunk.column.type] }],
+                              [2, { of: "i32", list: chunk.encodings.map((e) => ({ i32: e })) }],
+                              [3, { of: "binary", list: [{ binary: chunk.column.name }] }],
+                              [4, { i32: 0 }],
+                              [5, { i64: rows }],
+                              [6, { i64: chunk.size }],
+                              [7, { i64: chunk.size }],
+                              [9, { i64: chunk.dataOffset }],
+                              [
+                                11,
+                                chunk.dictionaryOffset === null ? undefined : { i64: chunk.dictionaryOffset },
+                              ],
+                              [
+                                12,
+                                {
+                                  struct: [
+                                    [3, { i64: chunk.nulls }],
+                                    [5, chunk.stats === null ? undefined : { binary: chunk.stats.max }],
+                                    [6, chunk.stats === null ? undefined : { binary: chunk.stats.min }],
+                                  ],
+                                },
+                              ],
+                            ],
+                          },
+                        ],
+                      ],
+                    }),
+                  ),
+                },
+              ],
+              [2, { i64: rowGroupBytes }],
+              [3, { i64: rows }],
+            ],
+          },
+        ],
+      },
+    ],
+    [
+      5,
+      options.metadata === undefined
+        ? undefined
+        : {
+            of: "struct",
+            list: Object.entries(options.metadata).map(
+              ([key, value]): ThriftValue => ({
+                struct: [
+                  [1, { binary: key }],
+                  [2, { binary: value }],
+                ],
+              }),
+            ),
+          },
+    ],
+    [6, { binary: options.createdBy }],
+  ]);
+  out.uint32(out.length - footerStart);
+  out.uint32(0x31524150);
+  return out.result();
+}
