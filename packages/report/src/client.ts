@@ -298,6 +298,23 @@ export const CLIENT_SCRIPT = String.raw`(function () {
     };
     var u = new uPlot(opts, [xsOf(rank)].concat(rank.y), host);
     entry.u = u;
+    // The bands under the chart: the pointer over one names its phase path and its span.
+    entry.bands.addEventListener("mousemove", function (e) {
+      var rect = entry.bands.getBoundingClientRect();
+      var x = e.clientX - rect.left - u.bbox.left / (window.devicePixelRatio || 1);
+      var depth = Math.floor((e.clientY - rect.top) / BAND_ROW) + 1;
+      var t = u.posToVal(x, "x") + offsetOf(rank), hit = null;
+      for (var i = 0; i < rank.spans.length; i++) {
+        var s = rank.spans[i];
+        if (s[0] > t) break;
+        if (s[1] >= t && s[2] === depth) hit = s;
+      }
+      entry.readout.textContent = "";
+      entry.readout.classList.toggle("active", hit !== null);
+      if (hit === null) { entry.readout.textContent = "hover the chart for exact values"; return; }
+      entry.readout.appendChild(el("span", "ro-phase", "phase: " + tl.phasePaths[hit[3]]));
+      entry.readout.appendChild(el("span", "ro-time", (hit[0] - offsetOf(rank)).toFixed(3) + " s to " + (hit[1] - offsetOf(rank)).toFixed(3) + " s (" + secs(hit[1] - hit[0]) + ")"));
+    });
     u.over.addEventListener("dblclick", function (e) { e.stopPropagation(); setView(full.min, full.max); }, true);
     u.over.addEventListener("wheel", function (e) {
       e.preventDefault();

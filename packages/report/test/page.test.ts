@@ -62,6 +62,13 @@ describe("the report page", () => {
     const readout = page.locator(".rank .readout").first();
     await expect.poll(() => readout.textContent()).toContain(`phase: ${OUTER} / ${INNER}`);
     expect(await readout.textContent()).toMatch(/allocated [\d.]+ MB \([\d,]+ B\)/);
+    // The same phase from its band under the chart (depth 2: the second row).
+    const bands = (await page.locator(".rank canvas.bands").first().boundingBox())!;
+    await page.mouse.move(over.x + (over.width * 2.15) / endS, bands.y + 18);
+    await expect
+      .poll(async () => ((await readout.textContent()) ?? "").startsWith(`phase: ${OUTER} / ${INNER}`))
+      .toBe(true);
+    expect(await readout.textContent()).toMatch(/ s to [\d.]+ s \(\d+ ms\)$/);
     await page.close();
   });
 
