@@ -73,7 +73,9 @@ function median(name: string): number {
 console.log("\nin-process medians (JIT warm):");
 for (const [key, name] of Object.entries(NAMES)) {
   const seconds = median(name) / 1e9;
-  console.log(`  ${key.padEnd(5)} ${seconds.toFixed(3)} s  ${(inputBytes / MB / seconds).toFixed(0)} MB/s of JSONL`);
+  console.log(
+    `  ${key.padEnd(5)} ${seconds.toFixed(3)} s  ${(inputBytes / MB / seconds).toFixed(0)} MB/s of JSONL`,
+  );
 }
 
 // Fresh processes, as a user runs the command (peak RSS from /proc/self/status: VmHWM).
@@ -123,10 +125,17 @@ spawnSync(process.execPath, ["-e", "0"]);
 console.log(`  (node -e 0 alone: ${Math.round(performance.now() - floor)} ms)`);
 
 // The dataset agrees with the report: DuckDB's per-rank maximum is the report's device-used peak.
-const duck = await queryParquet(out, "SELECT rank, max(device_used_bytes) FROM samples GROUP BY rank ORDER BY rank");
+const duck = await queryParquet(
+  out,
+  "SELECT rank, max(device_used_bytes) FROM samples GROUP BY rank ORDER BY rank",
+);
 const peaks = new Map(
   (await analyzeTelemetry(file)).summary.per_rank.map((rank) => [rank.rank, rank.peak_device_used_bytes]),
 );
-const agree = duck.rows.length === peaks.size && duck.rows.every(([rank, peak]) => peaks.get(Number(rank)) === Number(peak));
-console.log(`DuckDB over the dataset and the report agree on the device-used peak of all ${duck.rows.length} ranks: ${agree}`);
+const agree =
+  duck.rows.length === peaks.size &&
+  duck.rows.every(([rank, peak]) => peaks.get(Number(rank)) === Number(peak));
+console.log(
+  `DuckDB over the dataset and the report agree on the device-used peak of all ${duck.rows.length} ranks: ${agree}`,
+);
 rmSync(dir, { recursive: true, force: true });

@@ -19,7 +19,17 @@ beforeAll(async () => {
   const job = join(dir, "job");
   execFileSync(
     process.execPath,
-    ["--import", "tsx", join(ROOT, "bench/generate-multirank.mjs"), job, "--ranks", "4", "--samples", "3200", "--quiet"],
+    [
+      "--import",
+      "tsx",
+      join(ROOT, "bench/generate-multirank.mjs"),
+      job,
+      "--ranks",
+      "4",
+      "--samples",
+      "3200",
+      "--quiet",
+    ],
     { cwd: ROOT, stdio: "pipe" },
   );
   dataset = join(dir, "dataset");
@@ -35,17 +45,23 @@ describe("docs/parquet.md", () => {
     expect(QUERIES.length).toBeGreaterThanOrEqual(5);
   });
 
-  it.each(QUERIES.map((sql, i) => [i + 1, sql] as const))("query %i runs on DuckDB and answers", async (_, sql) => {
-    const result = await queryParquet(dataset, sql);
-    expect(result.rows.length).toBeGreaterThan(0);
-  });
+  it.each(QUERIES.map((sql, i) => [i + 1, sql] as const))(
+    "query %i runs on DuckDB and answers",
+    async (_, sql) => {
+      const result = await queryParquet(dataset, sql);
+      expect(result.rows.length).toBeGreaterThan(0);
+    },
+  );
 
-  it.each(PARQUET_TABLES.map((table) => [table.name, table] as const))("documents every column of %s", (name, table) => {
-    const start = DOC.indexOf(`### \`${name}\``);
-    expect(start).toBeGreaterThan(0);
-    const next = DOC.indexOf("\n### ", start + 1);
-    const section = DOC.slice(start, next < 0 ? undefined : next);
-    for (const column of table.columns) expect(section).toContain(`| \`${column.name}\` |`);
-    for (const key of table.partitions) expect(section).toContain(`| \`${key}\` | directory |`);
-  });
+  it.each(PARQUET_TABLES.map((table) => [table.name, table] as const))(
+    "documents every column of %s",
+    (name, table) => {
+      const start = DOC.indexOf(`### \`${name}\``);
+      expect(start).toBeGreaterThan(0);
+      const next = DOC.indexOf("\n### ", start + 1);
+      const section = DOC.slice(start, next < 0 ? undefined : next);
+      for (const column of table.columns) expect(section).toContain(`| \`${column.name}\` |`);
+      for (const key of table.partitions) expect(section).toContain(`| \`${key}\` | directory |`);
+    },
+  );
 });
