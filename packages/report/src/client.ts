@@ -123,8 +123,21 @@ export const CLIENT_SCRIPT = String.raw`(function () {
     controls.appendChild(label);
   }
   var legend = el("span", "legend");
+  var hidden = {};
   [["allocated", "allocated"], ["reserved", "reserved"], ["used", "device used"], ["rss", "process RSS"]].forEach(function (pair) {
-    var key = el("span", "key");
+    var key = el("button", "key toggle");
+    key.type = "button";
+    key.title = "show or hide " + pair[1] + " on every chart (the scale follows what is shown)";
+    key.setAttribute("aria-pressed", "true");
+    key.addEventListener("click", function () {
+      hidden[pair[0]] = !hidden[pair[0]];
+      key.setAttribute("aria-pressed", hidden[pair[0]] ? "false" : "true");
+      charts.forEach(function (entry) {
+        entry.rank.series.forEach(function (series, k) {
+          if (series.kind === pair[0]) entry.u.setSeries(k + 1, { show: !hidden[pair[0]] });
+        });
+      });
+    });
     var swatch = el("i");
     swatch.style.background = COLORS[pair[0]];
     key.appendChild(swatch);
@@ -253,6 +266,7 @@ export const CLIENT_SCRIPT = String.raw`(function () {
     if (idx !== null && idx !== undefined) {
       node.appendChild(el("span", "ro-row", "reading at " + (rank.x[idx] - off).toFixed(3) + " s:"));
       rank.series.forEach(function (series, k) {
+        if (hidden[series.kind]) return;
         var v = rank.y[k][idx];
         var item = el("span", "ro-value", series.label + " " + bytes(v) + (v === null ? "" : " (" + grouped(v) + " B)"));
         item.style.borderColor = COLORS[series.kind];
@@ -273,7 +287,7 @@ export const CLIENT_SCRIPT = String.raw`(function () {
     var rank = entry.rank, host = entry.host;
     var series = [{}];
     rank.series.forEach(function (s) {
-      series.push({ label: s.label, stroke: COLORS[s.kind], width: 1.25, points: { show: false } });
+      series.push({ label: s.label, stroke: COLORS[s.kind], width: 1.25, points: { show: false }, show: !hidden[s.kind] });
     });
     var width = Math.max(host.clientWidth, 300);
     var opts = {
@@ -390,13 +404,14 @@ export const CLIENT_SCRIPT = String.raw`(function () {
       var wrap = el("div", "table-wrap");
       var t = el("table");
       var thead = el("thead"), tr = el("tr");
-      table.columns.forEach(function (c, i) { tr.appendChild(el("th", table.numeric.indexOf(i) >= 0 ? "num" : null, c)); });
+      function cls(i) { return table.numeric.indexOf(i) >= 0 ? "num" : table.wide.indexOf(i) >= 0 ? "wide" : "tight"; }
+      table.columns.forEach(function (c, i) { tr.appendChild(el("th", cls(i), c)); });
       thead.appendChild(tr);
       t.appendChild(thead);
       var body = el("tbody");
       table.rows.forEach(function (row) {
         var r = el("tr");
-        row.forEach(function (cell, i) { r.appendChild(el("td", table.numeric.indexOf(i) >= 0 ? "num" : null, cell)); });
+        row.forEach(function (cell, i) { r.appendChild(el("td", cls(i), cell)); });
         body.appendChild(r);
       });
       t.appendChild(body);

@@ -80,6 +80,8 @@ h2 { font-size: 16px; margin: 28px 0 6px; }
 .legend { display: flex; flex-wrap: wrap; gap: 12px; font-size: 12px; color: var(--muted); margin-bottom: 6px; }
 .legend i { display: inline-block; width: 14px; height: 3px; margin-right: 4px; vertical-align: middle; }
 .legend i.marker-key { width: 3px; height: 12px; }
+.legend button.toggle { border: 0; background: none; font: inherit; color: inherit; padding: 0; cursor: pointer; }
+.legend button.toggle[aria-pressed="false"] { opacity: .4; text-decoration: line-through; }
 .rank { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 6px 8px 4px; margin-bottom: 8px; min-height: 240px; }
 .rank.suspect { border: 2px solid #db2777; }
 .rank-head { display: flex; gap: 10px; align-items: baseline; flex-wrap: wrap; }
@@ -94,7 +96,9 @@ h2 { font-size: 16px; margin: 28px 0 6px; }
 .ro-value, .ro-marker { border-left: 3px solid; padding-left: 4px; }
 .table-wrap { overflow-x: auto; background: #fff; border: 1px solid var(--line); border-radius: 8px; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
-th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line); vertical-align: top; overflow-wrap: anywhere; }
+th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
+.tight { white-space: nowrap; }
+.wide { min-width: 220px; overflow-wrap: break-word; }
 th { background: #f3f4f6; font-weight: 600; position: sticky; top: 0; }
 .num { text-align: right; white-space: nowrap; }
 footer { margin-top: 32px; font-size: 12px; }

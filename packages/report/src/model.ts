@@ -4,7 +4,13 @@
  * health) as display text, and the charts' data. The page's script only lays it out: every string
  * here that came from the input is set with `textContent` there.
  */
-import type { AnalysisReport, CounterPeakReport, LeakEvidence, NetChange } from "@stormlog/analysis";
+import type {
+  AnalysisReport,
+  CounterPeakReport,
+  LeakEvidence,
+  LeakReport,
+  NetChange,
+} from "@stormlog/analysis";
 import { formatBytes } from "@stormlog/core";
 import type { RankTimeline, TimelineMarker, Timelines } from "./timeline.js";
 
@@ -28,6 +34,8 @@ export interface ReportTable {
   readonly columns: readonly string[];
   /** Indexes of the right-aligned (numeric) columns. */
   readonly numeric: readonly number[];
+  /** Indexes of the free-text columns (evidence, messages), which wrap; the others stay on one line. */
+  readonly wide: readonly number[];
   readonly rows: string[][];
   /** What the page says when there is no row. */
   readonly empty: string;
@@ -200,6 +208,22 @@ function evidenceText(evidence: LeakEvidence | null, bytes: boolean): string {
   return parts.join("; ");
 }
 
+/** The tfjs birth-phase evidence: survivors born in a phase, per occurrence of its unit. */
+function birthText(births: LeakReport["births"]): string {
+  if (births === null) return "";
+  const largest = births.largest
+    .slice(0, 2)
+    .map(
+      (group) => `${group.count}x ${group.dtype} [${group.shape.join(", ")}] (${formatBytes(group.bytes)})`,
+    )
+    .join(", ");
+  return (
+    `births in ${births.birth_phase}: ${births.tensors_per_occurrence} tensor(s), ${formatBytes(births.bytes_per_occurrence)} per ${births.unit_path}; ` +
+    `${count(births.live_tensors)} alive (${formatBytes(births.live_bytes)}), the oldest for ${births.alive_for_occurrences} occurrences` +
+    `${largest === "" ? "" : `; largest: ${largest}`}; p(rising) ${births.p_rising.toFixed(3)}`
+  );
+}
+
 function phaseOf(payload: { phase_path?: string; phase_paths?: string[] } | null | undefined): string {
   if (payload === null || payload === undefined) return "-";
   return payload.phase_path ?? payload.phase_paths?.join(" | ") ?? "-";
@@ -226,6 +250,7 @@ function tables(report: AnalysisReport, origin: bigint): ReportTable[] {
       "grew",
     ],
     numeric: [1, 2, 3, 4, 5, 6, 7, 8, 10],
+    wide: [0],
     rows: report.phases.map((phase) => [
       phase.phase_path,
       count(phase.occurrences),
@@ -259,6 +284,7 @@ function tables(report: AnalysisReport, origin: bigint): ReportTable[] {
       "message",
     ],
     numeric: [2],
+    wide: [0, 5, 6],
     rows: report.leaks.map((leak) => {
       const per: string[] = [];
       if (leak.bytes_per_occurrence !== null) per.push(signed(leak.bytes_per_occurrence));
@@ -266,7 +292,7 @@ function tables(report: AnalysisReport, origin: bigint): ReportTable[] {
       const evidence = [
         evidenceText(leak.evidence.bytes, true),
         evidenceText(leak.evidence.tensors, false),
-        leak.births === null ? "" : `births: ${JSON.stringify(leak.births).slice(0, 300)}`,
+        birthText(leak.births),
         leak.reason ?? "",
       ].filter((part) => part !== "");
       return [
@@ -289,6 +315,7 @@ function tables(report: AnalysisReport, origin: bigint): ReportTable[] {
       "Device used minus allocator reserved: memory the allocator does not account for (workspaces, another context, fragmentation), per rank, with the phase active at the evidence sample.",
     columns: ["rank", "finding", "severity", "confidence", "at", "phase", "what it means", "what to try"],
     numeric: [0, 3],
+    wide: [5, 6, 7],
     rows: report.gap_analysis.map((finding) => [
       String(finding.rank),
       finding.classification.replaceAll("_", " "),
@@ -318,6 +345,7 @@ function tables(report: AnalysisReport, origin: bigint): ReportTable[] {
       "phase",
     ],
     numeric: [0, 3, 4, 5],
+    wide: [6],
     rows: (cross?.first_cause_suspects ?? []).map((suspect) => [
       String(suspect.rank),
       suspect.confidence,
@@ -339,6 +367,7 @@ function tables(report: AnalysisReport, origin: bigint): ReportTable[] {
     intro: "Warning, critical and error events (OOMs among them) in time order, with the phase active then.",
     columns: ["at", "rank", "type", "context", "phase"],
     numeric: [1],
+    wide: [3, 4],
     rows: report.alerts.items.map((alert) => [
       offsetText(alert.timestamp_ns, origin),
       String(alert.rank),
@@ -359,6 +388,7 @@ function tables(report: AnalysisReport, origin: bigint): ReportTable[] {
       "When a collector degraded (failed or slow readings) and recovered; a degraded collector's gaps are not memory.",
     columns: ["at", "rank", "event", "status", "collector", "error"],
     numeric: [1],
+    wide: [4, 5],
     rows: health.transitions.map((transition) => [
       offsetText(transition.timestamp_ns, origin),
       String(transition.rank),
@@ -527,7 +557,11 @@ export function buildPageData(
     timeline: {
       originNs: origin.toString(),
       originIso: isoNs(origin),
-      endS: timelines.endS,
+      // Markers (a last alert, an OOM) may come after the last reading: the charts show them too.
+      endS: ranks.reduce(
+        (end, rank) => rank.markers.reduce((e, marker) => Math.max(e, marker.t), end),
+        timelines.endS,
+      ),
       columns: options.columns,
       aligned: Object.values(offsets).some((offset) => offset !== 0n),
       phasePaths: timelines.phasePaths,

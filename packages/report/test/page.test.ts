@@ -96,6 +96,23 @@ describe("the report page", () => {
     await page.close();
   });
 
+  it("hides a series on every chart from the legend, and the readout leaves it out", async () => {
+    const { page, problems } = await openReport(browser, file);
+    const over = (await page.locator(".rank .u-over").first().boundingBox())!;
+    const readout = page.locator(".rank .readout").first();
+    await page.getByRole("button", { name: "device used" }).click();
+    expect(await page.getByRole("button", { name: "device used" }).getAttribute("aria-pressed")).toBe(
+      "false",
+    );
+    await page.mouse.move(over.x + over.width / 2, over.y + over.height / 2);
+    await expect.poll(() => readout.textContent()).toContain("allocated");
+    expect(await readout.textContent()).not.toContain("device used");
+    const png = await page.locator(".rank .chart").first().screenshot();
+    expect(await countColoredPixels(browser, png, [0xdc, 0x26, 0x26], 30)).toBeLessThan(20);
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
   it("says so when a rank has no memory reading, without an error", async () => {
     const empty = join(dir, "empty.jsonl");
     const lines = readFileSync(join(dir, "run.jsonl"), "utf8").split("\n");
