@@ -37,6 +37,23 @@ const CONVERTED_JSON = 19;
 
 const text = new TextEncoder();
 
+/** Typed arrays hold little-endian values here (every platform Node runs on): copied as they are. */
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
+/** The bytes of `array`, little-endian, as Parquet's PLAIN encoding stores them. */
+function littleEndianBytes(array: Int32Array | Uint32Array | Float64Array, length: number): Uint8Array {
+  const bytes = new Uint8Array(array.buffer, array.byteOffset, length * array.BYTES_PER_ELEMENT);
+  if (LITTLE_ENDIAN) return bytes;
+  const copy = new Uint8Array(bytes.length);
+  const view = new DataView(copy.buffer);
+  for (let i = 0; i < length; i++) {
+    if (array instanceof Float64Array) view.setFloat64(i * 8, array[i]!, true);
+    else if (array instanceof Int32Array) view.setInt32(i * 4, array[i]!, true);
+    else view.setUint32(i * 4, array[i]!, true);
+  }
+  return copy;
+}
+
 /** Appends a run of `count` copies of `value` (RLE/bit-packed hybrid, RLE runs only). */
 function rleRun(out: ByteSink, count: number, value: number, byteWidth: number): void {
   out.varint(count * 2);
@@ -94,9 +111,9 @@ function plainValues(
     if (!(values instanceof Int64Column))
       values = Int64Column.of(values as readonly (number | bigint | null)[]);
     const { hi, lo, nulls } = values as Int64Column;
-    out.ensure(rows * 8);
-    const view = out.view;
-    let at = out.length;
+    // Little-endian halves interleaved in an aligned array, then copied in one go.
+    const words = new Uint32Array(rows * 2);
+    let w = 0;
     let minHi = 0;
     let minLo = 0;
     let maxHi = 0;
@@ -106,9 +123,8 @@ function plainValues(
       if (nulls !== null && nulls[k] === 1) continue;
       const h = hi[k]!;
       const l = lo[k]!;
-      view.setUint32(at, l, true);
-      view.setInt32(at + 4, h, true);
-      at += 8;
+      words[w++] = l;
+      words[w++] = h;
       if (!any) {
         minHi = maxHi = h;
         minLo = maxLo = l;
@@ -124,20 +140,24 @@ function plainValues(
         }
       }
     }
-    out.length = at;
+    out.append(littleEndianBytes(words, w));
     return any ? { min: int64Bytes(minHi, minLo), max: int64Bytes(maxHi, maxLo) } : null;
   }
   if (type === "INT32") {
     const list = values as Int32Array | readonly (number | null)[];
-    out.ensure(rows * 4);
+    if (list instanceof Int32Array) out.append(littleEndianBytes(list, rows));
     let min = 0;
     let max = 0;
     let any = false;
+    const typed = list instanceof Int32Array;
+    if (!typed) out.ensure(rows * 4);
     for (let k = 0; k < rows; k++) {
-      if (isNull(k)) continue;
+      if (!typed && isNull(k)) continue;
       const v = list[k] as number;
-      out.view.setInt32(out.length, v, true);
-      out.length += 4;
+      if (!typed) {
+        out.view.setInt32(out.length, v, true);
+        out.length += 4;
+      }
       if (!any || v < min) min = v;
       if (!any || v > max) max = v;
       any = true;
@@ -151,6 +171,10 @@ function plainValues(
   }
   if (type === "DOUBLE") {
     const list = values as Float64Array | readonly (number | null)[];
+    if (list instanceof Float64Array) {
+      out.append(littleEndianBytes(list, rows));
+      return null;
+    }
     out.ensure(rows * 8);
     for (let k = 0; k < rows; k++) {
       if (isNull(k)) continue;
@@ -213,15 +237,22 @@ function writeChunk(out: ByteSink, column: EncoderColumn, rows: number, scratch:
     const ids = new Map<string, number>();
     const indices = new Uint32Array(present);
     let p = 0;
+    // Text repeats in runs (a session, a host, a phase for many samples): a run reuses its id.
+    let last: string | null = null;
+    let lastId = 0;
     for (let k = 0; k < rows; k++) {
       const value = list[k];
       if (value === null || value === undefined) continue;
-      let id = ids.get(value);
-      if (id === undefined) {
-        id = ids.size;
-        ids.set(value, id);
+      if (value !== last) {
+        let id = ids.get(value);
+        if (id === undefined) {
+          id = ids.size;
+          ids.set(value, id);
+        }
+        last = value;
+        lastId = id;
       }
-      indices[p++] = id;
+      indices[p++] = lastId;
     }
     // The dictionary page: its values PLAIN.
     const dictionary = new ByteSink(1024);
