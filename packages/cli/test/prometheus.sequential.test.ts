@@ -1,10 +1,10 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { loadTelemetryEvents } from "@stormlog/sink";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { finished, runCli, spawnCli, tempDir } from "./helpers.js";
+import { finished, REPO_ROOT, runCli, spawnCli, tempDir } from "./helpers.js";
 
 // A real Prometheus server (Debian's `prometheus`, installed by scripts/setup.sh) scrapes
 // `stormlog track --prometheus-port` on loopback; its HTTP API must return the tracked child's memory
@@ -152,6 +152,16 @@ describe("stormlog track --prometheus-port", () => {
     );
     expect(healthy.map((sample) => sample.value[1])).toEqual(["1"]);
     const rssValue = Number(rss[0]?.value[1]);
+    // Every query docs/live-metrics.md gives is valid PromQL on this server; the memory one finds the rank.
+    const documented = [
+      ...readFileSync(join(REPO_ROOT, "docs/live-metrics.md"), "utf8").matchAll(/```promql\n([\s\S]*?)```/g),
+    ]
+      .flatMap((block) => (block[1] ?? "").split("\n"))
+      .filter((line) => line.trim() !== "");
+    expect(documented.length).toBeGreaterThanOrEqual(5);
+    for (const promql of documented) await query(api, promql);
+    const top = await query(api, documented[0]!);
+    expect(top.map((sample) => sample.metric.stormlog_rank)).toEqual(["0"]);
 
     writeFileSync(stop, "stop");
     const done = await tracking;
