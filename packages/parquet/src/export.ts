@@ -301,8 +301,10 @@ function sampleColumns(picks: readonly SamplePick[], data: RankData): Columns {
         phasePaths[k] = null;
         resolutions[k] = "none";
       } else {
-        const [thread, scope] = series.origins === null ? [null, null] : scopeOrigin(series, i);
-        const attribution = phases.resolve(i, thread, scope);
+        const attribution =
+          series.origins === null
+            ? phases.resolve(i, null, null)
+            : phases.resolve(i, ...scopeOrigin(series, i));
         phasePaths[k] = attribution?.phasePath ?? null;
         resolutions[k] = attribution?.phaseResolution ?? "none";
       }

@@ -25,9 +25,10 @@ export class Int64Column {
     this.lo[k] = v - hi * TWO_32;
   }
 
+  /** A bigint within int64 (its high half is `value >> 32n`, an arithmetic shift: signed as it should be). */
   setBigint(k: number, value: bigint): void {
-    this.hi[k] = Number(BigInt.asIntN(32, value >> 32n));
-    this.lo[k] = Number(BigInt.asUintN(32, value));
+    this.hi[k] = Number(value >> 32n);
+    this.lo[k] = Number(value & 0xffffffffn);
   }
 
   /** `base + offset`, `base` split once by `splitBase`, `offset` an exact double (within 2^53). */

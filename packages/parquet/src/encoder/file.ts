@@ -61,28 +61,37 @@ function rleRun(out: ByteSink, count: number, value: number, byteWidth: number):
 }
 
 /** Definition levels (1 present, 0 null) as RLE runs, with their 4-byte length prefix. */
-function definitionLevels(out: ByteSink, isNull: (k: number) => boolean, rows: number): void {
+function definitionLevels(out: ByteSink, nulls: Uint8Array | null, rows: number): void {
   const start = out.length;
   out.uint32(0);
-  let k = 0;
-  while (k < rows) {
-    const value = isNull(k) ? 0 : 1;
-    let end = k + 1;
-    while (end < rows && (isNull(end) ? 0 : 1) === value) end++;
-    rleRun(out, end - k, value, 1);
-    k = end;
+  if (nulls === null) rleRun(out, rows, 1, 1);
+  else {
+    let k = 0;
+    while (k < rows) {
+      const isNull = nulls[k]!;
+      let end = k + 1;
+      while (end < rows && nulls[end] === isNull) end++;
+      rleRun(out, end - k, isNull === 1 ? 0 : 1, 1);
+      k = end;
+    }
   }
   out.view.setUint32(start, out.length - start - 4, true);
 }
 
-function nullTest(values: EncoderValues): (k: number) => boolean {
-  if (values instanceof Int64Column) {
-    const nulls = values.nulls;
-    return nulls === null ? () => false : (k) => nulls[k] === 1;
-  }
-  if (values instanceof Int32Array || values instanceof Float64Array) return () => false;
+/** Which rows are null (1), or null when none is: one pass over a list, none over typed arrays. */
+function nullMask(values: EncoderValues, rows: number): Uint8Array | null {
+  if (values instanceof Int64Column) return values.nulls;
+  if (values instanceof Int32Array || values instanceof Float64Array) return null;
   const list = values as readonly unknown[];
-  return (k) => list[k] === null || list[k] === undefined;
+  let mask: Uint8Array | null = null;
+  for (let k = 0; k < rows; k++) {
+    const value = list[k];
+    if (value === null || value === undefined) {
+      mask ??= new Uint8Array(rows);
+      mask[k] = 1;
+    }
+  }
+  return mask;
 }
 
 interface Stats {
@@ -103,7 +112,7 @@ function plainValues(
   out: ByteSink,
   column: EncoderColumn,
   rows: number,
-  isNull: (k: number) => boolean,
+  nulls: Uint8Array | null,
 ): Stats | null {
   const { type } = column;
   let values = column.values;
@@ -152,7 +161,7 @@ function plainValues(
     const typed = list instanceof Int32Array;
     if (!typed) out.ensure(rows * 4);
     for (let k = 0; k < rows; k++) {
-      if (!typed && isNull(k)) continue;
+      if (!typed && nulls !== null && nulls[k] === 1) continue;
       const v = list[k] as number;
       if (!typed) {
         out.view.setInt32(out.length, v, true);
@@ -177,7 +186,7 @@ function plainValues(
     }
     out.ensure(rows * 8);
     for (let k = 0; k < rows; k++) {
-      if (isNull(k)) continue;
+      if (nulls !== null && nulls[k] === 1) continue;
       out.view.setFloat64(out.length, list[k] as number, true);
       out.length += 8;
     }
@@ -188,7 +197,7 @@ function plainValues(
   let byte = 0;
   let bit = 0;
   for (let k = 0; k < rows; k++) {
-    if (isNull(k)) continue;
+    if (nulls !== null && nulls[k] === 1) continue;
     if (list[k] === true) byte |= 1 << bit;
     if (++bit === 8) {
       out.byte(byte);
@@ -223,12 +232,14 @@ function pageHeader(
 /** Writes one column chunk (dictionary page, data page) at the end of `out`. */
 function writeChunk(out: ByteSink, column: EncoderColumn, rows: number, scratch: ByteSink): ChunkMeta {
   const offset = out.length;
-  const isNull = nullTest(column.values);
+  const mask = nullMask(column.values, rows);
   let nulls = 0;
-  for (let k = 0; k < rows; k++) if (isNull(k)) nulls++;
+  if (mask !== null) for (let k = 0; k < rows; k++) nulls += mask[k]!;
+  if (nulls > 0 && !column.nullable)
+    throw new Error(`internal: ${nulls} null(s) in required column ${column.name}`);
   const present = rows - nulls;
   scratch.length = 0;
-  if (column.nullable) definitionLevels(scratch, isNull, rows);
+  if (column.nullable) definitionLevels(scratch, mask, rows);
   let dictionaryOffset: number | null = null;
   let stats: Stats | null = null;
   let encoding = ENCODING_PLAIN;
@@ -286,7 +297,7 @@ function writeChunk(out: ByteSink, column: EncoderColumn, rows: number, scratch:
       i = end;
     }
     encoding = ENCODING_RLE_DICTIONARY;
-  } else stats = plainValues(scratch, column, rows, isNull);
+  } else stats = plainValues(scratch, column, rows, mask);
   const dataOffset = out.length;
   pageHeader(out, PAGE_DATA, scratch.length, [
     5,
