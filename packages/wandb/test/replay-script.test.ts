@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { listOfflineRuns, readOfflineRun } from "../src/index.js";
-import { CASES, expectedOf, GOLDEN, plain } from "./helpers.js";
+import { CASES, expectedOf, FIXTURES, plain } from "./helpers.js";
 
 const run = promisify(execFile);
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -34,7 +34,7 @@ describe.each(CASES)("replay script on golden %s", (name) => {
     const expected = expectedOf(name);
     const out = mkdtempSync(join(tmpdir(), "stormlog-wandb-replay-test-"));
     try {
-      const result = await replay(join(GOLDEN, name), out);
+      const result = await replay(join(FIXTURES, name), out);
       if (expected.raised !== null) {
         expect(result.code).toBe(1);
         expect(result.stderr.trim().split("\n")).toHaveLength(1);
@@ -46,7 +46,7 @@ describe.each(CASES)("replay script on golden %s", (name) => {
       expect(runs).toHaveLength(1);
       expect(result.stdout.trim()).toBe(runs[0]);
       const contents = readOfflineRun(runs[0] as string);
-      const config = JSON.parse(readFileSync(join(GOLDEN, name, "input/config.json"), "utf8")) as {
+      const config = JSON.parse(readFileSync(join(FIXTURES, name, "input/config.json"), "utf8")) as {
         active_run: boolean;
       };
       const calls = plain(contents.calls) as Record<string, unknown>[];
@@ -56,7 +56,7 @@ describe.each(CASES)("replay script on golden %s", (name) => {
       );
       expect(actual).toEqual(wanted);
       // The case folder itself is left as it was: the export ran on a copy of its input.
-      expect(readdirSync(join(GOLDEN, name, "input")).includes("stormlog_tracking_dashboard.html")).toBe(
+      expect(readdirSync(join(FIXTURES, name, "input")).includes("stormlog_tracking_dashboard.html")).toBe(
         false,
       );
     } finally {
