@@ -94,15 +94,21 @@ export interface ParquetExportResult {
   readonly report: AnalysisReport;
 }
 
+/** What a dataset holds of one job (by its partition value): the last export of it. */
+interface JobEntry {
+  job_id: string | null;
+  input: string;
+  selected_session_id: string | null;
+  /** Relative part path to the fingerprint of what it was written from. */
+  parts: Record<string, string>;
+}
+
 interface DatasetManifest {
   format: "stormlog-parquet";
   version: number;
   generator: string;
-  input: string;
-  selected_session_id: string | null;
-  job_id: string | null;
-  /** Relative part path to the fingerprint of what it was written from. */
-  parts: Record<string, string>;
+  /** By `job_id` partition value: a dataset holds any number of jobs, each replaced by its next export. */
+  jobs: Record<string, JobEntry>;
 }
 
 /** A hive partition value: characters other than letters, digits, `_`, `.` and `-` percent-encoded. */
@@ -402,6 +408,8 @@ export async function exportParquet(
 ): Promise<ParquetExportResult> {
   const dir = resolve(outputDir);
   const previous = readManifest(dir);
+  /** The previous export of this job (known once the selection is: `begin`). */
+  let previousJob: JobEntry | undefined;
   const parts: Record<string, string> = {};
   const rowCounts = new Map<ParquetTableName, number>();
   let written = 0;
@@ -448,7 +456,7 @@ export async function exportParquet(
     build: () => { table: ParquetTableName; rows: number; columns: ReadonlyMap<string, ColumnValues> } | null,
   ): void => {
     const key = `${DATASET_FORMAT_VERSION}|${selection?.sessionId ?? ""}|${fingerprint}`;
-    if (previous?.parts[relative] === key && existsSync(join(dir, relative))) {
+    if (previousJob?.parts[relative] === key && existsSync(join(dir, relative))) {
       parts[relative] = key;
       kept++;
       return;
@@ -582,6 +590,7 @@ export async function exportParquet(
         selection = context.selection;
         segments = context.segments;
         jobPartition = partitionValue(context.selection.summary?.job_id ?? null);
+        previousJob = previous?.jobs[jobPartition];
         totalRanks = new Set(
           context.segments.flatMap((segment) =>
             segment.digest.sessions
@@ -626,7 +635,7 @@ export async function exportParquet(
 
   // Parts of the previous export that this one did not produce: their input is gone.
   let removed = 0;
-  for (const relative of Object.keys(previous?.parts ?? {})) {
+  for (const relative of Object.keys(previousJob?.parts ?? {})) {
     if (Object.hasOwn(parts, relative)) continue;
     try {
       unlinkSync(join(dir, relative));
@@ -640,10 +649,15 @@ export async function exportParquet(
     format: "stormlog-parquet",
     version: DATASET_FORMAT_VERSION,
     generator: `@stormlog/parquet ${PACKAGE_VERSION}`,
-    input: resolve(input),
-    selected_session_id: chosen?.sessionId ?? null,
-    job_id: chosen?.summary?.job_id ?? null,
-    parts,
+    jobs: {
+      ...previous?.jobs,
+      [jobPartition]: {
+        job_id: chosen?.summary?.job_id ?? null,
+        input: resolve(input),
+        selected_session_id: chosen?.sessionId ?? null,
+        parts,
+      },
+    },
   };
   mkdirSync(dir, { recursive: true });
   const temporary = join(dir, `.${DATASET_MANIFEST}.${process.pid}.tmp`);

@@ -78,8 +78,10 @@ function datasetParts(dir: string): string[] {
       dir,
     );
   try {
-    const manifest = JSON.parse(readFileSync(path, "utf8")) as { parts?: Record<string, string> };
-    return Object.keys(manifest.parts ?? {});
+    const manifest = JSON.parse(readFileSync(path, "utf8")) as {
+      jobs?: Record<string, { parts?: Record<string, string> }>;
+    };
+    return Object.values(manifest.jobs ?? {}).flatMap((job) => Object.keys(job.parts ?? {}));
   } catch (error) {
     throw new ParquetDatasetError(
       `${path} is unreadable (${(error as Error).message}): export the dataset again`,
