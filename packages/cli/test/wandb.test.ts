@@ -77,6 +77,44 @@ describe("stormlog export --format wandb", () => {
   });
 });
 
+describe("stormlog track --wandb", () => {
+  it("exports the session when tracking ends, with the tracker's statistics", async () => {
+    const dir = workDir();
+    const run = await runCli(
+      [
+        "track",
+        "--interval",
+        "0.05",
+        "--telemetry-sink-dir",
+        "tsink",
+        "--wandb",
+        "--wandb-mode",
+        "offline",
+        "--wandb-project",
+        " p1 ",
+        "--wandb-dir",
+        "out",
+        "--",
+        process.execPath,
+        "-e",
+        "setTimeout(() => {}, 300)",
+      ],
+      { cwd: dir, env: { PATH: process.env.PATH } },
+    );
+    expect(run.code, run.stderr).toBe(0);
+    const runs = listOfflineRuns(join(dir, "out"));
+    expect(runs).toHaveLength(1);
+    const calls = readOfflineRun(runs[0] as string).calls;
+    // Flag values are trimmed, as the reference's namespace reader does.
+    expect(calls[0]).toMatchObject({ call: "init", kwargs: { project: "p1", job_type: "stormlog-track" } });
+    expect(calls[1]).toMatchObject({
+      call: "summary.update",
+      payload: { stormlog_session_status: "completed", stormlog_backend: expect.any(String) },
+    });
+    expect(calls.at(-1)).toEqual({ call: "finish" });
+  });
+});
+
 describe("stormlog diagnose --wandb", () => {
   it("exports a bundle of the diagnosis", async () => {
     const dir = workDir();
