@@ -97,8 +97,9 @@ describe("exportParquet on edge cases", () => {
             4 + rank,
           ).events,
       );
-    world("job-a", 2).forEach((events, rank) => writeSink(join(jobA, `rank-${rank}`), events));
-    world("team/b c", 3).forEach((events, rank) => writeSink(join(jobB, `rank-${rank}`), events));
+    for (const [rank, events] of world("job-a", 2).entries()) writeSink(join(jobA, `rank-${rank}`), events);
+    for (const [rank, events] of world("team/b c", 3).entries())
+      writeSink(join(jobB, `rank-${rank}`), events);
     await settle();
     const a = await exportParquet(jobA, out);
     const b = await exportParquet(jobB, out);
