@@ -3,8 +3,8 @@
  * `--wandb-dir`), and the exports they run: an offline run directory always (what `wandb sync`
  * uploads), streamed to a live run as well when the W&B JS SDK and an API key are there.
  */
-import { mkdirSync, writeFileSync } from "node:fs";
-import { resolve } from "node:path";
+import { mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { type JsonObject, type JsonValue, stringifyJson } from "@stormlog/core";
 import { sessionSummaryToJson } from "@stormlog/core/internal";
 import { loadTelemetrySessions, summarizeTelemetrySessions } from "@stormlog/sink";
@@ -212,6 +212,19 @@ function statisticsOfEvents(
   };
 }
 
+/** The sink's retained segments (`final_retained_files`, `final_retained_bytes`), when `path` is a sink folder. */
+function retainedSegments(path: string): JsonObject {
+  try {
+    if (!statSync(path).isDirectory()) return {};
+    const segments = readdirSync(path).filter((name) => /^segment-\d+\.jsonl$/.test(name));
+    let bytes = 0;
+    for (const name of segments) bytes += statSync(join(path, name)).size;
+    return { final_retained_files: segments.length, final_retained_bytes: bytes };
+  } catch {
+    return {};
+  }
+}
+
 /** `export <sink> --format wandb`: exports a recorded session after the fact. */
 export async function exportRecordedSession(
   io: CliIo,
@@ -238,7 +251,7 @@ export async function exportRecordedSession(
       {
         commandName: "stormlog-export",
         sessionSummary: session.summary,
-        stats: statisticsOfEvents(session.events, session.summary.status),
+        stats: { ...statisticsOfEvents(session.events, session.summary.status), ...retainedSegments(path) },
         events: session.events,
         telemetrySinkDir: path,
       },

@@ -57,6 +57,15 @@ describe("stormlog export --format wandb", () => {
         .filter((call) => call.call === "log_artifact")
         .map((call) => call.call === "log_artifact" && call.type),
     ).toEqual(["stormlog-tracking-dashboard", "stormlog-telemetry-sink"]);
+    // Statistics from the recorded events and the sink's segments: the tracker is gone.
+    expect(calls[1]).toMatchObject({
+      call: "summary.update",
+      payload: {
+        stormlog_total_events: 17,
+        stormlog_sink_retained_files: 1,
+        stormlog_sink_retained_bytes: 10843,
+      },
+    });
     expect(calls.at(-1)).toEqual({ call: "finish" });
     // No output file: the dashboard lands in the sink folder, and so in the sink artifact.
     expect(readdirSync(join(dir, "sink"))).toContain("stormlog_tracking_dashboard.html");
