@@ -32,7 +32,9 @@ try {
   api = await import("@stormlog/wandb");
   internal = await import("@stormlog/wandb/internal");
 } catch (error) {
-  if (error?.code === "ERR_MODULE_NOT_FOUND") fail("packages/wandb/dist is missing: run `pnpm build` first");
+  if (error?.code === "ERR_MODULE_NOT_FOUND") {
+    fail(`a built file is missing (${error.message.split("\n")[0]}): run \`pnpm build\` first`);
+  }
   throw error;
 }
 const { WandbOfflineClient } = api;
