@@ -18,12 +18,32 @@ export interface MetricsEndpoint {
   close(): Promise<void>;
 }
 
+/** The OpenTelemetry packages `--prometheus-port` needs: optional peers (with their dependencies, ~15 MB). */
+const PEERS = "@opentelemetry/api @opentelemetry/sdk-metrics@2 @opentelemetry/exporter-prometheus@0.2";
+
+/** The exporter and the SDK, or a `CliUsageError` that says what to install. */
+async function loadOpenTelemetry() {
+  try {
+    const [exporter, sdk] = await Promise.all([
+      import("@opentelemetry/exporter-prometheus"),
+      import("@opentelemetry/sdk-metrics"),
+    ]);
+    return { PrometheusExporter: exporter.PrometheusExporter, MeterProvider: sdk.MeterProvider };
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== "MODULE_NOT_FOUND" && code !== "ERR_MODULE_NOT_FOUND") throw error;
+    throw new CliUsageError(
+      "--prometheus-port needs OpenTelemetry's metrics SDK and Prometheus exporter, which are not installed",
+      `install them beside @stormlog/cli: npm install ${PEERS}`,
+    );
+  }
+}
+
 /** Serves `/metrics` on `host:port` (0: a free port); rejects with a `CliUsageError` when it cannot listen. */
 export async function serveMetrics(host: string, port: number): Promise<MetricsEndpoint> {
-  const [{ createServer }, { PrometheusExporter }, { MeterProvider }] = await Promise.all([
+  const [{ createServer }, { PrometheusExporter, MeterProvider }] = await Promise.all([
     import("node:http"),
-    import("@opentelemetry/exporter-prometheus"),
-    import("@opentelemetry/sdk-metrics"),
+    loadOpenTelemetry(),
   ]);
   const exporter = new PrometheusExporter({ preventServerStart: true });
   const meterProvider = new MeterProvider({ readers: [exporter] });
