@@ -43,7 +43,7 @@ import {
 import type { JsonValue } from "@stormlog/core";
 import { stringifyJson } from "@stormlog/core";
 import type { PhaseAttribution, PhaseReplayIndex, PhaseThreadId } from "@stormlog/phases";
-import { Int64Column, splitBase } from "./encoder/columns.js";
+import { Int64Column, splitBase, TextRuns } from "./encoder/columns.js";
 import { ParquetDatasetError } from "./errors.js";
 import { type ParquetTableName, parquetTable } from "./schema.js";
 import { PACKAGE_VERSION } from "./version.js";
@@ -254,16 +254,16 @@ function sampleColumns(picks: readonly SamplePick[], data: RankData): Columns {
   let n = 0;
   for (const pick of picks) n += pick.indices.length;
   const out = new Columns("samples");
-  const sessionIds: string[] = new Array(n);
+  const sessionIds = new TextRuns();
   const timestamps = new Int64Column(n);
-  const collectors: (string | null)[] = new Array(n);
+  const collectors = new TextRuns();
   const devices = new Int32Array(n);
-  const hosts: string[] = new Array(n);
+  const hosts = new TextRuns();
   const pids = new Int64Column(n);
   const worldSizes = new Int32Array(n);
   const intervals = new Float64Array(n);
-  const phasePaths: (string | null)[] = new Array(n);
-  const resolutions: string[] = new Array(n);
+  const phasePaths = new TextRuns();
+  const resolutions = new TextRuns();
   const counters = COUNTERS.map(() => new Int64Column(n));
   const tensors = new Int64Column(n);
   let k = 0;
@@ -277,16 +277,16 @@ function sampleColumns(picks: readonly SamplePick[], data: RankData): Columns {
     const tensorValues = series.tensors;
     for (const i of indices) {
       timestamps.setOffset(k, baseHi, baseLo, t[i]!);
-      sessionIds[k] = sessionId;
-      collectors[k] = collector;
+      sessionIds.push(sessionId);
+      collectors.push(collector);
       const who = identities[identity === null ? 0 : identity[i]!];
       if (who !== undefined) {
         devices[k] = who.device_id;
-        hosts[k] = who.host;
+        hosts.push(who.host);
         pids.setNumber(k, who.pid);
         worldSizes[k] = who.world_size;
         intervals[k] = who.sampling_interval_ms;
-      } else hosts[k] = "";
+      } else hosts.push("");
       for (let c = 0; c < COUNTERS.length; c++) {
         const value = columns[c]![i]!;
         if (Number.isNaN(value)) counters[c]!.setNull(k);
@@ -304,15 +304,15 @@ function sampleColumns(picks: readonly SamplePick[], data: RankData): Columns {
       if (Number.isNaN(tensorCount)) tensors.setNull(k);
       else tensors.setNumber(k, tensorCount);
       if (phases === null) {
-        phasePaths[k] = null;
-        resolutions[k] = "none";
+        phasePaths.push(null);
+        resolutions.push("none");
       } else {
         const attribution =
           series.origins === null
             ? phases.resolve(i, null, null)
             : phases.resolve(i, ...scopeOrigin(series, i));
-        phasePaths[k] = attribution?.phasePath ?? null;
-        resolutions[k] = attribution?.phaseResolution ?? "none";
+        phasePaths.push(attribution?.phasePath ?? null);
+        resolutions.push(attribution?.phaseResolution ?? "none");
       }
       k++;
     }

@@ -62,6 +62,34 @@ export class Int64Column {
   }
 }
 
+/**
+ * A text column as runs of equal values (a session, a host, a phase for many rows in a row): what
+ * the encoder needs of it (the dictionary and its RLE indices) without an entry per row.
+ */
+export class TextRuns {
+  readonly values: (string | null)[] = [];
+  /** Rows in each run. */
+  readonly counts: number[] = [];
+  length = 0;
+
+  push(value: string | null): void {
+    const last = this.values.length - 1;
+    if (last >= 0 && this.values[last] === value) this.counts[last] = this.counts[last]! + 1;
+    else {
+      this.values.push(value);
+      this.counts.push(1);
+    }
+    this.length++;
+  }
+
+  /** The runs of the first `rows` values of `list` (undefined counts as null). */
+  static of(list: readonly (string | null | undefined)[], rows: number): TextRuns {
+    const runs = new TextRuns();
+    for (let k = 0; k < rows; k++) runs.push(list[k] ?? null);
+    return runs;
+  }
+}
+
 /** `base`'s halves for `Int64Column.setOffset`. */
 export function splitBase(base: bigint): [hi: number, lo: number] {
   return [Number(BigInt.asIntN(32, base >> 32n)), Number(BigInt.asUintN(32, base))];
@@ -70,6 +98,7 @@ export function splitBase(base: bigint): [hi: number, lo: number] {
 /** What a column of each type takes. */
 export type EncoderValues =
   | Int64Column
+  | TextRuns
   | Int32Array
   | Float64Array
   | readonly (number | bigint | null)[]

@@ -5,7 +5,7 @@
  * files by time or rank. The subset every engine reads (DuckDB, Spark, Trino, ClickHouse, Arrow).
  */
 
-import { type EncoderValues, Int64Column } from "./columns.js";
+import { type EncoderValues, Int64Column, TextRuns } from "./columns.js";
 import { ByteSink, type ThriftStruct, type ThriftValue, writeStruct } from "./thrift.js";
 
 /** A column's physical and logical type. */
@@ -81,6 +81,7 @@ function definitionLevels(out: ByteSink, nulls: Uint8Array | null, rows: number)
 /** Which rows are null (1), or null when none is: one pass over a list, none over typed arrays. */
 function nullMask(values: EncoderValues, rows: number): Uint8Array | null {
   if (values instanceof Int64Column) return values.nulls;
+  if (values instanceof TextRuns) throw new Error("internal: text runs have no null mask");
   if (values instanceof Int32Array || values instanceof Float64Array) return null;
   const list = values as readonly unknown[];
   let mask: Uint8Array | null = null;
@@ -229,75 +230,110 @@ function pageHeader(
   writeStruct(out, [[1, { i32: type }], [2, { i32: size }], [3, { i32: size }], header]);
 }
 
+/** A text column's dictionary page, and its data page's levels and RLE indices into `scratch`. */
+function writeText(
+  out: ByteSink,
+  column: EncoderColumn,
+  rows: number,
+  scratch: ByteSink,
+): { nulls: number; dictionaryOffset: number } {
+  const runs =
+    column.values instanceof TextRuns
+      ? column.values
+      : TextRuns.of(column.values as readonly (string | null)[], rows);
+  const { values, counts } = runs;
+  const count = values.length;
+  let nulls = 0;
+  for (let r = 0; r < count; r++) if (values[r] === null) nulls += counts[r]!;
+  if (nulls > 0 && !column.nullable)
+    throw new Error(`internal: ${nulls} null(s) in required column ${column.name}`);
+  if (column.nullable) {
+    // Definition levels: runs of present (1) and null (0).
+    const start = scratch.length;
+    scratch.uint32(0);
+    let r = 0;
+    while (r < count) {
+      const isNull = values[r] === null;
+      let length = counts[r++]!;
+      while (r < count && (values[r] === null) === isNull) length += counts[r++]!;
+      rleRun(scratch, length, isNull ? 0 : 1, 1);
+    }
+    scratch.view.setUint32(start, scratch.length - start - 4, true);
+  }
+  const ids = new Map<string, number>();
+  const runIds = new Int32Array(count);
+  for (let r = 0; r < count; r++) {
+    const value = values[r];
+    if (value === null || value === undefined) {
+      runIds[r] = -1;
+      continue;
+    }
+    let id = ids.get(value);
+    if (id === undefined) {
+      id = ids.size;
+      ids.set(value, id);
+    }
+    runIds[r] = id;
+  }
+  // The dictionary page: its values PLAIN.
+  const dictionary = new ByteSink(1024);
+  for (const value of ids.keys()) {
+    const bytes = text.encode(value);
+    dictionary.uint32(bytes.length);
+    dictionary.append(bytes);
+  }
+  const dictionaryOffset = out.length;
+  pageHeader(out, PAGE_DICTIONARY, dictionary.length, [
+    7,
+    {
+      struct: [
+        [1, { i32: ids.size }],
+        [2, { i32: ENCODING_PLAIN }],
+      ],
+    },
+  ]);
+  out.append(dictionary.result());
+  // The data page's values: the indices of the present rows, as RLE runs (adjacent runs of one id merged).
+  let bitWidth = 1;
+  while (2 ** bitWidth < ids.size) bitWidth++;
+  const byteWidth = Math.ceil(bitWidth / 8);
+  scratch.byte(bitWidth);
+  let r = 0;
+  while (r < count) {
+    const id = runIds[r]!;
+    if (id < 0) {
+      r++;
+      continue;
+    }
+    let length = counts[r++]!;
+    while (r < count && (runIds[r] === id || runIds[r] === -1)) {
+      if (runIds[r] === id) length += counts[r]!;
+      r++;
+    }
+    rleRun(scratch, length, id, byteWidth);
+  }
+  return { nulls, dictionaryOffset };
+}
+
 /** Writes one column chunk (dictionary page, data page) at the end of `out`. */
 function writeChunk(out: ByteSink, column: EncoderColumn, rows: number, scratch: ByteSink): ChunkMeta {
   const offset = out.length;
-  const mask = nullMask(column.values, rows);
-  let nulls = 0;
-  if (mask !== null) for (let k = 0; k < rows; k++) nulls += mask[k]!;
-  if (nulls > 0 && !column.nullable)
-    throw new Error(`internal: ${nulls} null(s) in required column ${column.name}`);
-  const present = rows - nulls;
   scratch.length = 0;
-  if (column.nullable) definitionLevels(scratch, mask, rows);
+  let nulls = 0;
   let dictionaryOffset: number | null = null;
   let stats: Stats | null = null;
   let encoding = ENCODING_PLAIN;
   if (column.type === "STRING" || column.type === "JSON") {
-    const list = column.values as readonly (string | null)[];
-    const ids = new Map<string, number>();
-    const indices = new Uint32Array(present);
-    let p = 0;
-    // Text repeats in runs (a session, a host, a phase for many samples): a run reuses its id.
-    let last: string | null = null;
-    let lastId = 0;
-    for (let k = 0; k < rows; k++) {
-      const value = list[k];
-      if (value === null || value === undefined) continue;
-      if (value !== last) {
-        let id = ids.get(value);
-        if (id === undefined) {
-          id = ids.size;
-          ids.set(value, id);
-        }
-        last = value;
-        lastId = id;
-      }
-      indices[p++] = lastId;
-    }
-    // The dictionary page: its values PLAIN.
-    const dictionary = new ByteSink(1024);
-    for (const value of ids.keys()) {
-      const bytes = text.encode(value);
-      dictionary.uint32(bytes.length);
-      dictionary.append(bytes);
-    }
-    dictionaryOffset = out.length;
-    pageHeader(out, PAGE_DICTIONARY, dictionary.length, [
-      7,
-      {
-        struct: [
-          [1, { i32: ids.size }],
-          [2, { i32: ENCODING_PLAIN }],
-        ],
-      },
-    ]);
-    out.append(dictionary.result());
-    // The data page: the indices, RLE runs.
-    let bitWidth = 1;
-    while (2 ** bitWidth < ids.size) bitWidth++;
-    const byteWidth = Math.ceil(bitWidth / 8);
-    scratch.byte(bitWidth);
-    let i = 0;
-    while (i < present) {
-      const value = indices[i]!;
-      let end = i + 1;
-      while (end < present && indices[end] === value) end++;
-      rleRun(scratch, end - i, value, byteWidth);
-      i = end;
-    }
+    ({ nulls, dictionaryOffset } = writeText(out, column, rows, scratch));
     encoding = ENCODING_RLE_DICTIONARY;
-  } else stats = plainValues(scratch, column, rows, mask);
+  } else {
+    const mask = nullMask(column.values, rows);
+    if (mask !== null) for (let k = 0; k < rows; k++) nulls += mask[k]!;
+    if (nulls > 0 && !column.nullable)
+      throw new Error(`internal: ${nulls} null(s) in required column ${column.name}`);
+    if (column.nullable) definitionLevels(scratch, mask, rows);
+    stats = plainValues(scratch, column, rows, mask);
+  }
   const dataOffset = out.length;
   pageHeader(out, PAGE_DATA, scratch.length, [
     5,
