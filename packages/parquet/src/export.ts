@@ -4,9 +4,10 @@
  * dataset (`analyzeTelemetryRanks`): each rank's columns are written as the analyses read them and let
  * go before the next rank, so memory holds one rank, whatever the input's size.
  *
- * Layout: `<table>/job_id=<job>/rank=<rank>/part-<segment>.parquet` (samples and alerts: one part per
- * input segment; the rank's other tables: `part-0.parquet`), and `<table>/job_id=<job>/part-0.parquet`
- * for the job's tables (leak verdicts, sessions). `_stormlog_dataset.json` lists every part with the
+ * Layout: `samples/job_id=<job>/rank=<rank>/part-<segment>.parquet` (one part per input segment),
+ * `phase_occurrences/job_id=<job>/rank=<rank>/part-0.parquet`, and `<table>/job_id=<job>/part-0.parquet`
+ * for the sparse tables (alerts, collector transitions, hidden-memory findings: `rank` a column) and
+ * the job's (leak verdicts, sessions). `_stormlog_dataset.json` lists every part with the
  * fingerprint of the input it came from: a re-export rewrites only the parts whose segments changed,
  * keeps the others, and removes parts whose input is gone.
  */
@@ -383,6 +384,7 @@ function leakRow(leak: LeakReport): Record<string, bigint | number | string | bo
 function findingRow(finding: RankGapFinding): Record<string, bigint | number | string | boolean | null> {
   return {
     session_id: finding.session_id,
+    rank: finding.rank,
     classification: finding.classification,
     severity: finding.severity,
     confidence: finding.confidence,
@@ -422,6 +424,8 @@ export async function exportParquet(
   const fingerprints = new Map<number, string>();
   const segmentIds = new Map<number, string>();
   const sessions = new RowTable("sessions");
+  const alerts = new RowTable("alerts");
+  const transitions = new RowTable("collector_transitions");
   const files = new TableWriter();
 
   const fingerprintOf = (ordinal: number): string => {
@@ -531,49 +535,43 @@ export async function exportParquet(
         for (const occurrence of data.occurrences(series)) rows.add(occurrenceRow(occurrence));
       return { table: "phase_occurrences", rows: rows.rows, columns: rows.columns() };
     });
-    part(`alerts/${rankDir}/part-0.parquet`, rankFingerprint, () => {
-      const rows = new RowTable("alerts");
-      for (const series of data.series) {
-        const index = data.phaseIndex(series);
-        for (const alert of series.alerts) {
-          const thread = alert.origin?.origin_thread_id;
-          const scope = alert.origin?.origin_phase_scope_id;
-          const attribution = index?.resolve(
-            alert.timestampNs,
-            series.sessionId,
-            series.rank,
-            typeof thread === "number" || typeof thread === "bigint" ? thread : null,
-            typeof scope === "string" ? scope : null,
-          );
-          rows.add({
-            session_id: series.sessionId,
-            timestamp_ns: alert.timestampNs,
-            event_type: alert.eventType,
-            context: alert.context,
-            oom_reason: alert.oomReason,
-            allocator_allocated_bytes: int64(alert.allocated),
-            device_used_bytes: int64(alert.used),
-            phase_path: attribution?.phasePath ?? null,
-          });
-        }
+    // The sparse tables, one file per job (written after the last rank).
+    for (const series of data.series) {
+      const index = data.phaseIndex(series);
+      for (const alert of series.alerts) {
+        const thread = alert.origin?.origin_thread_id;
+        const scope = alert.origin?.origin_phase_scope_id;
+        const attribution = index?.resolve(
+          alert.timestampNs,
+          series.sessionId,
+          series.rank,
+          typeof thread === "number" || typeof thread === "bigint" ? thread : null,
+          typeof scope === "string" ? scope : null,
+        );
+        alerts.add({
+          session_id: series.sessionId,
+          rank: series.rank,
+          timestamp_ns: alert.timestampNs,
+          event_type: alert.eventType,
+          context: alert.context,
+          oom_reason: alert.oomReason,
+          allocator_allocated_bytes: int64(alert.allocated),
+          device_used_bytes: int64(alert.used),
+          phase_path: attribution?.phasePath ?? null,
+        });
       }
-      return { table: "alerts", rows: rows.rows, columns: rows.columns() };
-    });
-    part(`collector_transitions/${rankDir}/part-0.parquet`, rankFingerprint, () => {
-      const rows = new RowTable("collector_transitions");
-      for (const series of data.series)
-        for (const entry of series.health)
-          rows.add({
-            session_id: series.sessionId,
-            timestamp_ns: entry.timestampNs,
-            event_type: entry.eventType,
-            collector: entry.collector,
-            status: entry.status,
-            error: entry.error,
-            context: entry.context,
-          });
-      return { table: "collector_transitions", rows: rows.rows, columns: rows.columns() };
-    });
+      for (const entry of series.health)
+        transitions.add({
+          session_id: series.sessionId,
+          rank: series.rank,
+          timestamp_ns: entry.timestampNs,
+          event_type: entry.eventType,
+          collector: entry.collector,
+          status: entry.status,
+          error: entry.error,
+          context: entry.context,
+        });
+    }
     doneRanks++;
     options.onProgress?.(doneRanks, totalRanks);
   };
@@ -605,23 +603,21 @@ export async function exportParquet(
   );
   // The job's tables, and the analysis's per-rank findings: small, written every time.
   const always = `report ${Date.now()}`;
-  const findingsByRank = new Map<number, RankGapFinding[]>();
-  for (const finding of report.gap_analysis) {
-    const list = findingsByRank.get(finding.rank);
-    if (list === undefined) findingsByRank.set(finding.rank, [finding]);
-    else list.push(finding);
-  }
-  for (const [rank, findings] of findingsByRank) {
-    part(
-      `hidden_memory_findings/job_id=${jobPartition}/rank=${partitionValue(rank)}/part-0.parquet`,
-      always,
-      () => {
-        const rows = new RowTable("hidden_memory_findings");
-        for (const finding of findings) rows.add(findingRow(finding));
-        return { table: "hidden_memory_findings", rows: rows.rows, columns: rows.columns() };
-      },
-    );
-  }
+  part(`hidden_memory_findings/job_id=${jobPartition}/part-0.parquet`, always, () => {
+    const rows = new RowTable("hidden_memory_findings");
+    for (const finding of report.gap_analysis) rows.add(findingRow(finding));
+    return { table: "hidden_memory_findings", rows: rows.rows, columns: rows.columns() };
+  });
+  part(`alerts/job_id=${jobPartition}/part-0.parquet`, always, () => ({
+    table: "alerts",
+    rows: alerts.rows,
+    columns: alerts.columns(),
+  }));
+  part(`collector_transitions/job_id=${jobPartition}/part-0.parquet`, always, () => ({
+    table: "collector_transitions",
+    rows: transitions.rows,
+    columns: transitions.columns(),
+  }));
   part(`leak_verdicts/job_id=${jobPartition}/part-0.parquet`, always, () => {
     const rows = new RowTable("leak_verdicts");
     for (const leak of report.leaks) rows.add(leakRow(leak));

@@ -32,7 +32,11 @@ export type ParquetTableName =
 export interface ParquetTable {
   readonly name: ParquetTableName;
   readonly description: string;
-  /** Partition keys, outermost first. They are directory names, not columns inside the files. */
+  /**
+   * Partition keys, outermost first: directory names, not columns inside the files. The bulky tables
+   * (samples, phase occurrences) are partitioned by job and rank; the sparse ones by job, with `rank`
+   * a column (a file of a few rows per rank is what engines read slowest).
+   */
   readonly partitions: readonly ("job_id" | "rank")[];
   readonly columns: readonly ParquetColumn[];
 }
@@ -129,8 +133,9 @@ const PHASE_OCCURRENCES: ParquetTable = {
 const ALERTS: ParquetTable = {
   name: "alerts",
   description: "Alert records (warning, critical, error), OOM reports included.",
-  partitions: ["job_id", "rank"],
+  partitions: ["job_id"],
   columns: [
+    column("rank", "INT32", false, "The rank."),
     column("session_id", "STRING", false, "The session of the alert."),
     column("timestamp_ns", "INT64", false, "Nanoseconds since the Unix epoch."),
     column("event_type", "STRING", false, "warning, critical or error."),
@@ -145,8 +150,9 @@ const ALERTS: ParquetTable = {
 const COLLECTOR_TRANSITIONS: ParquetTable = {
   name: "collector_transitions",
   description: "Collector-health transitions (`collector_degraded`, `collector_recovered`).",
-  partitions: ["job_id", "rank"],
+  partitions: ["job_id"],
   columns: [
+    column("rank", "INT32", false, "The rank."),
     column("session_id", "STRING", false, "The session of the transition."),
     column("timestamp_ns", "INT64", false, "Nanoseconds since the Unix epoch."),
     column("event_type", "STRING", false, "collector_degraded or collector_recovered."),
@@ -160,8 +166,9 @@ const COLLECTOR_TRANSITIONS: ParquetTable = {
 const HIDDEN_MEMORY_FINDINGS: ParquetTable = {
   name: "hidden_memory_findings",
   description: "Hidden-memory (device used minus allocator reserved) findings of the analysis, per rank.",
-  partitions: ["job_id", "rank"],
+  partitions: ["job_id"],
   columns: [
+    column("rank", "INT32", false, "The rank."),
     column("session_id", "STRING", false, "The session the finding is about."),
     column("classification", "STRING", false, "transient_spike, persistent_drift or fragmentation_like."),
     column("severity", "STRING", false, "info, warning or critical."),

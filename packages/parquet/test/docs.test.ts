@@ -60,7 +60,10 @@ describe("docs/parquet.md", () => {
       expect(start).toBeGreaterThan(0);
       const next = DOC.indexOf("\n### ", start + 1);
       const section = DOC.slice(start, next < 0 ? undefined : next);
-      for (const column of table.columns) expect(section).toContain(`| \`${column.name}\` |`);
+      for (const column of table.columns)
+        expect(section).toContain(
+          `| \`${column.name}\` | ${column.type}`.replace(/ (STRING|JSON)$/, " BYTE_ARRAY"),
+        );
       for (const key of table.partitions) expect(section).toContain(`| \`${key}\` | directory |`);
     },
   );
