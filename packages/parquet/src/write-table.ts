@@ -8,6 +8,7 @@ import { mkdirSync, renameSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import type { EncoderValues } from "./encoder/columns.js";
 import { encodeParquet } from "./encoder/file.js";
+import { ByteSink } from "./encoder/thrift.js";
 import type { ParquetTable } from "./schema.js";
 import { PACKAGE_VERSION } from "./version.js";
 
@@ -17,6 +18,8 @@ export type ColumnValues = EncoderValues;
 /** Writes a dataset's files, making each partition directory once. */
 export class TableWriter {
   private readonly directories = new Set<string>();
+  /** The encoder's buffers, reused for every file (each is written before the next is encoded). */
+  private readonly sinks = { out: new ByteSink(1 << 20), scratch: new ByteSink(1 << 18) };
   private serial = 0;
 
   /** Encodes `columns` (every column of `table`, `rows` long) and writes them as `path`. */
@@ -28,7 +31,11 @@ export class TableWriter {
         return { name: column.name, type: column.type, nullable: column.nullable, values };
       }),
       rows,
-      { createdBy: `stormlog ${PACKAGE_VERSION}`, metadata: { "stormlog.table": table.name } },
+      {
+        createdBy: `stormlog ${PACKAGE_VERSION}`,
+        metadata: { "stormlog.table": table.name },
+        sinks: this.sinks,
+      },
     );
     const parent = dirname(path);
     this.directory(parent);

@@ -377,11 +377,22 @@ function schemaElement(column: EncoderColumn): ThriftStruct {
 export function encodeParquet(
   columns: readonly EncoderColumn[],
   rows: number,
-  options: { readonly createdBy: string; readonly metadata?: Readonly<Record<string, string>> },
+  options: {
+    readonly createdBy: string;
+    readonly metadata?: Readonly<Record<string, string>>;
+    /**
+     * Buffers to encode into, reused from one file to the next (the result then views `sinks.out`:
+     * valid until the next call with them).
+     */
+    readonly sinks?: { readonly out: ByteSink; readonly scratch: ByteSink };
+  },
 ): Uint8Array {
-  const out = new ByteSink(Math.max(1 << 16, rows * 16));
+  // About 8 bytes a value: one buffer of the file's size, not a chain of doublings.
+  const out = options.sinks?.out ?? new ByteSink(Math.max(1 << 16, rows * columns.length * 8 + 4096));
+  out.length = 0;
+  out.ensure(rows * columns.length * 8 + 4096);
   out.uint32(0x31524150); // PAR1
-  const scratch = new ByteSink(Math.max(1 << 12, rows * 8));
+  const scratch = options.sinks?.scratch ?? new ByteSink(Math.max(1 << 12, rows * 8 + 1024));
   const chunks = columns.map((column) => writeChunk(out, column, rows, scratch));
   const rowGroupBytes = chunks.reduce((sum, chunk) => sum + chunk.size, 0);
   const footerStart = out.length;
