@@ -248,12 +248,15 @@ class SamplePhases {
 /** The samples of one part: indices of each series' samples in it. */
 interface SamplePick {
   readonly series: RankSeries;
-  readonly indices: readonly number[];
+  /** Ranges of sample indices, `[start, end)` pairs, in time order. */
+  readonly ranges: readonly number[];
+  /** Samples in the ranges. */
+  readonly count: number;
 }
 
 function sampleColumns(picks: readonly SamplePick[], data: RankData): Columns {
   let n = 0;
-  for (const pick of picks) n += pick.indices.length;
+  for (const pick of picks) n += pick.count;
   const out = new Columns("samples");
   const sessionIds = new TextRuns();
   const timestamps = new Int64Column(n);
@@ -268,7 +271,7 @@ function sampleColumns(picks: readonly SamplePick[], data: RankData): Columns {
   const counters = COUNTERS.map(() => new Int64Column(n));
   const tensors = new Int64Column(n);
   let k = 0;
-  for (const { series, indices } of picks) {
+  for (const { series, ranges } of picks) {
     const index = data.phaseIndex(series);
     const phases = index === null ? null : new SamplePhases(series, index);
     const collector = collectorOf(series);
@@ -276,47 +279,48 @@ function sampleColumns(picks: readonly SamplePick[], data: RankData): Columns {
     const [baseHi, baseLo] = splitBase(base);
     const columns = COUNTERS.map(([key]) => series[key]);
     const tensorValues = series.tensors;
-    for (const i of indices) {
-      timestamps.setOffset(k, baseHi, baseLo, t[i]!);
-      sessionIds.push(sessionId);
-      collectors.push(collector);
-      const who = identities[identity === null ? 0 : identity[i]!];
-      if (who !== undefined) {
-        devices[k] = who.device_id;
-        hosts.push(who.host);
-        pids.setNumber(k, who.pid);
-        worldSizes[k] = who.world_size;
-        intervals[k] = who.sampling_interval_ms;
-      } else hosts.push("");
-      for (let c = 0; c < COUNTERS.length; c++) {
-        const value = columns[c]![i]!;
-        if (Number.isNaN(value)) counters[c]!.setNull(k);
-        else counters[c]!.setNumber(k, value);
+    for (let r = 0; r < ranges.length; r += 2)
+      for (let i = ranges[r]!; i < ranges[r + 1]!; i++) {
+        timestamps.setOffset(k, baseHi, baseLo, t[i]!);
+        sessionIds.push(sessionId);
+        collectors.push(collector);
+        const who = identities[identity === null ? 0 : identity[i]!];
+        if (who !== undefined) {
+          devices[k] = who.device_id;
+          hosts.push(who.host);
+          pids.setNumber(k, who.pid);
+          worldSizes[k] = who.world_size;
+          intervals[k] = who.sampling_interval_ms;
+        } else hosts.push("");
+        for (let c = 0; c < COUNTERS.length; c++) {
+          const value = columns[c]![i]!;
+          if (Number.isNaN(value)) counters[c]!.setNull(k);
+          else counters[c]!.setNumber(k, value);
+        }
+        if (series.exact !== null) {
+          const exact = exactAt(series, i);
+          if (exact !== undefined)
+            COUNTERS.forEach(([, name], c) => {
+              const v = exact[name as keyof typeof exact];
+              if (v !== undefined) counters[c]!.setBigint(k, v);
+            });
+        }
+        const tensorCount = tensorValues[i]!;
+        if (Number.isNaN(tensorCount)) tensors.setNull(k);
+        else tensors.setNumber(k, tensorCount);
+        if (phases === null) {
+          phasePaths.push(null);
+          resolutions.push("none");
+        } else {
+          const attribution =
+            series.origins === null
+              ? phases.resolve(i, null, null)
+              : phases.resolve(i, ...scopeOrigin(series, i));
+          phasePaths.push(attribution?.phasePath ?? null);
+          resolutions.push(attribution?.phaseResolution ?? "none");
+        }
+        k++;
       }
-      if (series.exact !== null) {
-        const exact = exactAt(series, i);
-        if (exact !== undefined)
-          COUNTERS.forEach(([, name], c) => {
-            const v = exact[name as keyof typeof exact];
-            if (v !== undefined) counters[c]!.setBigint(k, v);
-          });
-      }
-      const tensorCount = tensorValues[i]!;
-      if (Number.isNaN(tensorCount)) tensors.setNull(k);
-      else tensors.setNumber(k, tensorCount);
-      if (phases === null) {
-        phasePaths.push(null);
-        resolutions.push("none");
-      } else {
-        const attribution =
-          series.origins === null
-            ? phases.resolve(i, null, null)
-            : phases.resolve(i, ...scopeOrigin(series, i));
-        phasePaths.push(attribution?.phasePath ?? null);
-        resolutions.push(attribution?.phaseResolution ?? "none");
-      }
-      k++;
-    }
   }
   out.rows = n;
   out.set("session_id", sessionIds);
@@ -479,27 +483,27 @@ export async function exportParquet(
     const samplesBySegment = new Map<number, SamplePick[]>();
     const ordinals = new Set<number>();
     for (const series of data.series) {
-      const local = new Map<number, number[]>();
-      let current = -1;
-      let list: number[] = [];
-      for (let i = 0; i < series.count; i++) {
+      // Runs of samples in one segment (a segment's samples are usually one run: time order is storage order).
+      const local = new Map<number, { ranges: number[]; count: number }>();
+      let i = 0;
+      while (i < series.count) {
         const ordinal = Math.floor(series.order[i]! / ORDER_SEGMENT_SCALE);
-        if (ordinal !== current) {
-          current = ordinal;
-          let known = local.get(ordinal);
-          if (known === undefined) {
-            known = [];
-            local.set(ordinal, known);
-          }
-          list = known;
+        const start = i;
+        const upper = (ordinal + 1) * ORDER_SEGMENT_SCALE;
+        const lower = ordinal * ORDER_SEGMENT_SCALE;
+        while (i < series.count && series.order[i]! < upper && series.order[i]! >= lower) i++;
+        const known = local.get(ordinal);
+        if (known === undefined) local.set(ordinal, { ranges: [start, i], count: i - start });
+        else {
+          known.ranges.push(start, i);
+          known.count += i - start;
         }
-        list.push(i);
       }
-      for (const [ordinal, indices] of local) {
+      for (const [ordinal, { ranges, count }] of local) {
         ordinals.add(ordinal);
         const picks = samplesBySegment.get(ordinal);
-        if (picks === undefined) samplesBySegment.set(ordinal, [{ series, indices }]);
-        else picks.push({ series, indices });
+        if (picks === undefined) samplesBySegment.set(ordinal, [{ series, ranges, count }]);
+        else picks.push({ series, ranges, count });
       }
       for (const order of series.alertOrder) ordinals.add(Math.floor(order / ORDER_SEGMENT_SCALE));
       for (const order of series.boundaryOrder) ordinals.add(Math.floor(order / ORDER_SEGMENT_SCALE));
