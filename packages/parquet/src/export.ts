@@ -56,6 +56,9 @@ export const DATASET_MANIFEST = "_stormlog_dataset.json";
 /** Version of the layout and the columns; a dataset of another version is rewritten whole. */
 export const DATASET_FORMAT_VERSION = 1;
 
+/** A segment modified this recently is not trusted to be unchanged when its size and times are. */
+const RECENT_MS = 2000;
+
 /** Hive's directory value for a null partition key (Spark and Trino read it as NULL). */
 export const NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__";
 
@@ -439,6 +442,9 @@ export async function exportParquet(
       try {
         const stat = statSync(source);
         known = `${source}|${stat.size}|${stat.mtimeMs}|${stat.ino}`;
+        // Changed within the file system's timestamp granularity, it may change again unseen: not trusted
+        // (its parts are written again next time), as the analysis index does not trust it.
+        if (Date.now() - stat.mtimeMs < RECENT_MS) known += `|recent ${Math.random()}`;
       } catch {
         known = `${source}|?${Math.random()}`;
       }
