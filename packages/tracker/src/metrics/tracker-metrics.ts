@@ -100,11 +100,10 @@ function describe(value: unknown): string {
 
 const requireOptional = createRequire(import.meta.url);
 
-/** `@opentelemetry/api`'s global provider, or null when the package is not installed. */
-function globalMeterProvider(): MeterProvider | null {
+/** `@opentelemetry/api`, or null when the package is not installed. */
+function openTelemetryApi(): typeof import("@opentelemetry/api") | null {
   try {
-    const api = requireOptional("@opentelemetry/api") as typeof import("@opentelemetry/api");
-    return api.metrics.getMeterProvider();
+    return requireOptional("@opentelemetry/api") as typeof import("@opentelemetry/api");
   } catch {
     return null;
   }
@@ -195,11 +194,18 @@ export class TrackerMetrics {
   begin(): void {
     if (!this.options.enabled) return;
     try {
-      const provider = (this.options.meterProvider as MeterProvider | null) ?? globalMeterProvider();
+      const given = this.options.meterProvider as MeterProvider | null;
+      const api = given === null ? openTelemetryApi() : null;
+      const provider = given ?? api?.metrics.getMeterProvider() ?? null;
       if (provider !== this.provider) {
         this.release();
         this.provider = provider;
-        this.instruments = provider === null ? null : makeInstruments(provider, this.callback);
+        const meter = provider?.getMeter(METER_NAME);
+        // No provider registered: the API's no-op meter, and nothing to read at ticks either.
+        this.instruments =
+          meter === undefined || meter === api?.createNoopMeter()
+            ? null
+            : makeInstruments(meter, this.callback);
       }
       const { identity, host } = this.source;
       this.base = {
@@ -375,9 +381,8 @@ export class TrackerMetrics {
   }
 }
 
-/** The instruments on `provider`'s meter, observed by `callback`. */
-function makeInstruments(provider: MeterProvider, callback: BatchObservableCallback): Instruments {
-  const meter = provider.getMeter(METER_NAME);
+/** The instruments on `meter`, observed by `callback`. */
+function makeInstruments(meter: Meter, callback: BatchObservableCallback): Instruments {
   const memory = ALLOCATOR_GAUGES.map(
     ([name, field, description]) =>
       [meter.createObservableGauge(name, { unit: "By", description }), field] as const,

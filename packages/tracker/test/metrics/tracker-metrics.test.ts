@@ -148,6 +148,27 @@ describe("live metrics through the OpenTelemetry API", () => {
     await second.shutdown();
   });
 
+  it("looks the global provider up at start(): one registered later is used from the next session on", async () => {
+    const collector = new SequencedCollector([
+      full(reading({ allocated: 32 * MiB, reserved: 32 * MiB, total: 1024 * MiB })),
+    ]);
+    const { tracker } = makeTracker([collector]);
+    await tracker.start();
+    const { provider: meterProvider, reader } = provider();
+    metrics.setGlobalMeterProvider(meterProvider);
+    await tracker.sampleNow();
+    tracker.phase("step", () => undefined);
+    await tracker.sampleNow();
+    expect([...(await reader.metricsByName()).keys()]).toEqual([]);
+    await tracker.stop();
+    await tracker.start();
+    await tracker.sampleNow();
+    const byName = await reader.metricsByName();
+    expect(pointWith(byName.get("stormlog.memory.allocated"), { "stormlog.device": 0 }).value).toBe(32 * MiB);
+    await tracker.stop();
+    await meterProvider.shutdown();
+  });
+
   it("publishes collector health as a state set and counts its transitions", async () => {
     const { provider: meterProvider, reader } = provider();
     const collector = new SequencedCollector([
