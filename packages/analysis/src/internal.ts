@@ -6,7 +6,6 @@
  */
 
 export type { RankData } from "./analyses/analysis.js";
-export { type Occurrence, occurrenceReport } from "./analyses/phase-stats.js";
 export type { AlertEntry, BoundaryEntry, HealthEntry, SampleIdentity } from "./input/aggregate.js";
 export { exactAt, ORDER_SEGMENT_SCALE, originAt, type RankSeries } from "./input/dataset.js";
 export type { SegmentData } from "./input/sessions.js";

@@ -33,9 +33,7 @@ import type {
 import {
   analyzeTelemetryRanks,
   exactAt,
-  type Occurrence,
   ORDER_SEGMENT_SCALE,
-  occurrenceReport,
   originAt,
   type RankData,
   type RankSeries,
@@ -343,34 +341,94 @@ function sampleColumns(picks: readonly SamplePick[], data: RankData): Columns {
   return out;
 }
 
-function occurrenceRow(occurrence: Occurrence): Record<string, bigint | number | string | boolean | null> {
-  const report = occurrenceReport(occurrence);
-  const { span } = occurrence;
-  const net = (enter: number, exit: number): bigint | null =>
-    Number.isNaN(enter) || Number.isNaN(exit) ? null : int64(exit - enter);
-  const peakAllocated = report.peak_allocated_bytes;
-  const peakUsed = report.peak_device_used_bytes;
-  return {
-    session_id: report.session_id,
-    phase_path: span.phasePath,
-    phase_name: span.path[span.path.length - 1] ?? span.phasePath,
-    depth: span.depth,
-    scope_id: report.scope_id,
-    start_ns: report.start_ns,
-    end_ns: report.end_ns,
-    duration_ns: report.duration_ns,
-    synthetic_end: report.synthetic_end,
-    peak_allocated_bytes: peakAllocated === null ? null : int64(peakAllocated),
-    peak_allocated_ns: peakAllocated === null ? null : occurrence.peakAllocatedNs,
-    peak_device_used_bytes: peakUsed === null ? null : int64(peakUsed),
-    peak_device_used_ns: peakUsed === null ? null : occurrence.peakUsedNs,
-    net_allocated_bytes: net(occurrence.enterAllocated, occurrence.exitAllocated),
-    net_device_used_bytes: net(occurrence.enterUsed, occurrence.exitUsed),
-    enter_tensors: int64(occurrence.enterTensors),
-    exit_tensors: int64(occurrence.exitTensors),
-    net_tensors: net(occurrence.enterTensors, occurrence.exitTensors),
-    boundary_read: occurrence.boundaryRead,
+/**
+ * The rank's phase occurrences as columns, straight from the analysis's occurrences (the report's
+ * `PhaseOccurrence` fields, and the readings at entry and exit), without an object per row.
+ */
+function occurrenceColumns(data: RankData): Columns {
+  let n = 0;
+  for (const series of data.series) n += data.occurrences(series).length;
+  const out = new Columns("phase_occurrences");
+  const sessionIds = new TextRuns();
+  const paths = new TextRuns();
+  const names = new TextRuns();
+  const depths = new Int32Array(n);
+  const scopes = new TextRuns();
+  const starts = new Int64Column(n);
+  const ends = new Int64Column(n);
+  const durations = new Int64Column(n);
+  const synthetic: boolean[] = new Array(n);
+  const peakAllocated = new Int64Column(n);
+  const peakAllocatedNs = new Int64Column(n);
+  const peakUsed = new Int64Column(n);
+  const peakUsedNs = new Int64Column(n);
+  const netAllocated = new Int64Column(n);
+  const netUsed = new Int64Column(n);
+  const enterTensors = new Int64Column(n);
+  const exitTensors = new Int64Column(n);
+  const netTensors = new Int64Column(n);
+  const boundaryRead: boolean[] = new Array(n);
+  const net = (column: Int64Column, k: number, enter: number, exit: number): void => {
+    if (Number.isNaN(enter) || Number.isNaN(exit)) column.setNull(k);
+    else column.setNumber(k, exit - enter);
   };
+  let k = 0;
+  for (const series of data.series) {
+    for (const occurrence of data.occurrences(series)) {
+      const { span } = occurrence;
+      sessionIds.push(span.sessionId);
+      paths.push(span.phasePath);
+      names.push(span.path[span.path.length - 1] ?? span.phasePath);
+      depths[k] = span.depth;
+      scopes.push(span.scopeId);
+      starts.setBigint(k, span.startNs);
+      ends.setBigint(k, span.endNs);
+      durations.setBigint(k, span.endNs - span.startNs);
+      synthetic[k] = span.syntheticEnd;
+      if (Number.isNaN(occurrence.peakAllocated)) {
+        peakAllocated.setNull(k);
+        peakAllocatedNs.setNull(k);
+      } else {
+        peakAllocated.setNumber(k, occurrence.peakAllocated);
+        peakAllocatedNs.setBigint(k, occurrence.peakAllocatedNs);
+      }
+      if (Number.isNaN(occurrence.peakUsed)) {
+        peakUsed.setNull(k);
+        peakUsedNs.setNull(k);
+      } else {
+        peakUsed.setNumber(k, occurrence.peakUsed);
+        peakUsedNs.setBigint(k, occurrence.peakUsedNs);
+      }
+      net(netAllocated, k, occurrence.enterAllocated, occurrence.exitAllocated);
+      net(netUsed, k, occurrence.enterUsed, occurrence.exitUsed);
+      enterTensors.set(k, occurrence.enterTensors);
+      exitTensors.set(k, occurrence.exitTensors);
+      net(netTensors, k, occurrence.enterTensors, occurrence.exitTensors);
+      boundaryRead[k] = occurrence.boundaryRead;
+      k++;
+    }
+  }
+  out.rows = n;
+  out.set("session_id", sessionIds);
+  out.set("phase_path", paths);
+  out.set("phase_name", names);
+  out.set("depth", depths);
+  out.set("scope_id", scopes);
+  out.set("start_ns", starts);
+  out.set("end_ns", ends);
+  out.set("duration_ns", durations);
+  out.set("synthetic_end", synthetic);
+  out.set("peak_allocated_bytes", peakAllocated);
+  out.set("peak_allocated_ns", peakAllocatedNs);
+  out.set("peak_device_used_bytes", peakUsed);
+  out.set("peak_device_used_ns", peakUsedNs);
+  out.set("net_allocated_bytes", netAllocated);
+  out.set("net_device_used_bytes", netUsed);
+  out.set("enter_tensors", enterTensors);
+  out.set("exit_tensors", exitTensors);
+  out.set("net_tensors", netTensors);
+  out.set("boundary_read", boundaryRead);
+  return out;
 }
 
 function leakRow(leak: LeakReport): Record<string, bigint | number | string | boolean | null> {
@@ -540,10 +598,8 @@ export async function exportParquet(
       .map(fingerprintOf)
       .join("\n");
     part(`phase_occurrences/${rankDir}/part-0.parquet`, rankFingerprint, () => {
-      const rows = new RowTable("phase_occurrences");
-      for (const series of data.series)
-        for (const occurrence of data.occurrences(series)) rows.add(occurrenceRow(occurrence));
-      return { table: "phase_occurrences", rows: rows.rows, columns: rows.columns() };
+      const columns = occurrenceColumns(data);
+      return { table: "phase_occurrences", rows: columns.rows, columns: columns.values };
     });
     // The sparse tables, one file per job (written after the last rank).
     for (const series of data.series) {

@@ -313,7 +313,7 @@ function netChange(values: readonly number[]): NetChange | null {
   };
 }
 
-export function occurrenceReport(occurrence: Occurrence): PhaseOccurrence {
+function occurrenceReport(occurrence: Occurrence): PhaseOccurrence {
   const { span } = occurrence;
   const net = (enter: number, exit: number): number | null =>
     Number.isNaN(enter) || Number.isNaN(exit) ? null : exit - enter;
