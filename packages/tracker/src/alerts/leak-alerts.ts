@@ -39,8 +39,8 @@ export interface LeakAlertOptions {
   /** Default true. False: no leak watch at all (nothing is kept at phase boundaries). */
   readonly enabled?: boolean;
   /**
-   * Milliseconds between checks (default 10000). A check that takes longer than 0.2 % of this waits
-   * proportionally longer for the next one, so judging never takes more than 0.2 % of the time.
+   * Milliseconds between checks (default 10000). A check that takes longer than 0.05 % of this waits
+   * proportionally longer for the next one, so judging never takes more than 0.05 % of the time.
    */
   readonly intervalMs?: number;
 }
@@ -64,7 +64,7 @@ const CATCH_UP_BATCH = 256;
 /** Default time between checks. */
 export const DEFAULT_LEAK_CHECK_INTERVAL_MS = 10_000;
 /** A check may take at most this share of the time between checks (else the next one waits). */
-const CHECK_TIME_SHARE = 0.002;
+const CHECK_TIME_SHARE = 0.0005;
 const FIRST_CAPACITY = 16;
 /** Per occurrence end: allocated, reserved, used (`EventStore.readCounters`), tensors. */
 const VALUES = 4;
