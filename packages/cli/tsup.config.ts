@@ -26,8 +26,9 @@ export default [
     minifySyntax: true,
     // Their `internal` entries too: the bundle must not require them at run time.
     noExternal: [/^@stormlog\/(core|phases|sink|tracker|analysis|parquet)(\/internal)?$/],
-    // DuckDB (for `query`) is an optional peer with a native addon: required where it is installed, never bundled.
-    external: ["@duckdb/node-api"],
+    // Optional peers, required where they are installed, never bundled: DuckDB (for `query`, a native addon)
+    // and OpenTelemetry's SDK (for `track --prometheus-port`), also when built from the repository root.
+    external: ["@duckdb/node-api", /^@opentelemetry\//],
     // The tracker's ESM finds its sink worker from `import.meta.url`; the CLI writes its sink on the
     // main thread, but the bundled code must still compile to CommonJS without an empty `import.meta`.
     shims: true,
