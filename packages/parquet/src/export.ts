@@ -42,6 +42,8 @@ import {
 import type { JsonValue } from "@stormlog/core";
 import { stringifyJson } from "@stormlog/core";
 import type { PhaseAttribution, PhaseReplayIndex, PhaseThreadId } from "@stormlog/phases";
+import { SinkDirectoryLockedError } from "@stormlog/sink";
+import { claimSinkDirectory, WRITER_LOCK_FILENAME, type WriterLock } from "@stormlog/sink/internal";
 import { Int64Column, splitBase, TextRuns } from "./encoder/columns.js";
 import { ParquetDatasetError } from "./errors.js";
 import { type ParquetTableName, parquetTable } from "./schema.js";
@@ -157,7 +159,7 @@ class RowTable {
 function readManifest(dir: string): DatasetManifest | null {
   const path = join(dir, DATASET_MANIFEST);
   if (!existsSync(path)) {
-    if (existsSync(dir) && readdirSync(dir).length > 0)
+    if (existsSync(dir) && readdirSync(dir).some((name) => name !== WRITER_LOCK_FILENAME))
       throw new ParquetDatasetError(
         `${dir} is not empty and holds no Stormlog Parquet dataset (${DATASET_MANIFEST}); ` +
           "export into an empty or new directory, or into a dataset written before",
@@ -474,6 +476,41 @@ export async function exportParquet(
   options: ParquetExportOptions = {},
 ): Promise<ParquetExportResult> {
   const dir = resolve(outputDir);
+  // A directory that is not a dataset is refused before anything is written into it.
+  readManifest(dir);
+  const lock = lockDataset(dir);
+  try {
+    return await exportLocked(input, dir, options);
+  } finally {
+    lock.release();
+  }
+}
+
+/**
+ * Takes the dataset for this export: a second export into it (from any process on this host, or
+ * another host sharing the directory) would interleave its parts and manifest with this one's.
+ * A lock left by an export that died is broken.
+ */
+function lockDataset(dir: string): WriterLock {
+  try {
+    return claimSinkDirectory(dir, { policy: "refuse" }).lock;
+  } catch (error) {
+    if (!SinkDirectoryLockedError.isInstance(error)) throw error;
+    const { pid, host } = error.owner;
+    throw new ParquetDatasetError(
+      `${dir} is being written by another export (pid ${pid} on ${host}): wait for it to finish or export ` +
+        `into another directory; if that process is gone, delete ${join(dir, WRITER_LOCK_FILENAME)}`,
+      dir,
+    );
+  }
+}
+
+/** `exportParquet` once the dataset is this process's. */
+async function exportLocked(
+  input: string,
+  dir: string,
+  options: ParquetExportOptions,
+): Promise<ParquetExportResult> {
   const previous = readManifest(dir);
   /** The previous export of this job (known once the selection is: `begin`). */
   let previousJob: JobEntry | undefined;

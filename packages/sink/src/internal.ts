@@ -19,6 +19,10 @@ export {
   type TelemetryInputSegment,
 } from "./reader/input.js";
 
+// One writing process per directory: the lock other writers of our directories take (Parquet exports).
+
+export { claimSinkDirectory, WRITER_LOCK_FILENAME, type WriterLock } from "./directory/writer-lock.js";
+
 // File-system errors: typed while reading input, and worded with what to do.
 
 export { describeFileSystemError, fileSystemErrorCode, readingInput } from "./errors.js";
