@@ -171,7 +171,8 @@ interface Instruments {
 /**
  * Publishes one tracker's state (see the file's comment). `begin()` at each session start picks the
  * provider (the given one, else the global one); `catchUp()` reads the records stored since the last
- * call; `end()` reads the last ones; the gauges keep the last session's values until the next.
+ * call; `end()` reads the last ones and stops observing, so that a provider outliving the tracker does
+ * not keep it (nor report a stopped session's gauges).
  */
 export class TrackerMetrics {
   private instruments: Instruments | null = null;
@@ -244,14 +245,10 @@ export class TrackerMetrics {
     }
   }
 
-  /** Reads what the session stored last. */
+  /** Reads what the session stored last, then stops observing until the next `begin()`. */
   end(): void {
     this.catchUp();
     this.openStarts.clear();
-  }
-
-  /** Stops observing (the tracker is disposed). */
-  close(): void {
     this.release();
     this.provider = null;
   }

@@ -117,6 +117,10 @@ describe("live metrics through the OpenTelemetry API", () => {
     }
     expect(points(alerts).length).toBe(new Set(severities).size);
     await tracker.stop();
+    // Stopped: the durations recorded stay with the provider.
+    const after = await reader.metricsByName();
+    const steps = pointWith(after.get("stormlog.phase.duration"), { "stormlog.phase.path": "step" });
+    expect((steps.value as Histogram).count).toBe(2);
     await meterProvider.shutdown();
   });
 
