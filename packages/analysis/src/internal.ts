@@ -2,7 +2,8 @@
  * `@stormlog/analysis/internal`: what Stormlog's own exporters (`@stormlog/parquet`) need of the
  * analysis, no promise to users. The dataset as the analyses read it, one rank at a time, shown to
  * an exporter during the report's own pass (`analyzeTelemetryRanks`), and the helpers that read a
- * rank's columns exactly.
+ * rank's columns exactly; and the text report's duration and byte-change formats, which the HTML
+ * report (`@stormlog/report`) shows too.
  */
 
 export type { RankData } from "./analyses/analysis.js";
@@ -10,3 +11,4 @@ export type { AlertEntry, BoundaryEntry, HealthEntry, SampleIdentity } from "./i
 export { exactAt, ORDER_SEGMENT_SCALE, originAt, type RankSeries } from "./input/dataset.js";
 export type { SegmentData } from "./input/sessions.js";
 export { analyzeTelemetryRanks, type RankVisitor } from "./report/report.js";
+export { formatDuration, signedBytes } from "./report/text.js";

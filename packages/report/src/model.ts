@@ -11,7 +11,9 @@ import type {
   LeakReport,
   NetChange,
 } from "@stormlog/analysis";
+import { formatDuration, signedBytes } from "@stormlog/analysis/internal";
 import { formatBytes } from "@stormlog/core";
+import { isoTimestampNs } from "@stormlog/core/internal";
 import type { RankTimeline, TimelineMarker, Timelines } from "./timeline.js";
 
 /** One summary card. */
@@ -137,32 +139,9 @@ function encodeRank(rank: RankTimeline): Pick<ReportRank, "t0" | "dt" | "y" | "s
   return { t0: us[0] ?? 0, dt, y: rank.y.map(encodeSeries), spans };
 }
 
-/** A duration in ns for people: `850 ns`, `12.3 us`, `4.56 ms`, `12.34 s`, `3 min 05 s`. */
-export function formatDuration(ns: bigint | number): string {
-  const value = Number(ns);
-  const abs = Math.abs(value);
-  if (abs < 1_000) return `${Math.round(value)} ns`;
-  if (abs < 1_000_000) return `${(value / 1_000).toFixed(1)} us`;
-  if (abs < NS) return `${(value / 1_000_000).toFixed(2)} ms`;
-  if (abs < 120 * NS) return `${(value / NS).toFixed(2)} s`;
-  const s = Math.round(abs / NS);
-  const text =
-    s >= 7200
-      ? `${Math.floor(s / 3600)} h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")} min`
-      : `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, "0")} s`;
-  return value < 0 ? `-${text}` : text;
-}
-
 const count = (value: number): string => String(value).replace(/\B(?=(\d{3})+$)/g, ",");
 
-const signed = (bytes: number): string =>
-  bytes < 0 ? `-${formatBytes(-bytes)}` : bytes > 0 ? `+${formatBytes(bytes)}` : "0 B";
-
-function isoNs(ns: bigint): string {
-  const ms = ns / 1_000_000n;
-  const rest = (ns % 1_000_000_000n).toString().padStart(9, "0");
-  return `${new Date(Number(ms)).toISOString().slice(0, 19)}.${rest}Z`;
-}
+const signed = (bytes: number): string => signedBytes(bytes, true);
 
 function offsetText(ns: bigint | null, origin: bigint): string {
   if (ns === null) return "-";
@@ -417,7 +396,10 @@ function cards(report: AnalysisReport, origin: bigint, cpuOnly: boolean): Report
     {
       label: "Duration",
       value: summary.duration_ns === null ? "-" : formatDuration(summary.duration_ns),
-      detail: summary.first_timestamp_ns === null ? "no event" : `from ${isoNs(summary.first_timestamp_ns)}`,
+      detail:
+        summary.first_timestamp_ns === null
+          ? "no event"
+          : `from ${isoTimestampNs(summary.first_timestamp_ns)}`,
       note: "First to last event of the selection, over all ranks.",
       tone: "plain",
     },
@@ -556,7 +538,7 @@ export function buildPageData(
     cpuOnly,
     timeline: {
       originNs: origin.toString(),
-      originIso: isoNs(origin),
+      originIso: isoTimestampNs(origin),
       // Markers (a last alert, an OOM) may come after the last reading: the charts show them too.
       endS: ranks.reduce(
         (end, rank) => rank.markers.reduce((e, marker) => Math.max(e, marker.t), end),
