@@ -49,7 +49,7 @@ export {
 
 // The reference's text rules: Python's str()/format and strip, and what counts as a sample.
 
-export { type PythonScalar, pythonFormatFixed, pythonStr } from "./text/pyrepr.js";
+export { type PythonScalar, pythonFloatRepr, pythonFormatFixed, pythonStr } from "./text/pyrepr.js";
 export {
   CASEFOLD_SAMPLE,
   isPythonBlank,

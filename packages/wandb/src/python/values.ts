@@ -8,29 +8,7 @@
  */
 import { statSync } from "node:fs";
 import type { JsonObject, JsonValue } from "@stormlog/core";
-import { FLOAT_KEYS, pythonStrip } from "@stormlog/core/internal";
-
-/**
- * Python's `repr(float)`: the shortest digits that read back to the same double, fixed notation for
- * 1e-4 <= |x| < 1e16 and scientific otherwise (`1.0`, `1e-05`, `1e+16`, `nan`, `inf`).
- */
-export function pythonFloatRepr(x: number): string {
-  if (Number.isNaN(x)) return "nan";
-  if (!Number.isFinite(x)) return x > 0 ? "inf" : "-inf";
-  if (x === 0) return Object.is(x, -0) ? "-0.0" : "0.0";
-  const sign = x < 0 ? "-" : "";
-  const [mantissa = "", exponentText = "0"] = Math.abs(x).toExponential().split("e");
-  const digits = mantissa.replace(".", "");
-  const exponent = Number(exponentText);
-  const point = exponent + 1;
-  if (point > 16 || point <= -4) {
-    const head = digits.length > 1 ? `${digits[0]}.${digits.slice(1)}` : digits;
-    return `${sign}${head}e${exponent < 0 ? "-" : "+"}${String(Math.abs(exponent)).padStart(2, "0")}`;
-  }
-  if (point <= 0) return `${sign}0.${"0".repeat(-point)}${digits}`;
-  if (point >= digits.length) return `${sign}${digits}${"0".repeat(point - digits.length)}.0`;
-  return `${sign}${digits.slice(0, point)}.${digits.slice(point)}`;
-}
+import { FLOAT_KEYS, pythonFloatRepr, pythonStrip } from "@stormlog/core/internal";
 
 /** A JSON object or array, the containers whose float marks say which integral values were floats. */
 export type JsonContainer = JsonObject | JsonValue[];
