@@ -1,9 +1,22 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { RecordingWandbClient } from "../src/index.js";
+import {
+  DiagnoseBundleNotFoundError,
+  RecordingWandbClient,
+  WandbConfigError,
+  WandbExportInputError,
+} from "../src/index.js";
 import { readGoldenCaseConfig, runGoldenCaseExport } from "../src/internal.js";
 import { CASES, copyCaseInput, expectedOf, plain } from "./helpers.js";
+
+/** The Python exception the reference raises where the export threw `error`. */
+function pythonTypeOf(error: unknown): string {
+  if (WandbExportInputError.isInstance(error)) return error.pythonType;
+  if (DiagnoseBundleNotFoundError.isInstance(error)) return "FileNotFoundError";
+  if (WandbConfigError.isInstance(error)) return "ValueError";
+  return `untyped ${(error as Error).name}: ${(error as Error).message}`;
+}
 
 describe.each(CASES)("golden %s", (name) => {
   it("makes the reference's calls, in order", async () => {
@@ -16,9 +29,9 @@ describe.each(CASES)("golden %s", (name) => {
       try {
         await runGoldenCaseExport(input, client);
       } catch (error) {
-        raised = (error as Error).name;
+        raised = pythonTypeOf(error);
       }
-      expect(raised === null, `raised ${raised}`).toBe(expected.raised === null);
+      expect(raised).toBe(expected.raised);
       const actual = plain(client.calls) as Record<string, unknown>[];
       expect(actual.map((call) => call.call)).toEqual(expected.calls.map((call) => call.call));
       for (let i = 0; i < expected.calls.length; i++) {
