@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { listOfflineRuns, readOfflineRun } from "@stormlog/wandb";
 import { afterEach, describe, expect, it } from "vitest";
-import { REPO_ROOT, runCli } from "./helpers.js";
+import { expectOneLineError, REPO_ROOT, runCli } from "./helpers.js";
 
 // A sink written by the Python reference's sink writer (a W&B golden case's input).
 const SINK = join(REPO_ROOT, "packages/wandb/test/fixtures/golden/case-31-0000/input/sink");
@@ -121,6 +121,37 @@ describe("stormlog track --wandb", () => {
       payload: { stormlog_session_status: "completed", stormlog_backend: expect.any(String) },
     });
     expect(calls.at(-1)).toEqual({ call: "finish" });
+  });
+});
+
+describe("bad W&B flags", () => {
+  it("are a one-line error before anything runs or is printed", async () => {
+    const dir = workDir();
+    expectOneLineError(
+      await runCli(
+        [
+          "track",
+          "--no-gpu",
+          "--telemetry-sink-dir",
+          "tsink",
+          "--wandb",
+          "--wandb-mode",
+          "bogus",
+          "--",
+          process.execPath,
+          "-e",
+          "0",
+        ],
+        { cwd: dir, env: { PATH: process.env.PATH } },
+      ),
+      /^stormlog track: invalid --wandb-mode 'bogus'/,
+    );
+    // The command never started: no sink was made.
+    expect(readdirSync(dir)).not.toContain("tsink");
+    expectOneLineError(
+      await runCli(["diagnose", "sink", "--wandb", "--wandb-mode", "bogus"], { cwd: dir, env: {} }),
+      /^stormlog diagnose: invalid --wandb-mode 'bogus'/,
+    );
   });
 });
 

@@ -27,6 +27,7 @@ import {
   WANDB_OPTIONS,
   WANDB_USAGE,
   wandbRequested,
+  wandbSettings,
 } from "../wandb.js";
 import type { Command } from "./command.js";
 
@@ -201,6 +202,8 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const format = choice(help, args, "format", ["txt", "json"] as const, "txt");
   const sessionId = stringFlag(args, "session-id");
   const ranks = stringFlag(args, "ranks");
+  // A bad W&B flag is an error before the analysis, not after its output.
+  if (wandbRequested(args)) wandbSettings(help, args, io.cwd);
   const progress = createProgress(io, "Reading telemetry");
   let rendered: { text: string; code: number };
   progress.elapsed();

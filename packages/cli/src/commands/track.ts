@@ -22,7 +22,7 @@ import {
 import { type ChildProcessCollector, childProcessCollector } from "../child-collector.js";
 import { CliUsageError } from "../errors.js";
 import type { CliIo, CliSignal } from "../io.js";
-import { exportTrackedSession, WANDB_OPTIONS, wandbRequested } from "../wandb.js";
+import { exportTrackedSession, WANDB_OPTIONS, wandbRequested, wandbSettings } from "../wandb.js";
 import type { Command } from "./command.js";
 
 const MIB = 1024 * 1024;
@@ -298,6 +298,8 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   }
   const say = (message: string) => io.stderr.write(`[stormlog] ${message}\n`);
   const config = settings(args, io, (message) => say(`sink: ${message}`));
+  // A bad W&B flag is an error now, not after the whole run (the export reads the flags again then).
+  if (wandbRequested(args)) wandbSettings(help, args, io.cwd);
   if (command.length === 0 && config.durationMs === undefined) {
     throw new CliUsageError(
       "missing command: stormlog track [options] -- <command> [args...]",
