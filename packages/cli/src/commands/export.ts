@@ -23,7 +23,8 @@ const FORMATS = ["perfetto", "csv", "jsonl", "parquet", "wandb"] as const;
 
 const help: CommandHelp = {
   name: "export",
-  summary: "Export a run as a Perfetto/Chrome trace, CSV (metadata kept) or canonical JSONL.",
+  summary:
+    "Export a run as a Perfetto/Chrome trace, CSV (metadata kept), canonical JSONL, a Parquet dataset or a W&B offline run.",
   usage:
     "stormlog export <path> --format perfetto|csv|jsonl|parquet|wandb [--output FILE] [--session-id ID] [--no-index] [--cache-dir DIR] " +
     WANDB_USAGE,
@@ -48,7 +49,11 @@ const help: CommandHelp = {
     "wandb: the session as a Weights & Biases offline run (wandb/offline-run-<time>-<id>/ in --wandb-dir),\n" +
     "the Python Stormlog's export: summary, timeline history, tables, charts, dashboard (docs/wandb.md).",
   options: {
-    format: { type: "string", value: "perfetto|csv|jsonl|parquet", description: "Export format (required)." },
+    format: {
+      type: "string",
+      value: "perfetto|csv|jsonl|parquet|wandb",
+      description: "Export format (required).",
+    },
     output: { type: "string", short: "o", value: "FILE", description: "Write to FILE instead of stdout." },
     "session-id": { type: "string", value: "ID", description: "Export this session or rank group." },
     ...INDEX_OPTIONS,
