@@ -75,6 +75,9 @@ function scalars(payload: WandbPayload): Record<string, unknown> {
   return out;
 }
 
+/** Stands in for a live run that could not start: nothing is sent. */
+const NO_LIVE_RUN: WandbJsRun = { log: () => undefined, finish: async () => undefined };
+
 class StreamingRun implements WandbRun {
   constructor(
     readonly offline: WandbOfflineRun,
@@ -135,16 +138,23 @@ export class WandbStreamingClient implements WandbClient {
 
   async init(options: WandbInitOptions): Promise<WandbRun> {
     const offline = await this.offline.init(options);
-    const online = await this.sdk.init({
-      project: options.project,
-      ...(options.entity === undefined ? {} : { entity: options.entity }),
-      // The same id as the offline run, so that a later `wandb sync` of it adds to this run.
-      id: offline.runId,
-      ...(options.name === undefined ? {} : { name: options.name }),
-      ...(options.job_type === undefined ? {} : { job_type: options.job_type }),
-      resume: "allow",
-      config: { stormlog_group: options.group ?? null, stormlog_offline_run: offline.runDir },
-    });
+    let online: WandbJsRun;
+    try {
+      online = await this.sdk.init({
+        project: options.project,
+        ...(options.entity === undefined ? {} : { entity: options.entity }),
+        // The same id as the offline run, so that a later `wandb sync` of it adds to this run.
+        id: offline.runId,
+        ...(options.name === undefined ? {} : { name: options.name }),
+        ...(options.job_type === undefined ? {} : { job_type: options.job_type }),
+        resume: "allow",
+        config: { stormlog_group: options.group ?? null, stormlog_offline_run: offline.runDir },
+      });
+    } catch (error) {
+      // No live run (network, key): said once, and the offline run goes on alone.
+      this.onError(error);
+      online = NO_LIVE_RUN;
+    }
     const run = new StreamingRun(offline, online, this.onError);
     this.current = run;
     const finish = run.finish.bind(run);

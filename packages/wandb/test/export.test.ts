@@ -185,6 +185,24 @@ describe("online streaming", () => {
     expect(missing).toMatchObject({ available: false, reason: expect.stringMatching(/@wandb\/sdk/) });
   });
 
+  it("writes the whole offline run when the live run cannot start, and says why", async () => {
+    const errors: unknown[] = [];
+    const sdk: WandbJsSdk = { init: () => Promise.reject(new Error("401 Unauthorized")) };
+    const offline = new WandbOfflineClient({ dir: tempDir() });
+    const client = new WandbStreamingClient(offline, sdk, (error) => errors.push(error));
+    const events = Array.from({ length: 3 }, (_, i) => event(i));
+    await exportTrackingRunToWandb(
+      { enabled: true, project: "p" },
+      { commandName: "t", sessionSummary: null, stats: { peak_memory: 5 }, events },
+      client,
+    );
+    expect(errors.map((error) => (error as Error).message)).toEqual(["401 Unauthorized"]);
+    const calls = readOfflineRun(offline.runs[0]?.runDir as string).calls;
+    expect(calls.at(-1)).toEqual({ call: "finish" });
+    expect(calls.filter((call) => call.call === "log").length).toBeGreaterThanOrEqual(3);
+    expect(client.activeRun()).toBeNull();
+  });
+
   it("streams scalars to the live run and keeps everything in the offline run", async () => {
     const logged: Record<string, unknown>[] = [];
     const inits: Record<string, unknown>[] = [];
