@@ -12,6 +12,7 @@ import {
   exportDiagnoseBundleToWandb,
   exportTrackingRunToWandb,
   loadOnlineSdk,
+  resolveWandbConfig,
   type WandbClient,
   type WandbExportConfig,
   WandbOfflineClient,
@@ -86,22 +87,21 @@ interface WandbSettings {
 export function wandbSettings(help: CommandHelp, args: ParsedArgs, cwd: string): WandbSettings {
   const mode =
     args.values["wandb-mode"] === undefined ? null : choice(help, args, "wandb-mode", ["online", "offline"]);
-  return {
-    config: {
-      enabled: wandbRequested(args),
-      project: optionalText(args, "wandb-project"),
-      entity: optionalText(args, "wandb-entity"),
-      mode,
-      runId: optionalText(args, "wandb-run-id"),
-      runName: optionalText(args, "wandb-name"),
-      group: optionalText(args, "wandb-group"),
-      jobType: optionalText(args, "wandb-job-type"),
-      logArtifacts: args.values["wandb-log-artifacts"] === true,
-      logAttribution: args.values["wandb-log-attribution"] === true,
-    },
+  const config: WandbExportConfig = {
+    enabled: wandbRequested(args),
+    project: optionalText(args, "wandb-project"),
+    entity: optionalText(args, "wandb-entity"),
     mode,
-    dir: resolve(cwd, stringFlag(args, "wandb-dir") ?? "."),
+    runId: optionalText(args, "wandb-run-id"),
+    runName: optionalText(args, "wandb-name"),
+    group: optionalText(args, "wandb-group"),
+    jobType: optionalText(args, "wandb-job-type"),
+    logArtifacts: args.values["wandb-log-artifacts"] === true,
+    logAttribution: args.values["wandb-log-attribution"] === true,
   };
+  // Checks the run id now: a bad one is refused before the command runs.
+  resolveWandbConfig(config);
+  return { config, mode, dir: resolve(cwd, stringFlag(args, "wandb-dir") ?? ".") };
 }
 
 /** Runs `body` with a client; then says where the offline runs are and how to upload them. */

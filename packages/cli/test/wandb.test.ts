@@ -152,6 +152,14 @@ describe("bad W&B flags", () => {
       await runCli(["diagnose", "sink", "--wandb", "--wandb-mode", "bogus"], { cwd: dir, env: {} }),
       /^stormlog diagnose: invalid --wandb-mode 'bogus'/,
     );
+    expectOneLineError(
+      await runCli(["export", "sink", "--format", "wandb", "--wandb-run-id", "../x", "--wandb-dir", "out"], {
+        cwd: dir,
+        env: {},
+      }),
+      /^stormlog export: Invalid W&B setting 'runId': "\.\.\/x" holds one of/,
+    );
+    expect(readdirSync(dir)).not.toContain("out");
   });
 });
 

@@ -149,6 +149,19 @@ describe("settings", () => {
     ).rejects.toThrow(WandbConfigError);
   });
 
+  it("refuses a run id W&B refuses, which would also name a folder outside wandb/", async () => {
+    const dir = tempDir();
+    const client = new WandbOfflineClient({ dir });
+    const input = { commandName: "t", sessionSummary: null, stats: {}, events: [] };
+    await expect(
+      exportTrackingRunToWandb({ enabled: true, runId: "../../escape" }, input, client),
+    ).rejects.toThrow(WandbConfigError);
+    await expect(client.init({ project: "p", id: "a\\b" })).rejects.toThrow(/run id; use letters/);
+    expect(client.runs).toEqual([]);
+    await exportTrackingRunToWandb({ enabled: true, runId: "run_01-a" }, input, client);
+    expect(client.runs.map((run) => run.runId)).toEqual(["run_01-a"]);
+  });
+
   it("passes the job id of a manifest through as the group, whatever its type", async () => {
     const dir = tempDir();
     const bundle = join(dir, "bundle");

@@ -12,6 +12,7 @@ import {
   type WandbRun,
 } from "../client.js";
 import { WandbConfigError, WandbExportInputError } from "../errors.js";
+import { checkRunId } from "../offline/writer.js";
 import { isPyDict, PythonError, pathExists, pathName, purePath, pyGet, pyInt } from "../python/values.js";
 
 /** W&B export settings, as the reference's `WandbExportConfig`. */
@@ -54,7 +55,7 @@ export interface ResolvedWandbConfig {
   readonly logAttribution: boolean;
 }
 
-/** Applies the defaults and checks `mode`, as the reference's config does. Throws `WandbConfigError`. */
+/** Applies the defaults and checks `mode` (as the reference's config does) and the run id. Throws `WandbConfigError`. */
 export function resolveWandbConfig(config: WandbExportConfig): ResolvedWandbConfig {
   const mode = config.mode ?? null;
   if (mode !== null && mode !== "online" && mode !== "offline") {
@@ -63,6 +64,7 @@ export function resolveWandbConfig(config: WandbExportConfig): ResolvedWandbConf
       `must be 'online', 'offline', or omitted, got ${JSON.stringify(mode)}`,
     );
   }
+  if (config.runId) checkRunId(config.runId);
   return {
     enabled: config.enabled ?? false,
     project: config.project ?? null,

@@ -19,7 +19,7 @@ import {
   WandbTable,
   type WandbValue,
 } from "../client.js";
-import { WandbOfflineRunError } from "../errors.js";
+import { WandbConfigError, WandbOfflineRunError } from "../errors.js";
 import { LevelDbLogWriter } from "./leveldb-log.js";
 import {
   encodeRecord,
@@ -60,6 +60,18 @@ export function generateRunId(length = 8): string {
   let out = "";
   for (const byte of bytes) out += RUN_ID_ALPHABET[byte % RUN_ID_ALPHABET.length];
   return out;
+}
+
+/**
+ * Refuses a run id W&B refuses (it names the run's directory and log file here, so `/` would also
+ * lead outside `wandb/`). Throws `WandbConfigError`.
+ */
+export function checkRunId(id: string): void {
+  if (/[/\\#?%:]/.test(id))
+    throw new WandbConfigError(
+      "runId",
+      `${JSON.stringify(id)} holds one of / \\ # ? % : which W&B does not allow in a run id; use letters, digits, - and _`,
+    );
 }
 
 function two(value: number): string {
@@ -112,6 +124,7 @@ export class WandbOfflineRun implements WandbRun {
     private readonly now: () => number,
   ) {
     this.startMs = now();
+    if (options.id) checkRunId(options.id);
     this.runId = options.id || generateRunId();
     this.runDir = resolve(
       dir,
