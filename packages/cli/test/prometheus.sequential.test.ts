@@ -202,6 +202,8 @@ describe("stormlog track --prometheus-port", () => {
         new RegExp(`cannot serve metrics on 127\\.0\\.0\\.1:${port}: the address is in use`),
       );
       expect(run.stderr).not.toMatch(/\n\s+at /);
+      // The command never started.
+      expect(existsSync(marker)).toBe(false);
     } finally {
       blocker.close();
     }
