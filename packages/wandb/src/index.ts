@@ -23,7 +23,6 @@ export {
 export { trackingDashboardHtml } from "./export/dashboard.js";
 export { type DiagnoseExportInput, exportDiagnoseBundleToWandb } from "./export/diagnose.js";
 export {
-  ALERT_EVENT_TYPES,
   type ExportEvent,
   sampleTimelineRows,
   TIMELINE_MAX_POINTS,

@@ -1,7 +1,7 @@
 /** The tracking dashboard page, byte for byte the reference's (numbers formatted as Python does). */
 import { pythonFormatFixed } from "@stormlog/core/internal";
 import { htmlEscape, isPyInt } from "../python/values.js";
-import { ALERT_EVENT_TYPES, type TimelineRow } from "./timeline.js";
+import { PINNED_EVENT_TYPES, type TimelineRow } from "./timeline.js";
 
 const WIDTH = 720;
 const HEIGHT = 260;
@@ -56,7 +56,7 @@ export function trackingDashboardHtml(rows: readonly TimelineRow[]): string {
   const utilization = rows
     .map((row) => row.utilization_percent)
     .filter((value): value is number => value !== null);
-  const alertRows = rows.filter((row) => ALERT_EVENT_TYPES.has(row.event_type)).slice(-8);
+  const alertRows = rows.filter((row) => PINNED_EVENT_TYPES.has(row.event_type)).slice(-8);
   const chartValues = [...allocated, ...reserved];
   const chartMax = chartValues.length > 0 ? maxOf(chartValues) : 1;
   const allocatedPoints = polylinePoints(allocated, chartMax);

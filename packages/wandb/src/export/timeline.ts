@@ -1,10 +1,10 @@
 /** The memory timeline of a tracking session: rows per event, the 250-point sampling, the alerts table. */
-import type { JsonValue } from "@stormlog/core";
+import { ALERT_EVENT_TYPES, type JsonValue } from "@stormlog/core";
 import type { WandbCell } from "../client.js";
 import { isPyInt, isPyNumber, pyStr, pyTruthy } from "../python/values.js";
 
-/** Event types the timeline pins and the alerts table lists. */
-export const ALERT_EVENT_TYPES: ReadonlySet<string> = new Set(["warning", "critical", "error", "peak"]);
+/** Event types the timeline pins and the alerts table lists: the alerts, and peaks as the reference adds. */
+export const PINNED_EVENT_TYPES: ReadonlySet<string> = new Set([...ALERT_EVENT_TYPES, "peak"]);
 
 /** At most this many timeline points reach W&B. */
 export const TIMELINE_MAX_POINTS = 250;
@@ -135,7 +135,7 @@ export function sampleTimelineRows<T extends { readonly sample_index: number; re
 ): T[] {
   if (rows.length <= TIMELINE_MAX_POINTS) return [...rows];
   const pinned = new Map<number, T>();
-  for (const row of rows) if (ALERT_EVENT_TYPES.has(row.event_type)) pinned.set(row.sample_index, row);
+  for (const row of rows) if (PINNED_EVENT_TYPES.has(row.event_type)) pinned.set(row.sample_index, row);
   const last = rows[rows.length - 1] as T;
   pinned.set(last.sample_index, last);
   const pinnedRows = [...pinned.values()].sort((a, b) => a.sample_index - b.sample_index);
@@ -166,7 +166,7 @@ export function alertRows(events: Iterable<ExportEvent>): WandbCell[][] {
   const rows: WandbCell[][] = [];
   for (const event of events) {
     const type = eventTypeOf(event);
-    if (typeof type !== "string" || !ALERT_EVENT_TYPES.has(type)) continue;
+    if (typeof type !== "string" || !PINNED_EVENT_TYPES.has(type)) continue;
     rows.push([
       eventTimestampSeconds(event),
       type,
