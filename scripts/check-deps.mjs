@@ -19,7 +19,7 @@ export const RULES = {
   "adapter-tfjs": ["core"],
   "adapter-cuda": ["core"],
   "adapter-onnxruntime": ["core"],
-  wandb: ["core", "sink", "analysis"],
+  wandb: ["core", "sink"],
   cli: "*",
 };
 
