@@ -199,20 +199,25 @@ export async function* streamPerfettoTrace(
   options: StreamPerfettoOptions = {},
 ): AsyncGenerator<string> {
   const events = streamTraceEvents(path, options);
-  let text = TRACE_HEAD;
-  let count = 0;
-  let step = await events.next();
-  while (step.done !== true) {
-    text += count++ === 0 ? traceEventJson(step.value) : `,\n${traceEventJson(step.value)}`;
-    if (text.length >= CHUNK_CHARS) {
-      yield text;
-      text = "";
+  try {
+    let text = TRACE_HEAD;
+    let count = 0;
+    let step = await events.next();
+    while (step.done !== true) {
+      text += count++ === 0 ? traceEventJson(step.value) : `,\n${traceEventJson(step.value)}`;
+      if (text.length >= CHUNK_CHARS) {
+        yield text;
+        text = "";
+      }
+      step = await events.next();
     }
-    step = await events.next();
+    if (count > 0) text += "\n";
+    text += traceTail(step.value.otherData);
+    yield text;
+  } finally {
+    // A reader that stops early (a closed pipe) ends the events too, so the index releases its spill.
+    await events.return({ otherData: {} });
   }
-  if (count > 0) text += "\n";
-  text += traceTail(step.value.otherData);
-  yield text;
 }
 
 /** A selection and a stream of its events, in storage order. */

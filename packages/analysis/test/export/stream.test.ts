@@ -236,6 +236,32 @@ describe("streamPerfettoTrace", () => {
     expect(new Set(one.trace.traceEvents.map((event) => event.pid))).toEqual(new Set([3]));
   });
 
+  it("releases what it holds when the reader stops early (the spill directory of a run without an index)", async () => {
+    const spillRoot = mkdtempSync(join(tmpdir(), "stormlog-spill-root-"));
+    const saved = {
+      TMPDIR: process.env.TMPDIR,
+      STORMLOG_SPILL_MIN_BYTES: process.env.STORMLOG_SPILL_MIN_BYTES,
+    };
+    process.env.TMPDIR = spillRoot;
+    process.env.STORMLOG_SPILL_MIN_BYTES = "1";
+    try {
+      let spilled: string[] = [];
+      for await (const chunk of streamPerfettoTrace(job, { index: false })) {
+        expect(chunk.length).toBeGreaterThan(0);
+        spilled = readdirSync(spillRoot);
+        break;
+      }
+      expect(spilled).toHaveLength(1);
+      expect(readdirSync(spillRoot)).toEqual([]);
+    } finally {
+      for (const [key, value] of Object.entries(saved)) {
+        if (value === undefined) delete process.env[key];
+        else process.env[key] = value;
+      }
+      rmSync(spillRoot, { recursive: true, force: true });
+    }
+  });
+
   it("the format checker flags what Perfetto would drop or reject", () => {
     const bad = {
       traceEvents: [
