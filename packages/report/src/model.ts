@@ -503,7 +503,7 @@ function extraMarkers(report: AnalysisReport, origin: bigint): Map<number, Timel
 export function buildPageData(
   report: AnalysisReport,
   timelines: Timelines,
-  options: { title?: string; columns: number; warnings: readonly string[]; generator: string },
+  options: { title?: string; columns: number; generator: string },
 ): ReportPageData {
   const origin = timelines.originNs;
   const cpuOnly =
@@ -534,7 +534,7 @@ export function buildPageData(
     subtitle: `${report.input.path ?? "events"} (${report.input.kind}, ${formatBytes(report.input.size_bytes)}), ${session.status ?? "unknown status"}`,
     generator: options.generator,
     cards: cards(report, origin, cpuOnly),
-    notes: [...report.notes, ...options.warnings, ...report.sink.warnings],
+    notes: [...report.notes, ...report.sink.warnings],
     cpuOnly,
     timeline: {
       originNs: origin.toString(),

@@ -111,7 +111,6 @@ export async function generateReport(path: string, options: ReportOptions = {}):
   const data = buildPageData(analysis, timelines, {
     ...(options.title === undefined ? {} : { title: options.title }),
     columns,
-    warnings: [],
     generator: `@stormlog/report ${PACKAGE_VERSION}`,
   });
   const html = renderPage(data, assets);
