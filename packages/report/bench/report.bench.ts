@@ -11,8 +11,8 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { INDEX_DIRNAME } from "@stormlog/analysis";
 import { bench, do_not_optimize, group, run } from "mitata";
-import { chromium } from "playwright-core";
 import { generateReport } from "../src/index.js";
+import { launchChromium } from "../test/support.js";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
 const dir = mkdtempSync(join(tmpdir(), "stormlog-report-bench-"));
@@ -50,16 +50,7 @@ console.log(
     `${drawn.toLocaleString("en-US")} kept at ${cold.data.timeline.columns} columns per rank`,
 );
 if (existsSync("/usr/bin/chromium")) {
-  const browser = await chromium.launch({
-    executablePath: "/usr/bin/chromium",
-    args: [
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--no-first-run",
-    ],
-  });
+  const browser = await launchChromium();
   const paints: number[] = [];
   for (let i = 0; i < 5; i++) {
     const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
