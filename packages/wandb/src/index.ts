@@ -9,27 +9,14 @@
 // Exporting: a tracking session, a diagnose bundle, and their settings.
 
 export {
-  ATTRIBUTION_FILES,
-  attributionPreviewHtml,
-  type TensorRow,
-  tensorAttributionRows,
-} from "./export/attribution.js";
-export {
   type ExportSession,
   type ResolvedWandbConfig,
   resolveWandbConfig,
   type WandbExportConfig,
 } from "./export/common.js";
-export { trackingDashboardHtml } from "./export/dashboard.js";
 export { type DiagnoseExportInput, exportDiagnoseBundleToWandb } from "./export/diagnose.js";
-export {
-  type ExportEvent,
-  sampleTimelineRows,
-  TIMELINE_MAX_POINTS,
-  type TimelineRow,
-  trackingTimelineRows,
-} from "./export/timeline.js";
-export { exportTrackingRunToWandb, type TrackingExportInput, trackingMetrics } from "./export/tracking.js";
+export type { ExportEvent } from "./export/timeline.js";
+export { exportTrackingRunToWandb, type TrackingExportInput } from "./export/tracking.js";
 
 // The W&B calls the export makes, and a client that records them.
 
@@ -47,7 +34,7 @@ export {
   WandbTable,
   type WandbValue,
 } from "./client.js";
-export { type RecordedCall, type RecordingOptions, RecordingWandbClient, recordedValue } from "./recorder.js";
+export { type RecordedCall, type RecordingOptions, RecordingWandbClient } from "./recorder.js";
 
 // W&B offline runs: written as W&B's own client writes them in offline mode, for `wandb sync`; read back.
 
@@ -63,7 +50,6 @@ export {
 export {
   loadOnlineSdk,
   type OnlineAvailability,
-  WANDB_JS_SDK,
   type WandbJsRun,
   type WandbJsSdk,
   WandbStreamingClient,

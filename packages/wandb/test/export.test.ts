@@ -8,16 +8,18 @@ import {
   loadOnlineSdk,
   RecordingWandbClient,
   readOfflineRun,
-  sampleTimelineRows,
-  tensorAttributionRows,
-  trackingDashboardHtml,
-  trackingTimelineRows,
   WandbConfigError,
   WandbExportInputError,
   type WandbJsSdk,
   WandbOfflineClient,
   WandbStreamingClient,
 } from "../src/index.js";
+import {
+  sampleTimelineRows,
+  tensorAttributionRows,
+  trackingDashboardHtml,
+  trackingTimelineRows,
+} from "../src/internal.js";
 
 const dirs: string[] = [];
 function tempDir(): string {
