@@ -238,39 +238,46 @@ export async function readTimelines(path: string, options: TimelineOptions): Pro
     current = null;
   };
   let step = await events.next();
-  while (step.done !== true) {
-    const event = step.value;
-    step = await events.next();
-    const rank = event.pid - 1;
-    if (current === null || current.rank !== rank) {
-      // Ranks come one after the other; the analyses' instants (if any) after the last one.
-      finish();
-      current = builders.get(rank) ?? new RankBuilder(rank);
-      builders.set(rank, current);
+  try {
+    while (step.done !== true) {
+      const event = step.value;
+      step = await events.next();
+      const rank = event.pid - 1;
+      if (current === null || current.rank !== rank) {
+        // Ranks come one after the other; the analyses' instants (if any) after the last one.
+        finish();
+        current = builders.get(rank) ?? new RankBuilder(rank);
+        builders.set(rank, current);
+      }
+      const builder: RankBuilder = current;
+      switch (event.ph) {
+        case "C": {
+          const bytes = event.args?.bytes;
+          if (typeof bytes === "number" && event.ts !== undefined)
+            builder.counter(event.name, event.ts, bytes);
+          break;
+        }
+        case "X": {
+          const phasePath = text(event.args?.phase_path) ?? event.name;
+          const depth = typeof event.args?.depth === "number" ? event.args.depth : 1;
+          if (event.ts !== undefined)
+            builder.spans.push([seconds(event.ts), seconds(event.ts + (event.dur ?? 0)), depth, phasePath]);
+          break;
+        }
+        case "i": {
+          const marker = instantMarker(event);
+          if (marker !== null) builder.markers.push(marker);
+          break;
+        }
+        case "M":
+          if (event.name === "process_name") builder.name = text(event.args?.name) ?? builder.name;
+          break;
+      }
     }
-    const builder: RankBuilder = current;
-    switch (event.ph) {
-      case "C": {
-        const bytes = event.args?.bytes;
-        if (typeof bytes === "number" && event.ts !== undefined) builder.counter(event.name, event.ts, bytes);
-        break;
-      }
-      case "X": {
-        const phasePath = text(event.args?.phase_path) ?? event.name;
-        const depth = typeof event.args?.depth === "number" ? event.args.depth : 1;
-        if (event.ts !== undefined)
-          builder.spans.push([seconds(event.ts), seconds(event.ts + (event.dur ?? 0)), depth, phasePath]);
-        break;
-      }
-      case "i": {
-        const marker = instantMarker(event);
-        if (marker !== null) builder.markers.push(marker);
-        break;
-      }
-      case "M":
-        if (event.name === "process_name") builder.name = text(event.args?.name) ?? builder.name;
-        break;
-    }
+  } catch (error) {
+    // Closing the stream runs its cleanup (the index's spill folder, open files).
+    await events.return(undefined as never).catch(() => undefined);
+    throw error;
   }
   finish();
   ranks.sort((a, b) => a.rank - b.rank);
