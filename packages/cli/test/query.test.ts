@@ -93,5 +93,10 @@ describe("stormlog export --format parquet, stormlog query", () => {
       await runCli(["query", "SELECT 1", join(dir.path, "missing")]),
       /^stormlog query: No telemetry input here/,
     );
+    // Flags that choose what telemetry exports are refused on a dataset rather than silently ignored.
+    expectOneLineError(
+      await runCli(["query", "SELECT 1", dataset, "--session-id", "abc"]),
+      /^stormlog query: --session-id applies to telemetry, but .* is a Parquet dataset/,
+    );
   });
 });

@@ -108,8 +108,18 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const target = resolve(io.cwd, path);
   let dataset = target;
   let temporary: string | null = null;
+  const isDataset = existsSync(join(target, DATASET_MANIFEST));
+  if (isDataset) {
+    // These choose what a telemetry path exports; a dataset is queried as it is.
+    const given = ["session-id", "no-index", "cache-dir"].filter((name) => args.values[name] !== undefined);
+    if (given.length > 0)
+      throw new CliUsageError(
+        `--${given[0]} applies to telemetry, but ${path} is a Parquet dataset, queried as it was exported`,
+        `drop --${given[0]}, or query the telemetry itself (it is exported for the query) or filter with SQL`,
+      );
+  }
   try {
-    if (!existsSync(join(target, DATASET_MANIFEST))) {
+    if (!isDataset) {
       temporary = await mkdtemp(join(tmpdir(), "stormlog-query-"));
       dataset = join(temporary, "dataset");
       const sessionId = stringFlag(args, "session-id");
