@@ -26,6 +26,6 @@ export class KoffiMissingError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is KoffiMissingError {
-    return typeof error === "object" && error !== null && KOFFI_MISSING_MARKER in error;
+    return StormlogError.hasMarker(error, KOFFI_MISSING_MARKER);
   }
 }

@@ -8,6 +8,6 @@ export class OnnxProfileError extends StormlogError {
   override readonly name = "OnnxProfileError";
 
   static override isInstance(error: unknown): error is OnnxProfileError {
-    return typeof error === "object" && error !== null && PROFILE_MARKER in error;
+    return StormlogError.hasMarker(error, PROFILE_MARKER);
   }
 }

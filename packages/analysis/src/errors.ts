@@ -34,6 +34,6 @@ export class TimeRangeError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is TimeRangeError {
-    return typeof error === "object" && error !== null && TIME_RANGE_MARKER in error;
+    return StormlogError.hasMarker(error, TIME_RANGE_MARKER);
   }
 }

@@ -18,6 +18,6 @@ export class CliUsageError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is CliUsageError {
-    return typeof error === "object" && error !== null && USAGE_MARKER in error;
+    return StormlogError.hasMarker(error, USAGE_MARKER);
   }
 }

@@ -20,7 +20,7 @@ export class DuckDBUnavailableError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is DuckDBUnavailableError {
-    return typeof error === "object" && error !== null && DUCKDB_MARKER in error;
+    return StormlogError.hasMarker(error, DUCKDB_MARKER);
   }
 }
 
@@ -41,7 +41,7 @@ export class ParquetDatasetError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is ParquetDatasetError {
-    return typeof error === "object" && error !== null && DATASET_MARKER in error;
+    return StormlogError.hasMarker(error, DATASET_MARKER);
   }
 }
 
@@ -61,6 +61,6 @@ export class ParquetQueryError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is ParquetQueryError {
-    return typeof error === "object" && error !== null && QUERY_MARKER in error;
+    return StormlogError.hasMarker(error, QUERY_MARKER);
   }
 }

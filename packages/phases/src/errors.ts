@@ -12,7 +12,7 @@ export class PhaseProtocolError extends StormlogError {
   override readonly name = "PhaseProtocolError";
 
   static override isInstance(error: unknown): error is PhaseProtocolError {
-    return typeof error === "object" && error !== null && PROTOCOL_MARKER in error;
+    return StormlogError.hasMarker(error, PROTOCOL_MARKER);
   }
 }
 
@@ -31,6 +31,6 @@ export class InvalidPhaseNameError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is InvalidPhaseNameError {
-    return typeof error === "object" && error !== null && NAME_MARKER in error;
+    return StormlogError.hasMarker(error, NAME_MARKER);
   }
 }

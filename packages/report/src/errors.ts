@@ -22,7 +22,7 @@ export class ReportAssetError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is ReportAssetError {
-    return typeof error === "object" && error !== null && ASSET_MARKER in error;
+    return StormlogError.hasMarker(error, ASSET_MARKER);
   }
 }
 
@@ -41,6 +41,6 @@ export class ReportOptionsError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is ReportOptionsError {
-    return typeof error === "object" && error !== null && OPTIONS_MARKER in error;
+    return StormlogError.hasMarker(error, OPTIONS_MARKER);
   }
 }

@@ -24,7 +24,7 @@ export class SinkSessionMismatchError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is SinkSessionMismatchError {
-    return typeof error === "object" && error !== null && SESSION_MISMATCH_MARKER in error;
+    return StormlogError.hasMarker(error, SESSION_MISMATCH_MARKER);
   }
 }
 
@@ -50,7 +50,7 @@ export class SessionNotFoundError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is SessionNotFoundError {
-    return typeof error === "object" && error !== null && SESSION_NOT_FOUND_MARKER in error;
+    return StormlogError.hasMarker(error, SESSION_NOT_FOUND_MARKER);
   }
 }
 
@@ -68,7 +68,7 @@ export class TelemetrySourceError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is TelemetrySourceError {
-    return typeof error === "object" && error !== null && SOURCE_MARKER in error;
+    return StormlogError.hasMarker(error, SOURCE_MARKER);
   }
 }
 
@@ -142,7 +142,7 @@ export class TelemetryInputAccessError extends TelemetrySourceError {
   }
 
   static override isInstance(error: unknown): error is TelemetryInputAccessError {
-    return typeof error === "object" && error !== null && INPUT_ACCESS_MARKER in error;
+    return StormlogError.hasMarker(error, INPUT_ACCESS_MARKER);
   }
 }
 

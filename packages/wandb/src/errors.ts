@@ -14,7 +14,7 @@ export class WandbConfigError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is WandbConfigError {
-    return typeof error === "object" && error !== null && CONFIG_MARKER in error;
+    return StormlogError.hasMarker(error, CONFIG_MARKER);
   }
 }
 
@@ -35,7 +35,7 @@ export class DiagnoseBundleNotFoundError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is DiagnoseBundleNotFoundError {
-    return typeof error === "object" && error !== null && BUNDLE_MARKER in error;
+    return StormlogError.hasMarker(error, BUNDLE_MARKER);
   }
 }
 
@@ -59,7 +59,7 @@ export class WandbExportInputError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is WandbExportInputError {
-    return typeof error === "object" && error !== null && INPUT_MARKER in error;
+    return StormlogError.hasMarker(error, INPUT_MARKER);
   }
 }
 
@@ -77,6 +77,6 @@ export class WandbOfflineRunError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is WandbOfflineRunError {
-    return typeof error === "object" && error !== null && OFFLINE_MARKER in error;
+    return StormlogError.hasMarker(error, OFFLINE_MARKER);
   }
 }

@@ -14,7 +14,15 @@ export class StormlogError extends Error {
 
   /** True for any Stormlog error, whichever copy of the package created it. */
   static isInstance(error: unknown): error is StormlogError {
-    return typeof error === "object" && error !== null && STORMLOG_ERROR_MARKER in error;
+    return StormlogError.hasMarker(error, STORMLOG_ERROR_MARKER);
+  }
+
+  /**
+   * Whether `error` carries `marker` (a `Symbol.for` key its class sets on every instance): the one test
+   * behind every error class's `isInstance`, true across copies of a package where `instanceof` is not.
+   */
+  static hasMarker(error: unknown, marker: symbol): boolean {
+    return typeof error === "object" && error !== null && marker in error;
   }
 }
 
@@ -54,7 +62,7 @@ export class TelemetryValidationError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is TelemetryValidationError {
-    return typeof error === "object" && error !== null && VALIDATION_MARKER in error;
+    return StormlogError.hasMarker(error, VALIDATION_MARKER);
   }
 }
 
@@ -72,7 +80,7 @@ export class JsonlDecodeError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is JsonlDecodeError {
-    return typeof error === "object" && error !== null && DECODE_MARKER in error;
+    return StormlogError.hasMarker(error, DECODE_MARKER);
   }
 }
 
@@ -90,6 +98,6 @@ export class InvalidConfigError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is InvalidConfigError {
-    return typeof error === "object" && error !== null && CONFIG_MARKER in error;
+    return StormlogError.hasMarker(error, CONFIG_MARKER);
   }
 }

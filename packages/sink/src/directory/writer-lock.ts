@@ -51,7 +51,7 @@ export class SinkDirectoryLockedError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is SinkDirectoryLockedError {
-    return typeof error === "object" && error !== null && LOCKED_MARKER in error;
+    return StormlogError.hasMarker(error, LOCKED_MARKER);
   }
 }
 

@@ -42,7 +42,7 @@ export class SinkWorkerError extends StormlogError {
   }
 
   static override isInstance(error: unknown): error is SinkWorkerError {
-    return typeof error === "object" && error !== null && SINK_WORKER_MARKER in error;
+    return StormlogError.hasMarker(error, SINK_WORKER_MARKER);
   }
 }
 
