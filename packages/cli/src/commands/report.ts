@@ -62,7 +62,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const output = resolve(io.cwd, stringFlag(args, "output") ?? "stormlog-report.html");
   const sessionId = stringFlag(args, "session-id");
   const title = stringFlag(args, "title");
-  const columns = numberFlag(help, args, "columns", { min: 50, integer: true });
+  const columns = numberFlag(help, args, "columns", { min: 50, max: 20_000, integer: true });
   const { writeReport } = await import("@stormlog/report");
   const report = await writeReport(path, output, {
     ...(sessionId === undefined ? {} : { sessionId }),
