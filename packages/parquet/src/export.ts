@@ -44,11 +44,12 @@ import { stringifyJson } from "@stormlog/core";
 import type { PhaseAttribution, PhaseReplayIndex, PhaseThreadId } from "@stormlog/phases";
 import { SinkDirectoryLockedError } from "@stormlog/sink";
 import { claimSinkDirectory, WRITER_LOCK_FILENAME, type WriterLock } from "@stormlog/sink/internal";
+import type { EncoderValues } from "./encoder/columns.js";
 import { Int64Column, splitBase, TextRuns } from "./encoder/columns.js";
 import { ParquetDatasetError } from "./errors.js";
 import { type ParquetTableName, parquetTable } from "./schema.js";
 import { PACKAGE_VERSION } from "./version.js";
-import { type ColumnValues, TableWriter } from "./write-table.js";
+import { TableWriter } from "./write-table.js";
 
 /** The dataset's manifest, at the top of the output directory. */
 export const DATASET_MANIFEST = "_stormlog_dataset.json";
@@ -132,10 +133,10 @@ const int64 = (value: number): bigint | null => (Number.isFinite(value) ? BigInt
 
 /** The columns of a table being filled: one array per column. */
 class Columns {
-  readonly values = new Map<string, ColumnValues>();
+  readonly values = new Map<string, EncoderValues>();
   rows = 0;
   constructor(readonly table: ParquetTableName) {}
-  set(name: string, values: ColumnValues): void {
+  set(name: string, values: EncoderValues): void {
     this.values.set(name, values);
   }
 }
@@ -151,8 +152,8 @@ class RowTable {
     for (const [name, list] of this.data) list.push(row[name] ?? null);
     this.rows++;
   }
-  columns(): Map<string, ColumnValues> {
-    return this.data as Map<string, ColumnValues>;
+  columns(): Map<string, EncoderValues> {
+    return this.data as Map<string, EncoderValues>;
   }
 }
 
@@ -562,7 +563,11 @@ async function exportLocked(
   const part = (
     relative: string,
     fingerprint: string,
-    build: () => { table: ParquetTableName; rows: number; columns: ReadonlyMap<string, ColumnValues> } | null,
+    build: () => {
+      table: ParquetTableName;
+      rows: number;
+      columns: ReadonlyMap<string, EncoderValues>;
+    } | null,
   ): void => {
     const key = `${DATASET_FORMAT_VERSION}|${selection?.sessionId ?? ""}|${fingerprint}`;
     if (previousJob?.parts[relative] === key && existsSync(join(dir, relative))) {

@@ -12,9 +12,6 @@ import { ByteSink } from "./encoder/thrift.js";
 import type { ParquetTable } from "./schema.js";
 import { PACKAGE_VERSION } from "./version.js";
 
-/** A column's values (see `EncoderValues`). */
-export type ColumnValues = EncoderValues;
-
 /** Writes a dataset's files, making each partition directory once. */
 export class TableWriter {
   private readonly directories = new Set<string>();
@@ -23,7 +20,7 @@ export class TableWriter {
   private serial = 0;
 
   /** Encodes `columns` (every column of `table`, `rows` long) and writes them as `path`. */
-  write(path: string, table: ParquetTable, rows: number, columns: ReadonlyMap<string, ColumnValues>): void {
+  write(path: string, table: ParquetTable, rows: number, columns: ReadonlyMap<string, EncoderValues>): void {
     const bytes = encodeParquet(
       table.columns.map((column) => {
         const values = columns.get(column.name);

@@ -7,7 +7,7 @@
 // - one collection, as a Prometheus scrape or a periodic exporter runs it (on the same thread, once
 //   per scrape interval, typically 15-60 s).
 
-import { AggregationTemporality, MeterProvider, MetricReader } from "@opentelemetry/sdk-metrics";
+import { MeterProvider } from "@opentelemetry/sdk-metrics";
 import {
   COLLECTOR_SPECIFICATION_VERSION,
   type MemoryCollector,
@@ -16,18 +16,7 @@ import {
 } from "@stormlog/core";
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { MemoryTracker } from "../src/index.js";
-
-class OnDemandReader extends MetricReader {
-  constructor() {
-    super({ aggregationTemporalitySelector: () => AggregationTemporality.CUMULATIVE });
-  }
-  protected onForceFlush(): Promise<void> {
-    return Promise.resolve();
-  }
-  protected onShutdown(): Promise<void> {
-    return Promise.resolve();
-  }
-}
+import { CollectOnDemandReader } from "../test/metrics/collect-reader.js";
 
 let bytes = 1_000_000;
 const read = (): SampleResult => ({
@@ -48,7 +37,7 @@ const tfjsLike: MemoryCollector = {
   readSync: read,
 };
 
-const reader = new OnDemandReader();
+const reader = new CollectOnDemandReader();
 const meterProvider = new MeterProvider({ readers: [reader] });
 const common = {
   collectors: [tfjsLike],

@@ -1,30 +1,15 @@
 import { metrics } from "@opentelemetry/api";
-import {
-  AggregationTemporality,
-  type DataPoint,
-  type Histogram,
-  MeterProvider,
-  type MetricData,
-  MetricReader,
-} from "@opentelemetry/sdk-metrics";
+import { type DataPoint, type Histogram, MeterProvider, type MetricData } from "@opentelemetry/sdk-metrics";
 import { InvalidConfigError } from "@stormlog/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { MemoryTracker } from "../../src/index.js";
 import { FakeWriter, failure, full, makeTracker, reading, SequencedCollector } from "../helpers.js";
+import { CollectOnDemandReader } from "./collect-reader.js";
 
 const MiB = 1024 * 1024;
 
-/** A reader the test collects from when it wants (an application's exporter would do it on a timer). */
-class TestReader extends MetricReader {
-  constructor() {
-    super({ aggregationTemporalitySelector: () => AggregationTemporality.CUMULATIVE });
-  }
-  protected onForceFlush(): Promise<void> {
-    return Promise.resolve();
-  }
-  protected onShutdown(): Promise<void> {
-    return Promise.resolve();
-  }
+/** The tracker's metrics as a reader collects them now. */
+class TestReader extends CollectOnDemandReader {
   /** Every metric collected now, by name. */
   async metricsByName(): Promise<Map<string, MetricData>> {
     const { resourceMetrics, errors } = await this.collect();
