@@ -1,10 +1,10 @@
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { expectOneLineError, FIXTURES, runCli, tempDir } from "./helpers.js";
 
-const SINK = join(FIXTURES, "python-sink/single-completed/sink");
-const PER_RANK = join(FIXTURES, "cross-rank/case-11-0012/input.jsonl");
+const FIXTURE_SINK = join(FIXTURES, "python-sink/single-completed/sink");
+const FIXTURE_PER_RANK = join(FIXTURES, "cross-rank/case-11-0012/input.jsonl");
 
 /** The JSON the page embeds. */
 function embedded(html: string): {
@@ -18,8 +18,15 @@ function embedded(html: string): {
 }
 
 let dir: ReturnType<typeof tempDir>;
+// Copies of the fixtures: the analysis index a report builds goes beside its input, not into the repository.
+let SINK = "";
+let PER_RANK = "";
 beforeEach(() => {
   dir = tempDir("stormlog-report-cli-");
+  SINK = join(dir.path, "fixture-sink");
+  cpSync(FIXTURE_SINK, SINK, { recursive: true });
+  PER_RANK = join(dir.path, "fixture-rank-job", "input.jsonl");
+  cpSync(FIXTURE_PER_RANK, PER_RANK);
 });
 afterEach(() => dir.remove());
 
