@@ -96,6 +96,13 @@ describe("a new user's first run, from the README", () => {
     // tfjs alone on the CPU: its figures are tfjs's, not the process's resident memory.
     expect(analysis).toMatch(/^ {2}Peak allocated +\S+ \S+ {2}rank 0, /m);
     expect(analysis).not.toContain("RSS");
+
+    // The page the README names next, from the installed packages (uPlot read from the report's own install).
+    const report = run("npx stormlog report ./stormlog-sink -o report.html", project, home);
+    expect(report).toContain(join(project, "report.html"));
+    const page = readFileSync(join(project, "report.html"), "utf8");
+    expect(page).toContain("train_on_batch");
+    expect(page).toMatch(/uPlot/);
   });
 
   it("keeps every tarball and its install within budget, with its LICENSE and metadata (check:packages)", () => {
