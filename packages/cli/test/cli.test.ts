@@ -1,10 +1,11 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { goldenCopy } from "../../sink/test/support/telemetry-fixtures.js";
 import { COMMANDS } from "../src/main.js";
 import { expectOneLineError, FIXTURES, runCli } from "./helpers.js";
 
-const SINK = join(FIXTURES, "python-sink/single-completed/sink");
+const SINK = goldenCopy("python-sink/single-completed/sink");
 
 describe("stormlog (root)", () => {
   it("lists the commands in --help", async () => {

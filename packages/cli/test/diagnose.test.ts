@@ -1,12 +1,12 @@
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { type JsonObject, parseJson } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
-import { FIXTURES, runCli } from "./helpers.js";
+import { goldenCopy } from "../../sink/test/support/telemetry-fixtures.js";
+import { runCli } from "./helpers.js";
 
-const ONE_SESSION = join(FIXTURES, "cross-rank/case-11-0010/input.jsonl");
-const PER_RANK = join(FIXTURES, "cross-rank/case-11-0012/input.jsonl");
-const CLEAN = join(FIXTURES, "python-sink/single-completed/sink");
+const ONE_SESSION = goldenCopy("cross-rank/case-11-0010/input.jsonl");
+const PER_RANK = goldenCopy("cross-rank/case-11-0012/input.jsonl");
+const CLEAN = goldenCopy("python-sink/single-completed/sink");
 
 interface Row extends JsonObject {
   rank: number;

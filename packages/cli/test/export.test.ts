@@ -8,10 +8,11 @@ import {
   sameEvents,
   traceContent,
 } from "../../analysis/test/oracles/perfetto-events.js";
-import { FIXTURES, runCli, tempDir } from "./helpers.js";
+import { goldenCopy } from "../../sink/test/support/telemetry-fixtures.js";
+import { runCli, tempDir } from "./helpers.js";
 
-const SINK = join(FIXTURES, "python-sink/single-completed/sink");
-const PER_RANK = join(FIXTURES, "cross-rank/case-11-0012/input.jsonl");
+const SINK = goldenCopy("python-sink/single-completed/sink");
+const PER_RANK = goldenCopy("cross-rank/case-11-0012/input.jsonl");
 
 let cleanup: (() => void) | null = null;
 afterEach(() => {

@@ -5,7 +5,14 @@ import { join } from "node:path";
 import { encodeTelemetryRecord, type TelemetryEvent } from "@stormlog/core";
 import { iterateTelemetryEvents } from "@stormlog/sink";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BASE_NS, MS, record, writeSink } from "../../../sink/test/support/telemetry-fixtures.js";
+import {
+  BASE_NS,
+  GOLDEN,
+  goldenCopy,
+  MS,
+  record,
+  writeSink,
+} from "../../../sink/test/support/telemetry-fixtures.js";
 import {
   buildPerfettoTrace,
   formatPerfettoTrace,
@@ -20,8 +27,7 @@ import { checkChromeTrace, type ParsedTrace, sliceDepths } from "./trace-format.
 
 const ROOT = join(import.meta.dirname, "../../../..");
 const GENERATOR = join(ROOT, "bench/generate-multirank.mjs");
-const GOLDEN = join(ROOT, "fixtures/golden");
-const INTERLEAVED = join(GOLDEN, "cross-rank/case-11-0012/input.jsonl");
+const INTERLEAVED = goldenCopy("cross-rank/case-11-0012/input.jsonl");
 
 let dir = "";
 let job = "";
@@ -218,10 +224,10 @@ describe("streamPerfettoTrace", () => {
   it("writes the oracle's trace of the golden sinks and files", async () => {
     const cacheDir = join(dir, "cache-golden");
     for (const name of readdirSync(join(GOLDEN, "python-sink")))
-      await expectLikeOracle(join(GOLDEN, "python-sink", name, "sink"), undefined, { cacheDir });
+      await expectLikeOracle(goldenCopy(`python-sink/${name}/sink`), undefined, { cacheDir });
     for (const name of ["case-11-0003", "case-11-0012", "case-11-0019"])
       expect(
-        await expectLikeOracle(join(GOLDEN, "cross-rank", name, "input.jsonl"), undefined, { cacheDir }),
+        await expectLikeOracle(goldenCopy(`cross-rank/${name}/input.jsonl`), undefined, { cacheDir }),
       ).toBeGreaterThan(0);
   });
 

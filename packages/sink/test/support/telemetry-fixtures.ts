@@ -1,5 +1,6 @@
 // Telemetry records and sink directories built for tests (the analysis and CLI tests use them too).
-import { appendFileSync, mkdirSync, writeFileSync } from "node:fs";
+import { appendFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   encodeTelemetryRecord,
@@ -7,7 +8,27 @@ import {
   type TelemetryEvent,
   type TelemetryRecordV3,
 } from "@stormlog/core";
+import { afterAll } from "vitest";
 import { serializeManifest } from "../../src/internal.js";
+
+/** The golden cases recorded from the Python reference, in the repository. */
+export const GOLDEN = join(import.meta.dirname, "../../../../fixtures/golden");
+let goldenCopies: string | undefined;
+
+/**
+ * A copy of `fixtures/golden/<relative>` (a file or a folder) in a temporary folder of this test file,
+ * removed after it: what an analysis writes beside its input (its index) stays out of the repository.
+ */
+export function goldenCopy(relative: string): string {
+  if (goldenCopies === undefined) {
+    const root = mkdtempSync(join(tmpdir(), "stormlog-golden-"));
+    goldenCopies = root;
+    afterAll(() => rmSync(root, { recursive: true, force: true }));
+  }
+  const target = join(goldenCopies, relative);
+  if (!existsSync(target)) cpSync(join(GOLDEN, relative), target, { recursive: true });
+  return target;
+}
 
 export const BASE_NS = 1_760_000_000_000_000_000n;
 export const MS = 1_000_000n;
