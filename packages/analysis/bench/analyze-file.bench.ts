@@ -7,12 +7,13 @@
 // measured in the issue, quoted and labelled as such.
 // Run: node --conditions=@stormlog/source --import tsx packages/analysis/bench/analyze-file.bench.ts
 import { execFileSync, spawnSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, renameSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { DuckDBInstance } from "@duckdb/node-api";
 import { bench, do_not_optimize, group, run } from "mitata";
+import { cli, runCli } from "../../../bench/cli-process.js";
 import { analyzeTelemetry, INDEX_DIRNAME } from "../src/index.js";
 
 /** Cold `python -m stormlog analyze` on the 220 MB file, as measured in issue #20 (not in this run: no PyPI here). */
@@ -98,34 +99,9 @@ connection.closeSync();
 // The command itself, as a user runs it: the built CLI when there is one (`pnpm build`), else from
 // source through tsx (which adds its own start-up). The file is written anew first (a copy renamed
 // over it), so the warm runs start within two seconds of its mtime; the report goes beside it.
-const built = join(REPO, "packages/cli/dist/launch.cjs");
-const cli = existsSync(built)
-  ? { args: [built], label: "built CLI (packages/cli/dist/launch.cjs)" }
-  : {
-      args: ["--conditions=@stormlog/source", "--import", "tsx", join(REPO, "packages/cli/src/bin.ts")],
-      label: "CLI from source through tsx (run pnpm build for the built CLI's figures)",
-    };
-// Peak RSS from /proc/self/status (VmHWM): getrusage's maxRSS of a spawned child on Linux also
-// counts the memory of this process, which it was forked from.
-const rssProbe = join(dir, "rss.cjs");
-writeFileSync(
-  rssProbe,
-  `process.on("exit", () => {
-    let kb = process.resourceUsage().maxRSS;
-    try { kb = Number(/VmHWM:\\s+(\\d+)/.exec(require("node:fs").readFileSync("/proc/self/status", "utf8"))[1]); } catch {}
-    process.stderr.write("maxrss=" + Math.round(kb / 1024) + "\\n");
-  });\n`,
-);
 const command = (): string => {
-  const started = performance.now();
-  const child = spawnSync(
-    process.execPath,
-    ["--require", rssProbe, ...cli.args, "analyze", file, "--output", join(singleDir, "report.txt")],
-    { cwd: REPO, encoding: "utf8" },
-  );
-  const ms = performance.now() - started;
-  if (child.status !== 0) throw new Error(`stormlog analyze failed: ${child.stderr}`);
-  return `${Math.round(ms)} ms, peak RSS ${/maxrss=(\d+)/.exec(child.stderr)?.[1] ?? "?"} MB`;
+  const { ms, rssMb } = runCli(["analyze", file, "--output", join(singleDir, "report.txt")]);
+  return `${Math.round(ms)} ms, peak RSS ${rssMb} MB`;
 };
 rmSync(join(singleDir, INDEX_DIRNAME), { recursive: true, force: true });
 copyFileSync(file, `${file}.new`);

@@ -7,12 +7,13 @@
 // the report (peak device used per rank).
 // Run: pnpm bench parquet   (or node --conditions=@stormlog/source --import tsx packages/parquet/bench/export.bench.ts)
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { analyzeTelemetry, INDEX_DIRNAME } from "@stormlog/analysis";
 import { bench, do_not_optimize, group, run } from "mitata";
+import { cli, runCli } from "../../../bench/cli-process.js";
 import { exportParquet, queryParquet } from "../src/index.js";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -79,33 +80,10 @@ for (const [key, name] of Object.entries(NAMES)) {
 }
 
 // Fresh processes, as a user runs the command (peak RSS from /proc/self/status: VmHWM).
-const built = join(REPO, "packages/cli/dist/launch.cjs");
-const cli = existsSync(built)
-  ? { args: [built], label: "built CLI (packages/cli/dist/launch.cjs)" }
-  : {
-      args: ["--conditions=@stormlog/source", "--import", "tsx", join(REPO, "packages/cli/src/bin.ts")],
-      label: "CLI from source through tsx (run pnpm build for the built CLI's figures)",
-    };
-const rssProbe = join(dir, "rss.cjs");
-writeFileSync(
-  rssProbe,
-  `process.on("exit", () => {
-    let kb = process.resourceUsage().maxRSS;
-    try { kb = Number(/VmHWM:\\s+(\\d+)/.exec(require("node:fs").readFileSync("/proc/self/status", "utf8"))[1]); } catch {}
-    process.stderr.write("maxrss=" + Math.round(kb / 1024) + "\\n");
-  });\n`,
-);
 function command(input: string, target: string): string {
-  const started = performance.now();
-  const child = spawnSync(
-    process.execPath,
-    ["--require", rssProbe, ...cli.args, "export", input, "--format", "parquet", "--output", target],
-    { cwd: REPO, encoding: "utf8" },
-  );
-  const seconds = (performance.now() - started) / 1000;
-  if (child.status !== 0) throw new Error(`stormlog export failed: ${child.stderr}`);
-  const rss = /maxrss=(\d+)/.exec(child.stderr)?.[1] ?? "?";
-  return `${seconds.toFixed(2)} s, ${(jsonlBytes(input) / MB / seconds).toFixed(0)} MB/s, peak RSS ${rss} MB`;
+  const { ms, rssMb } = runCli(["export", input, "--format", "parquet", "--output", target]);
+  const seconds = ms / 1000;
+  return `${seconds.toFixed(2)} s, ${(jsonlBytes(input) / MB / seconds).toFixed(0)} MB/s, peak RSS ${rssMb} MB`;
 }
 console.log(`stormlog export <input> --format parquet --output DIR, fresh processes, ${cli.label}:`);
 for (const [label, input] of [

@@ -1,0 +1,44 @@
+/**
+ * The `stormlog` command as a fresh process, as a user runs it, for the benches that time one: the built
+ * CLI when there is one (else the source through tsx, which adds its own start-up), and its peak RSS.
+ */
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const BUILT = join(REPO, "packages/cli/dist/launch.cjs");
+
+/** How the CLI is started, and what the figures say about it. */
+export const cli = existsSync(BUILT)
+  ? { args: [BUILT], label: "built CLI (packages/cli/dist/launch.cjs)" }
+  : {
+      args: ["--conditions=@stormlog/source", "--import", "tsx", join(REPO, "packages/cli/src/bin.ts")],
+      label: "CLI from source through tsx (run pnpm build for the built CLI's figures)",
+    };
+
+// Peak RSS from /proc/self/status (VmHWM): getrusage's maxRSS of a spawned child on Linux also counts the
+// memory of this process, which it was forked from.
+const rssProbe = join(mkdtempSync(join(tmpdir(), "stormlog-bench-rss-")), "rss.cjs");
+writeFileSync(
+  rssProbe,
+  `process.on("exit", () => {
+    let kb = process.resourceUsage().maxRSS;
+    try { kb = Number(/VmHWM:\\s+(\\d+)/.exec(require("node:fs").readFileSync("/proc/self/status", "utf8"))[1]); } catch {}
+    process.stderr.write("maxrss=" + Math.round(kb / 1024) + "\\n");
+  });\n`,
+);
+
+/** Runs `stormlog <args>` once; its wall time and peak RSS (MB, "?" where unknown). Throws when it fails. */
+export function runCli(args: readonly string[]): { ms: number; rssMb: string } {
+  const started = performance.now();
+  const child = spawnSync(process.execPath, ["--require", rssProbe, ...cli.args, ...args], {
+    cwd: REPO,
+    encoding: "utf8",
+  });
+  const ms = performance.now() - started;
+  if (child.status !== 0) throw new Error(`stormlog ${args[0]} failed: ${child.stderr}`);
+  return { ms, rssMb: /maxrss=(\d+)/.exec(child.stderr)?.[1] ?? "?" };
+}
