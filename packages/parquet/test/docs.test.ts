@@ -1,9 +1,9 @@
-import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { exportParquet, PARQUET_TABLES, queryParquet } from "../src/index.js";
+import { generateJob } from "./support.js";
 
 // docs/parquet.md: every query it gives runs on DuckDB over an exported job, and every column of
 // every table is documented in that table's section.
@@ -17,21 +17,7 @@ let dataset = "";
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "stormlog-parquet-docs-"));
   const job = join(dir, "job");
-  execFileSync(
-    process.execPath,
-    [
-      "--import",
-      "tsx",
-      join(ROOT, "bench/generate-multirank.mjs"),
-      job,
-      "--ranks",
-      "4",
-      "--samples",
-      "3200",
-      "--quiet",
-    ],
-    { cwd: ROOT, stdio: "pipe" },
-  );
+  generateJob(job, 4, 3200);
   dataset = join(dir, "dataset");
   await exportParquet(job, dataset);
 }, 120_000);

@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,9 +14,7 @@ import {
   partitionValue,
   queryParquet,
 } from "../src/index.js";
-
-const ROOT = join(import.meta.dirname, "../../..");
-const GENERATOR = join(ROOT, "bench/generate-multirank.mjs");
+import { generateJob } from "./support.js";
 
 let dir = "";
 let job = "";
@@ -25,27 +22,9 @@ let out = "";
 let report: AnalysisReport;
 let first: ParquetExportResult;
 
+/** 6 ranks; a small rollover so that ranks span segments. */
 function generate(target: string, extra: readonly string[] = []): void {
-  // 6 ranks with nested phases (train > forward/backward/optimizer), a cross-rank spike, a leak on
-  // rank 0, rank 5's hidden-memory drift, alerts; a small rollover so that ranks span segments.
-  execFileSync(
-    process.execPath,
-    [
-      "--import",
-      "tsx",
-      GENERATOR,
-      target,
-      "--ranks",
-      "6",
-      "--samples",
-      "2400",
-      "--rollover-events",
-      "1200",
-      "--quiet",
-      ...extra,
-    ],
-    { cwd: ROOT, stdio: "pipe" },
-  );
+  generateJob(target, 6, 2400, ["--rollover-events", "1200", ...extra]);
 }
 
 /** Rows of `sql` run by DuckDB itself over `files` (a read_parquet glob of the dataset). */

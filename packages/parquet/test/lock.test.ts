@@ -1,35 +1,21 @@
-import { execFileSync, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DATASET_MANIFEST, exportParquet, ParquetDatasetError } from "../src/index.js";
+import { generateJob } from "./support.js";
 
 // One export at a time per dataset: a second one (here, of this process) is refused with a one-line
 // error naming the holder; a lock left by an export that died is broken.
 
-const ROOT = join(import.meta.dirname, "../../..");
 let dir = "";
 let job = "";
 
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), "stormlog-parquet-lock-"));
   job = join(dir, "job");
-  execFileSync(
-    process.execPath,
-    [
-      "--import",
-      "tsx",
-      join(ROOT, "bench/generate-multirank.mjs"),
-      job,
-      "--ranks",
-      "2",
-      "--samples",
-      "300",
-      "--quiet",
-    ],
-    { cwd: ROOT, stdio: "pipe" },
-  );
+  generateJob(job, 2, 300);
 }, 120_000);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
