@@ -5,10 +5,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { expect } from "vitest";
+import { GOLDEN } from "../../sink/test/support/telemetry-fixtures.js";
 import { type CliIo, type CliSignal, main } from "../src/index.js";
 
 /** The golden cases generated with the Python reference, at the repo root. */
-export const FIXTURES = join(import.meta.dirname, "../../../fixtures/golden");
+export const FIXTURES = GOLDEN;
 export const REPO_ROOT = join(import.meta.dirname, "../../..");
 
 /** Raw control characters a terminal acts on (C0 but tab and newline, DEL, C1): never printed from input. */

@@ -203,6 +203,7 @@ function settings(args: ParsedArgs, io: CliIo, stderrWarn: (message: string) => 
   const resolved = resolveDistributedIdentity(identity, { env: io.env });
   // Names the directory this rank writes beside another live rank's (see onLockedDirectory).
   if (rank !== undefined || resolved.world_size > 1) sink.rank = resolved.rank;
+  const prometheusPort = n("prometheus-port", { min: 0, max: 65535, integer: true });
   return {
     intervalMs: (n("interval", { exclusiveMin: 0 }) ?? 0.1) * 1000,
     durationMs: ((value) => (value === undefined ? undefined : value * 1000))(
@@ -214,10 +215,10 @@ function settings(args: ParsedArgs, io: CliIo, stderrWarn: (message: string) => 
     gpu: args.values["no-gpu"] !== true,
     sink,
     identity,
-    prometheus: ((port) =>
-      port === undefined ? null : { host: stringFlag(args, "prometheus-host") ?? "127.0.0.1", port })(
-      n("prometheus-port", { min: 0, max: 65535, integer: true }),
-    ),
+    prometheus:
+      prometheusPort === undefined
+        ? null
+        : { host: stringFlag(args, "prometheus-host") ?? "127.0.0.1", port: prometheusPort },
   };
 }
 
