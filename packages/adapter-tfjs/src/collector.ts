@@ -108,6 +108,10 @@ export function tfjsCollector(tf: TfNamespace, options: TfjsCollectorOptions = {
       : undefined;
   const attribution = typeof births === "object" ? births : undefined;
 
+  // The last reasons given, handed out again while tfjs gives the same ones: the sink's encoder sends
+  // a new object to its worker, an unchanged one it names by reference.
+  let lastReasons: string[] = [];
+
   /** `detail` false: the boundary read (`readSync`), with the tensor counts only. */
   const read = (detail: boolean): SampleResult => {
     if (closed) return { kind: "failure", error: "the tfjs collector was closed" };
@@ -134,7 +138,8 @@ export function tfjsCollector(tf: TfNamespace, options: TfjsCollectorOptions = {
         }
       : { tfjs_num_tensors: info.numTensors, tfjs_num_data_buffers: info.numDataBuffers };
     if (detail && info.unreliable === true && info.reasons !== undefined && info.reasons.length > 0) {
-      metadata.tfjs_unreliable_reasons = [...info.reasons];
+      if (!sameStrings(lastReasons, info.reasons)) lastReasons = [...info.reasons];
+      metadata.tfjs_unreliable_reasons = lastReasons;
     }
     if (info.numBytesInGPU !== undefined) metadata.tfjs_gpu_bytes_in_use = info.numBytesInGPU;
     if (detail && info.numBytesInGPUFree !== undefined) metadata.tfjs_gpu_bytes_free = info.numBytesInGPUFree;
@@ -303,4 +308,10 @@ function isCount(value: unknown): value is number {
 
 function describe(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+function sameStrings(a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }

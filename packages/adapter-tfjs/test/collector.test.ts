@@ -158,6 +158,24 @@ describe("tfjsCollector on tfjs-node's tensorflow backend (memory() shape)", () 
     expect(collector.readSync()).toMatchObject({ reading: { allocator_allocated_bytes: 0 } });
   });
 
+  it("hands out the same reasons array while tfjs gives the same reasons (the sink names it by reference)", () => {
+    const reasons = ["first reason"];
+    const namespace: TfNamespace = {
+      ...nodeBackendNamespace({ numBytes: 0, numTensors: 0 }),
+      memory: () => ({ unreliable: true, reasons: [...reasons], numBytes: 0, numTensors: 0, numDataBuffers: 0 }),
+    };
+    const collector = tfjsCollector(namespace);
+    const reasonsOf = (result: ReturnType<typeof collector.sample>) =>
+      result.kind === "full" ? result.metadata?.tfjs_unreliable_reasons : undefined;
+    const first = reasonsOf(collector.sample());
+    expect(reasonsOf(collector.sample())).toBe(first);
+    reasons.push("second reason");
+    const changed = reasonsOf(collector.sample());
+    expect(changed).not.toBe(first);
+    expect(changed).toEqual(["first reason", "second reason"]);
+    expect(first).toEqual(["first reason"]);
+  });
+
   it("uses device 0 when tfjs-node-gpu placed ops on a GPU, so NVML readings merge with it", () => {
     expect(tfjsCollector(nodeBackendNamespace({ numBytes: 0, numTensors: 0, gpu: true })).deviceId).toBe(0);
   });

@@ -45,8 +45,11 @@ const SEQUENCE = GROUP + 11;
 /** The largest object id assigned when the record was written: the worker reads it once it knows that many. */
 const NEEDS = GROUP + 12;
 const VALUES = GROUP + 13;
-/** Room for detail and attributes, a cell a key; larger ones are posted as objects. */
-const VALUE_CELLS = 8;
+/**
+ * Room for detail and attributes, a cell a key; larger ones are posted as objects. A tfjs sample's
+ * detail merged with the process collector's has 12 keys: it fits, so a steady sample posts nothing.
+ */
+export const VALUE_CELLS = 16;
 const SLOT_WIDTH = VALUES + VALUE_CELLS;
 
 /** How a key's value is written in its cell (`ValueLayout.types`): the number itself. */

@@ -7,6 +7,7 @@ import {
   type RingObject,
   ringBuffers,
   type SpillChunk,
+  VALUE_CELLS,
 } from "../../src/pipeline/record-ring.js";
 import { EventStore, PHASE_ENTER, PHASE_EXIT, type RecordContext } from "../../src/records/store.js";
 import { cudaCapabilities, reading } from "../helpers.js";
@@ -469,11 +470,12 @@ describe("the record ring's detail of mixed values", () => {
 
   it("posts whole what the cells cannot hold, and no part of it besides", () => {
     const r = ring();
-    const tooMany = Object.fromEntries([..."abcdefghi"].map((key) => [key, `text-${key}`]));
+    const keys = (count: number, from = 0) => Array.from({ length: count }, (_, i) => `k${from + i}`);
+    const tooMany = Object.fromEntries(keys(VALUE_CELLS + 1).map((key) => [key, `text-${key}`]));
     const bigint = { label: "text-big", huge: 2n ** 64n } as never as JsonObject;
     const undefinedValue = { label: "text-undefined", missing: undefined } as never as JsonObject;
-    const detail = { a: 1, b: 2, c: 3, d: 4, e: 5, f: 6 };
-    // Three attributes after six detail values: more than the slot's eight cells.
+    const detail = Object.fromEntries(keys(VALUE_CELLS - 2).map((key, i) => [key, i]));
+    // Three attributes after the detail's values: one more than the slot's cells.
     const attributes = { label: "text-attributes", g: 7, h: 8 };
     const indices = [
       push(r.store, "sample", tooMany),
