@@ -162,7 +162,13 @@ describe("tfjsCollector on tfjs-node's tensorflow backend (memory() shape)", () 
     const reasons = ["first reason"];
     const namespace: TfNamespace = {
       ...nodeBackendNamespace({ numBytes: 0, numTensors: 0 }),
-      memory: () => ({ unreliable: true, reasons: [...reasons], numBytes: 0, numTensors: 0, numDataBuffers: 0 }),
+      memory: () => ({
+        unreliable: true,
+        reasons: [...reasons],
+        numBytes: 0,
+        numTensors: 0,
+        numDataBuffers: 0,
+      }),
     };
     const collector = tfjsCollector(namespace);
     const reasonsOf = (result: ReturnType<typeof collector.sample>) =>
