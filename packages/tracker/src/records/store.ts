@@ -42,54 +42,56 @@ export interface RecordContext {
 }
 
 /**
- * The tracker's recent records as columns in a ring: typed arrays for times and counters, shared
- * references for everything else. Records are built as objects only when someone reads them (or a
- * sink needs one), so keeping 10000 of them costs the garbage collector next to nothing: a phase
- * boundary stores numbers and a reference to its (already allocated) scope.
+ * A stored record's numbers, one row of `ROW` cells each: the counters (NaN when unread), change,
+ * boundary sequence and flags (`copyNumbers`' layout), then the timestamp's 64 bits.
+ */
+const CHANGE = FIELDS;
+const SEQUENCE = FIELDS + 1;
+const FLAGS = FIELDS + 2;
+const TIMESTAMP = FIELDS + 3;
+const ROW = TIMESTAMP + 1;
+/** A stored record's references, one row of `REFS` entries each. */
+const TYPE = 0;
+const CONTEXT = 1;
+const GROUP = 2;
+const BASE = 3;
+const EXTRA = 4;
+const SCOPE = 5;
+const REFS = 6;
+
+/**
+ * The tracker's recent records in a ring: each record's numbers in one row of a Float64Array (its
+ * timestamp in the same row, through a BigInt64Array view) and its references (type, context,
+ * group, base and detail, scope) in one row of an array. Records are built as objects only when
+ * someone reads them (or a sink needs one), so keeping 10000 of them costs the garbage collector
+ * next to nothing: a phase boundary stores numbers and a reference to its (already allocated) scope.
+ * Rows, not a column per field: inside a training step, between two boundaries, tfjs's data evicts
+ * ours from the caches, and a record written or read then costs a cache miss per line it touches
+ * (two rows of lines here, where thirteen columns took about thirteen).
  */
 export class EventStore {
   readonly capacity: number;
   private readonly phaseMetadata = new PhaseMetadataBuilder();
   /** Records ever pushed since the last `reset()`. */
   written = 0;
+  private readonly numbers: Float64Array;
+  /** `numbers`' memory as 64-bit integers (the timestamps) and as 32-bit words (`copyTimestamp`). */
   private readonly ts: BigInt64Array;
-  /** `ts` as 32-bit words (`copyTimestamp`). */
   private readonly tsWords: Int32Array;
-  private readonly types: string[];
-  private readonly contexts: (string | null)[];
-  private readonly groups: (StoredGroup | undefined)[];
-  private readonly counters: Float64Array;
-  private readonly changes: Float64Array;
-  private readonly bases: (JsonObject | undefined)[];
-  private readonly extras: (JsonObject | null)[];
-  private readonly scopes: (RecordedPhase | null)[];
-  private readonly sequences: Float64Array;
-  private readonly flags: Uint8Array;
+  private readonly refs: unknown[];
 
   constructor(capacity: number) {
     this.capacity = capacity;
-    this.ts = new BigInt64Array(capacity);
-    this.tsWords = new Int32Array(this.ts.buffer);
-    this.types = new Array(capacity).fill("");
-    this.contexts = new Array(capacity).fill(null);
-    this.groups = new Array(capacity).fill(undefined);
-    this.counters = new Float64Array(capacity * FIELDS);
-    this.changes = new Float64Array(capacity);
-    this.bases = new Array(capacity).fill(undefined);
-    this.extras = new Array(capacity).fill(null);
-    this.scopes = new Array(capacity).fill(null);
-    this.sequences = new Float64Array(capacity);
-    this.flags = new Uint8Array(capacity);
+    this.numbers = new Float64Array(capacity * ROW);
+    this.ts = new BigInt64Array(this.numbers.buffer);
+    this.tsWords = new Int32Array(this.numbers.buffer);
+    this.refs = new Array(capacity * REFS).fill(null);
   }
 
   /** Forgets everything. */
   reset(): void {
     this.written = 0;
-    this.groups.fill(undefined);
-    this.bases.fill(undefined);
-    this.extras.fill(null);
-    this.scopes.fill(null);
-    this.contexts.fill(null);
+    this.refs.fill(null);
   }
 
   /**
@@ -111,29 +113,31 @@ export class EventStore {
   ): number {
     const index = this.written++;
     const slot = index % this.capacity;
-    this.ts[slot] = ts;
-    this.types[slot] = eventType;
-    this.contexts[slot] = context;
-    this.groups[slot] = group;
-    const row = slot * FIELDS;
-    const counters = this.counters;
+    const row = slot * ROW;
+    const numbers = this.numbers;
     if (reading === null) {
-      counters.fill(Number.NaN, row, row + FIELDS);
+      numbers.fill(Number.NaN, row, row + FIELDS);
     } else {
-      counters[row] = reading.allocator_allocated_bytes ?? Number.NaN;
-      counters[row + 1] = reading.allocator_reserved_bytes ?? Number.NaN;
-      counters[row + 2] = reading.allocator_active_bytes ?? Number.NaN;
-      counters[row + 3] = reading.allocator_inactive_bytes ?? Number.NaN;
-      counters[row + 4] = reading.device_used_bytes ?? Number.NaN;
-      counters[row + 5] = reading.device_free_bytes ?? Number.NaN;
-      counters[row + 6] = reading.device_total_bytes ?? Number.NaN;
+      numbers[row] = reading.allocator_allocated_bytes ?? Number.NaN;
+      numbers[row + 1] = reading.allocator_reserved_bytes ?? Number.NaN;
+      numbers[row + 2] = reading.allocator_active_bytes ?? Number.NaN;
+      numbers[row + 3] = reading.allocator_inactive_bytes ?? Number.NaN;
+      numbers[row + 4] = reading.device_used_bytes ?? Number.NaN;
+      numbers[row + 5] = reading.device_free_bytes ?? Number.NaN;
+      numbers[row + 6] = reading.device_total_bytes ?? Number.NaN;
     }
-    this.changes[slot] = change ?? Number.NaN;
-    this.bases[slot] = base;
-    this.extras[slot] = extra;
-    this.scopes[slot] = scope;
-    this.sequences[slot] = sequence;
-    this.flags[slot] = flags;
+    numbers[row + CHANGE] = change ?? Number.NaN;
+    numbers[row + SEQUENCE] = sequence;
+    numbers[row + FLAGS] = flags;
+    this.ts[row + TIMESTAMP] = ts;
+    const refs = this.refs;
+    const at = slot * REFS;
+    refs[at + TYPE] = eventType;
+    refs[at + CONTEXT] = context;
+    refs[at + GROUP] = group;
+    refs[at + BASE] = base;
+    refs[at + EXTRA] = extra;
+    refs[at + SCOPE] = scope;
     return index;
   }
 
@@ -151,39 +155,41 @@ export class EventStore {
   ): number {
     const index = this.written++;
     const slot = index % this.capacity;
-    this.ts[slot] = ts;
-    this.types[slot] = eventType;
-    this.contexts[slot] = context;
-    this.groups[slot] = group;
-    this.counters.set(numbers.subarray(at, at + FIELDS), slot * FIELDS);
-    this.changes[slot] = numbers[at + FIELDS] as number;
-    this.sequences[slot] = numbers[at + FIELDS + 1] as number;
-    this.flags[slot] = numbers[at + FIELDS + 2] as number;
-    this.bases[slot] = base;
-    this.extras[slot] = extra;
-    this.scopes[slot] = scope;
+    const row = slot * ROW;
+    const own = this.numbers;
+    for (let f = 0; f < RECORD_NUMBERS; f++) own[row + f] = numbers[at + f] as number;
+    this.ts[row + TIMESTAMP] = ts;
+    const refs = this.refs;
+    const ref = slot * REFS;
+    refs[ref + TYPE] = eventType;
+    refs[ref + CONTEXT] = context;
+    refs[ref + GROUP] = group;
+    refs[ref + BASE] = base;
+    refs[ref + EXTRA] = extra;
+    refs[ref + SCOPE] = scope;
     return index;
   }
 
   /** Overwrites one counter of a stored record (a boundary reading). */
   setCounter(index: number, counterIndex: number, value: number): void {
-    this.counters[(index % this.capacity) * FIELDS + counterIndex] = value;
+    this.numbers[(index % this.capacity) * ROW + counterIndex] = value;
   }
 
   /** Attaches collector metadata (e.g. tfjs tensor counts read at a phase boundary) to a stored record. */
   mergeExtra(index: number, extra: JsonObject): void {
-    const slot = index % this.capacity;
-    const current = this.extras[slot];
-    this.extras[slot] = current === null || current === undefined ? extra : { ...current, ...extra };
+    const at = (index % this.capacity) * REFS + EXTRA;
+    const current = this.refs[at] as JsonObject | null;
+    this.refs[at] = current === null ? extra : { ...current, ...extra };
   }
 
   /** Sets flag bits of a stored record. */
   addFlags(index: number, flags: number): void {
-    this.flags[index % this.capacity] = (this.flags[index % this.capacity] as number) | flags;
+    const at = (index % this.capacity) * ROW + FLAGS;
+    this.numbers[at] = (this.numbers[at] as number) | flags;
   }
 
   eventType(index: number): string {
-    return this.types[index % this.capacity] as string;
+    return this.refs[(index % this.capacity) * REFS + TYPE] as string;
   }
 
   /**
@@ -192,23 +198,22 @@ export class EventStore {
    * read of a phase record, one slot lookup.
    */
   readCounters(index: number, out: Float64Array, at: number): number {
-    const slot = index % this.capacity;
-    const row = slot * FIELDS;
-    const counters = this.counters;
-    out[at] = counters[row] as number;
-    out[at + 1] = counters[row + 1] as number;
-    out[at + 2] = counters[row + 4] as number;
-    return this.flags[slot] as number;
+    const row = (index % this.capacity) * ROW;
+    const numbers = this.numbers;
+    out[at] = numbers[row] as number;
+    out[at + 1] = numbers[row + 1] as number;
+    out[at + 2] = numbers[row + 4] as number;
+    return numbers[row + FLAGS] as number;
   }
 
   /** A stored record's flag bits (`PHASE_ENTER`, `PHASE_EXIT`, `BOUNDARY_READ`). */
   flagsAt(index: number): number {
-    return this.flags[index % this.capacity] as number;
+    return this.numbers[(index % this.capacity) * ROW + FLAGS] as number;
   }
 
   /** The collector detail attached to a stored record (`mergeExtra`), or null. */
   extra(index: number): JsonObject | null {
-    return this.extras[index % this.capacity] ?? null;
+    return (this.refs[(index % this.capacity) * REFS + EXTRA] as JsonObject | null) ?? null;
   }
 
   /**
@@ -217,13 +222,13 @@ export class EventStore {
    */
   copyTimestamp(index: number, out: Int32Array, at: number): void {
     const words = this.tsWords;
-    const from = (index % this.capacity) * 2;
+    const from = ((index % this.capacity) * ROW + TIMESTAMP) * 2;
     out[at * 2] = words[from] as number;
     out[at * 2 + 1] = words[from + 1] as number;
   }
 
   timestamp(index: number): bigint {
-    return this.ts[index % this.capacity] as bigint;
+    return this.ts[(index % this.capacity) * ROW + TIMESTAMP] as bigint;
   }
 
   /**
@@ -231,74 +236,71 @@ export class EventStore {
    * boundary sequence and flags (`RECORD_NUMBERS` of them).
    */
   copyNumbers(index: number, out: Float64Array, at: number): void {
-    const slot = index % this.capacity;
-    const row = slot * FIELDS;
-    const counters = this.counters;
-    for (let f = 0; f < FIELDS; f++) out[at + f] = counters[row + f] as number;
-    out[at + FIELDS] = this.changes[slot] as number;
-    out[at + FIELDS + 1] = this.sequences[slot] as number;
-    out[at + FIELDS + 2] = this.flags[slot] as number;
+    const row = (index % this.capacity) * ROW;
+    const numbers = this.numbers;
+    for (let f = 0; f < RECORD_NUMBERS; f++) out[at + f] = numbers[row + f] as number;
   }
 
   group(index: number): StoredGroup {
-    return this.groups[index % this.capacity] as StoredGroup;
+    return this.refs[(index % this.capacity) * REFS + GROUP] as StoredGroup;
   }
 
   base(index: number): JsonObject {
-    return this.bases[index % this.capacity] as JsonObject;
+    return this.refs[(index % this.capacity) * REFS + BASE] as JsonObject;
   }
 
   context(index: number): string | null {
-    return this.contexts[index % this.capacity] ?? null;
+    return (this.refs[(index % this.capacity) * REFS + CONTEXT] as string | null) ?? null;
   }
 
   scope(index: number): RecordedPhase | null {
-    return this.scopes[index % this.capacity] ?? null;
+    return (this.refs[(index % this.capacity) * REFS + SCOPE] as RecordedPhase | null) ?? null;
   }
 
   deviceId(index: number): number {
-    return (this.groups[index % this.capacity] as StoredGroup).deviceId;
+    return this.group(index).deviceId;
   }
 
   /** The record at `index`, as a new object. */
   materialize(index: number, context: RecordContext): TelemetryEvent {
     const slot = index % this.capacity;
-    const group = this.groups[slot] as StoredGroup;
-    const flags = this.flags[slot] as number;
-    const scope = this.scopes[slot] as RecordedPhase | null;
-    const base = this.bases[slot] as JsonObject;
+    const row = slot * ROW;
+    const c = this.numbers;
+    const refs = this.refs;
+    const ref = slot * REFS;
+    const group = refs[ref + GROUP] as StoredGroup;
+    const flags = c[row + FLAGS] as number;
+    const scope = refs[ref + SCOPE] as RecordedPhase | null;
+    const base = refs[ref + BASE] as JsonObject;
+    const extra = refs[ref + EXTRA] as JsonObject | null;
     let metadata: JsonObject;
     let recordContext: string | null;
     if (scope !== null) {
       const enter = (flags & PHASE_ENTER) !== 0;
-      const extra = this.extras[slot];
       metadata = this.phaseMetadata.build(
         phaseScopePayload(
           scope,
           enter ? "enter" : "exit",
-          this.sequences[slot] as number,
+          c[row + SEQUENCE] as number,
         ) as unknown as JsonObject,
-        extra ?? null,
+        extra,
         base,
         (flags & BOUNDARY_READ) !== 0 ? "boundary_read" : "last_sample",
       );
       recordContext = phaseBoundaryContext(enter ? "phase_enter" : "phase_exit", scope.phasePath);
     } else {
-      const extra = this.extras[slot];
       metadata = extra === null ? { ...base } : { ...extra, ...base };
       if (extra !== null) {
         markFloatIfIntegral(metadata, "usage_percent");
         markFloatIfIntegral(metadata, "fragmentation");
         markFloatIfIntegral(metadata, "collector_retry_delay_s");
       }
-      recordContext = this.contexts[slot] as string | null;
+      recordContext = refs[ref + CONTEXT] as string | null;
     }
     if (metadata.collector_next_retry_epoch_s !== null)
       markFloatIfIntegral(metadata, "collector_next_retry_epoch_s");
 
-    const row = slot * FIELDS;
-    const c = this.counters;
-    const change = this.changes[slot] as number;
+    const change = c[row + CHANGE] as number;
     if (context.schemaVersion === 3) {
       // v3 has no null for these three: derive an unread one as the reference's own collectors and
       // loaders do (allocated from device used, reserved from allocated, device used = max of both)
@@ -316,8 +318,8 @@ export class EventStore {
       return {
         schema_version: 3,
         session_id: context.sessionId,
-        timestamp_ns: this.ts[slot] as bigint,
-        event_type: this.types[slot] as string,
+        timestamp_ns: this.ts[row + TIMESTAMP] as bigint,
+        event_type: refs[ref + TYPE] as string,
         collector: group.collectorString,
         sampling_interval_ms: context.samplingIntervalMs,
         pid: context.pid,
@@ -344,8 +346,8 @@ export class EventStore {
     return {
       schema_version: 4,
       session_id: context.sessionId,
-      timestamp_ns: this.ts[slot] as bigint,
-      event_type: this.types[slot] as string,
+      timestamp_ns: this.ts[row + TIMESTAMP] as bigint,
+      event_type: refs[ref + TYPE] as string,
       collector: group.collectorString,
       sampling_interval_ms: context.samplingIntervalMs,
       pid: context.pid,
