@@ -168,12 +168,11 @@ class MainThreadPipeline implements RecordPipeline {
 /**
  * How long written records, objects new to the worker (a new context, phase path or detail shape)
  * and spilled records wait before they are published and posted (records sooner, every 64; objects
- * at `POST_OBJECTS_AT`): the sink's
- * flush interval, at most `POST_DELAY_MAX_MS` (leaving the worker 25 ms to write), so a SIGKILL loses at most the flush interval plus
- * that. Each post costs the training thread (a tracked tfjs step paid ~0.25 % for 17 a second), so
- * no shorter than needed.
+ * at `POST_OBJECTS_AT`): the sink's flush interval, at most `POST_DELAY_MAX_MS`. The worker reads
+ * what was published within its `RING_READ_INTERVAL_MS` (25) and has 25 ms to write, so a SIGKILL
+ * loses at most the flush interval plus 100 ms. A hand-over costs a step ~16 us in situ.
  */
-const POST_DELAY_MAX_MS = 75;
+const POST_DELAY_MAX_MS = 50;
 
 /** Posted at once when this many objects wait. */
 const POST_OBJECTS_AT = 512;
@@ -187,7 +186,7 @@ class WorkerPipeline implements RecordPipeline {
   private readonly postDelayMs: number;
   private timer: TimerHandle | null = null;
   private readonly postTask = handOverTask(
-    () => this.flush(),
+    () => this.handOver(),
     (error) => this.host.failed("append", error),
   );
 
@@ -230,6 +229,12 @@ class WorkerPipeline implements RecordPipeline {
       this.timer = null;
     }
     if (!this.sink.failed) this.ring.post();
+  }
+
+  /** The timer's hand-over: published without a wake, read by the worker's own next read. */
+  private handOver(): void {
+    this.timer = null;
+    if (!this.sink.failed) this.ring.post(false);
   }
 
   close(status: SessionStatus): Promise<void> {

@@ -277,14 +277,16 @@ export class RecordRingWriter {
   }
 
   /**
-   * Shows the worker every record written so far (the head, with `Atomics.store`) and wakes it if it
-   * sleeps. Every `PUBLISH_EVERY` records, and by the pipeline's timer and flush: publishing each
-   * record kept the head's cache line moving between the two cores at every record, and a worker
-   * waking on a short timer of its own cost a tracked tfjs step about 0.5 % (`bench:steps`).
+   * Shows the worker every record written so far (the head, with `Atomics.store`) and, with `wake`,
+   * wakes it if it sleeps. Every `PUBLISH_EVERY` records, and by the pipeline's timer and flush:
+   * publishing each record kept the head's cache line moving between the two cores at every record.
+   * The timer's publication does not wake the worker, which reads on its own every
+   * `RING_READ_INTERVAL_MS`: from inside a training step a wake is a system call (34 against 16 us).
    */
-  publish(): void {
+  publish(wake = true): void {
     Atomics.store(this.control, HEAD, this.head);
     this.published = this.head;
+    if (!wake) return;
     // A worker that is reading now sees the flag at its next wait and reads again.
     if (Atomics.load(this.control, WAKE) === 0) {
       Atomics.store(this.control, WAKE, 1);
@@ -292,8 +294,11 @@ export class RecordRingWriter {
     }
   }
 
-  /** Posts the objects the worker has not seen, then the spilled records, and publishes the ring. */
-  post(): void {
+  /**
+   * Posts the objects the worker has not seen, then the spilled records, and publishes the ring
+   * (`wake`: see `publish`; a post wakes the worker anyway).
+   */
+  post(wake = true): void {
     if (this.outbox.length > 0) {
       const objects = this.outbox;
       this.outbox = [];
@@ -319,7 +324,7 @@ export class RecordRingWriter {
         this.outlet.spill({ count, numbers, timestamps });
       }
     }
-    if (this.published !== this.head) this.publish();
+    if (this.published !== this.head) this.publish(wake);
   }
 
   private encode(store: EventStore, index: number, sequence: number, out: Float64Array, at: number): void {
