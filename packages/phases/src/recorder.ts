@@ -159,7 +159,10 @@ class PathNode {
   /** Interned child paths by name (see `MAX_INTERNED_PATHS`). */
   readonly children = new Map<string, PathNode>();
 
-  constructor(parent: PathNode | null, name: string) {
+  constructor(
+    readonly parent: PathNode | null,
+    readonly name: string,
+  ) {
     this.path = Object.freeze(parent === null ? [name] : [...parent.path, name]);
     this.phasePath = parent === null ? name : `${parent.phasePath} / ${name}`;
   }
@@ -290,6 +293,8 @@ export class PhaseRecorder implements PhaseHost {
   private readonly forkedFlows = new Set<PhaseFlow>();
   private readonly topPaths = new Map<string, PathNode>();
   private internedPaths = 0;
+  /** The node `pathNode` returned last. */
+  private lastPathNode: PathNode | null = null;
 
   constructor(options: PhaseRecorderOptions) {
     this.listener = options.onBoundary;
@@ -585,6 +590,9 @@ export class PhaseRecorder implements PhaseHost {
 
   /** The node of `name` under `parent`: interned, or a node of its own past `MAX_INTERNED_PATHS`. */
   private pathNode(parent: PathNode | null, name: string): PathNode {
+    // A loop opens the same phase again and again: its node, without a lookup.
+    const last = this.lastPathNode;
+    if (last !== null && last.parent === parent && last.name === name) return last;
     const siblings = parent === null ? this.topPaths : parent.children;
     let node = siblings.get(name);
     if (node === undefined) {
@@ -594,6 +602,7 @@ export class PhaseRecorder implements PhaseHost {
         this.internedPaths++;
       }
     }
+    this.lastPathNode = node;
     return node;
   }
 
