@@ -15,7 +15,7 @@ const epochOffsetNs = BigInt(Date.now()) * 1_000_000n - hrtimeBigInt();
  * exact (no float rounding) and never goes backwards within a process.
  */
 export const systemClock: Clock = {
-  nowNs: () => epochOffsetNs + hrtimeBigInt(),
+  nowNs: () => BigInt.asIntN(64, epochOffsetNs + hrtimeBigInt()),
 };
 
 /** An opaque timer handle. */
