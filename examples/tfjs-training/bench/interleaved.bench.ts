@@ -4,7 +4,10 @@
  * alternate between tracked and untracked, in pairs whose order alternates (ABBA).
  *
  *   pnpm --filter tfjs-training bench:steps     (PAIRS=3000 per mode; MODES=aa,sink,main,none: ~10 min;
- *   MODES=aa,sink,plain compares the default with birth-phase attribution and leak alerts off)
+ *   MODES=aa,sink,plain compares the default with birth-phase attribution and leak alerts off;
+ *   STORMLOG_BENCH_BASE=<another checkout, installed> runs modes sink and none side by side with that
+ *   checkout's tracker, in alternating blocks of 100 pairs: the one fair comparison on this VM, whose
+ *   estimates for the same code differ by 0.3-0.4 % between runs minutes apart)
  *
  * Why: on a shared VM a training step's time switches between regimes (here ~20 ms and ~33 ms per
  * step, each lasting one to several seconds), so two segments of 100 steps timed seconds apart
@@ -36,7 +39,15 @@ import type { PhaseHost, Scheduler, TimerHandle } from "@stormlog/core";
 import { noopPhaseHost } from "@stormlog/phases";
 import type { MemoryTracker } from "@stormlog/tracker";
 import { trainCustomLoop } from "../src/train.js";
-import { BENCH_SAMPLING_INTERVAL_MS, benchTracker, benchTraining, bootstrapInterval } from "./setup.js";
+import {
+  BENCH_SAMPLING_INTERVAL_MS,
+  baseTrackerKit,
+  benchTracker,
+  benchTraining,
+  bootstrapInterval,
+  type TrackerKit,
+  thisTrackerKit,
+} from "./setup.js";
 
 const PAIRS = Number(process.env.PAIRS ?? 3000);
 const WARM_UP_STEPS = 100;
@@ -141,19 +152,21 @@ interface Pairs {
   readonly timers: Pick<TrackedTimeScheduler, "samplingTicks" | "samplingMs" | "otherTimers" | "otherMs">;
 }
 
-/** PAIRS pairs of steps, ABBA; `tracker` null is the A/A run (both steps untracked). */
+/** `count` (default PAIRS) pairs of steps, ABBA; `tracker` null is the A/A run (both steps untracked). */
 async function pairedRun(
   tracker: MemoryTracker | null,
   scheduler: TrackedTimeScheduler | null,
+  count = PAIRS,
+  warmUpSteps = WARM_UP_STEPS,
 ): Promise<Pairs> {
   await tracker?.start();
   const trackedHost: PhaseHost = tracker ?? noopPhaseHost;
-  for (let step = 0; step < WARM_UP_STEPS; step++)
+  for (let step = 0; step < warmUpSteps; step++)
     await timedStep(step % 2 ? trackedHost : noopPhaseHost, step % 2 ? scheduler : null);
-  const tracked = new Float64Array(PAIRS);
-  const untracked = new Float64Array(PAIRS);
+  const tracked = new Float64Array(count);
+  const untracked = new Float64Array(count);
   scheduler?.resetCounts();
-  for (let pair = 0; pair < PAIRS; pair++) {
+  for (let pair = 0; pair < count; pair++) {
     if (pair % 2 === 0) {
       tracked[pair] = await timedStep(trackedHost, scheduler);
       untracked[pair] = await timedStep(noopPhaseHost, null);
@@ -223,6 +236,56 @@ const MODES: Record<string, [string, () => Promise<Pairs>]> = {
     },
   ],
 };
+/** Pairs per block when two checkouts run side by side. */
+const BLOCK_PAIRS = 100;
+/** Warm-up steps of a block after the first (the tracker starts a new session each block). */
+const BLOCK_WARM_UP_STEPS = 20;
+
+/** The pairs of several runs, one after the other. */
+function concatPairs(parts: readonly Pairs[]): Pairs {
+  const join = (pick: (pairs: Pairs) => Float64Array) => {
+    const out = new Float64Array(parts.reduce((sum, part) => sum + pick(part).length, 0));
+    let at = 0;
+    for (const part of parts) {
+      out.set(pick(part), at);
+      at += pick(part).length;
+    }
+    return out;
+  };
+  const sum = (key: keyof Pairs["timers"]) => parts.reduce((total, part) => total + part.timers[key], 0);
+  return {
+    tracked: join((pairs) => pairs.tracked),
+    untracked: join((pairs) => pairs.untracked),
+    timers: {
+      samplingTicks: sum("samplingTicks"),
+      samplingMs: sum("samplingMs"),
+      otherTimers: sum("otherTimers"),
+      otherMs: sum("otherMs"),
+    },
+  };
+}
+
+/**
+ * Two trackers measured side by side: blocks of BLOCK_PAIRS pairs, each tracker's block in turn
+ * (their order alternating), so that the VM's slow and fast spells fall on both alike.
+ */
+async function sideBySide(
+  make: readonly [() => [MemoryTracker, TrackedTimeScheduler], () => [MemoryTracker, TrackedTimeScheduler]],
+): Promise<[Pairs, Pairs]> {
+  const made = make.map((factory) => factory());
+  const parts: [Pairs[], Pairs[]] = [[], []];
+  const blocks = Math.max(1, Math.round(PAIRS / BLOCK_PAIRS));
+  for (let block = 0; block < blocks; block++) {
+    for (const which of block % 2 === 0 ? [0, 1] : [1, 0]) {
+      const [tracker, scheduler] = made[which]!;
+      parts[which]!.push(
+        await pairedRun(tracker, scheduler, BLOCK_PAIRS, block < 2 ? WARM_UP_STEPS : BLOCK_WARM_UP_STEPS),
+      );
+    }
+  }
+  return [concatPairs(parts[0]), concatPairs(parts[1])];
+}
+
 const selected = (process.env.MODES ?? "aa,sink,main,none").split(",").map((mode) => mode.trim());
 for (const mode of selected) {
   if (!(mode in MODES))
@@ -233,9 +296,8 @@ console.log(
   `tfjs ${packageName} (${tf.getBackend()}): ${PAIRS} pairs of steps per mode, tracked and untracked alternating ` +
     "(ABBA); overhead of tracking every step, estimated from the pairs (see the file's comment), 90 % bootstrap interval",
 );
-for (const mode of selected) {
-  const [label, run] = MODES[mode]!;
-  const pairs = await run();
+/** Prints one mode's estimate, its interval, and the rates of the tracker's timers. */
+function report(label: string, pairs: Pairs): void {
   const all = Array.from(pairs.tracked, (_, i) => i);
   const kept = all.filter(
     (i) => Math.abs(Math.log(pairs.tracked[i]! / pairs.untracked[i]!)) <= OUTLIER_LOG_RATIO,
@@ -257,6 +319,35 @@ for (const mode of selected) {
       `per second of tracked steps: ${rate(samplingTicks).toFixed(1)} sampling ticks (at most ${(1000 / BENCH_SAMPLING_INTERVAL_MS).toFixed(1)}), ` +
       `${rate(otherTimers).toFixed(1)} hand-overs; their time ${percent(samplingMs / trackedMs)} and ${percent(otherMs / trackedMs)} of tracked steps' (wall ${(wall / 1000).toFixed(0)} s)`,
   );
+}
+
+// STORMLOG_BENCH_BASE=<another checkout>: each mode (A/A aside) runs this checkout's tracker and
+// that checkout's side by side, in alternating blocks.
+const baseRoot = process.env.STORMLOG_BENCH_BASE;
+const baseKit = baseRoot ? await baseTrackerKit(baseRoot) : null;
+const SIDE_BY_SIDE: Record<string, (kit: TrackerKit) => () => [MemoryTracker, TrackedTimeScheduler]> = {
+  sink: (kit) => () => {
+    const scheduler = new TrackedTimeScheduler();
+    return [
+      benchTracker(tf, { sinkDir: mkdtempSync(join(sinkDir, "side-by-side-")), scheduler }, kit),
+      scheduler,
+    ];
+  },
+  none: (kit) => () => {
+    const scheduler = new TrackedTimeScheduler();
+    return [benchTracker(tf, { scheduler }, kit), scheduler];
+  },
+};
+for (const mode of selected) {
+  const [label, run] = MODES[mode]!;
+  const sideBySideOf = SIDE_BY_SIDE[mode];
+  if (baseKit !== null && sideBySideOf !== undefined) {
+    const [mine, base] = await sideBySide([sideBySideOf(thisTrackerKit), sideBySideOf(baseKit)]);
+    report(label, mine);
+    report(`${label} [base]`, base);
+    continue;
+  }
+  report(label, await run());
 }
 rmSync(sinkDir, { recursive: true, force: true });
 rmSync(mainSinkDir, { recursive: true, force: true });

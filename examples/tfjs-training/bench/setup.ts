@@ -1,4 +1,7 @@
 /** What both benchmarks train and how they track it: the example's model, and the goal's tracker settings. */
+
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { tfjsCollector } from "@stormlog/adapter-tfjs";
 import type { Scheduler } from "@stormlog/core";
 import { MemoryTracker, processCollector } from "@stormlog/tracker";
@@ -33,9 +36,38 @@ export interface BenchTrackerOptions {
   readonly leakEvidence?: boolean;
 }
 
+/** What a bench tracker is made of: this checkout's packages, or another checkout's (`baseTrackerKit`). */
+export interface TrackerKit {
+  readonly MemoryTracker: typeof MemoryTracker;
+  readonly processCollector: typeof processCollector;
+  readonly tfjsCollector: typeof tfjsCollector;
+}
+
+export const thisTrackerKit: TrackerKit = { MemoryTracker, processCollector, tfjsCollector };
+
+/**
+ * The tracker, process collector and tfjs collector of another checkout of this repository (its own
+ * sources, resolving their dependencies from its own node_modules), to measure side by side.
+ */
+export async function baseTrackerKit(root: string): Promise<TrackerKit> {
+  const load = (path: string) => import(pathToFileURL(join(root, path)).href);
+  const tracker = await load("packages/tracker/src/index.ts");
+  const tfjs = await load("packages/adapter-tfjs/src/index.ts");
+  return {
+    MemoryTracker: tracker.MemoryTracker,
+    processCollector: tracker.processCollector,
+    tfjsCollector: tfjs.tfjsCollector,
+  };
+}
+
 /** A tracker as the overhead goal sets it: tfjs and process collectors, 100 ms sampling, a sink when given. */
-export function benchTracker(tf: TfNamespace, options: BenchTrackerOptions = {}): MemoryTracker {
+export function benchTracker(
+  tf: TfNamespace,
+  options: BenchTrackerOptions = {},
+  kit: TrackerKit = thisTrackerKit,
+): MemoryTracker {
   const { sinkDir, sinkThread = "worker", scheduler, leakEvidence = true } = options;
+  const { MemoryTracker, processCollector, tfjsCollector } = kit;
   return new MemoryTracker({
     collectors: [tfjsCollector(tf, { attribution: leakEvidence }), processCollector()],
     leakAlerts: leakEvidence,
