@@ -130,14 +130,7 @@ export class EventStore {
     numbers[row + SEQUENCE] = sequence;
     numbers[row + FLAGS] = flags;
     this.ts[row + TIMESTAMP] = ts;
-    const refs = this.refs;
-    const at = slot * REFS;
-    refs[at + TYPE] = eventType;
-    refs[at + CONTEXT] = context;
-    refs[at + GROUP] = group;
-    refs[at + BASE] = base;
-    refs[at + EXTRA] = extra;
-    refs[at + SCOPE] = scope;
+    this.setRefs(slot, eventType, context, group, base, extra, scope);
     return index;
   }
 
@@ -159,15 +152,27 @@ export class EventStore {
     const own = this.numbers;
     for (let f = 0; f < RECORD_NUMBERS; f++) own[row + f] = numbers[at + f] as number;
     this.ts[row + TIMESTAMP] = ts;
-    const refs = this.refs;
-    const ref = slot * REFS;
-    refs[ref + TYPE] = eventType;
-    refs[ref + CONTEXT] = context;
-    refs[ref + GROUP] = group;
-    refs[ref + BASE] = base;
-    refs[ref + EXTRA] = extra;
-    refs[ref + SCOPE] = scope;
+    this.setRefs(slot, eventType, context, group, base, extra, scope);
     return index;
+  }
+
+  private setRefs(
+    slot: number,
+    eventType: string,
+    context: string | null,
+    group: StoredGroup,
+    base: JsonObject,
+    extra: JsonObject | null,
+    scope: RecordedPhase | null,
+  ): void {
+    const refs = this.refs;
+    const at = slot * REFS;
+    refs[at + TYPE] = eventType;
+    refs[at + CONTEXT] = context;
+    refs[at + GROUP] = group;
+    refs[at + BASE] = base;
+    refs[at + EXTRA] = extra;
+    refs[at + SCOPE] = scope;
   }
 
   /** Overwrites one counter of a stored record (a boundary reading). */
