@@ -73,6 +73,8 @@ const UNENCODABLE = -1;
 const HEAD = 0;
 const TAIL = 1;
 const WAKE = 2;
+/** 1 while the worker sleeps longer than its usual read interval: every publication wakes it then. */
+const IDLE = 3;
 const CONTROL_CELLS = 4;
 
 /**
@@ -280,13 +282,14 @@ export class RecordRingWriter {
    * Shows the worker every record written so far (the head, with `Atomics.store`) and, with `wake`,
    * wakes it if it sleeps. Every `PUBLISH_EVERY` records, and by the pipeline's timer and flush:
    * publishing each record kept the head's cache line moving between the two cores at every record.
-   * The timer's publication does not wake the worker, which reads on its own every
-   * `RING_READ_INTERVAL_MS`: from inside a training step a wake is a system call (34 against 16 us).
+   * The timer's publication does not wake a worker that reads on its own every few milliseconds
+   * (`RingWatch`): from inside a training step a wake is a system call (34 against 16 us). A worker
+   * that went idle (nothing published for a while) is woken by every publication.
    */
   publish(wake = true): void {
     Atomics.store(this.control, HEAD, this.head);
     this.published = this.head;
-    if (!wake) return;
+    if (!wake && Atomics.load(this.control, IDLE) === 0) return;
     // A worker that is reading now sees the flag at its next wait and reads again.
     if (Atomics.load(this.control, WAKE) === 0) {
       Atomics.store(this.control, WAKE, 1);
@@ -859,13 +862,55 @@ const waitAsync = (
   }
 ).waitAsync;
 
-/** Waits (asynchronously, on the worker) until the tracker publishes records or `timeoutMs` passed. */
-export function waitForRecords(buffers: RingBuffers, timeoutMs: number): Promise<void> {
-  const control = new Int32Array(buffers.control);
-  const waited = waitAsync(control, WAKE, 0, timeoutMs);
-  return Promise.resolve(waited.value).then(() => {
-    Atomics.store(control, WAKE, 0);
-  });
+/**
+ * Reads that found nothing new before the worker goes idle: a training loop publishes at least
+ * every post delay (50 ms), so it never does, and its publications never pay for a wake.
+ */
+const QUIET_READS_BEFORE_IDLE = 4;
+
+/**
+ * The worker's waits between reads of one ring: `readIntervalMs` while records come,
+ * `idleIntervalMs` once none came for `QUIET_READS_BEFORE_IDLE` reads. Before a longer wait it raises `IDLE`, so that the tracker's next
+ * publication wakes it (and a kill still loses at most what one read interval holds back); it then
+ * reads the head again, so a publication that did not see the flag is not missed (both sides use
+ * sequentially consistent atomics).
+ */
+export class RingWatch {
+  private readonly control: Int32Array;
+  private lastHead: number;
+  private quietReads = 0;
+
+  constructor(
+    buffers: RingBuffers,
+    private readonly readIntervalMs: number,
+    private readonly idleIntervalMs: number,
+  ) {
+    this.control = new Int32Array(buffers.control);
+    this.lastHead = Atomics.load(this.control, HEAD);
+  }
+
+  /** Resolves when the tracker publishes records (or wakes the worker), or the wait's time passed. */
+  wait(): Promise<void> {
+    const control = this.control;
+    const head = Atomics.load(control, HEAD);
+    let timeoutMs = this.readIntervalMs;
+    if (head !== this.lastHead) {
+      this.lastHead = head;
+      this.quietReads = 0;
+      Atomics.store(control, IDLE, 0);
+    } else if (++this.quietReads > QUIET_READS_BEFORE_IDLE) {
+      timeoutMs = this.idleIntervalMs;
+      Atomics.store(control, IDLE, 1);
+      if (Atomics.load(control, HEAD) !== head) {
+        Atomics.store(control, IDLE, 0);
+        return Promise.resolve();
+      }
+    }
+    const waited = waitAsync(control, WAKE, 0, timeoutMs);
+    return Promise.resolve(waited.value).then(() => {
+      Atomics.store(control, WAKE, 0);
+    });
+  }
 }
 
 /** How a value is written in a cell (`AS_*`), or `UNENCODABLE`. */

@@ -5,6 +5,7 @@ import {
   RecordRingReader,
   RecordRingWriter,
   type RingObject,
+  RingWatch,
   ringBuffers,
   type SpillChunk,
   VALUE_CELLS,
@@ -489,5 +490,50 @@ describe("the record ring's detail of mixed values", () => {
     expect(values).not.toContain(detail);
     expect(values.filter((value) => typeof value === "string" && value.startsWith("text-"))).toEqual([]);
     expectSame(r.deliver(), r.expected(indices));
+  });
+});
+
+describe("the worker's waits on the ring (RingWatch)", () => {
+  /** "read" when `wait` ends within `ms`, else "still waiting". */
+  const within = (wait: Promise<void>, ms: number) =>
+    Promise.race([
+      wait.then(() => "read" as const),
+      new Promise<"still waiting">((resolve) => setTimeout(() => resolve("still waiting"), ms)),
+    ]);
+  const writerOf = (buffers: ReturnType<typeof ringBuffers>) => {
+    const writer = new RecordRingWriter({ objects: () => undefined, spill: () => undefined }, buffers);
+    writer.begin(context.sessionId);
+    return writer;
+  };
+
+  it("lets a publication without a wake wait for the next read while records come", async () => {
+    const buffers = ringBuffers(64);
+    const writer = writerOf(buffers);
+    const store = new EventStore(256);
+    const watch = new RingWatch(buffers, 1_000, 60_000);
+    for (let round = 0; round < 3; round++) {
+      writer.write(store, push(store, "sample", null));
+      const waiting = watch.wait();
+      writer.publish(false);
+      // No system call from the training thread: the worker finds the records at its next read.
+      expect(await within(waiting, 200)).toBe("still waiting");
+      await waiting;
+    }
+  });
+
+  it("goes idle after reads that found nothing, and is woken by the next publication of any kind", async () => {
+    const buffers = ringBuffers(64);
+    const writer = writerOf(buffers);
+    const store = new EventStore(256);
+    const watch = new RingWatch(buffers, 1, 60_000);
+    // Quiet reads until the worker sleeps its idle interval (a minute here).
+    for (let i = 0; i < 4; i++) await watch.wait();
+    const idle = watch.wait();
+    expect(await within(idle, 100)).toBe("still waiting");
+    writer.write(store, push(store, "sample", null));
+    writer.publish(false);
+    expect(await within(idle, 5_000)).toBe("read");
+    // Records came: back to the read interval.
+    expect(await within(watch.wait(), 5_000)).toBe("read");
   });
 });
