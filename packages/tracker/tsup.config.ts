@@ -1,9 +1,13 @@
 import { packageBuild } from "../../tsup.base.js";
 
-// The sink worker is an entry of its own: `OffThreadSink` starts `sink-worker.js` (or `.cjs`) from
-// next to itself, `dist/index.js` (or `.cjs`) once built; in the source, `sink-worker.ts` sits beside
-// `off-thread-sink.ts` in `src/pipeline/`. `shims` gives the CJS bundle an `import.meta.url` to find it with.
+// The sink worker and the leak-judge worker are entries of their own: `startWorkerBeside` starts
+// `<name>.js` (or `.cjs`) from next to `dist/index.js` (or `.cjs`) once built; in the source each
+// `.ts` sits beside the module that starts it. `shims` gives the CJS bundle an `import.meta.url`.
 export default packageBuild(
-  { index: "src/index.ts", "sink-worker": "src/pipeline/sink-worker.ts" },
+  {
+    index: "src/index.ts",
+    "sink-worker": "src/pipeline/sink-worker.ts",
+    "leak-judge-worker": "src/alerts/leak-judge-worker.ts",
+  },
   { shims: true },
 );

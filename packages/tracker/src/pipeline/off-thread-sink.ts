@@ -1,7 +1,4 @@
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
-import { pathToFileURL } from "node:url";
-import { Worker } from "node:worker_threads";
+import type { Worker } from "node:worker_threads";
 import { type SessionStatus, type SessionSummary, StormlogError, type TelemetryEvent } from "@stormlog/core";
 import { guardedLogger } from "@stormlog/core/internal";
 import type { SinkLogger, TelemetrySinkOptions } from "@stormlog/sink";
@@ -12,6 +9,7 @@ import {
   runningSessionSummary,
 } from "@stormlog/sink/internal";
 import type { RecordContext } from "../records/store.js";
+import { startWorkerBeside } from "../worker-entry.js";
 import {
   DIAGNOSTIC_KEYS,
   readSharedDiagnostics,
@@ -344,29 +342,7 @@ class WorkerConnection {
   }
 }
 
-/**
- * Starts `sink-worker` next to this module: the built `.js`/`.cjs`, or, when the tracker runs from
- * its TypeScript source (this repository's tests and examples), the `.ts` file through tsx.
- */
+/** Starts `sink-worker` next to this module. */
 function startSinkWorker(): Worker {
-  const here = import.meta.url;
-  if (!here.endsWith(".ts")) {
-    const entry = new URL(here.endsWith(".cjs") ? "./sink-worker.cjs" : "./sink-worker.js", here);
-    return new Worker(entry, { execArgv: [] });
-  }
-  const entry = new URL("./sink-worker.ts", here).href;
-  const tsx = tsxLoaderUrl(here);
-  const bootstrap = `import(${JSON.stringify(tsx)}).then(({ tsImport }) => tsImport(${JSON.stringify(entry)}, ${JSON.stringify(entry)}));`;
-  return new Worker(bootstrap, { eval: true, execArgv: ["--conditions=@stormlog/source"] });
-}
-
-/** tsx's ESM loader API (`tsx/esm/api`, its `import` export), found from `from`. */
-function tsxLoaderUrl(from: string): string {
-  const manifestPath = createRequire(from).resolve("tsx/package.json");
-  const manifest = JSON.parse(readFileSync(manifestPath, "utf8")) as {
-    exports: Record<string, { import: { default: string } }>;
-  };
-  const api = manifest.exports["./esm/api"]?.import.default;
-  if (api === undefined) throw new SinkWorkerError(`no tsx/esm/api in ${manifestPath}`);
-  return new URL(api, pathToFileURL(manifestPath)).href;
+  return startWorkerBeside(import.meta.url, "sink-worker");
 }

@@ -11,6 +11,7 @@ import {
 import { loadTelemetrySessions } from "@stormlog/sink";
 import { describe, expect, it, vi } from "vitest";
 import { LEAK_WINDOW_PATHS } from "../../src/alerts/leak-alerts.js";
+import { LeakJudgeWorker } from "../../src/alerts/leak-judge.js";
 import type { MemoryTracker } from "../../src/index.js";
 import { type FakeClock, type FakeScheduler, makeTracker, temporaryDirectories } from "../helpers.js";
 
@@ -183,6 +184,39 @@ describe("leak alerts", () => {
     expect(written[0]?.metadata).toMatchObject(alert.metadata);
   });
 
+  it("judges on the leak-judge worker with judgeOn 'worker': the warnings of a check judged here, recorded when its verdicts come back", async () => {
+    const onWorker = loop({ leakAlerts: { intervalMs: 1000, judgeOn: "worker" } });
+    const here = loop({ leakAlerts: { intervalMs: 1000, judgeOn: "main" } });
+    const sent = vi.spyOn(LeakJudgeWorker.prototype, "judge");
+    const callsHere = judge.calls;
+    await onWorker.tracker.start();
+    await here.tracker.start();
+    for (let i = 1; i <= 80; i++) {
+      step(onWorker, MiB);
+      step(here, MiB);
+      if (i % 10 !== 0) continue;
+      await here.scheduler.advance(1000);
+      const sentBefore = sent.mock.results.length;
+      await onWorker.scheduler.advance(1000);
+      // The check went to the worker: nothing was judged on this thread for it.
+      expect(sent.mock.results.length).toBe(sentBefore + 1);
+      await Promise.allSettled(sent.mock.results.map((result) => result.value));
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    // Every check of `here` judged here; none of `onWorker`'s did.
+    expect(judge.calls - callsHere).toBe(8);
+    const leaks = (l: Loop) =>
+      l.tracker
+        .getAlerts()
+        .filter((alert) => alert.context?.startsWith("Leak suspected"))
+        .map((alert) => ({ context: alert.context, metadata: alert.metadata }));
+    expect(leaks(onWorker).length).toBeGreaterThanOrEqual(2);
+    expect(leaks(onWorker)).toEqual(leaks(here));
+    await onWorker.tracker.stop();
+    await here.tracker.stop();
+    sent.mockRestore();
+  });
+
   it("reads phase records from the store in batches: a store of 8 records judges as one of 10000", async () => {
     // The watch reads boundaries from the tracker's store when it holds enough new ones, at samples
     // and at checks; a small store must be read before its records are overwritten.
@@ -340,11 +374,11 @@ describe("leak alerts", () => {
     const cases: [unknown, RegExp][] = [
       [
         "on",
-        /Invalid option 'leakAlerts': expected true, false or \{ enabled\?: boolean, intervalMs\?: number \}, got "on"/,
+        /Invalid option 'leakAlerts': expected true, false or \{ enabled\?: boolean, intervalMs\?: number, judgeOn\?: "worker" \| "main" \}, got "on"/,
       ],
       [
         { interval: 5000 },
-        /'leakAlerts': unknown key 'interval'; the keys are 'enabled' .* and 'intervalMs'/,
+        /'leakAlerts': unknown key 'interval'; the keys are 'enabled' .*, 'intervalMs' .* and 'judgeOn'/,
       ],
       [
         { intervalMs: 0 },
@@ -354,6 +388,7 @@ describe("leak alerts", () => {
       [{ intervalMs: Number.NaN }, /'leakAlerts.intervalMs'/],
       [{ enabled: "yes" }, /'leakAlerts.enabled': expected true or false, got "yes"; use leakAlerts: false/],
       [[], /'leakAlerts': .* got an array/],
+      [{ judgeOn: "gpu" }, /'leakAlerts.judgeOn': expected "worker" or "main", got "gpu"/],
     ];
     for (const [value, message] of cases) {
       let thrown: unknown;

@@ -1,0 +1,280 @@
+/**
+ * A leak check's judgement as a pure function of the watch's windows (`judgeWindows`), so that it
+ * runs where the check wants: on the training thread, or on the judge's worker (`leak-judge-worker`)
+ * with copies of the windows' arrays. A check judging 4 paths took 5-20 ms, 50 leaking paths 186 ms:
+ * on the training thread that is a pause of the training loop.
+ */
+import type { Worker } from "node:worker_threads";
+import type { PhaseSpan } from "@stormlog/phases";
+import {
+  type BirthSnapshot,
+  judgeRetention,
+  type RankVerdicts,
+  type RetentionOccurrence,
+} from "@stormlog/phases/internal";
+
+/** Per occurrence end: allocated, reserved, used (`EventStore.readCounters`), tensors. */
+export const VALUES = 4;
+
+/** One path's closed occurrences, in a ring (the watch's `PathWindow`, or a copy of its arrays). */
+export interface WindowData {
+  readonly path: string;
+  readonly parts: readonly string[];
+  readonly capacity: number;
+  readonly count: number;
+  /** Index of the oldest occurrence in the ring. */
+  readonly oldest: number;
+  readonly starts: BigInt64Array;
+  readonly ends: BigInt64Array;
+  readonly threads: Float64Array;
+  readonly sequences: Float64Array;
+  /** Per occurrence: the enter's VALUES, then the exit's. */
+  readonly values: Float64Array;
+  /** Per occurrence: either record's counters were read at the boundary. */
+  readonly read: Uint8Array;
+  readonly threadNames: readonly string[];
+}
+
+/** A phase still open at the check: it ends "now", as the analysis ends unclosed scopes. */
+export interface OpenPhaseData {
+  readonly threadId: number;
+  readonly threadName: string;
+  readonly scopeId: string;
+  readonly path: readonly string[];
+  readonly phasePath: string;
+  readonly sequence: number;
+  readonly startNs: bigint;
+  /** The enter's VALUES. */
+  readonly values: readonly number[];
+  readonly read: boolean;
+}
+
+/** Everything one check judges. */
+export interface JudgeInput {
+  readonly sessionId: string;
+  readonly rank: number;
+  readonly schemaVersion: 3 | 4;
+  readonly nowNs: bigint;
+  readonly windows: readonly WindowData[];
+  readonly open: readonly OpenPhaseData[];
+  /** The latest start among full windows' oldest occurrences: before it, some path's window is empty. */
+  readonly reach: bigint | null;
+  /** Birth-phase snapshots since `reach`, oldest first. */
+  readonly births: readonly BirthSnapshot[];
+}
+
+/** `judgeRetention` over the windows, as the analysis judges one rank's records. */
+export function judgeWindows(input: JudgeInput): Map<string, RankVerdicts> {
+  const { sessionId, rank, reach } = input;
+  const v3 = input.schemaVersion === 3;
+  const occurrences: RetentionOccurrence[] = [];
+  let boundaryRead = false;
+  for (const window of input.windows) {
+    const { capacity, count, values: v } = window;
+    for (let n = 0, i = window.oldest; n < count; n++, i = i + 1 === capacity ? 0 : i + 1) {
+      if (window.read[i] !== 0) boundaryRead = true;
+      const startNs = window.starts[i] as bigint;
+      // Windows of paths that run several times per step reach back fewer steps than their parent's:
+      // all are cut to the shortest full one's reach, so that every unit judged still has its children.
+      if (reach !== null && startNs < reach) continue;
+      const at = i * 2 * VALUES;
+      const span: PhaseSpan = {
+        sessionId,
+        rank,
+        threadId: window.threads[i] as number,
+        threadName: window.threadNames[i] as string,
+        scopeId: "",
+        path: window.parts,
+        phasePath: window.path,
+        depth: window.parts.length,
+        startNs,
+        endNs: window.ends[i] as bigint,
+        sequence: window.sequences[i] as number,
+        syntheticEnd: false,
+      };
+      occurrences.push(
+        occurrence(
+          span,
+          v[at]!,
+          v[at + 1]!,
+          v[at + 2]!,
+          v[at + 3]!,
+          v[at + 4]!,
+          v[at + 5]!,
+          v[at + 6]!,
+          v[at + 7]!,
+          v3,
+        ),
+      );
+    }
+  }
+  for (const open of input.open) {
+    if (open.read) boundaryRead = true;
+    const span: PhaseSpan = {
+      sessionId,
+      rank,
+      threadId: open.threadId,
+      threadName: open.threadName,
+      scopeId: open.scopeId,
+      path: open.path,
+      phasePath: open.phasePath,
+      depth: open.path.length,
+      startNs: open.startNs,
+      endNs: input.nowNs,
+      sequence: open.sequence,
+      syntheticEnd: true,
+    };
+    const [a, r, u, t] = open.values as [number, number, number, number];
+    const n = Number.NaN;
+    occurrences.push(occurrence(span, a, r, u, t, n, n, n, n, v3));
+  }
+  if (occurrences.length === 0) return new Map();
+  return judgeRetention(occurrences, { lastSample: !boundaryRead, births: [...input.births] });
+}
+
+/** A copy of a window's used arrays, for the judge's worker (transferable, and safe from later writes). */
+export function copyWindow(window: WindowData): WindowData {
+  const { capacity } = window;
+  return {
+    path: window.path,
+    parts: [...window.parts],
+    capacity,
+    count: window.count,
+    oldest: window.oldest,
+    starts: window.starts.slice(0, capacity),
+    ends: window.ends.slice(0, capacity),
+    threads: window.threads.slice(0, capacity),
+    sequences: window.sequences.slice(0, capacity),
+    values: window.values.slice(0, capacity * 2 * VALUES),
+    read: window.read.slice(0, capacity),
+    threadNames: window.threadNames.slice(0, capacity),
+  };
+}
+
+/** The buffers of copied windows, to transfer rather than copy again. */
+export function transferablesOf(input: JudgeInput): ArrayBuffer[] {
+  const out: ArrayBuffer[] = [];
+  for (const w of input.windows)
+    for (const array of [w.starts, w.ends, w.threads, w.sequences, w.values, w.read])
+      out.push(array.buffer as ArrayBuffer);
+  return out;
+}
+
+/**
+ * One occurrence with the counters a reader of its records sees: schema 3 writes an unread allocated
+ * as device used (else reserved) and an unread device used as max(allocated, reserved), as the
+ * records do (records/store.ts `materialize`); schema 4 writes what was read.
+ */
+function occurrence(
+  span: PhaseSpan,
+  enterAllocated: number,
+  enterReserved: number,
+  enterUsed: number,
+  enterTensors: number,
+  exitAllocated: number,
+  exitReserved: number,
+  exitUsed: number,
+  exitTensors: number,
+  v3: boolean,
+): RetentionOccurrence {
+  if (!v3) return { span, enterAllocated, exitAllocated, enterUsed, exitUsed, enterTensors, exitTensors };
+  const a0 = v3Allocated(enterAllocated, enterUsed, enterReserved);
+  const a1 = v3Allocated(exitAllocated, exitUsed, exitReserved);
+  return {
+    span,
+    enterAllocated: a0,
+    exitAllocated: a1,
+    enterUsed: v3Used(enterUsed, a0, enterReserved),
+    exitUsed: v3Used(exitUsed, a1, exitReserved),
+    enterTensors,
+    exitTensors,
+  };
+}
+
+function v3Allocated(allocated: number, used: number, reserved: number): number {
+  if (!Number.isNaN(allocated)) return allocated;
+  return Number.isNaN(used) ? reserved : used;
+}
+
+function v3Used(used: number, allocated: number, reserved: number): number {
+  if (!Number.isNaN(used)) return used;
+  return Math.max(allocated, Number.isNaN(reserved) ? allocated : reserved);
+}
+
+/** A check sent to the judge's worker. */
+export interface JudgeRequest {
+  readonly id: number;
+  readonly input: JudgeInput;
+}
+
+/** The worker's answer: the verdicts, or why judging failed. */
+export type JudgeReply =
+  | { readonly id: number; readonly verdicts: Map<string, RankVerdicts> }
+  | { readonly id: number; readonly error: string };
+
+/**
+ * The process's leak-judge worker, started at the first check that asks for it and shared by every
+ * tracker; it never keeps the process alive. When it cannot start or fails, `shared()` answers null
+ * from then on and checks judge on the calling thread.
+ */
+export class LeakJudgeWorker {
+  private static current: LeakJudgeWorker | null | undefined;
+  private readonly pending = new Map<
+    number,
+    { resolve: (verdicts: Map<string, RankVerdicts>) => void; reject: (error: Error) => void }
+  >();
+  private nextId = 0;
+  private failure: string | null = null;
+
+  /** The running worker, or null where none can run. */
+  static shared(start: () => Worker): LeakJudgeWorker | null {
+    if (LeakJudgeWorker.current === undefined) {
+      try {
+        LeakJudgeWorker.current = new LeakJudgeWorker(start());
+      } catch {
+        LeakJudgeWorker.current = null;
+      }
+    }
+    return LeakJudgeWorker.current;
+  }
+
+  private constructor(private readonly worker: Worker) {
+    worker.on("message", (reply: JudgeReply) => this.receive(reply));
+    worker.on("error", (error) => this.fail(error.message));
+    worker.on("exit", (code) => this.fail(`it exited with code ${code}`));
+    // After the listeners: adding a "message" listener refs the worker again.
+    worker.unref();
+  }
+
+  /** Judges `input` (its window copies are transferred). Rejects when the worker fails. */
+  judge(input: JudgeInput): Promise<Map<string, RankVerdicts>> {
+    if (this.failure !== null) return Promise.reject(new Error(this.failure));
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      try {
+        this.worker.postMessage({ id, input } satisfies JudgeRequest, transferablesOf(input));
+      } catch (error) {
+        this.pending.delete(id);
+        reject(error instanceof Error ? error : new Error(String(error)));
+      }
+    });
+  }
+
+  private receive(reply: JudgeReply): void {
+    const waiting = this.pending.get(reply.id);
+    if (waiting === undefined) return;
+    this.pending.delete(reply.id);
+    if ("error" in reply) waiting.reject(new Error(reply.error));
+    else waiting.resolve(reply.verdicts);
+  }
+
+  private fail(reason: string): void {
+    if (this.failure !== null) return;
+    this.failure = `the leak-judge worker failed (${reason})`;
+    if (LeakJudgeWorker.current === this) LeakJudgeWorker.current = null;
+    for (const waiting of this.pending.values()) waiting.reject(new Error(this.failure));
+    this.pending.clear();
+    void this.worker.terminate();
+  }
+}
