@@ -168,7 +168,7 @@ class MainThreadPipeline implements RecordPipeline {
 /**
  * How long written records, objects new to the worker (a new context, phase path or detail shape)
  * and spilled records wait before they are published and posted (records sooner, every 64; objects
- * at `POST_OBJECTS_AT`): the sink's flush interval, at most `POST_DELAY_MAX_MS`. The worker reads
+ * at `POST_OBJECTS_AT`): half the sink's flush interval, at most `POST_DELAY_MAX_MS`. The worker reads
  * what was published within its `RING_READ_INTERVAL_MS` (25) and has 25 ms to write, so a SIGKILL
  * loses at most the flush interval plus 100 ms. A hand-over costs a step ~16 us in situ.
  */
@@ -194,7 +194,9 @@ class WorkerPipeline implements RecordPipeline {
     private readonly sink: OffThreadSink,
     private readonly host: PipelineHost,
   ) {
-    this.postDelayMs = Math.min(POST_DELAY_MAX_MS, sink.flushIntervalMs);
+    // Half a short flush interval: with the worker's read (25 ms) and its flush, a kill still loses
+    // at most the flush interval + 100 ms (a 50 ms flush: 25 + 25 + 50 ms and the write).
+    this.postDelayMs = Math.min(POST_DELAY_MAX_MS, sink.flushIntervalMs / 2);
     this.ring = new RecordRingWriter({
       objects: (objects) => sink.postObjects(objects),
       spill: (chunk) => sink.postSpill(chunk),
