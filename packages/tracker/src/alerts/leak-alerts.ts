@@ -6,7 +6,7 @@
  *
  * Cost: a phase boundary appends a few numbers to its path's typed arrays (no object is made once
  * the arrays have grown); judging, which builds the occurrences and runs the trend tests, runs only
- * on its own timer and at `stop()`.
+ * on its own timer (on the judge's worker by default: leak-judge.ts) and at `stop()`.
  */
 import type { Worker } from "node:worker_threads";
 import {
@@ -49,8 +49,9 @@ export interface LeakAlertOptions {
   /** Default true. False: no leak watch at all (nothing is kept at phase boundaries). */
   readonly enabled?: boolean;
   /**
-   * Milliseconds between checks (default 10000). A check that takes longer than 0.05 % of this waits
-   * proportionally longer for the next one, so judging never takes more than 0.05 % of the time.
+   * Milliseconds between checks (default 10000). A check that takes the training thread longer than
+   * 0.05 % of this waits proportionally longer for the next one, so checks never take more than
+   * 0.05 % of that thread's time.
    */
   readonly intervalMs?: number;
   /**
