@@ -9,6 +9,7 @@ import {
   type PhaseContextLike,
   type SampleResult,
 } from "@stormlog/core";
+import { sameStrings } from "@stormlog/core/internal";
 import { type BirthPhaseSubscription, subscribeBirthPhases } from "./attribution.js";
 import type { TfEngine, TfMemoryInfo, TfNamespace } from "./types.js";
 
@@ -308,10 +309,4 @@ function isCount(value: unknown): value is number {
 
 function describe(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
-}
-
-function sameStrings(a: readonly string[], b: readonly string[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
 }

@@ -83,3 +83,7 @@ export {
   exactQuotient,
   setExactCounters,
 } from "./schema/exact-counters.js";
+
+// Small comparisons the encoders and collectors share.
+
+export { sameStrings } from "./runtime/arrays.js";

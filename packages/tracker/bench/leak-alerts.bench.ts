@@ -11,6 +11,7 @@ import {
   LEAK_WINDOW_PATHS,
   LEAK_WINDOW_SNAPSHOTS,
 } from "../src/alerts/leak-alerts.js";
+import { type JudgeInput, workerInput } from "../src/alerts/leak-judge.js";
 import { MemoryTracker } from "../src/index.js";
 
 // The leak watch's cost. At a phase boundary it appends a few numbers to its path's arrays (goal:
@@ -59,8 +60,8 @@ const common = {
 
 interface Watch {
   verdicts(): Map<string, unknown>;
-  /** What a check sends the judge's worker (`copy`: copies of the windows). */
-  judgeInput(copy: boolean): unknown;
+  /** What a check judges (the judge's worker is sent `workerInput` of it). */
+  judgeInput(): JudgeInput;
   paths: number;
 }
 const watchOf = (tracker: MemoryTracker) => (tracker as unknown as { leakWatch: Watch }).leakWatch;
@@ -123,10 +124,10 @@ group("leak check over a full window (timer only)", () => {
     );
     // What a check judged on the worker (the default) costs the training thread before its message.
     bench("leak check on the judge's worker: the copy/4 paths x 512", () =>
-      do_not_optimize(watchOf(typicalLeak).judgeInput(true)),
+      do_not_optimize(workerInput(watchOf(typicalLeak).judgeInput())),
     );
     bench("leak check on the judge's worker: the copy/50 paths x 512 + 512 birth snapshots", () =>
-      do_not_optimize(watchOf(wideBirths).judgeInput(true)),
+      do_not_optimize(workerInput(watchOf(wideBirths).judgeInput())),
     );
   });
 });

@@ -35,7 +35,6 @@ import { describeError } from "../describe-error.js";
 import { BOUNDARY_READ, type EventStore, PHASE_ENTER, PHASE_EXIT } from "../records/store.js";
 import { startWorkerBeside } from "../worker-entry.js";
 import {
-  copyWindow,
   type JudgeInput,
   judgeWindows,
   LeakJudgeWorker,
@@ -640,13 +639,13 @@ export class LeakWatch {
     const clock = this.host.clock;
     const started = clock.nowNs();
     this.catchUp();
-    const input = this.judgeInput(true);
+    const input = this.judgeInput();
     const session = this.session;
     if (input === null || session === null) return false;
-    // The time share (`CHECK_TIME_SHARE`) is the training thread's: here, the copy.
+    const judged = worker.judge(input);
+    // The time share (`CHECK_TIME_SHARE`) is the training thread's: here, the copy sent.
     this.lastCheckMs = Math.max(0, Number(clock.nowNs() - started) / 1e6);
-    worker
-      .judge(input)
+    judged
       .then(
         (verdicts) => {
           if (this.session === session) this.emitSuspicions(this.suspicionsOf(verdicts));
@@ -709,12 +708,12 @@ export class LeakWatch {
 
   /** `judgeRetention` over the window, as the analysis judges one rank's records. */
   verdicts(): Map<string, RankVerdicts> {
-    const input = this.judgeInput(false);
+    const input = this.judgeInput();
     return input === null ? new Map() : judgeWindows(input);
   }
 
-  /** What a check judges: the windows themselves, or (`copy`) copies of them for the judge's worker. */
-  private judgeInput(copy: boolean): JudgeInput | null {
+  /** What a check judges: the windows themselves (the judge's worker is sent copies). */
+  private judgeInput(): JudgeInput | null {
     const session = this.session;
     if (session === null) return null;
     let reach: bigint | null = null;
@@ -724,7 +723,7 @@ export class LeakWatch {
         const oldest = window.starts[window.oldest] as bigint;
         if (reach === null || oldest > reach) reach = oldest;
       }
-      windows.push(copy ? copyWindow(window) : window);
+      windows.push(window);
     }
     const open: OpenPhaseData[] = [];
     for (let k = 0; k < this.openCount; k++) {

@@ -129,11 +129,18 @@ export function judgeWindows(input: JudgeInput): Map<string, RankVerdicts> {
     occurrences.push(occurrence(span, a, r, u, t, n, n, n, n, v3));
   }
   if (occurrences.length === 0) return new Map();
-  return judgeRetention(occurrences, { lastSample: !boundaryRead, births: [...input.births] });
+  return judgeRetention(occurrences, { lastSample: !boundaryRead, births: input.births });
 }
 
-/** A copy of a window's used arrays, for the judge's worker (transferable, and safe from later writes). */
-export function copyWindow(window: WindowData): WindowData {
+/**
+ * What the judge's worker is sent: `input` with copies of its windows' arrays, which are transferred
+ * (the watch's own arrays stay, and later boundaries cannot change what is judged).
+ */
+export function workerInput(input: JudgeInput): JudgeInput {
+  return { ...input, windows: input.windows.map(copyWindow) };
+}
+
+function copyWindow(window: WindowData): WindowData {
   const { capacity } = window;
   return {
     path: window.path,
@@ -151,8 +158,8 @@ export function copyWindow(window: WindowData): WindowData {
   };
 }
 
-/** The buffers of copied windows, to transfer rather than copy again. */
-export function transferablesOf(input: JudgeInput): ArrayBuffer[] {
+/** The buffers of `workerInput`'s copies, to transfer rather than copy again. */
+function transferablesOf(input: JudgeInput): ArrayBuffer[] {
   const out: ArrayBuffer[] = [];
   for (const w of input.windows)
     for (const array of [w.starts, w.ends, w.threads, w.sequences, w.values, w.read])
@@ -246,14 +253,15 @@ export class LeakJudgeWorker {
     worker.unref();
   }
 
-  /** Judges `input` (its window copies are transferred). Rejects when the worker fails. */
+  /** Judges `input` on the worker (sending `workerInput(input)`). Rejects when the worker fails. */
   judge(input: JudgeInput): Promise<Map<string, RankVerdicts>> {
     if (this.failure !== null) return Promise.reject(new Error(this.failure));
     const id = this.nextId++;
+    const sent = workerInput(input);
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
       try {
-        this.worker.postMessage({ id, input } satisfies JudgeRequest, transferablesOf(input));
+        this.worker.postMessage({ id, input: sent } satisfies JudgeRequest, transferablesOf(sent));
       } catch (error) {
         this.pending.delete(id);
         reject(error instanceof Error ? error : new Error(String(error)));

@@ -19,6 +19,7 @@
  * sequence number, so the worker reads ring and chunks in order.
  */
 import type { JsonObject, JsonValue } from "@stormlog/core";
+import { sameStrings } from "@stormlog/core/internal";
 import type { RecordedPhase } from "@stormlog/phases";
 import { type EventStore, RECORD_NUMBERS, type RecordContext, type StoredGroup } from "../records/store.js";
 
@@ -938,12 +939,6 @@ function sameLayout(object: JsonObject, layout: ValueLayout): boolean {
     i++;
   }
   return i === keys.length;
-}
-
-function sameStrings(a: readonly string[], b: readonly string[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
 }
 
 function same<T>(value: T): T {

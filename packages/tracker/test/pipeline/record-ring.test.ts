@@ -500,21 +500,24 @@ describe("the worker's waits on the ring (RingWatch)", () => {
       wait.then(() => "read" as const),
       new Promise<"still waiting">((resolve) => setTimeout(() => resolve("still waiting"), ms)),
     ]);
-  const writerOf = (buffers: ReturnType<typeof ringBuffers>) => {
+  /** A ring whose worker side waits `readIntervalMs` (a minute when idle); `publish` writes a record and publishes it without a wake. */
+  const watched = (readIntervalMs: number) => {
+    const buffers = ringBuffers(64);
     const writer = new RecordRingWriter({ objects: () => undefined, spill: () => undefined }, buffers);
     writer.begin(context.sessionId);
-    return writer;
+    const store = new EventStore(256);
+    const publish = () => {
+      writer.write(store, push(store, "sample", null));
+      writer.publish(false);
+    };
+    return { watch: new RingWatch(buffers, readIntervalMs, 60_000), publish };
   };
 
   it("lets a publication without a wake wait for the next read while records come", async () => {
-    const buffers = ringBuffers(64);
-    const writer = writerOf(buffers);
-    const store = new EventStore(256);
-    const watch = new RingWatch(buffers, 1_000, 60_000);
+    const { watch, publish } = watched(1_000);
     for (let round = 0; round < 3; round++) {
-      writer.write(store, push(store, "sample", null));
       const waiting = watch.wait();
-      writer.publish(false);
+      publish();
       // No system call from the training thread: the worker finds the records at its next read.
       expect(await within(waiting, 200)).toBe("still waiting");
       await waiting;
@@ -522,16 +525,12 @@ describe("the worker's waits on the ring (RingWatch)", () => {
   });
 
   it("goes idle after reads that found nothing, and is woken by the next publication of any kind", async () => {
-    const buffers = ringBuffers(64);
-    const writer = writerOf(buffers);
-    const store = new EventStore(256);
-    const watch = new RingWatch(buffers, 1, 60_000);
+    const { watch, publish } = watched(1);
     // Quiet reads until the worker sleeps its idle interval (a minute here).
     for (let i = 0; i < 4; i++) await watch.wait();
     const idle = watch.wait();
     expect(await within(idle, 100)).toBe("still waiting");
-    writer.write(store, push(store, "sample", null));
-    writer.publish(false);
+    publish();
     expect(await within(idle, 5_000)).toBe("read");
     // Records came: back to the read interval.
     expect(await within(watch.wait(), 5_000)).toBe("read");
