@@ -214,6 +214,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       scheduler: options.scheduler,
       warn: (message) => logger.warn(message),
       failed: (operation, error) => records.disable(operation, error),
+      handedOver: () => this.leakWatch?.catchUp(),
     });
     this.collectors.prepare();
     records.open(pipeline);

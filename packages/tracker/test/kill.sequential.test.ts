@@ -93,6 +93,13 @@ describe("a SIGKILL in the middle of training", { timeout: 60_000 }, () => {
     for (const loss of losses) expect(loss).toBeLessThanOrEqual(2100);
   });
 
+  it("loses at most the flush interval + 100 ms with the default settings in a slow loop (the hand-over's timer)", async () => {
+    // A step every 20 ms: the records reach the ring at the pipeline's hand-over (every 250 ms here).
+    const losses = await lossesAfterKills("default", 6, 300, 1500, 20);
+    console.info(`kill, default sink (2 s flush), a step every 20 ms: loss ${describeLosses(losses)}`);
+    for (const loss of losses) expect(loss).toBeLessThanOrEqual(2100);
+  });
+
   it("loses at most 150 ms of records with a 50 ms flush", async () => {
     const losses = await lossesAfterKills("0.05", 10, 200, 1000);
     console.info(`kill, 50 ms flush: loss ${describeLosses(losses)}`);

@@ -437,9 +437,11 @@ export class LeakWatch {
   /**
    * Reads the phase records stored since the last call, in order (the tracker calls it once the store
    * holds `catchUpAt` records; samples, checks and `end()` call it first, so that the watch sees
-   * boundaries and samples in the order they happened). Never throws.
+   * boundaries and samples in the order they happened; the sink's hand-over calls it too, having
+   * just read the same records). Never throws; does nothing between sessions.
    */
   catchUp(): void {
+    if (this.session === null) return;
     const store = this.store;
     const written = store.written;
     // Records the store overwrote before they were read (many records between two boundaries): their

@@ -86,6 +86,11 @@ const CONTROL_CELLS = 4;
 const RING_CAPACITY = 1024;
 /** Records written between two publications of the head (besides the pipeline's timer). */
 const PUBLISH_EVERY = 64;
+/**
+ * Records between two stores of the tail by the worker, and between two reads of it by a tracker
+ * whose ring is full: the control cells share a cache line, which each access moves between cores.
+ */
+const TAIL_EVERY = 32;
 /** Records per spill chunk. */
 const SPILL_CHUNK = 1024;
 /** An object unused for this many records is forgotten by the worker (and posted again if used). */
@@ -251,7 +256,9 @@ export class RecordRingWriter {
     const sequence = this.sequence++;
     // Head and tail are int32 counters that wrap (a long session passes 2^31 records): distances are
     // taken modulo 2^32, slots by mask.
-    if (((this.head - this.tailSeen) | 0) >= this.capacity) this.tailSeen = Atomics.load(this.control, TAIL);
+    // While it spills, the tail is read again every `TAIL_EVERY` records (not at each: see `TAIL_EVERY`).
+    if (((this.head - this.tailSeen) | 0) >= this.capacity && (this.spillCount & (TAIL_EVERY - 1)) === 0)
+      this.tailSeen = Atomics.load(this.control, TAIL);
     if (((this.head - this.tailSeen) | 0) >= this.capacity) {
       // The worker must see what the ring holds before it can make room.
       if (this.published !== this.head) this.publish();
@@ -722,6 +729,17 @@ export class RecordRingReader {
    * true when it stopped for `more()` (records may remain), false when none is readable now.
    */
   drain(append: (record: ReturnType<EventStore["materialize"]>) => void, more: () => boolean): boolean {
+    try {
+      return this.read(append, more);
+    } finally {
+      Atomics.store(this.control, TAIL, this.tail);
+    }
+  }
+
+  private read(
+    append: (record: ReturnType<EventStore["materialize"]>) => void,
+    more: () => boolean,
+  ): boolean {
     let head = Atomics.load(this.control, HEAD);
     for (;;) {
       if (!more()) return true;
@@ -733,7 +751,9 @@ export class RecordRingReader {
           if ((this.numbers[at + NEEDS] as number) >= this.known) return false;
           append(this.decode(this.numbers, at, this.timestamps[slot] as bigint));
           this.tail = (this.tail + 1) | 0;
-          Atomics.store(this.control, TAIL, this.tail);
+          // The tail shares its cache line with the head: stored per record, the line would move
+          // between the cores at every record the tracker writes into a full ring.
+          if ((this.tail & (TAIL_EVERY - 1)) === 0) Atomics.store(this.control, TAIL, this.tail);
           continue;
         }
       }
@@ -864,10 +884,11 @@ const waitAsync = (
 ).waitAsync;
 
 /**
- * Reads that found nothing new before the worker goes idle: a training loop publishes at least
- * every post delay (50 ms), so it never does, and its publications never pay for a wake.
+ * Reads that found nothing new before the worker goes idle: more than a hand-over's longest delay
+ * (250 ms) at the 25 ms read interval, so that a training loop, which publishes at least that often,
+ * never finds it idle, and its publications never pay for a wake (a system call).
  */
-const QUIET_READS_BEFORE_IDLE = 4;
+export const QUIET_READS_BEFORE_IDLE = 12;
 
 /**
  * The worker's waits between reads of one ring: `readIntervalMs` while records come,

@@ -1,6 +1,7 @@
 import { encodeTelemetryRecord, type JsonObject, type TelemetryEvent } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
 import {
+  QUIET_READS_BEFORE_IDLE,
   REUSE_WINDOW,
   RecordRingReader,
   RecordRingWriter,
@@ -527,7 +528,7 @@ describe("the worker's waits on the ring (RingWatch)", () => {
   it("goes idle after reads that found nothing, and is woken by the next publication of any kind", async () => {
     const { watch, publish } = watched(1);
     // Quiet reads until the worker sleeps its idle interval (a minute here).
-    for (let i = 0; i < 4; i++) await watch.wait();
+    for (let i = 0; i < QUIET_READS_BEFORE_IDLE; i++) await watch.wait();
     const idle = watch.wait();
     expect(await within(idle, 100)).toBe("still waiting");
     publish();
