@@ -78,6 +78,8 @@ export const LEAK_WINDOW_PATHS = 50;
 export const LEAK_WINDOW_SNAPSHOTS = 512;
 /** Phases open at once that are remembered (the oldest are dropped: phases never closed). */
 const MAX_OPEN = 256;
+/** Samples' tensor counts kept for `catchUp()` before a sample calls it itself. */
+const MAX_PENDING_COUNTS = 64;
 /** Records between two reads of the store's phase records (at most half the store). */
 const CATCH_UP_BATCH = 256;
 /** Default time between checks. */
@@ -341,6 +343,12 @@ export class LeakWatch {
   private snapshotNext = 0;
   /** The last sample's tensor count (NaN before one), for records without their own. */
   private sampledTensors = Number.NaN;
+  /**
+   * Samples' tensor counts not yet reached by `catchUp()`, as pairs (the store's record count when
+   * sampled, the count): applied in order as it reads the records, so a sample does not read the
+   * boundaries stored before it (in cold caches, at every tick) to keep their order.
+   */
+  private readonly pendingCounts: number[] = [];
   /** Paths whose leak was reported and has not ended since. */
   private readonly alerted = new Set<string>();
   private session: LeakSession | null = null;
@@ -397,6 +405,7 @@ export class LeakWatch {
     this.snapshotCount = 0;
     this.snapshotNext = 0;
     this.sampledTensors = Number.NaN;
+    this.pendingCounts.length = 0;
     this.failed = false;
     this.armed = false;
     this.lastCheckMs = 0;
@@ -449,11 +458,19 @@ export class LeakWatch {
     let index = Math.max(this.seen, written - store.capacity);
     this.seen = written;
     this.catchUpAt = written + this.batch;
+    const counts = this.pendingCounts;
+    let nextCount = 0;
     for (; index < written; index++) {
+      if (nextCount < counts.length && (counts[nextCount] as number) <= index) {
+        for (; nextCount < counts.length && (counts[nextCount] as number) <= index; nextCount += 2)
+          this.sampledTensors = counts[nextCount + 1] as number;
+      }
       const flags = store.flagsAt(index);
       if ((flags & (PHASE_ENTER | PHASE_EXIT)) === 0) continue;
       this.boundary((flags & PHASE_EXIT) !== 0, store.scope(index) as RecordedPhase, store, index);
     }
+    for (; nextCount < counts.length; nextCount += 2) this.sampledTensors = counts[nextCount + 1] as number;
+    counts.length = 0;
   }
 
   /**
@@ -537,13 +554,21 @@ export class LeakWatch {
     this.openCount = last;
   }
 
-  /** A sample's metadata: its tensor count (primary device) and birth-phase snapshot. Never throws. */
+  /**
+   * A sample's metadata: its tensor count (primary device, for the boundaries stored after it that
+   * lack their own) and birth-phase snapshot. Never throws; does nothing between sessions.
+   */
   sampled(primary: boolean, ts: bigint, metadata: JsonObject): void {
-    this.catchUp();
+    if (this.session === null) return;
     try {
       if (primary) {
         const tensors = metadata.tfjs_num_tensors;
-        if (typeof tensors === "number") this.sampledTensors = tensors;
+        if (typeof tensors === "number") {
+          const counts = this.pendingCounts;
+          counts.push(this.store.written, tensors);
+          // Without phases nothing else catches up: the queue stays short.
+          if (counts.length >= 2 * MAX_PENDING_COUNTS) this.catchUp();
+        }
       }
       const live = metadata[LIVE_BY_PHASE_KEY];
       if (typeof live !== "object" || live === null || Array.isArray(live)) return;

@@ -142,6 +142,28 @@ const leakAlerts = (alerts: readonly TelemetryEvent[], path: string) =>
   alerts.filter((alert) => alert.context?.startsWith(`Leak suspected: \`${path}\``));
 
 describe("leak alerts", () => {
+  it("gives boundaries without their own tensor count the count of the last sample stored before them", async () => {
+    // No boundary readings: a phase's records carry the last sample's counters and tensor count.
+    const l = loop({ boundaryReadings: false });
+    await l.tracker.start();
+    await l.tracker.sampleNow();
+    for (let i = 1; i <= 80; i++) {
+      await l.tracker.phase("train", async () => {
+        l.clock.advanceMs(5);
+        l.collector.held += MiB;
+        l.collector.tensors += 1;
+        // The exit's counters come from this sample, the enter's from the one before it.
+        await l.tracker.sampleNow();
+        l.clock.advanceMs(5);
+      });
+      if (i % 10 === 0) await l.scheduler.advance(1000);
+    }
+    await l.tracker.stop();
+    const train = leakAlerts(l.tracker.getAlerts(), "train");
+    expect(train).toHaveLength(1);
+    expect(train[0]?.metadata.leak_tensors_per_occurrence).toBeCloseTo(1, 1);
+  });
+
   it("a loop whose backward keeps 1 MiB per step raises one warning for it, in memory and in the sink", async () => {
     const root = tempDir();
     const l = loop({ sink: { rootDir: root, handleProcessExit: false }, sinkThread: "main" });
