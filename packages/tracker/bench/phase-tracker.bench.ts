@@ -44,7 +44,15 @@ const tfjsLike: MemoryCollector = {
 const { readSync: _drop, ...withoutReadSync } = tfjsLike;
 const asyncOnly: MemoryCollector = withoutReadSync;
 
+/** Warnings that a tracker stopped using its sink. */
+const sinkFailures: string[] = [];
 const common = {
+  logger: {
+    warn: (message: string) => {
+      if (message.includes("disabling the telemetry sink")) sinkFailures.push(message);
+      console.warn(message);
+    },
+  },
   env: false as const,
   handleProcessExit: false,
   registerGlobal: false,
@@ -170,20 +178,36 @@ group(STEP_GROUP, () => {
 
 const results = await run();
 const p50 = new Map<string, number>();
+const mean = new Map<string, number>();
 for (const trial of results.benchmarks) {
   const inGroup = results.layout[trial.group ?? -1]?.name;
-  for (const r of trial.runs) if (r.stats) p50.set(`${inGroup}:${r.name}`, r.stats.p50);
+  for (const r of trial.runs) {
+    if (!r.stats) continue;
+    p50.set(`${inGroup}:${r.name}`, r.stats.p50);
+    mean.set(`${inGroup}:${r.name}`, r.stats.avg);
+  }
 }
 const ns = (value: number) => `${value.toFixed(0)} ns`;
 const alone = p50.get(`${STEP_GROUP}:${STEP.alone}`) ?? Number.NaN;
+const aloneMean = mean.get(`${STEP_GROUP}:${STEP.alone}`) ?? Number.NaN;
 for (const { label } of checkouts) {
   const loop = (row: string) => p50.get(`phase enter+exit through a tracker:${row}${label}`) ?? Number.NaN;
   const inStep = (row: string) => (p50.get(`${STEP_GROUP}:${row}${label}`) ?? Number.NaN) - alone;
+  const loopMean = (row: string) =>
+    mean.get(`phase enter+exit through a tracker:${row}${label}`) ?? Number.NaN;
+  const inStepMean = (row: string) => (mean.get(`${STEP_GROUP}:${row}${label}`) ?? Number.NaN) - aloneMean;
   console.log(
     `medians${label || " [this checkout]"}: no reading ${ns(loop(ROWS.plain))} (goal <= 150); ` +
       `readSync ${ns(loop(ROWS.reading))}; readSync + default sink ${ns(loop(ROWS.workerSink))} in a bare loop, ` +
       `${ns(inStep(STEP.worker))} inside a step (goal <= 500; readSync alone there ${ns(inStep(STEP.reading))}); ` +
       `readSync + a given sink ${ns(loop(ROWS.givenSink))}`,
+  );
+  // Records reach a sink in batches (every 256 phase records at most): the median phase copies none,
+  // the mean carries the batches' share.
+  console.log(
+    `means${label || " [this checkout]"}: no reading ${ns(loopMean(ROWS.plain))}; readSync ${ns(loopMean(ROWS.reading))}; ` +
+      `readSync + default sink ${ns(loopMean(ROWS.workerSink))} in a bare loop, ${ns(inStepMean(STEP.worker))} inside a step; ` +
+      `readSync + a given sink ${ns(loopMean(ROWS.givenSink))}`,
   );
 }
 if (checkouts.length === 2) {
@@ -200,4 +224,6 @@ if (checkouts.length === 2) {
 await Promise.all(
   checkouts.flatMap(({ trackers }) => Object.values(trackers).map((tracker) => tracker.stop())),
 );
+// A sink that failed would make its rows measure a tracker that writes nothing.
+if (sinkFailures.length > 0) throw new Error(`a bench tracker's sink failed: ${sinkFailures.join("; ")}`);
 rmSync(dir, { recursive: true, force: true });

@@ -125,6 +125,34 @@ describe("a sink on a worker thread", () => {
     expect(sessions[0]?.events).toHaveLength(8002);
   });
 
+  it("hands every record over while the tracker's own store wraps around many times", async () => {
+    const root = join(tempDir(), "sink");
+    const collector = new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
+    // A store of 300 records: the records reach the ring in batches, read back by index after the
+    // store has wrapped (and the leak watch reads the same records).
+    const { tracker, warnings } = makeTracker([collector], {
+      maxEvents: 300,
+      sink: { rootDir: root, handleProcessExit: false },
+    });
+    await tracker.start();
+    for (let i = 0; i < 1500; i++) {
+      tracker.phase("train", () => {
+        tracker.phase("forward", () => undefined);
+        if (i % 3 === 0) tracker.phase("backward", () => undefined);
+      });
+      if (i % 250 === 0) await tracker.sampleNow();
+    }
+    await tracker.stop();
+    expect(warnings).toEqual([]);
+    const sessions = await loadTelemetrySessions(root);
+    expect(sessions[0]?.summary.status).toBe("completed");
+    const phases = (sessions[0]?.events ?? []).filter((event) => event.event_type.startsWith("phase_"));
+    expect(phases).toHaveLength(2 * (1500 * 2 + 500));
+    // In order: the scope sequences count up by one, enter and exit alike.
+    const sequences = phases.map((event) => (event.metadata.phase_scope as { sequence: number }).sequence);
+    expect(sequences).toEqual(sequences.map((_, i) => i + 1));
+  });
+
   it("returns the summary its worker's sink registers, source included", async () => {
     const root = join(tempDir(), "sink");
     const sink = new OffThreadSink({ rootDir: root, handleProcessExit: false, source: "my.trainer" });
