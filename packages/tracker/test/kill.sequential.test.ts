@@ -94,7 +94,7 @@ describe("a SIGKILL in the middle of training", { timeout: 60_000 }, () => {
   });
 
   it("loses at most the flush interval + 100 ms with the default settings in a slow loop (the hand-over's timer)", async () => {
-    // A step every 20 ms: the records reach the ring at the pipeline's hand-over (every 250 ms here).
+    // A step every 20 ms: the records reach the ring at the pipeline's hand-over (every 50 ms here).
     const losses = await lossesAfterKills("default", 6, 300, 1500, 20);
     console.info(`kill, default sink (2 s flush), a step every 20 ms: loss ${describeLosses(losses)}`);
     for (const loss of losses) expect(loss).toBeLessThanOrEqual(2100);

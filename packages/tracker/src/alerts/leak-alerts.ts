@@ -444,13 +444,22 @@ export class LeakWatch {
   }
 
   /**
-   * Reads the phase records stored since the last call, in order (the tracker calls it once the store
-   * holds `catchUpAt` records; samples, checks and `end()` call it first, so that the watch sees
-   * boundaries and samples in the order they happened; the sink's hand-over calls it too, having
-   * just read the same records). Never throws; does nothing between sessions.
+   * Reads the phase records stored since the last call, in order (boundaries and samples call it once
+   * the store holds `catchUpAt` records, before it could overwrite one not read; checks and `end()`
+   * call it first; the sink's hand-over calls it too, having just read the same records). Samples'
+   * tensor counts are applied where they came among the records (`pendingCounts`). Never throws;
+   * does nothing between sessions.
    */
   catchUp(): void {
     if (this.session === null) return;
+    try {
+      this.readStored();
+    } catch (error) {
+      this.fail("reading the stored phase records", error);
+    }
+  }
+
+  private readStored(): void {
     const store = this.store;
     const written = store.written;
     // Records the store overwrote before they were read (many records between two boundaries): their
@@ -570,6 +579,8 @@ export class LeakWatch {
           if (counts.length >= 2 * MAX_PENDING_COUNTS) this.catchUp();
         }
       }
+      // A long phase's enter must be read before samples' records push it out of a small store.
+      if (this.store.written >= this.catchUpAt) this.catchUp();
       const live = metadata[LIVE_BY_PHASE_KEY];
       if (typeof live !== "object" || live === null || Array.isArray(live)) return;
       this.snapshots[this.snapshotNext] = { timestampNs: ts, raw: live, parsed: null };

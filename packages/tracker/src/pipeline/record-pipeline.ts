@@ -172,14 +172,15 @@ class MainThreadPipeline implements RecordPipeline {
 
 /**
  * How long committed records, objects new to the worker (a new context, phase path or detail shape)
- * and spilled records wait before they are copied into the ring, published and posted (sooner when
- * `COMMIT_BATCH_LIMIT` records or `POST_OBJECTS_AT` objects wait): half the sink's flush interval, at
- * most `POST_DELAY_MAX_MS`. The worker reads what was published within its `RING_READ_INTERVAL_MS`
- * (25) and writes it, so a SIGKILL loses at most the flush interval plus 100 ms (a 50 ms flush: 25 +
- * 25 ms and the write). Each hand-over starts cold (tfjs's data evicted ours): measured in a tfjs
- * step, one every 50 ms cost 17-21 us per step, one every 250 ms 9-11 us.
+ * and spilled records wait before they are copied into the ring, published and posted (records are
+ * copied sooner when `COMMIT_BATCH_LIMIT` wait, objects posted when `POST_OBJECTS_AT` wait): half the
+ * sink's flush interval, at most `POST_DELAY_MAX_MS`. The worker reads what was published within its
+ * `RING_READ_INTERVAL_MS` (25) and writes it at its next flush, so a SIGKILL loses at most the flush
+ * interval plus 100 ms (50 + 25 ms and the write). Each hand-over starts cold (tfjs's data evicted
+ * ours): in a tfjs step, one every 50 ms cost 17-21 us per step (one every 250 ms, 9-11 us, would
+ * break that bound).
  */
-const POST_DELAY_MAX_MS = 250;
+const POST_DELAY_MAX_MS = 50;
 
 /** Posted at once when this many objects wait. */
 const POST_OBJECTS_AT = 512;
@@ -188,8 +189,9 @@ const POST_OBJECTS_AT = 512;
  * Records written into shared memory that the sink's worker reads as it fills (`RecordRingWriter`).
  * A commit only notes the stored record: records are copied into the ring together, at the hand-over
  * (or when `batchLimit` wait), where the copying code and the ring stay in cache. Copied one by one
- * inside a tfjs step, between two boundaries that evict them, a record cost ~3 us instead of ~0.1.
- * A kill loses no more than before: records were shown to the worker only at the hand-over anyway.
+ * inside a tfjs step, between two boundaries that evict them, a record cost ~3 us instead of ~1. A kill
+ * loses no more than before: records were shown to the worker only at the hand-over (or every 64)
+ * anyway.
  */
 class WorkerPipeline implements RecordPipeline {
   private readonly ring: RecordRingWriter;
@@ -244,13 +246,16 @@ class WorkerPipeline implements RecordPipeline {
     if (this.timer === null) this.timer = this.host.scheduler.setTimeout(this.postTask, this.postDelayMs);
   }
 
-  /** Copies the records waiting into the ring, in order. */
+  /**
+   * Copies the records waiting into the ring, in order. Its publications every 64 records wake no
+   * worker that reads on its own (a wake is a system call, and this runs between training steps).
+   */
   private copyWaiting(): void {
     const ring = this.ring;
     const store = this.host.store;
     const end = this.firstWaiting + this.waiting;
     this.waiting = 0;
-    for (let index = this.firstWaiting; index < end; index++) ring.write(store, index);
+    for (let index = this.firstWaiting; index < end; index++) ring.write(store, index, false);
   }
 
   flush(): void {

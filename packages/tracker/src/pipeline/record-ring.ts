@@ -251,8 +251,12 @@ export class RecordRingWriter {
     return this.outbox.length;
   }
 
-  /** Copies stored record `index` into the ring (or a spill chunk when the worker is a ring behind). */
-  write(store: EventStore, index: number): void {
+  /**
+   * Copies stored record `index` into the ring (or a spill chunk when the worker is a ring behind).
+   * `wake`: whether its publication every `PUBLISH_EVERY` records wakes a worker (see `publish`); a
+   * full ring always does (the worker must make room).
+   */
+  write(store: EventStore, index: number, wake = true): void {
     const sequence = this.sequence++;
     // Head and tail are int32 counters that wrap (a long session passes 2^31 records): distances are
     // taken modulo 2^32, slots by mask.
@@ -281,8 +285,8 @@ export class RecordRingWriter {
     this.head = (this.head + 1) | 0;
     // Objects first when some wait: a woken worker could read nothing past the record that needs them.
     if (((this.head - this.published) | 0) >= PUBLISH_EVERY) {
-      if (this.outbox.length > 0) this.post();
-      else this.publish();
+      if (this.outbox.length > 0) this.post(wake);
+      else this.publish(wake);
     }
   }
 
@@ -885,10 +889,10 @@ const waitAsync = (
 
 /**
  * Reads that found nothing new before the worker goes idle: more than a hand-over's longest delay
- * (250 ms) at the 25 ms read interval, so that a training loop, which publishes at least that often,
+ * (50 ms) at the 25 ms read interval, so that a training loop, which publishes at least that often,
  * never finds it idle, and its publications never pay for a wake (a system call).
  */
-export const QUIET_READS_BEFORE_IDLE = 12;
+export const QUIET_READS_BEFORE_IDLE = 4;
 
 /**
  * The worker's waits between reads of one ring: `readIntervalMs` while records come,

@@ -142,6 +142,30 @@ const leakAlerts = (alerts: readonly TelemetryEvent[], path: string) =>
   alerts.filter((alert) => alert.context?.startsWith(`Leak suspected: \`${path}\``));
 
 describe("leak alerts", () => {
+  it("reads a long phase's enter before the samples inside it push it out of a small store", async () => {
+    // 50 records kept; each occurrence of `eval` holds 30 samples (60+ records) between enter and exit.
+    const l = loop({ maxEvents: 50 });
+    // The store keeps too few records to hold the warning until the end: it is caught as it is made.
+    const alerts: TelemetryEvent[] = [];
+    l.tracker.addAlertCallback((alert) => {
+      alerts.push(alert);
+    });
+    await l.tracker.start();
+    for (let i = 1; i <= 40; i++) {
+      await l.tracker.phase("eval", async () => {
+        for (let s = 0; s < 30; s++) {
+          l.clock.advanceMs(2);
+          if (s === 15) l.collector.held += MiB;
+          await l.tracker.sampleNow();
+        }
+      });
+      if (i % 10 === 0) await l.scheduler.advance(1000);
+    }
+    await l.tracker.stop();
+    expect(l.warnings).toEqual([]);
+    expect(leakAlerts(alerts, "eval")).toHaveLength(1);
+  });
+
   it("gives boundaries without their own tensor count the count of the last sample stored before them", async () => {
     // No boundary readings: a phase's records carry the last sample's counters and tensor count.
     const l = loop({ boundaryReadings: false });
