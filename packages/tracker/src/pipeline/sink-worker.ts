@@ -20,11 +20,11 @@ import { RecordRingReader, RingWatch } from "./record-ring.js";
 
 /**
  * How long the worker sleeps between reads of a ring when nothing wakes it. The tracker wakes it
- * when records pile up (every 64) and at flushes; what its post timer publishes (a few phases of a
- * training step) waits for this read: a wake from inside a training step is a system call, which
- * doubled a hand-over's cost there (34 against 16 us). After 100 ms with nothing published the
- * worker waits `RING_IDLE_INTERVAL_MS` (an idle service wakes it 2.5 times a second, not 40), and
- * the tracker wakes an idle worker at its next publication.
+ * when its ring is full, at `stop` and when many new objects wait; what its hand-over publishes (the
+ * phases of the last few training steps) waits for this read: a wake from between training steps is
+ * a system call, which doubled a hand-over's cost there (34 against 16 us). After 100 ms with nothing
+ * published the worker waits `RING_IDLE_INTERVAL_MS` (an idle service wakes it 2.5 times a second,
+ * not 40), and the tracker wakes an idle worker at its next publication.
  */
 const RING_READ_INTERVAL_MS = 25;
 const RING_IDLE_INTERVAL_MS = 400;
