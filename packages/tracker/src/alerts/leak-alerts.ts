@@ -470,15 +470,14 @@ export class LeakWatch {
     const counts = this.pendingCounts;
     let nextCount = 0;
     for (; index < written; index++) {
-      if (nextCount < counts.length && (counts[nextCount] as number) <= index) {
-        for (; nextCount < counts.length && (counts[nextCount] as number) <= index; nextCount += 2)
-          this.sampledTensors = counts[nextCount + 1] as number;
-      }
+      // The counts of samples taken before this record.
+      for (; nextCount < counts.length && (counts[nextCount] as number) <= index; nextCount += 2)
+        this.sampledTensors = counts[nextCount + 1] as number;
       const flags = store.flagsAt(index);
       if ((flags & (PHASE_ENTER | PHASE_EXIT)) === 0) continue;
       this.boundary((flags & PHASE_EXIT) !== 0, store.scope(index) as RecordedPhase, store, index);
     }
-    for (; nextCount < counts.length; nextCount += 2) this.sampledTensors = counts[nextCount + 1] as number;
+    if (counts.length > 0) this.sampledTensors = counts[counts.length - 1] as number;
     counts.length = 0;
   }
 
@@ -570,17 +569,12 @@ export class LeakWatch {
   sampled(primary: boolean, ts: bigint, metadata: JsonObject): void {
     if (this.session === null) return;
     try {
-      if (primary) {
-        const tensors = metadata.tfjs_num_tensors;
-        if (typeof tensors === "number") {
-          const counts = this.pendingCounts;
-          counts.push(this.store.written, tensors);
-          // Without phases nothing else catches up: the queue stays short.
-          if (counts.length >= 2 * MAX_PENDING_COUNTS) this.catchUp();
-        }
-      }
-      // A long phase's enter must be read before samples' records push it out of a small store.
-      if (this.store.written >= this.catchUpAt) this.catchUp();
+      const tensors = primary ? metadata.tfjs_num_tensors : undefined;
+      if (typeof tensors === "number") this.pendingCounts.push(this.store.written, tensors);
+      // A long phase's enter must be read before samples' records push it out of a small store; and
+      // without phases nothing else would catch up, so the queue of counts stays short.
+      if (this.store.written >= this.catchUpAt || this.pendingCounts.length >= 2 * MAX_PENDING_COUNTS)
+        this.catchUp();
       const live = metadata[LIVE_BY_PHASE_KEY];
       if (typeof live !== "object" || live === null || Array.isArray(live)) return;
       this.snapshots[this.snapshotNext] = { timestampNs: ts, raw: live, parsed: null };

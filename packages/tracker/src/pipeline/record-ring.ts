@@ -895,11 +895,11 @@ const waitAsync = (
 export const QUIET_READS_BEFORE_IDLE = 4;
 
 /**
- * The worker's waits between reads of one ring: `readIntervalMs` while records come,
- * `idleIntervalMs` once none came for `QUIET_READS_BEFORE_IDLE` reads. Before a longer wait it raises `IDLE`, so that the tracker's next
- * publication wakes it (and a kill still loses at most what one read interval holds back); it then
- * reads the head again, so a publication that did not see the flag is not missed (both sides use
- * sequentially consistent atomics).
+ * The worker's waits between reads of one ring: `readIntervalMs` while records come, `idleIntervalMs`
+ * once none came for `QUIET_READS_BEFORE_IDLE` reads. Before a longer wait it raises `IDLE`, so that
+ * the tracker's next publication wakes it (and a kill still loses at most what one read interval
+ * holds back); it then reads the head again, so a publication that did not see the flag is not
+ * missed (both sides use sequentially consistent atomics).
  */
 export class RingWatch {
   private readonly control: Int32Array;

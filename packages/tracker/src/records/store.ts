@@ -79,6 +79,9 @@ export class EventStore {
   private readonly ts: BigInt64Array;
   private readonly tsWords: Int32Array;
   private readonly refs: unknown[];
+  /** The index `slotOf` mapped last, and its slot (a pair that always agrees: index 0 is slot 0). */
+  private lastIndex = 0;
+  private lastSlot = 0;
 
   constructor(capacity: number) {
     this.capacity = capacity;
@@ -87,10 +90,6 @@ export class EventStore {
     this.tsWords = new Int32Array(this.numbers.buffer);
     this.refs = new Array(capacity * REFS).fill(null);
   }
-
-  /** The index `slotOf` mapped last, and its slot (a pair that always agrees: index 0 is slot 0). */
-  private lastIndex = 0;
-  private lastSlot = 0;
 
   /**
    * Where record `index` lives. Readers take several fields of one record, then the next: the last
