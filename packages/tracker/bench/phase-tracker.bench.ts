@@ -7,7 +7,7 @@
 //
 // STORMLOG_BENCH_BASE=<another checkout of this repository> adds the same rows for that checkout's
 // tracker, measured in the same run (dependencies resolve from its own packages/*/node_modules).
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -127,15 +127,37 @@ const compute = () => {
   return acc;
 };
 
-const checkouts: { label: string; trackers: Awaited<ReturnType<typeof trackersOf>> }[] = [
-  { label: "", trackers: await trackersOf(MemoryTracker as unknown as TrackerClass, "this") },
+/** Phases run through each sink tracker, to tell what share of their records was dropped. */
+interface PhaseCounts {
+  given: number;
+  worker: number;
+  steps: number;
+}
+const noPhases = (): PhaseCounts => ({ given: 0, worker: 0, steps: 0 });
+const checkouts: {
+  label: string;
+  name: string;
+  trackers: Awaited<ReturnType<typeof trackersOf>>;
+  phases: PhaseCounts;
+}[] = [
+  {
+    label: "",
+    name: "this",
+    trackers: await trackersOf(MemoryTracker as unknown as TrackerClass, "this"),
+    phases: noPhases(),
+  },
 ];
 const baseRoot = process.env.STORMLOG_BENCH_BASE;
 if (baseRoot !== undefined && baseRoot !== "") {
   const base = (await import(pathToFileURL(join(baseRoot, "packages/tracker/src/index.ts")).href)) as {
     MemoryTracker: TrackerClass;
   };
-  checkouts.push({ label: " [base]", trackers: await trackersOf(base.MemoryTracker, "base") });
+  checkouts.push({
+    label: " [base]",
+    name: "base",
+    trackers: await trackersOf(base.MemoryTracker, "base"),
+    phases: noPhases(),
+  });
 }
 
 const ROWS = {
@@ -148,13 +170,20 @@ const ROWS = {
 };
 group("phase enter+exit through a tracker", () => {
   summary(() => {
-    for (const { label, trackers: t } of checkouts) {
+    for (const { label, trackers: t, phases } of checkouts) {
       bench(ROWS.stopped + label, () => do_not_optimize(t.stopped.phase("forward", step)));
       bench(ROWS.plain + label, () => do_not_optimize(t.plain.phase("forward", step)));
       bench(ROWS.reading + label, () => do_not_optimize(t.reading.phase("forward", step)));
-      bench(ROWS.givenSink + label, () => do_not_optimize(t.givenSink.phase("forward", step)));
-      bench(ROWS.workerSink + label, () => do_not_optimize(t.workerSink.phase("forward", step)));
+      bench(ROWS.givenSink + label, () => {
+        phases.given++;
+        return do_not_optimize(t.givenSink.phase("forward", step));
+      });
+      bench(ROWS.workerSink + label, () => {
+        phases.worker++;
+        return do_not_optimize(t.workerSink.phase("forward", step));
+      });
       bench(ROWS.scope + label, () => {
+        phases.worker++;
         using scope = t.workerSink.phase("forward");
         do_not_optimize(scope);
       });
@@ -170,9 +199,12 @@ const STEP = {
 };
 group(STEP_GROUP, () => {
   bench(STEP.alone, () => do_not_optimize(compute()));
-  for (const { label, trackers: t } of checkouts) {
+  for (const { label, trackers: t, phases } of checkouts) {
     bench(STEP.reading + label, () => do_not_optimize(t.readingInSteps.phase("forward", compute)));
-    bench(STEP.worker + label, () => do_not_optimize(t.workerSinkInSteps.phase("forward", compute)));
+    bench(STEP.worker + label, () => {
+      phases.steps++;
+      return do_not_optimize(t.workerSinkInSteps.phase("forward", compute));
+    });
   }
 });
 
@@ -224,6 +256,24 @@ if (checkouts.length === 2) {
 await Promise.all(
   checkouts.flatMap(({ trackers }) => Object.values(trackers).map((tracker) => tracker.stop())),
 );
+// Records a sink dropped and counted (its queue full, or its worker too far behind) cost less than
+// written ones: their share is part of what each row measured.
+const droppedIn = (root: string): number => {
+  const manifest = JSON.parse(readFileSync(join(root, "manifest.json"), "utf8")) as {
+    session_losses?: { dropped_events: number }[];
+  };
+  return (manifest.session_losses ?? []).reduce((sum, loss) => sum + loss.dropped_events, 0);
+};
+for (const { label, name, phases } of checkouts) {
+  const share = (kind: string, count: number) => {
+    const dropped = droppedIn(join(dir, `${name}-${kind}`));
+    return `${((100 * dropped) / Math.max(1, 2 * count)).toFixed(1)} % of ${2 * count}`;
+  };
+  console.log(
+    `records dropped${label || " [this checkout]"}: default sink ${share("worker", phases.worker)} in a bare loop, ` +
+      `${share("steps", phases.steps)} inside a step; a given sink ${share("given", phases.given)}`,
+  );
+}
 // A sink that failed would make its rows measure a tracker that writes nothing.
 if (sinkFailures.length > 0) throw new Error(`a bench tracker's sink failed: ${sinkFailures.join("; ")}`);
 rmSync(dir, { recursive: true, force: true });

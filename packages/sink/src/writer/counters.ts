@@ -58,10 +58,10 @@ export class SinkCounters {
     private readonly maxQueueEvents: number,
   ) {}
 
-  /** A record `append` dropped because the queue is full (said once). */
-  droppedForQueue(): void {
-    this.droppedQueueFull++;
-    this.appended++;
+  /** `count` records dropped because the queue is full (said once). */
+  droppedForQueue(count = 1): void {
+    this.droppedQueueFull += count;
+    this.appended += count;
     if (this.warnedQueueFull) return;
     this.warnedQueueFull = true;
     this.logger.warn(

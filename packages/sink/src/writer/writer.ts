@@ -292,6 +292,18 @@ export class TelemetrySink {
   }
 
   /**
+   * Counts `count` records of the open session that its producer dropped before appending them,
+   * because this many were already waiting (the tracker's sink worker, too far behind): as records
+   * `append` drops for a full queue, in the diagnostics and the session's losses (it closes
+   * `incomplete`).
+   */
+  countDropped(count: number): void {
+    if (!(Number.isSafeInteger(count) && count > 0)) return;
+    this.counters.droppedForQueue(count);
+    this.ledger.noteLoss(this.ledger.activeSessionId, count, "queue");
+  }
+
+  /**
    * Writes everything appended so far, and the manifest. Resolves when it is on disk (or counted as
    * dropped); while the disk is failing, at once (the records wait in the queue for the retry).
    * Never rejects.
@@ -387,6 +399,25 @@ export class TelemetrySink {
       (this.pending?.events ?? 0) +
       (this.detached?.pending.events ?? 0)
     );
+  }
+
+  /**
+   * Records appended and not yet encoded. Each waits as an object: a producer that appends in bursts
+   * (the tracker's sink worker) lets them be encoded (`writeQueued`) every few hundred, as objects
+   * that live across many allocations cost the garbage collector most of all.
+   */
+  get queuedEvents(): number {
+    return this.queuedRecords;
+  }
+
+  /**
+   * Encodes and writes what is queued now, without a manifest write of its own (`flush` writes one).
+   * Resolves once the writer is idle: every record encoded, its write done or under way. While the
+   * disk is failing, at once (the records wait for the retry). Never rejects.
+   */
+  writeQueued(): Promise<void> {
+    if (this.queue.length > 0) this.kick(true);
+    return this.whenIdle();
   }
 
   /** The sessions ledger as it stands in memory (what the next manifest will hold). */

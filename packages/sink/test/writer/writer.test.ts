@@ -196,6 +196,50 @@ describe("writing", () => {
     expect(logger.warnings[0]).toContain("maxQueueEvents");
   });
 
+  it("counts records its producer dropped as dropped for a full queue, and closes the session incomplete", async () => {
+    const dir = tempDir();
+    const logger = memoryLogger();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet, logger });
+    sink.startSession({ session_id: "s" });
+    for (let i = 0; i < 10; i++) sink.append(sampleRecord("s", i));
+    sink.countDropped(40);
+    sink.countDropped(2);
+    // Not a count: ignored rather than corrupting the counters.
+    sink.countDropped(Number.NaN);
+    sink.countDropped(-3);
+    expect(sink.getDiagnostics()).toMatchObject({
+      appended_events: 52,
+      dropped_queue_full: 42,
+      dropped_events: 42,
+    });
+    await sink.close();
+    expect(fileLines(join(dir, "segment-000001.jsonl"))).toHaveLength(10);
+    const manifest = manifestOf(dir) as unknown as {
+      sessions: { status: string }[];
+      session_losses: { dropped_queue_full: number }[];
+    };
+    expect(manifest.sessions[0]!.status).toBe("incomplete");
+    expect(manifest.session_losses[0]!.dropped_queue_full).toBe(42);
+    expect(logger.warnings).toHaveLength(1);
+  });
+
+  it("writes what is queued without a manifest write of its own (writeQueued)", async () => {
+    const dir = tempDir();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet, flushEveryEvents: 10 });
+    sink.startSession({ session_id: "s" });
+    await sink.flush();
+    const manifestBefore = readFileSync(join(dir, "manifest.json"), "utf8");
+    for (let i = 0; i < 25; i++) sink.append(sampleRecord("s", i));
+    expect(sink.queuedEvents).toBe(25);
+    await sink.writeQueued();
+    expect(sink.queuedEvents).toBe(0);
+    // Two whole units of 10 are on disk; the last 5 wait for the flush.
+    expect(fileLines(join(dir, "segment-000001.jsonl"))).toHaveLength(20);
+    expect(readFileSync(join(dir, "manifest.json"), "utf8")).toBe(manifestBefore);
+    await sink.close();
+    expect(fileLines(join(dir, "segment-000001.jsonl"))).toHaveLength(25);
+  });
+
   it("flushes on its timer when fewer than flushEveryEvents wait", async () => {
     const dir = tempDir();
     const sink = new TelemetrySink({ rootDir: dir, ...quiet, flushEverySeconds: 0.02 });

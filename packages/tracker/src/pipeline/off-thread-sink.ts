@@ -74,6 +74,8 @@ export class OffThreadSink implements TelemetryWriter {
   private readonly opened: Promise<boolean>;
   /** The sink's flush interval: how long it may hold records anyway. */
   readonly flushIntervalMs: number;
+  /** The sink's bound on waiting records (`maxQueueEvents`), which also bounds the worker's backlog. */
+  readonly maxQueueEvents: number;
   private unregisterExit: (() => void) | null = null;
 
   /** Checks the options (throws `InvalidConfigError` as `TelemetrySink` does) and opens the sink on the worker. */
@@ -81,6 +83,7 @@ export class OffThreadSink implements TelemetryWriter {
     const resolved = resolveSinkConfig(options);
     this.source = resolved.source;
     this.flushIntervalMs = resolved.flushEverySeconds * 1000;
+    this.maxQueueEvents = resolved.maxQueueEvents;
     const { logger, clock: _clock, scheduler: _scheduler, ...crossing } = options;
     this.logger = guardedLogger(logger ?? consoleSinkLogger);
     this.handleProcessExit = options.handleProcessExit ?? true;

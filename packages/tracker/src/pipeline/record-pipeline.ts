@@ -2,7 +2,7 @@ import type { Scheduler, SessionStatus, SessionSummary, TelemetryEvent, TimerHan
 import { TelemetrySink, type TelemetrySinkOptions } from "@stormlog/sink";
 import type { EventStore, RecordContext } from "../records/store.js";
 import { canWriteOffThread, OffThreadSink, SinkWorkerError } from "./off-thread-sink.js";
-import { RecordRingWriter } from "./record-ring.js";
+import { RecordRingWriter, ringBuffers } from "./record-ring.js";
 import {
   isTelemetryWriter,
   type TelemetryWriter,
@@ -182,6 +182,16 @@ class MainThreadPipeline implements RecordPipeline {
  */
 const POST_DELAY_MAX_MS = 50;
 
+/**
+ * Records the sink's worker may be behind (in the ring and spill chunks) before further ones are
+ * dropped and counted, as the sink's queue drops them on this thread (or its `maxQueueEvents`, if
+ * more). A burst of this many (a loop of 32768 phases) is written whole; a loop the worker cannot
+ * keep up with (it writes a record in ~3 us) costs at most ~15 MB of spill chunks instead of all
+ * the memory it is ahead by (each spilled record is new memory to touch: ~230 bytes), and a kill
+ * loses a bounded backlog.
+ */
+const MAX_WORKER_BACKLOG = 1 << 16;
+
 /** Posted at once when this many objects wait. */
 const POST_OBJECTS_AT = 512;
 
@@ -215,10 +225,15 @@ class WorkerPipeline implements RecordPipeline {
     // at most the flush interval + 100 ms (a 50 ms flush: 25 + 25 + 50 ms and the write).
     this.postDelayMs = Math.min(POST_DELAY_MAX_MS, sink.flushIntervalMs / 2);
     this.batchLimit = Math.min(COMMIT_BATCH_LIMIT, host.store.capacity);
-    this.ring = new RecordRingWriter({
-      objects: (objects) => sink.postObjects(objects),
-      spill: (chunk) => sink.postSpill(chunk),
-    });
+    const buffers = ringBuffers();
+    this.ring = new RecordRingWriter(
+      {
+        objects: (objects) => sink.postObjects(objects),
+        spill: (chunk) => sink.postSpill(chunk),
+      },
+      buffers,
+      Math.max(sink.maxQueueEvents, MAX_WORKER_BACKLOG),
+    );
   }
 
   async startSession(start: SessionStart): Promise<SessionSummary> {
@@ -250,22 +265,16 @@ class WorkerPipeline implements RecordPipeline {
    * Copies the records waiting into the ring, in order. Its publications every 64 records wake no
    * worker that reads on its own (a wake is a system call, and this runs between training steps).
    */
-  private copyWaiting(): void {
+  private copyWaiting(droppable = true): void {
     const ring = this.ring;
     const store = this.host.store;
     const end = this.firstWaiting + this.waiting;
     this.waiting = 0;
-    for (let index = this.firstWaiting; index < end; index++) ring.write(store, index, false);
+    for (let index = this.firstWaiting; index < end; index++) ring.write(store, index, false, droppable);
   }
 
   flush(): void {
-    if (this.timer !== null) {
-      this.host.scheduler.clearTimeout(this.timer);
-      this.timer = null;
-    }
-    if (this.sink.failed) return;
-    this.copyWaiting();
-    this.ring.post();
+    this.handOverAll(true);
   }
 
   /** The timer's hand-over: published without a wake, read by the worker's own next read. */
@@ -278,13 +287,29 @@ class WorkerPipeline implements RecordPipeline {
   }
 
   close(status: SessionStatus): Promise<void> {
-    this.flush();
+    this.flushLast();
     return this.sink.close(status);
   }
 
   closeSync(status: SessionStatus): void {
-    this.flush();
+    this.flushLast();
     this.sink.closeSync(status);
+  }
+
+  /** `flush` at the session's end: its last records (`stop` among them) are never dropped. */
+  private flushLast(): void {
+    this.handOverAll(false);
+  }
+
+  /** Copies what waits (`droppable`: see `RecordRingWriter.write`), posts it and wakes the worker. */
+  private handOverAll(droppable: boolean): void {
+    if (this.timer !== null) {
+      this.host.scheduler.clearTimeout(this.timer);
+      this.timer = null;
+    }
+    if (this.sink.failed) return;
+    this.copyWaiting(droppable);
+    this.ring.post();
   }
 
   diagnostics(): WriterDiagnostics {

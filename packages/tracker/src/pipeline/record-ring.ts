@@ -16,7 +16,10 @@
  * user code may change such an object in place between phases. Detail with other values
  * (bigint, undefined) or more keys is posted whole, as a structured clone. When the worker falls behind
  * and the ring is full, records go into spill chunks posted as messages; every record carries its
- * sequence number, so the worker reads ring and chunks in order.
+ * sequence number, so the worker reads ring and chunks in order. A worker `maxBacklog` records behind
+ * (the sink's `maxQueueEvents`) gets no more: further records are dropped and counted, as the sink's
+ * own queue drops them on the training thread, so that a loop the worker cannot keep up with costs
+ * bounded memory (each spilled record is new memory to touch) and a kill loses a bounded backlog.
  */
 import type { JsonObject, JsonValue } from "@stormlog/core";
 import { sameStrings } from "@stormlog/core/internal";
@@ -76,7 +79,11 @@ const TAIL = 1;
 const WAKE = 2;
 /** 1 while the worker sleeps longer than its usual read interval: every publication wakes it then. */
 const IDLE = 3;
-const CONTROL_CELLS = 4;
+/** The sequence number of the next record the worker reads (as int32), stored with the tail. */
+const CONSUMED = 4;
+/** Records the tracker dropped so far, the worker that far behind (as int32), stored at each publication. */
+const DROPPED = 5;
+const CONTROL_CELLS = 6;
 
 /**
  * Slots of the ring: a burst beyond this many unread records spills into messages. Small on purpose:
@@ -195,6 +202,13 @@ export class RecordRingWriter {
   private published: number;
   /** The worker's tail as last read (it only grows). */
   private tailSeen: number;
+  /** `CONSUMED` as last read. */
+  private consumedSeen = 0;
+  /** Writes that found the ring full (their count says when to read the worker's progress again). */
+  private fullWrites = 0;
+  private readonly maxBacklog: number;
+  private dropped = 0;
+  private droppedPublished = 0;
   private nextId = 0;
   private outbox: RingObject[] = [];
   private spillNumbers: Float64Array | null = null;
@@ -222,7 +236,17 @@ export class RecordRingWriter {
   private readonly typeCache: (string | ObjectEntry | null)[] = ["", null, "", null];
   private lastBaseEntry: ObjectEntry | null = null;
 
-  constructor(outlet: RingOutlet, buffers: RingBuffers = ringBuffers()) {
+  /** `maxBacklog`: records the worker may be behind (ring and spill chunks) before further ones are dropped. */
+  constructor(
+    outlet: RingOutlet,
+    buffers: RingBuffers = ringBuffers(),
+    maxBacklog = Number.POSITIVE_INFINITY,
+  ) {
+    if (!(maxBacklog >= buffers.capacity))
+      throw new RangeError(
+        `a ring's backlog bound must hold the ring (${buffers.capacity}), got ${maxBacklog}`,
+      );
+    this.maxBacklog = maxBacklog;
     this.buffers = buffers;
     this.capacity = buffers.capacity;
     this.mask = ringMask(buffers.capacity);
@@ -244,25 +268,47 @@ export class RecordRingWriter {
 
   /** Whether records wait to be published, or objects or spilled records to be posted (`post()`). */
   get holding(): boolean {
-    return this.published !== this.head || this.outbox.length > 0 || this.spillCount > 0;
+    return (
+      this.published !== this.head ||
+      this.outbox.length > 0 ||
+      this.spillCount > 0 ||
+      this.dropped !== this.droppedPublished
+    );
   }
 
   get waitingObjects(): number {
     return this.outbox.length;
   }
 
+  /** Records dropped so far because the worker was `maxBacklog` behind. */
+  get droppedRecords(): number {
+    return this.dropped;
+  }
+
   /**
    * Copies stored record `index` into the ring (or a spill chunk when the worker is a ring behind).
    * `wake`: whether its publication every `PUBLISH_EVERY` records wakes a worker (see `publish`); a
-   * full ring always does (the worker must make room).
+   * full ring always does (the worker must make room). `droppable`: whether the record is dropped
+   * when the worker is `maxBacklog` behind (a session's last records are not: they are few).
    */
-  write(store: EventStore, index: number, wake = true): void {
-    const sequence = this.sequence++;
+  write(store: EventStore, index: number, wake = true, droppable = true): void {
     // Head and tail are int32 counters that wrap (a long session passes 2^31 records): distances are
     // taken modulo 2^32, slots by mask.
-    // While it spills, the tail is read again every `TAIL_EVERY` records (not at each: see `TAIL_EVERY`).
-    if (((this.head - this.tailSeen) | 0) >= this.capacity && (this.spillCount & (TAIL_EVERY - 1)) === 0)
-      this.tailSeen = Atomics.load(this.control, TAIL);
+    if (((this.head - this.tailSeen) | 0) >= this.capacity) {
+      // While the ring is full, the worker's progress is read again every `TAIL_EVERY` records (not
+      // at each: see `TAIL_EVERY`).
+      if ((this.fullWrites & (TAIL_EVERY - 1)) === 0) this.readProgress();
+      this.fullWrites = (this.fullWrites + 1) | 0;
+      if (droppable && ((this.sequence - this.consumedSeen) | 0) >= this.maxBacklog) {
+        // Read again before dropping: the worker may have caught up since.
+        this.readProgress();
+        if (((this.sequence - this.consumedSeen) | 0) >= this.maxBacklog) {
+          this.dropped++;
+          return;
+        }
+      }
+    }
+    const sequence = this.sequence++;
     if (((this.head - this.tailSeen) | 0) >= this.capacity) {
       // The worker must see what the ring holds before it can make room.
       if (this.published !== this.head) this.publish();
@@ -290,6 +336,12 @@ export class RecordRingWriter {
     }
   }
 
+  /** Reads how far the worker has read: the ring's tail and the next sequence number. */
+  private readProgress(): void {
+    this.tailSeen = Atomics.load(this.control, TAIL);
+    this.consumedSeen = Atomics.load(this.control, CONSUMED);
+  }
+
   /**
    * Shows the worker every record written so far (the head, with `Atomics.store`) and, with `wake`,
    * wakes it if it sleeps. Every `PUBLISH_EVERY` records, and by the pipeline's timer and flush:
@@ -299,6 +351,10 @@ export class RecordRingWriter {
    * that went idle (nothing published for a while) is woken by every publication.
    */
   publish(wake = true): void {
+    if (this.dropped !== this.droppedPublished) {
+      this.droppedPublished = this.dropped;
+      Atomics.store(this.control, DROPPED, this.dropped | 0);
+    }
     Atomics.store(this.control, HEAD, this.head);
     this.published = this.head;
     if (!wake && Atomics.load(this.control, IDLE) === 0) return;
@@ -339,7 +395,7 @@ export class RecordRingWriter {
         this.outlet.spill({ count, numbers, timestamps });
       }
     }
-    if (this.published !== this.head) this.publish(wake);
+    if (this.published !== this.head || this.dropped !== this.droppedPublished) this.publish(wake);
   }
 
   private encode(store: EventStore, index: number, sequence: number, out: Float64Array, at: number): void {
@@ -702,6 +758,8 @@ export class RecordRingReader {
   private known = 0;
   private tail: number;
   private nextSequence = 0;
+  /** The writer's `DROPPED` as last taken. */
+  private droppedSeen = 0;
   private sinceCleanup = 0;
 
   constructor(
@@ -736,8 +794,22 @@ export class RecordRingReader {
     try {
       return this.read(append, more);
     } finally {
-      Atomics.store(this.control, TAIL, this.tail);
+      this.storeProgress();
     }
+  }
+
+  /** Records the writer dropped (this side `maxBacklog` behind) since the last call. */
+  takeDropped(): number {
+    const total = Atomics.load(this.control, DROPPED);
+    const count = (total - this.droppedSeen) >>> 0;
+    this.droppedSeen = total;
+    return count;
+  }
+
+  /** Shows the writer how far this side has read: the ring's tail, and the next sequence number. */
+  private storeProgress(): void {
+    Atomics.store(this.control, TAIL, this.tail);
+    Atomics.store(this.control, CONSUMED, this.nextSequence | 0);
   }
 
   private read(
@@ -757,7 +829,7 @@ export class RecordRingReader {
           this.tail = (this.tail + 1) | 0;
           // The tail shares its cache line with the head: stored per record, the line would move
           // between the cores at every record the tracker writes into a full ring.
-          if ((this.tail & (TAIL_EVERY - 1)) === 0) Atomics.store(this.control, TAIL, this.tail);
+          if ((this.nextSequence & (TAIL_EVERY - 1)) === 0) this.storeProgress();
           continue;
         }
       }
@@ -769,6 +841,7 @@ export class RecordRingReader {
         return false;
       append(this.decode(numbers, at, spill.chunk.timestamps[spill.at] as bigint));
       if (++spill.at === spill.chunk.count) this.spills.shift();
+      if ((this.nextSequence & (TAIL_EVERY - 1)) === 0) this.storeProgress();
     }
   }
 

@@ -113,6 +113,44 @@ describe("a sink on a worker thread", () => {
     expect(sessions[0]?.events.map((event) => event.event_type)).toEqual(["start", "stop"]);
   });
 
+  it("drops and counts what a loop the worker cannot keep up with sends beyond the backlog bound", async () => {
+    const root = join(tempDir(), "sink");
+    const { tracker } = trackerWithSink(root, {
+      rolloverMaxEvents: 1_000_000,
+      retentionMaxFiles: 1000,
+      fsync: "never",
+    });
+    await tracker.start();
+    // 300,000 phase records with no pause: far more than the 65,536 the worker may be behind.
+    const phases = 150_000;
+    for (let i = 0; i < phases; i++) tracker.phase("step", () => undefined);
+    await tracker.stop();
+    const [session] = await loadTelemetrySessions(root);
+    const manifest = JSON.parse(readFileSync(join(root, "manifest.json"), "utf8")) as {
+      session_losses: { dropped_queue_full: number; dropped_events: number }[];
+    };
+    const [loss] = manifest.session_losses;
+    const events = session?.events ?? [];
+    const boundaries = events.filter((event) => event.event_type.startsWith("phase_"));
+    expect(session?.summary.status).toBe("incomplete");
+    expect(loss?.dropped_queue_full).toBeGreaterThan(0);
+    expect(loss?.dropped_events).toBe(loss?.dropped_queue_full);
+    // Every record is written or counted: the boundaries, start and stop, and the sample that stop
+    // may take (dropped if the worker is still behind then).
+    const dropped = loss?.dropped_queue_full ?? 0;
+    expect(events.length + dropped).toBeGreaterThanOrEqual(2 * phases + 2);
+    expect(events.length + dropped).toBeLessThanOrEqual(2 * phases + 3);
+    expect(boundaries.length + dropped).toBeGreaterThanOrEqual(2 * phases);
+    expect(boundaries.length).toBeGreaterThanOrEqual(65_536);
+    expect(events[0]?.event_type).toBe("start");
+    expect(events.at(-1)?.event_type).toBe("stop");
+    // In order: the sequence numbers of the phase scopes written only grow.
+    const sequences = boundaries.map(
+      (event) => (event.metadata.phase_scope as { sequence: number }).sequence,
+    );
+    expect(sequences.every((sequence, i) => i === 0 || sequence > (sequences[i - 1] as number))).toBe(true);
+  });
+
   it("takes a burst far beyond the sink's queue without dropping a record", async () => {
     const root = join(tempDir(), "sink");
     const { tracker } = trackerWithSink(root, { maxQueueEvents: 500 });

@@ -41,7 +41,7 @@ const scope = {
 };
 
 /** A writer and a reader over one ring, as the tracker and its worker use them; posts are held until `deliver`. */
-function ring(capacity = 64, startAt = 0) {
+function ring(capacity = 64, startAt = 0, maxBacklog = Number.POSITIVE_INFINITY) {
   const buffers = ringBuffers(capacity);
   // A ring that has already carried `startAt` records (head and tail as the int32 cells hold them).
   const control = new Int32Array(buffers.control);
@@ -51,6 +51,7 @@ function ring(capacity = 64, startAt = 0) {
   const writer = new RecordRingWriter(
     { objects: (objects) => posted.objects.push(objects), spill: (chunk) => posted.spills.push(chunk) },
     buffers,
+    maxBacklog,
   );
   writer.begin(context.sessionId);
   const reader = new RecordRingReader(buffers, context, new EventStore(1));
@@ -215,6 +216,30 @@ describe("the record ring", () => {
     r.writer.post();
     for (const index of second.slice(10)) r.writer.write(r.store, index);
     expect(r.deliver()).toEqual(r.expected(second));
+  });
+
+  it("drops and counts the records beyond its backlog bound while the reader is behind, and takes more once it caught up", () => {
+    const r = ring(8, 0, 16);
+    const burst = Array.from({ length: 40 }, () => push(r.store, "sample", null));
+    for (const index of burst) r.writer.write(r.store, index);
+    // 8 in the ring, 8 in a chunk: the reader is 16 behind, so the other 24 are dropped.
+    expect(r.writer.droppedRecords).toBe(24);
+    expect(r.deliver()).toEqual(r.expected(burst.slice(0, 16)));
+    expect(r.reader.takeDropped()).toBe(24);
+    // Counted once.
+    expect(r.reader.takeDropped()).toBe(0);
+    // Caught up: the next burst up to the bound is taken whole, in order, after the one before.
+    const next = Array.from({ length: 16 }, () => push(r.store, "sample", null));
+    for (const index of next) r.writer.write(r.store, index);
+    expect(r.writer.droppedRecords).toBe(24);
+    expect(r.deliver()).toEqual(r.expected(next));
+    expect(r.reader.takeDropped()).toBe(0);
+  });
+
+  it("refuses a backlog bound smaller than the ring", () => {
+    expect(
+      () => new RecordRingWriter({ objects: () => undefined, spill: () => undefined }, ringBuffers(8), 4),
+    ).toThrow(/must hold the ring/);
   });
 
   it("posts an object again after it went unused for a window (the reader forgets it), and rebuilds it alike", () => {
