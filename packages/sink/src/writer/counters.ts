@@ -50,6 +50,7 @@ export class SinkCounters {
   droppedIo = 0;
   rejected = 0;
   private warnedQueueFull = false;
+  private warnedProducerDrops = false;
   private warnedRejected = false;
 
   constructor(
@@ -58,16 +59,33 @@ export class SinkCounters {
     private readonly maxQueueEvents: number,
   ) {}
 
-  /** `count` records dropped because the queue is full (said once). */
-  droppedForQueue(count = 1): void {
-    this.droppedQueueFull += count;
-    this.appended += count;
+  /** A record `append` dropped because the queue is full (said once). */
+  droppedForQueue(): void {
+    this.droppedQueueFull++;
+    this.appended++;
     if (this.warnedQueueFull) return;
     this.warnedQueueFull = true;
     this.logger.warn(
       `${this.subject()}: ${this.maxQueueEvents} records are already waiting for the disk; further records ` +
         "are dropped and counted (getDiagnostics().dropped_queue_full) and the session will close as incomplete. " +
         "The disk is slower than the producer: raise maxQueueEvents or sample less often",
+    );
+  }
+
+  /**
+   * `count` records the producer dropped before appending them, too far behind (said once); counted
+   * with the queue's drops.
+   */
+  droppedByProducer(count: number): void {
+    this.droppedQueueFull += count;
+    this.appended += count;
+    if (this.warnedProducerDrops) return;
+    this.warnedProducerDrops = true;
+    this.logger.warn(
+      `${this.subject()}: records came faster than they can be written and were dropped before reaching ` +
+        "the sink; dropped records are counted (getDiagnostics().dropped_queue_full) and the session will close " +
+        "as incomplete. Record fewer events a second (phases around larger steps), or raise maxQueueEvents " +
+        "to absorb longer bursts",
     );
   }
 

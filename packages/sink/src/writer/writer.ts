@@ -292,14 +292,14 @@ export class TelemetrySink {
   }
 
   /**
-   * Counts `count` records of the open session that its producer dropped before appending them,
-   * because this many were already waiting (the tracker's sink worker, too far behind): as records
-   * `append` drops for a full queue, in the diagnostics and the session's losses (it closes
-   * `incomplete`).
+   * Counts `count` records that the producer dropped before appending them, too far behind (the
+   * tracker's sink worker): as records `append` drops for a full queue, in the diagnostics and, with a
+   * session open, in its losses (it closes `incomplete`). Logs once. Anything but a positive integer
+   * is ignored.
    */
   countDropped(count: number): void {
     if (!(Number.isSafeInteger(count) && count > 0)) return;
-    this.counters.droppedForQueue(count);
+    this.counters.droppedByProducer(count);
     this.ledger.noteLoss(this.ledger.activeSessionId, count, "queue");
   }
 
@@ -411,9 +411,10 @@ export class TelemetrySink {
   }
 
   /**
-   * Encodes and writes what is queued now, without a manifest write of its own (`flush` writes one).
-   * Resolves once the writer is idle: every record encoded, its write done or under way. While the
-   * disk is failing, at once (the records wait for the retry). Never rejects.
+   * Encodes and writes what is queued, without a manifest write of its own (`flush` writes one).
+   * Resolves once the writer is idle: what was queued encoded (whole flush units written, the last
+   * write possibly under way; a part unit waits for the next write or tick). While the disk is
+   * failing, at once (the records wait for the retry). Never rejects.
    */
   writeQueued(): Promise<void> {
     if (this.queue.length > 0) this.kick(true);

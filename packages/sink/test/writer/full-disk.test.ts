@@ -1,9 +1,7 @@
 // ENOSPC on a really full filesystem: a small tmpfs the test mounts (we run as root), filled by a
 // file the test writes. What must hold: the loss and the final status reach the disk, retries follow
 // the documented schedule, no empty segment per retry, "works again" only after a real write.
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmdirSync, rmSync, statfsSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Clock, Scheduler, TimerHandle } from "@stormlog/core";
 import { afterEach, describe, expect, it } from "vitest";
@@ -11,35 +9,9 @@ import { sampleRecord } from "../../scripts/sample-records.js";
 import { readManifestSync } from "../../src/directory/manifest.js";
 import { TelemetrySink } from "../../src/index.js";
 import { memoryLogger, quiet } from "../helpers.js";
+import { FILLER, fill, smallFilesystem, unmountSmallFilesystems } from "../support/full-filesystem.js";
 
-const mounted: string[] = [];
-
-/** A fresh tmpfs of `kib` KiB, unmounted after the test. */
-function smallFilesystem(kib: number): string {
-  const dir = mkdtempSync(join(tmpdir(), "stormlog-full-"));
-  execFileSync("mount", ["-t", "tmpfs", "-o", `size=${kib}k`, "tmpfs", dir]);
-  mounted.push(dir);
-  return dir;
-}
-
-afterEach(() => {
-  for (const dir of mounted.splice(0)) {
-    execFileSync("umount", [dir]);
-    rmdirSync(dir);
-  }
-});
-
-const FILLER = "filler.bin";
-
-/** Fills the filesystem until `leaveBytes` are free (0: until the write fails with ENOSPC). */
-function fill(dir: string, leaveBytes = 0): void {
-  const free = Number(statfsSync(dir).bavail * statfsSync(dir).bsize);
-  try {
-    writeFileSync(join(dir, FILLER), Buffer.alloc(leaveBytes === 0 ? free + (1 << 20) : free - leaveBytes));
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "ENOSPC") throw error;
-  }
-}
+afterEach(unmountSmallFilesystems);
 
 function segmentSizes(dir: string): number[] {
   return readdirSync(dir)

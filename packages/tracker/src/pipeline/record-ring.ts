@@ -16,10 +16,11 @@
  * user code may change such an object in place between phases. Detail with other values
  * (bigint, undefined) or more keys is posted whole, as a structured clone. When the worker falls behind
  * and the ring is full, records go into spill chunks posted as messages; every record carries its
- * sequence number, so the worker reads ring and chunks in order. A worker `maxBacklog` records behind
- * (the sink's `maxQueueEvents`) gets no more: further records are dropped and counted, as the sink's
- * own queue drops them on the training thread, so that a loop the worker cannot keep up with costs
- * bounded memory (each spilled record is new memory to touch) and a kill loses a bounded backlog.
+ * sequence number, so the worker reads ring and chunks in order. A worker about `maxBacklog` records
+ * behind (the pipeline's bound; checked while the ring is full) gets no more: further records are
+ * dropped and counted, as the sink's own queue drops them on the training thread, so that a loop the
+ * worker cannot keep up with costs bounded memory (each spilled record is new memory to touch) and a
+ * kill loses a bounded backlog. A `stop` record is never dropped.
  */
 import type { JsonObject, JsonValue } from "@stormlog/core";
 import { sameStrings } from "@stormlog/core/internal";
@@ -288,8 +289,9 @@ export class RecordRingWriter {
   /**
    * Copies stored record `index` into the ring (or a spill chunk when the worker is a ring behind).
    * `wake`: whether its publication every `PUBLISH_EVERY` records wakes a worker (see `publish`); a
-   * full ring always does (the worker must make room). `droppable`: whether the record is dropped
-   * when the worker is `maxBacklog` behind (a session's last records are not: they are few).
+   * full ring always does (the worker must make room). `droppable`: whether the record may be
+   * dropped when the worker is `maxBacklog` behind (a session's last records are not: they are few;
+   * nor is a `stop` record, whatever its batch).
    */
   write(store: EventStore, index: number, wake = true, droppable = true): void {
     // Head and tail are int32 counters that wrap (a long session passes 2^31 records): distances are
@@ -300,9 +302,13 @@ export class RecordRingWriter {
       if ((this.fullWrites & (TAIL_EVERY - 1)) === 0) this.readProgress();
       this.fullWrites = (this.fullWrites + 1) | 0;
       if (droppable && ((this.sequence - this.consumedSeen) | 0) >= this.maxBacklog) {
-        // Read again before dropping: the worker may have caught up since.
+        // Read again before dropping: the worker may have caught up since (a load of a line it
+        // stores every `TAIL_EVERY` records: cheap beside a record that would have been written).
         this.readProgress();
-        if (((this.sequence - this.consumedSeen) | 0) >= this.maxBacklog) {
+        if (
+          ((this.sequence - this.consumedSeen) | 0) >= this.maxBacklog &&
+          store.eventType(index) !== "stop"
+        ) {
           this.dropped++;
           return;
         }

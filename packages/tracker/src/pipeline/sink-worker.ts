@@ -6,7 +6,6 @@
  */
 import { readlinkSync } from "node:fs";
 import { setPriority } from "node:os";
-import { setTimeout as sleep } from "node:timers/promises";
 import { parentPort } from "node:worker_threads";
 import type { TelemetryEvent } from "@stormlog/core";
 import { TelemetrySink } from "@stormlog/sink";
@@ -101,7 +100,8 @@ function open(request: Extract<SinkWorkerRequest, { kind: "open" }>): void {
     sink,
     diagnostics: new Float64Array(request.diagnostics),
     closed: new Int32Array(request.closed),
-    highWater: Math.floor(sink.getDiagnostics().max_queue_events / 2),
+    // At least one: a sink that may hold one record still reads the ring.
+    highWater: Math.max(1, Math.floor(sink.getDiagnostics().max_queue_events / 2)),
     ring: null,
     append: (record) => sink.append(record),
     pullQueued: false,
@@ -131,22 +131,24 @@ function watchRing(state: OpenSink, watch: RingWatch): void {
 /**
  * Appends what the ring holds; a sink with many records waiting for the disk is flushed first: a
  * burst (thousands of phases in a fast loop) waits in the ring and its spill chunks instead of
- * overflowing the sink's bounded queue.
+ * overflowing the sink's bounded queue. Returns when the ring is read, or when nothing went out (the
+ * disk is failing; its retry runs on a timer, which waiting on promises here would starve): the
+ * records wait in the ring for the next pull.
  */
 async function pull(state: OpenSink): Promise<void> {
   const ring = state.ring;
   if (ring === null) return;
   const sink = state.sink;
   const room = () => sink.queuedEvents < ENCODE_EVERY && sink.pendingEvents < state.highWater;
-  sink.countDropped(ring.takeDropped());
-  while (ring.drain(state.append, room)) {
+  for (;;) {
+    // Counted as the tracker drops them: a long pull under load keeps the manifest's losses current.
+    sink.countDropped(ring.takeDropped());
+    if (!ring.drain(state.append, room)) return;
     const queued = sink.queuedEvents;
     const pending = sink.pendingEvents;
     if (pending >= state.highWater) await sink.flush();
     else await sink.writeQueued();
-    // Nothing went out (the disk is failing; its retry runs on a timer): wait for a timer rather
-    // than spin on promises, which would keep that timer from ever running.
-    if (sink.queuedEvents >= queued && sink.pendingEvents >= pending) await sleep(RING_READ_INTERVAL_MS);
+    if (sink.queuedEvents >= queued && sink.pendingEvents >= pending) return;
   }
 }
 
@@ -194,7 +196,9 @@ function handle(request: Task): Promise<void> | undefined {
       break;
     case "close":
       state.finished = true;
+      // What a failing disk left in the ring is appended (the sink's bounded queue counts what it drops).
       return pull(state)
+        .then(() => pullNow(state))
         .then(() => sink.close(request.status))
         .then(() => {
           share(state);

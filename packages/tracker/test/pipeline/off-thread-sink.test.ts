@@ -141,7 +141,8 @@ describe("a sink on a worker thread", () => {
     expect(events.length + dropped).toBeGreaterThanOrEqual(2 * phases + 2);
     expect(events.length + dropped).toBeLessThanOrEqual(2 * phases + 3);
     expect(boundaries.length + dropped).toBeGreaterThanOrEqual(2 * phases);
-    expect(boundaries.length).toBeGreaterThanOrEqual(65_536);
+    // What was in flight when drops began is written: the bound's worth of records.
+    expect(events.length).toBeGreaterThanOrEqual(65_536);
     expect(events[0]?.event_type).toBe("start");
     expect(events.at(-1)?.event_type).toBe("stop");
     // In order: the sequence numbers of the phase scopes written only grow.

@@ -228,10 +228,20 @@ describe("the record ring", () => {
     expect(r.reader.takeDropped()).toBe(24);
     // Counted once.
     expect(r.reader.takeDropped()).toBe(0);
+    // Behind again: a `stop` record, and one written as not droppable (a session's last), still go out.
+    const behind = Array.from({ length: 17 }, () => push(r.store, "sample", null));
+    for (const index of behind) r.writer.write(r.store, index);
+    expect(r.writer.droppedRecords).toBe(25);
+    const last = [push(r.store, "sample", null), push(r.store, "stop", null)];
+    r.writer.write(r.store, last[0] as number, true, false);
+    r.writer.write(r.store, last[1] as number);
+    expect(r.writer.droppedRecords).toBe(25);
+    expect(r.deliver()).toEqual(r.expected([...behind.slice(0, 16), ...last]));
+    expect(r.reader.takeDropped()).toBe(1);
     // Caught up: the next burst up to the bound is taken whole, in order, after the one before.
     const next = Array.from({ length: 16 }, () => push(r.store, "sample", null));
     for (const index of next) r.writer.write(r.store, index);
-    expect(r.writer.droppedRecords).toBe(24);
+    expect(r.writer.droppedRecords).toBe(25);
     expect(r.deliver()).toEqual(r.expected(next));
     expect(r.reader.takeDropped()).toBe(0);
   });
