@@ -3,7 +3,7 @@
 // or manifest the Python Stormlog would refuse fails here. The checker is first held to the golden sinks
 // that the Python Stormlog wrote, so that it cannot drift into agreeing with us.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseJson } from "@stormlog/core";
@@ -79,6 +79,12 @@ describe("the Python checker", () => {
     const crashedId = "00000000-0000-4000-8000-00000000dead";
     crashed.startSession({ session_id: crashedId });
     await crashed.flush();
+    // Its process is gone: its lock names a pid that no longer runs (this process's own sinks, on
+    // any thread, keep theirs).
+    const lockPath = join(root, "writer.lock");
+    const deadPid = spawnSync(process.execPath, ["-e", ""]).pid;
+    const lock = JSON.parse(readFileSync(lockPath, "utf8")) as Record<string, unknown>;
+    writeFileSync(lockPath, `${JSON.stringify({ ...lock, pid: deadPid, process_started_at_ms: null })}\n`);
 
     // 3: the next run opens the directory (recovery: interrupted) and completes.
     const third = makeTracker([collector], { sink: sinkOptions }, 1_700_000_100);

@@ -55,8 +55,22 @@ export class SinkDirectoryLockedError extends StormlogError {
   }
 }
 
-/** Lock files this process holds, by path, with their tokens (two sinks of one process exclude each other too). */
+/**
+ * Lock files this thread holds, by path, with their tokens (two sinks of one process exclude each
+ * other too). Another thread of this process (the tracker's sink worker) has its own map: its locks
+ * are told by the process's start time (`isHolderAlive`).
+ */
 const heldByThisProcess = new Map<string, string>();
+
+/** When this process started (epoch ms, Linux), read once: the same for all its threads. */
+let ownStartedAtMs: number | null | undefined;
+function thisProcessStartedAtMs(): number | null {
+  if (ownStartedAtMs === undefined) ownStartedAtMs = processStartedAtMs(process.pid);
+  return ownStartedAtMs;
+}
+
+/** Directories beside a held one that one process tries (`-2`, `-3` … after the first): one per sink. */
+const BESIDE_TRIES = 16;
 
 /** A held lock on a sink directory. */
 export class WriterLock {
@@ -107,11 +121,17 @@ export function claimSinkDirectory(directory: string, options: ClaimOptions = {}
   if (first instanceof WriterLock) return { directory, lock: first, movedAsideFrom: null };
   if (options.policy === "refuse") throw new SinkDirectoryLockedError(directory, first);
   const rank = options.rank ?? rankFromEnvironment();
-  const beside = join(directory, writerDirectoryName(rank === undefined ? {} : { rank }));
-  const second = tryLock(beside);
-  if (second instanceof WriterLock) return { directory: beside, lock: second, movedAsideFrom: first };
-  // Only a process with this very pid on this host could hold it: that is this process.
-  throw new SinkDirectoryLockedError(beside, second);
+  const name = writerDirectoryName(rank === undefined ? {} : { rank });
+  // Only a process with this very pid on this host could hold these: that is this process, whose
+  // other sinks (or threads) write there; each takes the next one.
+  let holder: WriterLockOwner = first;
+  for (let k = 1; k <= BESIDE_TRIES; k++) {
+    const beside = join(directory, k === 1 ? name : `${name}-${k}`);
+    const taken = tryLock(beside);
+    if (taken instanceof WriterLock) return { directory: beside, lock: taken, movedAsideFrom: first };
+    holder = taken;
+  }
+  throw new SinkDirectoryLockedError(join(directory, `${name}-${BESIDE_TRIES}`), holder);
 }
 
 /** This lock, or the live owner that holds the directory. */
@@ -140,7 +160,7 @@ function newOwner(): WriterLockOwner {
   return {
     host: hostname(),
     pid: process.pid,
-    process_started_at_ms: processStartedAtMs(process.pid),
+    process_started_at_ms: thisProcessStartedAtMs(),
     acquired_at_ns: (BigInt(Date.now()) * 1_000_000n).toString(),
     token: randomUUID(),
   };
@@ -217,7 +237,13 @@ export function readOwner(path: string): WriterLockOwner | null | undefined {
 /** Whether the holder may still write: another host's always counts as alive (its pid cannot be checked here). */
 function isHolderAlive(path: string, holder: WriterLockOwner): boolean {
   if (holder.host !== hostname()) return true;
-  if (holder.pid === process.pid) return heldByThisProcess.get(path) === holder.token;
+  if (holder.pid === process.pid) {
+    if (heldByThisProcess.get(path) === holder.token) return true;
+    // Taken by another thread of this very process (same start), or left by an earlier process that
+    // had this pid (a restarted container): only the first still writes.
+    const started = thisProcessStartedAtMs();
+    return started !== null && holder.process_started_at_ms === started;
+  }
   return isProcessRunning(holder.pid, holder.process_started_at_ms);
 }
 

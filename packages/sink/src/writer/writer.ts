@@ -330,6 +330,9 @@ export class TelemetrySink {
 
   private closeSession(status: SessionStatus, rollups: boolean): Promise<void> {
     const sessionId = this.ledger.detach();
+    // A close tries the disk at once, whatever the retry schedule: a short outage that is over must
+    // not cost what waits (up to a minute's backoff away), as the exit path does.
+    this.retry.attemptNow();
     if (sessionId === null) return this.flush().then(() => this.backgroundSettled());
     const closed = new Promise<void>((resolve) => {
       this.pushBarrier(new Barrier("close", resolve, sessionId, status, this.config.clock.nowNs(), rollups));

@@ -85,6 +85,36 @@ describe("a filesystem that fills up (ENOSPC)", () => {
     expect(worksAgain(logger.infos)).toHaveLength(1);
   });
 
+  it("tries the disk at close whatever the retry schedule: an outage that is over loses nothing", async () => {
+    const dir = smallFilesystem(512);
+    const logger = memoryLogger();
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      logger,
+      flushEveryEvents: 10,
+      // The next retry is a minute away when the job ends.
+      failureBackoffSeconds: 60,
+      failureBackoffMaxSeconds: 60,
+    });
+    sink.startSession({ session_id: "short-outage" });
+    for (let i = 0; i < 20; i++) sink.append(sampleRecord("short-outage", i));
+    await sink.flush();
+    fill(dir);
+    for (let i = 20; i < 40; i++) sink.append(sampleRecord("short-outage", i));
+    await until(() => sink.getDiagnostics().io_failures > 0, "the write to fail");
+    rmSync(join(dir, FILLER));
+    for (let i = 40; i < 140; i++) sink.append(sampleRecord("short-outage", i));
+    await sink.close();
+
+    // Only the write that failed is lost; what came after it reaches the disk.
+    expect(sink.getDiagnostics()).toMatchObject({ written_events: 120, dropped_io_error: 20, dropped_events: 20 });
+    const manifest = readManifestSync(dir)!;
+    expect(manifest.sessions[0]).toMatchObject({ session_id: "short-outage", status: "incomplete" });
+    expect(manifest.segments.reduce((sum, s) => sum + s.event_count, 0)).toBe(120);
+    expect(worksAgain(logger.infos)).toHaveLength(1);
+  });
+
   it.each(["close", "closeSync"] as const)(
     "records the session as incomplete on %s although the disk stays full",
     async (how) => {

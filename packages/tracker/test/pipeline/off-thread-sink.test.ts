@@ -152,6 +152,33 @@ describe("a sink on a worker thread", () => {
     expect(sequences.every((sequence, i) => i === 0 || sequence > (sequences[i - 1] as number))).toBe(true);
   });
 
+  it("gives each sink of this process on one directory its own, whichever thread writes it", async () => {
+    const root = join(tempDir(), "sink");
+    const collector = () => new SequencedCollector([full(reading({ allocated: 128, reserved: 256 }))]);
+    const sink = { rootDir: root, handleProcessExit: false };
+    // Two on the sink's worker thread, one on this thread: three writers, one directory.
+    const trackers = [
+      makeTracker([collector()], { sink }).tracker,
+      makeTracker([collector()], { sink }).tracker,
+      makeTracker([collector()], { sink, sinkThread: "main" }).tracker,
+    ];
+    for (const tracker of trackers) await tracker.start();
+    for (let i = 0; i < 300; i++) for (const tracker of trackers) tracker.phase("step", () => undefined);
+    for (const tracker of trackers) await tracker.stop();
+    const sessions = await loadTelemetrySessions(root);
+    expect(sessions.map((session) => session.summary.status)).toEqual([
+      "completed",
+      "completed",
+      "completed",
+    ]);
+    const ids = new Set(trackers.map((tracker) => tracker.getSessionSummary()?.session_id));
+    expect(new Set(sessions.map((session) => session.summary.session_id))).toEqual(ids);
+    for (const session of sessions) {
+      expect(session.events.filter((event) => event.event_type === "phase_exit")).toHaveLength(300);
+      expect(session.events.at(-1)?.event_type).toBe("stop");
+    }
+  });
+
   it("takes a burst far beyond the sink's queue without dropping a record", async () => {
     const root = join(tempDir(), "sink");
     const { tracker } = trackerWithSink(root, { maxQueueEvents: 500 });
