@@ -13,7 +13,7 @@ afterEach(() => {
   for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 });
 
-function run(mode: "signal" | "exit" | "natural", sinkThread: "worker" | "main") {
+function run(mode: "signal" | "exit" | "natural" | "exit-burst", sinkThread: "worker" | "main") {
   const root = join(mkdtempSync(join(tmpdir(), "stormlog-exit-")), "sink");
   dirs.push(dirname(root));
   const result = spawnSync(
@@ -48,4 +48,17 @@ describe("process end", () => {
       expect(sessions[0]?.events.map((e) => e.event_type)).toContain("phase_exit");
     },
   );
+
+  // The sink's worker holds a burst in its ring beyond its sink's queue (16,384): on exit it writes
+  // it a batch at a time. (A sink on the training thread drops beyond its queue, as documented: a
+  // loop that never yields never lets it write.)
+  it("writes a burst of 60,000 records and stop on process.exit() (sink on the worker thread)", async () => {
+    const { root, result } = run("exit-burst", "worker");
+    expect(result.status).toBe(0);
+    const sessions = await loadTelemetrySessions(root);
+    expect(sessions[0]?.summary.status).toBe("completed");
+    const events = sessions[0]?.events ?? [];
+    expect(events.filter((event) => event.event_type === "phase_exit")).toHaveLength(30_001);
+    expect(events.at(-1)?.event_type).toBe("stop");
+  });
 });

@@ -110,6 +110,14 @@ export class ChunkEncoder {
     return full.subarray(0, bytes);
   }
 
+  /**
+   * The write in flight was done again on this thread while the thread pool may still read its
+   * buffer (the exit path): that buffer is never handed out again.
+   */
+  abandonWriting(): void {
+    this.writing = null;
+  }
+
   /** The write is over: its buffer becomes the spare one (unless a burst made it large). */
   release(): void {
     const done = this.writing;

@@ -357,21 +357,8 @@ export class TelemetrySink {
       this.pushBarrier(new Barrier("flush", null));
     }
     this.cancelTimers();
-    // Take over from the asynchronous driver: it stops at its next step.
-    this.pumpToken++;
-    const interrupted = this.activeWork;
-    const inflight = this.inflightOp;
-    this.activeWork = null;
-    this.inflightOp = null;
-    this.pumpRunning = false;
-    this.retry.attemptNow();
     try {
-      if (interrupted !== null) {
-        // The step in flight is done again (steps are positional), but a close is not repeated.
-        const redone = inflight === null || inflight.op === "close" ? IO_OK : this.runSync(inflight);
-        this.runToEndSync(interrupted, redone);
-      }
-      this.runToEndSync(this.work());
+      this.workHereSync();
       // One last try at the ledger even if the disk failed above.
       if (this.ledger.stale) this.runToEndSync(this.writeLedgerHard());
     } catch (error) {
@@ -379,6 +366,45 @@ export class TelemetrySink {
     }
     this.releaseLock();
     this.resolveIdle();
+  }
+
+  /**
+   * `writeQueued` with blocking I/O on this thread, for the exit path of a producer with more records
+   * than the queue holds (the tracker's sink worker on `process.exit()`): append up to the queue's
+   * bound, write, append more. Never throws.
+   */
+  writeQueuedSync(): void {
+    if (this.finalized) return;
+    try {
+      this.workHereSync();
+    } catch (error) {
+      this.config.logger.warn(`writing ${this.rootDir} on exit failed: ${(error as Error).message}`);
+    }
+    this.resolveIdle();
+  }
+
+  /**
+   * Takes over from the asynchronous driver (it stops at its next step) and does all the work there
+   * is with blocking I/O, trying the disk at once whatever the retry schedule.
+   */
+  private workHereSync(): void {
+    this.pumpToken++;
+    const interrupted = this.activeWork;
+    const inflight = this.inflightOp;
+    this.activeWork = null;
+    this.inflightOp = null;
+    this.pumpRunning = false;
+    // A write under way on the thread pool is done again here, but may still read its buffer later:
+    // reused, that buffer would put newer lines at the old write's place (a torn line at exit).
+    if (inflight !== null || (this.detached !== null && this.detached.result === null))
+      this.chunk.abandonWriting();
+    this.retry.attemptNow();
+    if (interrupted !== null) {
+      // The step in flight is done again (steps are positional), but a close is not repeated.
+      const redone = inflight === null || inflight.op === "close" ? IO_OK : this.runSync(inflight);
+      this.runToEndSync(interrupted, redone);
+    }
+    this.runToEndSync(this.work());
   }
 
   /** The reference's counters plus this package's queue and failure state. */

@@ -108,7 +108,11 @@ describe("a filesystem that fills up (ENOSPC)", () => {
     await sink.close();
 
     // Only the write that failed is lost; what came after it reaches the disk.
-    expect(sink.getDiagnostics()).toMatchObject({ written_events: 120, dropped_io_error: 20, dropped_events: 20 });
+    expect(sink.getDiagnostics()).toMatchObject({
+      written_events: 120,
+      dropped_io_error: 20,
+      dropped_events: 20,
+    });
     const manifest = readManifestSync(dir)!;
     expect(manifest.sessions[0]).toMatchObject({ session_id: "short-outage", status: "incomplete" });
     expect(manifest.segments.reduce((sum, s) => sum + s.event_count, 0)).toBe(120);

@@ -152,11 +152,22 @@ async function pull(state: OpenSink): Promise<void> {
   }
 }
 
-/** Appends everything the ring holds now, however full the sink's queue (process exit). */
+/** Appends and writes everything the ring holds now (process exit, or a close on a failing disk). */
 function pullNow(state: OpenSink): void {
-  if (state.ring === null) return;
-  state.sink.countDropped(state.ring.takeDropped());
-  state.ring.drain(state.append, () => true);
+  const ring = state.ring;
+  if (ring === null) return;
+  const sink = state.sink;
+  sink.countDropped(ring.takeDropped());
+  // A batch at a time, written with blocking I/O: the sink's queue would drop what it cannot hold.
+  while (ring.drain(state.append, () => sink.queuedEvents < ENCODE_EVERY)) {
+    const queued = sink.queuedEvents;
+    sink.writeQueuedSync();
+    if (sink.queuedEvents >= queued) {
+      // The disk fails: the sink's bounded queue takes the rest, and counts what it drops.
+      ring.drain(state.append, () => true);
+      return;
+    }
+  }
 }
 
 /** Handles one request; a `close` resolves once the session is closed. */
