@@ -81,6 +81,20 @@ export class WriterLock {
     readonly owner: WriterLockOwner,
   ) {}
 
+  /**
+   * Puts the lock file back after its directory was removed and made again, so that another writer
+   * sees this one. False when another writer took the directory meanwhile (or this lock was released).
+   */
+  renew(): boolean {
+    if (this.released) return false;
+    const path = join(this.directory, WRITER_LOCK_FILENAME);
+    if (createExclusive(path, this.owner)) {
+      heldByThisProcess.set(path, this.owner.token);
+      return true;
+    }
+    return readOwner(path)?.token === this.owner.token;
+  }
+
   /** Gives the directory up (idempotent). Removes the file only while it is still this lock's. */
   release(): void {
     if (this.released) return;

@@ -908,7 +908,30 @@ export class TelemetrySink {
     const made = yield { op: "mkdir", path: this.rootDir };
     if (!made.ok) return made.error;
     this.needsMkdir = false;
-    return null;
+    return this.relock();
+  }
+
+  /**
+   * The directory was removed with its lock and made again: the lock goes back, or, when another
+   * writer took the directory meanwhile, this one moves beside it (as at the start). Null when done.
+   */
+  private relock(): Error | null {
+    const lock = this.lock;
+    if (lock === null) return null;
+    try {
+      if (lock.renew()) return null;
+      const taken = this.directory;
+      this.lock = null;
+      this.claimDirectory();
+      this.config.logger.warn(
+        `${taken} was removed and taken by another writer before this one made it again: ` +
+          `this sink goes on in ${this.directory}`,
+      );
+      this.ledger.changed();
+      return null;
+    } catch (error) {
+      return error as Error;
+    }
   }
 
   /**

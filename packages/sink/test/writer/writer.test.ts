@@ -538,6 +538,42 @@ describe("disk failures", () => {
     expect((await loadTelemetrySessions(dir))[0]!.eventCount).toBe(10);
   });
 
+  it("takes its lock again with the directory it makes again: a second writer goes beside", async () => {
+    const dir = join(tempDir(), "sink");
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      logger: memoryLogger(),
+      flushEveryEvents: 5,
+      flushEverySeconds: 0.01,
+      failureBackoffSeconds: 0.01,
+      failureBackoffMaxSeconds: 0.02,
+    });
+    sink.startSession({ session_id: "first" });
+    for (let i = 0; i < 10; i++) sink.append(sampleRecord("first", i));
+    await sink.flush();
+    rmSync(dir, { recursive: true, force: true });
+    await vi.waitFor(() => expect(sink.getDiagnostics().dropped_io_error).toBeGreaterThan(0), {
+      timeout: 5000,
+    });
+    for (let i = 10; i < 20; i++) sink.append(sampleRecord("first", i));
+    await vi.waitFor(() => expect(existsSync(join(dir, "manifest.json"))).toBe(true), { timeout: 5000 });
+    await sink.flush();
+    expect(existsSync(join(dir, "writer.lock"))).toBe(true);
+
+    const second = new TelemetrySink({ rootDir: dir, ...quiet, logger: memoryLogger() });
+    expect(second.rootDir).not.toBe(dir);
+    second.startSession({ session_id: "second" });
+    for (let i = 0; i < 10; i++) second.append(sampleRecord("second", i));
+    await second.close();
+    await sink.close();
+    const sessions = await loadTelemetrySessions(dir);
+    expect(sessions.map((session) => [session.summary.session_id, session.eventCount]).sort()).toEqual([
+      ["first", 10],
+      ["second", 10],
+    ]);
+  });
+
   it("never throws from append or close when the directory cannot be created", async () => {
     const parent = tempDir();
     const blocker = join(parent, "file");
