@@ -60,9 +60,11 @@ export function renderTable(
   rightAligned: ReadonlySet<number> = new Set(),
 ): string {
   const rows = cells.map((row) => row.map((cell) => terminalText(cell, { maxLength: CELL_MAX_LENGTH })));
-  const widths = header.map((title, column) =>
-    Math.max(title.length, ...rows.map((row) => (row[column] ?? "").length)),
-  );
+  // A loop, not a spread: a table may have more rows than a call has room for arguments.
+  const widths = header.map((title) => title.length);
+  for (const row of rows)
+    for (let column = 0; column < widths.length; column++)
+      widths[column] = Math.max(widths[column]!, (row[column] ?? "").length);
   const line = (cells: readonly string[]) =>
     cells
       .map((cell, column) => {
@@ -71,5 +73,7 @@ export function renderTable(
       })
       .join("  ")
       .trimEnd();
-  return [line(header), line(widths.map((width) => "-".repeat(width))), ...rows.map(line)].join("\n");
+  const lines = [line(header), line(widths.map((width) => "-".repeat(width)))];
+  for (const row of rows) lines.push(line(row));
+  return lines.join("\n");
 }

@@ -1,5 +1,6 @@
 import { createWriteStream, fstatSync, type WriteStream, writeFileSync } from "node:fs";
 import { resolve } from "node:path";
+import { describeFileSystemError, fileSystemErrorCode } from "@stormlog/sink/internal";
 
 /** Where the CLI writes: `process.stdout`/`process.stderr`, or a test's buffer. */
 export interface CliStream {
@@ -40,7 +41,8 @@ let pipeWatched = false;
 /**
  * `process.stdout`, made on first use (a command that writes to `--output` never creates it: a
  * fresh process pays ~5 ms for Node's stream modules). `stormlog export ... | head` closes the
- * pipe early: then stop quietly, as other Unix tools do.
+ * pipe early: then stop quietly, as other Unix tools do. Any other failure to write (a full disk
+ * behind a redirection) ends the command with one line on stderr.
  */
 function processStdout(): NodeJS.WriteStream {
   const stdout = process.stdout;
@@ -48,10 +50,26 @@ function processStdout(): NodeJS.WriteStream {
     pipeWatched = true;
     stdout.on("error", (error: NodeJS.ErrnoException) => {
       if (error.code === "EPIPE") process.exit(0);
-      throw error;
+      process.stderr.write(`stormlog: ${cannotWrite("standard output", error)}\n`);
+      process.exit(1);
     });
   }
   return stdout;
+}
+
+/** `cannot write to <where>: <what> (<CODE>) (hint: …)`, for a failed write of the CLI's result. */
+function cannotWrite(where: string, error: NodeJS.ErrnoException): string {
+  const code = fileSystemErrorCode(error) ?? error.code ?? "EIO";
+  const { what, todo } = describeFileSystemError(code, error.message);
+  return `cannot write to ${where}: ${what} (${code}) (hint: ${todo})`;
+}
+
+/** A write error of `--output FILE` that names the file (a failed `write` does not say its path). */
+function naming(error: unknown, path: string): unknown {
+  const errno = error as NodeJS.ErrnoException;
+  if (typeof errno === "object" && errno !== null && errno.code !== undefined && errno.path === undefined)
+    errno.path = path;
+  return error;
 }
 
 /**
@@ -117,10 +135,11 @@ export async function openOutput(io: CliIo, file: string | undefined): Promise<O
       close: async () => undefined,
     };
   }
-  const stream: WriteStream = createWriteStream(resolve(io.cwd, file));
+  const path = resolve(io.cwd, file);
+  const stream: WriteStream = createWriteStream(path);
   let failure: Error | null = null;
   stream.on("error", (error) => {
-    failure = error;
+    failure = naming(error, path) as Error;
   });
   await new Promise<void>((done, fail) => {
     stream.once("open", () => done());
@@ -158,7 +177,12 @@ export async function openOutput(io: CliIo, file: string | undefined): Promise<O
  */
 export async function writeOutput(io: CliIo, file: string | undefined, text: string): Promise<void> {
   if (file !== undefined && file !== "-") {
-    writeFileSync(resolve(io.cwd, file), text);
+    const path = resolve(io.cwd, file);
+    try {
+      writeFileSync(path, text);
+    } catch (error) {
+      throw naming(error, path);
+    }
     return;
   }
   const output = await openOutput(io, file);

@@ -102,7 +102,7 @@ const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).
 /** `stormlog <args>` as its own process, from the sources (stdout and stderr piped). */
 export function spawnCli(
   args: readonly string[],
-  options: { cwd?: string; env?: NodeJS.ProcessEnv } = {},
+  options: { cwd?: string; env?: NodeJS.ProcessEnv; stdout?: number } = {},
 ): ChildProcess {
   return spawn(
     process.execPath,
@@ -113,7 +113,12 @@ export function spawnCli(
       join(REPO_ROOT, "packages/cli/src/bin.ts"),
       ...args,
     ],
-    { cwd: options.cwd ?? REPO_ROOT, stdio: ["ignore", "pipe", "pipe"], env: options.env ?? process.env },
+    {
+      cwd: options.cwd ?? REPO_ROOT,
+      // A descriptor for stdout (a file the test opened), else a pipe.
+      stdio: ["ignore", options.stdout ?? "pipe", "pipe"],
+      env: options.env ?? process.env,
+    },
   );
 }
 

@@ -3,12 +3,31 @@
  * damaged or too deeply nested file (naming the file and the line); a warning for a link out of the
  * input; and no escape sequence or control character from the input reaching the terminal.
  */
-import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import {
+  closeSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { encodeTelemetryRecord } from "@stormlog/core";
 import { afterAll, describe, expect, it } from "vitest";
 import { deepJson, samples, Timeline, writeSink } from "../../sink/test/support/telemetry-fixtures.js";
-import { type CliRun, expectOneLineError, RAW_CONTROL, runCli, tempDir } from "./helpers.js";
+import {
+  type CliRun,
+  expectOneLineError,
+  finished,
+  RAW_CONTROL,
+  runCli,
+  spawnCli,
+  tempDir,
+} from "./helpers.js";
 
 const temp = tempDir("stormlog-hostile-");
 afterAll(() => temp.remove());
@@ -102,6 +121,116 @@ describe("damaged content", () => {
     for (const [name, run] of await runAll(path)) {
       expectOneLineError(run, new RegExp(`^stormlog ${name}: .*timestamp_ns.* \\(${path}:4\\)`));
     }
+  });
+});
+
+describe("values past what a date or a table can hold", () => {
+  it("a timestamp past the year 275,760: its nanoseconds shown, no internal error", async () => {
+    const dir = fresh();
+    writeSink(dir, samples(3, { sessionId: "far", start: 10n ** 22n }));
+    for (const [name, run] of await runAll(dir)) {
+      expect(run.stderr, name).not.toContain("internal error");
+      expect(run.code === 0 || (name === "diagnose" && run.code === 2), `${name}: ${run.stderr}`).toBe(true);
+    }
+    const listed = await runCli(["sessions", dir]);
+    expect(listed.code).toBe(0);
+    expect(listed.stdout).toContain("10000000000000000000000 ns");
+  });
+
+  it("a world_size of 300,000 lists its missing ranks; one of a billion is left out with a warning", async () => {
+    const wide = fresh();
+    writeSink(
+      wide,
+      samples(3, { sessionId: "wide" }).map((event) => ({ ...event, job_id: "j", world_size: 300_000 })),
+    );
+    const listed = await runCli(["diagnose", wide]);
+    expect(listed.stderr).not.toContain("internal error");
+    expect(listed.stdout.split("\n").length).toBeGreaterThan(300_000);
+
+    const absurd = fresh();
+    writeSink(
+      absurd,
+      samples(3, { sessionId: "absurd" }).map((event) => ({ ...event, job_id: "j", world_size: 1e9 })),
+    );
+    const run = await runCli(["diagnose", absurd]);
+    expect(run.stderr).not.toContain("internal error");
+    expect(run.stdout + run.stderr).toContain("world_size 1000000000 left out");
+  });
+});
+
+describe("special files inside the input", () => {
+  it("a FIFO where the manifest should be: no command waits on it, one line names it", async () => {
+    const dir = fresh();
+    writeSink(dir, samples(3, { sessionId: "s" }));
+    rmSync(join(dir, "manifest.json"));
+    execFileSync("mkfifo", [join(dir, "manifest.json")]);
+    for (const [name, run] of await runAll(dir)) {
+      expectOneLineError(run, new RegExp(`^stormlog ${name}: .*not a regular file.*manifest\\.json`));
+    }
+  });
+
+  it("a FIFO where rollups or the index should be: the analysis goes on without it", async () => {
+    const dir = fresh();
+    writeSink(dir, samples(3, { sessionId: "s" }));
+    expect((await runCli(["analyze", dir])).code).toBe(0);
+    const index = join(dir, ".stormlog-index");
+    for (const name of readdirSync(index)) {
+      const path = join(index, name);
+      if (!statSync(path).isFile()) continue;
+      rmSync(path);
+      execFileSync("mkfifo", [path]);
+    }
+    execFileSync("mkfifo", [join(dir, "rollups.json")]);
+    for (const [name, run] of await runAll(dir)) {
+      expect(run.code === 0 || (name === "diagnose" && run.code === 2), `${name}: ${run.stderr}`).toBe(true);
+    }
+  });
+});
+
+describe("an index directory that is a link out of the input", () => {
+  it("is not written through: the analysis goes on, the link's target stays untouched", async () => {
+    const dir = fresh();
+    writeSink(dir, samples(3, { sessionId: "s" }));
+    const victim = `${dir}-victim`;
+    mkdirSync(victim);
+    writeFileSync(join(victim, "seg-keep.agg"), "not ours");
+    symlinkSync(victim, join(dir, ".stormlog-index"));
+    // The user cache directory takes the index instead: one of the test's own.
+    const cache = `${dir}-cache`;
+    const before = process.env.XDG_CACHE_HOME;
+    process.env.XDG_CACHE_HOME = cache;
+    try {
+      const run = await runCli(["analyze", dir]);
+      expect(run.code, run.stderr).toBe(0);
+    } finally {
+      if (before === undefined) delete process.env.XDG_CACHE_HOME;
+      else process.env.XDG_CACHE_HOME = before;
+    }
+    expect(readdirSync(victim)).toEqual(["seg-keep.agg"]);
+  });
+});
+
+describe("a result that cannot be written", () => {
+  it("to standard output on a full device: one line, exit 1, no stack trace", async () => {
+    const dir = fresh();
+    writeSink(dir, samples(3, { sessionId: "s" }));
+    const full = openSync("/dev/full", "w");
+    try {
+      const run = await finished(spawnCli(["sessions", dir], { stdout: full }));
+      expect(run.code).toBe(1);
+      expect(run.stderr).toBe(
+        "stormlog: cannot write to standard output: no space left on device (ENOSPC) (hint: free some space)\n",
+      );
+    } finally {
+      closeSync(full);
+    }
+  });
+
+  it("to --output on a full device: one line naming the file", async () => {
+    const dir = fresh();
+    writeSink(dir, samples(3, { sessionId: "s" }));
+    const run = await runCli(["analyze", dir, "--format", "json", "--output", "/dev/full"]);
+    expectOneLineError(run, /^stormlog analyze: cannot access \/dev\/full: .*\(ENOSPC\)/);
   });
 });
 

@@ -75,6 +75,15 @@ describe("stormlog export --format parquet, stormlog query", () => {
     expect(text.stdout).toContain("(3 rows)");
     const csv = await runCli(["query", "SELECT 'a,b' AS x, NULL AS y, 2 AS z", dataset, "--format", "csv"]);
     expect(csv.stdout).toBe('x,y,z\n"a,b",,2\n');
+    // Text a spreadsheet would run is neutralized as the CSV export does; numbers stay numbers.
+    const hostile = await runCli([
+      "query",
+      `SELECT '=HYPERLINK("http://evil","x")' AS a, '@SUM(A1)' AS b, '+1' AS c, -3 AS d`,
+      dataset,
+      "--format",
+      "csv",
+    ]);
+    expect(hostile.stdout).toBe(`a,b,c,d\n"'=HYPERLINK(""http://evil"",""x"")","'@SUM(A1)","'+1",-3\n`);
   });
 
   it("exports a telemetry path to a temporary dataset first", async () => {

@@ -1,3 +1,4 @@
+import { closeSync, constants, promises as fsPromises, fstatSync, openSync, readFileSync } from "node:fs";
 import { StormlogError } from "@stormlog/core";
 import { inputText } from "@stormlog/core/internal";
 
@@ -92,7 +93,64 @@ export const FILE_SYSTEM_ERRORS: Readonly<Record<string, { readonly what: string
     EROFS: { what: "read-only file system", todo: "write somewhere else" },
     EMFILE: { what: "too many open files", todo: "raise the limit (ulimit -n)" },
     EIO: { what: "input/output error", todo: "check the disk" },
+    EFTYPE: {
+      what: "not a regular file (a pipe, socket or device)",
+      todo: "put the real file there, or remove the special one",
+    },
   };
+
+/**
+ * The text of the regular file at `path`. Anything else (a FIFO, whose read would wait forever for a
+ * writer; a socket; a device) is refused with a file-system error of code `EFTYPE`; others as Node
+ * throws them.
+ */
+export function readRegularFileSync(path: string): string;
+export function readRegularFileSync(path: string, encoding: null): Buffer;
+export function readRegularFileSync(path: string, encoding: "utf8" | null = "utf8"): string | Buffer {
+  const fd = openRegularFileSync(path);
+  try {
+    return encoding === null ? readFileSync(fd) : readFileSync(fd, encoding);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Opens the regular file at `path` for reading (`readRegularFileSync`'s rule); the caller closes it. */
+export function openRegularFileSync(path: string): number {
+  // Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  let kind: "file" | "directory" | "other" = "other";
+  try {
+    const stats = fstatSync(fd);
+    kind = stats.isFile() ? "file" : stats.isDirectory() ? "directory" : "other";
+  } finally {
+    if (kind !== "file") closeSync(fd);
+  }
+  if (kind !== "file") throw notRegularFile(path, kind === "directory");
+  return fd;
+}
+
+/** `readRegularFileSync` without blocking the thread. */
+export async function readRegularFile(path: string): Promise<string> {
+  const handle = await fsPromises.open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const stats = await handle.stat();
+    if (!stats.isFile()) throw notRegularFile(path, stats.isDirectory());
+    return await handle.readFile("utf8");
+  } finally {
+    await handle.close();
+  }
+}
+
+/** The error for a path that is not a regular file: `EISDIR` for a directory, else `EFTYPE`. */
+function notRegularFile(path: string, directory: boolean): NodeJS.ErrnoException {
+  const code = directory ? "EISDIR" : "EFTYPE";
+  return Object.assign(new Error(`${code}: not a regular file, open '${path}'`), {
+    code,
+    syscall: "open",
+    path,
+  });
+}
 
 /** The `code` of a Node.js file-system error (`ELOOP`, `EACCES`...), else undefined. */
 export function fileSystemErrorCode(error: unknown): string | undefined {

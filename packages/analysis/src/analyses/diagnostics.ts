@@ -73,6 +73,9 @@ import { analyzeGapColumns, type GapFinding } from "./gap.js";
 import { sampleRecord } from "./gap-accumulator.js";
 import { buildPhaseIndex } from "./phase-stats.js";
 
+/** The largest world_size whose ranks diagnostics list one by one (2^20; larger jobs do not exist yet). */
+const MAX_LISTED_WORLD_SIZE = 1 << 20;
+
 /** A sample whose |device used - allocator reserved| / device total reaches this is a gap anomaly. */
 export const DIAGNOSTICS_GAP_RATIO_THRESHOLD = 0.05;
 
@@ -745,12 +748,22 @@ function diagnoseDataset(
   let samples = 0;
   for (const [type, count] of plan.eventTypes) if (isSampleEventType(type, "strip-lower")) samples += count;
   const presentAll = plan.ranks.map((rank) => rank.rank);
-  const maxWorld = worldSizes.size > 0 ? Math.max(...worldSizes) : 0;
+  const warnings: string[] = [];
+  // Every rank below world_size gets a row: a size no job has (a damaged record) is left out rather
+  // than listing (or failing to list) a billion missing ranks.
+  const beyond = [...worldSizes].filter((size) => size > MAX_LISTED_WORLD_SIZE);
+  for (const size of beyond) {
+    worldSizes.delete(size);
+    warnings.push(
+      `world_size ${size} left out: beyond the ${MAX_LISTED_WORLD_SIZE} ranks diagnostics list; check the records' world_size.`,
+    );
+  }
+  let maxWorld = 0;
+  for (const size of worldSizes) maxWorld = Math.max(maxWorld, size);
   const expectedWorldSize = worldSizes.size > 0 ? maxWorld : presentAll.length;
   const expectedSet = new Set(presentAll);
   for (let rank = 0; rank < expectedWorldSize; rank++) expectedSet.add(rank);
   const expectedAll = [...expectedSet].sort((a, b) => a - b);
-  const warnings: string[] = [];
   if (mixed || worldSizes.size > 1) {
     warnings.push("Inconsistent world_size values detected; using max observed world_size.");
   }

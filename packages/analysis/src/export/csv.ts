@@ -9,13 +9,17 @@ import { type JsonObject, stringifyJson, TELEMETRY_V3_FIELDS, type TelemetryEven
 /** The CSV columns, in the reference's record order. */
 export const TELEMETRY_CSV_COLUMNS: readonly string[] = TELEMETRY_V3_FIELDS;
 
-/** A spreadsheet reads a cell starting with one of these as a formula (OWASP "CSV injection"). */
-const FORMULA_START = /^[=+\-@\t\r]/;
+/**
+ * A spreadsheet reads a cell starting with one of these as a formula (OWASP "CSV injection"); after
+ * leading spaces too, as importers that trim them read it.
+ */
+const FORMULA_START = /^[ ]*[=+\-@\t\r]/;
 
 /**
  * RFC 4180 quoting: fields with a comma, quote, CR or LF (or edge spaces) are quoted. A text that a
- * spreadsheet would run as a formula (`=HYPERLINK(...)`, `+`, `-`, `@`, tab or CR first) gets a
- * leading `'` and quotes, as OWASP advises: the cell then shows the text instead of running it.
+ * spreadsheet would run as a formula (`=HYPERLINK(...)`, `+`, `-`, `@`, tab or CR first, after any
+ * spaces) gets a leading `'` and quotes, as OWASP advises: the cell then shows the text instead of
+ * running it.
  */
 export function csvField(value: string): string {
   if (value === "") return '""';

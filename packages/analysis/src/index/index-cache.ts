@@ -19,10 +19,14 @@
  * where there is a second core. Without an index, large inputs spill to a temporary directory
  * removed afterwards.
  */
-import { promises as fsPromises, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { promises as fsPromises, lstatSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { basename, join, relative } from "node:path";
-import type { ResolvedTelemetryInput, TelemetryInputSegment } from "@stormlog/sink/internal";
+import {
+  type ResolvedTelemetryInput,
+  readRegularFileSync,
+  type TelemetryInputSegment,
+} from "@stormlog/sink/internal";
 import { DETAIL_CAP, type SegmentAggregate } from "../input/aggregate.js";
 import {
   type DigestJson,
@@ -215,7 +219,20 @@ function locate(
   const cached = (root: string): string => join(root, hashText(base, 16));
   const explicit = cacheDir ?? process.env[CACHE_DIR_ENV];
   if (explicit) return { base, ...names, dirs: [cached(explicit)], explicit: true };
-  return { base, ...names, dirs: [join(base, INDEX_DIRNAME), cached(userCacheDir())], explicit: false };
+  const beside = join(base, INDEX_DIRNAME);
+  // An index directory (or its segments) that is a symbolic link would have the index written, and
+  // stale files deleted, wherever it points: the user cache directory is used instead.
+  if (isLink(beside) || isLink(join(beside, "segments")))
+    return { base, ...names, dirs: [cached(userCacheDir())], explicit: false };
+  return { base, ...names, dirs: [beside, cached(userCacheDir())], explicit: false };
+}
+
+function isLink(path: string): boolean {
+  try {
+    return lstatSync(path).isSymbolicLink();
+  } catch {
+    return false;
+  }
 }
 
 /** What `inputs*.json` holds: the input's snapshot when its results were stored, and their state. */
@@ -236,7 +253,7 @@ const SNAPSHOT_FORMAT = "stormlog.analysis_inputs";
 /** The JSON object in `dir/name` when it has the array `listKey` (catalog, snapshot); else null. */
 function readIndexFile<T extends object>(dir: string, name: string, listKey: keyof T): T | null {
   try {
-    const value = JSON.parse(readFileSync(join(dir, name), "utf8")) as T | null;
+    const value = JSON.parse(readRegularFileSync(join(dir, name))) as T | null;
     if (typeof value !== "object" || value === null || !Array.isArray(value[listKey])) return null;
     return value;
   } catch {
@@ -533,7 +550,7 @@ export class SegmentIndex {
     // A catalog of this version (or a snapshot that vouches for the state) says the file is ours.
     if (file === null || (this.catalog === null && this.vouched === null)) return null;
     try {
-      return readFileSync(file, "utf8");
+      return readRegularFileSync(file);
     } catch {
       return null;
     }
@@ -855,7 +872,7 @@ export class SegmentIndex {
             if (piece.file.path.startsWith(join(target, "segments"))) return piece;
             const path = join(target, "segments", basename(piece.file.path));
             try {
-              writeAtomic(path, readFileSync(piece.file.path));
+              writeAtomic(path, readRegularFileSync(piece.file.path, null));
               return { ...piece, file: { path, stamp: piece.file.stamp } };
             } catch (error) {
               failures.push(`${target}: ${describeError(error)}`);
@@ -873,7 +890,7 @@ export class SegmentIndex {
           continue;
         const path = join(target, "segments", entries[i]!.file);
         try {
-          writeAtomic(path, readFileSync(item.file.path));
+          writeAtomic(path, readRegularFileSync(item.file.path, null));
           data[i] = { ...item, file: { path, stamp: item.file.stamp } };
         } catch (error) {
           failures.push(`${target}: ${describeError(error)}`);

@@ -18,6 +18,7 @@ import {
 } from "node:fs";
 import { type JsonObject, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
 import { type ExactCounterField, type ExactCounters, FLOAT_KEYS } from "@stormlog/core/internal";
+import { openRegularFileSync } from "@stormlog/sink/internal";
 import {
   ALL_SAMPLE_RULES,
   type AlertEntry,
@@ -621,7 +622,7 @@ function stampMatches(bytes: Buffer, stamp: string): boolean {
 function withFile<T>(path: string, fallback: T, read: (fd: number) => T): T {
   let fd: number;
   try {
-    fd = openSync(path, "r");
+    fd = openRegularFileSync(path);
   } catch {
     return fallback;
   }

@@ -10,12 +10,12 @@
  * came before it, so that errors, warnings and results are those of one scan of each segment after
  * the other.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { availableParallelism } from "node:os";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { type ResourceLimits, Worker } from "node:worker_threads";
-import type { TelemetryInputSegment } from "@stormlog/sink/internal";
+import { readRegularFileSync, type TelemetryInputSegment } from "@stormlog/sink/internal";
 import type { SegmentAggregate } from "../input/aggregate.js";
 import { digestFromJson, digestOf, mergeDigests, type SegmentDigest } from "../input/digest.js";
 import { outcomeOf, type PieceOutcome, type PieceRange, PieceSettler, pieceBytes } from "../input/pieces.js";
@@ -390,7 +390,7 @@ function startScanWorker(): Worker | null {
 /** tsx's ESM loader API (`tsx/esm/api`, its `import` export), found from `from`; null without tsx. */
 function tsxLoaderUrl(from: string): string | null {
   const manifestPath = createRequire(from).resolve("tsx/package.json");
-  const manifest = JSON.parse(readFileSync(manifestPath, "utf8")) as {
+  const manifest = JSON.parse(readRegularFileSync(manifestPath)) as {
     exports: Record<string, { import: { default: string } }>;
   };
   const api = manifest.exports["./esm/api"]?.import.default;

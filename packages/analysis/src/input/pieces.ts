@@ -10,8 +10,8 @@
  * one with a timestamp its rank's origin may not reach exactly. Otherwise each piece's aggregate is
  * what a scan of the whole segment gives for its lines.
  */
-import { closeSync, openSync, readSync } from "node:fs";
-import type { TelemetryInputSegment } from "@stormlog/sink/internal";
+import { closeSync, readSync } from "node:fs";
+import { openRegularFileSync, type TelemetryInputSegment } from "@stormlog/sink/internal";
 import { type RankSeed, seriesKey } from "./aggregate.js";
 import type { RangeScan, ScanRange } from "./scan.js";
 
@@ -41,7 +41,7 @@ export interface PieceRange {
 export function pieceRanges(path: string, size: number, bytes: number): PieceRange[] {
   const starts = [0];
   if (size > bytes * 1.5) {
-    const fd = openSync(path, "r");
+    const fd = openRegularFileSync(path);
     try {
       const block = Buffer.allocUnsafe(64 << 10);
       let at = bytes;

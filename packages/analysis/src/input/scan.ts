@@ -3,12 +3,17 @@
  * each one once, in chunks, into a `SegmentAggregate`. Canonical lines take the byte-level fast
  * path (`fast-line.ts`); every other line is decoded exactly as `@stormlog/sink`'s reader decodes it.
  */
-import { closeSync, openSync, readSync, statSync } from "node:fs";
+import { closeSync, readSync, statSync } from "node:fs";
 import { JsonlDecodeError, type TelemetryEvent } from "@stormlog/core";
 import { sampleRules } from "@stormlog/core/internal";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import { TelemetryInputAccessError } from "@stormlog/sink";
-import { decodeTelemetryEventLine, readingInput, type TelemetryInputSegment } from "@stormlog/sink/internal";
+import {
+  decodeTelemetryEventLine,
+  openRegularFileSync,
+  readingInput,
+  type TelemetryInputSegment,
+} from "@stormlog/sink/internal";
 import { TimeRangeError } from "../errors.js";
 import {
   Accumulator,
@@ -212,7 +217,7 @@ export function scanRangeSync(
 
   // Synchronous reads: the scan is CPU-bound, and a round trip through the thread pool per chunk
   // only adds latency (much of it on a loaded machine).
-  const fd = readingInput(path, () => openSync(path, "r"));
+  const fd = readingInput(path, () => openRegularFileSync(path));
   try {
     let buf = scratch.buf ?? Buffer.allocUnsafe(CHUNK_BYTES);
     let filled = 0;

@@ -12,9 +12,15 @@
  * later use: an append changes the size, a rewrite the bytes the check reads. So a freshly written
  * input is stored and reused at once instead of being scanned again until it is two seconds old.
  */
-import { type BigIntStats, closeSync, type Dirent, openSync, readdirSync, readSync, statSync } from "node:fs";
+import { type BigIntStats, closeSync, type Dirent, readdirSync, readSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { MANIFEST_FILENAME, readingInput, resolveInputPath, SEGMENT_SUFFIX } from "@stormlog/sink/internal";
+import {
+  MANIFEST_FILENAME,
+  openRegularFileSync,
+  readingInput,
+  resolveInputPath,
+  SEGMENT_SUFFIX,
+} from "@stormlog/sink/internal";
 
 /** A file modified this recently may still change within the file system's timestamp granularity. */
 export const RACY_NS = 2_000_000_000n;
@@ -60,7 +66,7 @@ let checkBuffer: Buffer | null = null;
 export function contentCheck(path: string, size: number): string | null {
   let fd: number;
   try {
-    fd = openSync(path, "r");
+    fd = openRegularFileSync(path);
   } catch {
     return null;
   }

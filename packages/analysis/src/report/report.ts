@@ -4,7 +4,6 @@
  * leaks, hidden-memory gaps, cross-rank first cause, collector health, alerts and the sink's
  * counters. `analyzeEvents(events)` runs the same analyses on events in memory.
  */
-import { promises as fsPromises } from "node:fs";
 import { join } from "node:path";
 import {
   type JsonObject,
@@ -18,6 +17,7 @@ import { markFloat } from "@stormlog/core/internal";
 import { loadTelemetrySessions } from "@stormlog/sink";
 import {
   type ResolvedTelemetryInput,
+  readRegularFile,
   resolveTelemetryInput,
   segmentShortfall,
 } from "@stormlog/sink/internal";
@@ -206,7 +206,7 @@ function intOf(value: JsonValue | undefined): number {
 async function readRollupsCoverage(dir: string): Promise<{ pruned: number; prunedBytes: number } | null> {
   let text: string;
   try {
-    text = await fsPromises.readFile(join(dir, "rollups.json"), "utf8");
+    text = await readRegularFile(join(dir, "rollups.json"));
   } catch {
     return null;
   }

@@ -92,6 +92,12 @@ describe("CSV export", () => {
     expect(csvField('say "hi"')).toBe('"say ""hi"""');
   });
 
+  it("neutralizes a formula after leading spaces too (importers that trim them would run it)", () => {
+    expect(csvField(" =1+1")).toBe('"\' =1+1"');
+    expect(csvField("  @SUM(A1)")).toBe('"\'  @SUM(A1)"');
+    expect(csvField(" plain")).toBe('" plain"');
+  });
+
   it("neutralizes text a spreadsheet would run as a formula (leading ' and quotes)", async () => {
     expect(csvField('=HYPERLINK("http://x","y")')).toBe('"\'=HYPERLINK(""http://x"",""y"")"');
     for (const start of ["=", "+", "-", "@", "\t", "\r"]) {

@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { csvField } from "@stormlog/analysis/internal";
 import { stringifyJson } from "@stormlog/core";
 import {
   DATASET_MANIFEST,
@@ -58,10 +59,12 @@ const help: CommandHelp = {
 
 const text = (value: QueryValue): string => (value === null ? "NULL" : String(value));
 
+/** Numbers as they are; text quoted and neutralized as the CSV export does (no live formula). */
 function csvCell(value: QueryValue): string {
   if (value === null) return "";
-  const cell = String(value);
-  return /[",\n\r]/.test(cell) ? `"${cell.replaceAll('"', '""')}"` : cell;
+  if (typeof value === "number" || typeof value === "bigint" || typeof value === "boolean")
+    return String(value);
+  return csvField(value);
 }
 
 const NUMERIC =

@@ -21,9 +21,13 @@ export function formatBytes(bytes: number | bigint, precision = 2): string {
   return `${pythonFormatFixed(size, precision)} ${BYTE_UNITS[unit]}`;
 }
 
+/** The largest epoch second a `Date` (and so ISO-8601 here) can show: 8.64e15 ms. */
+const MAX_DATE_SECONDS = 8_640_000_000_000n;
+
 /**
  * An epoch timestamp in nanoseconds as ISO-8601 UTC with all nine fraction digits
- * (`2025-12-06T05:55:12.105815000Z`): exact, where a `Date` would keep milliseconds only.
+ * (`2025-12-06T05:55:12.105815000Z`): exact, where a `Date` would keep milliseconds only. Beyond
+ * the years ±275,760 (input no clock wrote), the nanoseconds themselves (`10000000000000000000000 ns`).
  */
 export function isoTimestampNs(ns: bigint): string {
   const seconds = ns / 1_000_000_000n;
@@ -34,6 +38,9 @@ export function isoTimestampNs(ns: bigint): string {
     fraction += 1_000_000_000n;
     whole -= 1n;
   }
-  const base = new Date(Number(whole) * 1000).toISOString().slice(0, 19);
+  if (whole > MAX_DATE_SECONDS || whole < -MAX_DATE_SECONDS) return `${ns} ns`;
+  // Without the milliseconds (`.sssZ`): years past 9999 take six digits and a sign.
+  const iso = new Date(Number(whole) * 1000).toISOString();
+  const base = iso.slice(0, iso.length - 5);
   return `${base}.${fraction.toString().padStart(9, "0")}Z`;
 }

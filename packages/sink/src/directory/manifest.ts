@@ -3,7 +3,6 @@ import {
   promises as fsPromises,
   fsyncSync,
   openSync,
-  readFileSync,
   renameSync,
   unlinkSync,
   writeSync,
@@ -17,6 +16,7 @@ import {
   stringifyJson,
 } from "@stormlog/core";
 import { sessionSummaryFromJson, sessionSummaryToJson } from "@stormlog/core/internal";
+import { readRegularFile, readRegularFileSync } from "../errors.js";
 
 /** Name of the manifest in a sink directory. */
 export const MANIFEST_FILENAME = "manifest.json";
@@ -261,7 +261,7 @@ function isMissing(error: unknown): boolean {
 export function readManifestSync(dir: string, options: ManifestReadOptions = {}): SinkManifest | null {
   let text: string;
   try {
-    text = readFileSync(join(dir, MANIFEST_FILENAME), "utf8");
+    text = readRegularFileSync(join(dir, MANIFEST_FILENAME));
   } catch (error) {
     if (isMissing(error)) return null;
     throw error;
@@ -276,7 +276,7 @@ export async function readManifest(
 ): Promise<SinkManifest | null> {
   let text: string;
   try {
-    text = await fsPromises.readFile(join(dir, MANIFEST_FILENAME), "utf8");
+    text = await readRegularFile(join(dir, MANIFEST_FILENAME));
   } catch (error) {
     if (isMissing(error)) return null;
     throw error;
