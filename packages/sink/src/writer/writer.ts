@@ -1,3 +1,4 @@
+import { hostname } from "node:os";
 import { join } from "node:path";
 import type { Clock, SessionStatus, SessionSummary, TelemetryEvent, TimerHandle } from "@stormlog/core";
 import { createSessionSummary } from "@stormlog/core/internal";
@@ -225,11 +226,16 @@ export class TelemetrySink {
     if (claimed.directory !== this.directory) this.segments.nextIndex = 1;
     this.directory = claimed.directory;
     const owner = claimed.movedAsideFrom;
-    if (owner !== null)
+    if (owner !== null) {
+      const writer =
+        owner.pid === process.pid && owner.host === hostname()
+          ? "another sink of this process"
+          : `pid ${owner.pid} on ${owner.host}`;
       this.config.logger.info?.(
-        `${this.config.rootDir} is being written by pid ${owner.pid} on ${owner.host}: this process writes ` +
-          `beside it, to ${claimed.directory} (readers given ${this.config.rootDir} read both)`,
+        `${this.config.rootDir} is being written by ${writer}: this sink writes beside it, to ` +
+          `${claimed.directory} (readers given ${this.config.rootDir} read both)`,
       );
+    }
   }
 
   /** Before a session after the last one closed: take the directory again (it may have had other writers). */

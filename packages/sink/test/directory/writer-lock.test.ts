@@ -121,7 +121,7 @@ describe("the writer lock in one process", () => {
       join(dir, `rank-3-${hostname().replace(/[^A-Za-z0-9_.-]/g, "_")}-${process.pid}`),
     );
     expect(logger.infos.join("\n")).toMatch(
-      /is being written by pid \d+ on .*: this process writes beside it/,
+      /is being written by another sink of this process: this sink writes beside it/,
     );
     second.startSession({ session_id: "second" });
     first.append(sampleRecord("first", 0));
@@ -178,7 +178,7 @@ describe("the writer lock in one process", () => {
     expect(lockOwner(dir).host).toBe(foreign.host);
     // The user is told where the records go instead, and that readers given the directory read both.
     expect(warnings).toEqual([
-      `${dir} is being written by pid 1 on ${foreign.host}: this process writes beside it, to ${sink.rootDir} (readers given ${dir} read both)`,
+      `${dir} is being written by pid 1 on ${foreign.host}: this sink writes beside it, to ${sink.rootDir} (readers given ${dir} read both)`,
     ]);
   });
 
