@@ -14,11 +14,11 @@ export interface TerminalTextOptions {
 /** Default `maxLength` of `terminalText`. */
 export const TERMINAL_TEXT_MAX_LENGTH = 200;
 
-// C0, DEL, C1; bidi controls and invisible characters (Trojan Source); line/paragraph separators;
-// lone surrogates.
-const UNSAFE =
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
-  /[\u0000-\u001f\u007f-\u009f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffb\ud800-\udfff]/;
+// Controls (C0, DEL, C1), format characters (bidi controls, zero-width and invisible characters,
+// tags: Trojan Source, look-alike ids), private use, lone surrogates, line/paragraph separators,
+// noncharacters, and the Hangul fillers that print as blanks.
+const UNSAFE = /[\p{Cc}\p{Cf}\p{Co}\p{Cs}\p{Zl}\p{Zp}\u115f\u1160\u3164\uffa0\ufdd0-\ufdef\ufffe\uffff]/u;
+const UNSAFE_CHAR = new RegExp(`^${UNSAFE.source}$`, "u");
 
 const SHORT: Readonly<Record<number, string>> = { 10: "\\n", 13: "\\r", 9: "\\t" };
 
@@ -26,27 +26,14 @@ function escapeCodePoint(code: number): string {
   const short = SHORT[code];
   if (short !== undefined) return short;
   if (code <= 0xff) return `\\x${code.toString(16).padStart(2, "0")}`;
-  return `\\u${code.toString(16).padStart(4, "0")}`;
-}
-
-function isUnsafeCodePoint(code: number): boolean {
-  return (
-    code <= 0x1f ||
-    (code >= 0x7f && code <= 0x9f) ||
-    code === 0x061c ||
-    code === 0x180e ||
-    (code >= 0x200b && code <= 0x200f) ||
-    (code >= 0x2028 && code <= 0x202e) ||
-    (code >= 0x2060 && code <= 0x2069) ||
-    code === 0xfeff ||
-    (code >= 0xfff9 && code <= 0xfffb) ||
-    (code >= 0xd800 && code <= 0xdfff)
-  );
+  if (code <= 0xffff) return `\\u${code.toString(16).padStart(4, "0")}`;
+  return `\\u{${code.toString(16)}}`;
 }
 
 /**
  * `value` as one line that a terminal prints and never obeys: control characters (C0, DEL, C1),
- * bidi and zero-width characters are shown as escapes (`\x1b`, `\n`, `\u202e`), and text longer
+ * bidi, zero-width, invisible and private-use characters are shown as escapes (`\x1b`, `\n`,
+ * `\u202e`, `\u{e0041}`), and text longer
  * than `maxLength` is cut with `…(+N chars)` (N counts the characters left out).
  */
 export function terminalText(value: string, options: TerminalTextOptions = {}): string {
@@ -56,8 +43,7 @@ export function terminalText(value: string, options: TerminalTextOptions = {}): 
   let consumed = 0;
   for (const char of value) {
     const code = char.codePointAt(0)!;
-    // A lone surrogate is one code unit; a pair is a printable astral character.
-    const printed = char.length === 1 && isUnsafeCodePoint(code) ? escapeCodePoint(code) : char;
+    const printed = UNSAFE_CHAR.test(char) ? escapeCodePoint(code) : char;
     if (out.length + printed.length > maxLength) {
       return `${out}…(+${[...value.slice(consumed)].length} chars)`;
     }

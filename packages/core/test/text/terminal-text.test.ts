@@ -79,3 +79,28 @@ describe("JSON nesting limit", () => {
     expect(decodeTelemetryLine(shallow).metadata).toEqual({ x: { y: 1 } });
   });
 });
+
+describe("terminalText and invisible characters", () => {
+  it("escapes format, private-use and filler characters a terminal prints as nothing (or as look-alikes)", () => {
+    const cases: [string, string][] = [
+      ["soft\u00adhyphen", "soft\\xadhyphen"],
+      ["in\u206ahibit", "in\\u206ahibit"],
+      ["arabic\u0600sign", "arabic\\u0600sign"],
+      ["syriac\u070fmark", "syriac\\u070fmark"],
+      ["hangul\u3164filler\u115f", "hangul\\u3164filler\\u115f"],
+      ["non\ufffechar\uffff", "non\\ufffechar\\uffff"],
+      ["private\ue000use", "private\\ue000use"],
+      ["tag\u{e0041}\u{e0001}s", "tag\\u{e0041}\\u{e0001}s"],
+      ["music\u{1d173}", "music\\u{1d173}"],
+    ];
+    for (const [input, shown] of cases) expect(terminalText(input)).toBe(shown);
+  });
+
+  it("keeps printable astral characters and the rest of the text as they are", () => {
+    expect(terminalText("rank 😀 ok — ünï 中文")).toBe("rank 😀 ok — ünï 中文");
+  });
+
+  it("tells apart two ids that differ only by tag characters", () => {
+    expect(terminalText("job\u{e0061}")).not.toBe(terminalText("job"));
+  });
+});
