@@ -13,6 +13,7 @@ import {
   rmSync,
   statSync,
   symlinkSync,
+  truncateSync,
   writeFileSync,
 } from "node:fs";
 import { join } from "node:path";
@@ -166,6 +167,20 @@ describe("special files inside the input", () => {
     execFileSync("mkfifo", [join(dir, "manifest.json")]);
     for (const [name, run] of await runAll(dir)) {
       expectOneLineError(run, new RegExp(`^stormlog ${name}: .*not a regular file.*manifest\\.json`));
+    }
+  });
+
+  it("a device or a JSON document too large to read whole: one line each, no internal error", async () => {
+    for (const [name, run] of await runAll("/dev/zero")) {
+      expectOneLineError(run, new RegExp(`^stormlog ${name}: .*not a regular file.*\\(/dev/zero\\)`));
+    }
+    const huge = join(fresh(), "events.json");
+    mkdirSync(join(huge, ".."));
+    // Sparse: 300 MiB of size, no disk.
+    writeFileSync(huge, "");
+    truncateSync(huge, 300 * 2 ** 20);
+    for (const [name, run] of await runAll(huge)) {
+      expectOneLineError(run, new RegExp(`^stormlog ${name}: 300 MiB .*write the records as JSONL`));
     }
   });
 

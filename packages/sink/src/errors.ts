@@ -130,12 +130,27 @@ export function openRegularFileSync(path: string): number {
   return fd;
 }
 
-/** `readRegularFileSync` without blocking the thread. */
+/**
+ * The most a whole-file read takes (a JSON document, a manifest): a string beyond V8's limit (512 MiB)
+ * cannot be made, and parsing one that large would take gigabytes.
+ */
+export const MAX_WHOLE_FILE_BYTES = 256 * 1024 * 1024;
+
+/**
+ * `readRegularFileSync` without blocking the thread. A file of more than `MAX_WHOLE_FILE_BYTES` is
+ * refused with a `TelemetrySourceError` that says to write JSONL.
+ */
 export async function readRegularFile(path: string): Promise<string> {
   const handle = await fsPromises.open(path, constants.O_RDONLY | constants.O_NONBLOCK);
   try {
     const stats = await handle.stat();
     if (!stats.isFile()) throw notRegularFile(path, stats.isDirectory());
+    if (stats.size > MAX_WHOLE_FILE_BYTES)
+      throw new TelemetrySourceError(
+        path,
+        `${Math.round(stats.size / 2 ** 20)} MiB is more than one JSON document read whole may hold (256 MiB): ` +
+          "write the records as JSONL, one per line, which is read a line at a time",
+      );
     return await handle.readFile("utf8");
   } finally {
     await handle.close();

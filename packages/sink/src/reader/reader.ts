@@ -1,4 +1,3 @@
-import { promises as fsPromises } from "node:fs";
 import {
   compareSessionsForSelection,
   JsonlDecodeError,
@@ -15,7 +14,12 @@ import {
   readJsonlLines,
   stableLegacySessionId,
 } from "@stormlog/core/internal";
-import { SessionNotFoundError, TelemetryInputAccessError, TelemetrySourceError } from "../errors.js";
+import {
+  readRegularFile,
+  SessionNotFoundError,
+  TelemetryInputAccessError,
+  TelemetrySourceError,
+} from "../errors.js";
 import {
   decodeTelemetryEventLine,
   type ResolvedTelemetryInput,
@@ -176,8 +180,9 @@ async function* scan(
   if (input.kind === "json") {
     let text: string;
     try {
-      text = await fsPromises.readFile(input.path, "utf8");
+      text = await readRegularFile(input.path);
     } catch (error) {
+      if (TelemetrySourceError.isInstance(error)) throw error;
       throw TelemetryInputAccessError.wrap(input.path, error);
     }
     const document = jsonDocumentRecords(text, input.path, options.eventsKey);
