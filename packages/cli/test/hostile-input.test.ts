@@ -184,6 +184,18 @@ describe("special files inside the input", () => {
     }
   });
 
+  it("a line longer than 64 MiB: one line naming the file and line, no internal error", async () => {
+    const dir = fresh();
+    mkdirSync(dir);
+    const segment = join(dir, "segment-000001.jsonl");
+    // Sparse: 70 MiB without a line break, no disk.
+    writeFileSync(segment, "");
+    truncateSync(segment, 70 * 2 ** 20);
+    for (const [name, run] of await runAll(segment)) {
+      expectOneLineError(run, new RegExp(`^stormlog ${name}: a line longer than 64 MiB.*\\(${segment}:1\\)`));
+    }
+  });
+
   it("a FIFO where rollups or the index should be: the analysis goes on without it", async () => {
     const dir = fresh();
     writeSink(dir, samples(3, { sessionId: "s" }));

@@ -5,7 +5,7 @@
  */
 import { closeSync, readSync, statSync } from "node:fs";
 import { JsonlDecodeError, type TelemetryEvent } from "@stormlog/core";
-import { sampleRules } from "@stormlog/core/internal";
+import { lineTooLong, MAX_LINE_BYTES, sampleRules } from "@stormlog/core/internal";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import { TelemetryInputAccessError } from "@stormlog/sink";
 import {
@@ -224,6 +224,7 @@ export function scanRangeSync(
     let position = from;
     for (;;) {
       if (filled === buf.length) {
+        if (filled >= MAX_LINE_BYTES) throw lineTooLong(path, lineOffset + lineNumber + 1);
         // One line longer than the buffer: grow it.
         const bigger = Buffer.allocUnsafe(buf.length * 2);
         buf.copy(bigger, 0, 0, filled);

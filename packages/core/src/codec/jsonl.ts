@@ -53,6 +53,10 @@ export async function* readJsonlLines(
     if (start < chunk.length) {
       const rest = chunk.subarray(start);
       carry = carry === null ? Buffer.from(rest) : Buffer.concat([carry, rest]);
+      if (carry.length > MAX_LINE_BYTES) {
+        stream.destroy();
+        throw lineTooLong(path, lineNumber + 1);
+      }
     }
   }
   if (carry !== null) {
@@ -62,6 +66,21 @@ export async function* readJsonlLines(
 }
 
 const NEWLINE = 0x0a;
+
+/**
+ * The longest line a reader takes: a telemetry line is about a kilobyte, and a string beyond V8's
+ * limit (512 MiB) cannot even be made. Longer: not telemetry JSONL (a binary file, a document
+ * without line breaks), refused with its file and line.
+ */
+export const MAX_LINE_BYTES = 64 * 1024 * 1024;
+
+/** The error for line `line` of `file`, longer than `MAX_LINE_BYTES`. */
+export function lineTooLong(file: string, line: number): JsonlDecodeError {
+  return new JsonlDecodeError(
+    "a line longer than 64 MiB: not telemetry JSONL (a binary file, or JSON without line breaks)",
+    { location: { file, line } },
+  );
+}
 
 /** The line `bytes[start, end)` as text without a final `\r`; null when it is blank. */
 function lineText(bytes: Buffer, start: number, end: number): string | null {
