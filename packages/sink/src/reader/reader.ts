@@ -15,6 +15,7 @@ import {
   stableLegacySessionId,
 } from "@stormlog/core/internal";
 import {
+  fileSystemErrorCode,
   readRegularFile,
   SessionNotFoundError,
   TelemetryInputAccessError,
@@ -226,6 +227,14 @@ async function* scan(
           yield { event, source: segment };
         }
       } catch (error) {
+        // Listed a moment ago and removed before it was opened: a live writer's retention pruned it.
+        // Read as if it had been listed after the pruning.
+        if (count === 0 && fileSystemErrorCode(error) === "ENOENT") {
+          options.onWarning?.(
+            `${segment}: removed while the input was read (retention pruned it); read without it`,
+          );
+          continue;
+        }
         throw TelemetryInputAccessError.wrap(segment, error);
       }
       if (count === 0 && hint !== null) hooks.onEmptySegment?.(segment, hint);

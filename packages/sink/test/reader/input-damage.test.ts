@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import { sampleRecord } from "../../scripts/sample-records.js";
 import { parseManifest } from "../../src/directory/manifest.js";
 import {
+  iterateTelemetryEvents,
   readOOMDumpSync,
   summarizeTelemetrySessions,
   TelemetrySink,
@@ -114,5 +115,27 @@ describe("a damaged sink directory", () => {
     expect(readOOMDumpSync(other)).toBeNull();
     expect(() => resolveTelemetryInputSync(other)).toThrow(/Not a sink directory/);
     expect(readdirSync(other).sort()).toEqual(["events.json", "metadata.json"]);
+  });
+});
+
+describe("a segment removed while the input is read", () => {
+  it("is read without (retention pruned it between the listing and the read), with a warning", async () => {
+    const dir = tempDir();
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet, rolloverMaxEvents: 10, flushEveryEvents: 10 });
+    sink.startSession({ session_id: "s" });
+    for (let i = 0; i < 30; i++) sink.append(sampleRecord("s", i));
+    await sink.close();
+    const segments = segmentNames(dir);
+    expect(segments).toHaveLength(3);
+    const warnings: string[] = [];
+    const events = iterateTelemetryEvents(dir, { onWarning: (message) => warnings.push(message) });
+    // The first segment is open; the second goes before the reader reaches it.
+    const first = await events.next();
+    expect(first.done).toBe(false);
+    unlinkSync(join(dir, segments[1]!));
+    let read = 1;
+    for await (const _ of events) read++;
+    expect(read).toBe(20);
+    expect(warnings.join("\n")).toContain(`${segments[1]}: removed while the input was read`);
   });
 });
