@@ -89,7 +89,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private readonly metrics: TrackerMetrics;
 
   private running = false;
-  private starting: Promise<void> | null = null;
+  /** The last `start()`/`stop()` (settled, never rejecting): the next one runs after it. */
+  private lifecycle: Promise<void> = Promise.resolve();
   private stopping: Promise<void> | null = null;
   private lastOomDumpPath: string | null = null;
   private registeredGlobal = false;
@@ -196,13 +197,22 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
    * Starts a session: resets statistics and history, opens the sink session, records `start` and
    * starts sampling. Idempotent. Throws only for configuration errors (e.g. sink options).
    */
-  async start(): Promise<void> {
-    if (this.stopping !== null) await this.stopping;
-    if (this.running) return;
-    this.starting ??= this.begin().finally(() => {
-      this.starting = null;
+  start(): Promise<void> {
+    return this.inOrder(async () => {
+      if (this.stopping !== null) await this.stopping;
+      if (this.running) return;
+      await this.begin();
     });
-    return this.starting;
+  }
+
+  /**
+   * Runs `step` after every `start()`/`stop()` called before it: `start(); stop(); start()` without
+   * awaiting ends tracking, as the last call says (each used to join whatever was under way).
+   */
+  private inOrder(step: () => Promise<void>): Promise<void> {
+    const next = this.lifecycle.then(step, step);
+    this.lifecycle = next.catch(() => undefined);
+    return next;
   }
 
   private async begin(): Promise<void> {
@@ -280,9 +290,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
    * and stops sampling. Idempotent. A sample still in flight is discarded.
    */
   stop(): Promise<void> {
-    // A start still waiting for its sink's worker: stop the session it is about to begin.
-    if (this.starting !== null && !this.running) return this.starting.then(() => this.finish("completed"));
-    return this.finish("completed");
+    // After a start still waiting for its sink's worker: stops the session it is about to begin.
+    return this.inOrder(() => this.finish("completed"));
   }
 
   /** `await using tracker = ...` stops it. */

@@ -101,6 +101,28 @@ describe("a sink on a worker thread", () => {
     expect(niceOf(String(process.pid))).toBe(0);
   });
 
+  it("takes start, stop and start again without awaiting in the order they were called", async () => {
+    const root = join(tempDir(), "sink");
+    const { tracker } = trackerWithSink(root);
+    const first = tracker.start();
+    const stopped = tracker.stop();
+    await tracker.start();
+    await Promise.all([first, stopped]);
+    expect(tracker.isTracking).toBe(true);
+    tracker.phase("after", () => undefined);
+    await tracker.stop();
+    const last = tracker.getSessionSummary()?.session_id;
+    const sessions = await loadTelemetrySessions(root);
+    expect(sessions.map((session) => session.summary.status)).toEqual(["completed", "completed"]);
+    // The phase is in the session of the last start; the first session ends with its stop.
+    const exits = (session: (typeof sessions)[number] | undefined) =>
+      session?.events.filter((event) => event.event_type === "phase_exit").length;
+    expect(exits(sessions.find((session) => session.summary.session_id === last))).toBe(1);
+    const earlier = sessions.find((session) => session.summary.session_id !== last);
+    expect(exits(earlier)).toBe(0);
+    expect(earlier?.events.at(-1)?.event_type).toBe("stop");
+  });
+
   it("stops a session whose start is still waiting for the worker", async () => {
     const root = join(tempDir(), "sink");
     const { tracker } = trackerWithSink(root);
