@@ -139,23 +139,20 @@ describe("values past what a date or a table can hold", () => {
   });
 
   it("a world_size of 300,000 lists its missing ranks; one of a billion is left out with a warning", async () => {
-    const wide = fresh();
-    writeSink(
-      wide,
-      samples(3, { sessionId: "wide" }).map((event) => ({ ...event, job_id: "j", world_size: 300_000 })),
-    );
-    const listed = await runCli(["diagnose", wide]);
-    expect(listed.stderr).not.toContain("internal error");
-    expect(listed.stdout.split("\n").length).toBeGreaterThan(300_000);
-
-    const absurd = fresh();
-    writeSink(
-      absurd,
-      samples(3, { sessionId: "absurd" }).map((event) => ({ ...event, job_id: "j", world_size: 1e9 })),
-    );
-    const run = await runCli(["diagnose", absurd]);
-    expect(run.stderr).not.toContain("internal error");
-    expect(run.stdout + run.stderr).toContain("world_size 1000000000 left out");
+    /** `diagnose` on one job of three samples that say `worldSize`. */
+    const diagnoseWorld = async (worldSize: number) => {
+      const dir = fresh();
+      writeSink(
+        dir,
+        samples(3, { sessionId: "job" }).map((event) => ({ ...event, job_id: "j", world_size: worldSize })),
+      );
+      const run = await runCli(["diagnose", dir]);
+      expect(run.stderr).not.toContain("internal error");
+      return run;
+    };
+    expect((await diagnoseWorld(300_000)).stdout.split("\n").length).toBeGreaterThan(300_000);
+    const absurd = await diagnoseWorld(1e9);
+    expect(absurd.stdout + absurd.stderr).toContain("world_size 1000000000 left out");
   });
 });
 

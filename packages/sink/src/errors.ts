@@ -1,4 +1,3 @@
-import { closeSync, constants, promises as fsPromises, fstatSync, openSync, readFileSync } from "node:fs";
 import { StormlogError } from "@stormlog/core";
 import { inputText } from "@stormlog/core/internal";
 
@@ -98,74 +97,6 @@ export const FILE_SYSTEM_ERRORS: Readonly<Record<string, { readonly what: string
       todo: "put the real file there, or remove the special one",
     },
   };
-
-/**
- * The text of the regular file at `path`. Anything else (a FIFO, whose read would wait forever for a
- * writer; a socket; a device) is refused with a file-system error of code `EFTYPE`; others as Node
- * throws them.
- */
-export function readRegularFileSync(path: string): string;
-export function readRegularFileSync(path: string, encoding: null): Buffer;
-export function readRegularFileSync(path: string, encoding: "utf8" | null = "utf8"): string | Buffer {
-  const fd = openRegularFileSync(path);
-  try {
-    return encoding === null ? readFileSync(fd) : readFileSync(fd, encoding);
-  } finally {
-    closeSync(fd);
-  }
-}
-
-/** Opens the regular file at `path` for reading (`readRegularFileSync`'s rule); the caller closes it. */
-export function openRegularFileSync(path: string): number {
-  // Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
-  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
-  let kind: "file" | "directory" | "other" = "other";
-  try {
-    const stats = fstatSync(fd);
-    kind = stats.isFile() ? "file" : stats.isDirectory() ? "directory" : "other";
-  } finally {
-    if (kind !== "file") closeSync(fd);
-  }
-  if (kind !== "file") throw notRegularFile(path, kind === "directory");
-  return fd;
-}
-
-/**
- * The most a whole-file read takes (a JSON document, a manifest): a string beyond V8's limit (512 MiB)
- * cannot be made, and parsing one that large would take gigabytes.
- */
-export const MAX_WHOLE_FILE_BYTES = 256 * 1024 * 1024;
-
-/**
- * `readRegularFileSync` without blocking the thread. A file of more than `MAX_WHOLE_FILE_BYTES` is
- * refused with a `TelemetrySourceError` that says to write JSONL.
- */
-export async function readRegularFile(path: string): Promise<string> {
-  const handle = await fsPromises.open(path, constants.O_RDONLY | constants.O_NONBLOCK);
-  try {
-    const stats = await handle.stat();
-    if (!stats.isFile()) throw notRegularFile(path, stats.isDirectory());
-    if (stats.size > MAX_WHOLE_FILE_BYTES)
-      throw new TelemetrySourceError(
-        path,
-        `${Math.round(stats.size / 2 ** 20)} MiB is more than one JSON document read whole may hold (256 MiB): ` +
-          "write the records as JSONL, one per line, which is read a line at a time",
-      );
-    return await handle.readFile("utf8");
-  } finally {
-    await handle.close();
-  }
-}
-
-/** The error for a path that is not a regular file: `EISDIR` for a directory, else `EFTYPE`. */
-function notRegularFile(path: string, directory: boolean): NodeJS.ErrnoException {
-  const code = directory ? "EISDIR" : "EFTYPE";
-  return Object.assign(new Error(`${code}: not a regular file, open '${path}'`), {
-    code,
-    syscall: "open",
-    path,
-  });
-}
 
 /** The `code` of a Node.js file-system error (`ELOOP`, `EACCES`...), else undefined. */
 export function fileSystemErrorCode(error: unknown): string | undefined {

@@ -16,7 +16,7 @@ import {
   stringifyJson,
 } from "@stormlog/core";
 import { sessionSummaryFromJson, sessionSummaryToJson } from "@stormlog/core/internal";
-import { readRegularFile, readRegularFileSync } from "../errors.js";
+import { readRegularFile, readRegularFileSync } from "../reader/regular-file.js";
 
 /** Name of the manifest in a sink directory. */
 export const MANIFEST_FILENAME = "manifest.json";

@@ -16,7 +16,6 @@ import {
 } from "@stormlog/core/internal";
 import {
   fileSystemErrorCode,
-  readRegularFile,
   SessionNotFoundError,
   TelemetryInputAccessError,
   TelemetrySourceError,
@@ -28,6 +27,7 @@ import {
   segmentShortfall,
   type TelemetryInputKind,
 } from "./input.js";
+import { readRegularFile } from "./regular-file.js";
 
 /** Options of the loaders (the reference's `load_telemetry_sessions` arguments, and ours). */
 export interface ReadOptions {

@@ -7,7 +7,7 @@ import type { Clock, Scheduler, TimerHandle } from "@stormlog/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { sampleRecord } from "../../scripts/sample-records.js";
 import { readManifestSync } from "../../src/directory/manifest.js";
-import { TelemetrySink } from "../../src/index.js";
+import { TelemetrySink, type TelemetrySinkOptions } from "../../src/index.js";
 import { memoryLogger, quiet } from "../helpers.js";
 import { FILLER, fill, smallFilesystem, unmountSmallFilesystems } from "../support/full-filesystem.js";
 
@@ -29,23 +29,28 @@ async function until(condition: () => boolean, what: string, timeoutMs = 10_000)
 
 const worksAgain = (infos: string[]): string[] => infos.filter((line) => line.includes("works again"));
 
+/**
+ * A sink on a fresh 512 KiB filesystem with 20 records of session `sessionId` written, then the
+ * filesystem filled: the next write fails with ENOSPC.
+ */
+async function sinkOnFilledDisk(sessionId: string, options: Partial<TelemetrySinkOptions>) {
+  const dir = smallFilesystem(512);
+  const logger = memoryLogger();
+  const sink = new TelemetrySink({ rootDir: dir, ...quiet, logger, flushEveryEvents: 10, ...options });
+  sink.startSession({ session_id: sessionId });
+  for (let i = 0; i < 20; i++) sink.append(sampleRecord(sessionId, i));
+  await sink.flush();
+  fill(dir);
+  return { dir, logger, sink };
+}
+
 describe("a filesystem that fills up (ENOSPC)", () => {
   it("writes the drop counts once space returns, then the incomplete status at close", async () => {
-    const dir = smallFilesystem(512);
-    const logger = memoryLogger();
-    const sink = new TelemetrySink({
-      rootDir: dir,
-      ...quiet,
-      logger,
-      flushEveryEvents: 10,
+    const { dir, logger, sink } = await sinkOnFilledDisk("full", {
       flushEverySeconds: 0.02,
       failureBackoffSeconds: 0.05,
       failureBackoffMaxSeconds: 0.2,
     });
-    sink.startSession({ session_id: "full" });
-    for (let i = 0; i < 20; i++) sink.append(sampleRecord("full", i));
-    await sink.flush();
-    fill(dir);
     let seq = 20;
     await until(() => {
       for (let i = 0; i < 20; i++) sink.append(sampleRecord("full", seq++));
@@ -85,22 +90,12 @@ describe("a filesystem that fills up (ENOSPC)", () => {
     expect(worksAgain(logger.infos)).toHaveLength(1);
   });
 
-  it("tries the disk at close whatever the retry schedule: an outage that is over loses nothing", async () => {
-    const dir = smallFilesystem(512);
-    const logger = memoryLogger();
-    const sink = new TelemetrySink({
-      rootDir: dir,
-      ...quiet,
-      logger,
-      flushEveryEvents: 10,
-      // The next retry is a minute away when the job ends.
+  it("tries the disk at close whatever the retry schedule: after an outage that is over, only the failed write is lost", async () => {
+    // The next retry is a minute away when the job ends.
+    const { dir, logger, sink } = await sinkOnFilledDisk("short-outage", {
       failureBackoffSeconds: 60,
       failureBackoffMaxSeconds: 60,
     });
-    sink.startSession({ session_id: "short-outage" });
-    for (let i = 0; i < 20; i++) sink.append(sampleRecord("short-outage", i));
-    await sink.flush();
-    fill(dir);
     for (let i = 20; i < 40; i++) sink.append(sampleRecord("short-outage", i));
     await until(() => sink.getDiagnostics().io_failures > 0, "the write to fail");
     rmSync(join(dir, FILLER));
@@ -122,20 +117,10 @@ describe("a filesystem that fills up (ENOSPC)", () => {
   it.each(["close", "closeSync"] as const)(
     "records the session as incomplete on %s although the disk stays full",
     async (how) => {
-      const dir = smallFilesystem(512);
-      const logger = memoryLogger();
-      const sink = new TelemetrySink({
-        rootDir: dir,
-        ...quiet,
-        logger,
-        flushEveryEvents: 10,
+      const { dir, sink } = await sinkOnFilledDisk("stays-full", {
         failureBackoffSeconds: 30,
         failureBackoffMaxSeconds: 60,
       });
-      sink.startSession({ session_id: "stays-full" });
-      for (let i = 0; i < 20; i++) sink.append(sampleRecord("stays-full", i));
-      await sink.flush();
-      fill(dir);
       for (let i = 20; i < 200; i++) sink.append(sampleRecord("stays-full", i));
       await sink.flush();
       await until(() => sink.getDiagnostics().io_failures > 0, "the write to fail");

@@ -506,7 +506,11 @@ describe("disk failures", () => {
     expect(sessions[0]).toMatchObject({ eventCount: 20, summary: { status: "incomplete" } });
   });
 
-  it("survives its directory being removed: counts what was lost, recreates it and goes on", async () => {
+  /**
+   * A sink (fast ticks and retries) that wrote `count` records of `sessionId`, whose directory was
+   * then removed, once it noticed (its next periodic check finds the open segment gone).
+   */
+  async function sinkWithRemovedDirectory(sessionId: string, count: number) {
     const dir = join(tempDir(), "sink");
     const logger = memoryLogger();
     const sink = new TelemetrySink({
@@ -518,16 +522,18 @@ describe("disk failures", () => {
       failureBackoffSeconds: 0.01,
       failureBackoffMaxSeconds: 0.02,
     });
-    sink.startSession({ session_id: "s" });
-    for (let i = 0; i < 20; i++) sink.append(sampleRecord("s", i));
+    sink.startSession({ session_id: sessionId });
+    for (let i = 0; i < count; i++) sink.append(sampleRecord(sessionId, i));
     await sink.flush();
     rmSync(dir, { recursive: true, force: true });
-    // The next periodic check notices the open segment is gone.
-    const deadline = Date.now() + 5000;
-    while (sink.getDiagnostics().dropped_io_error === 0) {
-      if (Date.now() > deadline) throw new Error("the deletion was not noticed");
-      await new Promise((resolve) => setTimeout(resolve, 5));
-    }
+    await vi.waitFor(() => expect(sink.getDiagnostics().dropped_io_error).toBeGreaterThan(0), {
+      timeout: 5000,
+    });
+    return { dir, logger, sink };
+  }
+
+  it("survives its directory being removed: counts what was lost, recreates it and goes on", async () => {
+    const { dir, logger, sink } = await sinkWithRemovedDirectory("s", 20);
     await new Promise((resolve) => setTimeout(resolve, 30));
     for (let i = 20; i < 30; i++) sink.append(sampleRecord("s", i));
     await sink.close();
@@ -539,23 +545,7 @@ describe("disk failures", () => {
   });
 
   it("takes its lock again with the directory it makes again: a second writer goes beside", async () => {
-    const dir = join(tempDir(), "sink");
-    const sink = new TelemetrySink({
-      rootDir: dir,
-      ...quiet,
-      logger: memoryLogger(),
-      flushEveryEvents: 5,
-      flushEverySeconds: 0.01,
-      failureBackoffSeconds: 0.01,
-      failureBackoffMaxSeconds: 0.02,
-    });
-    sink.startSession({ session_id: "first" });
-    for (let i = 0; i < 10; i++) sink.append(sampleRecord("first", i));
-    await sink.flush();
-    rmSync(dir, { recursive: true, force: true });
-    await vi.waitFor(() => expect(sink.getDiagnostics().dropped_io_error).toBeGreaterThan(0), {
-      timeout: 5000,
-    });
+    const { dir, sink } = await sinkWithRemovedDirectory("first", 10);
     for (let i = 10; i < 20; i++) sink.append(sampleRecord("first", i));
     await vi.waitFor(() => expect(existsSync(join(dir, "manifest.json"))).toBe(true), { timeout: 5000 });
     await sink.flush();

@@ -286,19 +286,15 @@ class WorkerPipeline implements RecordPipeline {
     this.ring.post(false);
   }
 
+  // The session's last records (`stop` among them) are never dropped.
   close(status: SessionStatus): Promise<void> {
-    this.flushLast();
+    this.handOverAll(false);
     return this.sink.close(status);
   }
 
   closeSync(status: SessionStatus): void {
-    this.flushLast();
-    this.sink.closeSync(status);
-  }
-
-  /** `flush` at the session's end: its last records (`stop` among them) are never dropped. */
-  private flushLast(): void {
     this.handOverAll(false);
+    this.sink.closeSync(status);
   }
 
   /** Copies what waits (`droppable`: see `RecordRingWriter.write`), posts it and wakes the worker. */

@@ -301,17 +301,9 @@ export class RecordRingWriter {
       // at each: see `TAIL_EVERY`).
       if ((this.fullWrites & (TAIL_EVERY - 1)) === 0) this.readProgress();
       this.fullWrites = (this.fullWrites + 1) | 0;
-      if (droppable && ((this.sequence - this.consumedSeen) | 0) >= this.maxBacklog) {
-        // Read again before dropping: the worker may have caught up since (a load of a line it
-        // stores every `TAIL_EVERY` records: cheap beside a record that would have been written).
-        this.readProgress();
-        if (
-          ((this.sequence - this.consumedSeen) | 0) >= this.maxBacklog &&
-          store.eventType(index) !== "stop"
-        ) {
-          this.dropped++;
-          return;
-        }
+      if (droppable && this.tooFarBehind() && store.eventType(index) !== "stop") {
+        this.dropped++;
+        return;
       }
     }
     const sequence = this.sequence++;
@@ -340,6 +332,16 @@ export class RecordRingWriter {
       if (this.outbox.length > 0) this.post(wake);
       else this.publish(wake);
     }
+  }
+
+  /**
+   * Whether the worker is `maxBacklog` records behind. Read again before saying so: it may have caught
+   * up since (a load of a line it stores every `TAIL_EVERY` records, cheap beside a record written).
+   */
+  private tooFarBehind(): boolean {
+    if (((this.sequence - this.consumedSeen) | 0) < this.maxBacklog) return false;
+    this.readProgress();
+    return ((this.sequence - this.consumedSeen) | 0) >= this.maxBacklog;
   }
 
   /** Reads how far the worker has read: the ring's tail and the next sequence number. */
