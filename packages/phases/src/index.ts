@@ -23,6 +23,7 @@ export {
   PhaseRecorder,
   type PhaseRecorderOptions,
   type PhaseScopePayload,
+  type PhaseScopeTemplate,
   type RecordedPhase,
 } from "./recorder.js";
 

@@ -6,7 +6,7 @@
 
 // Phase records: the `metadata.phase_scope` payload and `context` the tracker writes at a boundary.
 
-export { phaseBoundaryContext, phaseScopePayload } from "./recorder.js";
+export { type PhaseScopeFacts, phaseBoundaryContext, phaseScopePayload } from "./recorder.js";
 
 // Python's string order, for sorting phase paths and ids as the reference does.
 

@@ -31,6 +31,45 @@ export interface PhaseScopePayload {
   attributes?: JsonObject;
 }
 
+/**
+ * What every scope of one phase path on one thread of a session shares: a record of such a scope is
+ * its template and its sequences. Writers that keep records keep the template (one long-lived object)
+ * rather than the scope (a new object per phase, which would then outlive a young-generation collection).
+ */
+export interface PhaseScopeTemplate {
+  readonly name: string;
+  readonly path: readonly string[];
+  readonly phasePath: string;
+  readonly depth: number;
+  readonly threadId: number;
+  readonly threadName: string;
+  /** Scope ids are `<sessionId>:<sequence>`. */
+  readonly sessionId: string;
+  /** The path's key (`RecordedPhase.pathKey`). */
+  readonly pathKey: object;
+}
+
+/**
+ * What a phase record tells of its scope: a `RecordedPhase`, or a template and sequences kept in its
+ * place (`PhaseScopeTemplate`).
+ */
+export type PhaseScopeFacts = Pick<
+  RecordedPhase,
+  | "name"
+  | "path"
+  | "phasePath"
+  | "depth"
+  | "scopeId"
+  | "parentScopeId"
+  | "threadId"
+  | "threadName"
+  | "attributes"
+  | "sequence"
+  | "sessionId"
+  | "parentSequence"
+  | "pathKey"
+>;
+
 /** An open (or closed) phase as the recorder sees it: a `PhaseScope` with its thread and sequence. */
 export interface RecordedPhase extends PhaseScope {
   readonly depth: number;
@@ -58,6 +97,8 @@ export interface RecordedPhase extends PhaseScope {
    * its enter and exit even from collectors too costly to read at every boundary.
    */
   readonly readings?: boolean;
+  /** Set on the recorder's own scopes: what this scope shares with the others of its path and thread. */
+  readonly template?: PhaseScopeTemplate;
 }
 
 /**
@@ -78,7 +119,7 @@ export interface PhaseBoundary {
 
 /** The reference's `metadata.phase_scope` for one boundary of `scope`. */
 export function phaseScopePayload(
-  scope: RecordedPhase,
+  scope: PhaseScopeFacts,
   action: "enter" | "exit",
   sequence: number,
 ): PhaseScopePayload {
@@ -142,6 +183,8 @@ interface PhaseContextNode {
 /** A stack of phases: what the reference keys by thread. Records carry its id and name. */
 class PhaseFlow {
   readonly stack: PhaseFrame[] = [];
+  /** Its scopes' templates by path (see `PathNode.template`). */
+  readonly templates = new Map<PathNode, PhaseScopeTemplate>();
   constructor(
     readonly id: number,
     readonly name: string,
@@ -158,6 +201,11 @@ class PathNode {
   readonly phasePath: string;
   /** Interned child paths by name (see `MAX_INTERNED_PATHS`). */
   readonly children = new Map<string, PathNode>();
+  /** The template made last for a scope of this path, and its flow: a loop's next scope needs no lookup. */
+  template: PhaseScopeTemplate | null = null;
+  templateFlow: PhaseFlow | null = null;
+  /** Kept in its parent's `children` (see `MAX_INTERNED_PATHS`); flows keep templates of these only. */
+  interned = false;
 
   constructor(
     readonly parent: PathNode | null,
@@ -190,14 +238,19 @@ class PhaseFrame implements RecordedPhase, PhaseContextNode {
     readonly ctx: PhaseContextNode,
     readonly flow: PhaseFlow,
     readonly parent: PhaseFrame | null,
-    readonly name: string,
     readonly sequence: number,
-    readonly sessionId: string,
     readonly attributes: JsonObject | undefined,
     readonly readings: boolean,
     readonly pathKey: PathNode,
+    readonly template: PhaseScopeTemplate,
   ) {}
 
+  get name(): string {
+    return this.pathKey.name;
+  }
+  get sessionId(): string {
+    return this.template.sessionId;
+  }
   get path(): readonly string[] {
     return this.pathKey.path;
   }
@@ -473,18 +526,18 @@ export class PhaseRecorder implements PhaseHost {
     // Something else runs on the parent's stack (a sibling async phase): this phase gets its own.
     if (top !== parent) flow = this.forkFlow();
     const sequence = ++this.sequence;
+    const node = this.pathNode(parent === null ? null : parent.pathKey, name);
     const frame = new PhaseFrame(
       this,
       this.epoch,
       ctx,
       flow,
       parent,
-      name,
       sequence,
-      this.session as string,
       attributesOf(options),
       options?.readings === true,
-      this.pathNode(parent === null ? null : parent.pathKey, name),
+      node,
+      node.templateFlow === flow ? (node.template as PhaseScopeTemplate) : this.templateOf(node, flow),
     );
     flow.stack.push(frame);
     this.emit(PHASE_ENTER_EVENT, frame, sequence);
@@ -598,12 +651,34 @@ export class PhaseRecorder implements PhaseHost {
     if (node === undefined) {
       node = new PathNode(parent, name);
       if (this.internedPaths < MAX_INTERNED_PATHS) {
+        node.interned = true;
         siblings.set(name, node);
         this.internedPaths++;
       }
     }
     this.lastPathNode = node;
     return node;
+  }
+
+  /** The template of `node`'s scopes on `flow`, made the first time. */
+  private templateOf(node: PathNode, flow: PhaseFlow): PhaseScopeTemplate {
+    let template = node.interned ? flow.templates.get(node) : undefined;
+    if (template === undefined) {
+      template = {
+        name: node.name,
+        path: node.path,
+        phasePath: node.phasePath,
+        depth: node.path.length,
+        threadId: flow.id,
+        threadName: flow.name,
+        sessionId: this.session as string,
+        pathKey: node,
+      };
+      if (node.interned) flow.templates.set(node, template);
+    }
+    node.template = template;
+    node.templateFlow = flow;
+    return template;
   }
 
   private forkFlow(): PhaseFlow {

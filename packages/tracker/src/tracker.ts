@@ -224,7 +224,6 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       scheduler: options.scheduler,
       warn: (message) => logger.warn(message),
       failed: (operation, error) => records.disable(operation, error),
-      handedOver: () => this.leakWatch?.catchUp(),
     });
     this.collectors.prepare();
     records.open(pipeline);
@@ -382,8 +381,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     // boundaries pay only this check.
     if (boundary.scope.readings === true && collectors.onDemandStates.length > 0)
       this.readInto(index, collectors.onDemandStates, "readOnDemand");
-    const watch = this.leakWatch;
-    if (watch !== null && index >= watch.catchUpAt) watch.catchUp();
+    this.leakWatch?.recorded(eventType === "phase_exit", boundary.scope, index);
     this.records.committedPlain(index);
   }
 

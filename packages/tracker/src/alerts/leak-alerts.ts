@@ -17,7 +17,7 @@ import {
   systemScheduler,
   type TimerHandle,
 } from "@stormlog/core";
-import type { RecordedPhase } from "@stormlog/phases";
+import type { PhaseScopeTemplate, RecordedPhase } from "@stormlog/phases";
 import {
   type BirthSnapshot,
   describeBirths,
@@ -32,7 +32,7 @@ import {
   strongestVerdict,
 } from "@stormlog/phases/internal";
 import { describeError } from "../describe-error.js";
-import { BOUNDARY_READ, type EventStore, PHASE_ENTER, PHASE_EXIT } from "../records/store.js";
+import { BOUNDARY_READ, type EventStore } from "../records/store.js";
 import { startWorkerBeside } from "../worker-entry.js";
 import {
   type JudgeInput,
@@ -78,10 +78,6 @@ export const LEAK_WINDOW_PATHS = 50;
 export const LEAK_WINDOW_SNAPSHOTS = 512;
 /** Phases open at once that are remembered (the oldest are dropped: phases never closed). */
 const MAX_OPEN = 256;
-/** Samples' tensor counts kept for `catchUp()` before a sample calls it itself. */
-const MAX_PENDING_COUNTS = 64;
-/** Records between two reads of the store's phase records (at most half the store). */
-const CATCH_UP_BATCH = 256;
 /** Default time between checks. */
 export const DEFAULT_LEAK_CHECK_INTERVAL_MS = 10_000;
 /** A check may take at most this share of the time between checks (else the next one waits). */
@@ -325,8 +321,15 @@ export function describeSuspicion(phasePath: string, r: RankVerdicts): LeakSuspi
  */
 export class LeakWatch {
   private readonly windows = new Map<string, PathWindow>();
-  /** Open phases (enter seen, exit not yet), innermost last: the scope, its start, its enter's values. */
-  private readonly openScopes: (RecordedPhase | null)[] = new Array(MAX_OPEN).fill(null);
+  /**
+   * Open phases (enter seen, exit not yet), innermost last: the scope's sequence, thread, path and
+   * id, its start and its enter's values. Not the scope itself: a scope is a young object, and
+   * keeping it in these long-lived arrays would cost a remembered-set entry at every boundary.
+   */
+  private readonly openSequences = new Float64Array(MAX_OPEN);
+  /** The recorder's scopes' templates (long-lived); a scope without one is kept in `openOthers`. */
+  private readonly openTemplates: (PhaseScopeTemplate | null)[] = new Array(MAX_OPEN).fill(null);
+  private readonly openOthers: (RecordedPhase | null)[] = new Array(MAX_OPEN).fill(null);
   private readonly openStarts = new BigInt64Array(MAX_OPEN);
   private readonly openStartWords = new Int32Array(this.openStarts.buffer);
   /** The window of the top-level path opened last, and its generation then (most loops have one). */
@@ -343,12 +346,6 @@ export class LeakWatch {
   private snapshotNext = 0;
   /** The last sample's tensor count (NaN before one), for records without their own. */
   private sampledTensors = Number.NaN;
-  /**
-   * Samples' tensor counts not yet reached by `catchUp()`, as pairs (the store's record count when
-   * sampled, the count): applied in order as it reads the records, so a sample does not read the
-   * boundaries stored before it (in cold caches, at every tick) to keep their order.
-   */
-  private readonly pendingCounts: number[] = [];
   /** Paths whose leak was reported and has not ended since. */
   private readonly alerted = new Set<string>();
   private session: LeakSession | null = null;
@@ -357,13 +354,6 @@ export class LeakWatch {
   /** The timer runs from the session's first phase boundary on (without phases there is nothing to judge). */
   private armed = false;
   private lastCheckMs = 0;
-  /**
-   * The store's record count at which the tracker calls `catchUp()`: phase records are read from the
-   * store in batches, not at each boundary, so that a boundary pays one comparison for the watch.
-   */
-  catchUpAt = 0;
-  /** The store's records read so far. */
-  private seen = 0;
   private readonly checkTask = (): void => {
     this.timer = null;
     if (this.session === null) return;
@@ -374,15 +364,11 @@ export class LeakWatch {
   /** Checks on the timer judge on the leak-judge worker (`LeakAlertOptions.judgeOn`). */
   private readonly judgeOnWorker: boolean;
 
-  /** Phase records read per batch: fewer than the store keeps, so none is overwritten before it is read. */
-  private readonly batch: number;
-
   constructor(
     readonly options: ResolvedLeakAlerts,
     private readonly host: LeakAlertHost,
     private readonly store: EventStore,
   ) {
-    this.batch = Math.max(1, Math.min(CATCH_UP_BATCH, store.capacity >> 1));
     this.judgeOnWorker =
       options.judgeOn === "worker" || (options.judgeOn === undefined && host.scheduler === systemScheduler);
   }
@@ -391,11 +377,9 @@ export class LeakWatch {
   begin(session: LeakSession): void {
     this.stopTimer();
     this.session = session;
-    this.seen = this.store.written;
-    // The first boundary arms the timer.
-    this.catchUpAt = this.seen;
     this.windows.clear();
-    this.openScopes.fill(null);
+    this.openTemplates.fill(null);
+    this.openOthers.fill(null);
     this.openWindows.fill(null);
     this.openCount = 0;
     this.topNode = undefined;
@@ -405,7 +389,6 @@ export class LeakWatch {
     this.snapshotCount = 0;
     this.snapshotNext = 0;
     this.sampledTensors = Number.NaN;
-    this.pendingCounts.length = 0;
     this.failed = false;
     this.armed = false;
     this.lastCheckMs = 0;
@@ -414,7 +397,6 @@ export class LeakWatch {
   /** Stops the timer; `finalCheck` judges the window once more first (at `stop()`). */
   end(finalCheck: boolean): void {
     this.stopTimer();
-    if (this.session !== null) this.catchUp();
     if (finalCheck && this.session !== null) this.check();
     this.session = null;
     this.armed = false;
@@ -444,45 +426,15 @@ export class LeakWatch {
   }
 
   /**
-   * Reads the phase records stored since the last call, in order (boundaries and samples call it once
-   * the store holds `catchUpAt` records, before it could overwrite one not read; checks and `end()`
-   * call it first; the sink's hand-over calls it too, having just read the same records). Samples'
-   * tensor counts are applied where they came among the records (`pendingCounts`). Never throws;
-   * does nothing between sessions.
+   * The phase record the tracker just stored at `index` (its counters final), read while it is still
+   * in the cache. Never throws; does nothing between sessions.
    */
-  catchUp(): void {
-    if (this.session === null) return;
-    try {
-      this.readStored();
-    } catch (error) {
-      this.fail("reading the stored phase records", error);
-    }
-  }
-
-  private readStored(): void {
-    const store = this.store;
-    const written = store.written;
-    // Records the store overwrote before they were read (many records between two boundaries): their
-    // occurrences are lost, not misread.
-    let index = Math.max(this.seen, written - store.capacity);
-    this.seen = written;
-    this.catchUpAt = written + this.batch;
-    const counts = this.pendingCounts;
-    let nextCount = 0;
-    for (; index < written; index++) {
-      // The counts of samples taken before this record.
-      for (; nextCount < counts.length && (counts[nextCount] as number) <= index; nextCount += 2)
-        this.sampledTensors = counts[nextCount + 1] as number;
-      const flags = store.flagsAt(index);
-      if ((flags & (PHASE_ENTER | PHASE_EXIT)) === 0) continue;
-      this.boundary((flags & PHASE_EXIT) !== 0, store.scope(index) as RecordedPhase, store, index);
-    }
-    if (counts.length > 0) this.sampledTensors = counts[counts.length - 1] as number;
-    counts.length = 0;
+  recorded(exit: boolean, scope: RecordedPhase, index: number): void {
+    if (this.session !== null) this.boundary(exit, scope, this.store, index);
   }
 
   /**
-   * A phase record stored at `index` (its counters final): the enter opens an occurrence,
+   * A phase record stored at `index`: the enter opens an occurrence,
    * the exit closes it into its path's window with the counters of both records. Everything stays in
    * this one body so that no counter is boxed on its way. Never throws.
    */
@@ -492,25 +444,27 @@ export class LeakWatch {
         this.armed = true;
         this.schedule();
       }
-      const extra = store.extra(index);
-      const tensors = extra === null ? undefined : extra.tfjs_num_tensors;
       const open = this.openValues;
       if (!exit) {
         if (this.openCount === MAX_OPEN) this.dropOpen(0);
         const window = this.windowAtEnter(scope);
         const k = this.openCount++;
-        this.openScopes[k] = scope;
-        store.copyTimestamp(index, this.openStartWords, k);
+        this.openSequences[k] = scope.sequence;
+        const template = scope.template;
+        if (template !== undefined) this.openTemplates[k] = template;
+        else this.openOthers[k] = scope;
         this.openWindows[k] = window;
         this.openGenerations[k] = window.generation;
         const at = k * OPEN_WIDTH;
-        const flags = store.readCounters(index, open, at);
-        open[at + 3] = typeof tensors === "number" ? tensors : this.sampledTensors;
+        const flags = store.readPhaseRecord(index, open, at, this.openStartWords, k);
+        if (Number.isNaN(open[at + 3]!)) open[at + 3] = this.sampledTensors;
         open[at + 4] = (flags & BOUNDARY_READ) !== 0 ? 1 : 0;
         return;
       }
+      // Sequences are unique within a session; a scope not made by a recorder is matched by identity.
       let k = this.openCount - 1;
-      while (k >= 0 && this.openScopes[k] !== scope) k--;
+      if (scope.template === undefined) while (k >= 0 && this.openOthers[k] !== scope) k--;
+      else while (k >= 0 && (this.openSequences[k] !== scope.sequence || this.openOthers[k] !== null)) k--;
       // Entered before the watch began, or dropped as never closed: nothing to pair it with.
       if (k < 0) return;
       const window = this.openWindows[k] as PathWindow;
@@ -527,20 +481,26 @@ export class LeakWatch {
       v[at + 1] = open[from + 1]!;
       v[at + 2] = open[from + 2]!;
       v[at + 3] = open[from + 3]!;
-      const flags = store.readCounters(index, v, at + 4);
-      v[at + 7] = typeof tensors === "number" ? tensors : this.sampledTensors;
+      const flags = store.readPhaseRecord(index, v, at + VALUES, window.endWords, slot);
+      if (Number.isNaN(v[at + 7]!)) v[at + 7] = this.sampledTensors;
       window.read[slot] = open[from + 4] !== 0 || (flags & BOUNDARY_READ) !== 0 ? 1 : 0;
       const startWords = window.startWords;
       startWords[slot * 2] = this.openStartWords[k * 2]!;
       startWords[slot * 2 + 1] = this.openStartWords[k * 2 + 1]!;
-      store.copyTimestamp(index, window.endWords, slot);
-      window.threads[slot] = scope.threadId;
       window.sequences[slot] = scope.sequence;
-      window.threadNames[slot] = scope.threadName;
+      const template = this.openTemplates[k];
+      if (template !== null && template !== undefined) {
+        window.threads[slot] = template.threadId;
+        window.threadNames[slot] = template.threadName;
+      } else {
+        window.threads[slot] = scope.threadId;
+        window.threadNames[slot] = scope.threadName;
+      }
       if (k === this.openCount - 1) {
         this.openCount = k;
-        this.openScopes[k] = null;
         this.openWindows[k] = null;
+        this.openTemplates[k] = null;
+        if (this.openOthers[k] !== null) this.openOthers[k] = null;
       } else this.dropOpen(k);
     } catch (error) {
       this.fail("recording a phase boundary", error);
@@ -551,13 +511,16 @@ export class LeakWatch {
   private dropOpen(k: number): void {
     const last = this.openCount - 1;
     for (let i = k; i < last; i++) {
-      this.openScopes[i] = this.openScopes[i + 1]!;
+      this.openSequences[i] = this.openSequences[i + 1]!;
+      this.openTemplates[i] = this.openTemplates[i + 1]!;
+      this.openOthers[i] = this.openOthers[i + 1]!;
       this.openStarts[i] = this.openStarts[i + 1]!;
       this.openWindows[i] = this.openWindows[i + 1]!;
       this.openGenerations[i] = this.openGenerations[i + 1]!;
     }
     this.openValues.copyWithin(k * OPEN_WIDTH, (k + 1) * OPEN_WIDTH, this.openCount * OPEN_WIDTH);
-    this.openScopes[last] = null;
+    this.openTemplates[last] = null;
+    this.openOthers[last] = null;
     this.openWindows[last] = null;
     this.openCount = last;
   }
@@ -570,11 +533,7 @@ export class LeakWatch {
     if (this.session === null) return;
     try {
       const tensors = primary ? metadata.tfjs_num_tensors : undefined;
-      if (typeof tensors === "number") this.pendingCounts.push(this.store.written, tensors);
-      // A long phase's enter must be read before samples' records push it out of a small store; and
-      // without phases nothing else would catch up, so the queue of counts stays short.
-      if (this.store.written >= this.catchUpAt || this.pendingCounts.length >= 2 * MAX_PENDING_COUNTS)
-        this.catchUp();
+      if (typeof tensors === "number") this.sampledTensors = tensors;
       const live = metadata[LIVE_BY_PHASE_KEY];
       if (typeof live !== "object" || live === null || Array.isArray(live)) return;
       this.snapshots[this.snapshotNext] = { timestampNs: ts, raw: live, parsed: null };
@@ -596,8 +555,12 @@ export class LeakWatch {
     let window: PathWindow | undefined;
     if (parentSequence != null || parentId !== null) {
       for (let j = this.openCount - 1; j >= 0; j--) {
-        const open = this.openScopes[j] as RecordedPhase;
-        if (parentSequence != null ? open.sequence !== parentSequence : open.scopeId !== parentId) continue;
+        if (
+          parentSequence != null
+            ? this.openSequences[j] !== parentSequence || this.openOthers[j] !== null
+            : this.openScopeFacts(j).scopeId !== parentId
+        )
+          continue;
         const parent = this.openWindows[j] as PathWindow;
         if (parent.generation === this.openGenerations[j]) {
           window = parent.children.get(scope.name);
@@ -627,6 +590,23 @@ export class LeakWatch {
     return window;
   }
 
+  /** What the judge needs of the `k`-th open phase. */
+  private openScopeFacts(
+    k: number,
+  ): Pick<RecordedPhase, "threadId" | "threadName" | "scopeId" | "path" | "phasePath" | "sequence"> {
+    const other = this.openOthers[k];
+    if (other !== null && other !== undefined) return other;
+    const template = this.openTemplates[k] as PhaseScopeTemplate;
+    return {
+      threadId: template.threadId,
+      threadName: template.threadName,
+      scopeId: `${template.sessionId}:${this.openSequences[k]}`,
+      path: template.path,
+      phasePath: template.phasePath,
+      sequence: this.openSequences[k] as number,
+    };
+  }
+
   private windowOf(scope: RecordedPhase): PathWindow {
     const path = scope.phasePath;
     let window = this.windows.get(path);
@@ -651,7 +631,6 @@ export class LeakWatch {
   /** Judges the window here and records a warning for each path whose leak is new. Never throws. */
   check(): void {
     const started = this.host.clock.nowNs();
-    this.catchUp();
     try {
       this.emitSuspicions(this.judge());
     } catch (error) {
@@ -670,7 +649,6 @@ export class LeakWatch {
     if (worker === null) return false;
     const clock = this.host.clock;
     const started = clock.nowNs();
-    this.catchUp();
     const input = this.judgeInput();
     const session = this.session;
     if (input === null || session === null) return false;
@@ -759,7 +737,7 @@ export class LeakWatch {
     }
     const open: OpenPhaseData[] = [];
     for (let k = 0; k < this.openCount; k++) {
-      const scope = this.openScopes[k] as RecordedPhase;
+      const scope = this.openScopeFacts(k);
       const from = k * OPEN_WIDTH;
       const ov = this.openValues;
       open.push({

@@ -13,7 +13,7 @@ import {
   type RetentionOccurrence,
 } from "@stormlog/phases/internal";
 
-/** Per occurrence end: allocated, reserved, used (`EventStore.readCounters`), tensors. */
+/** Per occurrence end: allocated, reserved, used (`EventStore.readPhaseRecord`), tensors. */
 export const VALUES = 4;
 
 /** One path's closed occurrences, in a ring (the watch's `PathWindow`, or a copy of its arrays). */

@@ -19,7 +19,6 @@ import type {
   ObservableGauge,
 } from "@opentelemetry/api";
 import { type DistributedIdentity, InvalidConfigError, type MemoryCounterField } from "@stormlog/core";
-import type { RecordedPhase } from "@stormlog/phases";
 import type { WriterDiagnostics } from "../pipeline/writer.js";
 import type { EventStore } from "../records/store.js";
 import { PHASE_ENTER, PHASE_EXIT } from "../records/store.js";
@@ -180,7 +179,8 @@ export class TrackerMetrics {
   private base: Attributes = {};
   private seen = 0;
   private rssBytes: number | null = null;
-  private readonly openStarts = new Map<RecordedPhase, bigint>();
+  /** Start times of open phases by their scope's sequence (unique within a session). */
+  private readonly openStarts = new Map<number, bigint>();
   private readonly pathAttributes = new Map<string, Attributes>();
   private readonly severityAttributes = new Map<string, Attributes>();
   private readonly callback: BatchObservableCallback = (result) => this.observe(result);
@@ -257,18 +257,18 @@ export class TrackerMetrics {
     const scope = store.scope(index);
     if (scope === null) return;
     if (this.openStarts.size >= MAX_OPEN_PHASES) {
-      const oldest = this.openStarts.keys().next().value as RecordedPhase;
+      const oldest = this.openStarts.keys().next().value as number;
       this.openStarts.delete(oldest);
     }
-    this.openStarts.set(scope, store.timestamp(index));
+    this.openStarts.set(scope.sequence, store.timestamp(index));
   }
 
   private exited(instruments: Instruments, store: EventStore, index: number): void {
     const scope = store.scope(index);
     if (scope === null) return;
-    const started = this.openStarts.get(scope);
+    const started = this.openStarts.get(scope.sequence);
     if (started === undefined) return;
-    this.openStarts.delete(scope);
+    this.openStarts.delete(scope.sequence);
     const seconds = Number(store.timestamp(index) - started) / 1e9;
     instruments.phaseDuration.record(seconds, this.phaseAttributes(scope.phasePath));
   }

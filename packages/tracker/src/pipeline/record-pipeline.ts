@@ -57,11 +57,6 @@ export interface PipelineHost {
   warn(message: string): void;
   /** A hand-over on a timer failed: the tracker stops using the pipeline (background work never throws). */
   failed(operation: string, error: unknown): void;
-  /**
-   * The timer's hand-over read the records stored since the last one: whatever else reads them (the
-   * leak watch) reads them now, while they are in cache. Never throws.
-   */
-  readonly handedOver?: () => void;
 }
 
 /**
@@ -282,7 +277,6 @@ class WorkerPipeline implements RecordPipeline {
     this.timer = null;
     if (this.sink.failed) return;
     this.copyWaiting();
-    this.host.handedOver?.();
     this.ring.post(false);
   }
 

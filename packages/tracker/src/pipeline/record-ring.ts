@@ -24,7 +24,8 @@
  */
 import type { JsonObject, JsonValue } from "@stormlog/core";
 import { sameStrings } from "@stormlog/core/internal";
-import type { RecordedPhase } from "@stormlog/phases";
+import type { PhaseScopeTemplate } from "@stormlog/phases";
+import type { PhaseScopeFacts } from "@stormlog/phases/internal";
 import { type EventStore, RECORD_NUMBERS, type RecordContext, type StoredGroup } from "../records/store.js";
 
 /** Slot cells after the record's numbers (`EventStore.copyNumbers`). */
@@ -128,14 +129,10 @@ export interface SpillChunk {
 }
 
 /** What a phase record's scope shares with every other scope of its phase path (on its thread). */
-interface PhaseKind {
-  readonly name: string;
-  readonly path: readonly string[];
-  readonly phasePath: string;
-  readonly depth: number;
-  readonly threadId: number;
-  readonly threadName: string;
-}
+type PhaseKind = Pick<
+  PhaseScopeTemplate,
+  "name" | "path" | "phasePath" | "depth" | "threadId" | "threadName"
+>;
 
 interface ObjectEntry {
   id: number;
@@ -454,7 +451,7 @@ export class RecordRingWriter {
   }
 
   private encodeScope(
-    scope: RecordedPhase,
+    scope: PhaseScopeFacts,
     sequence: number,
     out: Float64Array,
     at: number,
@@ -490,7 +487,7 @@ export class RecordRingWriter {
   }
 
   /** Scope ids of any other form: numbers where they are `<session>:<n>`, else texts. */
-  private encodeScopeIds(scope: RecordedPhase, sequence: number, out: Float64Array, at: number): void {
+  private encodeScopeIds(scope: PhaseScopeFacts, sequence: number, out: Float64Array, at: number): void {
     out[at + SCOPE_ID] =
       this.sequenceAfterPrefix(scope.scopeId) === scope.sequence
         ? -1
@@ -690,7 +687,7 @@ export class RecordRingWriter {
     return id;
   }
 
-  private idOfKind(scope: RecordedPhase, sequence: number): number {
+  private idOfKind(scope: PhaseScopeFacts, sequence: number): number {
     // The recorder's scopes share one key per path: one identity lookup instead of hashing the path.
     const key = scope.pathKey;
     if (key !== undefined) {
@@ -709,7 +706,7 @@ export class RecordRingWriter {
   }
 
   /** The kind of `scope`'s path on its thread, made when new. */
-  private kindEntry(scope: RecordedPhase): KindEntry {
+  private kindEntry(scope: PhaseScopeFacts): KindEntry {
     if (this.kindCount >= MAX_KEPT) {
       this.kinds.clear();
       this.kindCount = 0;
@@ -866,7 +863,7 @@ export class RecordRingReader {
     }
     const contextId = numbers[at + CONTEXT] as number;
     const kindId = numbers[at + KIND] as number;
-    let scope: RecordedPhase | null = null;
+    let scope: PhaseScopeFacts | null = null;
     if (kindId >= 0) {
       const kind = this.object(kindId, sequence) as PhaseKind;
       const scopeSequence = numbers[at + SCOPE_SEQUENCE] as number;
@@ -900,7 +897,7 @@ export class RecordRingReader {
         threadId: kind.threadId,
         threadName: kind.threadName,
         attributes,
-      } as unknown as RecordedPhase;
+      };
     }
     const index = this.store.pushNumbers(
       ts,

@@ -5,8 +5,8 @@ import {
   type MemoryReading,
   type TelemetryEvent,
 } from "@stormlog/core";
-import type { RecordedPhase } from "@stormlog/phases";
-import { phaseBoundaryContext, phaseScopePayload } from "@stormlog/phases/internal";
+import type { PhaseScopeTemplate, RecordedPhase } from "@stormlog/phases";
+import { type PhaseScopeFacts, phaseBoundaryContext, phaseScopePayload } from "@stormlog/phases/internal";
 import { markFloatIfIntegral } from "../health/health.js";
 
 const FIELDS = MEMORY_COUNTER_FIELDS.length;
@@ -43,13 +43,17 @@ export interface RecordContext {
 
 /**
  * A stored record's numbers, one row of `ROW` cells each: the counters (NaN when unread), change,
- * boundary sequence and flags (`copyNumbers`' layout), then the timestamp's 64 bits.
+ * boundary sequence and flags (`copyNumbers`' layout), then the timestamp's 64 bits, then the
+ * sequences of a scope kept as its template (`SCOPE_SEQUENCE` NaN: the scope itself is kept).
  */
 const CHANGE = FIELDS;
 const SEQUENCE = FIELDS + 1;
 const FLAGS = FIELDS + 2;
 const TIMESTAMP = FIELDS + 3;
-const ROW = TIMESTAMP + 1;
+const SCOPE_SEQUENCE = TIMESTAMP + 1;
+/** The parent scope's sequence, -1 at the top. */
+const PARENT_SEQUENCE = TIMESTAMP + 2;
+const ROW = TIMESTAMP + 3;
 /** A stored record's references, one row of `REFS` entries each. */
 const TYPE = 0;
 const CONTEXT = 1;
@@ -64,7 +68,7 @@ const REFS = 6;
  * timestamp in the same row, through a BigInt64Array view) and its references (type, context,
  * group, base and detail, scope) in one row of an array. Records are built as objects only when
  * someone reads them (or a sink needs one), so keeping 10000 of them costs the garbage collector
- * next to nothing: a phase boundary stores numbers and a reference to its (already allocated) scope.
+ * next to nothing: a phase boundary stores numbers and its scope's template (one per path and thread).
  * Rows, not a column per field: inside a training step, between two boundaries, tfjs's data evicts
  * ours from the caches, and a record written or read then costs a cache miss per line it touches
  * (two rows of lines here, where thirteen columns took about thirteen).
@@ -151,7 +155,17 @@ export class EventStore {
     numbers[row + SEQUENCE] = sequence;
     numbers[row + FLAGS] = flags;
     this.ts[row + TIMESTAMP] = ts;
-    this.setRefs(slot, eventType, context, group, base, extra, scope);
+    // A recorder's scope is kept as its path's template and its sequences: the scope, a new object
+    // per phase, then dies young instead of being kept (and copied by the collector) with the record.
+    const template = scope === null ? undefined : scope.template;
+    if (template !== undefined && (scope as RecordedPhase).attributes === undefined) {
+      numbers[row + SCOPE_SEQUENCE] = (scope as RecordedPhase).sequence;
+      numbers[row + PARENT_SEQUENCE] = (scope as RecordedPhase).parentSequence ?? -1;
+      this.setRefs(slot, eventType, context, group, base, extra, template);
+    } else {
+      numbers[row + SCOPE_SEQUENCE] = Number.NaN;
+      this.setRefs(slot, eventType, context, group, base, extra, scope);
+    }
     return index;
   }
 
@@ -165,7 +179,7 @@ export class EventStore {
     at: number,
     base: JsonObject,
     extra: JsonObject | null,
-    scope: RecordedPhase | null,
+    scope: PhaseScopeFacts | null,
   ): number {
     const index = this.written++;
     const slot = this.slotOf(index);
@@ -173,6 +187,7 @@ export class EventStore {
     const own = this.numbers;
     for (let f = 0; f < RECORD_NUMBERS; f++) own[row + f] = numbers[at + f] as number;
     this.ts[row + TIMESTAMP] = ts;
+    own[row + SCOPE_SEQUENCE] = Number.NaN;
     this.setRefs(slot, eventType, context, group, base, extra, scope);
     return index;
   }
@@ -184,7 +199,7 @@ export class EventStore {
     group: StoredGroup,
     base: JsonObject,
     extra: JsonObject | null,
-    scope: RecordedPhase | null,
+    scope: PhaseScopeFacts | PhaseScopeTemplate | null,
   ): void {
     const refs = this.refs;
     const at = slot * REFS;
@@ -219,16 +234,25 @@ export class EventStore {
   }
 
   /**
-   * Copies a stored record's allocated, reserved and device-used counters as written (NaN when
-   * unread) into `out` from `at`, and returns its flag bits (`BOUNDARY_READ`...): the leak watch's
-   * read of a phase record, one slot lookup.
+   * The leak watch's read of a phase record, one slot lookup: its allocated, reserved and device-used
+   * counters (NaN when unread) and its `tfjs_num_tensors` detail (NaN when absent) into `out` from
+   * `at`, its timestamp into `words` (an Int32Array view of a BigInt64Array) at `wordsAt`; returns
+   * its flag bits.
    */
-  readCounters(index: number, out: Float64Array, at: number): number {
-    const row = this.slotOf(index) * ROW;
+  readPhaseRecord(index: number, out: Float64Array, at: number, words: Int32Array, wordsAt: number): number {
+    const slot = this.slotOf(index);
+    const row = slot * ROW;
     const numbers = this.numbers;
     out[at] = numbers[row] as number;
     out[at + 1] = numbers[row + 1] as number;
     out[at + 2] = numbers[row + 4] as number;
+    const extra = this.refs[slot * REFS + EXTRA] as JsonObject | null;
+    const tensors = extra === null ? undefined : extra.tfjs_num_tensors;
+    out[at + 3] = typeof tensors === "number" ? tensors : Number.NaN;
+    const from = (row + TIMESTAMP) * 2;
+    const own = this.tsWords;
+    words[wordsAt * 2] = own[from] as number;
+    words[wordsAt * 2 + 1] = own[from + 1] as number;
     return numbers[row + FLAGS] as number;
   }
 
@@ -279,8 +303,19 @@ export class EventStore {
     return (this.refs[this.slotOf(index) * REFS + CONTEXT] as string | null) ?? null;
   }
 
-  scope(index: number): RecordedPhase | null {
-    return (this.refs[this.slotOf(index) * REFS + SCOPE] as RecordedPhase | null) ?? null;
+  /** A phase record's scope (rebuilt from its template when that is what was kept), else null. */
+  scope(index: number): PhaseScopeFacts | null {
+    return this.scopeAt(this.slotOf(index));
+  }
+
+  private scopeAt(slot: number): PhaseScopeFacts | null {
+    const kept = this.refs[slot * REFS + SCOPE] ?? null;
+    if (kept === null) return null;
+    const row = slot * ROW;
+    const sequence = this.numbers[row + SCOPE_SEQUENCE] as number;
+    if (Number.isNaN(sequence)) return kept as PhaseScopeFacts;
+    const parent = this.numbers[row + PARENT_SEQUENCE] as number;
+    return new TemplateScope(kept as PhaseScopeTemplate, sequence, parent < 0 ? null : parent);
   }
 
   deviceId(index: number): number {
@@ -296,7 +331,7 @@ export class EventStore {
     const ref = slot * REFS;
     const group = refs[ref + GROUP] as StoredGroup;
     const flags = c[row + FLAGS] as number;
-    const scope = refs[ref + SCOPE] as RecordedPhase | null;
+    const scope = this.scopeAt(slot);
     const base = refs[ref + BASE] as JsonObject;
     const extra = refs[ref + EXTRA] as JsonObject | null;
     let metadata: JsonObject;
@@ -394,6 +429,49 @@ export class EventStore {
       context: recordContext,
       metadata,
     };
+  }
+}
+
+/** A recorder's scope as a record keeps it: its path's template and its sequences. */
+class TemplateScope implements PhaseScopeFacts {
+  constructor(
+    private readonly template: PhaseScopeTemplate,
+    readonly sequence: number,
+    readonly parentSequence: number | null,
+  ) {}
+
+  get name(): string {
+    return this.template.name;
+  }
+  get path(): readonly string[] {
+    return this.template.path;
+  }
+  get phasePath(): string {
+    return this.template.phasePath;
+  }
+  get depth(): number {
+    return this.template.depth;
+  }
+  get threadId(): number {
+    return this.template.threadId;
+  }
+  get threadName(): string {
+    return this.template.threadName;
+  }
+  get sessionId(): string {
+    return this.template.sessionId;
+  }
+  get pathKey(): object {
+    return this.template.pathKey;
+  }
+  get attributes(): undefined {
+    return undefined;
+  }
+  get scopeId(): string {
+    return `${this.template.sessionId}:${this.sequence}`;
+  }
+  get parentScopeId(): string | null {
+    return this.parentSequence === null ? null : `${this.template.sessionId}:${this.parentSequence}`;
   }
 }
 

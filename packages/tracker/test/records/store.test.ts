@@ -1,5 +1,6 @@
+import { PhaseRecorder, type RecordedPhase } from "@stormlog/phases";
 import { describe, expect, it } from "vitest";
-import { EventStore } from "../../src/records/store.js";
+import { EventStore, PHASE_ENTER } from "../../src/records/store.js";
 import { cudaCapabilities } from "../helpers.js";
 
 const group = { collectorString: "stormlog.test", deviceId: 0, capabilities: cudaCapabilities() };
@@ -44,5 +45,54 @@ describe("EventStore", () => {
         if (index + 1 < store.written) expect(store.eventType(index + 1)).toBe(`type-${index + 1}`);
       }
     }
+  });
+
+  it("keeps a recorder's scope as its template and sequences, and reads back the same facts", () => {
+    const store = new EventStore(4);
+    const scopes: RecordedPhase[] = [];
+    const recorder = new PhaseRecorder({ onBoundary: (boundary) => scopes.push(boundary.scope) });
+    recorder.begin("session-a");
+    recorder.phase("train", () => {
+      recorder.phase("forward", () => undefined);
+      recorder.phase("eval", () => undefined, { metadata: { split: "val" } });
+    });
+    const facts = (scope: RecordedPhase | ReturnType<EventStore["scope"]>) => ({
+      name: scope?.name,
+      path: scope?.path,
+      phasePath: scope?.phasePath,
+      depth: scope?.depth,
+      scopeId: scope?.scopeId,
+      parentScopeId: scope?.parentScopeId,
+      threadId: scope?.threadId,
+      threadName: scope?.threadName,
+      sequence: scope?.sequence,
+      attributes: scope?.attributes,
+    });
+    // train enter, forward enter: kept as templates.
+    for (const scope of scopes.slice(0, 2)) {
+      const index = store.push(
+        1n,
+        "phase_enter",
+        null,
+        group,
+        null,
+        0,
+        {},
+        null,
+        scope,
+        scope.sequence,
+        PHASE_ENTER,
+      );
+      expect(store.scope(index)).not.toBe(scope);
+      expect(facts(store.scope(index))).toEqual(facts(scope));
+    }
+    expect(facts(store.scope(1)).parentScopeId).toBe("session-a:1");
+    // A scope with attributes is kept itself (its attributes are the user's object).
+    const evalScope = scopes.find((scope) => scope.name === "eval") as RecordedPhase;
+    const index = store.push(1n, "phase_enter", null, group, null, 0, {}, null, evalScope, 5, PHASE_ENTER);
+    expect(store.scope(index)).toBe(evalScope);
+    // Records without a scope read none, after a slot that had one.
+    for (let n = 0; n < 4; n++) pushNumbered(store, n);
+    expect(store.scope(store.written - 1)).toBeNull();
   });
 });
