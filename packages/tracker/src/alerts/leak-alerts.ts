@@ -38,7 +38,16 @@ import {
   type JudgeInput,
   judgeWindows,
   LeakJudgeWorker,
+  OCCURRENCE_END,
+  OCCURRENCE_ENTER,
+  OCCURRENCE_EXIT,
+  OCCURRENCE_READ,
+  OCCURRENCE_SEQUENCE,
+  OCCURRENCE_START,
+  OCCURRENCE_THREAD,
+  OCCURRENCE_WIDTH,
   type OpenPhaseData,
+  timestampOf,
   VALUES,
   type WindowData,
 } from "./leak-judge.js";
@@ -83,8 +92,20 @@ export const DEFAULT_LEAK_CHECK_INTERVAL_MS = 10_000;
 /** A check may take at most this share of the time between checks (else the next one waits). */
 const CHECK_TIME_SHARE = 0.0005;
 const FIRST_CAPACITY = 16;
-/** Per open phase: its enter's VALUES, then whether they were read at the boundary. */
-const OPEN_WIDTH = VALUES + 1;
+/**
+ * Per open phase, one row (a cache line): its start's words, its scope's sequence, `OPEN_FLAGS`, then
+ * its enter's VALUES.
+ */
+const OPEN_START = 0;
+const OPEN_SEQUENCE = 2;
+const OPEN_FLAGS = 3;
+const OPEN_VALUES = 4;
+const OPEN_WIDTH = OPEN_VALUES + VALUES;
+/** `OPEN_FLAGS` bits: the enter's counters were read at the boundary; the scope has no template. */
+const OPEN_READ = 1;
+const OPEN_OTHER = 2;
+/** Per open phase in `openRefs`: its template (or the scope itself, `OPEN_OTHER`), its window, the window's generation. */
+const OPEN_REFS = 3;
 const OPTION_KEYS: ReadonlySet<string> = new Set(["enabled", "intervalMs", "judgeOn"]);
 
 /** Resolves `leakAlerts: boolean | LeakAlertOptions`; throws `InvalidConfigError`. */
@@ -133,8 +154,12 @@ function describeValue(value: unknown): string {
   return String(value);
 }
 
-/** One path's recent closed occurrences, in a ring of typed arrays that grows up to the window. */
-class PathWindow {
+/**
+ * One path's recent closed occurrences, in a ring that grows up to the window: one row of
+ * `OCCURRENCE_WIDTH` numbers per occurrence (two cache lines), as a boundary inside a training step
+ * finds every line cold and pays for each it touches.
+ */
+class PathWindow implements WindowData {
   path = "";
   parts: readonly string[] = [];
   /** When a phase of the path last opened (a use count: least recently used windows are replaced first). */
@@ -147,23 +172,11 @@ class PathWindow {
   count = 0;
   /** Where the next closed occurrence goes. */
   next = 0;
-  starts = new BigInt64Array(0);
-  ends = new BigInt64Array(0);
-  /** `starts` and `ends` as 32-bit words: a boundary copies its time without making a bigint. */
-  startWords = new Int32Array(0);
-  endWords = new Int32Array(0);
-  threads = new Float64Array(0);
-  sequences = new Float64Array(0);
-  /** Per occurrence: the enter's VALUES, then the exit's. */
-  values = new Float64Array(0);
-  /** Per occurrence: either record's counters were read at the boundary. */
-  read = new Uint8Array(0);
   /**
-   * The thread names (shared strings). Nothing made per occurrence is kept (its scope id, its
-   * bigints): objects that outlive a young-generation collection would cost the collector more than
-   * the boundary's own work. The engine reads neither ids nor sequences.
+   * The occurrences' rows. Nothing made per occurrence is kept (its scope, its id, a bigint): objects
+   * that outlive a young-generation collection would cost the collector more than the boundary's work.
    */
-  threadNames: string[] = [];
+  rows = new Float64Array(0);
 
   reset(path: string, parts: readonly string[]): void {
     this.generation++;
@@ -172,7 +185,6 @@ class PathWindow {
     this.parts = parts;
     this.count = 0;
     this.next = 0;
-    this.threadNames.fill("");
   }
 
   /** The slot of the next closed occurrence (the oldest one's once the window is full). */
@@ -184,31 +196,12 @@ class PathWindow {
     return slot;
   }
 
-  /** Doubles the arrays (up to the window), before the ring first wraps: it is in order then. */
+  /** Doubles the rows (up to the window), before the ring first wraps: it is in order then. */
   private grow(): void {
     const capacity = Math.min(LEAK_WINDOW_OCCURRENCES, Math.max(FIRST_CAPACITY, this.capacity * 2));
-    const starts = new BigInt64Array(capacity);
-    starts.set(this.starts);
-    this.starts = starts;
-    const ends = new BigInt64Array(capacity);
-    ends.set(this.ends);
-    this.ends = ends;
-    this.startWords = new Int32Array(starts.buffer);
-    this.endWords = new Int32Array(ends.buffer);
-    const threads = new Float64Array(capacity);
-    threads.set(this.threads);
-    this.threads = threads;
-    const sequences = new Float64Array(capacity);
-    sequences.set(this.sequences);
-    this.sequences = sequences;
-    const values = new Float64Array(capacity * 2 * VALUES);
-    values.set(this.values);
-    this.values = values;
-    const read = new Uint8Array(capacity);
-    read.set(this.read);
-    this.read = read;
-    this.threadNames.length = capacity;
-    this.threadNames.fill("", this.count);
+    const rows = new Float64Array(capacity * OCCURRENCE_WIDTH);
+    rows.set(this.rows);
+    this.rows = rows;
     this.capacity = capacity;
     this.next = this.count;
   }
@@ -322,23 +315,23 @@ export function describeSuspicion(phasePath: string, r: RankVerdicts): LeakSuspi
 export class LeakWatch {
   private readonly windows = new Map<string, PathWindow>();
   /**
-   * Open phases (enter seen, exit not yet), innermost last: the scope's sequence, thread, path and
-   * id, its start and its enter's values. Not the scope itself: a scope is a young object, and
-   * keeping it in these long-lived arrays would cost a remembered-set entry at every boundary.
+   * Open phases (enter seen, exit not yet), innermost last: a row of numbers (`OPEN_WIDTH`) and
+   * `OPEN_REFS` references each. The recorder's scopes are kept as their templates: a scope is a
+   * young object, and keeping it in these long-lived arrays would cost a remembered-set entry at
+   * every boundary.
    */
-  private readonly openSequences = new Float64Array(MAX_OPEN);
-  /** The recorder's scopes' templates (long-lived); a scope without one is kept in `openOthers`. */
-  private readonly openTemplates: (PhaseScopeTemplate | null)[] = new Array(MAX_OPEN).fill(null);
-  private readonly openOthers: (RecordedPhase | null)[] = new Array(MAX_OPEN).fill(null);
-  private readonly openStarts = new BigInt64Array(MAX_OPEN);
-  private readonly openStartWords = new Int32Array(this.openStarts.buffer);
+  private readonly openRows = new Float64Array(MAX_OPEN * OPEN_WIDTH);
+  private readonly openRefs: (PhaseScopeTemplate | RecordedPhase | PathWindow | number | null)[] = new Array(
+    MAX_OPEN * OPEN_REFS,
+  ).fill(null);
+  /** Thread names by id, as the session's scopes name them (the recorder's ids name one thread each). */
+  private readonly threadNames = new Map<number, string>();
+  private lastThreadId = Number.NaN;
+  private lastThreadName = "";
   /** The window of the top-level path opened last, and its generation then (most loops have one). */
   private topNode: object | undefined = undefined;
   private topWindow: PathWindow | null = null;
   private topGeneration = 0;
-  private readonly openWindows: (PathWindow | null)[] = new Array(MAX_OPEN).fill(null);
-  private readonly openGenerations: number[] = new Array(MAX_OPEN).fill(0);
-  private readonly openValues = new Float64Array(MAX_OPEN * OPEN_WIDTH);
   private openCount = 0;
   private uses = 0;
   private readonly snapshots: (SnapshotEntry | undefined)[] = new Array(LEAK_WINDOW_SNAPSHOTS);
@@ -378,9 +371,9 @@ export class LeakWatch {
     this.stopTimer();
     this.session = session;
     this.windows.clear();
-    this.openTemplates.fill(null);
-    this.openOthers.fill(null);
-    this.openWindows.fill(null);
+    this.openRefs.fill(null);
+    this.threadNames.clear();
+    this.lastThreadId = Number.NaN;
     this.openCount = 0;
     this.topNode = undefined;
     this.topWindow = null;
@@ -444,84 +437,85 @@ export class LeakWatch {
         this.armed = true;
         this.schedule();
       }
-      const open = this.openValues;
+      const open = this.openRows;
+      const refs = this.openRefs;
       if (!exit) {
         if (this.openCount === MAX_OPEN) this.dropOpen(0);
         const window = this.windowAtEnter(scope);
         const k = this.openCount++;
-        this.openSequences[k] = scope.sequence;
-        const template = scope.template;
-        if (template !== undefined) this.openTemplates[k] = template;
-        else this.openOthers[k] = scope;
-        this.openWindows[k] = window;
-        this.openGenerations[k] = window.generation;
         const at = k * OPEN_WIDTH;
-        const flags = store.readPhaseRecord(index, open, at, this.openStartWords, k);
-        if (Number.isNaN(open[at + 3]!)) open[at + 3] = this.sampledTensors;
-        open[at + 4] = (flags & BOUNDARY_READ) !== 0 ? 1 : 0;
+        const flags = store.readPhaseRecord(index, open, at + OPEN_VALUES, at + OPEN_START);
+        if (Number.isNaN(open[at + OPEN_VALUES + 3]!)) open[at + OPEN_VALUES + 3] = this.sampledTensors;
+        open[at + OPEN_SEQUENCE] = scope.sequence;
+        const template = scope.template;
+        open[at + OPEN_FLAGS] =
+          ((flags & BOUNDARY_READ) !== 0 ? OPEN_READ : 0) | (template === undefined ? OPEN_OTHER : 0);
+        const r = k * OPEN_REFS;
+        refs[r] = template === undefined ? scope : template;
+        refs[r + 1] = window;
+        refs[r + 2] = window.generation;
         return;
       }
       // Sequences are unique within a session; a scope not made by a recorder is matched by identity.
       let k = this.openCount - 1;
-      if (scope.template === undefined) while (k >= 0 && this.openOthers[k] !== scope) k--;
-      else while (k >= 0 && (this.openSequences[k] !== scope.sequence || this.openOthers[k] !== null)) k--;
+      if (scope.template === undefined) while (k >= 0 && refs[k * OPEN_REFS] !== scope) k--;
+      else
+        while (
+          k >= 0 &&
+          (open[k * OPEN_WIDTH + OPEN_SEQUENCE] !== scope.sequence ||
+            ((open[k * OPEN_WIDTH + OPEN_FLAGS] as number) & OPEN_OTHER) !== 0)
+        )
+          k--;
       // Entered before the watch began, or dropped as never closed: nothing to pair it with.
       if (k < 0) return;
-      const window = this.openWindows[k] as PathWindow;
-      if (window.generation !== this.openGenerations[k]) {
+      const r = k * OPEN_REFS;
+      const window = refs[r + 1] as PathWindow;
+      if (window.generation !== refs[r + 2]) {
         // Its window went to another path meanwhile (more than LEAK_WINDOW_PATHS paths).
         this.dropOpen(k);
         return;
       }
       const slot = window.claim();
-      const v = window.values;
-      const at = slot * 2 * VALUES;
+      const rows = window.rows;
+      const at = slot * OCCURRENCE_WIDTH;
       const from = k * OPEN_WIDTH;
-      v[at] = open[from]!;
-      v[at + 1] = open[from + 1]!;
-      v[at + 2] = open[from + 2]!;
-      v[at + 3] = open[from + 3]!;
-      const flags = store.readPhaseRecord(index, v, at + VALUES, window.endWords, slot);
-      if (Number.isNaN(v[at + 7]!)) v[at + 7] = this.sampledTensors;
-      window.read[slot] = open[from + 4] !== 0 || (flags & BOUNDARY_READ) !== 0 ? 1 : 0;
-      const startWords = window.startWords;
-      startWords[slot * 2] = this.openStartWords[k * 2]!;
-      startWords[slot * 2 + 1] = this.openStartWords[k * 2 + 1]!;
-      window.sequences[slot] = scope.sequence;
-      const template = this.openTemplates[k];
-      if (template !== null && template !== undefined) {
-        window.threads[slot] = template.threadId;
-        window.threadNames[slot] = template.threadName;
-      } else {
-        window.threads[slot] = scope.threadId;
-        window.threadNames[slot] = scope.threadName;
-      }
+      const flags = store.readPhaseRecord(index, rows, at + OCCURRENCE_EXIT, at + OCCURRENCE_END);
+      if (Number.isNaN(rows[at + OCCURRENCE_EXIT + 3]!)) rows[at + OCCURRENCE_EXIT + 3] = this.sampledTensors;
+      rows[at + OCCURRENCE_START] = open[from + OPEN_START]!;
+      rows[at + OCCURRENCE_START + 1] = open[from + OPEN_START + 1]!;
+      rows[at + OCCURRENCE_SEQUENCE] = scope.sequence;
+      rows[at + OCCURRENCE_ENTER] = open[from + OPEN_VALUES]!;
+      rows[at + OCCURRENCE_ENTER + 1] = open[from + OPEN_VALUES + 1]!;
+      rows[at + OCCURRENCE_ENTER + 2] = open[from + OPEN_VALUES + 2]!;
+      rows[at + OCCURRENCE_ENTER + 3] = open[from + OPEN_VALUES + 3]!;
+      rows[at + OCCURRENCE_READ] =
+        ((open[from + OPEN_FLAGS] as number) & OPEN_READ) !== 0 || (flags & BOUNDARY_READ) !== 0 ? 1 : 0;
+      const kept = refs[r] as PhaseScopeTemplate | RecordedPhase;
+      const threadId = kept.threadId;
+      rows[at + OCCURRENCE_THREAD] = threadId;
+      if (threadId !== this.lastThreadId || kept.threadName !== this.lastThreadName) this.noteThread(kept);
       if (k === this.openCount - 1) {
         this.openCount = k;
-        this.openWindows[k] = null;
-        this.openTemplates[k] = null;
-        if (this.openOthers[k] !== null) this.openOthers[k] = null;
+        refs[r] = null;
+        refs[r + 1] = null;
       } else this.dropOpen(k);
     } catch (error) {
       this.fail("recording a phase boundary", error);
     }
   }
 
+  private noteThread(scope: PhaseScopeTemplate | RecordedPhase): void {
+    this.lastThreadId = scope.threadId;
+    this.lastThreadName = scope.threadName;
+    this.threadNames.set(scope.threadId, scope.threadName);
+  }
+
   /** Forgets the `k`-th open phase (closed out of order, or the oldest when too many are open). */
   private dropOpen(k: number): void {
     const last = this.openCount - 1;
-    for (let i = k; i < last; i++) {
-      this.openSequences[i] = this.openSequences[i + 1]!;
-      this.openTemplates[i] = this.openTemplates[i + 1]!;
-      this.openOthers[i] = this.openOthers[i + 1]!;
-      this.openStarts[i] = this.openStarts[i + 1]!;
-      this.openWindows[i] = this.openWindows[i + 1]!;
-      this.openGenerations[i] = this.openGenerations[i + 1]!;
-    }
-    this.openValues.copyWithin(k * OPEN_WIDTH, (k + 1) * OPEN_WIDTH, this.openCount * OPEN_WIDTH);
-    this.openTemplates[last] = null;
-    this.openOthers[last] = null;
-    this.openWindows[last] = null;
+    this.openRows.copyWithin(k * OPEN_WIDTH, (k + 1) * OPEN_WIDTH, this.openCount * OPEN_WIDTH);
+    this.openRefs.copyWithin(k * OPEN_REFS, (k + 1) * OPEN_REFS, this.openCount * OPEN_REFS);
+    this.openRefs.fill(null, last * OPEN_REFS, this.openCount * OPEN_REFS);
     this.openCount = last;
   }
 
@@ -557,17 +551,19 @@ export class LeakWatch {
       for (let j = this.openCount - 1; j >= 0; j--) {
         if (
           parentSequence != null
-            ? this.openSequences[j] !== parentSequence || this.openOthers[j] !== null
+            ? this.openRows[j * OPEN_WIDTH + OPEN_SEQUENCE] !== parentSequence ||
+              ((this.openRows[j * OPEN_WIDTH + OPEN_FLAGS] as number) & OPEN_OTHER) !== 0
             : this.openScopeFacts(j).scopeId !== parentId
         )
           continue;
-        const parent = this.openWindows[j] as PathWindow;
-        if (parent.generation === this.openGenerations[j]) {
+        const parent = this.openRefs[j * OPEN_REFS + 1] as PathWindow;
+        const generation = this.openRefs[j * OPEN_REFS + 2];
+        if (parent.generation === generation) {
           window = parent.children.get(scope.name);
           if (window === undefined) {
             window = this.windowOf(scope);
             // Unless finding it gave the parent's own window to another path.
-            if (parent.generation === this.openGenerations[j]) parent.children.set(scope.name, window);
+            if (parent.generation === generation) parent.children.set(scope.name, window);
           }
         }
         break;
@@ -594,16 +590,18 @@ export class LeakWatch {
   private openScopeFacts(
     k: number,
   ): Pick<RecordedPhase, "threadId" | "threadName" | "scopeId" | "path" | "phasePath" | "sequence"> {
-    const other = this.openOthers[k];
-    if (other !== null && other !== undefined) return other;
-    const template = this.openTemplates[k] as PhaseScopeTemplate;
+    const kept = this.openRefs[k * OPEN_REFS];
+    if (((this.openRows[k * OPEN_WIDTH + OPEN_FLAGS] as number) & OPEN_OTHER) !== 0)
+      return kept as RecordedPhase;
+    const template = kept as PhaseScopeTemplate;
+    const sequence = this.openRows[k * OPEN_WIDTH + OPEN_SEQUENCE] as number;
     return {
       threadId: template.threadId,
       threadName: template.threadName,
-      scopeId: `${template.sessionId}:${this.openSequences[k]}`,
+      scopeId: `${template.sessionId}:${sequence}`,
       path: template.path,
       phasePath: template.phasePath,
-      sequence: this.openSequences[k] as number,
+      sequence,
     };
   }
 
@@ -730,7 +728,7 @@ export class LeakWatch {
     const windows: WindowData[] = [];
     for (const window of this.windows.values()) {
       if (window.full) {
-        const oldest = window.starts[window.oldest] as bigint;
+        const oldest = timestampOf(window.rows, window.oldest * OCCURRENCE_WIDTH + OCCURRENCE_START);
         if (reach === null || oldest > reach) reach = oldest;
       }
       windows.push(window);
@@ -739,7 +737,8 @@ export class LeakWatch {
     for (let k = 0; k < this.openCount; k++) {
       const scope = this.openScopeFacts(k);
       const from = k * OPEN_WIDTH;
-      const ov = this.openValues;
+      const ov = this.openRows;
+      const values = from + OPEN_VALUES;
       open.push({
         threadId: scope.threadId,
         threadName: scope.threadName,
@@ -747,9 +746,9 @@ export class LeakWatch {
         path: scope.path,
         phasePath: scope.phasePath,
         sequence: scope.sequence,
-        startNs: this.openStarts[k] as bigint,
-        values: [ov[from]!, ov[from + 1]!, ov[from + 2]!, ov[from + 3]!],
-        read: ov[from + 4] !== 0,
+        startNs: timestampOf(ov, from + OPEN_START),
+        values: [ov[values]!, ov[values + 1]!, ov[values + 2]!, ov[values + 3]!],
+        read: ((ov[from + OPEN_FLAGS] as number) & OPEN_READ) !== 0,
       });
     }
     return {
@@ -758,6 +757,7 @@ export class LeakWatch {
       schemaVersion: session.schemaVersion,
       nowNs: this.host.clock.nowNs(),
       windows,
+      threadNames: this.threadNames,
       open,
       reach,
       births: this.births(reach),

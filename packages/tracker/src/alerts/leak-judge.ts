@@ -13,10 +13,29 @@ import {
   type RetentionOccurrence,
 } from "@stormlog/phases/internal";
 
-/** Per occurrence end: allocated, reserved, used (`EventStore.readPhaseRecord`), tensors. */
+/** Per occurrence end: allocated, reserved, used, tensors (`EventStore.readPhaseRecord`). */
 export const VALUES = 4;
 
-/** One path's closed occurrences, in a ring (the watch's `PathWindow`, or a copy of its arrays). */
+/**
+ * An occurrence's row in a window: its start's and end's timestamps as two 32-bit words each (low
+ * first, `timestampOf`), its thread id and sequence, the enter's VALUES, the exit's, and whether
+ * either record's counters were read at the boundary; 16 numbers, two cache lines.
+ */
+export const OCCURRENCE_START = 0;
+export const OCCURRENCE_END = 2;
+export const OCCURRENCE_THREAD = 4;
+export const OCCURRENCE_SEQUENCE = 5;
+export const OCCURRENCE_ENTER = 6;
+export const OCCURRENCE_EXIT = OCCURRENCE_ENTER + VALUES;
+export const OCCURRENCE_READ = OCCURRENCE_EXIT + VALUES;
+export const OCCURRENCE_WIDTH = 16;
+
+/** The timestamp whose two 32-bit words (low first, as `EventStore.readPhaseRecord` writes them) are at `at`. */
+export function timestampOf(cells: Float64Array, at: number): bigint {
+  return BigInt.asIntN(64, (BigInt(cells[at + 1] as number) << 32n) | BigInt((cells[at] as number) >>> 0));
+}
+
+/** One path's closed occurrences, in a ring (the watch's `PathWindow`, or a copy of its rows). */
 export interface WindowData {
   readonly path: string;
   readonly parts: readonly string[];
@@ -24,15 +43,8 @@ export interface WindowData {
   readonly count: number;
   /** Index of the oldest occurrence in the ring. */
   readonly oldest: number;
-  readonly starts: BigInt64Array;
-  readonly ends: BigInt64Array;
-  readonly threads: Float64Array;
-  readonly sequences: Float64Array;
-  /** Per occurrence: the enter's VALUES, then the exit's. */
-  readonly values: Float64Array;
-  /** Per occurrence: either record's counters were read at the boundary. */
-  readonly read: Uint8Array;
-  readonly threadNames: readonly string[];
+  /** `OCCURRENCE_WIDTH` numbers per occurrence. */
+  readonly rows: Float64Array;
 }
 
 /** A phase still open at the check: it ends "now", as the analysis ends unclosed scopes. */
@@ -56,6 +68,8 @@ export interface JudgeInput {
   readonly schemaVersion: 3 | 4;
   readonly nowNs: bigint;
   readonly windows: readonly WindowData[];
+  /** The name of each thread id in the windows' rows. */
+  readonly threadNames: ReadonlyMap<number, string>;
   readonly open: readonly OpenPhaseData[];
   /** The latest start among full windows' oldest occurrences: before it, some path's window is empty. */
   readonly reach: bigint | null;
@@ -70,26 +84,28 @@ export function judgeWindows(input: JudgeInput): Map<string, RankVerdicts> {
   const occurrences: RetentionOccurrence[] = [];
   let boundaryRead = false;
   for (const window of input.windows) {
-    const { capacity, count, values: v } = window;
+    const { capacity, count, rows: v } = window;
     for (let n = 0, i = window.oldest; n < count; n++, i = i + 1 === capacity ? 0 : i + 1) {
-      if (window.read[i] !== 0) boundaryRead = true;
-      const startNs = window.starts[i] as bigint;
+      const row = i * OCCURRENCE_WIDTH;
+      if (v[row + OCCURRENCE_READ] !== 0) boundaryRead = true;
+      const startNs = timestampOf(v, row + OCCURRENCE_START);
       // Windows of paths that run several times per step reach back fewer steps than their parent's:
       // all are cut to the shortest full one's reach, so that every unit judged still has its children.
       if (reach !== null && startNs < reach) continue;
-      const at = i * 2 * VALUES;
+      const at = row + OCCURRENCE_ENTER;
+      const threadId = v[row + OCCURRENCE_THREAD] as number;
       const span: PhaseSpan = {
         sessionId,
         rank,
-        threadId: window.threads[i] as number,
-        threadName: window.threadNames[i] as string,
+        threadId,
+        threadName: input.threadNames.get(threadId) ?? "",
         scopeId: "",
         path: window.parts,
         phasePath: window.path,
         depth: window.parts.length,
         startNs,
-        endNs: window.ends[i] as bigint,
-        sequence: window.sequences[i] as number,
+        endNs: timestampOf(v, row + OCCURRENCE_END),
+        sequence: v[row + OCCURRENCE_SEQUENCE] as number,
         syntheticEnd: false,
       };
       occurrences.push(
@@ -137,7 +153,7 @@ export function judgeWindows(input: JudgeInput): Map<string, RankVerdicts> {
  * (the watch's own arrays stay, and later boundaries cannot change what is judged).
  */
 export function workerInput(input: JudgeInput): JudgeInput {
-  return { ...input, windows: input.windows.map(copyWindow) };
+  return { ...input, windows: input.windows.map(copyWindow), threadNames: new Map(input.threadNames) };
 }
 
 function copyWindow(window: WindowData): WindowData {
@@ -148,22 +164,14 @@ function copyWindow(window: WindowData): WindowData {
     capacity,
     count: window.count,
     oldest: window.oldest,
-    starts: window.starts.slice(0, capacity),
-    ends: window.ends.slice(0, capacity),
-    threads: window.threads.slice(0, capacity),
-    sequences: window.sequences.slice(0, capacity),
-    values: window.values.slice(0, capacity * 2 * VALUES),
-    read: window.read.slice(0, capacity),
-    threadNames: window.threadNames.slice(0, capacity),
+    rows: window.rows.slice(0, capacity * OCCURRENCE_WIDTH),
   };
 }
 
 /** The buffers of `workerInput`'s copies, to transfer rather than copy again. */
 function transferablesOf(input: JudgeInput): ArrayBuffer[] {
   const out: ArrayBuffer[] = [];
-  for (const w of input.windows)
-    for (const array of [w.starts, w.ends, w.threads, w.sequences, w.values, w.read])
-      out.push(array.buffer as ArrayBuffer);
+  for (const w of input.windows) out.push(w.rows.buffer as ArrayBuffer);
   return out;
 }
 

@@ -236,23 +236,21 @@ export class EventStore {
   /**
    * The leak watch's read of a phase record, one slot lookup: its allocated, reserved and device-used
    * counters (NaN when unread) and its `tfjs_num_tensors` detail (NaN when absent) into `out` from
-   * `at`, its timestamp into `words` (an Int32Array view of a BigInt64Array) at `wordsAt`; returns
-   * its flag bits.
+   * `valuesAt`, its timestamp as two 32-bit words (low first) at `wordsAt`; returns its flag bits.
    */
-  readPhaseRecord(index: number, out: Float64Array, at: number, words: Int32Array, wordsAt: number): number {
+  readPhaseRecord(index: number, out: Float64Array, valuesAt: number, wordsAt: number): number {
     const slot = this.slotOf(index);
     const row = slot * ROW;
     const numbers = this.numbers;
-    out[at] = numbers[row] as number;
-    out[at + 1] = numbers[row + 1] as number;
-    out[at + 2] = numbers[row + 4] as number;
+    out[valuesAt] = numbers[row] as number;
+    out[valuesAt + 1] = numbers[row + 1] as number;
+    out[valuesAt + 2] = numbers[row + 4] as number;
     const extra = this.refs[slot * REFS + EXTRA] as JsonObject | null;
     const tensors = extra === null ? undefined : extra.tfjs_num_tensors;
-    out[at + 3] = typeof tensors === "number" ? tensors : Number.NaN;
+    out[valuesAt + 3] = typeof tensors === "number" ? tensors : Number.NaN;
     const from = (row + TIMESTAMP) * 2;
-    const own = this.tsWords;
-    words[wordsAt * 2] = own[from] as number;
-    words[wordsAt * 2 + 1] = own[from + 1] as number;
+    out[wordsAt] = this.tsWords[from] as number;
+    out[wordsAt + 1] = this.tsWords[from + 1] as number;
     return numbers[row + FLAGS] as number;
   }
 
