@@ -172,7 +172,17 @@ export interface PhaseRecorderOptions {
   readonly asyncContext?: AsyncContextMode;
   /** Called when `onBoundary` throws; the phase API itself never fails because of the listener. */
   readonly onListenerError?: (error: unknown) => void;
+  /**
+   * Reuse the scope objects of closed `phase(name, fn)` phases whose `fn` returned synchronously and
+   * that have no attributes (default false): a loop of phases then allocates none. Only for a listener
+   * that keeps nothing of a boundary's `scope` but copies (its `template`, sequences, strings) once it
+   * returns. Scopes returned to code (`enterPhase`, `openPhases()`) are never reused.
+   */
+  readonly reuseScopes?: boolean;
 }
+
+/** Closed scopes kept for reuse (`reuseScopes`): a loop's nesting depth. */
+const MAX_REUSED_SCOPES = 16;
 
 /** Where phases are opened: the top level of a JS thread, or the body of an async phase. */
 interface PhaseContextNode {
@@ -231,19 +241,54 @@ class PhaseFrame implements RecordedPhase, PhaseContextNode {
   pendingExit = false;
   /** Set when this frame is the context of an async phase body. */
   current: PhaseFrame | null = null;
+  /** May be reused once closed (`reuseScopes`): never handed to code other than the listener. */
+  reusable = false;
+  /** The parent's sequence, kept here: a child outlives its parent's frame, which may be reused. */
+  parentSequence: number | null;
 
   constructor(
     readonly recorder: PhaseRecorder,
-    readonly epoch: number,
-    readonly ctx: PhaseContextNode,
-    readonly flow: PhaseFlow,
-    readonly parent: PhaseFrame | null,
-    readonly sequence: number,
-    readonly attributes: JsonObject | undefined,
-    readonly readings: boolean,
-    readonly pathKey: PathNode,
-    readonly template: PhaseScopeTemplate,
-  ) {}
+    public epoch: number,
+    public ctx: PhaseContextNode,
+    public flow: PhaseFlow,
+    public parent: PhaseFrame | null,
+    public sequence: number,
+    public attributes: JsonObject | undefined,
+    public readings: boolean,
+    public pathKey: PathNode,
+    public template: PhaseScopeTemplate,
+  ) {
+    this.parentSequence = parent === null ? null : parent.sequence;
+  }
+
+  /** Makes a closed, reusable frame a new scope (the same fields, in the constructor's order). */
+  reopen(
+    epoch: number,
+    ctx: PhaseContextNode,
+    flow: PhaseFlow,
+    parent: PhaseFrame | null,
+    sequence: number,
+    readings: boolean,
+    pathKey: PathNode,
+    template: PhaseScopeTemplate,
+  ): void {
+    this.text = null;
+    this.closed = false;
+    this.detached = false;
+    this.pendingExit = false;
+    this.current = null;
+    this.reusable = false;
+    this.parentSequence = parent === null ? null : parent.sequence;
+    this.epoch = epoch;
+    this.ctx = ctx;
+    this.flow = flow;
+    this.parent = parent;
+    this.sequence = sequence;
+    this.attributes = undefined;
+    this.readings = readings;
+    this.pathKey = pathKey;
+    this.template = template;
+  }
 
   get name(): string {
     return this.pathKey.name;
@@ -266,10 +311,7 @@ class PhaseFrame implements RecordedPhase, PhaseContextNode {
     return this.pathKey.path.length;
   }
   get parentScopeId(): string | null {
-    return this.parent === null ? null : this.parent.scopeId;
-  }
-  get parentSequence(): number | null {
-    return this.parent === null ? null : this.parent.sequence;
+    return this.parentSequence === null ? null : `${this.template.sessionId}:${this.parentSequence}`;
   }
   get threadId(): number {
     return this.flow.id;
@@ -348,11 +390,14 @@ export class PhaseRecorder implements PhaseHost {
   private internedPaths = 0;
   /** The node `pathNode` returned last. */
   private lastPathNode: PathNode | null = null;
+  /** Closed frames to reuse (`reuseScopes`), or null when not reusing. */
+  private readonly reusable: PhaseFrame[] | null;
 
   constructor(options: PhaseRecorderOptions) {
     this.listener = options.onBoundary;
     this.onListenerError = options.onListenerError;
     this.mode = options.asyncContext ?? "auto";
+    this.reusable = options.reuseScopes === true ? [] : null;
   }
 
   /** The session phases are recorded into, or null while inactive. */
@@ -409,7 +454,11 @@ export class PhaseRecorder implements PhaseHost {
   openPhases(): RecordedPhase[] {
     const result: RecordedPhase[] = [];
     for (const flow of [this.rootFlow, ...this.forkedFlows]) {
-      for (const frame of flow.stack) if (!frame.closed) result.push(frame);
+      for (const frame of flow.stack) {
+        if (frame.closed) continue;
+        frame.reusable = false;
+        result.push(frame);
+      }
     }
     return result;
   }
@@ -442,6 +491,7 @@ export class PhaseRecorder implements PhaseHost {
     }
     const frame = this.open(ctx, normalized, options);
     ctx.current = frame;
+    frame.reusable = this.reusable !== null && frame.attributes === undefined;
     let result: T;
     try {
       result = fn();
@@ -450,11 +500,19 @@ export class PhaseRecorder implements PhaseHost {
       throw error;
     }
     if (isThenable(result)) {
+      frame.reusable = false;
       frame.detached = true;
       if (ctx.current === frame) ctx.current = frame.parent;
       return this.completeLater(frame, result, false) as T;
     }
-    this.complete(frame, false);
+    // Closed and off its stack at once (nothing detached above it): nothing refers to it any more.
+    if (this.complete(frame, false) && frame.reusable) {
+      const reusable = this.reusable as PhaseFrame[];
+      if (reusable.length < MAX_REUSED_SCOPES) {
+        frame.parent = null;
+        reusable.push(frame);
+      }
+    }
     return result;
   }
 
@@ -527,18 +585,29 @@ export class PhaseRecorder implements PhaseHost {
     if (top !== parent) flow = this.forkFlow();
     const sequence = ++this.sequence;
     const node = this.pathNode(parent === null ? null : parent.pathKey, name);
-    const frame = new PhaseFrame(
-      this,
-      this.epoch,
-      ctx,
-      flow,
-      parent,
-      sequence,
-      attributesOf(options),
-      options?.readings === true,
-      node,
-      node.templateFlow === flow ? (node.template as PhaseScopeTemplate) : this.templateOf(node, flow),
-    );
+    const template =
+      node.templateFlow === flow ? (node.template as PhaseScopeTemplate) : this.templateOf(node, flow);
+    const attributes = attributesOf(options);
+    const readings = options?.readings === true;
+    const reused = attributes === undefined ? this.reusable?.pop() : undefined;
+    let frame: PhaseFrame;
+    if (reused !== undefined) {
+      reused.reopen(this.epoch, ctx, flow, parent, sequence, readings, node, template);
+      frame = reused;
+    } else {
+      frame = new PhaseFrame(
+        this,
+        this.epoch,
+        ctx,
+        flow,
+        parent,
+        sequence,
+        attributes,
+        readings,
+        node,
+        template,
+      );
+    }
     flow.stack.push(frame);
     this.emit(PHASE_ENTER_EVENT, frame, sequence);
     return frame;
@@ -582,20 +651,20 @@ export class PhaseRecorder implements PhaseHost {
   /**
    * Closes a `phase(name, fn)` frame when `fn` returns, throws or settles. Scopes opened inside and
    * left open are closed first (their exits recorded); unless `fn` failed, that is then reported as
-   * the programming error it is.
+   * the programming error it is. True when the frame was the top of its stack and is off it now.
    */
-  private complete(frame: PhaseFrame, failed: boolean): void {
-    if (frame.closed) return;
+  private complete(frame: PhaseFrame, failed: boolean): boolean {
+    if (frame.closed) return false;
     if (frame.epoch !== this.epoch) {
       frame.closed = true;
-      return;
+      return false;
     }
     const ctx = frame.ctx;
     const stack = frame.flow.stack;
     if (stack[stack.length - 1] === frame) {
       if (ctx.current === frame) ctx.current = frame.parent;
       this.finish(frame);
-      return;
+      return true;
     }
     const index = stack.lastIndexOf(frame);
     let leaked: PhaseFrame | null = null;
@@ -621,6 +690,7 @@ export class PhaseRecorder implements PhaseHost {
           "close scopes opened inside a phase before it returns (or use `using`).",
       );
     }
+    return false;
   }
 
   /** Marks the frame closed and records its exit now, or once the detached phases above it finish. */

@@ -1,5 +1,5 @@
 import { threadId } from "node:worker_threads";
-import type { JsonObject } from "@stormlog/core";
+import type { JsonObject, PhaseScope } from "@stormlog/core";
 import { StormlogError } from "@stormlog/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { asyncContextEnabled } from "../src/async-context.js";
@@ -15,6 +15,7 @@ import {
   type PhaseRecorderOptions,
   PhaseReplayIndex,
   phase,
+  type RecordedPhase,
   setGlobalPhaseHost,
 } from "../src/index.js";
 import { NoopPhaseScope } from "../src/noop.js";
@@ -553,5 +554,69 @@ describe("global host", () => {
     expect(clearGlobalPhaseHost(noopPhaseHost)).toBe(false);
     expect(clearGlobalPhaseHost(recorder)).toBe(true);
     expect(getPhaseHost()).toBe(noopPhaseHost);
+  });
+});
+
+describe("reused scopes (reuseScopes)", () => {
+  /** Runs the same phases through a recorder; returns each boundary's payload as built when it came. */
+  async function scenario(reuseScopes: boolean) {
+    const payloads: unknown[] = [];
+    const scopes: RecordedPhase[] = [];
+    const recorder = new PhaseRecorder({
+      reuseScopes,
+      onBoundary: (b) => {
+        payloads.push(b.phaseScope);
+        scopes.push(b.scope);
+      },
+    });
+    recorder.begin(SESSION);
+    let exposed: PhaseScope | undefined;
+    let listed: RecordedPhase[] = [];
+    let detached: Promise<unknown> | undefined;
+    for (let step = 0; step < 3; step++) {
+      recorder.phase("train", () => {
+        recorder.phase("forward", () => step);
+        if (step === 0) listed = recorder.openPhases();
+        if (step === 1) {
+          exposed = recorder.enterPhase("inspect");
+          exposed.close();
+        }
+        recorder.phase("eval", () => step, { metadata: { step } });
+        // An async phase started inside a sync one runs on after it: the sync one's exit waits.
+        if (step === 2) detached = recorder.phase("upload", async () => tick());
+      });
+    }
+    await detached;
+    recorder.phase("after", () => undefined);
+    return { payloads, scopes, exposed: exposed as RecordedPhase, listed };
+  }
+
+  it("records the same boundaries as fresh scopes, and reuses the scopes of closed sync phases", async () => {
+    const fresh = await scenario(false);
+    const reused = await scenario(true);
+    expect(reused.payloads).toEqual(fresh.payloads);
+    // A closed `forward` scope came back as a later phase's.
+    expect(new Set(reused.scopes).size).toBeLessThan(reused.scopes.length);
+    expect(new Set(fresh.scopes).size).toBe(fresh.scopes.length / 2);
+  });
+
+  it("never reuses a scope handed to code (enterPhase, openPhases()) nor one with attributes", async () => {
+    const { exposed, listed, scopes } = await scenario(true);
+    // Read after every later phase ran: still its own ids.
+    expect([exposed.scopeId, exposed.parentScopeId, exposed.phasePath]).toEqual([
+      `${SESSION}:10`,
+      `${SESSION}:7`,
+      "train / inspect",
+    ]);
+    expect(listed.map((scope) => [scope.scopeId, scope.phasePath])).toEqual([[`${SESSION}:1`, "train"]]);
+    const withAttributes = scopes.filter((scope) => scope.attributes !== undefined);
+    expect(withAttributes.map((scope) => scope.attributes)).toEqual([
+      { step: 0 },
+      { step: 0 },
+      { step: 1 },
+      { step: 1 },
+      { step: 2 },
+      { step: 2 },
+    ]);
   });
 });

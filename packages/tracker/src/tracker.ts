@@ -173,6 +173,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
       onBoundary: (boundary) => this.onPhaseBoundary(boundary),
       asyncContext: resolved.asyncContext,
       onListenerError: (error) => logger.warn(`recording a phase boundary failed: ${describeError(error)}`),
+      // The store and the leak watch keep a scope's template and sequences, never the scope.
+      reuseScopes: true,
     });
   }
 
