@@ -69,11 +69,23 @@ export function parserOptions(
   return options;
 }
 
+/** Placeholders of the flags whose value is a path (an empty one would mean the current directory). */
+const PATH_VALUES: ReadonlySet<string> = new Set(["FILE", "DIR"]);
+
+/**
+ * An empty argument where a path (or the SQL) goes is a usage error: `resolve(cwd, "")` is the
+ * current directory, which would be read or written without the user having named it.
+ */
+export function rejectEmpty(help: CommandHelp, value: string, what: string, todo: string): void {
+  if (value === "") throw new CliUsageError(`empty ${what}: ${todo}`, helpHint(help.name));
+}
+
 /**
  * Parses a command's arguments strictly (unknown flags and missing values are usage errors that
- * name the flag). `--help` is always accepted.
+ * name the flag; an empty path flag too). `--help` is always accepted.
  */
 export function parseCommandArgs(help: CommandHelp, argv: readonly string[]): ParsedArgs {
+  let parsed: ParsedArgs;
   try {
     const { values, positionals } = parseArgs({
       args: [...argv],
@@ -81,7 +93,7 @@ export function parseCommandArgs(help: CommandHelp, argv: readonly string[]): Pa
       allowPositionals: true,
       strict: true,
     });
-    return { values: values as Record<string, string | boolean | undefined>, positionals };
+    parsed = { values: values as Record<string, string | boolean | undefined>, positionals };
   } catch (error) {
     const code = (error as { code?: string }).code;
     if (typeof code === "string" && code.startsWith("ERR_PARSE_ARGS")) {
@@ -91,17 +103,29 @@ export function parseCommandArgs(help: CommandHelp, argv: readonly string[]): Pa
     }
     throw error;
   }
+  for (const [name, spec] of Object.entries(help.options))
+    if (parsed.values[name] === "" && spec.value !== undefined && PATH_VALUES.has(spec.value))
+      rejectEmpty(help, "", `--${name}`, `give a ${spec.value === "FILE" ? "file" : "directory"} name`);
+  return parsed;
 }
+
+const TELEMETRY_PATHS = "a sink directory, a .jsonl or .json file, an OOM dump folder";
 
 /** The one positional a command needs (a path), or a usage error. */
 export function requirePath(help: CommandHelp, args: ParsedArgs, what = "<path>"): string {
   const [path, ...rest] = args.positionals;
   if (path === undefined) {
     throw new CliUsageError(
-      `missing ${what}: the telemetry to read (a sink directory, a .jsonl or .json file, an OOM dump folder)`,
+      `missing ${what}: the telemetry to read (${TELEMETRY_PATHS})`,
       helpHint(help.name),
     );
   }
+  rejectEmpty(
+    help,
+    path,
+    what,
+    `give the telemetry to read (${TELEMETRY_PATHS}); '.' for the current directory`,
+  );
   if (rest.length > 0) {
     throw new CliUsageError(
       `unexpected argument '${rest[0]}' (only one ${what} is read)`,

@@ -12,6 +12,14 @@ export function shown(value: string | null | undefined, maxLength = LINE_MAX_LEN
 }
 
 /**
+ * Input-derived text escaped as `terminalText` does, never cut: a CSV row or a path a person may
+ * copy from the terminal must stay whole.
+ */
+export function terminalWhole(value: string): string {
+  return terminalText(value, { maxLength: Number.POSITIVE_INFINITY });
+}
+
+/**
  * A warning for stderr, one line: `stormlog <command>: warning: <message>` (what the reading left
  * out or distrusted; the command's result is still written, and its exit code stays that of success).
  */

@@ -108,6 +108,14 @@ export function resolveIo(overrides: Partial<CliIo> = {}): CliIo {
   };
 }
 
+/**
+ * Whether a command's result (`--output FILE`, `-` or none) is shown on a terminal: only then is
+ * input-derived text in it escaped or coloured (files and pipes get the exact bytes).
+ */
+export function writesToTerminal(io: CliIo, file?: string): boolean {
+  return (file === undefined || file === "-") && io.stdout.isTTY === true;
+}
+
 /** Where a command's result goes: a file (`--output`) or stdout. */
 export interface Output {
   write(chunk: string): Promise<void> | void;

@@ -19,6 +19,7 @@ import {
   WandbStreamingClient,
 } from "@stormlog/wandb";
 import { type CommandHelp, choice, type OptionSpec, type ParsedArgs, stringFlag } from "./args.js";
+import { shown } from "./format.js";
 import type { CliIo } from "./io.js";
 
 /** The flags, as the reference names them. */
@@ -130,8 +131,8 @@ async function withClient(
   await body(client);
   for (const run of offline.runs) {
     io.stderr.write(
-      `W&B offline run: ${run.runDir}${online ? " (history and summary also streamed live)" : ""}\n` +
-        `Upload it (tables, HTML, artifacts${online ? "" : ", history, summary"}) with: ${run.syncCommand()}\n`,
+      `W&B offline run: ${shown(run.runDir)}${online ? " (history and summary also streamed live)" : ""}\n` +
+        `Upload it (tables, HTML, artifacts${online ? "" : ", history, summary"}) with: ${shown(run.syncCommand())}\n`,
     );
   }
 }
@@ -241,7 +242,7 @@ export async function exportRecordedSession(
       : sessions.find((candidate) => candidate.summary.session_id === sessionId);
   if (session === undefined) {
     io.stderr.write(
-      `stormlog ${help.name}: no session${sessionId === undefined ? "" : ` ${sessionId}`} in ${path}\n`,
+      `stormlog ${help.name}: no session${sessionId === undefined ? "" : ` ${shown(sessionId)}`} in ${shown(path)}\n`,
     );
     return 1;
   }

@@ -66,6 +66,23 @@ describe("user errors", () => {
     );
   });
 
+  it("an empty path or path flag: one line naming it, nothing read from the current directory", async () => {
+    expectOneLineError(
+      await runCli(["analyze", ""]),
+      /^stormlog analyze: empty <path>: give the telemetry to read .*'\.' for the current directory.*analyze --help/,
+    );
+    expectOneLineError(await runCli(["sessions", ""]), /^stormlog sessions: empty <path>: /);
+    expectOneLineError(await runCli(["query", "SELECT 1", ""]), /^stormlog query: empty <path>: /);
+    expectOneLineError(
+      await runCli(["export", SINK, "--format", "parquet", "-o", ""]),
+      /^stormlog export: empty --output: give a file name.*export --help/,
+    );
+    expectOneLineError(
+      await runCli(["analyze", SINK, "--cache-dir", ""]),
+      /^stormlog analyze: empty --cache-dir: give a directory name/,
+    );
+  });
+
   it("an unknown flag and a bad value", async () => {
     expectOneLineError(
       await runCli(["sessions", SINK, "--colour"]),

@@ -48,9 +48,11 @@ export async function runCli(
     onSignal?: CliIo["onSignal"];
     /** Pretend stderr is a terminal (progress is shown). */
     tty?: boolean;
+    /** Pretend stdout is a terminal (input-derived text in a result is escaped). */
+    stdoutTty?: boolean;
   } = {},
 ): Promise<CliRun> {
-  const stdout = captureStream();
+  const stdout = captureStream(options.stdoutTty ?? false);
   const stderr = captureStream(options.tty ?? false);
   const io: Partial<CliIo> = { stdout, stderr, cwd: options.cwd ?? REPO_ROOT };
   const withEnv = options.env === undefined ? io : { ...io, env: options.env };

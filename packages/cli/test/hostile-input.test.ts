@@ -298,3 +298,57 @@ describe("hostile text in the input", () => {
     expect(all).toMatch(/x{100}…\(\+\d+ chars\)/);
   });
 });
+
+describe("hostile text in a result shown on a terminal", () => {
+  const TITLE = "\u001b]0;owned\u0007job";
+  const C1 = "host\u009b31m";
+  const BIDI = "phase\u202eevil";
+
+  /** A sink whose job id, host and phase name hold escapes. */
+  function hostileSink(): string {
+    const dir = fresh();
+    const t = new Timeline({ session_id: "s", job_id: TITLE, host: C1 });
+    t.sample().enter(BIDI).sample().exit().sample();
+    writeSink(dir, t.events);
+    return dir;
+  }
+
+  it("CSV on a terminal (export, query): every cell escaped; a pipe or a file gets the exact bytes", async () => {
+    const sink = hostileSink();
+    const runs = [
+      ["export", sink, "--format", "csv", "--no-index"],
+      ["query", "SELECT host, job_id FROM samples", sink, "--format", "csv", "--no-index"],
+    ];
+    for (const argv of runs) {
+      const terminal = await runCli(argv, { stdoutTty: true });
+      expect(terminal.code, terminal.stderr).toBe(0);
+      expect(terminal.stdout, argv[0]).not.toMatch(RAW_CONTROL);
+      expect(terminal.stdout, argv[0]).not.toContain("\u202e");
+      expect(terminal.stdout).toContain("host\\x9b31m,\\x1b]0;owned\\x07job");
+      const pipe = await runCli(argv);
+      expect(pipe.stdout).toContain(`${C1},${TITLE}`);
+    }
+    const file = join(fresh(), "events.csv");
+    mkdirSync(join(file, ".."));
+    expect((await runCli([...runs[0]!, "-o", file], { stdoutTty: true })).code).toBe(0);
+    expect(readFileSync(file, "utf8")).toContain(BIDI);
+  });
+
+  it("an output name with control characters is echoed escaped (report, export --format parquet)", async () => {
+    const sink = hostileSink();
+    const out = fresh();
+    mkdirSync(out);
+    const page = join(out, "page\u001b[2J.html");
+    const report = await runCli(["report", sink, "-o", page, "--no-index"], { stdoutTty: true });
+    expect(report.code, report.stderr).toBe(0);
+    expect(report.stdout + report.stderr).not.toMatch(RAW_CONTROL);
+    expect(report.stderr).toContain("page\\x1b[2J.html");
+    expect(report.stdout).toBe(`${join(out, "page\\x1b[2J.html")}\n`);
+    // Piped, the path is printed exactly, for a script to open.
+    expect((await runCli(["report", sink, "-o", page, "--no-index"])).stdout).toBe(`${page}\n`);
+    const dataset = await runCli(["export", sink, "--format", "parquet", "-o", join(out, "data\u009b1m")]);
+    expect(dataset.code, dataset.stderr).toBe(0);
+    expect(dataset.stderr).not.toMatch(RAW_CONTROL);
+    expect(dataset.stderr).toContain("data\\x9b1m");
+  });
+});

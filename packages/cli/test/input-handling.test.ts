@@ -18,7 +18,8 @@ import {
 } from "@stormlog/core";
 import { MemoryTracker } from "@stormlog/tracker";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { expectOneLineError, runCli, tempDir } from "./helpers.js";
+import { samples, writeSink } from "../../sink/test/support/telemetry-fixtures.js";
+import { expectOneLineError, RAW_CONTROL, runCli, tempDir } from "./helpers.js";
 
 // What a newcomer meets in the first hour: an OOM dump folder, a segment cut by a crash, a manifest
 // that is garbage. Every input here is written by the real tracker (its sink and its OOM recorder).
@@ -300,5 +301,83 @@ describe("the index flags of export and diagnose", () => {
     expect(readdirSync(sink).sort()).toEqual(before);
     expect(readdirSync(cache, { recursive: true }).length).toBeGreaterThan(0);
     expect(existsSync(join(sink, ".stormlog-index"))).toBe(false);
+  });
+});
+
+describe("a manifest.json with entries of the wrong shape", () => {
+  it("says one warning per skipped entry, naming the manifest and the entry, and reads the rest", async () => {
+    // A directory name with an escape sequence: the warnings print it escaped.
+    const sink = join(dir.path, "odd-entries\u001b[2J");
+    writeSink(sink, samples(5, { sessionId: "s" }));
+    const manifest = join(sink, "manifest.json");
+    const document = JSON.parse(readFileSync(manifest, "utf8")) as {
+      segments: unknown[];
+      sessions: unknown[];
+    };
+    const { session_id: _, ...withoutId } = document.sessions[0] as Record<string, unknown>;
+    document.segments.push(42, { filename: 7 });
+    document.sessions.push("session", withoutId);
+    writeFileSync(manifest, JSON.stringify(document));
+    const shown = join(dir.path, "odd-entries\\x1b[2J", "manifest.json");
+    const entries = [
+      "sessions[1] skipped (a string, not an object): ",
+      "sessions[2] skipped (session_id must be a non-empty string): ",
+      "segments[1] skipped (a number, not an object): ",
+      'segments[2] skipped ("filename" is a number): ',
+    ];
+
+    const sessions = await runCli(["sessions", sink, "--format", "json"]);
+    expect(sessions.code).toBe(0);
+    expect(sessions.stderr).not.toMatch(RAW_CONTROL);
+    const lines = sessions.stderr.trimEnd().split("\n");
+    expect(lines).toHaveLength(entries.length);
+    for (const [i, entry] of entries.entries())
+      expect(lines[i]).toContain(`stormlog sessions: warning: ${shown}: manifest entry ${entry}`);
+    expect((json(sessions.stdout).sessions as JsonObject[]).map((s) => s.event_count)).toEqual([5]);
+
+    // analyze lists them in the report's notes (json: sink.warnings), and reads every event.
+    const report = json((await runCli(["analyze", sink, "--format", "json", "--no-index"])).stdout);
+    expect((report.summary as JsonObject).event_count).toBe(5);
+    const warnings = (report.sink as JsonObject).warnings as string[];
+    expect(warnings).toHaveLength(entries.length);
+    for (const [i, entry] of entries.entries())
+      expect(warnings[i]).toContain(`${manifest}: manifest entry ${entry}`);
+  });
+});
+
+describe("a telemetry file of another encoding or name", () => {
+  const record = () => readFileSync(segmentOf(pristine.sink), "utf8");
+
+  it("a UTF-8 byte order mark: one line saying so and how to remove it, naming the file and line 1", async () => {
+    for (const name of ["bom.jsonl", "bom.json"]) {
+      const file = join(dir.path, name);
+      const text = name.endsWith(".jsonl") ? record() : `[${record().trimEnd().split("\n").join(",")}]`;
+      writeFileSync(file, `\ufeff${text}`);
+      for (const argv of [["analyze"], ["analyze", "--no-index"], ["sessions"], ["diagnose"]]) {
+        expectOneLineError(
+          await runCli([argv[0]!, file, ...argv.slice(1)]),
+          new RegExp(
+            `^stormlog ${argv[0]}: A UTF-8 byte order mark \\(BOM\\) starts the line; .*save the file as UTF-8 ` +
+              `without BOM, e\\.g\\. with sed .* FILE \\(${file}:1\\)$`,
+          ),
+        );
+      }
+    }
+  });
+
+  it("JSONL in a file not named .jsonl: one line saying so and to rename it", async () => {
+    const file = join(dir.path, "run.log");
+    writeFileSync(file, record());
+    for (const command of ["analyze", "sessions", "diagnose"]) {
+      expectOneLineError(
+        await runCli([command, file]),
+        new RegExp(
+          `^stormlog ${command}: Holds one JSON object per line \\(JSONL\\), but only \\*\\.jsonl files are read ` +
+            `line by line .*: rename it to end in \\.jsonl \\(${file}\\)`,
+        ),
+      );
+    }
+    renameSync(file, `${file}.jsonl`);
+    expect((await runCli(["sessions", `${file}.jsonl`])).code).toBe(0);
   });
 });

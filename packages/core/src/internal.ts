@@ -62,9 +62,10 @@ export {
   sampleRules,
 } from "./text/python-text.js";
 
-// Text printed from input: one escaped line; error messages that quote it; timestamps.
+// Text printed from input: one escaped line; error messages that quote it; timestamps. A text
+// starting with a byte order mark: a `JsonlDecodeError` (public) of its own name, which says what to do.
 
-export { inputText } from "./runtime/errors.js";
+export { ByteOrderMarkError, inputText } from "./runtime/errors.js";
 export { isoTimestampNs } from "./text/format.js";
 export { type TerminalTextOptions, terminalText } from "./text/terminal-text.js";
 

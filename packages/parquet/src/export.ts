@@ -116,17 +116,55 @@ interface DatasetManifest {
   jobs: Record<string, JobEntry>;
 }
 
-/** A hive partition value: characters other than letters, digits, `_`, `.` and `-` percent-encoded. */
-export function partitionValue(value: string | number | null): string {
-  if (value === null) return NULL_PARTITION;
-  const text = String(value);
-  if (/^[\w.-]+$/.test(text) && text !== "." && text !== "..") return text;
+/**
+ * Longest partition value kept whole: a directory name (`job_id=<value>`) may take 255 bytes on every
+ * common file system; the rest is left for the key.
+ */
+const MAX_PARTITION_VALUE_LENGTH = 200;
+
+/** Hex digits of the SHA-256 that a cut partition value ends with (so that cut values stay apart). */
+const PARTITION_HASH_LENGTH = 16;
+
+/** Every character but ASCII letters, digits, `_` and `-` as `%XX` per UTF-8 byte. */
+function percentEncode(text: string): string {
   let out = "";
   for (const byte of Buffer.from(text, "utf8")) {
     const ch = String.fromCharCode(byte);
     out += /[\w-]/.test(ch) && byte < 0x80 ? ch : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
   }
   return out;
+}
+
+/** `text` as a directory value, however long. */
+function wholePartitionValue(text: string): string {
+  return /^[\w.-]+$/.test(text) && text !== "." && text !== ".." ? text : percentEncode(text);
+}
+
+/** Whether `partitionValue(value)` is cut: the directory then names a prefix and a hash, the manifest the whole value. */
+export function isCutPartitionValue(value: string): boolean {
+  return wholePartitionValue(value).length > MAX_PARTITION_VALUE_LENGTH;
+}
+
+/**
+ * A hive partition value: characters other than letters, digits, `_`, `.` and `-` percent-encoded.
+ * A value longer than `MAX_PARTITION_VALUE_LENGTH` encoded keeps its first characters and ends with
+ * `-` and a hash of the whole (a 300-character job id would make a name past the file system's limit).
+ */
+export function partitionValue(value: string | number | null): string {
+  if (value === null) return NULL_PARTITION;
+  const text = String(value);
+  const whole = wholePartitionValue(text);
+  if (whole.length <= MAX_PARTITION_VALUE_LENGTH) return whole;
+  const room = MAX_PARTITION_VALUE_LENGTH - PARTITION_HASH_LENGTH - 1;
+  let kept = "";
+  // Cut between characters: a cut inside a character's %XX bytes would decode to broken UTF-8.
+  for (const char of text) {
+    const encoded = percentEncode(char);
+    if (kept.length + encoded.length > room) break;
+    kept += encoded;
+  }
+  const hash = createHash("sha256").update(text).digest("hex").slice(0, PARTITION_HASH_LENGTH);
+  return `${kept}-${hash}`;
 }
 
 const int64 = (value: number): bigint | null => (Number.isFinite(value) ? BigInt(Math.trunc(value)) : null);

@@ -7,7 +7,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { DuckDBUnavailableError, ParquetDatasetError, ParquetQueryError } from "./errors.js";
-import { DATASET_MANIFEST } from "./export.js";
+import { DATASET_MANIFEST, isCutPartitionValue } from "./export.js";
 import { PARQUET_TABLES, type ParquetColumnType, type ParquetTable } from "./schema.js";
 
 type DuckDB = typeof import("@duckdb/node-api");
@@ -48,8 +48,16 @@ const SQL_TYPES: Record<ParquetColumnType, string> = {
 
 const quoteText = (text: string): string => `'${text.replaceAll("'", "''")}'`;
 
-/** The `CREATE VIEW` statement of `table` over the dataset at `dir` (files present or not). */
-export function tableViewSql(dir: string, table: ParquetTable, hasFiles: boolean): string {
+/**
+ * The `CREATE VIEW` statement of `table` over the dataset at `dir` (files present or not).
+ * `cutJobIds`: the whole job id of each directory value `partitionValue` had to cut.
+ */
+export function tableViewSql(
+  dir: string,
+  table: ParquetTable,
+  hasFiles: boolean,
+  cutJobIds: ReadonlyMap<string, string> = new Map(),
+): string {
   if (!hasFiles) {
     const columns = [
       ...table.columns.map((column) => `CAST(NULL AS ${SQL_TYPES[column.type]}) AS ${column.name}`),
@@ -62,14 +70,25 @@ export function tableViewSql(dir: string, table: ParquetTable, hasFiles: boolean
     ? "{'job_id': VARCHAR, 'rank': INTEGER}"
     : "{'job_id': VARCHAR}";
   const glob = join(dir, table.name, "**", "*.parquet");
+  const whens = [...cutJobIds].map(([cut, whole]) => ` WHEN ${quoteText(cut)} THEN ${quoteText(whole)}`);
+  const columns =
+    whens.length === 0 ? "*" : `* REPLACE (CASE job_id${whens.join("")} ELSE job_id END AS job_id)`;
   return (
-    `CREATE OR REPLACE VIEW ${table.name} AS SELECT * FROM read_parquet(${quoteText(glob)}, ` +
+    `CREATE OR REPLACE VIEW ${table.name} AS SELECT ${columns} FROM read_parquet(${quoteText(glob)}, ` +
     `hive_partitioning = true, hive_types = ${types}, union_by_name = true)`
   );
 }
 
-/** The dataset's parts (from its manifest), or `ParquetDatasetError` when `dir` holds no dataset. */
-function datasetParts(dir: string): string[] {
+/** What a query needs of the dataset's manifest. */
+interface DatasetContents {
+  /** Every part's path, relative to the dataset. */
+  readonly parts: readonly string[];
+  /** The job id each cut directory value stands for, by the value engines read (see `partitionValue`). */
+  readonly cutJobIds: ReadonlyMap<string, string>;
+}
+
+/** The dataset's parts and cut job ids (from its manifest), or `ParquetDatasetError` when `dir` holds no dataset. */
+function datasetContents(dir: string): DatasetContents {
   const path = join(dir, DATASET_MANIFEST);
   if (!existsSync(path))
     throw new ParquetDatasetError(
@@ -79,9 +98,15 @@ function datasetParts(dir: string): string[] {
     );
   try {
     const manifest = JSON.parse(readFileSync(path, "utf8")) as {
-      jobs?: Record<string, { parts?: Record<string, string> }>;
+      jobs?: Record<string, { job_id?: unknown; parts?: Record<string, string> }>;
     };
-    return Object.values(manifest.jobs ?? {}).flatMap((job) => Object.keys(job.parts ?? {}));
+    const jobs = Object.entries(manifest.jobs ?? {});
+    const cutJobIds = new Map<string, string>();
+    for (const [partition, job] of jobs)
+      if (typeof job.job_id === "string" && isCutPartitionValue(job.job_id))
+        // Engines decode the directory's %XX as DuckDB does; the cut never splits a character.
+        cutJobIds.set(decodeURIComponent(partition), job.job_id);
+    return { parts: jobs.flatMap(([, job]) => Object.keys(job.parts ?? {})), cutJobIds };
   } catch (error) {
     throw new ParquetDatasetError(
       `${path} is unreadable (${(error as Error).message}): export the dataset again`,
@@ -113,14 +138,14 @@ function plain(value: unknown): QueryValue {
  */
 export async function queryParquet(dataset: string, sql: string): Promise<QueryResult> {
   const dir = resolve(dataset);
-  const parts = datasetParts(dir);
+  const { parts, cutJobIds } = datasetContents(dir);
   const { DuckDBInstance } = await loadDuckDB();
   const instance = await DuckDBInstance.create(":memory:");
   const connection = await instance.connect();
   try {
     for (const table of PARQUET_TABLES) {
       const hasFiles = parts.some((part) => part.startsWith(`${table.name}/`));
-      await connection.run(tableViewSql(dir, table, hasFiles));
+      await connection.run(tableViewSql(dir, table, hasFiles, cutJobIds));
     }
     let reader: Awaited<ReturnType<typeof connection.runAndReadAll>>;
     try {

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { analyzeTelemetry } from "@stormlog/analysis";
@@ -74,6 +74,25 @@ describe("exportParquet on edge cases", () => {
     expect(phases.rows).toEqual([
       ["train", 1n, BigInt(6 * MiB), 6n],
       ["train / forward", 6n, BigInt(MiB), 1n],
+    ]);
+  });
+
+  it("a 300-character job id: names within 255 bytes, two such jobs apart, queries read the whole id", async () => {
+    const out = join(dir, "long-job-ids");
+    const ids = ["j".repeat(300), `${"j".repeat(299)}k`];
+    for (const [n, jobId] of ids.entries()) {
+      const sink = join(dir, `long-job-${n}`);
+      writeSink(sink, run({ session_id: `long-${n}`, job_id: jobId }, 2).events);
+      const result = await exportParquet(sink, out, { index: false });
+      expect(result.jobId).toBe(jobId);
+    }
+    for (const table of readdirSync(out).filter((name) => !name.startsWith("_")))
+      for (const name of readdirSync(join(out, table)))
+        expect(Buffer.byteLength(name)).toBeLessThanOrEqual(255);
+    const rows = await queryParquet(out, "SELECT job_id, count(*) FROM sessions GROUP BY 1 ORDER BY 1");
+    expect(rows.rows).toEqual([
+      [ids[0], 1n],
+      [ids[1], 1n],
     ]);
   });
 

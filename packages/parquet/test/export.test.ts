@@ -270,4 +270,16 @@ describe("partitionValue", () => {
     expect(partitionValue("..")).toBe("%2E%2E");
     expect(partitionValue(null)).toBe("__HIVE_DEFAULT_PARTITION__");
   });
+
+  it("cuts a value past 200 characters on a character boundary and ends it with a hash of the whole", () => {
+    const long = "j".repeat(300);
+    const cut = partitionValue(long);
+    expect(cut).toMatch(/^j{183}-[0-9a-f]{16}$/);
+    expect(Buffer.byteLength(`job_id=${cut}`)).toBeLessThanOrEqual(255);
+    // Two ids that differ past the cut stay apart; the same id always gives the same name.
+    expect(partitionValue(`${long}x`)).not.toBe(cut);
+    expect(partitionValue(long)).toBe(cut);
+    // A multi-byte character is never split between its %XX bytes.
+    expect(partitionValue("é".repeat(100))).toMatch(/^(%C3%A9){30}-[0-9a-f]{16}$/);
+  });
 });

@@ -9,7 +9,7 @@ import {
   requirePath,
   stringFlag,
 } from "../args.js";
-import { type CliIo, createProgress, type Progress, writeOutput } from "../io.js";
+import { type CliIo, createProgress, type Progress, writeOutput, writesToTerminal } from "../io.js";
 import type { Command } from "./command.js";
 
 const help: CommandHelp = {
@@ -70,7 +70,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const { renderTelemetryAnalysis } = await import("@stormlog/analysis");
   const file = stringFlag(args, "output");
   // Colours only on a terminal, and never with NO_COLOR (https://no-color.org).
-  const color = (file === undefined || file === "-") && io.stdout.isTTY === true && !io.env.NO_COLOR;
+  const color = writesToTerminal(io, file) && !io.env.NO_COLOR;
   const progress = createProgress(io, "Analyzing");
   let text: string;
   try {

@@ -14,8 +14,15 @@ import {
   stringFlag,
 } from "../args.js";
 import { CliUsageError } from "../errors.js";
-import { warningLine } from "../format.js";
-import { type CliIo, createProgress, type Output, openOutput, type Progress } from "../io.js";
+import { shown, terminalWhole, warningLine } from "../format.js";
+import {
+  type CliIo,
+  createProgress,
+  type Output,
+  openOutput,
+  type Progress,
+  writesToTerminal,
+} from "../io.js";
 import { exportRecordedSession, WANDB_OPTIONS, WANDB_USAGE } from "../wandb.js";
 import type { Command } from "./command.js";
 
@@ -104,6 +111,11 @@ async function* counted(
   }
 }
 
+/** CSV lines shown on a terminal: each escaped (its `\n` kept), as query's CSV cells are. */
+async function* terminalLines(lines: AsyncIterable<string>): AsyncGenerator<string> {
+  for await (const line of lines) yield `${terminalWhole(line.slice(0, -1))}\n`;
+}
+
 async function* jsonlLines(events: AsyncIterable<TelemetryEvent>): AsyncGenerator<string> {
   for await (const event of events) yield `${encodeTelemetryRecord(event)}\n`;
 }
@@ -131,7 +143,7 @@ async function exportParquetDataset(
     progress.finish();
     const { samples, phase_occurrences: phases } = result.tables;
     io.stderr.write(
-      `stormlog export: ${result.outputDir}: ${result.ranks} rank(s), ${samples.files} samples part(s), ` +
+      `stormlog export: ${shown(result.outputDir)}: ${result.ranks} rank(s), ${samples.files} samples part(s), ` +
         `${phases.files} phase part(s); ${result.filesWritten} file(s) written, ${result.filesKept} unchanged, ` +
         `${result.filesRemoved} removed\n`,
     );
@@ -153,7 +165,8 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   if (format === "wandb") return exportRecordedSession(io, help, args, path, stringFlag(args, "session-id"));
   const sessionId = stringFlag(args, "session-id");
   if (format === "parquet") return exportParquetDataset(io, args, path, sessionId);
-  const open = () => openOutput(io, stringFlag(args, "output"));
+  const output = stringFlag(args, "output");
+  const open = () => openOutput(io, output);
   const progress = createProgress(io, "Exporting");
   try {
     const selectionOptions = {
@@ -171,7 +184,9 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     }
     const selected = await openSelectedEvents(path, selectionOptions);
     const events = counted(selected.events(), selected.eventCount, progress);
-    await writeAll(open, format === "csv" ? telemetryCsvLines(events) : jsonlLines(events));
+    const lines = format === "csv" ? telemetryCsvLines(events) : jsonlLines(events);
+    // JSONL lines are ASCII with escapes already; CSV cells hold the input's text as it is.
+    await writeAll(open, format === "csv" && writesToTerminal(io, output) ? terminalLines(lines) : lines);
     return 0;
   } finally {
     progress.finish();

@@ -18,11 +18,12 @@ import {
   INDEX_OPTIONS,
   indexFlags,
   parseCommandArgs,
+  rejectEmpty,
   stringFlag,
 } from "../args.js";
 import { CliUsageError } from "../errors.js";
-import { renderTable } from "../format.js";
-import { type CliIo, writeOutput } from "../io.js";
+import { renderTable, terminalWhole } from "../format.js";
+import { type CliIo, writeOutput, writesToTerminal } from "../io.js";
 import type { Command } from "./command.js";
 
 const FORMATS = ["txt", "csv", "json"] as const;
@@ -70,17 +71,20 @@ function csvCell(value: QueryValue): string {
 const NUMERIC =
   /^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|FLOAT|DOUBLE|DECIMAL)/;
 
-function render(result: QueryResult, format: (typeof FORMATS)[number]): string {
+/** `terminal`: the CSV is shown on a terminal, so its cells are escaped (a file or pipe gets them exactly). */
+function render(result: QueryResult, format: (typeof FORMATS)[number], terminal: boolean): string {
   if (format === "json") {
     const rows = result.rows.map((row) =>
       Object.fromEntries(result.columns.map((name, i) => [name, row[i] ?? null])),
     );
     return `${stringifyJson({ columns: [...result.columns], types: [...result.types], rows }, { indent: 2 })}\n`;
   }
-  if (format === "csv")
-    return `${[result.columns.map((name) => csvCell(name)), ...result.rows.map((row) => row.map(csvCell))]
+  if (format === "csv") {
+    const cell = terminal ? (value: QueryValue) => terminalWhole(csvCell(value)) : csvCell;
+    return `${[result.columns.map(cell), ...result.rows.map((row) => row.map(cell))]
       .map((cells) => cells.join(","))
       .join("\n")}\n`;
+  }
   const right = new Set(result.types.flatMap((type, i) => (NUMERIC.test(type) ? [i] : [])));
   const rows = result.rows.length;
   return `${renderTable(
@@ -102,6 +106,13 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
       `missing ${sql === undefined ? "<SQL>" : "<path>"}: give the query, then the dataset (or telemetry) to run it on`,
       "run 'stormlog query --help'",
     );
+  rejectEmpty(help, sql, "<SQL>", "give the query, quoted as one argument");
+  rejectEmpty(
+    help,
+    path,
+    "<path>",
+    "give the dataset (or telemetry) to run it on; '.' for the current directory",
+  );
   if (rest.length > 0)
     throw new CliUsageError(
       `unexpected argument '${rest[0]}' (quote the SQL as one argument)`,
@@ -132,7 +143,8 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
       });
     }
     const result = await queryParquet(dataset, sql);
-    await writeOutput(io, stringFlag(args, "output"), render(result, format));
+    const output = stringFlag(args, "output");
+    await writeOutput(io, output, render(result, format, writesToTerminal(io, output)));
     return 0;
   } finally {
     if (temporary !== null) await rm(temporary, { recursive: true, force: true });

@@ -9,8 +9,8 @@ import {
   requirePath,
   stringFlag,
 } from "../args.js";
-import { warningLine } from "../format.js";
-import type { CliIo } from "../io.js";
+import { shown, terminalWhole, warningLine } from "../format.js";
+import { type CliIo, writesToTerminal } from "../io.js";
 import type { Command } from "./command.js";
 
 const help: CommandHelp = {
@@ -72,9 +72,10 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     onWarning: (message) => io.stderr.write(warningLine(help.name, message)),
   });
   io.stderr.write(
-    `Wrote ${output} (${(report.bytes / 1048576).toFixed(2)} MB, ${report.data.timeline.ranks.length} rank${report.data.timeline.ranks.length === 1 ? "" : "s"})\n`,
+    `Wrote ${shown(output)} (${(report.bytes / 1048576).toFixed(2)} MB, ${report.data.timeline.ranks.length} rank${report.data.timeline.ranks.length === 1 ? "" : "s"})\n`,
   );
-  io.stdout.write(`${output}\n`);
+  // A script reading the path from a pipe gets it exactly; a terminal gets it escaped.
+  io.stdout.write(`${writesToTerminal(io) ? terminalWhole(output) : output}\n`);
   return 0;
 }
 

@@ -1,4 +1,4 @@
-import { type SourceLocation, TelemetryValidationError } from "../runtime/errors.js";
+import { ByteOrderMarkError, type SourceLocation, TelemetryValidationError } from "../runtime/errors.js";
 import { INTEGER_TELEMETRY_FIELDS, TELEMETRY_V3_FIELDS, type TelemetryRecord } from "../schema/schema.js";
 import { validateTelemetryRecord } from "../schema/validate.js";
 import { decodeCanonicalV3 } from "./codec-fast.js";
@@ -31,6 +31,8 @@ function readRecordObject(parser: LosslessJsonParser, options: DecodeOptions): R
   parser.skipWhitespace();
   if (text.charCodeAt(parser.pos) !== 0x7b) {
     if (parser.pos >= text.length) parser.fail("empty line");
+    // A file saved as "UTF-8 with BOM": said as such, not as a line that is no object.
+    if (text.charCodeAt(parser.pos) === 0xfeff) throw new ByteOrderMarkError(options.location ?? {});
     parser.fail("a telemetry line must be a JSON object");
   }
   parser.pos++;

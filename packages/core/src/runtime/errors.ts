@@ -71,7 +71,7 @@ const DECODE_MARKER = Symbol.for("stormlog.error.jsonl_decode");
 /** A JSONL line is not valid JSON (or not an object). Names the file and line. */
 export class JsonlDecodeError extends StormlogError {
   readonly [DECODE_MARKER] = true;
-  override readonly name = "JsonlDecodeError";
+  override readonly name: string = "JsonlDecodeError";
   readonly location: SourceLocation | undefined;
 
   constructor(message: string, options: { location?: SourceLocation; cause?: unknown } = {}) {
@@ -81,6 +81,30 @@ export class JsonlDecodeError extends StormlogError {
 
   static override isInstance(error: unknown): error is JsonlDecodeError {
     return StormlogError.hasMarker(error, DECODE_MARKER);
+  }
+}
+
+const BOM_MARKER = Symbol.for("stormlog.error.byte_order_mark");
+
+/**
+ * Telemetry text starting with a UTF-8 byte order mark (an editor's "UTF-8 with BOM"). The Python
+ * reference reads files as plain UTF-8, where `json.loads` rejects the mark, so Stormlog does too,
+ * saying how to remove it.
+ */
+export class ByteOrderMarkError extends JsonlDecodeError {
+  readonly [BOM_MARKER] = true;
+  override readonly name = "ByteOrderMarkError";
+
+  constructor(location: SourceLocation) {
+    super(
+      "A UTF-8 byte order mark (BOM) starts the line; the Python reference rejects it too: " +
+        "save the file as UTF-8 without BOM, e.g. with sed -i 's/^\\xEF\\xBB\\xBF//' FILE",
+      { location },
+    );
+  }
+
+  static override isInstance(error: unknown): error is ByteOrderMarkError {
+    return StormlogError.hasMarker(error, BOM_MARKER);
   }
 }
 

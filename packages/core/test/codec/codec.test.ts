@@ -16,7 +16,7 @@ import {
   TelemetryValidationError,
   type TruncatedTail,
 } from "../../src/index.js";
-import { TelemetryLineEncoder } from "../../src/internal.js";
+import { ByteOrderMarkError, TelemetryLineEncoder } from "../../src/internal.js";
 import { goldenJsonlFiles } from "../golden.js";
 
 const SAMPLE_LINE =
@@ -151,6 +151,18 @@ describe("decodeTelemetryLine", () => {
     } catch (error) {
       expect(JsonlDecodeError.isInstance(error)).toBe(true);
       expect((error as Error).message).toContain("a.jsonl:3");
+    }
+  });
+
+  it("reports a line starting with a byte order mark as a ByteOrderMarkError (a JsonlDecodeError) saying what to do", () => {
+    try {
+      decodeTelemetryLine(`\ufeff${SAMPLE_LINE}`, { location: { file: "a.jsonl", line: 1 } });
+      expect.unreachable();
+    } catch (error) {
+      expect(ByteOrderMarkError.isInstance(error)).toBe(true);
+      expect(JsonlDecodeError.isInstance(error)).toBe(true);
+      expect((error as Error).name).toBe("ByteOrderMarkError");
+      expect((error as Error).message).toMatch(/byte order mark \(BOM\).*without BOM.*\(a\.jsonl:1\)$/);
     }
   });
 

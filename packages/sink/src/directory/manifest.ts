@@ -1,7 +1,10 @@
 import {
   closeSync,
+  constants,
   promises as fsPromises,
+  fstatSync,
   fsyncSync,
+  ftruncateSync,
   openSync,
   renameSync,
   unlinkSync,
@@ -13,6 +16,7 @@ import {
   type JsonValue,
   parseJson,
   type SessionSummary,
+  StormlogError,
   stringifyJson,
 } from "@stormlog/core";
 import { sessionSummaryFromJson, sessionSummaryToJson } from "@stormlog/core/internal";
@@ -194,13 +198,21 @@ export function parseManifest(text: string, options: ManifestReadOptions = {}): 
 
   const sessions: SessionSummary[] = [];
   const rawSessions = payload.sessions;
+  // Each entry left out is said, with its index and what follows (the reference drops it silently).
+  const skipped = (entry: string, why: string, then: string) =>
+    options.onWarning?.(`manifest entry ${entry} skipped (${why}): ${then}`);
+  const notObject = (raw: JsonValue) => `${jsonKind(raw)}, not an object`;
   if (schemaVersion >= 2 && Array.isArray(rawSessions)) {
-    for (const raw of rawSessions) {
-      if (!isPlainObject(raw)) continue;
+    for (const [index, raw] of rawSessions.entries()) {
+      const then = "the statuses of the sessions come from their events instead";
+      if (!isPlainObject(raw)) {
+        skipped(`sessions[${index}]`, notObject(raw), then);
+        continue;
+      }
       try {
         sessions.push(sessionSummaryFromJson(raw));
       } catch (error) {
-        options.onWarning?.(`manifest session entry skipped: ${(error as Error).message}`);
+        skipped(`sessions[${index}]`, (error as Error).message, then);
       }
     }
   }
@@ -208,10 +220,21 @@ export function parseManifest(text: string, options: ManifestReadOptions = {}): 
   const segments: SinkSegment[] = [];
   const rawSegments = payload.segments;
   if (Array.isArray(rawSegments)) {
-    for (const raw of rawSegments) {
-      if (!isPlainObject(raw)) continue;
+    for (const [index, raw] of rawSegments.entries()) {
+      const then = "the segment files are still read, unchecked against it";
+      if (!isPlainObject(raw)) {
+        skipped(`segments[${index}]`, notObject(raw), then);
+        continue;
+      }
       const filename = raw.filename;
-      if (typeof filename !== "string") continue;
+      if (typeof filename !== "string") {
+        skipped(
+          `segments[${index}]`,
+          filename === undefined ? 'no "filename"' : `"filename" is ${jsonKind(filename)}`,
+          then,
+        );
+        continue;
+      }
       if (!isSafeSegmentName(filename)) {
         options.onWarning?.(
           `manifest segment entry ${JSON.stringify(filename)} refused: it names a file outside the sink directory`,
@@ -231,8 +254,16 @@ export function parseManifest(text: string, options: ManifestReadOptions = {}): 
   const sessionLosses: SinkSessionLoss[] = [];
   const rawLosses = payload.session_losses;
   if (Array.isArray(rawLosses)) {
-    for (const raw of rawLosses) {
-      if (!isPlainObject(raw) || typeof raw.session_id !== "string" || raw.session_id === "") continue;
+    for (const [index, raw] of rawLosses.entries()) {
+      const then = "the records it says were lost are not counted";
+      if (!isPlainObject(raw)) {
+        skipped(`session_losses[${index}]`, notObject(raw), then);
+        continue;
+      }
+      if (typeof raw.session_id !== "string" || raw.session_id === "") {
+        skipped(`session_losses[${index}]`, "session_id must be a non-empty string", then);
+        continue;
+      }
       const io = coerceManifestInt(raw.dropped_io_error ?? 0, 0, 0);
       const queueFull = coerceManifestInt(raw.dropped_queue_full ?? 0, 0, 0);
       sessionLosses.push({
@@ -373,4 +404,74 @@ export async function writeManifestText(
   await handle.close();
   if (!stillCurrent()) return;
   await fsPromises.rename(tmp, join(dir, MANIFEST_FILENAME));
+}
+
+// In place: read-write, never through a link planted where the manifest was (O_NOFOLLOW where it exists).
+const IN_PLACE_FLAGS = constants.O_RDWR | (constants.O_NOFOLLOW ?? 0);
+
+/** The bytes a file can take without the file system giving it more space: its size, or its blocks. */
+function roomInFile(size: number, blocks: number): number {
+  return Math.max(size, Number.isFinite(blocks) ? blocks * 512 : 0);
+}
+
+/** The manifest does not fit in its file's own space: as a full disk would refuse it (ENOSPC). */
+class ManifestNoRoomInPlaceError extends StormlogError {
+  override readonly name = "ManifestNoRoomInPlaceError";
+  readonly code = "ENOSPC";
+
+  constructor(path: string, needed: number, room: number) {
+    super(`ENOSPC: ${path} has room for ${room} bytes in place, ${needed} needed`);
+  }
+}
+
+/**
+ * Overwrites `manifest.json` in place, only within the space its file already holds: the last resort
+ * on a full disk, where not even the temporary copy fits. Not atomic: a crash midway leaves a
+ * manifest that recovery rebuilds from the segments, which beats a session left `running`.
+ */
+export function rewriteManifestInPlaceSync(dir: string, text: string, fsync: boolean): void {
+  const path = join(dir, MANIFEST_FILENAME);
+  const data = Buffer.from(text, "utf8");
+  const fd = openSync(path, IN_PLACE_FLAGS);
+  try {
+    const { size, blocks } = fstatSync(fd);
+    const room = roomInFile(size, blocks);
+    if (data.length > room) throw new ManifestNoRoomInPlaceError(path, data.length, room);
+    for (let offset = 0; offset < data.length; ) {
+      const written = writeSync(fd, data, offset, data.length - offset, offset);
+      if (written <= 0) throw new Error("write made no progress");
+      offset += written;
+    }
+    ftruncateSync(fd, data.length);
+    if (fsync) fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** `rewriteManifestInPlaceSync` off the event loop's thread; `stillCurrent` as in `writeManifestText`. */
+export async function rewriteManifestInPlace(
+  dir: string,
+  text: string,
+  fsync: boolean,
+  stillCurrent: () => boolean = () => true,
+): Promise<void> {
+  const path = join(dir, MANIFEST_FILENAME);
+  const data = Buffer.from(text, "utf8");
+  const handle = await fsPromises.open(path, IN_PLACE_FLAGS);
+  try {
+    const { size, blocks } = await handle.stat();
+    const room = roomInFile(size, blocks);
+    if (data.length > room) throw new ManifestNoRoomInPlaceError(path, data.length, room);
+    if (!stillCurrent()) return;
+    for (let offset = 0; offset < data.length; ) {
+      const { bytesWritten } = await handle.write(data, offset, data.length - offset, offset);
+      if (bytesWritten <= 0) throw new Error("write made no progress");
+      offset += bytesWritten;
+    }
+    await handle.truncate(data.length);
+    if (fsync) await handle.sync();
+  } finally {
+    await handle.close();
+  }
 }

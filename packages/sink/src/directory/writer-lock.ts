@@ -88,6 +88,8 @@ export class WriterLock {
   renew(): boolean {
     if (this.released) return false;
     const path = join(this.directory, WRITER_LOCK_FILENAME);
+    // Still in place (the directory stayed): nothing to write, which a full disk would refuse.
+    if (readOwner(path)?.token === this.owner.token) return true;
     if (createExclusive(path, this.owner)) {
       heldByThisProcess.set(path, this.owner.token);
       return true;
@@ -184,7 +186,13 @@ function newOwner(): WriterLockOwner {
 function createExclusive(path: string, owner: WriterLockOwner): boolean {
   const text = `${JSON.stringify(owner)}\n`;
   const temporary = `${path}.${owner.token}`;
-  writeWhole(temporary, text, "wx");
+  try {
+    writeWhole(temporary, text, "wx");
+  } catch (error) {
+    // Cut short by a full disk: the empty file must not stay behind, one per retry.
+    removeIfThere(temporary);
+    throw error;
+  }
   try {
     linkSync(temporary, path);
     return true;
@@ -200,11 +208,15 @@ function createExclusive(path: string, owner: WriterLockOwner): boolean {
       throw created;
     }
   } finally {
-    try {
-      unlinkSync(temporary);
-    } catch {
-      // Already gone.
-    }
+    removeIfThere(temporary);
+  }
+}
+
+function removeIfThere(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // Already gone.
   }
 }
 
@@ -282,11 +294,7 @@ function breakStaleLock(path: string, judged: WriterLockOwner | null): void {
       // A third process took the directory meanwhile: it holds it now.
     }
   }
-  try {
-    unlinkSync(aside);
-  } catch {
-    // Already gone.
-  }
+  removeIfThere(aside);
 }
 
 /**

@@ -8,12 +8,14 @@ import {
   type TelemetryEvent,
 } from "@stormlog/core";
 import {
+  ByteOrderMarkError,
   inferSessionSummaryFromEvents,
   LosslessJsonParser,
   linesAt,
   readJsonlLines,
   stableLegacySessionId,
 } from "@stormlog/core/internal";
+import { SEGMENT_SUFFIX } from "../directory/manifest.js";
 import {
   fileSystemErrorCode,
   SessionNotFoundError,
@@ -127,8 +129,26 @@ interface JsonDocumentRecords {
 
 /** The records of the JSON document `text` (at `path`), each with its line. */
 function jsonDocumentRecords(text: string, path: string, eventsKey: string | undefined): JsonDocumentRecords {
+  // Saved as "UTF-8 with BOM": said as such, not as an unexpected character.
+  if (text.charCodeAt(0) === 0xfeff) throw new ByteOrderMarkError({ file: path, line: 1 });
   const parser = new PositionedJsonParser(text, { file: path });
   const payload = parser.readValue();
+  const end = parser.pos;
+  parser.skipWhitespace();
+  // An object, then another on a later line: JSONL under another name, which is read as one document.
+  if (
+    typeof payload === "object" &&
+    payload !== null &&
+    !Array.isArray(payload) &&
+    text.charCodeAt(parser.pos) === 0x7b &&
+    text.slice(end, parser.pos).includes("\n")
+  ) {
+    throw new TelemetrySourceError(
+      path,
+      `Holds one JSON object per line (JSONL), but only *${SEGMENT_SUFFIX} files are read line by line ` +
+        `(others as one JSON document, as the Python reference does): rename it to end in ${SEGMENT_SUFFIX}`,
+    );
+  }
   parser.expectEnd();
   let records: JsonValue[];
   if (Array.isArray(payload)) {

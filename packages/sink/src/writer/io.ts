@@ -1,4 +1,5 @@
 import {
+  type BigIntStats,
   close,
   closeSync,
   constants,
@@ -12,12 +13,21 @@ import {
   mkdirSync,
   open,
   openSync,
+  readlink,
+  readlinkSync,
+  stat,
+  statSync,
   unlink,
   unlinkSync,
   write,
   writeSync,
 } from "node:fs";
-import { writeManifestText, writeManifestTextSync } from "../directory/manifest.js";
+import {
+  rewriteManifestInPlace,
+  rewriteManifestInPlaceSync,
+  writeManifestText,
+  writeManifestTextSync,
+} from "../directory/manifest.js";
 
 /**
  * One file-system step of the writer. The writer's logic yields these and a driver runs them:
@@ -25,6 +35,7 @@ import { writeManifestText, writeManifestTextSync } from "../directory/manifest.
  * step is safe to run twice, except `close`, which the synchronous driver never repeats.
  */
 export type IoOp =
+  /** Makes the directory (and its parents); the value is MADE when it was not there. */
   | { readonly op: "mkdir"; readonly path: string }
   | { readonly op: "open"; readonly path: string }
   | { readonly op: "write"; readonly fd: number; readonly data: Buffer; readonly position: number }
@@ -33,8 +44,12 @@ export type IoOp =
   /** Closes a descriptor, first syncing it when `fsync` (the file is closed even if the sync fails). */
   | { readonly op: "close"; readonly fd: number; readonly fsync: boolean }
   | { readonly op: "unlink"; readonly path: string }
-  | { readonly op: "nlink"; readonly fd: number }
-  /** Writes `bytes` zero bytes to `path` (space kept for a full disk); a file left short is removed. */
+  /** Whether `path` still leads to the file open as `fd`: FILE_HERE, FILE_DELETED or FILE_ELSEWHERE. */
+  | { readonly op: "locate"; readonly fd: number; readonly path: string }
+  /**
+   * Writes up to `bytes` zero bytes to `path` (space kept for a full disk); the value is what it
+   * got: on a disk that fills up meanwhile, what was written is kept (nothing written: an error).
+   */
   | { readonly op: "reserve"; readonly path: string; readonly bytes: number }
   | {
       readonly op: "manifest";
@@ -43,14 +58,25 @@ export type IoOp =
       readonly fsync: boolean;
       /** False once the exit path took over: the asynchronous write then stops short of its rename. */
       readonly stillCurrent?: () => boolean;
+      /** Overwrites manifest.json within its own space (see rewriteManifestInPlace): a full disk's last resort. */
+      readonly inPlace?: boolean;
     };
 
-/** What a step gave: a number (fd, bytes, link count) or the error. */
+/**
+ * What a step gave: a number (fd, bytes, MADE, a FILE_ code) or the error. `path`: where a file
+ * found elsewhere now is, when the system tells (Linux).
+ */
 export type IoResult =
-  | { readonly ok: true; readonly value: number }
+  | { readonly ok: true; readonly value: number; readonly path?: string }
   | { readonly ok: false; readonly error: Error };
 
 export const IO_OK: IoResult = { ok: true, value: 0 };
+/** `mkdir`: the directory was not there and was made. */
+export const MADE = 1;
+/** `locate`: the path leads to the open file; nothing leads to it any more; it is elsewhere (moved). */
+export const FILE_HERE = 0;
+export const FILE_DELETED = 1;
+export const FILE_ELSEWHERE = 2;
 
 // Segments are opened without O_APPEND and written at explicit positions: writing a chunk again
 // at the same place is harmless, which is what lets the exit path redo an interrupted write.
@@ -64,58 +90,105 @@ function done(value: number): IoResult {
   return { ok: true, value };
 }
 
-function writeAll(fd: number, data: Buffer, position: number, callback: (error: Error | null) => void): void {
+/** Writes all of `data` at `position`; the callback gets the error, if any, and the bytes written. */
+function writeAll(
+  fd: number,
+  data: Buffer,
+  position: number,
+  callback: (error: Error | null, written: number) => void,
+): void {
   let offset = 0;
   const step = (error: Error | null, written: number): void => {
     if (error) {
-      callback(error);
+      callback(error, offset);
       return;
     }
     if (written <= 0) {
-      callback(new Error("write made no progress"));
+      callback(new Error("write made no progress"), offset);
       return;
     }
     offset += written;
-    if (offset >= data.length) callback(null);
+    if (offset >= data.length) callback(null, offset);
     else write(fd, data, offset, data.length - offset, position + offset, step);
   };
   write(fd, data, 0, data.length, position, step);
 }
 
-function reserveAsync(path: string, bytes: number, callback: (error: Error | null) => void): void {
+/** The disk (or the user's quota) is full. */
+export function isOutOfSpace(error: Error | null): boolean {
+  const code = (error as NodeJS.ErrnoException | null)?.code;
+  return code === "ENOSPC" || code === "EDQUOT";
+}
+
+/** A reserve cut short by a full disk keeps what it got: some room for the final manifest beats none. */
+function keepsShortReserve(error: Error, written: number): boolean {
+  return written > 0 && isOutOfSpace(error);
+}
+
+function reserveAsync(
+  path: string,
+  bytes: number,
+  callback: (error: Error | null, kept: number) => void,
+): void {
   open(path, "w", 0o666, (error, fd) => {
     if (error) {
-      callback(error);
+      callback(error, 0);
       return;
     }
-    writeAll(fd, Buffer.alloc(bytes), 0, (writeError) =>
+    writeAll(fd, Buffer.alloc(bytes), 0, (writeError, written) =>
       close(fd, (closeError) => {
-        const failed = writeError ?? closeError;
-        if (failed) unlink(path, () => callback(failed));
-        else callback(null);
+        const failed =
+          writeError !== null && keepsShortReserve(writeError, written)
+            ? closeError
+            : (writeError ?? closeError);
+        if (failed) unlink(path, () => callback(failed, 0));
+        else callback(null, written);
       }),
     );
   });
 }
 
-function reserveSync(path: string, bytes: number): void {
+function reserveSync(path: string, bytes: number): number {
   const fd = openSync(path, "w", 0o666);
+  let offset = 0;
+  let failure: unknown = null;
   try {
     const zeros = Buffer.alloc(bytes);
-    for (let offset = 0; offset < bytes; ) {
+    while (offset < bytes) {
       const written = writeSync(fd, zeros, offset, bytes - offset, offset);
       if (written <= 0) throw new Error("write made no progress");
       offset += written;
     }
+  } catch (error) {
+    if (!keepsShortReserve(error as Error, offset)) failure = error;
+  }
+  try {
     closeSync(fd);
   } catch (error) {
-    try {
-      closeSync(fd);
-    } catch {}
-    try {
-      unlinkSync(path);
-    } catch {}
-    throw error;
+    failure ??= error;
+  }
+  if (failure === null) return offset;
+  try {
+    unlinkSync(path);
+  } catch {}
+  throw failure;
+}
+
+function isMissing(error: unknown): boolean {
+  const code = (error as NodeJS.ErrnoException | null)?.code;
+  return code === "ENOENT" || code === "ENOTDIR";
+}
+
+/** Where the file open as `fd` is now (Linux's /proc), or undefined. */
+function openFilePath(fd: number, callback: (path: string | undefined) => void): void {
+  readlink(`/proc/self/fd/${fd}`, (error, target) => callback(error ? undefined : target));
+}
+
+function openFilePathSync(fd: number): string | undefined {
+  try {
+    return readlinkSync(`/proc/self/fd/${fd}`);
+  } catch {
+    return undefined;
   }
 }
 
@@ -127,7 +200,9 @@ export function execAsync(op: IoOp): Promise<IoResult> {
     try {
       switch (op.op) {
         case "mkdir":
-          mkdir(op.path, { recursive: true }, (error) => settle(error));
+          mkdir(op.path, { recursive: true }, (error, first) =>
+            settle(error, first === undefined ? 0 : MADE),
+          );
           return;
         case "open":
           open(op.path, OPEN_FLAGS, 0o666, (error, fd) => settle(error, fd));
@@ -153,14 +228,28 @@ export function execAsync(op: IoOp): Promise<IoResult> {
             settle(error && (error as NodeJS.ErrnoException).code === "ENOENT" ? null : error),
           );
           return;
-        case "nlink":
-          fstat(op.fd, (error, stats) => settle(error, stats?.nlink ?? 0));
+        case "locate":
+          fstat(op.fd, { bigint: true }, (error, own) => {
+            if (error) return settle(error);
+            if (own.nlink === 0n) return settle(null, FILE_DELETED);
+            stat(op.path, { bigint: true }, (statError, there) => {
+              // Another error (a permission) tells nothing about where the file is.
+              if (statError ? !isMissing(statError) : there.ino === own.ino && there.dev === own.dev)
+                return settle(null, FILE_HERE);
+              openFilePath(op.fd, (path) =>
+                resolve({ ok: true, value: FILE_ELSEWHERE, ...(path === undefined ? {} : { path }) }),
+              );
+            });
+          });
           return;
         case "reserve":
-          reserveAsync(op.path, op.bytes, (error) => settle(error, op.bytes));
+          reserveAsync(op.path, op.bytes, settle);
           return;
         case "manifest":
-          writeManifestText(op.dir, op.text, op.fsync, op.stillCurrent).then(
+          (op.inPlace === true
+            ? rewriteManifestInPlace(op.dir, op.text, op.fsync, op.stillCurrent)
+            : writeManifestText(op.dir, op.text, op.fsync, op.stillCurrent)
+          ).then(
             () => settle(null),
             (error: unknown) => resolve(fail(error)),
           );
@@ -177,8 +266,7 @@ export function execSync(op: IoOp): IoResult {
   try {
     switch (op.op) {
       case "mkdir":
-        mkdirSync(op.path, { recursive: true });
-        return IO_OK;
+        return done(mkdirSync(op.path, { recursive: true }) === undefined ? 0 : MADE);
       case "open":
         return done(openSync(op.path, OPEN_FLAGS, 0o666));
       case "write": {
@@ -210,13 +298,24 @@ export function execSync(op: IoOp): IoResult {
           if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
         }
         return IO_OK;
-      case "nlink":
-        return done(fstatSync(op.fd).nlink);
+      case "locate": {
+        const own = fstatSync(op.fd, { bigint: true });
+        if (own.nlink === 0n) return done(FILE_DELETED);
+        let there: BigIntStats | undefined;
+        try {
+          there = statSync(op.path, { bigint: true });
+        } catch (error) {
+          if (!isMissing(error)) return done(FILE_HERE);
+        }
+        if (there !== undefined && there.ino === own.ino && there.dev === own.dev) return done(FILE_HERE);
+        const path = openFilePathSync(op.fd);
+        return { ok: true, value: FILE_ELSEWHERE, ...(path === undefined ? {} : { path }) };
+      }
       case "reserve":
-        reserveSync(op.path, op.bytes);
-        return done(op.bytes);
+        return done(reserveSync(op.path, op.bytes));
       case "manifest":
-        writeManifestTextSync(op.dir, op.text, op.fsync);
+        if (op.inPlace === true) rewriteManifestInPlaceSync(op.dir, op.text, op.fsync);
+        else writeManifestTextSync(op.dir, op.text, op.fsync);
         return IO_OK;
     }
   } catch (error) {

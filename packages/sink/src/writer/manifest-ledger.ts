@@ -8,7 +8,10 @@ import type { SegmentSet } from "./segments.js";
 /** Why the manifest must be rewritten: segments or sessions changed (at once), or only counts (on the tick). */
 const STRUCTURAL = 2;
 const COUNTS = 1;
-/** Space kept in `manifest.reserve` while a session runs: what closing it needs on a disk that fills up. */
+/**
+ * Space kept in `manifest.reserve` while a session runs: what closing it needs on a disk that fills
+ * up (on a nearly full one, what can be had).
+ */
 const RESERVE_BYTES = 64 << 10;
 export const MANIFEST_RESERVE_FILENAME = "manifest.reserve";
 
@@ -125,6 +128,26 @@ export class ManifestLedger {
     else loss.dropped_queue_full += count;
     // The tick's manifest, or the retry's once the disk works.
     this.countsChanged();
+  }
+
+  /** The session is open or closing: its end is not recorded yet. */
+  isOpen(sessionId: string | null): boolean {
+    return sessionId !== null && this.openLoss.has(sessionId);
+  }
+
+  /**
+   * The directory was removed or moved away and is made again: what its manifest held went with it.
+   * The sessions not ended yet stay, with what they lost; the reserve is made again in the new one.
+   */
+  forgetDirectory(): void {
+    for (const id of [...this.sessions.keys()]) {
+      if (this.openLoss.has(id)) continue;
+      this.sessions.delete(id);
+      this.losses.delete(id);
+    }
+    this.reserveHeld = false;
+    this.reserveTried = false;
+    this.changed();
   }
 
   /** Records the end of a session; lost records turn `completed` into `incomplete`. */

@@ -40,6 +40,8 @@ export class RetryPolicy {
   lastError: string | null = null;
   /** Epoch ms before which nothing is tried (while failing). */
   private retryAtMs = 0;
+  /** A write of records failed in this run: only a write of records ends it. */
+  private recordsFailed = false;
 
   constructor(private readonly options: RetryPolicyOptions) {}
 
@@ -57,10 +59,14 @@ export class RetryPolicy {
     return this.failuresInARow > 0 ? Math.max(0, this.retryAtMs - this.nowMs()) : 0;
   }
 
-  /** Counts a failed operation and schedules the next attempt; warns on the first of a run. */
-  fail(error: Error, action: string): void {
+  /**
+   * Counts a failed operation and schedules the next attempt; warns on the first of a run. `records`:
+   * records were lost to it (a segment write, not the manifest).
+   */
+  fail(error: Error, action: string, records = false): void {
     this.failures++;
     this.failuresInARow++;
+    if (records) this.recordsFailed = true;
     this.lastError = describeIoError(error);
     const { firstSeconds, maxSeconds, logger } = this.options;
     const subject = this.options.subject();
@@ -75,15 +81,19 @@ export class RetryPolicy {
     }
   }
 
-  /** A write really reached the disk: the failures are over (said once). */
-  succeed(): void {
-    if (this.failuresInARow === 0) return;
+  /**
+   * A write reached the disk: the failures are over (said once). A manifest written after records
+   * failed proves nothing (it is small, or took the reserve's space): records must reach a segment.
+   */
+  succeed(what: "records" | "ledger"): void {
+    if (this.failuresInARow === 0 || (what === "ledger" && this.recordsFailed)) return;
     this.options.logger.info?.(
       `${this.options.subject()}: writing works again after ${this.failuresInARow} failure(s); ` +
         `${this.options.lostSoFar()} record(s) were lost to disk errors so far`,
     );
     this.failuresInARow = 0;
     this.retryAtMs = 0;
+    this.recordsFailed = false;
   }
 
   /** The exit path tries once more at once, whatever the schedule. */

@@ -1,5 +1,5 @@
 import { hostname } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { Clock, SessionStatus, SessionSummary, TelemetryEvent, TimerHandle } from "@stormlog/core";
 import { createSessionSummary } from "@stormlog/core/internal";
 import { type SinkSegment, writeManifestTextSync } from "../directory/manifest.js";
@@ -16,7 +16,17 @@ import { ChunkEncoder } from "./chunk-encoder.js";
 import { type ResolvedSinkConfig, resolveSinkConfig, type TelemetrySinkOptions } from "./config.js";
 import { SinkCounters, type SinkDiagnostics } from "./counters.js";
 import { registerExitParticipant } from "./exit-hooks.js";
-import { execAsync, execSync, IO_OK, type IoOp, type IoResult } from "./io.js";
+import {
+  execAsync,
+  execSync,
+  FILE_DELETED,
+  FILE_HERE,
+  IO_OK,
+  type IoOp,
+  type IoResult,
+  isOutOfSpace,
+  MADE,
+} from "./io.js";
 import { ManifestLedger } from "./manifest-ledger.js";
 import { whyNotWritable } from "./record-check.js";
 import { RetryPolicy } from "./retry-policy.js";
@@ -94,6 +104,12 @@ interface PendingWrite {
   readonly units: [number, number][];
   /** The last unit reaches a rollover limit: write before anything else goes in. */
   endsSegment: boolean;
+}
+
+/** Where the open segment's file went when its path no longer leads to it (`where`: when the system tells). */
+interface Sighting {
+  readonly deleted: boolean;
+  readonly where: string | undefined;
 }
 
 /** Pending bytes that start a write without waiting for the rest of the queue. */
@@ -578,7 +594,7 @@ export class TelemetrySink {
   }
 
   /** Runs steps to their end on the calling thread; `first` answers a step already run. */
-  private runToEndSync(work: Work, first: IoResult = IO_OK): void {
+  private runToEndSync<T>(work: Work<T>, first: IoResult = IO_OK): void {
     let result = first;
     for (let step = work.next(result); !step.done; step = work.next(result))
       result = this.runSync(step.value);
@@ -654,7 +670,7 @@ export class TelemetrySink {
           // close() tries hard: the ledger is written now, off the schedule, with the reserve if need be.
           const current = this.current;
           if (current?.closed) yield* this.closeSegment(current, "nosync");
-          if (!this.needsRecovery) yield* this.writeLedgerHard();
+          if (!this.needsRecovery && (yield* this.writeLedgerHard()) === null) this.releaseIfDone();
           for (const resolve of closed) resolve();
         }
         break;
@@ -885,7 +901,7 @@ export class TelemetrySink {
   private failWrite(error: Error, pending: PendingWrite, action: string): void {
     this.lostToDisk(pending.sessionId, pending.events);
     this.needsMkdir = true;
-    this.recordFailure(error, action);
+    this.recordFailure(error, action, true);
   }
 
   /** Records lost to the disk: counted, and in their session's manifest entry. */
@@ -908,13 +924,112 @@ export class TelemetrySink {
     }
   }
 
-  /** After a failure the directory may be gone: makes it again first. The error, or null. */
-  private *remakeDirectory(): Work<Error | null> {
+  /**
+   * After a failure the directory may be gone: makes it again first (see directoryGone). `sighting`:
+   * where the open segment went, when that is what showed it. The error, or null.
+   */
+  private *remakeDirectory(sighting: Sighting | null = null): Work<Error | null> {
     if (!this.needsMkdir) return null;
     const made = yield { op: "mkdir", path: this.rootDir };
     if (!made.ok) return made.error;
     this.needsMkdir = false;
+    if (made.value === MADE) yield* this.directoryGone(sighting);
     return this.relock();
+  }
+
+  /**
+   * Notices the open segment deleted or moved, or the directory removed or moved away (mv), under the
+   * writer: what is no longer in the directory is counted as lost, so the session's status stays true,
+   * and writing goes on. The open segment is looked at (two stats); `always` (a session's close) also
+   * checks the directory without one.
+   */
+  private *checkDirectory(always: boolean): Work {
+    yield* this.settle();
+    const segment = this.current;
+    let sighting: Sighting | null = null;
+    if (this.fd !== null && segment !== null) {
+      sighting = yield* this.locateOpenSegment();
+      if (sighting === null) return;
+    } else if (!always) {
+      return;
+    }
+    this.needsMkdir = true;
+    const unmade = yield* this.remakeDirectory(sighting);
+    if (unmade !== null) {
+      this.recordFailure(unmade, "create the sink directory");
+      return;
+    }
+    // The directory stayed: only the open segment went.
+    if (sighting !== null && this.current === segment && segment !== null) {
+      yield* this.dropOpenSegment();
+      this.segments.remove(segment);
+      const lost = this.loseSegment(segment);
+      const how = sighting.deleted
+        ? "deleted"
+        : `moved ${sighting.where === undefined ? "away" : `to ${sighting.where}`}`;
+      this.config.logger.warn(
+        `${this.rootDir}: ${segment.filename} was ${how} while open: its ${lost} record(s) are counted as ` +
+          "lost (the session will close incomplete); writing goes on in a new segment",
+      );
+    }
+  }
+
+  /** Null while the open segment's path still leads to its file; else where the file went. */
+  private *locateOpenSegment(): Work<Sighting | null> {
+    const segment = this.current;
+    if (this.fd === null || segment === null) return null;
+    const located = yield { op: "locate", fd: this.fd, path: join(this.rootDir, segment.filename) };
+    if (!located.ok || located.value === FILE_HERE) return null;
+    return { deleted: located.value === FILE_DELETED, where: located.path };
+  }
+
+  /** Closes the open segment's file without syncing it (it is no longer in the directory). */
+  private *dropOpenSegment(): Work {
+    const fd = this.fd;
+    const segment = this.current;
+    this.fd = null;
+    this.current = null;
+    if (segment !== null) segment.closed = true;
+    if (fd !== null) yield { op: "close", fd, fsync: false };
+  }
+
+  /** A segment no longer in the directory: an open session's records in it are lost. The count. */
+  private loseSegment(segment: SinkSegment): number {
+    if (!this.ledger.isOpen(segment.session_id)) return 0;
+    this.counters.written -= segment.event_count;
+    this.lostToDisk(segment.session_id, segment.event_count);
+    this.ledger.changed();
+    return segment.event_count;
+  }
+
+  /**
+   * The directory written so far was gone (removed, or moved away) and was made again: none of its
+   * segments is in the new one. The open sessions' records in them are counted as lost (they close
+   * `incomplete`); closed sessions stay in the old directory's manifest, not listed here again.
+   */
+  private *directoryGone(sighting: Sighting | null): Work {
+    yield* this.settle();
+    if (this.fd !== null) {
+      sighting ??= yield* this.locateOpenSegment();
+      yield* this.dropOpenSegment();
+    }
+    let lost = 0;
+    for (const segment of this.segments.list) lost += this.loseSegment(segment);
+    this.segments.adopt([], this.segments.nextIndex);
+    this.ledger.forgetDirectory();
+    const how =
+      sighting === null
+        ? "was removed or moved away"
+        : sighting.deleted
+          ? "was removed"
+          : `was moved ${sighting.where === undefined ? "away" : `to ${dirname(sighting.where)}`}`;
+    const loss =
+      lost === 0
+        ? ""
+        : `: ${lost} record(s) of the open session went with it and are counted as lost here (the session will close incomplete)`;
+    this.config.logger.warn(
+      `${this.rootDir}: the sink directory ${how} while being written${loss}; writing goes on in ${this.rootDir}, made again`,
+    );
   }
 
   /**
@@ -993,13 +1108,16 @@ export class TelemetrySink {
   }
 
   private *finishSession(barrier: Barrier): Work {
+    // The status must tell what the directory holds: records that left with it are lost to it.
+    yield* this.checkDirectory(true);
     const current = this.current;
     if (current !== null && current.session_id === barrier.sessionId) yield* this.closeSegment(current);
     yield* this.closeDeferred();
     this.endSession(barrier);
-    yield* this.writeManifest();
-    // The directory is free for the next writer once its last session is on disk.
-    if (this.ledger.activeSessionId === null && !this.ledger.stale && !this.finalized) this.releaseLock();
+    // close() tries hard: on a full disk with the reserve's space, or in place.
+    const failed = yield* this.writeLedgerHard();
+    if (failed !== null) this.manifestFailed(failed);
+    this.releaseIfDone();
     if (this.config.writeRollups && barrier.rollups && !this.finalized) {
       // Coverage as of this close, with this instance's pruning counters (as the reference).
       this.scheduleRollups(
@@ -1011,37 +1129,21 @@ export class TelemetrySink {
     }
   }
 
+  /** The directory is free for the next writer once its last session is on disk. */
+  private releaseIfDone(): void {
+    if (this.ledger.activeSessionId === null && !this.ledger.stale && !this.finalized) this.releaseLock();
+  }
+
   /** Records the end of a session in the ledger (lost records turn `completed` into `incomplete`). */
   private endSession(barrier: Barrier): void {
     this.ledger.end(barrier.sessionId!, barrier.status, barrier.endedAtNs);
     if (this.ledger.activeSessionId === null) this.unregister();
   }
 
-  /** Periodic work: refresh the manifest's counts, and notice an open segment deleted under us. */
+  /** Periodic work: notice an open segment (or the directory) gone from under us, refresh the manifest's counts. */
   private *tickChecks(): Work {
-    yield* this.settle();
-    const fd = this.fd;
-    const segment = this.current;
-    if (fd !== null && segment !== null) {
-      const links = yield { op: "nlink", fd };
-      if (links.ok && links.value === 0) {
-        // The file (or the whole directory) was deleted: what it held is gone.
-        this.fd = null;
-        this.current = null;
-        yield { op: "close", fd, fsync: false };
-        this.segments.remove(segment);
-        this.counters.written -= segment.event_count;
-        this.lostToDisk(segment.session_id, segment.event_count);
-        this.needsMkdir = true;
-        this.ledger.changed();
-        const error = Object.assign(new Error(`${segment.filename} was deleted while open`), {
-          code: "ENOENT",
-        });
-        this.recordFailure(error, "keep writing (was the sink directory removed?)");
-        return;
-      }
-    }
-    if (this.ledger.stale) yield* this.writeManifest();
+    yield* this.checkDirectory(false);
+    if (this.ledger.stale && !this.retry.inBackoff()) yield* this.writeManifest();
   }
 
   // ---------------------------------------------------------------- manifest writes
@@ -1073,22 +1175,35 @@ export class TelemetrySink {
   }
 
   /**
-   * The manifest, trying hard (a session close while the disk fails, and the exit path): at once,
-   * whatever the retry schedule; on a full disk, again after giving back the reserve. A failure here
-   * leaves the ledger owed to the next retry without moving the schedule.
+   * The manifest, trying hard (a session's close, and the exit path): at once, whatever the retry
+   * schedule; on a full disk, again with the reserve's space given back, and last in place, within
+   * the space manifest.json holds (a disk already full when the session started has no reserve).
+   * Returns the error when all failed: the ledger is then owed to the next retry, and the caller
+   * decides whether the schedule moves.
    */
-  private *writeLedgerHard(): Work {
-    if ((yield* this.remakeDirectory()) !== null) return;
-    for (let attempt = 0; attempt < 2; attempt++) {
+  private *writeLedgerHard(): Work<Error | null> {
+    const unmade = yield* this.remakeDirectory();
+    if (unmade !== null) return unmade;
+    const token = this.pumpToken;
+    const stillCurrent = (): boolean => token === this.pumpToken;
+    let error: Error | null = null;
+    for (const way of ["copy", "reserve", "in place"] as const) {
+      if (way === "reserve" && !(yield* this.ledger.freeReserve(this.rootDir))) continue;
+      // Not atomic: only where nothing else can work, a full disk (a read-only directory waits for the retry).
+      if (way === "in place" && !isOutOfSpace(error)) break;
       const { text, fsync } = this.ledger.take();
-      const result = yield { op: "manifest", dir: this.rootDir, text, fsync };
+      const inPlace = way === "in place";
+      const result = yield { op: "manifest", dir: this.rootDir, text, fsync, stillCurrent, inPlace };
       if (result.ok) {
-        yield* this.manifestWritten();
-        return;
+        // Written from the reserve or in place, the disk is as full as it was: nothing works again.
+        if (way === "copy") yield* this.manifestWritten();
+        else yield* this.ledger.keepReserve(this.rootDir, !this.finalized);
+        return null;
       }
       this.ledger.changed();
-      if (attempt > 0 || !(yield* this.ledger.freeReserve(this.rootDir))) return;
+      error = result.error;
     }
+    return error;
   }
 
   /** A manifest reached the disk: maybe a recovery, and the reserve follows the open session. */
@@ -1143,8 +1258,9 @@ export class TelemetrySink {
 
   // ---------------------------------------------------------------- failures
 
-  private recordFailure(error: Error, action: string): void {
-    this.retry.fail(error, action);
+  /** A disk operation failed; `records`: records were lost to it (see RetryPolicy.succeed). */
+  private recordFailure(error: Error, action: string, records = false): void {
+    this.retry.fail(error, action, records);
     // The tick re-arms for the retry's time.
     if (this.tickTimer !== null) {
       this.config.scheduler.clearTimeout(this.tickTimer);
@@ -1161,7 +1277,7 @@ export class TelemetrySink {
     if (!this.retry.failing) return;
     if (what === "ledger" && (this.queuedRecords > 0 || this.pending !== null || this.chunk.unitCount > 0))
       return;
-    this.retry.succeed();
+    this.retry.succeed(what);
   }
 
   // ---------------------------------------------------------------- process exit

@@ -49,6 +49,42 @@ describe("parseManifest's onInvalid", () => {
   });
 });
 
+describe("parseManifest's onWarning", () => {
+  it("names each entry it skips by its index, says why and what follows, and keeps the others", () => {
+    const warnings: string[] = [];
+    const session = {
+      session_id: "s",
+      status: "completed",
+      started_at_ns: 1,
+      ended_at_ns: 2,
+      host: "h",
+      pid: 1,
+      source: "stormlog.tracker",
+    };
+    const manifest = parseManifest(
+      JSON.stringify({
+        schema_version: 2,
+        sessions: [session, 7, { ...session, session_id: "" }],
+        segments: [{ filename: "segment-000001.jsonl" }, "segment-000002.jsonl", {}, { filename: null }],
+        session_losses: [null, { dropped_io_error: 1 }, { session_id: "s", dropped_io_error: 2 }],
+      }),
+      { onWarning: (message) => warnings.push(message) },
+    );
+    expect(manifest!.sessions.map((entry) => entry.session_id)).toEqual(["s"]);
+    expect(manifest!.segments.map((entry) => entry.filename)).toEqual(["segment-000001.jsonl"]);
+    expect(manifest!.session_losses).toHaveLength(1);
+    expect(warnings).toEqual([
+      "manifest entry sessions[1] skipped (a number, not an object): the statuses of the sessions come from their events instead",
+      "manifest entry sessions[2] skipped (session_id must be a non-empty string): the statuses of the sessions come from their events instead",
+      "manifest entry segments[1] skipped (a string, not an object): the segment files are still read, unchecked against it",
+      'manifest entry segments[2] skipped (no "filename"): the segment files are still read, unchecked against it',
+      'manifest entry segments[3] skipped ("filename" is null): the segment files are still read, unchecked against it',
+      "manifest entry session_losses[0] skipped (null, not an object): the records it says were lost are not counted",
+      "manifest entry session_losses[1] skipped (session_id must be a non-empty string): the records it says were lost are not counted",
+    ]);
+  });
+});
+
 describe("a damaged sink directory", () => {
   it("a segment cut short: the loaders name both counts, the session's own warnings stay the reference's", async () => {
     const { dir, segment } = await writtenSink(40);

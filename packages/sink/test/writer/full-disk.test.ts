@@ -1,13 +1,14 @@
 // ENOSPC on a really full filesystem: a small tmpfs the test mounts (we run as root), filled by a
 // file the test writes. What must hold: the loss and the final status reach the disk, retries follow
 // the documented schedule, no empty segment per retry, "works again" only after a real write.
-import { readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, rmSync, statfsSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Clock, Scheduler, TimerHandle } from "@stormlog/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { sampleRecord } from "../../scripts/sample-records.js";
-import { readManifestSync } from "../../src/directory/manifest.js";
+import { readManifestSync, type SinkManifest } from "../../src/directory/manifest.js";
 import { TelemetrySink, type TelemetrySinkOptions } from "../../src/index.js";
+import { MANIFEST_RESERVE_FILENAME } from "../../src/writer/writer.js";
 import { memoryLogger, quiet } from "../helpers.js";
 import { FILLER, fill, smallFilesystem, unmountSmallFilesystems } from "../support/full-filesystem.js";
 
@@ -29,14 +30,34 @@ async function until(condition: () => boolean, what: string, timeoutMs = 10_000)
 
 const worksAgain = (infos: string[]): string[] => infos.filter((line) => line.includes("works again"));
 
+function sinkIn(dir: string, options: Partial<TelemetrySinkOptions>) {
+  const logger = memoryLogger();
+  const sink = new TelemetrySink({ rootDir: dir, ...quiet, logger, flushEveryEvents: 10, ...options });
+  return { logger, sink };
+}
+
+/** Closes the sink as `how` says; the manifest must then record the session as ended `incomplete`. */
+async function closedIncomplete(
+  sink: TelemetrySink,
+  dir: string,
+  sessionId: string,
+  how: "close" | "closeSync",
+): Promise<SinkManifest> {
+  if (how === "close") await sink.close();
+  else sink.closeSync();
+  const manifest = readManifestSync(dir)!;
+  expect(manifest.sessions[0]).toMatchObject({ session_id: sessionId, status: "incomplete" });
+  expect(manifest.sessions[0]!.ended_at_ns).not.toBeNull();
+  return manifest;
+}
+
 /**
  * A sink on a fresh 512 KiB filesystem with 20 records of session `sessionId` written, then the
  * filesystem filled: the next write fails with ENOSPC.
  */
 async function sinkOnFilledDisk(sessionId: string, options: Partial<TelemetrySinkOptions>) {
   const dir = smallFilesystem(512);
-  const logger = memoryLogger();
-  const sink = new TelemetrySink({ rootDir: dir, ...quiet, logger, flushEveryEvents: 10, ...options });
+  const { logger, sink } = sinkIn(dir, options);
   sink.startSession({ session_id: sessionId });
   for (let i = 0; i < 20; i++) sink.append(sampleRecord(sessionId, i));
   await sink.flush();
@@ -61,7 +82,11 @@ describe("a filesystem that fills up (ENOSPC)", () => {
     expect(worksAgain(logger.infos)).toEqual([]);
 
     rmSync(join(dir, FILLER));
-    await until(() => sink.getDiagnostics().state === "ok", "writing to work again");
+    // Records keep coming: the first that reaches a segment ends the failures (a manifest alone does not).
+    await until(() => {
+      sink.append(sampleRecord("full", seq++));
+      return sink.getDiagnostics().state === "ok";
+    }, "writing to work again");
     const lost = sink.getDiagnostics().dropped_io_error;
     expect(lost).toBeGreaterThan(0);
     // The session still runs, and the disk already says what it lost.
@@ -117,24 +142,75 @@ describe("a filesystem that fills up (ENOSPC)", () => {
   it.each(["close", "closeSync"] as const)(
     "records the session as incomplete on %s although the disk stays full",
     async (how) => {
-      const { dir, sink } = await sinkOnFilledDisk("stays-full", {
+      const { dir, logger, sink } = await sinkOnFilledDisk("stays-full", {
         failureBackoffSeconds: 30,
         failureBackoffMaxSeconds: 60,
       });
       for (let i = 20; i < 200; i++) sink.append(sampleRecord("stays-full", i));
       await sink.flush();
       await until(() => sink.getDiagnostics().io_failures > 0, "the write to fail");
-      if (how === "close") await sink.close();
-      else sink.closeSync();
-
-      const manifest = readManifestSync(dir)!;
-      expect(manifest.sessions[0]).toMatchObject({ session_id: "stays-full", status: "incomplete" });
-      expect(manifest.sessions[0]!.ended_at_ns).not.toBeNull();
+      const manifest = await closedIncomplete(sink, dir, "stays-full", how);
       expect(manifest.session_losses?.[0]).toMatchObject({ session_id: "stays-full", dropped_events: 180 });
       expect(manifest.segments.map((s) => s.event_count)).toEqual([20]);
       expect(segmentSizes(dir).filter((size) => size === 0)).toEqual([]);
+      // Only the manifest was written, from the reserve: no record ever reached the disk again.
+      expect(worksAgain(logger.infos)).toEqual([]);
+      expect(sink.getDiagnostics().state).toBe("retrying");
       // Still full but for the reserve the sink gave back: the filler was never removed.
       expect(() => writeFileSync(join(dir, "probe"), Buffer.alloc(128 << 10))).toThrow(/ENOSPC/);
+    },
+  );
+
+  it("says writing works again only once records reach a segment, not when a manifest fits where records do not", async () => {
+    const { dir, logger, sink } = await sinkOnFilledDisk("manifest-fits", {
+      failureBackoffSeconds: 30,
+      failureBackoffMaxSeconds: 60,
+    });
+    // Room for a manifest and its copy, not for a hundred records (~100 KB).
+    rmSync(join(dir, FILLER));
+    fill(dir, 3 * statfsSync(dir).bsize);
+    for (let i = 20; i < 120; i++) sink.append(sampleRecord("manifest-fits", i));
+    await until(() => sink.getDiagnostics().io_failures > 0, "the write to fail");
+    await sink.close();
+
+    expect(readManifestSync(dir)?.sessions[0]).toMatchObject({ status: "incomplete" });
+    expect(sink.getDiagnostics()).toMatchObject({
+      written_events: 20,
+      dropped_io_error: 100,
+      state: "retrying",
+    });
+    expect(worksAgain(logger.infos)).toEqual([]);
+  });
+
+  it.each([
+    { how: "close", freeBlocks: 2 },
+    { how: "closeSync", freeBlocks: 2 },
+    { how: "close", freeBlocks: 3 },
+    { how: "closeSync", freeBlocks: 3 },
+  ] as const)(
+    "records the session as incomplete on $how when the disk was too full for the reserve from the start ($freeBlocks blocks free)",
+    async ({ how, freeBlocks }) => {
+      const dir = smallFilesystem(512);
+      const block = statfsSync(dir).bsize;
+      // A block for the lock and one for the session's first manifest; a third, if any, for the reserve.
+      fill(dir, freeBlocks * block);
+      const { logger, sink } = sinkIn(dir, { failureBackoffSeconds: 30 });
+      sink.startSession({ session_id: "no-reserve" });
+      await sink.flush();
+      expect(readManifestSync(dir)?.sessions[0]?.status).toBe("running");
+      // What could be had is kept (a full 64 KiB never was).
+      const reserve = join(dir, MANIFEST_RESERVE_FILENAME);
+      expect(existsSync(reserve) ? statSync(reserve).size : 0).toBe((freeBlocks - 2) * block);
+      for (let i = 0; i < 100; i++) sink.append(sampleRecord("no-reserve", i));
+      await until(() => sink.getDiagnostics().io_failures > 0, "the write to fail");
+      const manifest = await closedIncomplete(sink, dir, "no-reserve", how);
+      expect(manifest.session_losses).toEqual([
+        { session_id: "no-reserve", dropped_events: 100, dropped_io_error: 100, dropped_queue_full: 0 },
+      ]);
+      expect(manifest.segments).toEqual([]);
+      // The lock given back, and no file left by an attempt that found no room.
+      expect(readdirSync(dir).sort()).toEqual([FILLER, "manifest.json"]);
+      expect(worksAgain(logger.infos)).toEqual([]);
     },
   );
 

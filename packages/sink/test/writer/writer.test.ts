@@ -1,12 +1,20 @@
-import { existsSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { existsSync, readFileSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { encodeTelemetryRecord, InvalidConfigError, parseJson, type TelemetryRecordV3 } from "@stormlog/core";
 import { describe, expect, it, vi } from "vitest";
 import { sampleRecord } from "../../scripts/sample-records.js";
 import { parseManifest, readManifestSync } from "../../src/directory/manifest.js";
-import { loadTelemetrySessions, SinkSessionMismatchError, TelemetrySink } from "../../src/index.js";
+import {
+  loadTelemetrySessions,
+  SinkSessionMismatchError,
+  TelemetrySink,
+  type TelemetrySinkOptions,
+} from "../../src/index.js";
 import { SINK_DEFAULTS } from "../../src/writer/config.js";
 import { fileLines, memoryLogger, quiet, segmentNames, tempDir } from "../helpers.js";
+
+/** How a warning names where a moved file went: the system tells on Linux (/proc). */
+const movedTo = (path: string): string => (existsSync("/proc/self/fd") ? `moved to ${path}` : "moved away");
 
 function manifestOf(dir: string) {
   const manifest = readManifestSync(dir);
@@ -506,25 +514,36 @@ describe("disk failures", () => {
     expect(sessions[0]).toMatchObject({ eventCount: 20, summary: { status: "incomplete" } });
   });
 
-  /**
-   * A sink (fast ticks and retries) that wrote `count` records of `sessionId`, whose directory was
-   * then removed, once it noticed (its next periodic check finds the open segment gone).
-   */
-  async function sinkWithRemovedDirectory(sessionId: string, count: number) {
-    const dir = join(tempDir(), "sink");
+  /** A sink on `dir` (fast retries) that wrote `count` records of `sessionId`. */
+  async function sinkWithRecords(
+    dir: string,
+    sessionId: string,
+    count: number,
+    options: Partial<TelemetrySinkOptions>,
+  ) {
     const logger = memoryLogger();
     const sink = new TelemetrySink({
       rootDir: dir,
       ...quiet,
       logger,
       flushEveryEvents: 5,
-      flushEverySeconds: 0.01,
       failureBackoffSeconds: 0.01,
       failureBackoffMaxSeconds: 0.02,
+      ...options,
     });
     sink.startSession({ session_id: sessionId });
     for (let i = 0; i < count; i++) sink.append(sampleRecord(sessionId, i));
     await sink.flush();
+    return { logger, sink };
+  }
+
+  /**
+   * A sink (fast ticks and retries) that wrote `count` records of `sessionId`, whose directory was
+   * then removed, once it noticed (its next periodic check finds the open segment gone).
+   */
+  async function sinkWithRemovedDirectory(sessionId: string, count: number) {
+    const dir = join(tempDir(), "sink");
+    const { logger, sink } = await sinkWithRecords(dir, sessionId, count, { flushEverySeconds: 0.01 });
     rmSync(dir, { recursive: true, force: true });
     await vi.waitFor(() => expect(sink.getDiagnostics().dropped_io_error).toBeGreaterThan(0), {
       timeout: 5000,
@@ -538,10 +557,91 @@ describe("disk failures", () => {
     for (let i = 20; i < 30; i++) sink.append(sampleRecord("s", i));
     await sink.close();
     expect(sink.getDiagnostics()).toMatchObject({ dropped_io_error: 20, written_events: 10 });
-    expect(logger.warnings.join("\n")).toContain("directory removed");
+    expect(logger.warnings.join("\n")).toContain("the sink directory was removed while being written");
     const manifest = parseManifest(readFileSync(join(dir, "manifest.json"), "utf8"));
     expect(manifest?.sessions[0]?.status).toBe("incomplete");
     expect((await loadTelemetrySessions(dir))[0]!.eventCount).toBe(10);
+  });
+
+  /** A sink (fast retries; ticks every `flushEverySeconds`) that wrote 20 records of `sessionId`, whose directory was then moved (mv). */
+  async function sinkWithMovedDirectory(sessionId: string, flushEverySeconds: number) {
+    const parent = tempDir();
+    const dir = join(parent, "sink");
+    const moved = join(parent, "moved");
+    const { logger, sink } = await sinkWithRecords(dir, sessionId, 20, { flushEverySeconds });
+    renameSync(dir, moved);
+    return { dir, moved, logger, sink };
+  }
+
+  /** The records the segment files in `dir` hold. */
+  const linesIn = (dir: string): number =>
+    segmentNames(dir).reduce((sum, name) => sum + fileLines(join(dir, name)).length, 0);
+
+  it("closes a session whose directory was moved away (mv) as incomplete, counting what went with it", async () => {
+    // No periodic check before the close: the close itself must notice.
+    const { dir, moved, logger, sink } = await sinkWithMovedDirectory("moved", 600);
+    for (let i = 20; i < 40; i++) sink.append(sampleRecord("moved", i));
+    await sink.close();
+
+    // The 40 records went through the open segment's descriptor, into the moved directory.
+    expect(linesIn(moved)).toBe(40);
+    const manifest = manifestOf(dir);
+    expect(manifest.sessions).toMatchObject([{ session_id: "moved", status: "incomplete" }]);
+    expect(manifest.sessions[0]!.ended_at_ns).not.toBeNull();
+    expect(manifest.segments).toEqual([]);
+    expect(manifest.session_losses).toEqual([
+      { session_id: "moved", dropped_events: 40, dropped_io_error: 40, dropped_queue_full: 0 },
+    ]);
+    expect(sink.getDiagnostics()).toMatchObject({
+      written_events: 0,
+      dropped_io_error: 40,
+      appended_events: 40,
+    });
+    expect(logger.warnings).toEqual([
+      `${dir}: the sink directory was ${movedTo(moved)} while being written: 40 record(s) of the open session ` +
+        `went with it and are counted as lost here (the session will close incomplete); writing goes on in ${dir}, made again`,
+    ]);
+  });
+
+  it("notices its directory moved away at the periodic check and goes on in a new one, each record counted once", async () => {
+    const { dir, moved, logger, sink } = await sinkWithMovedDirectory("moved-tick", 0.01);
+    let seq = 20;
+    await vi.waitFor(
+      () => {
+        sink.append(sampleRecord("moved-tick", seq++));
+        expect(logger.warnings.join("\n")).toContain(`was ${movedTo(moved)}`);
+      },
+      { timeout: 5000, interval: 5 },
+    );
+    for (let i = 0; i < 20; i++) sink.append(sampleRecord("moved-tick", seq++));
+    await sink.close();
+
+    const sessions = await loadTelemetrySessions(dir);
+    expect(sessions).toMatchObject([{ summary: { status: "incomplete" } }]);
+    const losses = manifestOf(dir).session_losses;
+    // What is in the new directory was written there; what went with the old one is counted as lost.
+    expect(sessions[0]!.eventCount).toBe(sink.getDiagnostics().written_events);
+    expect(losses?.[0]?.dropped_events).toBe(linesIn(moved));
+    expect(linesIn(moved) + linesIn(dir)).toBe(seq);
+    expect(sessions[0]!.eventCount).toBeGreaterThanOrEqual(20);
+  });
+
+  it("counts the records of a segment moved out of its directory while open, and goes on in a new segment", async () => {
+    const dir = tempDir();
+    const { logger, sink } = await sinkWithRecords(dir, "s", 10, { flushEverySeconds: 600 });
+    const aside = join(tempDir(), "aside.jsonl");
+    renameSync(join(dir, "segment-000001.jsonl"), aside);
+    await sink.close();
+    expect(fileLines(aside)).toHaveLength(10);
+    expect(manifestOf(dir)).toMatchObject({
+      sessions: [{ status: "incomplete" }],
+      segments: [],
+      session_losses: [{ dropped_io_error: 10 }],
+    });
+    expect(logger.warnings).toEqual([
+      `${dir}: segment-000001.jsonl was ${movedTo(aside)} while open: its 10 record(s) are counted as lost ` +
+        "(the session will close incomplete); writing goes on in a new segment",
+    ]);
   });
 
   it("takes its lock again with the directory it makes again: a second writer goes beside", async () => {

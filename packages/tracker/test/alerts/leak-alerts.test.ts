@@ -263,9 +263,9 @@ describe("leak alerts", () => {
     sent.mockRestore();
   });
 
-  it("reads phase records from the store in batches: a store of 8 records judges as one of 10000", async () => {
-    // The watch reads boundaries from the tracker's store when it holds enough new ones, at samples
-    // and at checks; a small store must be read before its records are overwritten.
+  it("reads each phase record as it is stored: a store of 8 records judges as one of 10000", async () => {
+    // The watch copies what it needs of a boundary's record at once, so a small store that overwrites
+    // its records between checks loses nothing of the window.
     const judged = async (maxEvents: number) => {
       const l = loop({ maxEvents });
       // The store keeps the last 8 records only: alerts are taken as they are recorded.
