@@ -13,6 +13,7 @@ export {
   type ResolvedTelemetryInput,
   resolveInputPath,
   resolveTelemetryInput,
+  removedWhileRead,
   segmentShortfall,
   type TelemetryInputKind,
   type TelemetryInputPart,

@@ -11,7 +11,11 @@
  * what a scan of the whole segment gives for its lines.
  */
 import { closeSync, readSync } from "node:fs";
-import { openRegularFileSync, type TelemetryInputSegment } from "@stormlog/sink/internal";
+import {
+  fileSystemErrorCode,
+  openRegularFileSync,
+  type TelemetryInputSegment,
+} from "@stormlog/sink/internal";
 import { type RankSeed, seriesKey } from "./aggregate.js";
 import type { RangeScan, ScanRange } from "./scan.js";
 
@@ -41,7 +45,14 @@ export interface PieceRange {
 export function pieceRanges(path: string, size: number, bytes: number): PieceRange[] {
   const starts = [0];
   if (size > bytes * 1.5) {
-    const fd = openRegularFileSync(path);
+    let fd: number;
+    try {
+      fd = openRegularFileSync(path);
+    } catch (error) {
+      // Pruned since it was listed: one piece, whose scan says so.
+      if (fileSystemErrorCode(error) === "ENOENT") return [{ start: 0, end: Number.POSITIVE_INFINITY }];
+      throw error;
+    }
     try {
       const block = Buffer.allocUnsafe(64 << 10);
       let at = bytes;

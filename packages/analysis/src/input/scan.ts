@@ -10,8 +10,9 @@ import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import { TelemetryInputAccessError } from "@stormlog/sink";
 import {
   decodeTelemetryEventLine,
+  fileSystemErrorCode,
   openRegularFileSync,
-  readingInput,
+  removedWhileRead,
   type TelemetryInputSegment,
 } from "@stormlog/sink/internal";
 import { TimeRangeError } from "../errors.js";
@@ -217,7 +218,18 @@ export function scanRangeSync(
 
   // Synchronous reads: the scan is CPU-bound, and a round trip through the thread pool per chunk
   // only adds latency (much of it on a loaded machine).
-  const fd = readingInput(path, () => openRegularFileSync(path));
+  let fd: number;
+  try {
+    fd = openRegularFileSync(path);
+  } catch (error) {
+    // Listed a moment ago and gone now: a live writer's retention pruned it. Read without it, as the
+    // reader does (said once, by the range that starts the file).
+    if (fileSystemErrorCode(error) === "ENOENT") {
+      if (from === 0) accumulator.warn(removedWhileRead(path), null);
+      return { aggregate: accumulator.finish(0), lastSession };
+    }
+    throw TelemetryInputAccessError.wrap(path, error);
+  }
   try {
     let buf = scratch.buf ?? Buffer.allocUnsafe(CHUNK_BYTES);
     let filled = 0;

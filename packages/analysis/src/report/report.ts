@@ -18,6 +18,7 @@ import { loadTelemetrySessions } from "@stormlog/sink";
 import {
   type ResolvedTelemetryInput,
   readRegularFile,
+  removedWhileRead,
   resolveTelemetryInput,
   segmentShortfall,
 } from "@stormlog/sink/internal";
@@ -231,7 +232,11 @@ export function segmentWarnings(input: ResolvedTelemetryInput, segments: readonl
   segments.forEach((segment, k) => {
     for (const warning of segment.digest.warnings) warnings.push(warning.message);
     const source = inputSegments[k];
-    const shortfall = source === undefined ? null : segmentShortfall(source, segment.digest.eventCount);
+    if (source === undefined) return;
+    // A segment pruned while the input was read is not one cut short.
+    const removed = removedWhileRead(source.path);
+    if (segment.digest.warnings.some((warning) => warning.message === removed)) return;
+    const shortfall = segmentShortfall(source, segment.digest.eventCount);
     if (shortfall !== null) warnings.push(shortfall);
   });
   return warnings;

@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encodeTelemetryRecord, JsonlDecodeError, type JsonObject, parseJson } from "@stormlog/core";
 import { TelemetryInputAccessError } from "@stormlog/sink";
+import { removedWhileRead } from "@stormlog/sink/internal";
 import { afterAll, describe, expect, it } from "vitest";
 import {
   BASE_NS,
@@ -160,7 +161,12 @@ describe("the file system's refusals are typed", () => {
     const dir = fresh();
     mkdirSync(dir);
     const segment = (path: string) => ({ path, hint: null, defaultSessionId: "s" });
-    expectAccess(() => scanSegmentSync(segment(join(dir, "gone.jsonl"))), "ENOENT", join(dir, "gone.jsonl"));
+    // Listed, then gone: pruned by a live writer's retention, read without it (as the reader does).
+    const gone = scanSegmentSync(segment(join(dir, "gone.jsonl")));
+    expect(gone.eventCount).toBe(0);
+    expect(gone.warnings.map((warning) => warning.message)).toEqual([
+      removedWhileRead(join(dir, "gone.jsonl")),
+    ]);
     // A directory opens, and its read fails.
     expectAccess(() => scanSegmentSync(segment(dir)), "EISDIR", dir);
   });

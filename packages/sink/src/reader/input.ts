@@ -118,6 +118,14 @@ function readPartManifest(
 }
 
 /**
+ * The warning for a segment listed a moment ago and gone when it was to be read: a live writer's
+ * retention pruned it. Readers then read the input as if it had been listed after the pruning.
+ */
+export function removedWhileRead(segmentPath: string): string {
+  return `${segmentPath}: removed while the input was read (retention pruned it); read without it`;
+}
+
+/**
  * What a segment lost: fewer events could be read from it than its manifest says were written (the
  * writers count a write only once it is done, so a live segment never reads short). The message
  * names both counts; null when nothing is missing or the manifest does not list the segment.

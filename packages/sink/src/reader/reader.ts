@@ -25,6 +25,7 @@ import {
 import {
   decodeTelemetryEventLine,
   type ResolvedTelemetryInput,
+  removedWhileRead,
   resolveTelemetryInput,
   segmentShortfall,
   type TelemetryInputKind,
@@ -250,9 +251,7 @@ async function* scan(
         // Listed a moment ago and removed before it was opened: a live writer's retention pruned it.
         // Read as if it had been listed after the pruning.
         if (count === 0 && fileSystemErrorCode(error) === "ENOENT") {
-          options.onWarning?.(
-            `${segment}: removed while the input was read (retention pruned it); read without it`,
-          );
+          options.onWarning?.(removedWhileRead(segment));
           continue;
         }
         throw TelemetryInputAccessError.wrap(segment, error);
