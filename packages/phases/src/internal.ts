@@ -6,7 +6,13 @@
 
 // Phase records: the `metadata.phase_scope` payload and `context` the tracker writes at a boundary.
 
-export { type PhaseScopeFacts, phaseBoundaryContext, phaseScopePayload } from "./recorder.js";
+export {
+  type PhaseScopeFacts,
+  phaseBoundaryContext,
+  phaseScopePayload,
+  scopeFromTemplate,
+  scopeIdOf,
+} from "./recorder.js";
 
 // Python's string order, for sorting phase paths and ids as the reference does.
 

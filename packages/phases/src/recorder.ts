@@ -70,6 +70,66 @@ export type PhaseScopeFacts = Pick<
   | "pathKey"
 >;
 
+/** A scope id: `<sessionId>:<sequence>` (the reference's). */
+export function scopeIdOf(sessionId: string, sequence: number): string {
+  return `${sessionId}:${sequence}`;
+}
+
+/** A recorder's scope as a record keeps it: its path's template and its sequences. */
+class TemplateScope implements PhaseScopeFacts {
+  constructor(
+    private readonly template: PhaseScopeTemplate,
+    readonly sequence: number,
+    readonly parentSequence: number | null,
+  ) {}
+
+  get name(): string {
+    return this.template.name;
+  }
+  get path(): readonly string[] {
+    return this.template.path;
+  }
+  get phasePath(): string {
+    return this.template.phasePath;
+  }
+  get depth(): number {
+    return this.template.depth;
+  }
+  get threadId(): number {
+    return this.template.threadId;
+  }
+  get threadName(): string {
+    return this.template.threadName;
+  }
+  get sessionId(): string {
+    return this.template.sessionId;
+  }
+  get pathKey(): object {
+    return this.template.pathKey;
+  }
+  get attributes(): undefined {
+    return undefined;
+  }
+  get scopeId(): string {
+    return scopeIdOf(this.template.sessionId, this.sequence);
+  }
+  get parentScopeId(): string | null {
+    return this.parentSequence === null ? null : scopeIdOf(this.template.sessionId, this.parentSequence);
+  }
+}
+
+/**
+ * The facts of a recorder's scope (without attributes) from what a writer kept of it: its template,
+ * its enter's sequence and its parent's (null at the top).
+ */
+export function scopeFromTemplate(
+  template: PhaseScopeTemplate,
+  sequence: number,
+  parentSequence: number | null,
+): PhaseScopeFacts {
+  return new TemplateScope(template, sequence, parentSequence);
+}
+
 /** An open (or closed) phase as the recorder sees it: a `PhaseScope` with its thread and sequence. */
 export interface RecordedPhase extends PhaseScope {
   readonly depth: number;
@@ -304,14 +364,14 @@ class PhaseFrame implements RecordedPhase, PhaseContextNode {
   }
   /** Built when first read: most boundaries reach the disk as numbers, the id rebuilt there. */
   get scopeId(): string {
-    this.text ??= `${this.sessionId}:${this.sequence}`;
+    this.text ??= scopeIdOf(this.template.sessionId, this.sequence);
     return this.text;
   }
   get depth(): number {
     return this.pathKey.path.length;
   }
   get parentScopeId(): string | null {
-    return this.parentSequence === null ? null : `${this.template.sessionId}:${this.parentSequence}`;
+    return this.parentSequence === null ? null : scopeIdOf(this.template.sessionId, this.parentSequence);
   }
   get threadId(): number {
     return this.flow.id;
@@ -477,7 +537,7 @@ export class PhaseRecorder implements PhaseHost {
     const normalized = normalizePhaseName(name);
     if (this.session === null) return new NoopPhaseScope(normalized) as unknown as RecordedPhase;
     const ctx = this.currentContext();
-    const frame = this.open(ctx, normalized, options);
+    const frame = this.open(ctx, normalized, options, false);
     ctx.current = frame;
     return frame;
   }
@@ -489,9 +549,8 @@ export class PhaseRecorder implements PhaseHost {
     if (this.mode !== "off" && (asyncPhasesOpen() || isAsyncFunction(fn))) {
       return this.runInContext(ctx, normalized, fn, options);
     }
-    const frame = this.open(ctx, normalized, options);
+    const frame = this.open(ctx, normalized, options, this.reusable !== null);
     ctx.current = frame;
-    frame.reusable = this.reusable !== null && frame.attributes === undefined;
     let result: T;
     try {
       result = fn();
@@ -522,7 +581,7 @@ export class PhaseRecorder implements PhaseHost {
     fn: () => T,
     options: PhaseOptions | undefined,
   ): T {
-    const frame = this.open(ctx, name, options);
+    const frame = this.open(ctx, name, options, false);
     frame.current = frame;
     asyncPhaseOpened();
     let result: T;
@@ -576,7 +635,13 @@ export class PhaseRecorder implements PhaseHost {
     return this.root;
   }
 
-  private open(ctx: PhaseContextNode, name: string, options: PhaseOptions | undefined): PhaseFrame {
+  /** `reusable`: a sync `phase(name, fn)` frame, reusable once closed unless code gets it meanwhile. */
+  private open(
+    ctx: PhaseContextNode,
+    name: string,
+    options: PhaseOptions | undefined,
+    reusable: boolean,
+  ): PhaseFrame {
     const parent = ctx.current;
     let flow = parent === null ? this.rootFlow : parent.flow;
     const stack = flow.stack;
@@ -608,6 +673,8 @@ export class PhaseRecorder implements PhaseHost {
         template,
       );
     }
+    // Before the listener runs: it may hand the scope to code (`openPhases()`), which marks it kept.
+    frame.reusable = reusable && attributes === undefined;
     flow.stack.push(frame);
     this.emit(PHASE_ENTER_EVENT, frame, sequence);
     return frame;

@@ -600,6 +600,20 @@ describe("reused scopes (reuseScopes)", () => {
     expect(new Set(fresh.scopes).size).toBe(fresh.scopes.length / 2);
   });
 
+  it("never reuses a scope the listener handed to code while it opened (openPhases() in onBoundary)", () => {
+    let listed: RecordedPhase[] = [];
+    const recorder: PhaseRecorder = new PhaseRecorder({
+      reuseScopes: true,
+      onBoundary: (b) => {
+        if (b.eventType === "phase_enter" && b.scope.name === "a") listed = recorder.openPhases();
+      },
+    });
+    recorder.begin(SESSION);
+    recorder.phase("a", () => undefined);
+    recorder.phase("b", () => undefined);
+    expect(listed.map((scope) => [scope.scopeId, scope.phasePath])).toEqual([[`${SESSION}:1`, "a"]]);
+  });
+
   it("never reuses a scope handed to code (enterPhase, openPhases()) nor one with attributes", async () => {
     const { exposed, listed, scopes } = await scenario(true);
     // Read after every later phase ran: still its own ids.

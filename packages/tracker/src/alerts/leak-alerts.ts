@@ -26,9 +26,11 @@ import {
   type JudgedInside,
   LIVE_BY_PHASE_KEY,
   type MetricVerdict,
+  type PhaseScopeFacts,
   parseBirthCounts,
   type RankVerdicts,
   type RetentionEvidence,
+  scopeFromTemplate,
   strongestVerdict,
 } from "@stormlog/phases/internal";
 import { describeError } from "../describe-error.js";
@@ -587,22 +589,16 @@ export class LeakWatch {
   }
 
   /** What the judge needs of the `k`-th open phase. */
-  private openScopeFacts(
-    k: number,
-  ): Pick<RecordedPhase, "threadId" | "threadName" | "scopeId" | "path" | "phasePath" | "sequence"> {
+  private openScopeFacts(k: number): PhaseScopeFacts {
     const kept = this.openRefs[k * OPEN_REFS];
     if (((this.openRows[k * OPEN_WIDTH + OPEN_FLAGS] as number) & OPEN_OTHER) !== 0)
       return kept as RecordedPhase;
-    const template = kept as PhaseScopeTemplate;
-    const sequence = this.openRows[k * OPEN_WIDTH + OPEN_SEQUENCE] as number;
-    return {
-      threadId: template.threadId,
-      threadName: template.threadName,
-      scopeId: `${template.sessionId}:${sequence}`,
-      path: template.path,
-      phasePath: template.phasePath,
-      sequence,
-    };
+    // Its parent is not needed: the judge nests phases by their paths and times.
+    return scopeFromTemplate(
+      kept as PhaseScopeTemplate,
+      this.openRows[k * OPEN_WIDTH + OPEN_SEQUENCE] as number,
+      null,
+    );
   }
 
   private windowOf(scope: RecordedPhase): PathWindow {

@@ -17,8 +17,8 @@ import {
 export const VALUES = 4;
 
 /**
- * An occurrence's row in a window: its start's and end's timestamps as two 32-bit words each (low
- * first, `timestampOf`), its thread id and sequence, the enter's VALUES, the exit's, and whether
+ * An occurrence's row in a window: its start's and end's timestamps as two 32-bit words each (in
+ * memory order, `timestampOf`), its thread id and sequence, the enter's VALUES, the exit's, and whether
  * either record's counters were read at the boundary; 16 numbers, two cache lines.
  */
 export const OCCURRENCE_START = 0;
@@ -30,9 +30,17 @@ export const OCCURRENCE_EXIT = OCCURRENCE_ENTER + VALUES;
 export const OCCURRENCE_READ = OCCURRENCE_EXIT + VALUES;
 export const OCCURRENCE_WIDTH = 16;
 
-/** The timestamp whose two 32-bit words (low first, as `EventStore.readPhaseRecord` writes them) are at `at`. */
+const TIMESTAMP = new BigInt64Array(1);
+const TIMESTAMP_WORDS = new Int32Array(TIMESTAMP.buffer);
+
+/**
+ * The timestamp whose two 32-bit words are at `at`, in memory order (as `EventStore.readPhaseRecord`
+ * copies them from its own BigInt64Array: put back the same way, on either byte order).
+ */
 export function timestampOf(cells: Float64Array, at: number): bigint {
-  return BigInt.asIntN(64, (BigInt(cells[at + 1] as number) << 32n) | BigInt((cells[at] as number) >>> 0));
+  TIMESTAMP_WORDS[0] = cells[at] as number;
+  TIMESTAMP_WORDS[1] = cells[at + 1] as number;
+  return TIMESTAMP[0] as bigint;
 }
 
 /** One path's closed occurrences, in a ring (the watch's `PathWindow`, or a copy of its rows). */

@@ -6,7 +6,12 @@ import {
   type TelemetryEvent,
 } from "@stormlog/core";
 import type { PhaseScopeTemplate, RecordedPhase } from "@stormlog/phases";
-import { type PhaseScopeFacts, phaseBoundaryContext, phaseScopePayload } from "@stormlog/phases/internal";
+import {
+  type PhaseScopeFacts,
+  phaseBoundaryContext,
+  phaseScopePayload,
+  scopeFromTemplate,
+} from "@stormlog/phases/internal";
 import { markFloatIfIntegral } from "../health/health.js";
 
 const FIELDS = MEMORY_COUNTER_FIELDS.length;
@@ -236,7 +241,8 @@ export class EventStore {
   /**
    * The leak watch's read of a phase record, one slot lookup: its allocated, reserved and device-used
    * counters (NaN when unread) and its `tfjs_num_tensors` detail (NaN when absent) into `out` from
-   * `valuesAt`, its timestamp as two 32-bit words (low first) at `wordsAt`; returns its flag bits.
+   * `valuesAt`, its timestamp as two 32-bit words (in memory order, `timestampOf`) at `wordsAt`; returns
+   * its flag bits.
    */
   readPhaseRecord(index: number, out: Float64Array, valuesAt: number, wordsAt: number): number {
     const slot = this.slotOf(index);
@@ -313,7 +319,7 @@ export class EventStore {
     const sequence = this.numbers[row + SCOPE_SEQUENCE] as number;
     if (Number.isNaN(sequence)) return kept as PhaseScopeFacts;
     const parent = this.numbers[row + PARENT_SEQUENCE] as number;
-    return new TemplateScope(kept as PhaseScopeTemplate, sequence, parent < 0 ? null : parent);
+    return scopeFromTemplate(kept as PhaseScopeTemplate, sequence, parent < 0 ? null : parent);
   }
 
   deviceId(index: number): number {
@@ -427,49 +433,6 @@ export class EventStore {
       context: recordContext,
       metadata,
     };
-  }
-}
-
-/** A recorder's scope as a record keeps it: its path's template and its sequences. */
-class TemplateScope implements PhaseScopeFacts {
-  constructor(
-    private readonly template: PhaseScopeTemplate,
-    readonly sequence: number,
-    readonly parentSequence: number | null,
-  ) {}
-
-  get name(): string {
-    return this.template.name;
-  }
-  get path(): readonly string[] {
-    return this.template.path;
-  }
-  get phasePath(): string {
-    return this.template.phasePath;
-  }
-  get depth(): number {
-    return this.template.depth;
-  }
-  get threadId(): number {
-    return this.template.threadId;
-  }
-  get threadName(): string {
-    return this.template.threadName;
-  }
-  get sessionId(): string {
-    return this.template.sessionId;
-  }
-  get pathKey(): object {
-    return this.template.pathKey;
-  }
-  get attributes(): undefined {
-    return undefined;
-  }
-  get scopeId(): string {
-    return `${this.template.sessionId}:${this.sequence}`;
-  }
-  get parentScopeId(): string | null {
-    return this.parentSequence === null ? null : `${this.template.sessionId}:${this.parentSequence}`;
   }
 }
 
