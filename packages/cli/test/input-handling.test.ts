@@ -358,7 +358,7 @@ describe("a telemetry file of another encoding or name", () => {
           await runCli([argv[0]!, file, ...argv.slice(1)]),
           new RegExp(
             `^stormlog ${argv[0]}: A UTF-8 byte order mark \\(BOM\\) starts the line; .*save the file as UTF-8 ` +
-              `without BOM, e\\.g\\. with sed .* FILE \\(${file}:1\\)$`,
+              `without BOM, e\\.g\\. tail -c \\+4 FILE > FIXED .*\\(${file}:1\\)$`,
           ),
         );
       }

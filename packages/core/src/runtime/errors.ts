@@ -98,7 +98,7 @@ export class ByteOrderMarkError extends JsonlDecodeError {
   constructor(location: SourceLocation) {
     super(
       "A UTF-8 byte order mark (BOM) starts the line; the Python reference rejects it too: " +
-        "save the file as UTF-8 without BOM, e.g. with sed -i 's/^\\xEF\\xBB\\xBF//' FILE",
+        "save the file as UTF-8 without BOM, e.g. tail -c +4 FILE > FIXED (drops the 3 bytes of the mark)",
       { location },
     );
   }

@@ -424,10 +424,23 @@ class ManifestNoRoomInPlaceError extends StormlogError {
   }
 }
 
+/** Writes all of `data` at `position`, or throws (a short write on a full disk is ENOSPC). */
+function writeAllAt(fd: number, path: string, data: Buffer, position: number): void {
+  for (let offset = 0; offset < data.length; ) {
+    const written = writeSync(fd, data, offset, data.length - offset, position + offset);
+    if (written <= 0) throw new ManifestNoRoomInPlaceError(path, data.length, offset);
+    offset += written;
+  }
+}
+
 /**
  * Overwrites `manifest.json` in place, only within the space its file already holds: the last resort
- * on a full disk, where not even the temporary copy fits. Not atomic: a crash midway leaves a
- * manifest that recovery rebuilds from the segments, which beats a session left `running`.
+ * on a full disk, where not even the temporary copy fits. Synchronous, so that no write of it is
+ * still on the thread pool when another one starts. A shorter text is padded with spaces to the
+ * file's length (JSON allows them), so nothing is truncated; a longer one (within the file's blocks)
+ * first writes what goes past the old end, and a refusal there cuts it off again, leaving the old
+ * manifest whole. Only overwriting the old bytes can still fail midway (a copy-on-write file system
+ * may need space even for that, or a crash): recovery then rebuilds the manifest from the segments.
  */
 export function rewriteManifestInPlaceSync(dir: string, text: string, fsync: boolean): void {
   const path = join(dir, MANIFEST_FILENAME);
@@ -437,41 +450,21 @@ export function rewriteManifestInPlaceSync(dir: string, text: string, fsync: boo
     const { size, blocks } = fstatSync(fd);
     const room = roomInFile(size, blocks);
     if (data.length > room) throw new ManifestNoRoomInPlaceError(path, data.length, room);
-    for (let offset = 0; offset < data.length; ) {
-      const written = writeSync(fd, data, offset, data.length - offset, offset);
-      if (written <= 0) throw new Error("write made no progress");
-      offset += written;
+    if (data.length <= size) {
+      const padded = Buffer.alloc(size, 0x20);
+      data.copy(padded);
+      writeAllAt(fd, path, padded, 0);
+    } else {
+      try {
+        writeAllAt(fd, path, data.subarray(size), size);
+      } catch (error) {
+        ftruncateSync(fd, size);
+        throw error;
+      }
+      writeAllAt(fd, path, data.subarray(0, size), 0);
     }
-    ftruncateSync(fd, data.length);
     if (fsync) fsyncSync(fd);
   } finally {
     closeSync(fd);
-  }
-}
-
-/** `rewriteManifestInPlaceSync` off the event loop's thread; `stillCurrent` as in `writeManifestText`. */
-export async function rewriteManifestInPlace(
-  dir: string,
-  text: string,
-  fsync: boolean,
-  stillCurrent: () => boolean = () => true,
-): Promise<void> {
-  const path = join(dir, MANIFEST_FILENAME);
-  const data = Buffer.from(text, "utf8");
-  const handle = await fsPromises.open(path, IN_PLACE_FLAGS);
-  try {
-    const { size, blocks } = await handle.stat();
-    const room = roomInFile(size, blocks);
-    if (data.length > room) throw new ManifestNoRoomInPlaceError(path, data.length, room);
-    if (!stillCurrent()) return;
-    for (let offset = 0; offset < data.length; ) {
-      const { bytesWritten } = await handle.write(data, offset, data.length - offset, offset);
-      if (bytesWritten <= 0) throw new Error("write made no progress");
-      offset += bytesWritten;
-    }
-    await handle.truncate(data.length);
-    if (fsync) await handle.sync();
-  } finally {
-    await handle.close();
   }
 }

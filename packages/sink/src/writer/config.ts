@@ -1,3 +1,4 @@
+import { resolve } from "node:path";
 import { type Clock, InvalidConfigError, type Scheduler, systemClock, systemScheduler } from "@stormlog/core";
 import { guardedLogger } from "@stormlog/core/internal";
 import type { LockedDirectoryPolicy } from "../directory/writer-lock.js";
@@ -199,7 +200,8 @@ export function resolveSinkConfig(options: TelemetrySinkOptions): ResolvedSinkCo
     throw new InvalidConfigError("rank", `must be an integer >= 0, got ${String(rank)}`);
   }
   return {
-    rootDir: options.rootDir,
+    // Absolute once: a later process.chdir must not move where the sink writes (nor look moved).
+    rootDir: resolve(options.rootDir),
     onLockedDirectory,
     rank,
     flushEveryEvents: positiveInteger("flushEveryEvents", options.flushEveryEvents ?? d.flushEveryEvents),

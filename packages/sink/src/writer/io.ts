@@ -23,7 +23,6 @@ import {
   writeSync,
 } from "node:fs";
 import {
-  rewriteManifestInPlace,
   rewriteManifestInPlaceSync,
   writeManifestText,
   writeManifestTextSync,
@@ -58,7 +57,7 @@ export type IoOp =
       readonly fsync: boolean;
       /** False once the exit path took over: the asynchronous write then stops short of its rename. */
       readonly stillCurrent?: () => boolean;
-      /** Overwrites manifest.json within its own space (see rewriteManifestInPlace): a full disk's last resort. */
+      /** Overwrites manifest.json within its own space (`rewriteManifestInPlaceSync`): a full disk's last resort. */
       readonly inPlace?: boolean;
     };
 
@@ -236,9 +235,12 @@ export function execAsync(op: IoOp): Promise<IoResult> {
               // Another error (a permission) tells nothing about where the file is.
               if (statError ? !isMissing(statError) : there.ino === own.ino && there.dev === own.dev)
                 return settle(null, FILE_HERE);
-              openFilePath(op.fd, (path) =>
-                resolve({ ok: true, value: FILE_ELSEWHERE, ...(path === undefined ? {} : { path }) }),
-              );
+              openFilePath(op.fd, (path) => {
+                // Some file systems (old overlayfs, FUSE) answer stat and fstat with other ids for one
+                // file: where the descriptor's file is (procfs) settles it.
+                if (statError === null && path === op.path) return settle(null, FILE_HERE);
+                resolve({ ok: true, value: FILE_ELSEWHERE, ...(path === undefined ? {} : { path }) });
+              });
             });
           });
           return;
@@ -246,10 +248,13 @@ export function execAsync(op: IoOp): Promise<IoResult> {
           reserveAsync(op.path, op.bytes, settle);
           return;
         case "manifest":
-          (op.inPlace === true
-            ? rewriteManifestInPlace(op.dir, op.text, op.fsync, op.stillCurrent)
-            : writeManifestText(op.dir, op.text, op.fsync, op.stillCurrent)
-          ).then(
+          if (op.inPlace === true) {
+            // Here, not on the thread pool: a late write of it could land over the exit path's.
+            if (op.stillCurrent?.() !== false) rewriteManifestInPlaceSync(op.dir, op.text, op.fsync);
+            settle(null);
+            return;
+          }
+          writeManifestText(op.dir, op.text, op.fsync, op.stillCurrent).then(
             () => settle(null),
             (error: unknown) => resolve(fail(error)),
           );
@@ -309,6 +314,8 @@ export function execSync(op: IoOp): IoResult {
         }
         if (there !== undefined && there.ino === own.ino && there.dev === own.dev) return done(FILE_HERE);
         const path = openFilePathSync(op.fd);
+        // As above: other ids for one file on some file systems.
+        if (there !== undefined && path === op.path) return done(FILE_HERE);
         return { ok: true, value: FILE_ELSEWHERE, ...(path === undefined ? {} : { path }) };
       }
       case "reserve":

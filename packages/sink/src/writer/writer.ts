@@ -2,7 +2,11 @@ import { hostname } from "node:os";
 import { dirname, join } from "node:path";
 import type { Clock, SessionStatus, SessionSummary, TelemetryEvent, TimerHandle } from "@stormlog/core";
 import { createSessionSummary } from "@stormlog/core/internal";
-import { type SinkSegment, writeManifestTextSync } from "../directory/manifest.js";
+import {
+  rewriteManifestInPlaceSync,
+  type SinkSegment,
+  writeManifestTextSync,
+} from "../directory/manifest.js";
 import { type RecoveryReport, recoverSinkDirectory } from "../directory/recovery.js";
 import { claimSinkDirectory, SinkDirectoryLockedError, type WriterLock } from "../directory/writer-lock.js";
 import { SinkSessionMismatchError } from "../errors.js";
@@ -1150,8 +1154,15 @@ export class TelemetrySink {
 
   /** Writes the current manifest with blocking I/O (after closeSync, nothing else writes it). */
   private rewriteManifestSync(): void {
+    const text = this.ledger.text();
     try {
-      writeManifestTextSync(this.rootDir, this.ledger.text(), false);
+      try {
+        writeManifestTextSync(this.rootDir, text, false);
+      } catch (error) {
+        // The exit path may have written it in place on a full disk: the same way again.
+        if (!isOutOfSpace(error as Error)) throw error;
+        rewriteManifestInPlaceSync(this.rootDir, text, false);
+      }
     } catch (error) {
       this.config.logger.warn(`${this.rootDir}: rewriting manifest.json failed: ${(error as Error).message}`);
     }
@@ -1188,9 +1199,10 @@ export class TelemetrySink {
     const stillCurrent = (): boolean => token === this.pumpToken;
     let error: Error | null = null;
     for (const way of ["copy", "reserve", "in place"] as const) {
+      // Only a full disk needs the reserve's space or the in-place write (not atomic); a read-only
+      // directory or an I/O error waits for the retry, with the reserve kept.
+      if (way !== "copy" && !isOutOfSpace(error)) break;
       if (way === "reserve" && !(yield* this.ledger.freeReserve(this.rootDir))) continue;
-      // Not atomic: only where nothing else can work, a full disk (a read-only directory waits for the retry).
-      if (way === "in place" && !isOutOfSpace(error)) break;
       const { text, fsync } = this.ledger.take();
       const inPlace = way === "in place";
       const result = yield { op: "manifest", dir: this.rootDir, text, fsync, stillCurrent, inPlace };
