@@ -204,7 +204,7 @@ export function parseManifest(text: string, options: ManifestReadOptions = {}): 
   const notObject = (raw: JsonValue) => `${jsonKind(raw)}, not an object`;
   if (schemaVersion >= 2 && Array.isArray(rawSessions)) {
     for (const [index, raw] of rawSessions.entries()) {
-      const then = "the statuses of the sessions come from their events instead";
+      const then = "its session's status comes from its events instead";
       if (!isPlainObject(raw)) {
         skipped(`sessions[${index}]`, notObject(raw), then);
         continue;

@@ -74,8 +74,8 @@ describe("parseManifest's onWarning", () => {
     expect(manifest!.segments.map((entry) => entry.filename)).toEqual(["segment-000001.jsonl"]);
     expect(manifest!.session_losses).toHaveLength(1);
     expect(warnings).toEqual([
-      "manifest entry sessions[1] skipped (a number, not an object): the statuses of the sessions come from their events instead",
-      "manifest entry sessions[2] skipped (session_id must be a non-empty string): the statuses of the sessions come from their events instead",
+      "manifest entry sessions[1] skipped (a number, not an object): its session's status comes from its events instead",
+      "manifest entry sessions[2] skipped (session_id must be a non-empty string): its session's status comes from its events instead",
       "manifest entry segments[1] skipped (a string, not an object): the segment files are still read, unchecked against it",
       'manifest entry segments[2] skipped (no "filename"): the segment files are still read, unchecked against it',
       'manifest entry segments[3] skipped ("filename" is null): the segment files are still read, unchecked against it',
