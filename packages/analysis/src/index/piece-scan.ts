@@ -379,7 +379,6 @@ function startScanWorker(): Worker | null {
       eval: true,
       execArgv: ["--conditions=@stormlog/source"],
       // Compiling the source through tsx takes more than the scan's own heap.
-      // Compiling the source through tsx takes more than the scan's own heap.
       resourceLimits: { ...LIMITS, maxOldGenerationSizeMb: 128 },
     });
   } catch {
