@@ -600,6 +600,35 @@ describe("reused scopes (reuseScopes)", () => {
     expect(new Set(fresh.scopes).size).toBe(fresh.scopes.length / 2);
   });
 
+  it("a session ended and begun inside a sync phase: its scope is not reused, the new session's ids are right", () => {
+    const payloads: unknown[] = [];
+    let outer: RecordedPhase | undefined;
+    const recorder = new PhaseRecorder({
+      reuseScopes: true,
+      onBoundary: (b) => {
+        payloads.push(b.phaseScope);
+        // Kept against the rule for listeners, to see whether it is handed out again.
+        if (b.scope.name === "outer") outer = b.scope;
+      },
+    });
+    recorder.begin("first");
+    recorder.phase("outer", () => {
+      recorder.end();
+      recorder.begin("second");
+    });
+    for (let i = 0; i < 3; i++) recorder.phase("step", () => i);
+    expect(outer?.scopeId).toBe("first:1");
+    expect(payloads.map((p) => (p as { scope_id: string; action: string }).scope_id)).toEqual([
+      "first:1",
+      "second:1",
+      "second:1",
+      "second:3",
+      "second:3",
+      "second:5",
+      "second:5",
+    ]);
+  });
+
   it("never reuses a scope the listener handed to code while it opened (openPhases() in onBoundary)", () => {
     let listed: RecordedPhase[] = [];
     const recorder: PhaseRecorder = new PhaseRecorder({
