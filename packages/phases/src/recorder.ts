@@ -254,7 +254,7 @@ interface PhaseContextNode {
 class PhaseFlow {
   readonly stack: PhaseFrame[] = [];
   /** Its scopes' templates by path (see `PathNode.template`). */
-  readonly templates = new Map<PathNode, PhaseScopeTemplate>();
+  readonly templates = new Map<PathNode, FrameTemplate>();
   constructor(
     readonly id: number,
     readonly name: string,
@@ -272,7 +272,7 @@ class PathNode {
   /** Interned child paths by name (see `MAX_INTERNED_PATHS`). */
   readonly children = new Map<string, PathNode>();
   /** The template made last for a scope of this path, and its flow: a loop's next scope needs no lookup. */
-  template: PhaseScopeTemplate | null = null;
+  template: FrameTemplate | null = null;
   templateFlow: PhaseFlow | null = null;
   /** Kept in its parent's `children` (see `MAX_INTERNED_PATHS`); flows keep templates of these only. */
   interned = false;
@@ -291,6 +291,11 @@ class PathNode {
  * their own, which cost what they did before interning.
  */
 const MAX_INTERNED_PATHS = 4096;
+
+/** The recorder's own templates: their key is the path's interned node. */
+interface FrameTemplate extends PhaseScopeTemplate {
+  readonly pathKey: PathNode;
+}
 
 class PhaseFrame implements RecordedPhase, PhaseContextNode {
   private text: string | null = null;
@@ -315,8 +320,7 @@ class PhaseFrame implements RecordedPhase, PhaseContextNode {
     public sequence: number,
     public attributes: JsonObject | undefined,
     public readings: boolean,
-    public pathKey: PathNode,
-    public template: PhaseScopeTemplate,
+    public template: FrameTemplate,
   ) {
     this.parentSequence = parent === null ? null : parent.sequence;
   }
@@ -329,8 +333,7 @@ class PhaseFrame implements RecordedPhase, PhaseContextNode {
     parent: PhaseFrame | null,
     sequence: number,
     readings: boolean,
-    pathKey: PathNode,
-    template: PhaseScopeTemplate,
+    template: FrameTemplate,
   ): void {
     this.text = null;
     this.closed = false;
@@ -346,21 +349,24 @@ class PhaseFrame implements RecordedPhase, PhaseContextNode {
     this.sequence = sequence;
     this.attributes = undefined;
     this.readings = readings;
-    this.pathKey = pathKey;
     this.template = template;
   }
 
+  // What every scope of the path and thread shares, from their template.
+  get pathKey(): PathNode {
+    return this.template.pathKey;
+  }
   get name(): string {
-    return this.pathKey.name;
+    return this.template.name;
   }
   get sessionId(): string {
     return this.template.sessionId;
   }
   get path(): readonly string[] {
-    return this.pathKey.path;
+    return this.template.path;
   }
   get phasePath(): string {
-    return this.pathKey.phasePath;
+    return this.template.phasePath;
   }
   /** Built when first read: most boundaries reach the disk as numbers, the id rebuilt there. */
   get scopeId(): string {
@@ -368,16 +374,16 @@ class PhaseFrame implements RecordedPhase, PhaseContextNode {
     return this.text;
   }
   get depth(): number {
-    return this.pathKey.path.length;
+    return this.template.depth;
   }
   get parentScopeId(): string | null {
     return this.parentSequence === null ? null : scopeIdOf(this.template.sessionId, this.parentSequence);
   }
   get threadId(): number {
-    return this.flow.id;
+    return this.template.threadId;
   }
   get threadName(): string {
-    return this.flow.name;
+    return this.template.threadName;
   }
 
   close(): void {
@@ -651,27 +657,16 @@ export class PhaseRecorder implements PhaseHost {
     const sequence = ++this.sequence;
     const node = this.pathNode(parent === null ? null : parent.pathKey, name);
     const template =
-      node.templateFlow === flow ? (node.template as PhaseScopeTemplate) : this.templateOf(node, flow);
+      node.templateFlow === flow ? (node.template as FrameTemplate) : this.templateOf(node, flow);
     const attributes = attributesOf(options);
     const readings = options?.readings === true;
     const reused = attributes === undefined ? this.reusable?.pop() : undefined;
     let frame: PhaseFrame;
     if (reused !== undefined) {
-      reused.reopen(this.epoch, ctx, flow, parent, sequence, readings, node, template);
+      reused.reopen(this.epoch, ctx, flow, parent, sequence, readings, template);
       frame = reused;
     } else {
-      frame = new PhaseFrame(
-        this,
-        this.epoch,
-        ctx,
-        flow,
-        parent,
-        sequence,
-        attributes,
-        readings,
-        node,
-        template,
-      );
+      frame = new PhaseFrame(this, this.epoch, ctx, flow, parent, sequence, attributes, readings, template);
     }
     // Before the listener runs: it may hand the scope to code (`openPhases()`), which marks it kept.
     frame.reusable = reusable && attributes === undefined;
@@ -798,7 +793,7 @@ export class PhaseRecorder implements PhaseHost {
   }
 
   /** The template of `node`'s scopes on `flow`, made the first time. */
-  private templateOf(node: PathNode, flow: PhaseFlow): PhaseScopeTemplate {
+  private templateOf(node: PathNode, flow: PhaseFlow): FrameTemplate {
     let template = node.interned ? flow.templates.get(node) : undefined;
     if (template === undefined) {
       template = {

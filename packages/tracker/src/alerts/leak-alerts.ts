@@ -422,18 +422,13 @@ export class LeakWatch {
 
   /**
    * The phase record the tracker just stored at `index` (its counters final), read while it is still
-   * in the cache. Never throws; does nothing between sessions.
+   * in the cache: the enter opens an occurrence, the exit closes it into its path's window with the
+   * counters of both records. Everything stays in this one body so that no counter is boxed on its
+   * way. Never throws; does nothing between sessions.
    */
   recorded(exit: boolean, scope: RecordedPhase, index: number): void {
-    if (this.session !== null) this.boundary(exit, scope, this.store, index);
-  }
-
-  /**
-   * A phase record stored at `index`: the enter opens an occurrence,
-   * the exit closes it into its path's window with the counters of both records. Everything stays in
-   * this one body so that no counter is boxed on its way. Never throws.
-   */
-  private boundary(exit: boolean, scope: RecordedPhase, store: EventStore, index: number): void {
+    if (this.session === null) return;
+    const store = this.store;
     try {
       if (!this.armed) {
         this.armed = true;
