@@ -19,7 +19,7 @@ import {
   WandbStreamingClient,
 } from "@stormlog/wandb";
 import { type CommandHelp, choice, type OptionSpec, type ParsedArgs, stringFlag } from "./args.js";
-import { shown } from "./format.js";
+import { shown, terminalWhole } from "./format.js";
 import type { CliIo } from "./io.js";
 
 /** The flags, as the reference names them. */
@@ -131,8 +131,8 @@ async function withClient(
   await body(client);
   for (const run of offline.runs) {
     io.stderr.write(
-      `W&B offline run: ${shown(run.runDir)}${online ? " (history and summary also streamed live)" : ""}\n` +
-        `Upload it (tables, HTML, artifacts${online ? "" : ", history, summary"}) with: ${shown(run.syncCommand())}\n`,
+      `W&B offline run: ${terminalWhole(run.runDir)}${online ? " (history and summary also streamed live)" : ""}\n` +
+        `Upload it (tables, HTML, artifacts${online ? "" : ", history, summary"}) with: ${terminalWhole(run.syncCommand())}\n`,
     );
   }
 }

@@ -14,7 +14,7 @@ import {
   stringFlag,
 } from "../args.js";
 import { CliUsageError } from "../errors.js";
-import { shown, terminalWhole, warningLine } from "../format.js";
+import { terminalWhole, warningLine } from "../format.js";
 import {
   type CliIo,
   createProgress,
@@ -143,7 +143,7 @@ async function exportParquetDataset(
     progress.finish();
     const { samples, phase_occurrences: phases } = result.tables;
     io.stderr.write(
-      `stormlog export: ${shown(result.outputDir)}: ${result.ranks} rank(s), ${samples.files} samples part(s), ` +
+      `stormlog export: ${terminalWhole(result.outputDir)}: ${result.ranks} rank(s), ${samples.files} samples part(s), ` +
         `${phases.files} phase part(s); ${result.filesWritten} file(s) written, ${result.filesKept} unchanged, ` +
         `${result.filesRemoved} removed\n`,
     );

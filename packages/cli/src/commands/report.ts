@@ -9,7 +9,7 @@ import {
   requirePath,
   stringFlag,
 } from "../args.js";
-import { shown, terminalWhole, warningLine } from "../format.js";
+import { terminalWhole, warningLine } from "../format.js";
 import { type CliIo, writesToTerminal } from "../io.js";
 import type { Command } from "./command.js";
 
@@ -72,7 +72,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     onWarning: (message) => io.stderr.write(warningLine(help.name, message)),
   });
   io.stderr.write(
-    `Wrote ${shown(output)} (${(report.bytes / 1048576).toFixed(2)} MB, ${report.data.timeline.ranks.length} rank${report.data.timeline.ranks.length === 1 ? "" : "s"})\n`,
+    `Wrote ${terminalWhole(output)} (${(report.bytes / 1048576).toFixed(2)} MB, ${report.data.timeline.ranks.length} rank${report.data.timeline.ranks.length === 1 ? "" : "s"})\n`,
   );
   // A script reading the path from a pipe gets it exactly; a terminal gets it escaped.
   io.stdout.write(`${writesToTerminal(io) ? terminalWhole(output) : output}\n`);

@@ -21,7 +21,7 @@ import {
 } from "../args.js";
 import { type ChildProcessCollector, childProcessCollector } from "../child-collector.js";
 import { CliUsageError } from "../errors.js";
-import { shown } from "../format.js";
+import { shown, terminalWhole } from "../format.js";
 import type { CliIo, CliSignal } from "../io.js";
 import { exportTrackedSession, WANDB_OPTIONS, wandbRequested, wandbSettings } from "../wandb.js";
 import type { Command } from "./command.js";
@@ -508,7 +508,7 @@ async function writeSessionReport(
   try {
     const { writeReport } = await import("@stormlog/report");
     const report = await writeReport(sinkDir, file, sessionId === undefined ? {} : { sessionId });
-    io.stderr.write(`Report: ${shown(file)} (${(report.bytes / 1048576).toFixed(2)} MB)\n`);
+    io.stderr.write(`Report: ${terminalWhole(file)} (${(report.bytes / 1048576).toFixed(2)} MB)\n`);
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     io.stderr.write(`stormlog track: could not write the report ${shown(file)}: ${shown(message)}\n`);
@@ -569,7 +569,7 @@ export function formatSummary(input: SummaryInput): string {
       `${formatBytes(sink.final_retained_bytes)}; rollovers ${sink.rollover_count}, pruned ${sink.pruned_segment_count} ` +
       `(${formatBytes(sink.pruned_bytes)})${sink.last_error ? `; last error: ${sink.last_error}` : ""}`,
   );
-  lines.push("", `Next: stormlog analyze ${shown(input.sinkRoot)}`, "");
+  lines.push("", `Next: stormlog analyze ${terminalWhole(input.sinkRoot)}`, "");
   return lines.join("\n");
 }
 
