@@ -7,10 +7,18 @@
 //
 // STORMLOG_BENCH_BASE=<another checkout of this repository> adds the same rows for that checkout's
 // tracker, measured in the same run (dependencies resolve from its own packages/*/node_modules).
+//
+// Each tracker configuration runs in a process of its own, as JMH forks per benchmark: with all seven
+// trackers in one process their different collectors, sinks and pipelines made the shared phase
+// path's call sites polymorphic, and every row paid for it (the "no reading" row read 168-192 ns
+// there against 152-153 ns alone, measured alternately in one run), which a process with one tracker,
+// the usual case, does not pay. This checkout's and the base's processes alternate, configuration by
+// configuration.
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import {
   COLLECTOR_SPECIFICATION_VERSION,
   type MemoryCollector,
@@ -18,7 +26,7 @@ import {
   type SampleResult,
 } from "@stormlog/core";
 import { TelemetrySink } from "@stormlog/sink";
-import { bench, do_not_optimize, group, run, summary } from "mitata";
+import { bench, do_not_optimize, group, run } from "mitata";
 import { MemoryTracker } from "../src/index.js";
 
 const capabilities = {
@@ -58,7 +66,6 @@ const common = {
   registerGlobal: false,
   samplingIntervalMs: 60_000,
 };
-const dir = mkdtempSync(join(tmpdir(), "stormlog-bench-"));
 const quiet = { warn: () => undefined };
 
 /** What the bench needs of a tracker (this checkout's, or the base's). */
@@ -77,54 +84,6 @@ const step = () => {
 };
 const WARM_UP_PHASES = 1000;
 
-/** One checkout's trackers, started. */
-async function trackersOf(Tracker: TrackerClass, label: string) {
-  const made = {
-    stopped: new Tracker({ ...common, collectors: [asyncOnly] }),
-    plain: new Tracker({ ...common, collectors: [asyncOnly], boundaryReadings: false }),
-    reading: new Tracker({ ...common, collectors: [tfjsLike] }),
-    // A sink given as a writer: records built and appended on this thread. A sync loop never lets it
-    // drain: its queue is bounded so appends reach a steady state (queued or counted as dropped).
-    givenSink: new Tracker({
-      ...common,
-      collectors: [tfjsLike],
-      sink: new TelemetrySink({
-        rootDir: join(dir, `${label}-given`),
-        handleProcessExit: false,
-        maxQueueEvents: 2048,
-        logger: quiet,
-      }),
-    }),
-    // The default: sink options, written by the sink's worker.
-    workerSink: new Tracker({
-      ...common,
-      collectors: [tfjsLike],
-      sink: {
-        rootDir: join(dir, `${label}-worker`),
-        handleProcessExit: false,
-        fsync: "never",
-        logger: quiet,
-      },
-    }),
-    readingInSteps: new Tracker({ ...common, collectors: [tfjsLike] }),
-    workerSinkInSteps: new Tracker({
-      ...common,
-      collectors: [tfjsLike],
-      sink: { rootDir: join(dir, `${label}-steps`), handleProcessExit: false, fsync: "never", logger: quiet },
-    }),
-  };
-  for (const [name, tracker] of Object.entries(made)) {
-    if (name === "stopped") continue;
-    await tracker.start();
-    await tracker.sampleNow();
-    // A session's first phases pay one-time work (the leak watch's first window, its timer): a
-    // first call slower than mitata's batch threshold (65 us) would make it time every call alone,
-    // timer reads included, instead of batches of 4096.
-    for (let i = 0; i < WARM_UP_PHASES; i++) tracker.phase("forward", step);
-  }
-  return made;
-}
-
 /** About 4 us of arithmetic: a stand-in for a step's own work between its phase boundaries. */
 let acc = 0;
 const compute = () => {
@@ -132,39 +91,6 @@ const compute = () => {
   bytes += 8;
   return acc;
 };
-
-/** Phases run through each sink tracker, to tell what share of their records was dropped. */
-interface PhaseCounts {
-  given: number;
-  worker: number;
-  steps: number;
-}
-const noPhases = (): PhaseCounts => ({ given: 0, worker: 0, steps: 0 });
-const checkouts: {
-  label: string;
-  name: string;
-  trackers: Awaited<ReturnType<typeof trackersOf>>;
-  phases: PhaseCounts;
-}[] = [
-  {
-    label: "",
-    name: "this",
-    trackers: await trackersOf(MemoryTracker as unknown as TrackerClass, "this"),
-    phases: noPhases(),
-  },
-];
-const baseRoot = process.env.STORMLOG_BENCH_BASE;
-if (baseRoot !== undefined && baseRoot !== "") {
-  const base = (await import(pathToFileURL(join(baseRoot, "packages/tracker/src/index.ts")).href)) as {
-    MemoryTracker: TrackerClass;
-  };
-  checkouts.push({
-    label: " [base]",
-    name: "base",
-    trackers: await trackersOf(base.MemoryTracker, "base"),
-    phases: noPhases(),
-  });
-}
 
 const ROWS = {
   stopped: "tracker/phase(name, fn), tracker not started",
@@ -174,112 +100,249 @@ const ROWS = {
   workerSink: "tracker/phase(name, fn), tfjs readSync + default sink (worker ring)",
   scope: "tracker/using scope, tfjs readSync + default sink (worker ring)",
 };
-group("phase enter+exit through a tracker", () => {
-  summary(() => {
-    for (const { label, trackers: t, phases } of checkouts) {
-      bench(ROWS.stopped + label, () => do_not_optimize(t.stopped.phase("forward", step)));
-      bench(ROWS.plain + label, () => do_not_optimize(t.plain.phase("forward", step)));
-      bench(ROWS.reading + label, () => do_not_optimize(t.reading.phase("forward", step)));
-      bench(ROWS.givenSink + label, () => {
-        phases.given++;
-        return do_not_optimize(t.givenSink.phase("forward", step));
-      });
-      bench(ROWS.workerSink + label, () => {
-        phases.worker++;
-        return do_not_optimize(t.workerSink.phase("forward", step));
-      });
-      bench(ROWS.scope + label, () => {
-        phases.worker++;
-        using scope = t.workerSink.phase("forward");
-        do_not_optimize(scope);
-      });
-    }
-  });
-});
-
+const LOOP_GROUP = "phase enter+exit through a tracker";
 const STEP_GROUP = "phase enter+exit around a step that computes (~4 us)";
 const STEP = {
   alone: "step alone",
   reading: "tracker/phase(name, step), tfjs readSync boundary reading, no sink",
   worker: "tracker/phase(name, step), tfjs readSync + default sink (worker ring)",
 };
-group(STEP_GROUP, () => {
-  bench(STEP.alone, () => do_not_optimize(compute()));
-  for (const { label, trackers: t, phases } of checkouts) {
-    bench(STEP.reading + label, () => do_not_optimize(t.readingInSteps.phase("forward", compute)));
-    bench(STEP.worker + label, () => {
-      phases.steps++;
-      return do_not_optimize(t.workerSinkInSteps.phase("forward", compute));
-    });
-  }
-});
 
-const results = await run();
-const p50 = new Map<string, number>();
-const mean = new Map<string, number>();
-for (const trial of results.benchmarks) {
-  const inGroup = results.layout[trial.group ?? -1]?.name;
-  for (const r of trial.runs) {
-    if (!r.stats) continue;
-    p50.set(`${inGroup}:${r.name}`, r.stats.p50);
-    mean.set(`${inGroup}:${r.name}`, r.stats.avg);
-  }
+/** One process's tracker: its options, and the rows measured through it. */
+interface Configuration {
+  /** Options beyond `common`; `sinkDir` names the sink's directory when it has one. */
+  options(sinkDir: string): Record<string, unknown>;
+  sink: "none" | "given" | "worker";
+  started: boolean;
+  /** Registers the rows; sink rows count their phases in `counted` (inline: no wrapper measured). */
+  rows(tracker: PhaseTracker, label: string, counted: { phases: number }): void;
 }
-const ns = (value: number) => `${value.toFixed(0)} ns`;
-const alone = p50.get(`${STEP_GROUP}:${STEP.alone}`) ?? Number.NaN;
-const aloneMean = mean.get(`${STEP_GROUP}:${STEP.alone}`) ?? Number.NaN;
-for (const { label } of checkouts) {
-  const loop = (row: string) => p50.get(`phase enter+exit through a tracker:${row}${label}`) ?? Number.NaN;
-  const inStep = (row: string) => (p50.get(`${STEP_GROUP}:${row}${label}`) ?? Number.NaN) - alone;
-  const loopMean = (row: string) =>
-    mean.get(`phase enter+exit through a tracker:${row}${label}`) ?? Number.NaN;
-  const inStepMean = (row: string) => (mean.get(`${STEP_GROUP}:${row}${label}`) ?? Number.NaN) - aloneMean;
-  console.log(
-    `medians${label || " [this checkout]"}: no reading ${ns(loop(ROWS.plain))} (goal <= 150); ` +
-      `readSync ${ns(loop(ROWS.reading))}; readSync + default sink ${ns(loop(ROWS.workerSink))} in a bare loop, ` +
-      `${ns(inStep(STEP.worker))} inside a step (goal <= 500; readSync alone there ${ns(inStep(STEP.reading))}); ` +
-      `readSync + a given sink ${ns(loop(ROWS.givenSink))}`,
-  );
-  // Records reach a sink in batches (every 256 phase records at most): the median phase copies none,
-  // the mean carries the batches' share.
-  console.log(
-    `means${label || " [this checkout]"}: no reading ${ns(loopMean(ROWS.plain))}; readSync ${ns(loopMean(ROWS.reading))}; ` +
-      `readSync + default sink ${ns(loopMean(ROWS.workerSink))} in a bare loop, ${ns(inStepMean(STEP.worker))} inside a step; ` +
-      `readSync + a given sink ${ns(loopMean(ROWS.givenSink))}`,
-  );
-}
-if (checkouts.length === 2) {
-  const ratio = (row: string) =>
-    (
-      (p50.get(`phase enter+exit through a tracker:${row}`) ?? Number.NaN) /
-      (p50.get(`phase enter+exit through a tracker:${row} [base]`) ?? Number.NaN)
-    ).toFixed(2);
-  console.log(
-    `this / base, medians: no reading x${ratio(ROWS.plain)}, readSync x${ratio(ROWS.reading)}, ` +
-      `readSync + default sink x${ratio(ROWS.workerSink)}, readSync + a given sink x${ratio(ROWS.givenSink)}`,
-  );
-}
-await Promise.all(
-  checkouts.flatMap(({ trackers }) => Object.values(trackers).map((tracker) => tracker.stop())),
-);
-// Records a sink dropped and counted (its queue full, or its worker too far behind) cost less than
-// written ones: their share is part of what each row measured.
-const droppedIn = (root: string): number => {
-  const manifest = JSON.parse(readFileSync(join(root, "manifest.json"), "utf8")) as {
-    session_losses?: { dropped_events: number }[];
-  };
-  return (manifest.session_losses ?? []).reduce((sum, loss) => sum + loss.dropped_events, 0);
+const CONFIGURATIONS: Record<string, Configuration> = {
+  stopped: {
+    options: () => ({ collectors: [asyncOnly] }),
+    sink: "none",
+    started: false,
+    rows: (t, label) =>
+      group(LOOP_GROUP, () => bench(ROWS.stopped + label, () => do_not_optimize(t.phase("forward", step)))),
+  },
+  plain: {
+    options: () => ({ collectors: [asyncOnly], boundaryReadings: false }),
+    sink: "none",
+    started: true,
+    rows: (t, label) =>
+      group(LOOP_GROUP, () => bench(ROWS.plain + label, () => do_not_optimize(t.phase("forward", step)))),
+  },
+  reading: {
+    options: () => ({ collectors: [tfjsLike] }),
+    sink: "none",
+    started: true,
+    rows: (t, label) =>
+      group(LOOP_GROUP, () => bench(ROWS.reading + label, () => do_not_optimize(t.phase("forward", step)))),
+  },
+  // A sink given as a writer: records built and appended on this thread. A sync loop never lets it
+  // drain: its queue is bounded so appends reach a steady state (queued or counted as dropped).
+  givenSink: {
+    options: (sinkDir) => ({
+      collectors: [tfjsLike],
+      sink: new TelemetrySink({
+        rootDir: sinkDir,
+        handleProcessExit: false,
+        maxQueueEvents: 2048,
+        logger: quiet,
+      }),
+    }),
+    sink: "given",
+    started: true,
+    rows: (t, label, counted) =>
+      group(LOOP_GROUP, () =>
+        bench(ROWS.givenSink + label, () => {
+          counted.phases++;
+          return do_not_optimize(t.phase("forward", step));
+        }),
+      ),
+  },
+  // The default: sink options, written by the sink's worker.
+  workerSink: {
+    options: (sinkDir) => ({
+      collectors: [tfjsLike],
+      sink: { rootDir: sinkDir, handleProcessExit: false, fsync: "never", logger: quiet },
+    }),
+    sink: "worker",
+    started: true,
+    rows: (t, label, counted) =>
+      group(LOOP_GROUP, () => {
+        bench(ROWS.workerSink + label, () => {
+          counted.phases++;
+          return do_not_optimize(t.phase("forward", step));
+        });
+        bench(ROWS.scope + label, () => {
+          counted.phases++;
+          using scope = t.phase("forward");
+          do_not_optimize(scope);
+        });
+      }),
+  },
+  // Inside a step: the step alone is measured in the same process, and subtracted.
+  readingInSteps: {
+    options: () => ({ collectors: [tfjsLike] }),
+    sink: "none",
+    started: true,
+    rows: (t, label) =>
+      group(STEP_GROUP, () => {
+        bench(STEP.alone + label, () => do_not_optimize(compute()));
+        bench(STEP.reading + label, () => do_not_optimize(t.phase("forward", compute)));
+      }),
+  },
+  workerSinkInSteps: {
+    options: (sinkDir) => ({
+      collectors: [tfjsLike],
+      sink: { rootDir: sinkDir, handleProcessExit: false, fsync: "never", logger: quiet },
+    }),
+    sink: "worker",
+    started: true,
+    rows: (t, label, counted) =>
+      group(STEP_GROUP, () => {
+        bench(STEP.alone + label, () => do_not_optimize(compute()));
+        bench(STEP.worker + label, () => {
+          counted.phases++;
+          return do_not_optimize(t.phase("forward", compute));
+        });
+      }),
+  },
 };
-for (const { label, name, phases } of checkouts) {
-  const share = (kind: string, count: number) => {
-    const dropped = droppedIn(join(dir, `${name}-${kind}`));
-    return `${((100 * dropped) / Math.max(1, 2 * count)).toFixed(1)} % of ${2 * count}`;
-  };
-  console.log(
-    `records dropped${label || " [this checkout]"}: default sink ${share("worker", phases.worker)} in a bare loop, ` +
-      `${share("steps", phases.steps)} inside a step; a given sink ${share("given", phases.given)}`,
-  );
+
+/** What one process reports: each row's median and mean (ns), and its sink's dropped records. */
+interface ProcessResult {
+  p50: Record<string, number>;
+  mean: Record<string, number>;
+  phases: number;
+  dropped: number;
+  sinkFailures: string[];
 }
-// A sink that failed would make its rows measure a tracker that writes nothing.
-if (sinkFailures.length > 0) throw new Error(`a bench tracker's sink failed: ${sinkFailures.join("; ")}`);
-rmSync(dir, { recursive: true, force: true });
+const RESULT_PREFIX = "phase-tracker-bench-result ";
+const CONFIGURATION_ENV = "STORMLOG_PHASE_BENCH_CONFIGURATION";
+const CHECKOUT_ENV = "STORMLOG_PHASE_BENCH_CHECKOUT";
+
+/** Measures one configuration of one checkout's tracker (a child process) and prints its result. */
+async function measureOne(name: string, checkoutRoot: string | null): Promise<void> {
+  const configuration = CONFIGURATIONS[name];
+  if (configuration === undefined) throw new Error(`unknown configuration ${name}`);
+  const Tracker =
+    checkoutRoot === null
+      ? (MemoryTracker as unknown as TrackerClass)
+      : (
+          (await import(pathToFileURL(join(checkoutRoot, "packages/tracker/src/index.ts")).href)) as {
+            MemoryTracker: TrackerClass;
+          }
+        ).MemoryTracker;
+  const label = checkoutRoot === null ? "" : " [base]";
+  const dir = mkdtempSync(join(tmpdir(), "stormlog-bench-"));
+  const sinkDir = join(dir, "sink");
+  const tracker = new Tracker({ ...common, ...configuration.options(sinkDir) });
+  const counted = { phases: 0 };
+  if (configuration.started) {
+    await tracker.start();
+    await tracker.sampleNow();
+    // A session's first phases pay one-time work (the leak watch's first window, its timer): a
+    // first call slower than mitata's batch threshold (65 us) would make it time every call alone,
+    // timer reads included, instead of batches of 4096.
+    for (let i = 0; i < WARM_UP_PHASES; i++) tracker.phase("forward", step);
+  }
+  configuration.rows(tracker, label, counted);
+  const results = await run();
+  await tracker.stop();
+  const out: ProcessResult = { p50: {}, mean: {}, phases: counted.phases, dropped: 0, sinkFailures };
+  for (const trial of results.benchmarks) {
+    for (const r of trial.runs) {
+      if (!r.stats) continue;
+      out.p50[r.name] = r.stats.p50;
+      out.mean[r.name] = r.stats.avg;
+    }
+  }
+  // Records a sink dropped and counted (its queue full, or its worker too far behind) cost less than
+  // written ones: their share is part of what the rows measured.
+  if (configuration.sink !== "none") {
+    const manifest = JSON.parse(readFileSync(join(sinkDir, "manifest.json"), "utf8")) as {
+      session_losses?: { dropped_events: number }[];
+    };
+    out.dropped = (manifest.session_losses ?? []).reduce((sum, loss) => sum + loss.dropped_events, 0);
+  }
+  rmSync(dir, { recursive: true, force: true });
+  console.log(RESULT_PREFIX + JSON.stringify(out));
+}
+
+/** Runs one configuration of one checkout in a child process of this file; returns its result. */
+function spawnOne(name: string, checkoutRoot: string | null): ProcessResult {
+  const child = spawnSync(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url)], {
+    env: { ...process.env, [CONFIGURATION_ENV]: name, [CHECKOUT_ENV]: checkoutRoot ?? "" },
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  const line = child.stdout.split("\n").find((text) => text.startsWith(RESULT_PREFIX));
+  if (child.status !== 0 || line === undefined)
+    throw new Error(
+      `configuration ${name} ended with status ${child.status} and no result:\n${child.stdout}`,
+    );
+  return JSON.parse(line.slice(RESULT_PREFIX.length)) as ProcessResult;
+}
+
+const childConfiguration = process.env[CONFIGURATION_ENV];
+if (childConfiguration !== undefined) {
+  const root = process.env[CHECKOUT_ENV];
+  await measureOne(childConfiguration, root === undefined || root === "" ? null : root);
+} else {
+  const baseRoot = process.env.STORMLOG_BENCH_BASE;
+  const checkouts = [{ label: "", root: null as string | null }];
+  if (baseRoot !== undefined && baseRoot !== "") checkouts.push({ label: " [base]", root: baseRoot });
+  const byCheckout = new Map<string, Map<string, ProcessResult>>(
+    checkouts.map(({ label }) => [label, new Map()]),
+  );
+  for (const name of Object.keys(CONFIGURATIONS))
+    for (const { label, root } of checkouts) byCheckout.get(label)?.set(name, spawnOne(name, root));
+  const ns = (value: number | undefined) => `${(value ?? Number.NaN).toFixed(0)} ns`;
+  const failures: string[] = [];
+  for (const { label } of checkouts) {
+    const of = byCheckout.get(label) as Map<string, ProcessResult>;
+    const row = (name: string, rowName: string, stat: "p50" | "mean") =>
+      of.get(name)?.[stat][rowName + label];
+    const inStep = (name: string, rowName: string, stat: "p50" | "mean") =>
+      (row(name, rowName, stat) ?? Number.NaN) - (row(name, STEP.alone, stat) ?? Number.NaN);
+    for (const stat of ["p50", "mean"] as const) {
+      console.log(
+        `${stat === "p50" ? "medians" : "means"}${label || " [this checkout]"}: ` +
+          `no reading ${ns(row("plain", ROWS.plain, stat))}${stat === "p50" ? " (goal <= 150)" : ""}; ` +
+          `readSync ${ns(row("reading", ROWS.reading, stat))}; ` +
+          `readSync + default sink ${ns(row("workerSink", ROWS.workerSink, stat))} in a bare loop, ` +
+          `${ns(inStep("workerSinkInSteps", STEP.worker, stat))} inside a step` +
+          `${stat === "p50" ? ` (goal <= 500; readSync alone there ${ns(inStep("readingInSteps", STEP.reading, stat))})` : ""}; ` +
+          `readSync + a given sink ${ns(row("givenSink", ROWS.givenSink, stat))}`,
+      );
+    }
+    const share = (name: string) => {
+      const result = of.get(name) as ProcessResult;
+      return `${((100 * result.dropped) / Math.max(1, 2 * result.phases)).toFixed(1)} % of ${2 * result.phases}`;
+    };
+    // Records reach a sink in batches (every 256 phase records at most): the median phase copies none,
+    // the mean carries the batches' share.
+    console.log(
+      `records dropped${label || " [this checkout]"}: default sink ${share("workerSink")} in a bare loop, ` +
+        `${share("workerSinkInSteps")} inside a step; a given sink ${share("givenSink")}`,
+    );
+    for (const result of of.values()) failures.push(...result.sinkFailures);
+  }
+  if (checkouts.length === 2) {
+    const [mine, base] = [byCheckout.get(""), byCheckout.get(" [base]")] as Map<string, ProcessResult>[];
+    const ratio = (name: string, rowName: string) =>
+      (
+        ((mine as Map<string, ProcessResult>).get(name)?.p50[rowName] ?? Number.NaN) /
+        ((base as Map<string, ProcessResult>).get(name)?.p50[`${rowName} [base]`] ?? Number.NaN)
+      ).toFixed(2);
+    console.log(
+      `this / base, medians: no reading x${ratio("plain", ROWS.plain)}, readSync x${ratio("reading", ROWS.reading)}, ` +
+        `readSync + default sink x${ratio("workerSink", ROWS.workerSink)}, readSync + a given sink x${ratio("givenSink", ROWS.givenSink)}`,
+    );
+  }
+  // A sink that failed would make its rows measure a tracker that writes nothing.
+  if (failures.length > 0) throw new Error(`a bench tracker's sink failed: ${failures.join("; ")}`);
+}
