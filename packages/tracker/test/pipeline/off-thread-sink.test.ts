@@ -85,7 +85,7 @@ describe("a sink on a worker thread", () => {
       clearTimeout: (handle) => systemScheduler.clearTimeout(handle),
     };
     const root = join(tempDir(), "timer");
-    const { tracker } = makeTracker([new CountingCollector([full(reading({ allocated: GiB }))])], {
+    const { tracker } = makeTracker([new CountingCollector([full(reading({ allocated: GiB, reserved: GiB }))])], {
       sink: { rootDir: root, handleProcessExit: false, flushEverySeconds: 0.2 },
       sinkThread: "worker",
       clock: systemClock,
