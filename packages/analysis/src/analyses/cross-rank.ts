@@ -25,7 +25,7 @@ import {
 } from "../input/dataset.js";
 import { aggregateEvents } from "../input/scan.js";
 import { inMemorySegment } from "../input/sessions.js";
-import type { RankData } from "./analysis.js";
+import type { RankAnalysis, RankData } from "./analysis.js";
 import {
   type CrossRankAnalysis,
   type CrossRankOptions,
@@ -40,7 +40,6 @@ import {
   SPIKE_MIN_BYTES,
   type SpikeCandidate,
 } from "./first-cause.js";
-import { RankAccumulator } from "./rank-accumulator.js";
 import { halfSum, integerMedian, mostCommon } from "./stats.js";
 
 /** A position in the input: timestamp, then storage order. */
@@ -139,21 +138,8 @@ export type CrossRankInput = Pick<RankData, "rank" | "series"> & {
   phaseIndex(series: RankSeries): PhaseResolver | null;
 };
 
-/** What one rank adds to the cross-rank analysis. */
-interface CrossRankPart {
-  readonly withoutUsed: number;
-  /** Its positive gaps between consecutive samples, in order. */
-  readonly deltas: Float64Array;
-  /** Declared intervals with their counts, first seen first. */
-  readonly intervals: readonly (readonly [number, number])[];
-  /** World sizes over 1 with their counts and first sample. */
-  readonly worlds: readonly (readonly [number, number, Position])[];
-  /** Null when it has no selected sample. */
-  readonly partial: RankPartial | null;
-}
-
 /** The cross-rank analysis, fed one rank at a time (all of that rank's sessions at once). */
-export class CrossRankAccumulator extends RankAccumulator<CrossRankAnalysis, CrossRankPart, CrossRankInput> {
+export class CrossRankAccumulator implements RankAnalysis<CrossRankAnalysis> {
   private readonly filterJob: string | null;
   private readonly jobId: string | null;
   private readonly partials: RankPartial[] = [];
@@ -163,7 +149,6 @@ export class CrossRankAccumulator extends RankAccumulator<CrossRankAnalysis, Cro
   private withoutUsed = 0;
 
   constructor(private readonly plan: DatasetPlan) {
-    super();
     this.deltas = new Deltas(plan.crossRankSampleCount);
     const jobs = new Map<string, { count: number; first: Position }>();
     for (const [jobId, job] of plan.jobs)
@@ -173,31 +158,25 @@ export class CrossRankAccumulator extends RankAccumulator<CrossRankAnalysis, Cro
   }
 
   /** One rank: its series (one per session), and the phase resolver of each (for the spike's attribution). */
-  rankPart({ rank, series: allSeries, phaseIndex: resolverOf }: CrossRankInput): CrossRankPart {
+  addRank({ rank, series: allSeries, phaseIndex: resolverOf }: CrossRankInput): void {
     // The reference's cross-rank rule for samples: `event_type.casefold() == "sample"`.
     const series = allSeries.map((s) => seriesForRule(s, "casefold"));
     const resolverOfOwn = (s: RankSeries): PhaseResolver | null =>
       resolverOf(allSeries[series.indexOf(s)] ?? s);
-    let withoutUsed = 0;
-    for (const s of series) withoutUsed += s.samplesWithoutUsed;
+    for (const s of series) this.withoutUsed += s.samplesWithoutUsed;
     const samples = this.selected(series);
     const n = samples.t.length;
-    if (n === 0)
-      return { withoutUsed, deltas: new Float64Array(0), intervals: [], worlds: [], partial: null };
+    if (n === 0) return;
     // Positive gaps between consecutive samples, declared intervals, world sizes (first seen).
     const t = samples.t;
-    let positive = 0;
-    for (let i = 1; i < n; i++) if (t[i]! - t[i - 1]! > 0) positive++;
-    const deltas = new Float64Array(positive);
-    for (let i = 1, k = 0; i < n; i++) {
+    for (let i = 1; i < n; i++) {
       const delta = t[i]! - t[i - 1]!;
-      if (delta > 0) deltas[k++] = delta;
+      if (delta > 0) this.deltas.push(delta);
     }
-    const intervals = new Map<number, number>();
     const localWorld = new Map<number, { count: number; index: number }>();
     for (let i = 0; i < n; i++) {
       const interval = samples.interval?.[i] ?? samples.only!.interval;
-      if (interval > 0) intervals.set(interval, (intervals.get(interval) ?? 0) + 1);
+      if (interval > 0) this.intervals.set(interval, (this.intervals.get(interval) ?? 0) + 1);
       const worldSize = samples.worldSize?.[i] ?? samples.only!.worldSize;
       if (worldSize > 1) {
         const entry = localWorld.get(worldSize);
@@ -205,31 +184,8 @@ export class CrossRankAccumulator extends RankAccumulator<CrossRankAnalysis, Cro
         else entry.count++;
       }
     }
-    return {
-      withoutUsed,
-      deltas,
-      intervals: [...intervals],
-      worlds: [...localWorld].map(([worldSize, { count, index }]) => [
-        worldSize,
-        count,
-        { ts: samples.base + BigInt(t[index]!), order: samples.order[index]! },
-      ]),
-      partial: {
-        rank,
-        count: n,
-        firstTs: samples.base + BigInt(t[0]!),
-        spike: findSpike(samples, rank, resolverOfOwn),
-      },
-    };
-  }
-
-  addPart(part: CrossRankPart): void {
-    this.withoutUsed += part.withoutUsed;
-    if (part.partial === null) return;
-    for (const delta of part.deltas) this.deltas.push(delta);
-    for (const [interval, count] of part.intervals)
-      this.intervals.set(interval, (this.intervals.get(interval) ?? 0) + count);
-    for (const [worldSize, count, first] of part.worlds) {
+    for (const [worldSize, { count, index }] of localWorld) {
+      const first = { ts: samples.base + BigInt(t[index]!), order: samples.order[index]! };
       const known = this.worldCounts.get(worldSize);
       if (known === undefined) this.worldCounts.set(worldSize, { count, first });
       else {
@@ -237,7 +193,12 @@ export class CrossRankAccumulator extends RankAccumulator<CrossRankAnalysis, Cro
         if (before(first, known.first)) known.first = first;
       }
     }
-    this.partials.push(part.partial);
+    this.partials.push({
+      rank,
+      count: n,
+      firstTs: samples.base + BigInt(t[0]!),
+      spike: findSpike(samples, rank, resolverOfOwn),
+    });
   }
 
   /** The rank's selected samples (device used present, the chosen job) in the event version's order. */

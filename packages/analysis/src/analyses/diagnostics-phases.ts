@@ -14,7 +14,7 @@ import type { PhaseReplayIndex } from "@stormlog/phases";
 import { BOUNDARY_READ } from "../input/aggregate.js";
 import type { RankSeries } from "../input/dataset.js";
 import type { DiagnosticsAnomaly } from "./diagnostics.js";
-import { birthSnapshots, LeakAccumulator, leakPart } from "./leaks.js";
+import { birthSnapshots, LeakAccumulator } from "./leaks.js";
 import { buildPhaseIndex, collectOccurrences, type Occurrence } from "./phase-stats.js";
 
 /** Prefix of the signal of a leak anomaly (`leak:<phase path>`). */
@@ -168,7 +168,7 @@ export class LeakAnomalies {
   /** One session's rank (its phase index, when already built), fed to the verdicts as the report feeds it. */
   addSeries(series: RankSeries, index: PhaseReplayIndex | null = buildPhaseIndex(series)): void {
     const occurrences = collectOccurrences(series, index);
-    this.leaks.addSession(leakPart(occurrences, birthSnapshots(series.births)));
+    this.leaks.addSession(occurrences, birthSnapshots(series.births));
     if (occurrences.length === 0) return;
     const first = firstStart(occurrences)!;
     const known = this.firstStarts.get(series.rank);

@@ -3,11 +3,11 @@
  * points at are rebuilt as light records (for their phase attribution).
  */
 import type { TelemetryEvent } from "@stormlog/core";
+import type { PhaseResolver } from "@stormlog/phases";
 import { exactAt, originAt, type RankSeries, sampleTimeAsNumber, seriesForRule } from "../input/dataset.js";
 import type { RankGapFinding } from "../report/types.js";
-import type { RankData } from "./analysis.js";
+import type { RankAnalysis, RankData } from "./analysis.js";
 import { analyzeGapColumns, type GapColumns } from "./gap.js";
-import { RankAccumulator } from "./rank-accumulator.js";
 
 const orNull = (value: number): number | null => (Number.isNaN(value) ? null : value);
 
@@ -58,25 +58,19 @@ export function gapColumns(series: RankSeries): GapColumns {
 const SEVERITY_ORDER: Readonly<Record<string, number>> = { critical: 0, warning: 1, info: 2 };
 
 /** Hidden-memory gap findings, one session's rank at a time; `finish` orders them by severity, then confidence. */
-export class GapAccumulator extends RankAccumulator<RankGapFinding[], RankGapFinding[]> {
+export class GapAccumulator implements RankAnalysis<RankGapFinding[]> {
   private readonly findings: RankGapFinding[] = [];
 
-  /** The rank's findings, its series' in turn. */
-  rankPart(data: RankData): RankGapFinding[] {
-    const findings: RankGapFinding[] = [];
-    for (const series of data.series) {
-      // The reference's gap rule for samples: `str(event_type).strip().lower() == "sample"`.
-      const samples = seriesForRule(series, "strip-lower");
-      for (const finding of analyzeGapColumns(gapColumns(samples), {
-        phaseResolver: data.phaseIndex(series),
-      }))
-        findings.push(Object.assign(finding, { rank: series.rank, session_id: series.sessionId }));
-    }
-    return findings;
+  addRank(data: RankData): void {
+    for (const series of data.series) this.add(series, data.phaseIndex(series));
   }
 
-  addPart(findings: RankGapFinding[]): void {
-    for (const finding of findings) this.findings.push(finding);
+  private add(series: RankSeries, resolver: PhaseResolver | null): void {
+    // The reference's gap rule for samples: `str(event_type).strip().lower() == "sample"`.
+    const samples = seriesForRule(series, "strip-lower");
+    for (const finding of analyzeGapColumns(gapColumns(samples), { phaseResolver: resolver })) {
+      this.findings.push(Object.assign(finding, { rank: series.rank, session_id: series.sessionId }));
+    }
   }
 
   finish(): RankGapFinding[] {

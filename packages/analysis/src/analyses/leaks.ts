@@ -17,9 +17,8 @@ import {
 } from "@stormlog/phases/internal";
 import type { BirthEntry } from "../input/aggregate.js";
 import type { BirthEvidence, LeakReport, LeakVerdictKind } from "../report/types.js";
-import type { RankData } from "./analysis.js";
+import type { RankAnalysis, RankData } from "./analysis.js";
 import type { Occurrence } from "./phase-stats.js";
-import { RankAccumulator } from "./rank-accumulator.js";
 
 const round = (value: number, digits: number): number => {
   const scale = 10 ** digits;
@@ -94,44 +93,22 @@ function judgeRank(
   return judgeRetention(occurrences, { lastSample: countersAreLastSample(occurrences), births });
 }
 
-/** What one session's rank adds: its verdicts per path, its mean net change per path, its rank. */
-interface LeakPart {
-  readonly rank: number;
-  readonly verdicts: readonly (readonly [string, RankVerdicts])[];
-  readonly nets: readonly (readonly [string, number])[];
-}
-
-/** A session's rank, judged (all its occurrences, every path). */
-export function leakPart(
-  occurrences: readonly Occurrence[],
-  births: readonly BirthSnapshot[] = [],
-): LeakPart {
-  return {
-    rank: occurrences[0]?.span.rank ?? -1,
-    verdicts: [...judgeRank(occurrences, births)],
-    nets: [...meanNets(occurrences)],
-  };
-}
-
 /** Leak verdicts accumulated one session's rank at a time. */
-export class LeakAccumulator extends RankAccumulator<LeakReport[], LeakPart[]> {
+export class LeakAccumulator implements RankAnalysis<LeakReport[]> {
   private readonly paths = new Map<string, { perRank: RankVerdicts[]; occurrences: number }>();
   /** Per path, each rank's mean net change (exit minus entry) in bytes: the other ranks' baseline. */
   private readonly nets = new Map<string, Map<number, number>>();
   /** Two sessions of one rank: baselines by rank would mix them, so shortfalls stay unsettled. */
   private rankSeenTwice = false;
 
-  rankPart(data: RankData): LeakPart[] {
-    return data.series.map((series) => leakPart(data.occurrences(series), birthSnapshots(series.births)));
+  addRank(data: RankData): void {
+    for (const series of data.series)
+      this.addSession(data.occurrences(series), birthSnapshots(series.births));
   }
 
-  addPart(parts: LeakPart[]): void {
-    for (const part of parts) this.addSession(part);
-  }
-
-  /** One session's rank (`leakPart`). */
-  addSession({ rank, verdicts: judged, nets }: LeakPart): void {
-    for (const [phasePath, verdicts] of judged) {
+  /** All occurrences (every path) of one session's rank. */
+  addSession(occurrences: readonly Occurrence[], births: readonly BirthSnapshot[] = []): void {
+    for (const [phasePath, verdicts] of judgeRank(occurrences, births)) {
       let entry = this.paths.get(phasePath);
       if (entry === undefined) {
         entry = { perRank: [], occurrences: 0 };
@@ -140,7 +117,8 @@ export class LeakAccumulator extends RankAccumulator<LeakReport[], LeakPart[]> {
       entry.perRank.push(verdicts);
       entry.occurrences += verdicts.occurrences;
     }
-    for (const [phasePath, net] of nets) {
+    for (const [phasePath, net] of meanNets(occurrences)) {
+      const rank = occurrences[0]!.span.rank;
       let byRank = this.nets.get(phasePath);
       if (byRank === undefined) {
         byRank = new Map();

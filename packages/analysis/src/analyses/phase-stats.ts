@@ -10,9 +10,8 @@ import { median, type RetentionOccurrence } from "@stormlog/phases/internal";
 import type { BoundaryEntry } from "../input/aggregate.js";
 import type { RankSeries } from "../input/dataset.js";
 import type { NetChange, PhaseOccurrence, PhaseStat } from "../report/types.js";
-import type { RankData } from "./analysis.js";
+import type { RankAnalysis, RankData } from "./analysis.js";
 import { RangeMax } from "./range-max.js";
-import { RankAccumulator } from "./rank-accumulator.js";
 
 /** The replay index of one session's rank: its boundaries, its last event as the group's end. */
 export function buildPhaseIndex(series: RankSeries): PhaseReplayIndex | null {
@@ -333,30 +332,6 @@ function occurrenceReport(occurrence: Occurrence): PhaseOccurrence {
   };
 }
 
-/** What decides the worst occurrence (`worse`): its allocated peak, then its duration. */
-interface WorstKey {
-  readonly peakAllocated: number;
-  readonly durationNs: bigint;
-}
-
-/** One path's occurrences on one series, summed (`PathStats` adds them up over the ranks). */
-interface PathPart {
-  readonly phasePath: string;
-  readonly path: readonly string[];
-  readonly occurrences: number;
-  /** Ranks of its occurrences, first seen first. */
-  readonly ranks: readonly number[];
-  readonly total: bigint;
-  readonly max: bigint;
-  readonly synthetic: number;
-  readonly peakAllocated: PhaseStat["peak_allocated_bytes"];
-  readonly peakUsed: PhaseStat["peak_device_used_bytes"];
-  readonly netBytes: readonly number[];
-  readonly netTensors: readonly number[];
-  readonly worst: WorstKey;
-  readonly worstReport: PhaseOccurrence;
-}
-
 interface PathStats {
   path: readonly string[];
   occurrences: number;
@@ -368,60 +343,91 @@ interface PathStats {
   peakUsed: PhaseStat["peak_device_used_bytes"];
   netBytes: number[];
   netTensors: number[];
-  worst: WorstKey | null;
+  worst: Occurrence | null;
   worstReport: PhaseOccurrence | null;
 }
 
 /** Phase statistics accumulated one session's rank at a time (occurrences are let go after each). */
-export class PhaseAccumulator extends RankAccumulator<PhaseStat[], PathPart[][]> {
+export class PhaseAccumulator implements RankAnalysis<PhaseStat[]> {
   private readonly paths = new Map<string, PathStats>();
 
-  /** Per series, its paths (first seen first) with their occurrences summed. */
-  rankPart(data: RankData): PathPart[][] {
-    return data.series.map((series) => pathParts(data.occurrences(series)));
+  addRank(data: RankData): void {
+    for (const series of data.series) this.add(data.occurrences(series));
   }
 
-  addPart(parts: PathPart[][]): void {
-    for (const list of parts) for (const part of list) this.add(part);
-  }
-
-  private add(part: PathPart): void {
-    let stats = this.paths.get(part.phasePath);
-    if (stats === undefined) {
-      stats = {
-        path: part.path,
-        occurrences: 0,
-        ranks: new Set(),
-        total: 0n,
-        max: 0n,
-        synthetic: 0,
-        peakAllocated: null,
-        peakUsed: null,
-        netBytes: [],
-        netTensors: [],
-        worst: null,
-        worstReport: null,
-      };
-      this.paths.set(part.phasePath, stats);
+  private add(occurrences: readonly Occurrence[]): void {
+    const byPath = new Map<string, Occurrence[]>();
+    for (const occurrence of occurrences) {
+      const list = byPath.get(occurrence.span.phasePath);
+      if (list === undefined) byPath.set(occurrence.span.phasePath, [occurrence]);
+      else list.push(occurrence);
     }
-    stats.occurrences += part.occurrences;
-    for (const rank of part.ranks) stats.ranks.add(rank);
-    stats.total += part.total;
-    if (part.max > stats.max) stats.max = part.max;
-    stats.synthetic += part.synthetic;
-    for (const net of part.netBytes) stats.netBytes.push(net);
-    for (const net of part.netTensors) stats.netTensors.push(net);
-    // The first highest peak, the first worst occurrence (strict comparisons, as over every occurrence in turn).
-    if (
-      part.peakAllocated !== null &&
-      (stats.peakAllocated === null || part.peakAllocated.value > stats.peakAllocated.value)
-    )
-      stats.peakAllocated = part.peakAllocated;
-    if (part.peakUsed !== null && (stats.peakUsed === null || part.peakUsed.value > stats.peakUsed.value))
-      stats.peakUsed = part.peakUsed;
-    if (stats.worst === null || worse(part.worst, stats.worst)) {
-      stats.worst = part.worst;
-      stats.worstReport = part.worstReport;
+    for (const [phasePath, list] of byPath) {
+      let stats = this.paths.get(phasePath);
+      if (stats === undefined) {
+        stats = {
+          path: list[0]!.span.path,
+          occurrences: 0,
+          ranks: new Set(),
+          total: 0n,
+          max: 0n,
+          synthetic: 0,
+          peakAllocated: null,
+          peakUsed: null,
+          netBytes: [],
+          netTensors: [],
+          worst: null,
+          worstReport: null,
+        };
+        this.paths.set(phasePath, stats);
+      }
+      let worstChanged = false;
+      for (const occurrence of list) {
+        const { span } = occurrence;
+        stats.occurrences++;
+        stats.ranks.add(span.rank);
+        const duration = span.endNs - span.startNs;
+        stats.total += duration;
+        if (duration > stats.max) stats.max = duration;
+        if (span.syntheticEnd) stats.synthetic++;
+        else {
+          if (!Number.isNaN(occurrence.enterAllocated) && !Number.isNaN(occurrence.exitAllocated)) {
+            stats.netBytes.push(occurrence.exitAllocated - occurrence.enterAllocated);
+          }
+          if (!Number.isNaN(occurrence.enterTensors) && !Number.isNaN(occurrence.exitTensors)) {
+            stats.netTensors.push(occurrence.exitTensors - occurrence.enterTensors);
+          }
+        }
+        if (
+          !Number.isNaN(occurrence.peakAllocated) &&
+          (stats.peakAllocated === null || occurrence.peakAllocated > stats.peakAllocated.value)
+        ) {
+          stats.peakAllocated = {
+            value: occurrence.peakAllocated,
+            timestamp_ns: occurrence.peakAllocatedNs,
+            rank: span.rank,
+          };
+        }
+        if (
+          !Number.isNaN(occurrence.peakUsed) &&
+          (stats.peakUsed === null || occurrence.peakUsed > stats.peakUsed.value)
+        ) {
+          stats.peakUsed = {
+            value: occurrence.peakUsed,
+            timestamp_ns: occurrence.peakUsedNs,
+            rank: span.rank,
+          };
+        }
+        if (stats.worst === null || worse(occurrence, stats.worst)) {
+          stats.worst = occurrence;
+          worstChanged = true;
+        }
+      }
+      // Keep the worst occurrence's report, and the occurrence without its series (which holds the rank's samples).
+      if (worstChanged && stats.worst !== null) {
+        stats.worstReport = occurrenceReport(stats.worst);
+        stats.worst = detach(stats.worst);
+      }
     }
   }
 
@@ -450,19 +456,21 @@ export class PhaseAccumulator extends RankAccumulator<PhaseStat[], PathPart[][]>
   }
 }
 
+/** An occurrence without its series (what `worse` compares stays). */
+function detach(occurrence: Occurrence): Occurrence {
+  return { ...occurrence, series: DETACHED };
+}
+
+const DETACHED = { sessionId: "", rank: -1 } as unknown as RankSeries;
+
 /** `total / count` rounded half up to an integer. */
 function roundedMean(total: bigint, count: number): bigint {
   const n = BigInt(count);
   return (2n * total + n) / (2n * n);
 }
 
-const worstKey = (occurrence: Occurrence): WorstKey => ({
-  peakAllocated: occurrence.peakAllocated,
-  durationNs: occurrence.span.endNs - occurrence.span.startNs,
-});
-
 /** Higher allocated peak; without memory readings, the longer one. */
-function worse(a: WorstKey, b: WorstKey): boolean {
+function worse(a: Occurrence, b: Occurrence): boolean {
   const pa = a.peakAllocated;
   const pb = b.peakAllocated;
   if (!Number.isNaN(pa) || !Number.isNaN(pb)) {
@@ -470,78 +478,5 @@ function worse(a: WorstKey, b: WorstKey): boolean {
     if (Number.isNaN(pa)) return false;
     if (pa !== pb) return pa > pb;
   }
-  return a.durationNs > b.durationNs;
-}
-
-/** One series' occurrences summed per path, paths in the order their first occurrence comes. */
-function pathParts(occurrences: readonly Occurrence[]): PathPart[] {
-  const byPath = new Map<string, Occurrence[]>();
-  for (const occurrence of occurrences) {
-    const list = byPath.get(occurrence.span.phasePath);
-    if (list === undefined) byPath.set(occurrence.span.phasePath, [occurrence]);
-    else list.push(occurrence);
-  }
-  const parts: PathPart[] = [];
-  for (const [phasePath, list] of byPath) {
-    const ranks = new Set<number>();
-    let total = 0n;
-    let max = 0n;
-    let synthetic = 0;
-    let peakAllocated: PathPart["peakAllocated"] = null;
-    let peakUsed: PathPart["peakUsed"] = null;
-    const netBytes: number[] = [];
-    const netTensors: number[] = [];
-    let worst = list[0]!;
-    let worstOf = worstKey(worst);
-    for (const occurrence of list) {
-      const { span } = occurrence;
-      ranks.add(span.rank);
-      const duration = span.endNs - span.startNs;
-      total += duration;
-      if (duration > max) max = duration;
-      if (span.syntheticEnd) synthetic++;
-      else {
-        if (!Number.isNaN(occurrence.enterAllocated) && !Number.isNaN(occurrence.exitAllocated)) {
-          netBytes.push(occurrence.exitAllocated - occurrence.enterAllocated);
-        }
-        if (!Number.isNaN(occurrence.enterTensors) && !Number.isNaN(occurrence.exitTensors)) {
-          netTensors.push(occurrence.exitTensors - occurrence.enterTensors);
-        }
-      }
-      if (
-        !Number.isNaN(occurrence.peakAllocated) &&
-        (peakAllocated === null || occurrence.peakAllocated > peakAllocated.value)
-      ) {
-        peakAllocated = {
-          value: occurrence.peakAllocated,
-          timestamp_ns: occurrence.peakAllocatedNs,
-          rank: span.rank,
-        };
-      }
-      if (!Number.isNaN(occurrence.peakUsed) && (peakUsed === null || occurrence.peakUsed > peakUsed.value)) {
-        peakUsed = { value: occurrence.peakUsed, timestamp_ns: occurrence.peakUsedNs, rank: span.rank };
-      }
-      const key = worstKey(occurrence);
-      if (worse(key, worstOf)) {
-        worst = occurrence;
-        worstOf = key;
-      }
-    }
-    parts.push({
-      phasePath,
-      path: list[0]!.span.path,
-      occurrences: list.length,
-      ranks: [...ranks],
-      total,
-      max,
-      synthetic,
-      peakAllocated,
-      peakUsed,
-      netBytes,
-      netTensors,
-      worst: worstOf,
-      worstReport: occurrenceReport(worst),
-    });
-  }
-  return parts;
+  return a.span.endNs - a.span.startNs > b.span.endNs - b.span.startNs;
 }

@@ -17,7 +17,6 @@ import type {
   SinkCounters,
 } from "../report/types.js";
 import type { RankAnalysis, RankData } from "./analysis.js";
-import { RankAccumulator } from "./rank-accumulator.js";
 
 /** Items kept in the alerts and health-transition lists. */
 export const REPORT_LIST_CAP = 200;
@@ -75,17 +74,8 @@ function statusAfter(eventType: string, status: string | null): string {
   return eventType === "collector_degraded" ? "degraded" : "healthy";
 }
 
-/** One series' collector health: its time degraded and its transitions. */
-interface HealthPart {
-  readonly rank: number;
-  readonly sessionId: string;
-  readonly degradedNs: bigint;
-  readonly count: number;
-  readonly transitions: readonly HealthTransition[];
-}
-
 /** The collector-health section: counts, time degraded, transitions in time order. */
-export class HealthAccumulator extends RankAccumulator<CollectorHealthReport, HealthPart[]> {
+export class HealthAccumulator implements RankAnalysis<CollectorHealthReport> {
   private readonly transitions: HealthTransition[] = [];
   private readonly perRank: CollectorHealthReport["per_rank"] = [];
   private degradedTime = 0n;
@@ -96,46 +86,39 @@ export class HealthAccumulator extends RankAccumulator<CollectorHealthReport, He
   private result: CollectorHealthReport | null = null;
 
   /** `eventTypes`: the selection's counts by type (exact where the index kept the first transitions only). */
-  constructor(private readonly eventTypes: ReadonlyMap<string, number>) {
-    super();
+  constructor(private readonly eventTypes: ReadonlyMap<string, number>) {}
+
+  addRank(data: RankData): void {
+    for (const series of data.series) this.add(series);
   }
 
-  rankPart(data: RankData): HealthPart[] {
-    return data.series.map((series) => {
-      const { degradedNs, transitions: count } = rankHealth(series);
-      const transitions = series.health.map(
-        (entry): HealthTransition => ({
-          timestamp_ns: entry.timestampNs,
-          rank: series.rank,
-          session_id: series.sessionId,
-          event_type: entry.eventType,
-          status: statusAfter(entry.eventType, entry.status),
-          collector: entry.collector,
-          error: entry.error,
-        }),
-      );
-      return { rank: series.rank, sessionId: series.sessionId, degradedNs, count, transitions };
-    });
-  }
-
-  addPart(parts: HealthPart[]): void {
-    for (const { rank, sessionId, degradedNs, count, transitions } of parts) {
-      this.degradedTime += degradedNs;
-      if (count > 0)
-        this.perRank.push({
-          rank,
-          session_id: sessionId,
-          degraded_time_ns: degradedNs,
-          transition_count: count,
-        });
-      for (const transition of transitions) {
-        if (transition.event_type === "collector_degraded") this.degraded++;
-        else this.recovered++;
-        this.transitions.push(transition);
-        if (this.last === null || byTime(transition, this.last) >= 0) this.last = transition;
-      }
-      keepEarliest(this.transitions, REPORT_LIST_CAP);
+  private add(series: RankSeries): void {
+    const { degradedNs, transitions: count } = rankHealth(series);
+    this.degradedTime += degradedNs;
+    if (count > 0) {
+      this.perRank.push({
+        rank: series.rank,
+        session_id: series.sessionId,
+        degraded_time_ns: degradedNs,
+        transition_count: count,
+      });
     }
+    for (const entry of series.health) {
+      if (entry.eventType === "collector_degraded") this.degraded++;
+      else this.recovered++;
+      const transition: HealthTransition = {
+        timestamp_ns: entry.timestampNs,
+        rank: series.rank,
+        session_id: series.sessionId,
+        event_type: entry.eventType,
+        status: statusAfter(entry.eventType, entry.status),
+        collector: entry.collector,
+        error: entry.error,
+      };
+      this.transitions.push(transition);
+      if (this.last === null || byTime(transition, this.last) >= 0) this.last = transition;
+    }
+    keepEarliest(this.transitions, REPORT_LIST_CAP);
   }
 
   /** The section (the same object on every call: the summary reads it too). */
@@ -162,39 +145,31 @@ export class HealthAccumulator extends RankAccumulator<CollectorHealthReport, He
 }
 
 /** The alerts section: counts by severity and the first alerts in time order, with their phase. */
-export class AlertsAccumulator extends RankAccumulator<AlertsReport, AlertItem[][]> {
+export class AlertsAccumulator implements RankAnalysis<AlertsReport> {
   private readonly items: AlertItem[] = [];
 
   /** `eventTypes`: the selection's counts by type (alert counts are exact from them). */
-  constructor(private readonly eventTypes: ReadonlyMap<string, number>) {
-    super();
+  constructor(private readonly eventTypes: ReadonlyMap<string, number>) {}
+
+  addRank(data: RankData): void {
+    for (const series of data.series) this.add(series, data.phaseIndex(series));
   }
 
-  /** Per series, its alerts with their phase. */
-  rankPart(data: RankData): AlertItem[][] {
-    return data.series.map((series) => {
-      const resolver: PhaseResolver | null = data.phaseIndex(series);
-      return series.alerts.map(
-        (entry): AlertItem => ({
-          timestamp_ns: entry.timestampNs,
-          rank: series.rank,
-          session_id: series.sessionId,
-          event_type: entry.eventType,
-          context: entry.context,
-          oom_reason: entry.oomReason,
-          phase: resolver
-            ? summarizePhaseAttribution(resolver.resolve(entry.timestampNs, series.sessionId, series.rank))
-            : null,
-        }),
-      );
-    });
-  }
-
-  addPart(parts: AlertItem[][]): void {
-    for (const items of parts) {
-      for (const item of items) this.items.push(item);
-      keepEarliest(this.items, REPORT_LIST_CAP);
+  private add(series: RankSeries, resolver: PhaseResolver | null): void {
+    for (const entry of series.alerts) {
+      this.items.push({
+        timestamp_ns: entry.timestampNs,
+        rank: series.rank,
+        session_id: series.sessionId,
+        event_type: entry.eventType,
+        context: entry.context,
+        oom_reason: entry.oomReason,
+        phase: resolver
+          ? summarizePhaseAttribution(resolver.resolve(entry.timestampNs, series.sessionId, series.rank))
+          : null,
+      });
     }
+    keepEarliest(this.items, REPORT_LIST_CAP);
   }
 
   finish(): AlertsReport {
@@ -246,19 +221,8 @@ function rankSummary(series: RankSeries, degradedNs: bigint): RankSummary {
   };
 }
 
-/** What one series adds to the summary. */
-interface SummaryPart {
-  readonly rank: number;
-  readonly sessionId: string;
-  readonly count: number;
-  readonly minTs: bigint | null;
-  readonly maxTs: bigint | null;
-  readonly peaks: RankSeries["peaks"];
-  readonly summary: RankSummary;
-}
-
 /** The summary section. */
-export class SummaryAccumulator extends RankAccumulator<ReportSummary, SummaryPart[]> {
+export class SummaryAccumulator implements RankAnalysis<ReportSummary> {
   private first: bigint | null = null;
   private last: bigint | null = null;
   private samples = 0;
@@ -275,49 +239,38 @@ export class SummaryAccumulator extends RankAccumulator<ReportSummary, SummaryPa
     private readonly eventCount: number,
     private readonly health: RankAnalysis<HealthCounts>,
     private readonly sink: SinkCounters,
-  ) {
-    super();
+  ) {}
+
+  addRank(data: RankData): void {
+    for (const series of data.series) this.add(series);
   }
 
-  rankPart(data: RankData): SummaryPart[] {
-    return data.series.map((series) => ({
-      rank: series.rank,
-      sessionId: series.sessionId,
-      count: series.count,
-      minTs: series.minTs,
-      maxTs: series.maxTs,
-      peaks: series.peaks,
-      summary: rankSummary(series, rankHealth(series).degradedNs),
-    }));
-  }
-
-  addPart(parts: SummaryPart[]): void {
-    for (const part of parts) {
-      this.ranks.add(part.rank);
-      this.samples += part.count;
-      if (part.minTs !== null && (this.first === null || part.minTs < this.first)) this.first = part.minTs;
-      if (part.maxTs !== null && (this.last === null || part.maxTs > this.last)) this.last = part.maxTs;
-      part.peaks.forEach((peak, i) => {
-        const current = this.peaks[i] ?? null;
-        if (peak === null) return;
-        // Highest value; ties go to the earliest.
-        if (
-          current === null ||
-          peak.value > current.value ||
-          (peak.value === current.value && peak.timestampNs < current.timestamp_ns)
-        ) {
-          this.peaks[i] = {
-            value: peak.value,
-            timestamp_ns: peak.timestampNs,
-            rank: part.rank,
-            device_id: peak.deviceId,
-            session_id: part.sessionId,
-            collector: peak.collector,
-          };
-        }
-      });
-      this.perRank.push(part.summary);
-    }
+  private add(series: RankSeries): void {
+    this.ranks.add(series.rank);
+    this.samples += series.count;
+    if (series.minTs !== null && (this.first === null || series.minTs < this.first))
+      this.first = series.minTs;
+    if (series.maxTs !== null && (this.last === null || series.maxTs > this.last)) this.last = series.maxTs;
+    series.peaks.forEach((peak, i) => {
+      const current = this.peaks[i] ?? null;
+      if (peak === null) return;
+      // Highest value; ties go to the earliest.
+      if (
+        current === null ||
+        peak.value > current.value ||
+        (peak.value === current.value && peak.timestampNs < current.timestamp_ns)
+      ) {
+        this.peaks[i] = {
+          value: peak.value,
+          timestamp_ns: peak.timestampNs,
+          rank: series.rank,
+          device_id: peak.deviceId,
+          session_id: series.sessionId,
+          collector: peak.collector,
+        };
+      }
+    });
+    this.perRank.push(rankSummary(series, rankHealth(series).degradedNs));
   }
 
   finish(): ReportSummary {
