@@ -85,14 +85,17 @@ describe("a sink on a worker thread", () => {
       clearTimeout: (handle) => systemScheduler.clearTimeout(handle),
     };
     const root = join(tempDir(), "timer");
-    const { tracker } = makeTracker([new CountingCollector([full(reading({ allocated: GiB, reserved: GiB }))])], {
-      sink: { rootDir: root, handleProcessExit: false, flushEverySeconds: 0.2 },
-      sinkThread: "worker",
-      clock: systemClock,
-      scheduler,
-      samplingIntervalMs: 60_000,
-      leakAlerts: false,
-    });
+    const { tracker } = makeTracker(
+      [new CountingCollector([full(reading({ allocated: GiB, reserved: GiB }))])],
+      {
+        sink: { rootDir: root, handleProcessExit: false, flushEverySeconds: 0.2 },
+        sinkThread: "worker",
+        clock: systemClock,
+        scheduler,
+        samplingIntervalMs: 60_000,
+        leakAlerts: false,
+      },
+    );
     await tracker.start();
     const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
     // A step every ~4 ms for ~500 ms: the hand-over (every 50 ms here) always has records.
