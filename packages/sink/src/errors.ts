@@ -28,6 +28,33 @@ export class SinkSessionMismatchError extends StormlogError {
   }
 }
 
+const WRITE_NO_PROGRESS_MARKER = Symbol.for("stormlog.error.sink_write_no_progress");
+
+/**
+ * The file system took none of the bytes of a write and reported no error (a write that returned 0):
+ * retrying at once would loop forever, so the writer treats it as a failed write (retried later).
+ */
+export class WriteNoProgressError extends StormlogError {
+  readonly [WRITE_NO_PROGRESS_MARKER] = true;
+  override readonly name = "WriteNoProgressError";
+  /** Bytes of the write that did reach the file before it stalled, and the write's size. */
+  readonly written: number;
+  readonly size: number;
+
+  constructor(written: number, size: number) {
+    super(
+      `write made no progress: the file system took none of the last ${size - written} of ${size} bytes ` +
+        "and reported no error; the device may be full or failing: free some space or check the disk",
+    );
+    this.written = written;
+    this.size = size;
+  }
+
+  static override isInstance(error: unknown): error is WriteNoProgressError {
+    return StormlogError.hasMarker(error, WRITE_NO_PROGRESS_MARKER);
+  }
+}
+
 const SESSION_NOT_FOUND_MARKER = Symbol.for("stormlog.error.session_not_found");
 
 /** A requested session id is not among the sessions of the input. Lists the ids that exist. */

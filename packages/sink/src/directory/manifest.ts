@@ -315,6 +315,35 @@ export async function readManifest(
   return parseManifest(text, options);
 }
 
+/** The manifest's session order, the reference's: `(started_at_ns, session_id)`. */
+export function compareManifestSessions(a: SessionSummary, b: SessionSummary): number {
+  if (a.started_at_ns !== b.started_at_ns) return a.started_at_ns < b.started_at_ns ? -1 : 1;
+  return a.session_id < b.session_id ? -1 : a.session_id > b.session_id ? 1 : 0;
+}
+
+/**
+ * The sessions a writer's ledger no longer lists: ended ones that own no listed segment (retention
+ * deleted their records, or they wrote none), beyond the `keep` newest of them. The reference lists
+ * every session forever, so a directory reused by a session per job grew a manifest that each
+ * session's start read, recovered and rewrote whole. `isOpen`: sessions this writer has not ended.
+ */
+export function sessionsPastRetention(
+  sessions: Iterable<SessionSummary>,
+  segments: readonly SinkSegment[],
+  keep: number,
+  isOpen: (sessionId: string) => boolean,
+): SessionSummary[] {
+  const owners = new Set<string | null>();
+  for (const segment of segments) owners.add(segment.session_id);
+  const empty: SessionSummary[] = [];
+  for (const summary of sessions) {
+    const id = summary.session_id;
+    if (summary.status !== "running" && !owners.has(id) && !isOpen(id)) empty.push(summary);
+  }
+  if (empty.length <= keep) return [];
+  return empty.sort(compareManifestSessions).slice(0, empty.length - keep);
+}
+
 /**
  * The manifest text exactly as the reference writes it: `json.dumps(payload, indent=2) + "\n"`,
  * keys in the reference's order, sessions sorted by `(started_at_ns, session_id)`; then
@@ -325,17 +354,7 @@ export function serializeManifest(
   segments: readonly SinkSegment[],
   losses: Iterable<SinkSessionLoss> = [],
 ): string {
-  const ordered = [...sessions].sort((a, b) =>
-    a.started_at_ns !== b.started_at_ns
-      ? a.started_at_ns < b.started_at_ns
-        ? -1
-        : 1
-      : a.session_id < b.session_id
-        ? -1
-        : a.session_id > b.session_id
-          ? 1
-          : 0,
-  );
+  const ordered = [...sessions].sort(compareManifestSessions);
   const payload: JsonObject = {
     schema_version: SINK_SCHEMA_VERSION,
     format: SINK_FORMAT,

@@ -18,6 +18,8 @@ const ENCODE_ROOM = 64 << 10;
 const CHUNK_BYTES = 4 * ENCODE_ROOM;
 /** A chunk buffer grown beyond this by a burst is replaced by a small one once it is empty. */
 const KEEP_CHUNK_BYTES = 16 << 20;
+/** The chunk of an encoder that shed its buffers. */
+const NO_BYTES = Buffer.alloc(0);
 
 /**
  * Encoded lines, straight into a reused byte buffer: first the pending write's, then the open unit
@@ -126,11 +128,18 @@ export class ChunkEncoder {
     this.shrinkIdle();
   }
 
+  /** Gives both buffers back while nothing is encoded or being written (a session closed); the next encode takes new ones. */
+  shed(): void {
+    if (this.length > 0 || this.writing !== null) return;
+    this.chunk = NO_BYTES;
+    this.spare = null;
+  }
+
   /** Makes room for `bytes` more bytes after the chunk's content. */
   private reserve(bytes: number): void {
     const needed = this.length + bytes;
     if (needed <= this.chunk.length) return;
-    const grown = Buffer.allocUnsafeSlow(Math.max(needed, this.chunk.length * 2));
+    const grown = Buffer.allocUnsafeSlow(Math.max(needed, CHUNK_BYTES, this.chunk.length * 2));
     this.chunk.copy(grown, 0, 0, this.length);
     this.chunk = grown;
   }

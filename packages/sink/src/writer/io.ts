@@ -27,6 +27,7 @@ import {
   writeManifestText,
   writeManifestTextSync,
 } from "../directory/manifest.js";
+import { WriteNoProgressError } from "../errors.js";
 
 /**
  * One file-system step of the writer. The writer's logic yields these and a driver runs them:
@@ -50,6 +51,11 @@ export type IoOp =
    * got: on a disk that fills up meanwhile, what was written is kept (nothing written: an error).
    */
   | { readonly op: "reserve"; readonly path: string; readonly bytes: number }
+  /**
+   * Writes `bytes` zero bytes to `path` and removes it again: whether the disk takes that many bytes
+   * now (a write of records' size, where no records wait to show it).
+   */
+  | { readonly op: "probe"; readonly path: string; readonly bytes: number }
   | {
       readonly op: "manifest";
       readonly dir: string;
@@ -103,7 +109,7 @@ function writeAll(
       return;
     }
     if (written <= 0) {
-      callback(new Error("write made no progress"), offset);
+      callback(new WriteNoProgressError(offset, data.length), offset);
       return;
     }
     offset += written;
@@ -124,9 +130,11 @@ function keepsShortReserve(error: Error, written: number): boolean {
   return written > 0 && isOutOfSpace(error);
 }
 
+/** `probe`: the whole size or an error (no short file kept), and the file removed in any case. */
 function reserveAsync(
   path: string,
   bytes: number,
+  probe: boolean,
   callback: (error: Error | null, kept: number) => void,
 ): void {
   open(path, "w", 0o666, (error, fd) => {
@@ -137,17 +145,17 @@ function reserveAsync(
     writeAll(fd, Buffer.alloc(bytes), 0, (writeError, written) =>
       close(fd, (closeError) => {
         const failed =
-          writeError !== null && keepsShortReserve(writeError, written)
+          writeError !== null && !probe && keepsShortReserve(writeError, written)
             ? closeError
             : (writeError ?? closeError);
-        if (failed) unlink(path, () => callback(failed, 0));
+        if (failed || probe) unlink(path, () => callback(failed, written));
         else callback(null, written);
       }),
     );
   });
 }
 
-function reserveSync(path: string, bytes: number): number {
+function reserveSync(path: string, bytes: number, probe: boolean): number {
   const fd = openSync(path, "w", 0o666);
   let offset = 0;
   let failure: unknown = null;
@@ -155,22 +163,23 @@ function reserveSync(path: string, bytes: number): number {
     const zeros = Buffer.alloc(bytes);
     while (offset < bytes) {
       const written = writeSync(fd, zeros, offset, bytes - offset, offset);
-      if (written <= 0) throw new Error("write made no progress");
+      if (written <= 0) throw new WriteNoProgressError(offset, bytes);
       offset += written;
     }
   } catch (error) {
-    if (!keepsShortReserve(error as Error, offset)) failure = error;
+    if (probe || !keepsShortReserve(error as Error, offset)) failure = error;
   }
   try {
     closeSync(fd);
   } catch (error) {
     failure ??= error;
   }
-  if (failure === null) return offset;
+  if (failure === null && !probe) return offset;
   try {
     unlinkSync(path);
   } catch {}
-  throw failure;
+  if (failure !== null) throw failure;
+  return offset;
 }
 
 function isMissing(error: unknown): boolean {
@@ -245,7 +254,8 @@ export function execAsync(op: IoOp): Promise<IoResult> {
           });
           return;
         case "reserve":
-          reserveAsync(op.path, op.bytes, settle);
+        case "probe":
+          reserveAsync(op.path, op.bytes, op.op === "probe", settle);
           return;
         case "manifest":
           if (op.inPlace === true) {
@@ -278,7 +288,7 @@ export function execSync(op: IoOp): IoResult {
         let offset = 0;
         while (offset < op.data.length) {
           const written = writeSync(op.fd, op.data, offset, op.data.length - offset, op.position + offset);
-          if (written <= 0) throw new Error("write made no progress");
+          if (written <= 0) throw new WriteNoProgressError(offset, op.data.length);
           offset += written;
         }
         return done(op.data.length);
@@ -319,7 +329,8 @@ export function execSync(op: IoOp): IoResult {
         return { ok: true, value: FILE_ELSEWHERE, ...(path === undefined ? {} : { path }) };
       }
       case "reserve":
-        return done(reserveSync(op.path, op.bytes));
+      case "probe":
+        return done(reserveSync(op.path, op.bytes, op.op === "probe"));
       case "manifest":
         if (op.inPlace === true) rewriteManifestInPlaceSync(op.dir, op.text, op.fsync);
         else writeManifestTextSync(op.dir, op.text, op.fsync);

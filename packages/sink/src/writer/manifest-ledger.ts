@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import type { SessionStatus, SessionSummary } from "@stormlog/core";
-import { type SinkSessionLoss, serializeManifest } from "../directory/manifest.js";
+import { type SinkSessionLoss, serializeManifest, sessionsPastRetention } from "../directory/manifest.js";
 import type { FsyncPolicy } from "./config.js";
 import type { IoOp, IoResult } from "./io.js";
 import type { SegmentSet } from "./segments.js";
@@ -37,9 +37,15 @@ export class ManifestLedger {
   private reserveHeld = false;
   private reserveTried = false;
 
+  /**
+   * `keepWithoutSegments`: how many ended sessions owning no listed segment the ledger keeps, the
+   * newest (see sessionsPastRetention); the rest are forgotten, so that the manifest stays as small as
+   * what retention keeps.
+   */
   constructor(
     private readonly segments: SegmentSet,
     private readonly fsync: FsyncPolicy,
+    private readonly keepWithoutSegments: number,
   ) {}
 
   current(): SessionSummary | null {
@@ -93,6 +99,17 @@ export class ManifestLedger {
     this.losses.clear();
     for (const loss of losses) this.losses.set(loss.session_id, { ...loss });
     if (activeLoss !== undefined) this.losses.set(activeLoss.session_id, activeLoss);
+    this.forgetPastRetention();
+  }
+
+  /** Drops the sessions retention has left without records, but the newest few (and their losses). */
+  private forgetPastRetention(): void {
+    const { sessions, segments, keepWithoutSegments } = this;
+    const isOpen = (id: string) => this.isOpen(id);
+    for (const gone of sessionsPastRetention(sessions.values(), segments.list, keepWithoutSegments, isOpen)) {
+      this.sessions.delete(gone.session_id);
+      this.losses.delete(gone.session_id);
+    }
   }
 
   get activeSessionId(): string | null {
@@ -163,6 +180,8 @@ export class ManifestLedger {
 
   /** The manifest's text: sessions, segments, and what sessions lost. */
   text(): string {
+    // Every write follows pruning and ended sessions: the ledger stays bounded by what is retained.
+    this.forgetPastRetention();
     return serializeManifest(this.sessions.values(), this.segments.list, this.losses.values());
   }
 

@@ -49,6 +49,11 @@ export class RetryPolicy {
     return this.failuresInARow > 0;
   }
 
+  /** Records failed to reach a segment, and none has since. */
+  get recordsFailing(): boolean {
+    return this.recordsFailed && this.failuresInARow > 0;
+  }
+
   /** True while failing and the next attempt is not due yet. */
   inBackoff(): boolean {
     return this.failuresInARow > 0 && this.nowMs() < this.retryAtMs;

@@ -118,6 +118,13 @@ interface Sighting {
 
 /** Pending bytes that start a write without waiting for the rest of the queue. */
 const WRITE_AT_BYTES = 4 << 20;
+/**
+ * After records failed, with none waiting to show that the disk takes them again: a file of a write's
+ * size (a flush unit of ~50 records) is written and removed. Not a `segment-*.jsonl` name: readers
+ * never take it for one.
+ */
+const PROBE_FILENAME = "segment.probe";
+const PROBE_BYTES = 64 << 10;
 
 /**
  * An append-only JSONL telemetry sink that writes the Python reference's layout
@@ -194,7 +201,7 @@ export class TelemetrySink {
     this.maxQueue = config.maxQueueEvents;
     this.flushEvery = config.flushEveryEvents;
     this.segments = new SegmentSet(config);
-    this.ledger = new ManifestLedger(this.segments, config.fsync);
+    this.ledger = new ManifestLedger(this.segments, config.fsync, config.retentionMaxFiles);
     this.counters = new SinkCounters(config.logger, () => this.rootDir, config.maxQueueEvents);
     this.retry = new RetryPolicy({
       firstSeconds: config.failureBackoffSeconds,
@@ -558,12 +565,26 @@ export class TelemetrySink {
   private onTick(): void {
     this.tickTimer = null;
     if (this.finalized) return;
-    const hasWork = this.hasBacklog() || this.ledger.stale || this.fd !== null || this.needsRecovery;
+    const hasWork = this.hasWork();
     if (hasWork && !this.retry.inBackoff()) {
       this.pushBarrier(new Barrier("tick", null));
       this.startPump();
     }
     if (this.ledger.activeSessionId !== null || hasWork) this.ensureTick();
+  }
+
+  /**
+   * What the tick is for: records or a manifest owed to the disk, an open file, a directory to
+   * recover; while a session is open, a disk that failed its records (see probeForRecords).
+   */
+  private hasWork(): boolean {
+    return (
+      this.hasBacklog() ||
+      this.ledger.stale ||
+      this.fd !== null ||
+      this.needsRecovery ||
+      (this.retry.recordsFailing && this.ledger.activeSessionId !== null)
+    );
   }
 
   private cancelTimers(): void {
@@ -651,6 +672,13 @@ export class TelemetrySink {
     if (more && !this.retry.inBackoff()) {
       this.startPump();
       return;
+    }
+    if (this.ledger.activeSessionId === null && !this.hasWork()) {
+      // The last session is closed and on disk: nothing keeps the sink (its buffers, its ledger) alive
+      // until a tick that would find nothing to do. A process opening a session per job closed many a
+      // flush interval, and held them all.
+      this.cancelTimers();
+      this.chunk.shed();
     }
     this.resolveIdle();
   }
@@ -1148,6 +1176,21 @@ export class TelemetrySink {
   private *tickChecks(): Work {
     yield* this.checkDirectory(false);
     if (this.ledger.stale && !this.retry.inBackoff()) yield* this.writeManifest();
+    else yield* this.probeForRecords();
+  }
+
+  /**
+   * Records failed and none waits to be written: nothing would ever show that the disk takes them
+   * again, and the state would say `retrying` for good. A record write's worth of bytes, written and
+   * removed, shows it (a manifest alone proves nothing: it is small). At the retry's time, while a
+   * session is open (the tick), and when a manifest goes through (a session's start or close).
+   */
+  private *probeForRecords(): Work {
+    const retry = this.retry;
+    if (!retry.recordsFailing || retry.inBackoff() || this.finalized || this.recordsWaiting()) return;
+    const probed = yield { op: "probe", path: join(this.rootDir, PROBE_FILENAME), bytes: PROBE_BYTES };
+    if (probed.ok) this.succeeded("records");
+    else this.recordFailure(probed.error, `write ${PROBE_FILENAME}`, true);
   }
 
   // ---------------------------------------------------------------- manifest writes
@@ -1221,6 +1264,8 @@ export class TelemetrySink {
   /** A manifest reached the disk: maybe a recovery, and the reserve follows the open session. */
   private *manifestWritten(): Work {
     this.succeeded("ledger");
+    // Before the reserve is given back at a close: its space is the writer's own, not room for records.
+    yield* this.probeForRecords();
     yield* this.ledger.keepReserve(this.rootDir, !this.finalized);
   }
 
@@ -1287,9 +1332,13 @@ export class TelemetrySink {
    */
   private succeeded(what: "records" | "ledger"): void {
     if (!this.retry.failing) return;
-    if (what === "ledger" && (this.queuedRecords > 0 || this.pending !== null || this.chunk.unitCount > 0))
-      return;
+    if (what === "ledger" && this.recordsWaiting()) return;
     this.retry.succeed(what);
+  }
+
+  /** Records appended and not written yet (queued, or encoded). */
+  private recordsWaiting(): boolean {
+    return this.queuedRecords > 0 || this.pending !== null || this.chunk.unitCount > 0;
   }
 
   // ---------------------------------------------------------------- process exit

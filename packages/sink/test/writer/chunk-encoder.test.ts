@@ -38,3 +38,33 @@ describe("the chunk encoder's buffers", () => {
     expect(Buffer.compare(first, written)).toBe(0);
   });
 });
+
+describe("an encoder that shed its buffers (a closed session)", () => {
+  it("holds neither buffer, and encodes the same lines into new ones", () => {
+    const chunk = new ChunkEncoder();
+    const before = Buffer.from(takeLines(chunk, 0, 3));
+    chunk.release();
+    const held = takeLines(chunk, 3, 3).buffer;
+    chunk.release();
+    chunk.shed();
+    const after = takeLines(chunk, 0, 3);
+    expect(after.buffer).not.toBe(held);
+    expect(Buffer.compare(after, before)).toBe(0);
+    chunk.release();
+    // The one taken since was not shed: the two take turns again.
+    expect(takeLines(chunk, 3, 3).buffer).not.toBe(after.buffer);
+  });
+
+  it("keeps what a write in flight still reads, and the lines not written yet", () => {
+    const chunk = new ChunkEncoder();
+    const inFlight = takeLines(chunk, 0, 3);
+    const written = Buffer.from(inFlight);
+    chunk.shed();
+    chunk.encode(sampleRecord("s", 3));
+    chunk.closeUnit();
+    chunk.shed();
+    chunk.release();
+    expect(Buffer.compare(inFlight, written)).toBe(0);
+    expect(chunk.take(chunk.length).toString()).toMatch(/"seq": 3,/);
+  });
+});

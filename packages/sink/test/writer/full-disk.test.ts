@@ -65,6 +65,36 @@ async function sinkOnFilledDisk(sessionId: string, options: Partial<TelemetrySin
   return { dir, logger, sink };
 }
 
+/**
+ * Leaves room for a manifest and its copy, not for a hundred records (~100 KB), and appends a hundred
+ * records: their write fails.
+ */
+async function failWhereOnlyAManifestFits(
+  dir: string,
+  sink: TelemetrySink,
+  sessionId: string,
+): Promise<void> {
+  rmSync(join(dir, FILLER));
+  fill(dir, 3 * statfsSync(dir).bsize);
+  for (let i = 20; i < 120; i++) sink.append(sampleRecord(sessionId, i));
+  await until(() => sink.getDiagnostics().io_failures > 0, "the write to fail");
+}
+
+/**
+ * A write of 20 records failed on a full disk, then the disk got room back; the next retry is a minute
+ * away (when the job ends, say).
+ */
+async function outageOverBeforeClose(sessionId: string) {
+  const filled = await sinkOnFilledDisk(sessionId, {
+    failureBackoffSeconds: 60,
+    failureBackoffMaxSeconds: 60,
+  });
+  for (let i = 20; i < 40; i++) filled.sink.append(sampleRecord(sessionId, i));
+  await until(() => filled.sink.getDiagnostics().io_failures > 0, "the write to fail");
+  rmSync(join(filled.dir, FILLER));
+  return filled;
+}
+
 describe("a filesystem that fills up (ENOSPC)", () => {
   it("writes the drop counts once space returns, then the incomplete status at close", async () => {
     const { dir, logger, sink } = await sinkOnFilledDisk("full", {
@@ -115,15 +145,43 @@ describe("a filesystem that fills up (ENOSPC)", () => {
     expect(worksAgain(logger.infos)).toHaveLength(1);
   });
 
-  it("tries the disk at close whatever the retry schedule: after an outage that is over, only the failed write is lost", async () => {
-    // The next retry is a minute away when the job ends.
-    const { dir, logger, sink } = await sinkOnFilledDisk("short-outage", {
-      failureBackoffSeconds: 60,
-      failureBackoffMaxSeconds: 60,
+  it("says writing works again once the disk takes records, though no record comes to show it", async () => {
+    const { dir, logger, sink } = await sinkOnFilledDisk("idle-after", {
+      flushEverySeconds: 0.02,
+      failureBackoffSeconds: 0.05,
+      failureBackoffMaxSeconds: 0.1,
     });
-    for (let i = 20; i < 40; i++) sink.append(sampleRecord("short-outage", i));
-    await until(() => sink.getDiagnostics().io_failures > 0, "the write to fail");
+    await failWhereOnlyAManifestFits(dir, sink, "idle-after");
+    // The loss reaches the manifest (it fits); the producer has nothing more to say, and the retries
+    // find no room for records yet.
+    await until(() => readManifestSync(dir)?.session_losses !== undefined, "the loss in the manifest");
+    await until(() => sink.getDiagnostics().io_failures >= 3, "two more failed attempts");
+    expect(sink.getDiagnostics().state).toBe("retrying");
+    expect(worksAgain(logger.infos)).toEqual([]);
+
     rmSync(join(dir, FILLER));
+    await until(() => sink.getDiagnostics().state === "ok", "the state to say ok", 5000);
+    expect(worksAgain(logger.infos)).toHaveLength(1);
+    expect(sink.getDiagnostics()).toMatchObject({
+      consecutive_io_failures: 0,
+      written_events: 20,
+      dropped_io_error: 100,
+    });
+    // The probe's file is gone, and no reader takes it for a segment.
+    expect(readdirSync(dir).filter((name) => name.includes("probe"))).toEqual([]);
+    await sink.close();
+    expect(readManifestSync(dir)?.sessions[0]?.status).toBe("incomplete");
+  });
+
+  it("says writing works again at close when the disk took nothing more since it failed records", async () => {
+    const { logger, sink } = await outageOverBeforeClose("close-after");
+    await sink.close();
+    expect(sink.getDiagnostics()).toMatchObject({ state: "ok", dropped_io_error: 20 });
+    expect(worksAgain(logger.infos)).toHaveLength(1);
+  });
+
+  it("tries the disk at close whatever the retry schedule: after an outage that is over, only the failed write is lost", async () => {
+    const { dir, logger, sink } = await outageOverBeforeClose("short-outage");
     for (let i = 40; i < 140; i++) sink.append(sampleRecord("short-outage", i));
     await sink.close();
 
@@ -166,11 +224,7 @@ describe("a filesystem that fills up (ENOSPC)", () => {
       failureBackoffSeconds: 30,
       failureBackoffMaxSeconds: 60,
     });
-    // Room for a manifest and its copy, not for a hundred records (~100 KB).
-    rmSync(join(dir, FILLER));
-    fill(dir, 3 * statfsSync(dir).bsize);
-    for (let i = 20; i < 120; i++) sink.append(sampleRecord("manifest-fits", i));
-    await until(() => sink.getDiagnostics().io_failures > 0, "the write to fail");
+    await failWhereOnlyAManifestFits(dir, sink, "manifest-fits");
     await sink.close();
 
     expect(readManifestSync(dir)?.sessions[0]).toMatchObject({ status: "incomplete" });
