@@ -117,6 +117,11 @@ interface Configuration {
   /** Registers the rows; sink rows count their phases in `counted` (inline: no wrapper measured). */
   rows(tracker: PhaseTracker, label: string, counted: { phases: number }): void;
 }
+/** The default sink: options, written by the sink's worker. */
+const workerSinkOptions = (sinkDir: string) => ({
+  collectors: [tfjsLike],
+  sink: { rootDir: sinkDir, handleProcessExit: false, fsync: "never", logger: quiet },
+});
 const CONFIGURATIONS: Record<string, Configuration> = {
   stopped: {
     options: () => ({ collectors: [asyncOnly] }),
@@ -163,10 +168,7 @@ const CONFIGURATIONS: Record<string, Configuration> = {
   },
   // The default: sink options, written by the sink's worker.
   workerSink: {
-    options: (sinkDir) => ({
-      collectors: [tfjsLike],
-      sink: { rootDir: sinkDir, handleProcessExit: false, fsync: "never", logger: quiet },
-    }),
+    options: workerSinkOptions,
     sink: "worker",
     started: true,
     rows: (t, label, counted) =>
@@ -194,10 +196,7 @@ const CONFIGURATIONS: Record<string, Configuration> = {
       }),
   },
   workerSinkInSteps: {
-    options: (sinkDir) => ({
-      collectors: [tfjsLike],
-      sink: { rootDir: sinkDir, handleProcessExit: false, fsync: "never", logger: quiet },
-    }),
+    options: workerSinkOptions,
     sink: "worker",
     started: true,
     rows: (t, label, counted) =>
