@@ -19,6 +19,7 @@ import { TimeRangeError } from "../errors.js";
 import {
   Accumulator,
   INSTANT_EVENT_TYPES,
+  type LineFields,
   type RankPart,
   type RankSeed,
   type SegmentAggregate,
@@ -58,8 +59,11 @@ function hasOriginKey(buf: Buffer, start: number, end: number): boolean {
 
 const BIRTHS_KEY = Buffer.from(`"${LIVE_BY_PHASE_KEY}"`, "latin1");
 
-/** A sample's live tensors by birth phase, when its metadata has them (parsed only then). */
-function addBirths(part: RankPart, timestampNs: bigint, buf: Buffer, start: number, end: number): void {
+/**
+ * A sample's live tensors by birth phase, when its metadata has them (parsed only then, and its
+ * exact timestamp made only then: few samples have them, and bigints are garbage for the others).
+ */
+function addBirths(part: RankPart, line: LineFields, buf: Buffer, start: number, end: number): void {
   // Looked for in place: a view of every sample's metadata cost a young-generation object per line.
   if (!holds(buf, start, end, BIRTHS_KEY)) return;
   let births: unknown;
@@ -69,7 +73,7 @@ function addBirths(part: RankPart, timestampNs: bigint, buf: Buffer, start: numb
     return;
   }
   if (typeof births === "object" && births !== null && !Array.isArray(births))
-    part.births.push({ timestampNs, json: JSON.stringify(births) });
+    part.births.push({ timestampNs: line.timestampNs(), json: JSON.stringify(births) });
 }
 
 /**
@@ -192,8 +196,7 @@ export function scanRangeSync(
         return;
       }
       const part = accumulator.addLine(reader, lineNumber);
-      if (!reader.metadataEmpty)
-        addBirths(part, reader.timestampNs(), buf, reader.metadataStart, reader.metadataEnd);
+      if (!reader.metadataEmpty) addBirths(part, reader, buf, reader.metadataStart, reader.metadataEnd);
       return;
     }
     // Detailed records, and sample records whose type is not exactly "sample" (rare), take the general path.
