@@ -263,10 +263,11 @@ const LIMITS: ResourceLimits = { maxOldGenerationSizeMb: 48 };
 
 /**
  * A worker's young generation (MB): a scan's garbage is short-lived, and with 4 MB a worker spent
- * more time collecting than this thread (49 collections against 32 on the 240 MB, 64-rank file).
- * The one worker beside this thread gets 32 (`stormlog analyze` on that file and on the same job as
- * a sink root 4-6 % faster, peak RSS the same); the two of a first scan of 512 MiB or more, whose
- * peak memory is the highest, 16 (the 1.1 GB file 7 % faster, still within 200 MB).
+ * more time collecting than this thread (49 collections against its 32 on the 240 MB, 64-rank
+ * file). The one worker beside this thread gets 32 (`stormlog analyze` on that job as a sink root
+ * up to 7 % faster, as one file within noise, peak RSS the same); the two of a first scan of 512 MiB
+ * or more, whose peak memory is the highest, 16 (the 1.1 GB file 7-10 % faster, peak RSS 190-197
+ * MiB against 183-199).
  */
 const youngMb = (here: boolean): number => (here ? 32 : 16);
 
