@@ -276,9 +276,9 @@ class WorkerPipeline implements RecordPipeline {
 
   /**
    * The timer's hand-over: published without a wake, read by the worker's own next read. While records
-   * keep coming the timer is armed again here, in its own callback, where Node reuses its timer list:
-   * armed by the next commit instead, inside a tfjs step in cold caches, it cost ~20 us (a new timer
-   * list and its queue entry), ~7 us a step. After a quiet period the next commit arms it.
+   * keep coming the timer is armed again here, between steps, rather than by the next commit inside a
+   * step (a boundary that armed it cost ~20 us more in a tfjs step). After a quiet period the next
+   * commit arms it.
    */
   private handOver(): void {
     this.timer = null;
