@@ -8,19 +8,19 @@ import { join, resolve } from "node:path";
 import { type JsonObject, type JsonValue, stringifyJson } from "@stormlog/core";
 import { sessionSummaryToJson } from "@stormlog/core/internal";
 import { loadTelemetrySessions, summarizeTelemetrySessions } from "@stormlog/sink";
-import {
-  exportDiagnoseBundleToWandb,
-  exportTrackingRunToWandb,
-  loadOnlineSdk,
-  resolveWandbConfig,
-  type WandbClient,
-  type WandbExportConfig,
-  WandbOfflineClient,
-  WandbStreamingClient,
-} from "@stormlog/wandb";
+import type { WandbClient, WandbExportConfig } from "@stormlog/wandb";
 import { type CommandHelp, choice, type OptionSpec, type ParsedArgs, stringFlag } from "./args.js";
 import { shown, terminalWhole } from "./format.js";
 import type { CliIo } from "./io.js";
+
+/**
+ * `@stormlog/wandb`, with protobufjs behind it (about 50 modules), loaded by the commands that export
+ * to W&B only: loaded at every start it cost every other command ~10 ms (a warm `analyze` does ~35 ms
+ * of its own work).
+ */
+function loadWandb(): Promise<typeof import("@stormlog/wandb")> {
+  return import("@stormlog/wandb");
+}
 
 /** The flags, as the reference names them. */
 export const WANDB_OPTIONS: Readonly<Record<string, OptionSpec>> = {
@@ -85,7 +85,11 @@ interface WandbSettings {
 }
 
 /** The export settings from the flags (the reference's `wandb_config_from_namespace`). */
-export function wandbSettings(help: CommandHelp, args: ParsedArgs, cwd: string): WandbSettings {
+export async function wandbSettings(
+  help: CommandHelp,
+  args: ParsedArgs,
+  cwd: string,
+): Promise<WandbSettings> {
   const mode =
     args.values["wandb-mode"] === undefined ? null : choice(help, args, "wandb-mode", ["online", "offline"]);
   const config: WandbExportConfig = {
@@ -101,7 +105,7 @@ export function wandbSettings(help: CommandHelp, args: ParsedArgs, cwd: string):
     logAttribution: args.values["wandb-log-attribution"] === true,
   };
   // Checks the run id now: a bad one is refused before the command runs.
-  resolveWandbConfig(config);
+  (await loadWandb()).resolveWandbConfig(config);
   return { config, mode, dir: resolve(cwd, stringFlag(args, "wandb-dir") ?? ".") };
 }
 
@@ -112,6 +116,7 @@ async function withClient(
   command: string,
   body: (client: WandbClient) => Promise<void>,
 ): Promise<void> {
+  const { WandbOfflineClient, WandbStreamingClient, loadOnlineSdk } = await loadWandb();
   const offline = new WandbOfflineClient({ dir: settings.dir });
   let client: WandbClient = offline;
   let online = false;
@@ -156,10 +161,11 @@ export async function exportTrackedSession(
   args: ParsedArgs,
   input: { sinkDir: string; sessionId: string | undefined; statistics: object; outputPath?: string | null },
 ): Promise<void> {
-  const settings = wandbSettings(help, args, io.cwd);
+  const settings = await wandbSettings(help, args, io.cwd);
   const sessions = await loadTelemetrySessions(input.sinkDir);
   const session =
     sessions.find((candidate) => candidate.summary.session_id === input.sessionId) ?? sessions[0] ?? null;
+  const { exportTrackingRunToWandb } = await loadWandb();
   await withClient(io, settings, help.name, (client) =>
     exportTrackingRunToWandb(
       settings.config,
@@ -234,7 +240,7 @@ export async function exportRecordedSession(
   path: string,
   sessionId: string | undefined,
 ): Promise<number> {
-  const settings = wandbSettings(help, args, io.cwd);
+  const settings = await wandbSettings(help, args, io.cwd);
   const sessions = await loadTelemetrySessions(path);
   const session =
     sessionId === undefined
@@ -246,6 +252,7 @@ export async function exportRecordedSession(
     );
     return 1;
   }
+  const { exportTrackingRunToWandb } = await loadWandb();
   await withClient(io, settings, help.name, (client) =>
     exportTrackingRunToWandb(
       { ...settings.config, enabled: true },
@@ -282,7 +289,7 @@ export async function exportDiagnosis(
   args: ParsedArgs,
   input: { path: string; sessionId: string | undefined; text: string; exitCode: number; risk: boolean },
 ): Promise<void> {
-  const settings = wandbSettings(help, args, io.cwd);
+  const settings = await wandbSettings(help, args, io.cwd);
   const given = stringFlag(args, "wandb-bundle");
   let bundleDir: string;
   if (given !== undefined) {
@@ -315,6 +322,7 @@ export async function exportDiagnosis(
     );
     writeFileSync(resolve(bundleDir, "diagnosis.txt"), input.text);
   }
+  const { exportDiagnoseBundleToWandb } = await loadWandb();
   await withClient(io, settings, help.name, (client) =>
     exportDiagnoseBundleToWandb(
       { ...settings.config, enabled: true },

@@ -203,7 +203,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const sessionId = stringFlag(args, "session-id");
   const ranks = stringFlag(args, "ranks");
   // A bad W&B flag is an error before the analysis, not after its output.
-  if (wandbRequested(args)) wandbSettings(help, args, io.cwd);
+  if (wandbRequested(args)) await wandbSettings(help, args, io.cwd);
   const progress = createProgress(io, "Reading telemetry");
   let rendered: { text: string; code: number };
   progress.elapsed();

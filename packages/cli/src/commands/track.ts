@@ -301,7 +301,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const say = (message: string) => io.stderr.write(`[stormlog] ${message}\n`);
   const config = settings(args, io, (message) => say(`sink: ${message}`));
   // A bad W&B flag is an error now, not after the whole run (the export reads the flags again then).
-  if (wandbRequested(args)) wandbSettings(help, args, io.cwd);
+  if (wandbRequested(args)) await wandbSettings(help, args, io.cwd);
   if (command.length === 0 && config.durationMs === undefined) {
     throw new CliUsageError(
       "missing command: stormlog track [options] -- <command> [args...]",
