@@ -163,6 +163,9 @@ export function recoverSinkDirectory(
         recountedSegments.push(name);
         changed = true;
       }
+      // The reference lists segments it adopted with no owner: the ledger would take their session
+      // for one without records and forget it (see sessionsPastRetention). Their first record says.
+      if (entry.session_id === null) entry.session_id = firstRecordSessionId(join(dir, name));
       if (!entry.closed) {
         entry.closed = true;
         changed = true;

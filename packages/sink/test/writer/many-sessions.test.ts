@@ -1,6 +1,8 @@
 // A directory reused by a session per job: what the writer keeps, on disk and in memory, must not
 // grow with the sessions that came before.
-import type { Scheduler, SessionSummary, TimerHandle } from "@stormlog/core";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { encodeTelemetryRecord, type Scheduler, type SessionSummary, type TimerHandle } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
 import { sampleRecord } from "../../scripts/sample-records.js";
 import { readManifestSync, serializeManifest, writeManifestTextSync } from "../../src/directory/manifest.js";
@@ -85,6 +87,39 @@ describe("a directory reused by many sessions", () => {
       "old-48",
       "old-49",
       "new",
+    ]);
+  });
+
+  it("keeps a session whose records are in a segment listed without an owner (the reference's recovery)", async () => {
+    const dir = tempDir();
+    // The reference lists a segment its manifest missed (a crash) with `session_id: null`.
+    const lines = [0, 1, 2].map((i) => `${encodeTelemetryRecord(sampleRecord("crashed", i))}\n`).join("");
+    writeFileSync(join(dir, "segment-000001.jsonl"), lines);
+    const crashed = { ...endedSession(1), session_id: "crashed", status: "interrupted" as const };
+    const sessions = [crashed, endedSession(2), endedSession(3), endedSession(4)];
+    const segment = {
+      filename: "segment-000001.jsonl",
+      event_count: 3,
+      size_bytes: lines.length,
+      closed: true,
+    };
+    writeManifestTextSync(dir, serializeManifest(sessions, [{ ...segment, session_id: null }]), false);
+
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet, retentionMaxFiles: 2 });
+    sink.startSession({ session_id: "new" });
+    sink.append(sampleRecord("new", 0));
+    await sink.close();
+    const manifest = readManifestSync(dir)!;
+    expect(manifest.segments.map((listed) => [listed.filename, listed.session_id])).toEqual([
+      ["segment-000001.jsonl", "crashed"],
+      ["segment-000002.jsonl", "new"],
+    ]);
+    // Its records are retained: it stays, with the status only the ledger knows.
+    expect(manifest.sessions.map((session) => [session.session_id, session.status])).toEqual([
+      ["crashed", "interrupted"],
+      ["old-3", "completed"],
+      ["old-4", "completed"],
+      ["new", "completed"],
     ]);
   });
 
