@@ -182,6 +182,14 @@ export class TelemetrySink {
   private pumpToken = 0;
   private activeWork: Work | null = null;
   private inflightOp: Step | null = null;
+  /** The thread-pool promise of `inflightOp`. */
+  private inflightPromise: Promise<IoResult> | null = null;
+  /**
+   * Descriptors that a thread-pool write the exit path took over from may still write to, with that
+   * write's promise: closed before it lands, the number could go to the next file opened here, and the
+   * late write put a chunk of records into that file (a torn line in another segment).
+   */
+  private readonly poolHeld = new Map<number, Promise<IoResult>>();
   private idleWaiters: (() => void)[] = [];
   private tickTimer: TimerHandle | null = null;
   private finalized = false;
@@ -427,10 +435,16 @@ export class TelemetrySink {
     this.activeWork = null;
     this.inflightOp = null;
     this.pumpRunning = false;
+    const inflightPromise = this.inflightPromise;
+    this.inflightPromise = null;
     // A write under way on the thread pool is done again here, but may still read its buffer later:
     // reused, that buffer would put newer lines at the old write's place (a torn line at exit).
     if (inflight !== null || (this.detached !== null && this.detached.result === null))
       this.chunk.abandonWriting();
+    // Nor may its descriptor be closed before it lands (`poolHeld`).
+    if (inflight?.op === "write" && inflightPromise !== null) this.poolHeld.set(inflight.fd, inflightPromise);
+    if (this.detached !== null && this.detached.result === null)
+      this.poolHeld.set(this.detached.op.fd, this.detached.promise);
     this.retry.attemptNow();
     if (interrupted !== null) {
       // The step in flight is done again (steps are positional), but a close is not repeated.
@@ -614,8 +628,23 @@ export class TelemetrySink {
 
   /** A step on the calling thread: a write left running is done again (writes are positional). */
   private runSync(step: Step): IoResult {
+    if (step.op === "close") {
+      const held = this.poolHeld.get(step.fd);
+      if (held !== undefined) return this.closeOnceLanded(step.fd, step.fsync, held);
+    }
     if (step.op !== "settle") return execSync(step);
     return this.detached === null ? IO_OK : execSync(this.detached.op);
+  }
+
+  /**
+   * The close of a descriptor a taken-over thread-pool write may still use (`poolHeld`): synced now,
+   * closed once that write has landed (on `process.exit()` the process closes it).
+   */
+  private closeOnceLanded(fd: number, fsync: boolean, held: Promise<IoResult>): IoResult {
+    this.poolHeld.delete(fd);
+    const synced = fsync ? execSync({ op: "fsync", fd }) : IO_OK;
+    void held.finally(() => execSync({ op: "close", fd, fsync: false }));
+    return synced;
   }
 
   /** Runs steps to their end on the calling thread; `first` answers a step already run. */
@@ -643,7 +672,9 @@ export class TelemetrySink {
           while (this.ledger.job !== null) await this.ledger.job;
           if (token !== this.pumpToken) return;
         }
-        result = await this.runAsync(step.value);
+        const running = this.runAsync(step.value);
+        this.inflightPromise = running;
+        result = await running;
         if (token !== this.pumpToken) {
           // The exit path took over while this step ran. A manifest rename already handed to the
           // thread pool can land after closeSync's own: write the current ledger once more.
@@ -651,6 +682,7 @@ export class TelemetrySink {
           return;
         }
         this.inflightOp = null;
+        this.inflightPromise = null;
       }
     } catch (error) {
       this.config.logger.warn(
