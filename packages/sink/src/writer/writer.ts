@@ -190,6 +190,8 @@ export class TelemetrySink {
    * late write put a chunk of records into that file (a torn line in another segment).
    */
   private readonly poolHeld = new Map<number, Promise<IoResult>>();
+  /** True while `workHereSync` runs the writer's steps with blocking I/O on this thread. */
+  private drivenHere = false;
   private idleWaiters: (() => void)[] = [];
   private tickTimer: TimerHandle | null = null;
   private finalized = false;
@@ -446,12 +448,17 @@ export class TelemetrySink {
     if (this.detached !== null && this.detached.result === null)
       this.poolHeld.set(this.detached.op.fd, this.detached.promise);
     this.retry.attemptNow();
-    if (interrupted !== null) {
-      // The step in flight is done again (steps are positional), but a close is not repeated.
-      const redone = inflight === null || inflight.op === "close" ? IO_OK : this.runSync(inflight);
-      this.runToEndSync(interrupted, redone);
+    this.drivenHere = true;
+    try {
+      if (interrupted !== null) {
+        // The step in flight is done again (steps are positional), but a close is not repeated.
+        const redone = inflight === null || inflight.op === "close" ? IO_OK : this.runSync(inflight);
+        this.runToEndSync(interrupted, redone);
+      }
+      this.runToEndSync(this.work());
+    } finally {
+      this.drivenHere = false;
     }
-    this.runToEndSync(this.work());
   }
 
   /** The reference's counters plus this package's queue and failure state. */
@@ -906,7 +913,9 @@ export class TelemetrySink {
     const fd = this.fd!;
     const data = this.chunk.take(pending.bytes);
     const op: WriteOp = { op: "write", fd, data, position: segment.size_bytes };
-    if (this.config.fsync !== "always" && !this.finalized) {
+    // Driven here (the exit path), a write is done here: left on the thread pool it was done again here
+    // at once, and its buffer, released by that, was encoded into while the pool still read it.
+    if (this.config.fsync !== "always" && !this.finalized && !this.drivenHere) {
       const write: DetachedWrite = { op, pending, segment, promise: execAsync(op), result: null };
       this.detached = write;
       void write.promise.then((result) => {

@@ -55,11 +55,44 @@ describe("closeSync taking over from a write on the thread pool", () => {
       for (const fd of others) closeSync(fd);
     }
     // The segment holds every record once, whole.
-    const [segment] = segmentNames(dir);
-    const lines = readFileSync(join(dir, segment as string), "utf8")
-      .trimEnd()
-      .split("\n");
+    const lines = segmentNames(dir).flatMap((name) =>
+      readFileSync(join(dir, name), "utf8").trimEnd().split("\n"),
+    );
     expect(lines).toHaveLength(200);
     for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
+  });
+
+  it("writes batch after batch with blocking I/O only: no write left on the pool to land later with reused bytes", async () => {
+    // The tracker's sink worker on process.exit(): append a batch, writeQueuedSync, append more.
+    const dir = tempDir();
+    // Segments of 200 records: a batch's write is settled (done again here) by the rollover within it.
+    const sink = new TelemetrySink({
+      rootDir: dir,
+      ...quiet,
+      fsync: "never",
+      logger: memoryLogger(),
+      flushEveryEvents: 50,
+      rolloverMaxEvents: 200,
+    });
+    sink.startSession({ session_id: "batches" });
+    await sink.flush();
+    pool.hold = true;
+    for (let batch = 0; batch < 8; batch++) {
+      for (let i = 0; i < 150; i++) sink.append(sampleRecord("batches", batch * 150 + i));
+      sink.writeQueuedSync();
+    }
+    sink.closeSync("interrupted");
+    pool.hold = false;
+    const late = pool.held.splice(0);
+    for (const release of late) release();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const lines = segmentNames(dir).flatMap((name) =>
+      readFileSync(join(dir, name), "utf8").trimEnd().split("\n"),
+    );
+    // Every line whole, the 1200 records in order (timestamps compared exactly, as text).
+    for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
+    expect(lines.map((line) => /"timestamp_ns": (\d+)/.exec(line)?.[1])).toEqual(
+      Array.from({ length: 1200 }, (_, n) => String(sampleRecord("batches", n).timestamp_ns)),
+    );
   });
 });
