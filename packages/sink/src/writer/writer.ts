@@ -444,9 +444,10 @@ export class TelemetrySink {
     if (inflight !== null || (this.detached !== null && this.detached.result === null))
       this.chunk.abandonWriting();
     // Nor may its descriptor be closed before it lands (`poolHeld`).
-    if (inflight?.op === "write" && inflightPromise !== null) this.poolHeld.set(inflight.fd, inflightPromise);
+    if (inflight?.op === "write" && inflightPromise !== null)
+      this.holdUntilLanded(inflight.fd, inflightPromise);
     if (this.detached !== null && this.detached.result === null)
-      this.poolHeld.set(this.detached.op.fd, this.detached.promise);
+      this.holdUntilLanded(this.detached.op.fd, this.detached.promise);
     this.retry.attemptNow();
     this.drivenHere = true;
     try {
@@ -641,6 +642,14 @@ export class TelemetrySink {
     }
     if (step.op !== "settle") return execSync(step);
     return this.detached === null ? IO_OK : execSync(this.detached.op);
+  }
+
+  /** Keeps `fd` from being closed here until `write` has landed; forgotten once it has. */
+  private holdUntilLanded(fd: number, write: Promise<IoResult>): void {
+    this.poolHeld.set(fd, write);
+    void write.then(() => {
+      if (this.poolHeld.get(fd) === write) this.poolHeld.delete(fd);
+    });
   }
 
   /**
