@@ -55,6 +55,37 @@ export class WriteNoProgressError extends StormlogError {
   }
 }
 
+const MANIFEST_NO_ROOM_MARKER = Symbol.for("stormlog.error.sink_manifest_no_room_in_place");
+
+/**
+ * On a full disk, the manifest's last resort (rewriting `manifest.json` within the space its file
+ * already holds) found the new text longer than that space: as a full disk would refuse it (ENOSPC).
+ * The writer retries once space returns; the segments keep every record meanwhile.
+ */
+export class ManifestNoRoomInPlaceError extends StormlogError {
+  readonly [MANIFEST_NO_ROOM_MARKER] = true;
+  override readonly name = "ManifestNoRoomInPlaceError";
+  readonly code = "ENOSPC";
+  readonly path: string;
+  /** Bytes the manifest needs, and the bytes its file can take in place. */
+  readonly needed: number;
+  readonly room: number;
+
+  constructor(path: string, needed: number, room: number) {
+    super(
+      `ENOSPC: ${path} has room for ${room} bytes in place, ${needed} needed: the disk is full; free some ` +
+        "space and the manifest is written at the next retry (the segments keep the records meanwhile)",
+    );
+    this.path = path;
+    this.needed = needed;
+    this.room = room;
+  }
+
+  static override isInstance(error: unknown): error is ManifestNoRoomInPlaceError {
+    return StormlogError.hasMarker(error, MANIFEST_NO_ROOM_MARKER);
+  }
+}
+
 const SESSION_NOT_FOUND_MARKER = Symbol.for("stormlog.error.session_not_found");
 
 /** A requested session id is not among the sessions of the input. Lists the ids that exist. */

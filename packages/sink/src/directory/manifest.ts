@@ -16,10 +16,10 @@ import {
   type JsonValue,
   parseJson,
   type SessionSummary,
-  StormlogError,
   stringifyJson,
 } from "@stormlog/core";
 import { sessionSummaryFromJson, sessionSummaryToJson } from "@stormlog/core/internal";
+import { ManifestNoRoomInPlaceError } from "../errors.js";
 import { readRegularFile, readRegularFileSync } from "../reader/regular-file.js";
 
 /** Name of the manifest in a sink directory. */
@@ -431,16 +431,6 @@ const IN_PLACE_FLAGS = constants.O_RDWR | (constants.O_NOFOLLOW ?? 0);
 /** The bytes a file can take without the file system giving it more space: its size, or its blocks. */
 function roomInFile(size: number, blocks: number): number {
   return Math.max(size, Number.isFinite(blocks) ? blocks * 512 : 0);
-}
-
-/** The manifest does not fit in its file's own space: as a full disk would refuse it (ENOSPC). */
-class ManifestNoRoomInPlaceError extends StormlogError {
-  override readonly name = "ManifestNoRoomInPlaceError";
-  readonly code = "ENOSPC";
-
-  constructor(path: string, needed: number, room: number) {
-    super(`ENOSPC: ${path} has room for ${room} bytes in place, ${needed} needed`);
-  }
 }
 
 /** Writes all of `data` at `position`, or throws (a short write on a full disk is ENOSPC). */

@@ -1,4 +1,4 @@
-import { closeSync, mkdirSync, openSync, readdirSync, readSync, statSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, readdirSync, readSync, statSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { type Clock, parseJson, type SessionSummary } from "@stormlog/core";
 import {
@@ -83,6 +83,12 @@ function listSegmentFiles(dir: string): string[] {
 }
 
 /**
+ * The writer's full-disk probe (see the writer's `probeForRecords`): not a `segment-*.jsonl` name,
+ * so readers never take it for a segment.
+ */
+export const PROBE_FILENAME = "segment.probe";
+
+/**
  * Opens a sink directory as the reference's `_load_existing_state` does, and repairs what a crash
  * left: `running` sessions become `interrupted` (ended now), unlisted segments are adopted, a
  * malformed or missing manifest is rebuilt from the segments, and the manifest is rewritten when
@@ -96,6 +102,12 @@ export function recoverSinkDirectory(
   options: { clock: Clock; fsync: boolean; onWarning?: (message: string) => void },
 ): RecoveredState {
   mkdirSync(dir, { recursive: true });
+  // A writer killed while it probed a full disk left its probe (64 KB of zeros): the caller holds
+  // the directory now, so no other writer's probe is there. Housekeeping: a failure is no reason
+  // not to write.
+  try {
+    unlinkSync(join(dir, PROBE_FILENAME));
+  } catch {}
   const warnings: string[] = [];
   const warn = (message: string): void => {
     warnings.push(message);

@@ -7,7 +7,7 @@ import {
   type SinkSegment,
   writeManifestTextSync,
 } from "../directory/manifest.js";
-import { type RecoveryReport, recoverSinkDirectory } from "../directory/recovery.js";
+import { PROBE_FILENAME, type RecoveryReport, recoverSinkDirectory } from "../directory/recovery.js";
 import { claimSinkDirectory, SinkDirectoryLockedError, type WriterLock } from "../directory/writer-lock.js";
 import { SinkSessionMismatchError } from "../errors.js";
 import {
@@ -120,10 +120,8 @@ interface Sighting {
 const WRITE_AT_BYTES = 4 << 20;
 /**
  * After records failed, with none waiting to show that the disk takes them again: a file of a write's
- * size (a flush unit of ~50 records) is written and removed. Not a `segment-*.jsonl` name: readers
- * never take it for one.
+ * size (a flush unit of ~50 records), `PROBE_FILENAME`, is written and removed.
  */
-const PROBE_FILENAME = "segment.probe";
 const PROBE_BYTES = 64 << 10;
 
 /**

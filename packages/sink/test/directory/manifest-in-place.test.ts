@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { MANIFEST_FILENAME, rewriteManifestInPlaceSync } from "../../src/directory/manifest.js";
+import { ManifestNoRoomInPlaceError } from "../../src/errors.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-in-place-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
@@ -38,9 +39,18 @@ describe("rewriteManifestInPlaceSync (a full disk's last resort)", () => {
     const before = manifest("running");
     const dir = withManifest(before);
     const room = Math.max(before.length, statSync(join(dir, MANIFEST_FILENAME)).blocks * 512);
-    expect(() => rewriteManifestInPlaceSync(dir, manifest("incomplete", " ".repeat(room)), false)).toThrow(
-      expect.objectContaining({ code: "ENOSPC" }),
-    );
+    const longer = manifest("incomplete", " ".repeat(room));
+    let thrown: unknown;
+    try {
+      rewriteManifestInPlaceSync(dir, longer, false);
+    } catch (error) {
+      thrown = error;
+    }
+    expect(ManifestNoRoomInPlaceError.isInstance(thrown)).toBe(true);
+    expect(thrown).toMatchObject({ code: "ENOSPC", needed: Buffer.byteLength(longer), room });
+    // One line that says what to do.
+    expect((thrown as Error).message).toMatch(/^ENOSPC: .* free some space/);
+    expect((thrown as Error).message).not.toContain("\n");
     expect(readFileSync(join(dir, MANIFEST_FILENAME), "utf8")).toBe(before);
   });
 });

@@ -1,4 +1,12 @@
-import { appendFileSync, cpSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import {
+  appendFileSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { encodeTelemetryRecord } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
@@ -197,6 +205,20 @@ describe("opening an existing directory (recovery)", () => {
     const sink = new TelemetrySink({ rootDir: dir, ...quiet });
     expect(sink.recovery?.missingSegments).toEqual(["segment-000000.jsonl"]);
     expect(sink.getDiagnostics().final_retained_files).toBe(1);
+  });
+
+  it("removes the full-disk probe a killed writer left, and opens even when it cannot", () => {
+    const dir = crashedSink();
+    writeFileSync(join(dir, "segment.probe"), Buffer.alloc(64 << 10));
+    new TelemetrySink({ rootDir: dir, ...quiet });
+    expect(existsSync(join(dir, "segment.probe"))).toBe(false);
+
+    // Something that cannot be unlinked by that name (a directory) does not stop the recovery.
+    const other = crashedSink();
+    mkdirSync(join(other, "segment.probe"));
+    const sink = new TelemetrySink({ rootDir: other, ...quiet });
+    expect(sink.recovery).toMatchObject({ interruptedSessionIds: ["crashed"] });
+    expect(readManifestSync(other)!.sessions[0]).toMatchObject({ status: "interrupted" });
   });
 
   it("leaves a clean directory untouched", () => {
