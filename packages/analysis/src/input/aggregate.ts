@@ -327,17 +327,20 @@ export class RankPart {
   eventCount = 0;
   /** Timestamp origin of `t` values (the first timestamp seen). */
   base: bigint | null = null;
+  // The offsets and parts of timestamps below start as doubles (NaN: unset, read only once set): one
+  // that starts as a small integer changes representation at its first large value, which throws
+  // away the code compiled against rank parts (see `CanonicalLineReader`).
   /** `base` split into seconds and nanoseconds, for the fast path. */
-  baseHead = 0;
-  baseTail = 0;
+  baseHead = Number.NaN;
+  baseTail = Number.NaN;
   /** Earliest and latest event, as offsets from `base`. */
   minT = Number.POSITIVE_INFINITY;
   maxT = Number.NEGATIVE_INFINITY;
   /** Earliest event (first seen on ties) and latest stop (last seen on ties). */
   first: LinedEvidence | null = null;
-  firstT = 0;
+  firstT = Number.NaN;
   lastStop: LinedEvidence | null = null;
-  lastStopT = 0;
+  lastStopT = Number.NaN;
   readonly samples: SampleColumns;
   readonly identities: SampleIdentity[] = [];
   /** Peak values, their offsets and devices (allocated, reserved, device used). */
@@ -360,7 +363,7 @@ export class RankPart {
   private lastHost: string | null = null;
   /** The earliest event with a `job_id` (first seen on ties): its job id and line, and its offset. */
   job: { readonly jobId: string; readonly line: number } | null = null;
-  jobT = 0;
+  jobT = Number.NaN;
   /** Samples whose device used memory is null (schema v4), of any sample rule. */
   samplesWithoutUsed = 0;
   /** Largest positive `world_size` over every event (0: none), and whether several were seen. */

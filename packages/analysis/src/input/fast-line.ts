@@ -118,14 +118,17 @@ class InternSlot {
  * false. Null counters read as NaN.
  */
 export class CanonicalLineReader implements LineFields {
-  allocated = 0;
-  reserved = 0;
-  active = 0;
-  inactive = 0;
-  change = 0;
-  used = 0;
-  free = 0;
-  total = 0;
+  // Counters are doubles from the start (NaN): a field that starts as a small integer changes its
+  // representation at the first large value, which deprecates the reader's map and throws away the
+  // code compiled against it (a cold scan compiled `read` and its helpers again and again).
+  allocated = Number.NaN;
+  reserved = Number.NaN;
+  active = Number.NaN;
+  inactive = Number.NaN;
+  change = Number.NaN;
+  used = Number.NaN;
+  free = Number.NaN;
+  total = Number.NaN;
   deviceId = 0;
   pid = 0;
   rank = 0;
@@ -133,8 +136,8 @@ export class CanonicalLineReader implements LineFields {
   worldSize = 0;
   samplingIntervalMs = 0;
   /** `timestamp_ns` as seconds (all but the last nine digits) and nanoseconds. */
-  tsHead = 0;
-  tsTail = 0;
+  tsHead = Number.NaN;
+  tsTail = Number.NaN;
   eventType = "";
   collector = "";
   host = "";
@@ -158,8 +161,8 @@ export class CanonicalLineReader implements LineFields {
   /** Top-level `metadata.phase_counters` is `"boundary_read"`. */
   boundaryRead = false;
 
-  private headScratch = 0;
-  private tailScratch = 0;
+  private headScratch = Number.NaN;
+  private tailScratch = Number.NaN;
   private buf: Uint8Array = new Uint8Array(0);
   private view: DataView = new DataView(new ArrayBuffer(0));
   private limit = 0;

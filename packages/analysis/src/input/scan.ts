@@ -132,6 +132,104 @@ export interface RangeScan {
   readonly lastSession: string | null;
 }
 
+/**
+ * One range's lines, read one after the other into an aggregate. A class rather than closures made
+ * by each scan: a closure made anew for each range is a new call target each time, and the code the
+ * optimizing compiler made for one range's was thrown away at the next (a cold scan compiled it
+ * again for nearly every piece, on the core the other scanning thread needed).
+ */
+class RangeScanner {
+  lineNumber = 0;
+  stopped = false;
+  readonly reader = new CanonicalLineReader();
+
+  constructor(
+    private readonly segment: TelemetryInputSegment,
+    private readonly lineOffset: number,
+    readonly accumulator: Accumulator,
+    public lastSession: string | null,
+  ) {}
+
+  /** The lines of `buf[start, end)` up to its last newline; where the rest (a line not ended yet) starts. */
+  lines(buf: Buffer, start: number, end: number): number {
+    const view = end === buf.length ? buf : buf.subarray(0, end);
+    for (;;) {
+      const newline = view.indexOf(10, start);
+      if (newline === -1) return start;
+      this.line(buf, start, newline, true);
+      if (this.stopped) return start;
+      start = newline + 1;
+    }
+  }
+
+  line(buf: Buffer, start: number, end: number, terminated: boolean): void {
+    this.lineNumber++;
+    if (end > start && buf[end - 1] === 0x0d) end--;
+    if (end === start) return;
+    const reader = this.reader;
+    if (buf[start] !== 0x7b || !reader.read(buf, start, end)) {
+      this.slow(buf, start, end, terminated);
+      return;
+    }
+    const eventType = reader.eventType;
+    this.lastSession = reader.sessionId;
+    if (eventType === "sample") {
+      // Phase attribution hints (rare): the general path keeps them exactly, float marks included.
+      if (!reader.metadataEmpty && hasOriginKey(buf, reader.metadataStart, reader.metadataEnd)) {
+        this.slow(buf, start, end, terminated);
+        return;
+      }
+      const part = this.accumulator.addLine(reader, this.lineNumber);
+      if (!reader.metadataEmpty) addBirths(part, reader, buf, reader.metadataStart, reader.metadataEnd);
+      return;
+    }
+    // Detailed records, and sample records whose type is not exactly "sample" (rare), take the general path.
+    if (DETAILED_TYPES.has(eventType) || sampleRules(eventType) !== 0) {
+      this.slow(buf, start, end, terminated);
+      return;
+    }
+    if (eventType === "phase_enter" || eventType === "phase_exit") {
+      if (reader.metadataInexact) {
+        // Floats or long integers in the metadata: the exact parser keeps their marks and digits.
+        this.slow(buf, start, end, terminated);
+        return;
+      }
+      // Only phase_scope is kept: its text, parsed when its rank is analysed, and stored in the index as is.
+      const scopeJson =
+        reader.scopeStart < 0 ? undefined : buf.toString("latin1", reader.scopeStart, reader.scopeEnd);
+      this.accumulator.addBoundaryLine(reader, this.lineNumber, scopeJson);
+      return;
+    }
+    this.accumulator.addLine(reader, this.lineNumber);
+  }
+
+  /** A line the fast path does not take: decoded as the sink's reader decodes it. */
+  private slow(buf: Buffer, start: number, end: number, terminated: boolean): void {
+    const text = buf.toString("utf8", start, end);
+    if (text.trim().length === 0) return;
+    const { path, defaultSessionId } = this.segment;
+    const lineNumber = this.lineOffset + this.lineNumber;
+    let event: TelemetryEvent;
+    try {
+      event = decodeTelemetryEventLine(text, { file: path, line: lineNumber }, defaultSessionId, {
+        upgradeTo: 3,
+      });
+    } catch (error) {
+      if (!terminated && JsonlDecodeError.isInstance(error)) {
+        this.accumulator.warn(
+          `${path}:${lineNumber}: dropped a final line cut short (${text.length} characters, no newline)`,
+          this.lastSession,
+        );
+        this.stopped = true;
+        return;
+      }
+      throw error;
+    }
+    this.lastSession = event.session_id;
+    this.accumulator.addEvent(event, this.lineNumber);
+  }
+}
+
 /** Scans `range` of a segment (see `ScanRange`); `onBytes` is told the bytes of the range read so far. */
 export function scanRangeSync(
   segment: TelemetryInputSegment,
@@ -152,72 +250,12 @@ export function scanRangeSync(
     // Reported by the open below.
   }
   const accumulator = new Accumulator(expected, range.seeds ?? null);
-  const reader = new CanonicalLineReader();
-  let lastSession: string | null = range.lastSession === undefined ? segment.hint : range.lastSession;
-  let lineNumber = 0;
-  let stopped = false;
-
-  const slow = (buf: Buffer, start: number, end: number, terminated: boolean): void => {
-    const text = buf.toString("utf8", start, end);
-    if (text.trim().length === 0) return;
-    const location = { file: path, line: lineOffset + lineNumber };
-    let event: TelemetryEvent;
-    try {
-      event = decodeTelemetryEventLine(text, location, segment.defaultSessionId, { upgradeTo: 3 });
-    } catch (error) {
-      if (!terminated && JsonlDecodeError.isInstance(error)) {
-        accumulator.warn(
-          `${path}:${lineOffset + lineNumber}: dropped a final line cut short (${text.length} characters, no newline)`,
-          lastSession,
-        );
-        stopped = true;
-        return;
-      }
-      throw error;
-    }
-    lastSession = event.session_id;
-    accumulator.addEvent(event, lineNumber);
-  };
-
-  const line = (buf: Buffer, start: number, end: number, terminated: boolean): void => {
-    lineNumber++;
-    if (end > start && buf[end - 1] === 0x0d) end--;
-    if (end === start) return;
-    if (buf[start] !== 0x7b || !reader.read(buf, start, end)) {
-      slow(buf, start, end, terminated);
-      return;
-    }
-    const eventType = reader.eventType;
-    lastSession = reader.sessionId;
-    if (eventType === "sample") {
-      // Phase attribution hints (rare): the general path keeps them exactly, float marks included.
-      if (!reader.metadataEmpty && hasOriginKey(buf, reader.metadataStart, reader.metadataEnd)) {
-        slow(buf, start, end, terminated);
-        return;
-      }
-      const part = accumulator.addLine(reader, lineNumber);
-      if (!reader.metadataEmpty) addBirths(part, reader, buf, reader.metadataStart, reader.metadataEnd);
-      return;
-    }
-    // Detailed records, and sample records whose type is not exactly "sample" (rare), take the general path.
-    if (DETAILED_TYPES.has(eventType) || sampleRules(eventType) !== 0) {
-      slow(buf, start, end, terminated);
-      return;
-    }
-    if (eventType === "phase_enter" || eventType === "phase_exit") {
-      if (reader.metadataInexact) {
-        // Floats or long integers in the metadata: the exact parser keeps their marks and digits.
-        slow(buf, start, end, terminated);
-        return;
-      }
-      // Only phase_scope is kept: its text, parsed when its rank is analysed, and stored in the index as is.
-      const scopeJson =
-        reader.scopeStart < 0 ? undefined : buf.toString("latin1", reader.scopeStart, reader.scopeEnd);
-      accumulator.addBoundaryLine(reader, lineNumber, scopeJson);
-      return;
-    }
-    accumulator.addLine(reader, lineNumber);
-  };
+  const scanner = new RangeScanner(
+    segment,
+    lineOffset,
+    accumulator,
+    range.lastSession === undefined ? segment.hint : range.lastSession,
+  );
 
   // Synchronous reads: the scan is CPU-bound, and a round trip through the thread pool per chunk
   // only adds latency (much of it on a loaded machine).
@@ -229,7 +267,7 @@ export function scanRangeSync(
     // reader does (said once, by the range that starts the file).
     if (fileSystemErrorCode(error) === "ENOENT") {
       if (from === 0) accumulator.warn(removedWhileRead(path), null);
-      return { aggregate: accumulator.finish(0), lastSession };
+      return { aggregate: accumulator.finish(0), lastSession: scanner.lastSession };
     }
     throw TelemetryInputAccessError.wrap(path, error);
   }
@@ -239,7 +277,7 @@ export function scanRangeSync(
     let position = from;
     for (;;) {
       if (filled === buf.length) {
-        if (filled >= MAX_LINE_BYTES) throw lineTooLong(path, lineOffset + lineNumber + 1);
+        if (filled >= MAX_LINE_BYTES) throw lineTooLong(path, lineOffset + scanner.lineNumber + 1);
         // One line longer than the buffer: grow it.
         const bigger = Buffer.allocUnsafe(buf.length * 2);
         buf.copy(bigger, 0, 0, filled);
@@ -250,19 +288,11 @@ export function scanRangeSync(
       position += bytesRead;
       const end = filled + bytesRead;
       if (bytesRead === 0) {
-        if (end > 0 && !stopped) line(buf, 0, end, false);
+        if (end > 0 && !scanner.stopped) scanner.line(buf, 0, end, false);
         break;
       }
-      const view = end === buf.length ? buf : buf.subarray(0, end);
-      let start = 0;
-      for (;;) {
-        const newline = view.indexOf(10, start);
-        if (newline === -1) break;
-        line(buf, start, newline, true);
-        if (stopped) break;
-        start = newline + 1;
-      }
-      if (stopped) break;
+      const start = scanner.lines(buf, 0, end);
+      if (scanner.stopped) break;
       buf.copy(buf, 0, start, end);
       filled = end - start;
       onBytes?.(position - from);
@@ -272,12 +302,12 @@ export function scanRangeSync(
     // A read refused (EIO, EISDIR...) is typed; a span too long for one capture names its line.
     throw TimeRangeError.locate(
       TelemetryInputAccessError.wrap(path, error),
-      `${path}:${lineOffset + lineNumber}`,
+      `${path}:${lineOffset + scanner.lineNumber}`,
     );
   } finally {
     closeSync(fd);
   }
-  return { aggregate: accumulator.finish(lineNumber), lastSession };
+  return { aggregate: accumulator.finish(scanner.lineNumber), lastSession: scanner.lastSession };
 }
 
 /** Aggregates in-memory events (one batch, storage order = array order). */
