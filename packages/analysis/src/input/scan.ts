@@ -133,6 +133,14 @@ export interface RangeScan {
 }
 
 /**
+ * The fast path's reader, one per thread for every scan: with a reader per range (and so a view of
+ * the read buffer per range), a cold scan threw away the compiled reader at each collection, as the
+ * code held on to the views that died, and compiled it again. It keeps nothing of a line once the
+ * next is read; it holds the last scan's read buffer (4 MB) until another scan gives it one.
+ */
+const LINE_READER = new CanonicalLineReader();
+
+/**
  * One range's lines, read one after the other into an aggregate. A class rather than closures made
  * by each scan: a closure made anew for each range is a new call target each time, and the code the
  * optimizing compiler made for one range's was thrown away at the next (a cold scan compiled it
@@ -141,7 +149,7 @@ export interface RangeScan {
 class RangeScanner {
   lineNumber = 0;
   stopped = false;
-  readonly reader = new CanonicalLineReader();
+  readonly reader = LINE_READER;
 
   constructor(
     private readonly segment: TelemetryInputSegment,
