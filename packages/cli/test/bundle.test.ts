@@ -77,6 +77,46 @@ describe("the built stormlog executable (launcher + bundle)", () => {
     }
   });
 
+  // `analyze` and the other commands that end once `main` resolves end the process at once: their
+  // output must still reach the reader whole, and a reader gone early must not make them fail.
+  it("ends `analyze` at once with its whole output written, also to a reader that went away", async () => {
+    const sink = join(outDir, "sink-analyze");
+    expect(
+      stormlog([
+        "track",
+        "--no-gpu",
+        "--interval",
+        "0.02",
+        "--telemetry-sink-dir",
+        sink,
+        "--",
+        process.execPath,
+        "-e",
+        "setTimeout(() => {}, 300)",
+      ]).status,
+    ).toBe(0);
+    const whole = stormlog(["analyze", sink, "--format", "json"]);
+    expect(whole.status).toBe(0);
+    expect(whole.stderr).toBe("");
+    expect(JSON.parse(whole.stdout).summary.event_count).toBeGreaterThan(2);
+    const text = stormlog(["analyze", sink]);
+    expect(text.status).toBe(0);
+    expect(text.stdout.endsWith("\n")).toBe(true);
+
+    const child = spawn(process.execPath, [join(outDir, "launch.cjs"), "analyze", sink], {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, STORMLOG_CACHE_DIR: cacheDir },
+    });
+    child.stdout.destroy();
+    let stderr = "";
+    child.stderr.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const code = await new Promise<number | null>((done) => child.on("close", done));
+    expect(stderr).toBe("");
+    expect(code).toBe(0);
+  });
+
   it("stops quietly (exit 0, nothing on stderr) when the reader of its output goes away", async () => {
     const child = spawn(process.execPath, [join(outDir, "launch.cjs"), "--help"], {
       stdio: ["ignore", "pipe", "pipe"],

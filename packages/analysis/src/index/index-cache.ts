@@ -19,7 +19,16 @@
  * where there is a second core. Without an index, large inputs spill to a temporary directory
  * removed afterwards.
  */
-import { promises as fsPromises, lstatSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import {
+  promises as fsPromises,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { basename, join, relative } from "node:path";
 import {
@@ -960,8 +969,8 @@ export class SegmentIndex {
     };
     try {
       writeAtomic(join(target, where.catalog), JSON.stringify(next));
-      await removeUnreferenced(target, where.catalog, next.segments);
-      if (target === where.dirs[0] && !where.explicit) await writeReadme(target);
+      removeUnreferenced(target, where.catalog, next.segments);
+      if (target === where.dirs[0] && !where.explicit) writeReadme(target);
     } catch (error) {
       this.dir = null;
       return {
@@ -982,12 +991,12 @@ export class SegmentIndex {
   }
 }
 
-/** Deletes aggregate files no catalog in `dir` refers to (other inputs' catalogs may share the directory). */
-async function removeUnreferenced(
-  dir: string,
-  catalogName: string,
-  entries: readonly CatalogEntry[],
-): Promise<void> {
+/**
+ * Deletes aggregate files no catalog in `dir` refers to (other inputs' catalogs may share the
+ * directory). Blocking, as `writeReadme`: a few small calls, each of which took a round trip through
+ * the thread pool at the end of every cold analysis.
+ */
+function removeUnreferenced(dir: string, catalogName: string, entries: readonly CatalogEntry[]): void {
   const referenced = new Set<string>();
   const refer = (entry: CatalogEntry): void => {
     referenced.add(entry.file);
@@ -996,7 +1005,7 @@ async function removeUnreferenced(
   for (const entry of entries) refer(entry);
   let names: string[];
   try {
-    names = await fsPromises.readdir(dir);
+    names = readdirSync(dir);
   } catch {
     return;
   }
@@ -1007,22 +1016,22 @@ async function removeUnreferenced(
   }
   let files: string[];
   try {
-    files = await fsPromises.readdir(join(dir, "segments"));
+    files = readdirSync(join(dir, "segments"));
   } catch {
     return;
   }
   for (const file of files) {
     if (/^seg-[0-9a-f]{24}(-\d+)?\.agg$/.test(file) && !referenced.has(file))
-      await fsPromises.rm(join(dir, "segments", file), { force: true });
+      rmSync(join(dir, "segments", file), { force: true });
   }
 }
 
-async function writeReadme(dir: string): Promise<void> {
+function writeReadme(dir: string): void {
   const path = join(dir, "README");
   try {
-    await fsPromises.stat(path);
+    statSync(path);
   } catch {
-    await fsPromises.writeFile(
+    writeFileSync(
       path,
       "Index written by `stormlog analyze` (@stormlog/analysis) to make later analyses of this sink fast.\n" +
         "It is rebuilt from the segments whenever they change; deleting this directory is always safe.\n",
