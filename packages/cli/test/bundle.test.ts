@@ -52,6 +52,21 @@ function stormlog(args: string[]) {
   return { status: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 
+/** `stormlog <args>` whose output's reader is gone before anything is written (`stormlog ... | head -0`). */
+async function withReaderGone(args: string[]): Promise<{ code: number | null; stderr: string }> {
+  const child = spawn(process.execPath, [join(outDir, "launch.cjs"), ...args], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, STORMLOG_CACHE_DIR: cacheDir },
+  });
+  child.stdout.destroy();
+  let stderr = "";
+  child.stderr.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const code = await new Promise<number | null>((done) => child.on("close", done));
+  return { code, stderr };
+}
+
 describe("the built stormlog executable (launcher + bundle)", () => {
   // `track` loads child_process (and the NVML adapter) lazily: from the code cache too, on the second start.
   it("tracks a command, passes its exit code through, with and without a code cache", () => {
@@ -103,33 +118,10 @@ describe("the built stormlog executable (launcher + bundle)", () => {
     expect(text.status).toBe(0);
     expect(text.stdout.endsWith("\n")).toBe(true);
 
-    const child = spawn(process.execPath, [join(outDir, "launch.cjs"), "analyze", sink], {
-      stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, STORMLOG_CACHE_DIR: cacheDir },
-    });
-    child.stdout.destroy();
-    let stderr = "";
-    child.stderr.on("data", (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
-    const code = await new Promise<number | null>((done) => child.on("close", done));
-    expect(stderr).toBe("");
-    expect(code).toBe(0);
+    expect(await withReaderGone(["analyze", sink])).toEqual({ code: 0, stderr: "" });
   });
 
   it("stops quietly (exit 0, nothing on stderr) when the reader of its output goes away", async () => {
-    const child = spawn(process.execPath, [join(outDir, "launch.cjs"), "--help"], {
-      stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, STORMLOG_CACHE_DIR: cacheDir },
-    });
-    // As `stormlog ... | head -0`: the pipe is closed before anything is written.
-    child.stdout.destroy();
-    let stderr = "";
-    child.stderr.on("data", (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
-    const code = await new Promise<number | null>((done) => child.on("close", done));
-    expect(stderr).toBe("");
-    expect(code).toBe(0);
+    expect(await withReaderGone(["--help"])).toEqual({ code: 0, stderr: "" });
   });
 });
