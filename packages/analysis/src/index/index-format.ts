@@ -1,10 +1,11 @@
 /**
  * On-disk form of a segment's aggregate: `SLAGG` magic, a JSON header (sessions, ranks, identities;
- * timestamps as decimal strings so `JSON.parse` reads it exactly), then the sample columns as raw
- * little-endian arrays, 8-byte aligned, read back as views without copying, then the boundaries,
- * alerts and health transitions as small JSON arrays of rows. Small, because V8 parses a JSON text
- * of 100 KB or more straight into the old generation, which is only collected once it has grown by
- * several times the live heap: memory would grow with the size of the segments.
+ * timestamps as decimal strings so `JSON.parse` reads it exactly), then each rank's sample columns as
+ * raw little-endian arrays, 8-byte aligned, read back as views without copying, and its boundaries'
+ * counters as columns too (their timestamps and scopes as one text), then the alerts and health
+ * transitions as small JSON arrays of rows. Small, because V8 parses a JSON text of 100 KB or more
+ * straight into the old generation, which is only collected once it has grown by several times the
+ * live heap: memory would grow with the size of the segments.
  */
 import {
   closeSync,
@@ -36,7 +37,7 @@ import {
   TextScopeBoundary,
 } from "../input/aggregate.js";
 
-const MAGIC = Buffer.from("SLAGG\u0004\u0000\u0000", "latin1");
+const MAGIC = Buffer.from("SLAGG\u0005\u0000\u0000", "latin1");
 
 /** Rows are cut into JSON texts of about this many characters (well under V8's 100 KB). */
 const ROW_CHUNK_CHARS = 32 * 1024;
@@ -46,8 +47,6 @@ type Chunks = [number, number][];
 
 type Num = number | null;
 const num = (value: number): Num => (Number.isNaN(value) ? null : value);
-/** `JSON.stringify(num(value))`, without the call. */
-const numJson = (value: number): string => (Number.isFinite(value) ? `${value}` : "null");
 const unnum = (value: Num | undefined): number =>
   value === null || value === undefined ? Number.NaN : value;
 const ts = (value: bigint | null): string | null => (value === null ? null : value.toString());
@@ -101,8 +100,11 @@ interface RankHeader {
   instants?: Chunks;
   /** Byte offset of the rank's columns in the data area. */
   offset: number;
-  /** Boundaries (`BoundaryRow`s). */
-  boundaries: Chunks;
+  /**
+   * Boundaries: how many, and the byte range `[start, length]` (after the columns) of their text.
+   * Their columns (`BOUNDARY_COLUMNS`) follow the rank's sample columns.
+   */
+  boundaries: [number, number, number];
   /** Live tensors by birth phase (`BirthRow`s). */
   births: Chunks;
   /** Alerts (`AlertRow`s). */
@@ -114,11 +116,17 @@ interface RankHeader {
 }
 
 /**
- * [ts, type (0 enter, 1 exit), line, allocated, reserved, used, tensors, scope, exact, total,
- * boundary read (0/1), device id]: scope is plain JSON, an exact JSON string when `exact` is 1, or
- * the JSON text read from the line when `exact` is 2 (parsed when read: `TextScopeBoundary`).
+ * A rank's boundaries as columns of doubles, each `count` long: flags (bit 0: an exit; bits 1-2:
+ * how the scope's text reads, 0 plain JSON, 1 exact JSON (`parseJson`), 2 the text read from the
+ * line, parsed when first read (`TextScopeBoundary`); bit 3: counters read at the boundary), line,
+ * allocated, reserved, used, tensors, total (NaN: null), device id, and where the boundary's
+ * timestamp (decimal digits) and its scope's text end in the rank's boundary text, where they follow
+ * one another. Columns rather than JSON rows: writing and reading rows cost a cold scan ~3 us a
+ * boundary on each thread, most of the aggregate's encoding.
  */
-type BoundaryRow = [string, number, number, Num, Num, Num, Num, JsonValue, number, Num, number, number];
+const BOUNDARY_COLUMNS = 10;
+const BOUNDARY_EXIT = 1;
+const BOUNDARY_READ = 8;
 /** [ts, the sample's `tfjs_live_by_phase` as JSON text]. */
 type BirthRow = [string, string];
 /** [ts, type, context, oom reason, used, allocated, origin hints as exact JSON or null, line]. */
@@ -215,6 +223,127 @@ function columnsBytes(count: number, hasIdentity: boolean): number {
   return count * 8 * COLUMNS + identity;
 }
 
+/** A finite counter as it is, anything else NaN (null), as the JSON rows kept it. */
+const finite = (value: number): number => (Number.isFinite(value) ? value : Number.NaN);
+
+/** A rank's boundaries as `BOUNDARY_COLUMNS` columns, and the text of their timestamps and scopes. */
+function boundaryColumns(boundaries: readonly BoundaryEntry[]): { columns: Float64Array; text: string } {
+  const n = boundaries.length;
+  const columns = new Float64Array(n * BOUNDARY_COLUMNS);
+  const texts: string[] = [];
+  let length = 0;
+  for (let i = 0; i < n; i++) {
+    const b = boundaries[i]!;
+    let scope: string;
+    let how: number;
+    if (b.scopeJson !== null) {
+      scope = b.scopeJson;
+      how = 2;
+    } else if (plainJson(b.scope)) {
+      scope = JSON.stringify(b.scope);
+      how = 0;
+    } else {
+      scope = stringifyJson(b.scope);
+      how = 1;
+    }
+    const ts = `${b.timestampNs}`;
+    texts.push(ts, scope);
+    length += ts.length;
+    columns[8 * n + i] = length;
+    // Byte offsets: the scan's texts are ASCII; another scope's JSON may not be.
+    length += how === 2 ? scope.length : Buffer.byteLength(scope, "utf8");
+    columns[9 * n + i] = length;
+    columns[i] =
+      (b.eventType === "phase_enter" ? 0 : BOUNDARY_EXIT) | (how << 1) | (b.boundaryRead ? BOUNDARY_READ : 0);
+    columns[n + i] = b.line;
+    columns[2 * n + i] = finite(b.allocated);
+    columns[3 * n + i] = finite(b.reserved);
+    columns[4 * n + i] = finite(b.used);
+    columns[5 * n + i] = finite(b.tensors);
+    columns[6 * n + i] = finite(b.total);
+    columns[7 * n + i] = b.deviceId;
+  }
+  return { columns, text: texts.join("") };
+}
+
+/**
+ * A rank's boundaries from their columns and the bytes of their text, `bytes[start, end)` (see
+ * `BOUNDARY_COLUMNS`); false when they do not read as written (a damaged file: the aggregate is not
+ * used). Each text is read from the bytes on its own: slices of one string for the rank kept all of
+ * it alive as long as any boundary (peak memory at 1.1 GB grew by 15 MB).
+ */
+function readBoundaries(
+  part: RankPart,
+  columns: Float64Array,
+  bytes: Buffer,
+  start: number,
+  end: number,
+): boolean {
+  const n = columns.length / BOUNDARY_COLUMNS;
+  let from = start;
+  for (let i = 0; i < n; i++) {
+    const flags = columns[i]!;
+    const tsEnd = start + columns[8 * n + i]!;
+    const scopeEnd = start + columns[9 * n + i]!;
+    if (!(tsEnd > from && scopeEnd > tsEnd && scopeEnd <= end)) return false;
+    const digits = bytes.toString("latin1", from, tsEnd);
+    if (!/^-?\d+$/.test(digits)) return false;
+    const timestampNs = BigInt(digits);
+    const how = (flags >> 1) & 3;
+    const scopeText = bytes.toString(how === 2 ? "latin1" : "utf8", tsEnd, scopeEnd);
+    from = scopeEnd;
+    const eventType = (flags & BOUNDARY_EXIT) === 0 ? "phase_enter" : "phase_exit";
+    const line = columns[n + i]!;
+    const allocated = columns[2 * n + i]!;
+    const reserved = columns[3 * n + i]!;
+    const used = columns[4 * n + i]!;
+    const tensors = columns[5 * n + i]!;
+    const total = columns[6 * n + i]!;
+    const boundaryRead = (flags & BOUNDARY_READ) !== 0;
+    const deviceId = columns[7 * n + i]!;
+    if (how === 2) {
+      part.boundaries.push(
+        new TextScopeBoundary(
+          timestampNs,
+          eventType,
+          scopeText,
+          line,
+          allocated,
+          reserved,
+          used,
+          tensors,
+          total,
+          boundaryRead,
+          deviceId,
+        ),
+      );
+      continue;
+    }
+    let scope: JsonValue;
+    try {
+      scope = how === 1 ? parseJson(scopeText) : (JSON.parse(scopeText) as JsonValue);
+    } catch {
+      return false;
+    }
+    part.boundaries.push(
+      new Boundary(
+        timestampNs,
+        eventType,
+        scope,
+        line,
+        allocated,
+        reserved,
+        used,
+        tensors,
+        total,
+        boundaryRead,
+        deviceId,
+      ),
+    );
+  }
+  return from === end;
+}
+
 /** Serializes an aggregate, stamped with `stamp` (the source's fingerprint). */
 export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buffer {
   return Buffer.concat(encodeAggregateParts(aggregate, stamp));
@@ -304,23 +433,7 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
               ),
             }),
         offset,
-        boundaries: rows(part.boundaries, (b): string => {
-          // A `BoundaryRow`. The scope's text as the scan read it, as a string (flag 2: parsed
-          // with JSON.parse when its rank is analysed), else the scope, or its exact text (flag 1)
-          // where JSON would lose something.
-          let scope: string;
-          let exact: number;
-          if (b.scopeJson !== null) {
-            scope = JSON.stringify(b.scopeJson);
-            exact = 2;
-          } else {
-            const plain = plainJson(b.scope);
-            scope = JSON.stringify(plain ? b.scope : stringifyJson(b.scope));
-            exact = plain ? 0 : 1;
-          }
-          const type = b.eventType === "phase_enter" ? 0 : 1;
-          return `["${b.timestampNs}",${type},${b.line},${numJson(b.allocated)},${numJson(b.reserved)},${numJson(b.used)},${numJson(b.tensors)},${scope},${exact},${numJson(b.total)},${b.boundaryRead ? 1 : 0},${b.deviceId}]`;
-        }),
+        boundaries: [0, 0, 0],
         births: rows(part.births, (b): BirthRow => [b.timestampNs.toString(), b.json]),
         // The index keeps at most DETAIL_CAP of each; the loader scans a part cut so again.
         alerts: rows(
@@ -358,6 +471,13 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
           ],
         ),
       };
+      const bounds = boundaryColumns(part.boundaries);
+      if (bounds.columns.length > 0) {
+        const text = Buffer.from(bounds.text, "utf8");
+        header.boundaries = [part.boundaries.length, textOffset, text.length];
+        texts.push(text);
+        textOffset += text.length;
+      }
       ranks.push(header);
       const arrays = [
         samples.t,
@@ -374,7 +494,8 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
         bytes.set(new Uint8Array(samples.identity!.buffer, samples.identity!.byteOffset, count * 2));
         chunks.push(bytes);
       }
-      offset += columnsBytes(count, hasIdentity);
+      if (bounds.columns.length > 0) chunks.push(new Uint8Array(bounds.columns.buffer));
+      offset += columnsBytes(count, hasIdentity) + bounds.columns.byteLength;
     }
     sessions.push({
       sessionId: session.sessionId,
@@ -488,7 +609,9 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
       if (r.origins !== undefined)
         part.origins = new Map(r.origins.map(([line, json]) => [line, parseJson(json) as JsonObject]));
       const n = r.count;
-      if (r.offset + columnsBytes(n, r.hasIdentity) > dataLength) return undefined;
+      const [boundaryCount, textStart, textLength] = r.boundaries;
+      const boundariesAt = r.offset + columnsBytes(n, r.hasIdentity);
+      if (boundariesAt + boundaryCount * BOUNDARY_COLUMNS * 8 > dataLength) return undefined;
       const at = base + r.offset;
       const samples = part.samples;
       samples.count = n;
@@ -504,52 +627,19 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
         samples.rules = new Uint8Array(n).fill(ALL_SAMPLE_RULES);
         for (const [i, bits] of r.rules) if (i >= 0 && i < n) samples.rules[i] = bits;
       }
-      const boundariesRead = eachRow<BoundaryRow>(r.boundaries, (row) => {
-        const [
-          t,
-          type,
-          line,
-          allocated,
-          reserved,
-          used,
-          tensors,
-          scope,
-          exact,
-          total,
-          boundaryRead,
-          deviceId,
-        ] = row;
-        const eventType = type === 0 ? "phase_enter" : "phase_exit";
-        part.boundaries.push(
-          exact === 2 && typeof scope === "string"
-            ? new TextScopeBoundary(
-                BigInt(t),
-                eventType,
-                scope,
-                line,
-                unnum(allocated),
-                unnum(reserved),
-                unnum(used),
-                unnum(tensors),
-                unnum(total),
-                boundaryRead === 1,
-                deviceId,
-              )
-            : new Boundary(
-                BigInt(t),
-                eventType,
-                exact === 1 ? parseJson(scope as string) : scope,
-                line,
-                unnum(allocated),
-                unnum(reserved),
-                unnum(used),
-                unnum(tensors),
-                unnum(total),
-                boundaryRead === 1,
-                deviceId,
-              ),
-        );
-      });
+      let boundariesRead = boundaryCount === 0;
+      if (boundaryCount > 0) {
+        const textEnd = rowsAt + textStart + textLength;
+        if (textStart >= 0 && textLength > 0 && textEnd <= bytes.length) {
+          boundariesRead = readBoundaries(
+            part,
+            new Float64Array(buffer, base + boundariesAt, boundaryCount * BOUNDARY_COLUMNS),
+            bytes,
+            rowsAt + textStart,
+            textEnd,
+          );
+        }
+      }
       const birthsRead = eachRow<BirthRow>(r.births, ([t, json]) => {
         part.births.push({ timestampNs: BigInt(t), json });
       });
