@@ -2,24 +2,18 @@
 import { main } from "./index.js";
 
 /**
- * Commands whose work is over when `main` resolves (they read inputs and write files and output):
- * once their output is flushed, the process ends at once instead of tearing its heap down page by
- * page (30-50 ms of a cold `stormlog analyze`). `track` ends as usual: what it started (the child,
- * its sink, an exporter) closes on its own schedule.
+ * Commands whose work is over once `main` resolves (they read inputs and write files and output):
+ * when they succeed and their output is flushed, the process ends at once instead of tearing its heap
+ * down page by page (30-50 ms of a cold `stormlog analyze`). `track`, `export` and `diagnose` (which
+ * may hand records to W&B's SDK) end as usual, as does any command that failed: an analysis that
+ * stopped early may still be writing its index's files.
  */
-const ENDS_AT_ONCE: ReadonlySet<string | undefined> = new Set([
-  "analyze",
-  "diagnose",
-  "export",
-  "query",
-  "report",
-  "sessions",
-]);
+const ENDS_AT_ONCE: ReadonlySet<string | undefined> = new Set(["analyze", "query", "report", "sessions"]);
 
 const argv = process.argv.slice(2);
 main(argv).then(
   (code) => {
-    if (!ENDS_AT_ONCE.has(argv[0])) {
+    if (code !== 0 || !ENDS_AT_ONCE.has(argv[0])) {
       process.exitCode = code;
       return;
     }

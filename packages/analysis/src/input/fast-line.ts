@@ -273,6 +273,16 @@ export class CanonicalLineReader implements LineFields {
     return true;
   }
 
+  /**
+   * Lets go of the buffer of the lines read when it is larger than `bytes` (one grown for a very long
+   * line): a reader kept for later scans must not hold it.
+   */
+  releaseBufferOver(bytes: number): void {
+    if (this.buf.length <= bytes) return;
+    this.buf = new Uint8Array(0);
+    this.view = new DataView(this.buf.buffer);
+  }
+
   /** `timestamp_ns` of the last line read, exact. */
   timestampNs(): bigint {
     return BigInt(this.tsHead) * 1_000_000_000n + BigInt(this.tsTail);

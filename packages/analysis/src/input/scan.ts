@@ -136,7 +136,8 @@ export interface RangeScan {
  * The fast path's reader, one per thread for every scan: with a reader per range (and so a view of
  * the read buffer per range), a cold scan threw away the compiled reader at each collection, as the
  * code held on to the views that died, and compiled it again. It keeps nothing of a line once the
- * next is read; it holds the last scan's read buffer (4 MB) until another scan gives it one.
+ * next is read; it holds the last scan's read buffer (4 MB; not one grown for a longer line) until
+ * another scan gives it one.
  */
 const LINE_READER = new CanonicalLineReader();
 
@@ -313,6 +314,7 @@ export function scanRangeSync(
       `${path}:${lineOffset + scanner.lineNumber}`,
     );
   } finally {
+    scanner.reader.releaseBufferOver(CHUNK_BYTES);
     closeSync(fd);
   }
   return { aggregate: accumulator.finish(scanner.lineNumber), lastSession: scanner.lastSession };
