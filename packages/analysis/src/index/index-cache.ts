@@ -1020,11 +1020,25 @@ function removeUnreferenced(dir: string, catalogName: string, entries: readonly 
   } catch {
     return;
   }
+  const staleBefore = Date.now() - STALE_TEMPORARY_MS;
   for (const file of files) {
-    if (/^seg-[0-9a-f]{24}(-\d+)?\.agg$/.test(file) && !referenced.has(file))
-      rmSync(join(dir, "segments", file), { force: true });
+    const path = join(dir, "segments", file);
+    if (/^seg-[0-9a-f]{24}(-\d+)?\.agg$/.test(file)) {
+      if (!referenced.has(file)) rmSync(path, { force: true });
+    } else if (/^seg-[0-9a-f]{24}(-\d+)?\.agg\.\d+\.[0-9a-z]+\.tmp$/.test(file)) {
+      // Left by an analysis that ended while it wrote (killed, or ended early): an old one is no
+      // other analysis's write under way.
+      try {
+        if (statSync(path).mtimeMs < staleBefore) rmSync(path, { force: true });
+      } catch {
+        // Renamed or removed meanwhile.
+      }
+    }
   }
 }
+
+/** A temporary aggregate file older than this is left over, not being written (an hour). */
+const STALE_TEMPORARY_MS = 60 * 60 * 1000;
 
 function writeReadme(dir: string): void {
   const path = join(dir, "README");

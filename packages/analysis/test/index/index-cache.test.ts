@@ -1,4 +1,12 @@
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encodeTelemetryRecord, stringifyJson, type TelemetryEvent } from "@stormlog/core";
@@ -153,6 +161,25 @@ describe("transparent index", () => {
     expect(pruned.index).toMatchObject({ status: "updated", segments_dropped: 1, segments_scanned: 0 });
     expect(pruned.text).toBe(await fresh(root));
     expect(JSON.parse(pruned.text).sink.missing_segment_count).toBe(1);
+  });
+
+  it("removes temporary aggregate files an analysis that ended mid-write left, once they are old", async () => {
+    const own = makeRoot("leftovers");
+    await analysed(own);
+    const segments = join(own, INDEX_DIRNAME, "segments");
+    const written = readdirSync(segments).find((name) => name.endsWith(".agg"))!;
+    const old = join(segments, `${written}.4242.k3x9.tmp`);
+    const recent = join(segments, `${written}.4243.p7q2.tmp`);
+    writeFileSync(old, "partial");
+    writeFileSync(recent, "partial");
+    const twoHoursAgo = new Date(Date.now() - 2 * 60 * 60 * 1000);
+    utimesSync(old, twoHoursAgo, twoHoursAgo);
+    // A change, so that the index is written again (and tidied).
+    writeSink(join(own, "rank-3"), rankEvents(2, 4), { segmentSize: 30 });
+    expect((await analysed(own)).index).toMatchObject({ status: "updated" });
+    expect(existsSync(old)).toBe(false);
+    // A recent one may be another analysis's write under way.
+    expect(existsSync(recent)).toBe(true);
   });
 
   it("sees an appended line, even right after the last analysis", async () => {
