@@ -65,9 +65,6 @@ const SCOPE_KEY = enc("phase_scope");
 const COUNTERS_KEY = enc("phase_counters");
 const BOUNDARY_READ_VALUE = enc('"boundary_read"');
 
-/** Result of a failed numeric read. */
-const FAIL = -1.5;
-
 /** Values remembered per string field. */
 const INTERN_VALUES = 4;
 
@@ -161,6 +158,8 @@ export class CanonicalLineReader implements LineFields {
   /** Top-level `metadata.phase_counters` is `"boundary_read"`. */
   boundaryRead = false;
 
+  /** The number the last `int`, `count` or `nullableCount` read. */
+  private number = Number.NaN;
   private headScratch = Number.NaN;
   private tailScratch = Number.NaN;
   private buf: Uint8Array = new Uint8Array(0);
@@ -184,16 +183,17 @@ export class CanonicalLineReader implements LineFields {
     this.limit = buf.length;
     this.pos = start;
     if (!this.expect(K_ACTIVE)) return false;
-    const active = this.nullableCount();
-    if (active === FAIL || !this.expect(K_ALLOCATED)) return false;
-    const allocated = this.count();
-    if (allocated === FAIL || !this.expect(K_CHANGE)) return false;
-    const change = this.int();
-    if (change === FAIL || !this.expect(K_INACTIVE)) return false;
-    const inactive = this.nullableCount();
-    if (inactive === FAIL || !this.expect(K_RESERVED)) return false;
-    const reserved = this.count();
-    if (reserved === FAIL || !this.expect(K_COLLECTOR)) return false;
+    if (!this.nullableCount()) return false;
+    const active = this.number;
+    if (!this.expect(K_ALLOCATED) || !this.count()) return false;
+    const allocated = this.number;
+    if (!this.expect(K_CHANGE) || !this.int()) return false;
+    const change = this.number;
+    if (!this.expect(K_INACTIVE) || !this.nullableCount()) return false;
+    const inactive = this.number;
+    if (!this.expect(K_RESERVED) || !this.count()) return false;
+    const reserved = this.number;
+    if (!this.expect(K_COLLECTOR)) return false;
     const collector = this.string(this.collectorSlot, true);
     if (collector === undefined || !this.expect(K_CONTEXT)) return false;
     if (this.isNull()) {
@@ -206,14 +206,15 @@ export class CanonicalLineReader implements LineFields {
       this.contextEnd = this.pos - 1;
     }
     if (!this.expect(K_FREE)) return false;
-    const free = this.nullableCount();
-    if (free === FAIL || !this.expect(K_DEVICE_ID)) return false;
-    const deviceId = this.int();
-    if (deviceId === FAIL || !this.expect(K_TOTAL)) return false;
-    const total = this.nullableCount();
-    if (total === FAIL || !this.expect(K_USED)) return false;
-    const used = this.count();
-    if (used === FAIL || !this.expect(K_EVENT_TYPE)) return false;
+    if (!this.nullableCount()) return false;
+    const free = this.number;
+    if (!this.expect(K_DEVICE_ID) || !this.int()) return false;
+    const deviceId = this.number;
+    if (!this.expect(K_TOTAL) || !this.nullableCount()) return false;
+    const total = this.number;
+    if (!this.expect(K_USED) || !this.count()) return false;
+    const used = this.number;
+    if (!this.expect(K_EVENT_TYPE)) return false;
     const eventType = this.string(this.eventTypeSlot, true);
     if (eventType === undefined || !this.expect(K_HOST)) return false;
     const host = this.string(this.hostSlot, true);
@@ -225,21 +226,24 @@ export class CanonicalLineReader implements LineFields {
       jobId = value;
     }
     if (!this.expect(K_LOCAL_RANK)) return false;
-    const localRank = this.count();
-    if (localRank === FAIL || !this.expect(K_METADATA)) return false;
+    if (!this.count()) return false;
+    const localRank = this.number;
+    if (!this.expect(K_METADATA)) return false;
     if (!this.metadata()) return false;
     if (!this.expect(K_PID)) return false;
-    const pid = this.int();
-    if (pid === FAIL || pid < -1 || !this.expect(K_RANK)) return false;
-    const rank = this.count();
-    if (rank === FAIL || !this.expect(K_INTERVAL)) return false;
-    const interval = this.count();
-    if (interval === FAIL || !this.expect(K_SCHEMA_SESSION)) return false;
+    if (!this.int()) return false;
+    const pid = this.number;
+    if (pid < -1 || !this.expect(K_RANK) || !this.count()) return false;
+    const rank = this.number;
+    if (!this.expect(K_INTERVAL) || !this.count()) return false;
+    const interval = this.number;
+    if (!this.expect(K_SCHEMA_SESSION)) return false;
     const sessionId = this.string(this.sessionSlot, true);
     if (sessionId === undefined || !this.expect(K_TIMESTAMP)) return false;
     if (!this.timestamp() || !this.expect(K_WORLD_SIZE)) return false;
-    const worldSize = this.count();
-    if (worldSize === FAIL || worldSize < 1) return false;
+    if (!this.count()) return false;
+    const worldSize = this.number;
+    if (worldSize < 1) return false;
     const buf2 = this.buf;
     if (buf2[this.pos] !== 0x7d) return false;
     for (let i = this.pos + 1; i < end; i++) {
@@ -320,8 +324,12 @@ export class CanonicalLineReader implements LineFields {
     return false;
   }
 
-  /** An integer token without fraction or exponent, within 2^53; FAIL otherwise (as core's reader). */
-  private int(): number {
+  /**
+   * An integer token without fraction or exponent, within 2^53, into `number`; false otherwise (as
+   * core's reader). Through a field, not returned: a double returned from a call the compiler does
+   * not inline is a new heap number each time, garbage at every counter of every line.
+   */
+  private int(): boolean {
     const buf = this.buf;
     let p = this.pos;
     let negative = false;
@@ -332,9 +340,10 @@ export class CanonicalLineReader implements LineFields {
     }
     if (c === 0x30) {
       c = buf[++p];
-      if (c === 0x2e || c === 0x65 || c === 0x45 || (c !== undefined && c >= 0x30 && c <= 0x39)) return FAIL;
+      if (c === 0x2e || c === 0x65 || c === 0x45 || (c !== undefined && c >= 0x30 && c <= 0x39)) return false;
       this.pos = p;
-      return 0;
+      this.number = 0;
+      return true;
     }
     const start = p;
     let value = 0;
@@ -343,20 +352,26 @@ export class CanonicalLineReader implements LineFields {
       c = buf[++p];
     }
     const digits = p - start;
-    if (digits === 0 || (digits > 15 && !Number.isSafeInteger(value))) return FAIL;
-    if (c === 0x2e || c === 0x65 || c === 0x45) return FAIL;
+    if (digits === 0 || (digits > 15 && !Number.isSafeInteger(value))) return false;
+    if (c === 0x2e || c === 0x65 || c === 0x45) return false;
     this.pos = p;
-    return negative ? -value : value;
+    this.number = negative ? -value : value;
+    return true;
   }
 
-  private count(): number {
-    if (this.buf[this.pos] === 0x2d) return FAIL;
+  /** A non-negative `int`. */
+  private count(): boolean {
+    if (this.buf[this.pos] === 0x2d) return false;
     return this.int();
   }
 
-  /** A count or null (NaN); FAIL otherwise. */
-  private nullableCount(): number {
-    if (this.buf[this.pos] === 0x6e) return this.isNull() ? Number.NaN : FAIL;
+  /** A count or null (NaN). */
+  private nullableCount(): boolean {
+    if (this.buf[this.pos] === 0x6e) {
+      if (!this.isNull()) return false;
+      this.number = Number.NaN;
+      return true;
+    }
     return this.count();
   }
 
