@@ -60,7 +60,13 @@ import {
   snapshotHolds,
 } from "../input/snapshot.js";
 import type { AnalysisReport, IndexUsage } from "../report/types.js";
-import { aggregateStampMatches, encodeAggregateParts, writeAggregateFile } from "./index-format.js";
+import {
+  aggregateStampMatches,
+  encodeAggregateParts,
+  isTemporaryAggregate,
+  temporaryPath,
+  writeAggregateFile,
+} from "./index-format.js";
 import { type AggregateWriter, type ScannedPiece, scanSegments } from "./piece-scan.js";
 import { deserializeReport, serializeReport } from "./report-cache.js";
 
@@ -371,7 +377,7 @@ async function scanJobs(
 
 /** `writeAggregateFile` on the thread pool: a temporary name, then a rename. */
 async function writeAggregateFileLater(path: string, parts: readonly Uint8Array[]): Promise<void> {
-  const tmp = `${path}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
+  const tmp = temporaryPath(path);
   try {
     await fsPromises.writeFile(tmp, parts);
     await fsPromises.rename(tmp, path);
@@ -1025,7 +1031,7 @@ function removeUnreferenced(dir: string, catalogName: string, entries: readonly 
     const path = join(dir, "segments", file);
     if (/^seg-[0-9a-f]{24}(-\d+)?\.agg$/.test(file)) {
       if (!referenced.has(file)) rmSync(path, { force: true });
-    } else if (/^seg-[0-9a-f]{24}(-\d+)?\.agg\.\d+\.[0-9a-z]+\.tmp$/.test(file)) {
+    } else if (isTemporaryAggregate(file)) {
       // Left by an analysis that ended while it wrote (killed, or ended early): an old one is no
       // other analysis's write under way.
       try {

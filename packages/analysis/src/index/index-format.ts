@@ -360,16 +360,20 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
   let offset = 0;
   const texts: Buffer[] = [];
   let textOffset = 0;
+  /** Puts `text` after the texts before it; its byte range `[start, length]` there. */
+  const place = (text: Buffer): [number, number] => {
+    const at = textOffset;
+    texts.push(text);
+    textOffset += text.length;
+    return [at, text.length];
+  };
   /** `row` gives an item's row, or its JSON text when it has it. */
   const rows = <T>(items: readonly T[], row: (item: T) => unknown[] | string): Chunks => {
     const out: Chunks = [];
     let parts: string[] = [];
     let size = 0;
     const flush = (): void => {
-      const text = Buffer.from(`[${parts.join(",")}]`, "utf8");
-      out.push([textOffset, text.length]);
-      texts.push(text);
-      textOffset += text.length;
+      out.push(place(Buffer.from(`[${parts.join(",")}]`, "utf8")));
       parts = [];
       size = 0;
     };
@@ -389,6 +393,7 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
       const samples = part.samples;
       const count = samples.count;
       const hasIdentity = samples.identity !== null;
+      const bounds = boundaryColumns(part.boundaries);
       const header: RankHeader = {
         rank: part.rank,
         eventCount: part.eventCount,
@@ -433,7 +438,7 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
               ),
             }),
         offset,
-        boundaries: [0, 0, 0],
+        boundaries: [part.boundaries.length, ...place(Buffer.from(bounds.text, "utf8"))],
         births: rows(part.births, (b): BirthRow => [b.timestampNs.toString(), b.json]),
         // The index keeps at most DETAIL_CAP of each; the loader scans a part cut so again.
         alerts: rows(
@@ -471,13 +476,6 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
           ],
         ),
       };
-      const bounds = boundaryColumns(part.boundaries);
-      if (bounds.columns.length > 0) {
-        const text = Buffer.from(bounds.text, "utf8");
-        header.boundaries = [part.boundaries.length, textOffset, text.length];
-        texts.push(text);
-        textOffset += text.length;
-      }
       ranks.push(header);
       const arrays = [
         samples.t,
@@ -494,7 +492,7 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
         bytes.set(new Uint8Array(samples.identity!.buffer, samples.identity!.byteOffset, count * 2));
         chunks.push(bytes);
       }
-      if (bounds.columns.length > 0) chunks.push(new Uint8Array(bounds.columns.buffer));
+      chunks.push(new Uint8Array(bounds.columns.buffer));
       offset += columnsBytes(count, hasIdentity) + bounds.columns.byteLength;
     }
     sessions.push({
@@ -755,12 +753,22 @@ export function readAggregateFile(
   });
 }
 
+/** Where a file is written before it is renamed to `path` (see `writeAggregateFile`). */
+export function temporaryPath(path: string): string {
+  return `${path}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
+}
+
+/** Whether a file name is one `temporaryPath` gives a name ending `.agg` (a write under way, or left over). */
+export function isTemporaryAggregate(name: string): boolean {
+  return /\.agg\.\d+\.[0-9a-z]+\.tmp$/.test(name);
+}
+
 /**
  * Writes a file through a temporary name and a rename, so that readers never see half of it; `data`
  * may be the parts of `encodeAggregateParts`, written one after the other.
  */
 export function writeAggregateFile(path: string, data: Uint8Array | string | readonly Uint8Array[]): void {
-  const tmp = `${path}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
+  const tmp = temporaryPath(path);
   try {
     if (typeof data === "string" || data instanceof Uint8Array) writeFileSync(tmp, data);
     else {
