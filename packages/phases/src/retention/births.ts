@@ -126,9 +126,10 @@ export function judgeBirths(
     if (window.length < MIN_SNAPSHOTS) continue;
     const tensors = window.map((s) => s.phases.get(phase)?.tensors ?? 0);
     const bytes = window.map((s) => s.phases.get(phase)?.bytes ?? 0);
-    const all = risingTrend(tensors);
+    const series = Float64Array.from(tensors);
+    const all = risingTrend(series);
     const halfStart = Math.floor(tensors.length / 2);
-    const half = risingTrend(tensors.slice(halfStart));
+    const half = risingTrend(series.subarray(halfStart));
     const halfRising = half.points >= 8 ? half.pRising < 0.05 : half.s > 0;
     // Where the survivors began to accumulate: the last reading at the run's lowest count.
     let low = Number.POSITIVE_INFINITY;

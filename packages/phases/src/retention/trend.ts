@@ -9,7 +9,7 @@
 export const MAX_TREND_POINTS = 400;
 
 /** Median of a sorted copy (NaN for no values). */
-export function median(values: readonly number[]): number {
+export function median(values: readonly number[] | Float64Array): number {
   if (values.length === 0) return Number.NaN;
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
@@ -17,12 +17,12 @@ export function median(values: readonly number[]): number {
 }
 
 /** The series as at most `max` block medians (each block the same number of points, the last may be shorter). */
-export function reduceToBlocks(values: readonly number[], max = MAX_TREND_POINTS): number[] {
-  if (values.length <= max) return [...values];
+function reduceToBlocks(values: Float64Array, max = MAX_TREND_POINTS): Float64Array {
+  if (values.length <= max) return values;
   const size = Math.ceil(values.length / max);
-  const out: number[] = [];
-  for (let start = 0; start < values.length; start += size)
-    out.push(median(values.slice(start, start + size)));
+  const out = new Float64Array(Math.ceil(values.length / size));
+  for (let start = 0, k = 0; start < values.length; start += size, k++)
+    out[k] = median(values.subarray(start, start + size));
   return out;
 }
 
@@ -51,9 +51,11 @@ export interface TrendTest {
 
 /**
  * Mann-Kendall test of an upward trend, with the tie correction of its variance and the continuity
- * correction, and the Theil-Sen slope (median of pairwise slopes), per original index step.
+ * correction, and the Theil-Sen slope (median of pairwise slopes), per original index step. A typed
+ * array, not a `number[]`: an array's map changes with the kind of numbers it holds (small integers
+ * for tensor counts, doubles for bytes), and each new map threw away the compiled test and its callers.
  */
-export function risingTrend(values: readonly number[]): TrendTest {
+export function risingTrend(values: Float64Array): TrendTest {
   const y = reduceToBlocks(values);
   const n = y.length;
   if (n < 3) return { points: n, s: 0, pRising: 1, slope: 0 };
@@ -142,7 +144,7 @@ function medianInPlace(values: Float64Array): number {
  * Noise of a series around its local level: 1.4826 x the median absolute first difference / sqrt 2
  * (a robust standard deviation that a trend or a single step barely moves).
  */
-export function localNoise(values: readonly number[]): number {
+export function localNoise(values: Float64Array): number {
   if (values.length < 3) return 0;
   const diffs: number[] = [];
   for (let i = 1; i < values.length; i++) diffs.push(Math.abs(values[i]! - values[i - 1]!));

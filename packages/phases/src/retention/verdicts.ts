@@ -125,7 +125,7 @@ interface LevelVerdict {
   levels: number[];
 }
 
-function judgeLevels(levels: readonly number[], metric: Metric): LevelVerdict {
+function judgeLevels(levels: Float64Array, metric: Metric): LevelVerdict {
   const n = levels.length;
   const test = risingTrend(levels);
   const half = risingTrend(levels.slice(Math.floor(n / 2)));
@@ -617,7 +617,7 @@ function judgeOwn(entry: PathOccurrences, metric: Metric, lastSample: boolean): 
     return insufficient(
       `${levels.length} closed occurrence${levels.length === 1 ? "" : "s"} on a rank; ${MIN_LEAK_OCCURRENCES} needed`,
     );
-  const level = judgeLevels(levels, metric);
+  const level = judgeLevels(Float64Array.from(levels), metric);
   const measured = nets.filter((net) => !Number.isNaN(net));
   if (!lastSample && measured.length < MIN_LEAK_OCCURRENCES)
     return insufficient(
@@ -691,7 +691,7 @@ function judgeChildren(
   const specs = cycles
     ? cycleUnits(closedParents, model.childrenOf)
     : parentUnits(closedParents, model.childrenOf);
-  const specLevels = specs.map((spec) => spec.exit(read));
+  const specLevels = Float64Array.from(specs, (spec) => spec.exit(read));
   const levelSpecs = specs.filter((_, i) => !Number.isNaN(specLevels[i]!));
   const levels = specLevels.filter((value) => !Number.isNaN(value));
   if (levels.length < MIN_LEAK_OCCURRENCES) {
