@@ -40,5 +40,7 @@ export function runCli(args: readonly string[]): { ms: number; rssMb: string } {
   });
   const ms = performance.now() - started;
   if (child.status !== 0) throw new Error(`stormlog ${args[0]} failed: ${child.stderr}`);
-  return { ms, rssMb: /maxrss=(\d+)/.exec(child.stderr)?.[1] ?? "?" };
+  // The largest of the processes that report one: a big first scan runs in a child of the launcher.
+  const reported = [...child.stderr.matchAll(/maxrss=(\d+)/g)].map((match) => Number(match[1]));
+  return { ms, rssMb: reported.length === 0 ? "?" : String(Math.max(...reported)) };
 }

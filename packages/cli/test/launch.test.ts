@@ -1,5 +1,14 @@
-import { spawnSync } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import {
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -112,5 +121,84 @@ describe("the stormlog launcher", () => {
     expect(result.stdout).toBe("answer 42 from bin.cjs\n");
     expect(result.stderr).toBe("");
     expect(result.status).toBe(5);
+  });
+});
+
+/** A stand-in bundle that says which trim threshold it runs with, and ends with `$EXIT_CODE`. */
+const TRIM_BUNDLE = `#!/usr/bin/env node
+process.stdout.write(\`trim \${process.env.MALLOC_TRIM_THRESHOLD_ ?? "unset"}\\n\`);
+if (process.env.WAIT_FOR_SIGNAL) {
+  if (process.env.WAIT_FOR_SIGNAL === "handle")
+    process.on("SIGTERM", () => { process.stdout.write("got SIGTERM\\n"); process.exit(4); });
+  setInterval(() => {}, 1000);
+  process.stdout.write("ready\\n");
+}
+process.exitCode = Number(process.env.EXIT_CODE ?? 0);
+`;
+
+/** The machine the command below re-runs on: glibc's settings mean nothing elsewhere. */
+const glibc =
+  process.platform === "linux" &&
+  typeof (process.report.getReport() as { header?: { glibcVersionRuntime?: unknown } }).header
+    ?.glibcVersionRuntime === "string";
+
+describe("a first scan of a big file", () => {
+  let big: string;
+  beforeEach(() => {
+    writeFileSync(join(dir, "bin.cjs"), TRIM_BUNDLE);
+    mkdirSync(join(dir, "job"));
+    big = join(dir, "job", "run.jsonl");
+    // Sparse: 600 MiB long, no blocks written.
+    writeFileSync(big, "");
+    truncateSync(big, 600 * 1024 * 1024);
+  });
+
+  it.runIf(glibc)("runs in a child with glibc's trim threshold fixed, which ends it as it ends", () => {
+    const result = launch(["analyze", big, "--format", "json"], { EXIT_CODE: "7" });
+    expect(result.stdout).toBe("trim 1048576\n");
+    expect(result.stderr).toBe("");
+    expect(result.status).toBe(7);
+  });
+
+  it("runs here for a small file, another command, an index beside the file, or the user's settings", () => {
+    const small = join(dir, "small.jsonl");
+    writeFileSync(small, "{}\n");
+    expect(launch(["analyze", small]).stdout).toBe("trim unset\n");
+    expect(launch(["track", "--sink", big, "--", "true"]).stdout).toBe("trim unset\n");
+    expect(launch(["analyze", big], { MALLOC_ARENA_MAX: "2" }).stdout).toBe("trim unset\n");
+    expect(launch(["analyze", big], { MALLOC_TRIM_THRESHOLD_: "4096" }).stdout).toBe("trim 4096\n");
+    mkdirSync(join(dir, "job", ".stormlog-index"));
+    expect(launch(["analyze", big]).stdout).toBe("trim unset\n");
+  });
+
+  it.runIf(glibc)("relays a signal to the child, and ends as the child ends", async () => {
+    const run = async (mode: string) => {
+      const child = spawn(process.execPath, [join(dir, "launch.cjs"), "diagnose", big], {
+        stdio: ["ignore", "pipe", "pipe"],
+        env: { ...process.env, STORMLOG_CACHE_DIR: cacheDir, WAIT_FOR_SIGNAL: mode },
+      });
+      let stdout = "";
+      const ready = new Promise<void>((done) =>
+        child.stdout.on("data", (chunk: Buffer) => {
+          stdout += chunk.toString();
+          if (stdout.includes("ready")) done();
+        }),
+      );
+      const ended = new Promise<[number | null, NodeJS.Signals | null]>((done) =>
+        child.on("close", (code, signal) => done([code, signal])),
+      );
+      await ready;
+      child.kill("SIGTERM");
+      const [code, signal] = await ended;
+      return { stdout, code, signal };
+    };
+    // The child handles it: the launcher ends with the child's code.
+    expect(await run("handle")).toEqual({
+      stdout: "trim 1048576\nready\ngot SIGTERM\n",
+      code: 4,
+      signal: null,
+    });
+    // The child dies of it: so does the launcher.
+    expect(await run("default")).toEqual({ stdout: "trim 1048576\nready\n", code: null, signal: "SIGTERM" });
   });
 });
