@@ -99,7 +99,9 @@ try {
     rmSync(join(single, ".stormlog-index"), { recursive: true, force: true });
     // The command as users run it: from 512 MiB, a first scan runs in a child with glibc's trim threshold fixed.
     const { ms, rssMb } = runCli(["analyze", file, "--output", join(single, "report.txt")]);
-    console.log(`  one file, stormlog analyze cold (${cli.label}): ${Math.round(ms)} ms, peak RSS ${rssMb} MB`);
+    console.log(
+      `  one file, stormlog analyze cold (${cli.label}): ${Math.round(ms)} ms, peak RSS ${rssMb} MB`,
+    );
     rmSync(single, { recursive: true, force: true });
   }
 } finally {
