@@ -97,7 +97,8 @@ try {
     console.log(`  one file, cold: ${measure(file, "index")}`);
     console.log(`  one file, warm: ${measure(file, "index")}`);
     rmSync(join(single, ".stormlog-index"), { recursive: true, force: true });
-    // The command as users run it: from 512 MiB, a first scan runs in a child with glibc's trim threshold fixed.
+    // The command as users run it (the built CLI: from 512 MiB its launcher runs a first scan in a child
+    // with glibc's trim threshold fixed; from source through tsx there is no launcher).
     const { ms, rssMb } = runCli(["analyze", file, "--output", join(single, "report.txt")]);
     console.log(
       `  one file, stormlog analyze cold (${cli.label}): ${Math.round(ms)} ms, peak RSS ${rssMb} MB`,

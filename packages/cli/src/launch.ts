@@ -14,14 +14,15 @@ import {
   mkdirSync,
   readdirSync,
   readFileSync,
+  realpathSync,
   renameSync,
   rmSync,
   statSync,
   writeFileSync,
 } from "node:fs";
 import Module from "node:module";
-import { homedir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { constants, homedir } from "node:os";
+import { basename, dirname, join } from "node:path";
 import { Script } from "node:vm";
 
 const bundle = join(__dirname, "bin.cjs");
@@ -115,11 +116,12 @@ function launch(): void {
   if (cachedData === undefined || script.cachedDataRejected === true) saveOnExit(script, dir, name);
 }
 
-/** Commands that may scan their input into an analysis index. */
+/** Commands that may scan their input into an analysis index (`query` exports a .jsonl to Parquet first). */
 const SCANNING_COMMANDS: ReadonlySet<string> = new Set([
   "analyze",
   "diagnose",
   "export",
+  "query",
   "report",
   "sessions",
 ]);
@@ -131,16 +133,41 @@ const TRIM_THRESHOLD_BYTES = 1024 * 1024;
 const INDEX_DIRNAME = ".stormlog-index";
 /** Signals a terminal or a job runner sends: the child gets them too. */
 const FORWARDED_SIGNALS: readonly NodeJS.Signals[] = ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"];
+/** Signals whose default action dumps core: the child's dump is the one to keep, so the launcher does not make one. */
+const CORE_SIGNALS: ReadonlySet<string> = new Set([
+  "SIGABRT",
+  "SIGBUS",
+  "SIGFPE",
+  "SIGILL",
+  "SIGQUIT",
+  "SIGSEGV",
+  "SIGSYS",
+  "SIGTRAP",
+  "SIGXCPU",
+  "SIGXFSZ",
+]);
+/** Set in the child the launcher starts: it ends when the launcher does (`followLauncher`). */
+const CHILD_MARKER = "STORMLOG_LAUNCHER_CHILD";
 
-/** Whether the command will likely scan a big file first (no index beside it yet). */
+/**
+ * Whether the analysis has an index of `file` beside it (`locate` in @stormlog/analysis: the catalog
+ * `index-<name>.json` of a .jsonl, `index.json` of another file, beside its real path). One in the user
+ * cache directory (a read-only input, `--cache-dir`) is not looked for: such warm runs pay the child's start.
+ */
+function indexedBeside(file: string): boolean {
+  const real = realpathSync(file);
+  const catalog = real.endsWith(".jsonl") ? `index-${basename(real)}.json` : "index.json";
+  return existsSync(join(dirname(real), INDEX_DIRNAME, catalog));
+}
+
+/** Whether the command will likely scan a big file first (not indexed yet). */
 function scansBigFile(args: readonly string[]): boolean {
   if (!SCANNING_COMMANDS.has(args[0] ?? "")) return false;
   for (const arg of args.slice(1)) {
     if (arg.startsWith("-")) continue;
     try {
       const stats = statSync(arg);
-      if (stats.isFile() && stats.size >= BIG_INPUT_BYTES)
-        return !existsSync(join(dirname(resolve(arg)), INDEX_DIRNAME));
+      if (stats.isFile() && stats.size >= BIG_INPUT_BYTES) return !indexedBeside(arg);
     } catch {
       // Not a path (an option's value): nothing to scan.
     }
@@ -156,6 +183,11 @@ function allocatorTuned(env: NodeJS.ProcessEnv): boolean {
   );
 }
 
+/** Whether a debugger is asked for: it would attach to the launcher, which runs nothing. */
+function debugging(): boolean {
+  return [...process.execArgv, process.env.NODE_OPTIONS ?? ""].some((arg) => /--inspect|--debug/.test(arg));
+}
+
 /** Whether this Node runs on glibc (musl and others ignore its settings). */
 function usesGlibc(): boolean {
   try {
@@ -166,23 +198,31 @@ function usesGlibc(): boolean {
   }
 }
 
+/** Ends this process as `signal` ended the child: by the same signal, else (core dumps, PID 1) with 128 + its number. */
+function endAsKilledBy(signal: NodeJS.Signals): never {
+  if (!CORE_SIGNALS.has(signal)) process.kill(process.pid, signal);
+  // Still here: a core-dumping signal, or one a PID 1 (a container's first process) ignores.
+  process.exit(128 + (constants.signals[signal] ?? 0));
+}
+
 /**
  * glibc lets each thread's arena keep freed memory up to twice a threshold that grows with the
  * blocks freed (to 64 MiB): after a first scan of a big file (two scan workers, V8's compiler
- * threads), about 40 MB of the peak RSS was memory kept that way (the 1.1 GB 64-rank file: 190-200
- * MiB, 151-160 MiB with a fixed 1 MiB threshold, as fast). glibc reads the threshold when the process
- * starts, so such a command runs again in a child that has it; this process only relays signals and
- * ends as the child does. True when it did so; false to run the command here.
+ * threads), about 40 MB of the peak RSS was memory kept that way (the 1.1 GB 64-rank file: 179-203
+ * MiB, 148-167 MiB with a fixed 1 MiB threshold, for ~6 % more time). glibc reads the threshold when
+ * the process starts, so such a command runs again in a child that has it; this process only relays
+ * signals and ends as the child does. True when it did so; false to run the command here.
  */
 function rerunWithBoundedArenas(): boolean {
   const args = process.argv.slice(2);
-  if (process.platform !== "linux" || allocatorTuned(process.env) || !scansBigFile(args)) return false;
-  if (!usesGlibc()) return false;
+  if (process.platform !== "linux" || allocatorTuned(process.env) || debugging()) return false;
+  if (!scansBigFile(args) || !usesGlibc()) return false;
   let child: ChildProcess;
   try {
     child = spawn(process.execPath, [...process.execArgv, __filename, ...args], {
-      stdio: "inherit",
-      env: { ...process.env, MALLOC_TRIM_THRESHOLD_: String(TRIM_THRESHOLD_BYTES) },
+      // The IPC channel tells the child when this process is gone, even killed (`followLauncher`).
+      stdio: ["inherit", "inherit", "inherit", "ipc"],
+      env: { ...process.env, MALLOC_TRIM_THRESHOLD_: String(TRIM_THRESHOLD_BYTES), [CHILD_MARKER]: "1" },
     });
   } catch {
     return false;
@@ -197,23 +237,38 @@ function rerunWithBoundedArenas(): boolean {
   const stopRelaying = (): void => {
     for (const [signal, relay] of relays) process.off(signal, relay);
   };
-  let started = false;
+  // A child that could not be made leaves the command to this process ("error" before "spawn").
+  let state: "starting" | "running" | "here" = "starting";
   child.once("spawn", () => {
-    started = true;
+    state = "running";
+    // Only the child's end keeps this process waiting.
+    child.channel?.unref();
   });
-  child.once("error", () => {
-    // Not started (no process could be made): the command runs here, as without big files.
-    if (started) return;
+  child.on("error", () => {
+    // A later error (a signal that could not be relayed) changes nothing: the child's end still comes.
+    if (state !== "starting") return;
+    state = "here";
     stopRelaying();
     launch();
   });
   child.once("exit", (code, signal) => {
-    if (!started) return;
+    if (state !== "running") return;
     stopRelaying();
-    if (signal !== null) process.kill(process.pid, signal);
-    else process.exit(code ?? 1);
+    if (signal !== null) endAsKilledBy(signal);
+    process.exit(code ?? 1);
   });
   return true;
 }
 
+/** In the launcher's child: ends when the launcher is gone (killed, say), instead of running on alone. */
+function followLauncher(): void {
+  if (process.env[CHILD_MARKER] !== "1") return;
+  // Processes this one starts are not the launcher's children.
+  delete process.env[CHILD_MARKER];
+  if (process.channel === undefined) return;
+  process.channel.unref();
+  process.on("disconnect", () => process.exit(1));
+}
+
+followLauncher();
 if (!rerunWithBoundedArenas()) launch();

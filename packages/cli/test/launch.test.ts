@@ -28,12 +28,20 @@ let dir: string;
 let cacheDir: string;
 
 /** Runs the launcher (compiled to CommonJS as tsup does) beside the stand-in bundle. */
-function launch(args: string[] = [], env: NodeJS.ProcessEnv = {}) {
-  const result = spawnSync(process.execPath, [join(dir, "launch.cjs"), ...args], {
+/** This environment without allocator settings (some CI images set `MALLOC_ARENA_MAX`): the launcher keeps a user's. */
+function plainEnv(): NodeJS.ProcessEnv {
+  return Object.fromEntries(
+    Object.entries(process.env).filter(([name]) => !name.startsWith("MALLOC_") && name !== "GLIBC_TUNABLES"),
+  );
+}
+
+function launch(args: string[] = [], env: NodeJS.ProcessEnv = {}, nodeArgs: string[] = []) {
+  const result = spawnSync(process.execPath, [...nodeArgs, join(dir, "launch.cjs"), ...args], {
     encoding: "utf8",
-    env: { ...process.env, NODE_DISABLE_COMPILE_CACHE: "", STORMLOG_CACHE_DIR: cacheDir, ...env },
+    cwd: dir,
+    env: { ...plainEnv(), NODE_DISABLE_COMPILE_CACHE: "", STORMLOG_CACHE_DIR: cacheDir, ...env },
   });
-  return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+  return { status: result.status, signal: result.signal, stdout: result.stdout, stderr: result.stderr };
 }
 
 const cacheFiles = () => {
@@ -124,14 +132,16 @@ describe("the stormlog launcher", () => {
   });
 });
 
-/** A stand-in bundle that says which trim threshold it runs with, and ends with `$EXIT_CODE`. */
+/** A stand-in bundle that says which trim threshold it runs with, and ends as its environment asks. */
 const TRIM_BUNDLE = `#!/usr/bin/env node
 process.stdout.write(\`trim \${process.env.MALLOC_TRIM_THRESHOLD_ ?? "unset"}\\n\`);
+if (process.env.PRINT_EXEC_ARGV) process.stdout.write(\`execArgv \${process.execArgv.join(" ")}\\n\`);
+if (process.env.SELF_KILL) process.kill(process.pid, process.env.SELF_KILL);
 if (process.env.WAIT_FOR_SIGNAL) {
   if (process.env.WAIT_FOR_SIGNAL === "handle")
     process.on("SIGTERM", () => { process.stdout.write("got SIGTERM\\n"); process.exit(4); });
   setInterval(() => {}, 1000);
-  process.stdout.write("ready\\n");
+  process.stdout.write(\`ready \${process.pid}\\n\`);
 }
 process.exitCode = Number(process.env.EXIT_CODE ?? 0);
 `;
@@ -141,6 +151,15 @@ const glibc =
   process.platform === "linux" &&
   typeof (process.report.getReport() as { header?: { glibcVersionRuntime?: unknown } }).header
     ?.glibcVersionRuntime === "string";
+
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
 
 describe("a first scan of a big file", () => {
   let big: string;
@@ -153,52 +172,82 @@ describe("a first scan of a big file", () => {
     truncateSync(big, 600 * 1024 * 1024);
   });
 
+  /** The launcher (waiting in its child), its output so far once the child is ready, and its end. */
+  async function waiting(mode: string) {
+    const launcher = spawn(process.execPath, [join(dir, "launch.cjs"), "diagnose", big], {
+      cwd: dir,
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...plainEnv(), STORMLOG_CACHE_DIR: cacheDir, WAIT_FOR_SIGNAL: mode },
+    });
+    let stdout = "";
+    const ready = new Promise<number>((done) =>
+      launcher.stdout.on("data", (chunk: Buffer) => {
+        stdout += chunk.toString();
+        const pid = /ready (\d+)/.exec(stdout);
+        if (pid !== null) done(Number(pid[1]));
+      }),
+    );
+    const ended = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) =>
+      launcher.on("close", (code, signal) => done({ code, signal })),
+    );
+    const childPid = await ready;
+    return { launcher, childPid, ended, output: () => stdout };
+  }
+
   it.runIf(glibc)("runs in a child with glibc's trim threshold fixed, which ends it as it ends", () => {
     const result = launch(["analyze", big, "--format", "json"], { EXIT_CODE: "7" });
     expect(result.stdout).toBe("trim 1048576\n");
     expect(result.stderr).toBe("");
     expect(result.status).toBe(7);
+    // Node's own options reach the child.
+    const withOptions = launch(["export", big], { PRINT_EXEC_ARGV: "1" }, ["--max-old-space-size=300"]);
+    expect(withOptions.stdout).toBe("trim 1048576\nexecArgv --max-old-space-size=300\n");
   });
 
-  it("runs here for a small file, another command, an index beside the file, or the user's settings", () => {
+  it("runs here for a small file, another command, its index beside it, a debugger, or the user's settings", () => {
     const small = join(dir, "small.jsonl");
     writeFileSync(small, "{}\n");
     expect(launch(["analyze", small]).stdout).toBe("trim unset\n");
     expect(launch(["track", "--sink", big, "--", "true"]).stdout).toBe("trim unset\n");
     expect(launch(["analyze", big], { MALLOC_ARENA_MAX: "2" }).stdout).toBe("trim unset\n");
     expect(launch(["analyze", big], { MALLOC_TRIM_THRESHOLD_: "4096" }).stdout).toBe("trim 4096\n");
+    expect(launch(["analyze", big], { NODE_OPTIONS: "--inspect-port=0" }).stdout).toBe("trim unset\n");
     mkdirSync(join(dir, "job", ".stormlog-index"));
+    // Another file's index beside it is not this one's.
+    writeFileSync(join(dir, "job", ".stormlog-index", "index-other.jsonl.json"), "{}");
+    if (glibc) expect(launch(["analyze", big]).stdout).toBe("trim 1048576\n");
+    writeFileSync(join(dir, "job", ".stormlog-index", "index-run.jsonl.json"), "{}");
     expect(launch(["analyze", big]).stdout).toBe("trim unset\n");
   });
 
+  it.runIf(glibc)("ends as its child ends when a signal ends the child", () => {
+    // Killed: so is the launcher.
+    const killed = launch(["analyze", big], { SELF_KILL: "SIGKILL" });
+    expect([killed.stdout, killed.status, killed.signal]).toEqual(["trim 1048576\n", null, "SIGKILL"]);
+    // A core dump's signal: the launcher exits 128 + its number (the child's dump is the one kept).
+    const aborted = launch(["analyze", big], { SELF_KILL: "SIGABRT" });
+    expect([aborted.stdout, aborted.status, aborted.signal]).toEqual(["trim 1048576\n", 134, null]);
+  });
+
   it.runIf(glibc)("relays a signal to the child, and ends as the child ends", async () => {
-    const run = async (mode: string) => {
-      const child = spawn(process.execPath, [join(dir, "launch.cjs"), "diagnose", big], {
-        stdio: ["ignore", "pipe", "pipe"],
-        env: { ...process.env, STORMLOG_CACHE_DIR: cacheDir, WAIT_FOR_SIGNAL: mode },
-      });
-      let stdout = "";
-      const ready = new Promise<void>((done) =>
-        child.stdout.on("data", (chunk: Buffer) => {
-          stdout += chunk.toString();
-          if (stdout.includes("ready")) done();
-        }),
-      );
-      const ended = new Promise<[number | null, NodeJS.Signals | null]>((done) =>
-        child.on("close", (code, signal) => done([code, signal])),
-      );
-      await ready;
-      child.kill("SIGTERM");
-      const [code, signal] = await ended;
-      return { stdout, code, signal };
-    };
     // The child handles it: the launcher ends with the child's code.
-    expect(await run("handle")).toEqual({
-      stdout: "trim 1048576\nready\ngot SIGTERM\n",
-      code: 4,
-      signal: null,
-    });
+    const handled = await waiting("handle");
+    handled.launcher.kill("SIGTERM");
+    expect(await handled.ended).toEqual({ code: 4, signal: null });
+    expect(handled.output()).toBe(`trim 1048576\nready ${handled.childPid}\ngot SIGTERM\n`);
     // The child dies of it: so does the launcher.
-    expect(await run("default")).toEqual({ stdout: "trim 1048576\nready\n", code: null, signal: "SIGTERM" });
+    const died = await waiting("default");
+    died.launcher.kill("SIGTERM");
+    expect(await died.ended).toEqual({ code: null, signal: "SIGTERM" });
+  });
+
+  it.runIf(glibc)("ends its child when the launcher is killed", async () => {
+    const { launcher, childPid, ended } = await waiting("default");
+    expect(alive(childPid)).toBe(true);
+    launcher.kill("SIGKILL");
+    expect(await ended).toEqual({ code: null, signal: "SIGKILL" });
+    const deadline = Date.now() + 10_000;
+    while (alive(childPid) && Date.now() < deadline) await new Promise((done) => setTimeout(done, 20));
+    expect(alive(childPid)).toBe(false);
   });
 });
