@@ -124,12 +124,11 @@ export function judgeBirths(
     const unit = unitOf(phase);
     const window = unit === null ? ordered : whileRunning(ordered, unit.startsNs);
     if (window.length < MIN_SNAPSHOTS) continue;
-    const tensors = window.map((s) => s.phases.get(phase)?.tensors ?? 0);
+    const tensors = Float64Array.from(window, (s) => s.phases.get(phase)?.tensors ?? 0);
     const bytes = window.map((s) => s.phases.get(phase)?.bytes ?? 0);
-    const series = Float64Array.from(tensors);
-    const all = risingTrend(series);
+    const all = risingTrend(tensors);
     const halfStart = Math.floor(tensors.length / 2);
-    const half = risingTrend(series.subarray(halfStart));
+    const half = risingTrend(tensors.subarray(halfStart));
     const halfRising = half.points >= 8 ? half.pRising < 0.05 : half.s > 0;
     // Where the survivors began to accumulate: the last reading at the run's lowest count.
     let low = Number.POSITIVE_INFINITY;

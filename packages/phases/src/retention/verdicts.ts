@@ -122,7 +122,7 @@ interface LevelVerdict {
   /** RetentionOccurrence indices (from 1) whose level step is real (above noise) and positive. */
   risingSteps: number[];
   pHalf: number;
-  levels: number[];
+  readonly levels: Float64Array;
 }
 
 function judgeLevels(levels: Float64Array, metric: Metric): LevelVerdict {
@@ -168,7 +168,7 @@ function judgeLevels(levels: Float64Array, metric: Metric): LevelVerdict {
     rise: rise > Math.max(floor, STEP_NOISE_MULTIPLE * noise) ? rise : 0,
     risingSteps,
     pHalf: half.pRising,
-    levels: [...levels],
+    levels,
   };
 }
 
@@ -565,18 +565,18 @@ function enclosing(
 function closedLevels(
   list: readonly RetentionOccurrence[],
   read: Reader,
-): { levels: number[]; nets: number[] } {
-  const levels: number[] = [];
+): { levels: Float64Array; nets: number[] } {
+  const levels = new Float64Array(list.length);
   const nets: number[] = [];
   for (const occurrence of list) {
     if (occurrence.span.syntheticEnd) continue;
     const enter = read(occurrence, "enter");
     const exit = read(occurrence, "exit");
     if (Number.isNaN(exit)) continue;
-    levels.push(exit);
+    levels[nets.length] = exit;
     nets.push(Number.isNaN(enter) ? Number.NaN : exit - enter);
   }
-  return { levels, nets };
+  return { levels: levels.subarray(0, nets.length), nets };
 }
 
 function evidence(
@@ -617,7 +617,7 @@ function judgeOwn(entry: PathOccurrences, metric: Metric, lastSample: boolean): 
     return insufficient(
       `${levels.length} closed occurrence${levels.length === 1 ? "" : "s"} on a rank; ${MIN_LEAK_OCCURRENCES} needed`,
     );
-  const level = judgeLevels(Float64Array.from(levels), metric);
+  const level = judgeLevels(levels, metric);
   const measured = nets.filter((net) => !Number.isNaN(net));
   if (!lastSample && measured.length < MIN_LEAK_OCCURRENCES)
     return insufficient(
