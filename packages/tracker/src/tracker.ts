@@ -383,7 +383,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     // boundaries pay only this check.
     if (boundary.scope.readings === true && collectors.onDemandStates.length > 0)
       this.readInto(index, collectors.onDemandStates, "readOnDemand");
-    this.leakWatch?.recorded(eventType === "phase_exit", boundary.scope, index);
+    this.leakWatch?.stored(index);
     this.records.committedPlain(index);
   }
 

@@ -260,6 +260,18 @@ export class EventStore {
     return numbers[row + FLAGS] as number;
   }
 
+  /**
+   * A phase record's scope as kept: its path's template, with its sequence and its parent's (-1 at
+   * the top) written to `sequences[0]` and `[1]`; or the scope itself, `sequences[0]` NaN.
+   */
+  keptScope(index: number, sequences: Float64Array): PhaseScopeTemplate | RecordedPhase {
+    const slot = this.slotOf(index);
+    const row = slot * ROW;
+    sequences[0] = this.numbers[row + SCOPE_SEQUENCE] as number;
+    sequences[1] = this.numbers[row + PARENT_SEQUENCE] as number;
+    return this.refs[slot * REFS + SCOPE] as PhaseScopeTemplate | RecordedPhase;
+  }
+
   /** A stored record's flag bits (`PHASE_ENTER`, `PHASE_EXIT`, `BOUNDARY_READ`). */
   flagsAt(index: number): number {
     return this.numbers[this.slotOf(index) * ROW + FLAGS] as number;

@@ -263,9 +263,10 @@ describe("leak alerts", () => {
     sent.mockRestore();
   });
 
-  it("reads each phase record as it is stored: a store of 8 records judges as one of 10000", async () => {
-    // The watch copies what it needs of a boundary's record at once, so a small store that overwrites
-    // its records between checks loses nothing of the window.
+  it("reads each phase record before the store overwrites it: a store of 8 records judges as one of 10000", async () => {
+    // The watch reads stored boundaries at the next sample or check, or sooner when the store would
+    // overwrite the oldest waiting, so a small store that overwrites its records between checks loses
+    // nothing of the window.
     const judged = async (maxEvents: number) => {
       const l = loop({ maxEvents });
       // The store keeps the last 8 records only: alerts are taken as they are recorded.
