@@ -10,6 +10,7 @@ import {
 } from "@stormlog/sink/internal";
 import type { RecordContext } from "../records/store.js";
 import { startWorkerBeside } from "../worker-entry.js";
+import { handOverDelayMs, workerFlushIntervalMs } from "./hand-over-delay.js";
 import {
   DIAGNOSTIC_KEYS,
   readSharedDiagnostics,
@@ -74,17 +75,30 @@ export class OffThreadSink implements TelemetryWriter {
   private readonly opened: Promise<boolean>;
   /** The sink's flush interval: how long it may hold records anyway. */
   readonly flushIntervalMs: number;
+  /** How long the tracker holds records before they reach the worker (`handOverDelayMs`). */
+  readonly handOverDelayMs: number;
   /** The sink's bound on waiting records (`maxQueueEvents`), which also bounds the worker's backlog. */
   readonly maxQueueEvents: number;
   private unregisterExit: (() => void) | null = null;
 
-  /** Checks the options (throws `InvalidConfigError` as `TelemetrySink` does) and opens the sink on the worker. */
-  constructor(options: TelemetrySinkOptions) {
+  /**
+   * Checks the options (throws `InvalidConfigError` as `TelemetrySink` does) and opens the sink on the
+   * worker. `handOver`: records reach the worker through the tracker's ring, held `handOverDelayMs`
+   * first; the worker's sink then flushes that much sooner (`workerFlushIntervalMs`).
+   */
+  constructor(options: TelemetrySinkOptions, { handOver = false }: { readonly handOver?: boolean } = {}) {
     const resolved = resolveSinkConfig(options);
     this.source = resolved.source;
     this.flushIntervalMs = resolved.flushEverySeconds * 1000;
+    this.handOverDelayMs = handOverDelayMs(this.flushIntervalMs);
     this.maxQueueEvents = resolved.maxQueueEvents;
-    const { logger, clock: _clock, scheduler: _scheduler, ...crossing } = options;
+    const { logger, clock: _clock, scheduler: _scheduler, ...own } = options;
+    const crossing = handOver
+      ? {
+          ...own,
+          flushEverySeconds: workerFlushIntervalMs(this.flushIntervalMs, this.handOverDelayMs) / 1000,
+        }
+      : own;
     this.logger = guardedLogger(logger ?? consoleSinkLogger);
     this.handleProcessExit = options.handleProcessExit ?? true;
     const diagnostics = new SharedArrayBuffer(DIAGNOSTIC_KEYS.length * Float64Array.BYTES_PER_ELEMENT);

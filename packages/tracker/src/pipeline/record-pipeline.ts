@@ -74,7 +74,7 @@ export async function openPipeline(
   const options: TelemetrySinkOptions = { source: "stormlog.tracker", ...option };
   const real = canWriteOffThread(options);
   if (thread === "worker" && real) {
-    const sink = new OffThreadSink(options);
+    const sink = new OffThreadSink(options, { handOver: true });
     if (await sink.ready()) return new WorkerPipeline(sink, host);
     host.warn("the sink's worker thread did not start: writing the sink on the training thread instead");
   }
@@ -166,16 +166,12 @@ class MainThreadPipeline implements RecordPipeline {
 }
 
 /**
- * How long committed records, objects new to the worker (a new context, phase path or detail shape)
- * and spilled records wait before they are copied into the ring, published and posted (records are
- * copied sooner when `COMMIT_BATCH_LIMIT` wait, objects posted when `POST_OBJECTS_AT` wait): half the
- * sink's flush interval, at most `POST_DELAY_MAX_MS`. The worker reads what was published within its
- * `RING_READ_INTERVAL_MS` (25) and writes it at its next flush, so a SIGKILL loses at most the flush
- * interval plus 100 ms (50 + 25 ms and the write). Each hand-over starts cold (tfjs's data evicted
- * ours): in a tfjs step, one every 50 ms cost 17-21 us per step (one every 250 ms, 9-11 us, would
- * break that bound).
+ * Committed records, objects new to the worker (a new context, phase path or detail shape) and
+ * spilled records wait `OffThreadSink.handOverDelayMs` before they are copied into the ring, published
+ * and posted (records are copied sooner when `COMMIT_BATCH_LIMIT` wait, objects posted when
+ * `POST_OBJECTS_AT` wait); the worker's sink flushes sooner by as much, so that a SIGKILL still loses
+ * at most the flush interval plus 100 ms (see hand-over-delay.ts).
  */
-const POST_DELAY_MAX_MS = 50;
 
 /**
  * Records the sink's worker may be behind (in the ring and spill chunks) before further ones are
@@ -218,9 +214,7 @@ class WorkerPipeline implements RecordPipeline {
     private readonly sink: OffThreadSink,
     private readonly host: PipelineHost,
   ) {
-    // Half a short flush interval: with the worker's read (25 ms) and its flush, a kill still loses
-    // at most the flush interval + 100 ms (a 50 ms flush: 25 + 25 + 50 ms and the write).
-    this.postDelayMs = Math.min(POST_DELAY_MAX_MS, sink.flushIntervalMs / 2);
+    this.postDelayMs = sink.handOverDelayMs;
     this.batchLimit = Math.min(COMMIT_BATCH_LIMIT, host.store.capacity);
     const buffers = ringBuffers();
     this.ring = new RecordRingWriter(
