@@ -38,6 +38,9 @@ function sectionBlocks(heading: string): { language: string; code: string }[] {
 
 // npm as a user's, without its noise; a clean environment (no source condition, no test loaders).
 const { NODE_OPTIONS: _options, VITEST: _vitest, ...inherited } = process.env;
+/** Each test packs and installs with npm: ~20-30 s on this VM, longer on a loaded one (the commands keep their own limits). */
+const INSTALL_TEST_TIMEOUT_MS = 900_000;
+
 function run(command: string, cwd: string, home: string, timeoutMs = 300_000) {
   const result = spawnSync("bash", ["-euo", "pipefail", "-c", command], {
     cwd,
@@ -61,7 +64,9 @@ function run(command: string, cwd: string, home: string, timeoutMs = 300_000) {
 }
 
 describe("a new user's first run, from the README", () => {
-  it("packs, installs into a fresh project, runs the Quick start and analyzes its sink", () => {
+  it("packs, installs into a fresh project, runs the Quick start and analyzes its sink", {
+    timeout: INSTALL_TEST_TIMEOUT_MS,
+  }, () => {
     expect(
       existsSync(join(repo, "packages/tracker/dist/index.js")),
       "build the packages first (pnpm build)",
@@ -105,7 +110,9 @@ describe("a new user's first run, from the README", () => {
     expect(page).toMatch(/uPlot/);
   });
 
-  it("keeps every tarball and its install within budget, with its LICENSE and metadata (check:packages)", () => {
+  it("keeps every tarball and its install within budget, with its LICENSE and metadata (check:packages)", {
+    timeout: INSTALL_TEST_TIMEOUT_MS,
+  }, () => {
     const home = mkdtempSync(join(tmpdir(), "stormlog-user-home-"));
     made.push(home);
     const output = run("node scripts/check-packages.mjs --skip-build", repo, home, 600_000);

@@ -135,6 +135,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
           this.store,
         )
       : null;
+    const leakWatch = this.leakWatch;
+    if (leakWatch !== null) records.onStored = (index) => leakWatch.recordStored(index);
     const health = new CollectorHealthMachine(records, resolved.retryBackoff);
     this.processor = new SampleProcessor(
       records,
@@ -383,7 +385,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     // boundaries pay only this check.
     if (boundary.scope.readings === true && collectors.onDemandStates.length > 0)
       this.readInto(index, collectors.onDemandStates, "readOnDemand");
-    this.leakWatch?.stored(index);
+    this.leakWatch?.phaseStored(index);
     this.records.committedPlain(index);
   }
 

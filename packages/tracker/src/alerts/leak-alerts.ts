@@ -90,7 +90,7 @@ export const LEAK_WINDOW_SNAPSHOTS = 512;
 /** Phases open at once that are remembered (the oldest are dropped: phases never closed). */
 const MAX_OPEN = 256;
 /**
- * Phase records stored before the watch reads them (sooner when the store would overwrite them): read
+ * Records stored before the watch reads the phase records among them (fewer when the store holds fewer): read
  * together at the next sample or check, between training steps, where the store's rows and the
  * watch's are still in cache. Read at each boundary, inside a step whose tensors evicted them, the
  * watch took about a tenth of Stormlog's time in a tracked tfjs step (`bench:in-situ`).
@@ -350,7 +350,7 @@ export class LeakWatch {
   private sampledTensors = Number.NaN;
   /** The store's records before this index were read (`readStored`). */
   private readUpTo = 0;
-  /** `readStored` at the latest when this many records wait: before the store overwrites any. */
+  /** `readStored` at the latest when this many records were stored since: before the store overwrites any. */
   private readonly readEvery: number;
   /** A kept scope's sequences, as `EventStore.keptScope` writes them. */
   private readonly keptSequences = new Float64Array(2);
@@ -438,15 +438,23 @@ export class LeakWatch {
 
   /**
    * The tracker stored phase record `index` (its counters final): the watch reads it with the others
-   * at the next sample or check (`readStored`), or now when the store would soon overwrite the oldest
-   * waiting. Never throws; does nothing between sessions.
+   * at the next sample or check (`readStored`), or sooner (`recordStored`). Never throws; does
+   * nothing between sessions.
    */
-  stored(index: number): void {
+  phaseStored(index: number): void {
     if (this.session === null) return;
     if (!this.armed) {
       this.armed = true;
       this.schedule();
     }
+    if (index + 1 - this.readUpTo >= this.readEvery) this.readStored();
+  }
+
+  /**
+   * The tracker stored record `index`, of any kind: the waiting phase records are read now when
+   * another record would overwrite the oldest of them (a small store, many samples or alerts).
+   */
+  recordStored(index: number): void {
     if (index + 1 - this.readUpTo >= this.readEvery) this.readStored();
   }
 
@@ -474,8 +482,8 @@ export class LeakWatch {
     try {
       const sequences = this.keptSequences;
       const kept = store.keptScope(index, sequences);
-      // The recorder's scopes are kept as their path's template and sequences (the scope object is
-      // reused); others are kept themselves.
+      // A recorder's scope without attributes is kept as its path's template and sequences (its object
+      // is reused for later phases); other scopes are kept themselves.
       let scope: RecordedPhase | null;
       let template: PhaseScopeTemplate | undefined;
       let sequence: number;

@@ -166,14 +166,6 @@ class MainThreadPipeline implements RecordPipeline {
 }
 
 /**
- * Committed records, objects new to the worker (a new context, phase path or detail shape) and
- * spilled records wait `OffThreadSink.handOverDelayMs` before they are copied into the ring, published
- * and posted (records are copied sooner when `COMMIT_BATCH_LIMIT` wait, objects posted when
- * `POST_OBJECTS_AT` wait); the worker's sink flushes sooner by as much, so that a SIGKILL still loses
- * at most the flush interval plus 100 ms (see hand-over-delay.ts).
- */
-
-/**
  * Records the sink's worker may be behind (in the ring and spill chunks) before further ones are
  * dropped and counted, as the sink's queue drops them on this thread (or its `maxQueueEvents`, if
  * more). A burst of this many (a loop of 32768 phases) is written whole; a loop the worker cannot
@@ -196,6 +188,13 @@ const POST_OBJECTS_AT = 512;
  */
 class WorkerPipeline implements RecordPipeline {
   private readonly ring: RecordRingWriter;
+  /**
+   * How long committed records, objects new to the worker (a new context, phase path or detail shape)
+   * and spilled records wait before they are copied into the ring, published and posted (records are
+   * copied sooner when `COMMIT_BATCH_LIMIT` wait, objects posted when `POST_OBJECTS_AT` wait):
+   * `OffThreadSink.handOverDelayMs`; the worker's sink flushes sooner by as much, so that a SIGKILL
+   * still loses at most the flush interval plus 100 ms (hand-over-delay.ts).
+   */
   private readonly postDelayMs: number;
   private timer: TimerHandle | null = null;
   /** The store's record count at the last timer hand-over: the timer stays armed while it grows. */
@@ -254,7 +253,8 @@ class WorkerPipeline implements RecordPipeline {
 
   /**
    * Copies the records waiting into the ring, in order. Its publications every 64 records wake no
-   * worker that reads on its own (a wake is a system call, and this runs between training steps).
+   * worker that reads on its own (a wake is a system call); one that went idle (a hold over ~100 ms)
+   * is woken.
    */
   private copyWaiting(droppable = true): void {
     const ring = this.ring;
@@ -269,7 +269,8 @@ class WorkerPipeline implements RecordPipeline {
   }
 
   /**
-   * The timer's hand-over: published without a wake, read by the worker's own next read. While records
+   * The timer's hand-over: published without a wake, read by the worker's own next read (an idle
+   * worker, after a hold over ~100 ms, is woken). While records
    * keep coming the timer is armed again here, between steps, rather than by the next commit inside a
    * step (a boundary that armed it cost ~20 us more in a tfjs step). After a quiet period the next
    * commit arms it.

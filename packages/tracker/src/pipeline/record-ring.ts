@@ -966,9 +966,10 @@ const waitAsync = (
 ).waitAsync;
 
 /**
- * Reads that found nothing new before the worker goes idle: more than a hand-over's longest delay
- * (50 ms) at the 25 ms read interval, so that a training loop, which publishes at least that often,
- * never finds it idle, and its publications never pay for a wake (a system call).
+ * Reads that found nothing new before the worker goes idle: more than a short hold's hand-over (50 ms)
+ * at the 25 ms read interval, so that a training loop that publishes at least that often never finds it
+ * idle and never pays for a wake (a system call). Holds of a long flush interval (up to 500 ms,
+ * hand-over-delay.ts) find it idle and wake it: one system call per hand-over, two a second.
  */
 export const QUIET_READS_BEFORE_IDLE = 4;
 

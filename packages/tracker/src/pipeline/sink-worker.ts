@@ -24,7 +24,8 @@ import { RecordRingReader, RingWatch } from "./record-ring.js";
  * phases of the last few training steps) waits for this read: a wake from between training steps is
  * a system call, which doubled a hand-over's cost there (34 against 16 us). After 100 ms with nothing
  * published the worker waits `RING_IDLE_INTERVAL_MS` (an idle service wakes it 2.5 times a second,
- * not 40), and the tracker wakes an idle worker at its next publication.
+ * not 40), and the tracker wakes an idle worker at its next publication (so every hand-over of a
+ * long flush interval's hold, two a second with the default sink, pays one wake).
  */
 const RING_READ_INTERVAL_MS = 25;
 const RING_IDLE_INTERVAL_MS = 400;

@@ -39,6 +39,8 @@ export class RecordLog {
   private failed = false;
   private counters: SinkCounters = emptySinkCounters();
   private readonly callbacks = new Set<AlertCallback>();
+  /** Told of every record `emit` stores (the leak watch reads its waiting phase records before they are overwritten). */
+  onStored: ((index: number) => void) | null = null;
 
   constructor(
     readonly store: EventStore,
@@ -105,6 +107,7 @@ export class RecordLog {
       0,
       0,
     );
+    this.onStored?.(index);
     this.committed(index, eventType);
   }
 

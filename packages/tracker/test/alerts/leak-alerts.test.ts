@@ -289,6 +289,43 @@ describe("leak alerts", () => {
     expect(small).toEqual(await judged(10_000));
   });
 
+  it("reads waiting phase records before other records overwrite them: OOM errors inside steps, a store of 8", async () => {
+    // Each step stores its 8 phase records with 4 error records among them: with a store of 8, the
+    // errors alone would push the step's first enters out before the next sample or check.
+    const judged = async (maxEvents: number) => {
+      const l = loop({ maxEvents, oom: { enabled: false } });
+      const alerts: TelemetryEvent[] = [];
+      l.tracker.addAlertCallback((alert) => {
+        if (alert.event_type === "warning") alerts.push(alert);
+      });
+      await l.tracker.start();
+      for (let i = 1; i <= 80; i++) {
+        l.tracker.phase("train", () => {
+          l.tracker.phase("forward", () => {
+            l.clock.advanceMs(2);
+            l.tracker.handleError(new Error("out of memory"));
+            l.tracker.handleError(new Error("out of memory"));
+          });
+          l.tracker.phase("backward", () => {
+            l.clock.advanceMs(2);
+            l.collector.held += MiB;
+            l.tracker.handleError(new Error("out of memory"));
+            l.tracker.handleError(new Error("out of memory"));
+          });
+          l.tracker.phase("optimizer", () => {
+            l.clock.advanceMs(1);
+          });
+        });
+        if (i % 10 === 0) await l.scheduler.advance(1000);
+      }
+      await l.tracker.stop();
+      return leakAlerts(alerts, "train / backward").map((alert) => alert.metadata);
+    };
+    const small = await judged(8);
+    expect(small).toHaveLength(1);
+    expect(small).toEqual(await judged(10_000));
+  });
+
   it("a stable loop with noise raises none, at the checks or at stop()", async () => {
     const l = loop();
     await l.tracker.start();
