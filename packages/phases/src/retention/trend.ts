@@ -22,7 +22,7 @@ function reduceToBlocks(values: Float64Array, max = MAX_TREND_POINTS): Float64Ar
   const size = Math.ceil(values.length / max);
   const out = new Float64Array(Math.ceil(values.length / size));
   for (let start = 0, k = 0; start < values.length; start += size, k++)
-    out[k] = median(values.subarray(start, start + size));
+    out[k] = medianInPlace(values.slice(start, start + size));
   return out;
 }
 

@@ -128,7 +128,7 @@ interface LevelVerdict {
 function judgeLevels(levels: Float64Array, metric: Metric): LevelVerdict {
   const n = levels.length;
   const test = risingTrend(levels);
-  const half = risingTrend(levels.slice(Math.floor(n / 2)));
+  const half = risingTrend(levels.subarray(Math.floor(n / 2)));
   const third = risingTrend(levels.slice(n - Math.max(3, Math.floor(n / 3))));
   // Short tails cannot reach significance: there the later parts need only rise.
   const halfRising = half.points >= SIGNIFICANT_TAIL ? half.pRising < RISING_P_HALF : half.s > 0;

@@ -318,8 +318,8 @@ export function describeSuspicion(phasePath: string, r: RankVerdicts): LeakSuspi
 }
 
 /**
- * The leak watch of one tracker: `stored()` at every phase record (read later, from the store),
- * `sampled()` at every sample, `begin()` / `end()` with the session; checks on its own timer.
+ * The leak watch of one tracker: `phaseStored()` at every phase record and `recordStored()` at every
+ * other stored record (phase records are read later, from the store), `sampled()` at every sample, `begin()` / `end()` with the session; checks on its own timer.
  */
 export class LeakWatch {
   private readonly windows = new Map<string, PathWindow>();
@@ -447,7 +447,7 @@ export class LeakWatch {
       this.armed = true;
       this.schedule();
     }
-    if (index + 1 - this.readUpTo >= this.readEvery) this.readStored();
+    this.recordStored(index);
   }
 
   /**
