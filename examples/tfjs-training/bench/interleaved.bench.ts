@@ -4,7 +4,8 @@
  * alternate between tracked and untracked, in pairs whose order alternates (ABBA).
  *
  *   pnpm --filter tfjs-training bench:steps     (PAIRS=3000 per mode; MODES=aa,sink,main,none: ~10 min;
- *   MODES=aa,sink,plain compares the default with birth-phase attribution and leak alerts off;
+ *   MODES=aa,sink,plain compares the default with birth-phase attribution and leak alerts off, and
+ *   noattr / noleak with each of the two off alone;
  *   STORMLOG_BENCH_BASE=<another checkout, installed> runs modes sink and none side by side with that
  *   checkout's tracker, in alternating blocks of 100 pairs: the one fair comparison on this VM, whose
  *   estimates for the same code differ by 0.3-0.4 % between runs minutes apart)
@@ -219,6 +220,20 @@ const MODES: Record<string, [string, () => Promise<Pairs>]> = {
         benchTracker(tf, { sinkDir: plainSinkDir, scheduler, leakEvidence: false }),
         scheduler,
       );
+    },
+  ],
+  noattr: [
+    "sink, no attribution (leak alerts on)",
+    () => {
+      const scheduler = new TrackedTimeScheduler();
+      return pairedRun(benchTracker(tf, { sinkDir: plainSinkDir, scheduler, attribution: false }), scheduler);
+    },
+  ],
+  noleak: [
+    "sink, no leak alerts (attribution on)",
+    () => {
+      const scheduler = new TrackedTimeScheduler();
+      return pairedRun(benchTracker(tf, { sinkDir: plainSinkDir, scheduler, leakAlerts: false }), scheduler);
     },
   ],
   main: [

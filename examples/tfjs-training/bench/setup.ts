@@ -34,6 +34,9 @@ export interface BenchTrackerOptions {
   readonly scheduler?: Scheduler;
   /** The tfjs collector's birth-phase attribution and the tracker's leak alerts (default: on, as for users). */
   readonly leakEvidence?: boolean;
+  /** Each of the two alone (default: `leakEvidence`). */
+  readonly attribution?: boolean;
+  readonly leakAlerts?: boolean;
 }
 
 /** What a bench tracker is made of: this checkout's packages, or another checkout's (`baseTrackerKit`). */
@@ -67,12 +70,13 @@ export function benchTracker(
   kit: TrackerKit = thisTrackerKit,
 ): MemoryTracker {
   const { sinkDir, sinkThread = "worker", scheduler, leakEvidence = true } = options;
+  const { attribution = leakEvidence, leakAlerts = leakEvidence } = options;
   const { MemoryTracker, processCollector, tfjsCollector } = kit;
   return new MemoryTracker({
-    collectors: [tfjsCollector(tf, { attribution: leakEvidence }), processCollector()],
+    collectors: [tfjsCollector(tf, { attribution }), processCollector()],
     // Judged on the worker, as with the real timers (the bench's scheduler would make it "main");
     // another checkout's tracker may not know the option.
-    leakAlerts: leakEvidence && kit === thisTrackerKit ? { judgeOn: "worker" } : leakEvidence,
+    leakAlerts: leakAlerts && kit === thisTrackerKit ? { judgeOn: "worker" } : leakAlerts,
     samplingIntervalMs: BENCH_SAMPLING_INTERVAL_MS,
     ...(sinkDir === undefined ? {} : { sink: { rootDir: sinkDir }, sinkThread }),
     ...(scheduler === undefined ? {} : { scheduler }),
