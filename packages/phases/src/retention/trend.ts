@@ -8,12 +8,9 @@
 /** Points a trend test looks at; longer series are reduced to this many block medians. */
 export const MAX_TREND_POINTS = 400;
 
-/** Median of a sorted copy (NaN for no values). */
+/** Median of a copy (NaN for no values); `values` stay as they are. */
 export function median(values: readonly number[] | Float64Array): number {
-  if (values.length === 0) return Number.NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+  return values.length === 0 ? Number.NaN : medianInPlace(Float64Array.from(values));
 }
 
 /** The series as at most `max` block medians (each block the same number of points, the last may be shorter). */
@@ -22,7 +19,7 @@ function reduceToBlocks(values: Float64Array, max = MAX_TREND_POINTS): Float64Ar
   const size = Math.ceil(values.length / max);
   const out = new Float64Array(Math.ceil(values.length / size));
   for (let start = 0, k = 0; start < values.length; start += size, k++)
-    out[k] = medianInPlace(values.slice(start, start + size));
+    out[k] = median(values.subarray(start, start + size));
   return out;
 }
 

@@ -129,7 +129,7 @@ function judgeLevels(levels: Float64Array, metric: Metric): LevelVerdict {
   const n = levels.length;
   const test = risingTrend(levels);
   const half = risingTrend(levels.subarray(Math.floor(n / 2)));
-  const third = risingTrend(levels.slice(n - Math.max(3, Math.floor(n / 3))));
+  const third = risingTrend(levels.subarray(n - Math.max(3, Math.floor(n / 3))));
   // Short tails cannot reach significance: there the later parts need only rise.
   const halfRising = half.points >= SIGNIFICANT_TAIL ? half.pRising < RISING_P_HALF : half.s > 0;
   const thirdRising = third.points >= SIGNIFICANT_TAIL ? third.pRising < RISING_P_THIRD : third.s > 0;
@@ -151,7 +151,7 @@ function judgeLevels(levels: Float64Array, metric: Metric): LevelVerdict {
       stepAt = i;
     }
   }
-  const held = stepAt < 0 ? 0 : median(levels.slice(stepAt)) - levels[stepAt - 1]!;
+  const held = stepAt < 0 ? 0 : median(levels.subarray(stepAt)) - levels[stepAt - 1]!;
   const oneStep = largestStep > stepSize && held >= 0.5 * largestStep && largestStep >= 0.5 * halfRise;
   const growing =
     n >= MIN_LEAK_OCCURRENCES &&
