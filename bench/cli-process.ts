@@ -20,19 +20,24 @@ export const cli = existsSync(BUILT)
     };
 
 // Peak RSS from /proc/self/status (VmHWM): getrusage's maxRSS of a spawned child on Linux also counts the
-// memory of this process, which it was forked from.
+// memory of this process, which it was forked from. CPU time is the process's, all its threads (the scan
+// worker, V8's compiler and GC threads): against the wall time it says how busy the cores were.
 const rssProbe = join(mkdtempSync(join(tmpdir(), "stormlog-bench-rss-")), "rss.cjs");
 writeFileSync(
   rssProbe,
   `process.on("exit", () => {
     let kb = process.resourceUsage().maxRSS;
     try { kb = Number(/VmHWM:\\s+(\\d+)/.exec(require("node:fs").readFileSync("/proc/self/status", "utf8"))[1]); } catch {}
-    process.stderr.write("maxrss=" + Math.round(kb / 1024) + "\\n");
+    const cpu = process.cpuUsage();
+    process.stderr.write("maxrss=" + Math.round(kb / 1024) + " cpums=" + Math.round((cpu.user + cpu.system) / 1000) + "\\n");
   });\n`,
 );
 
-/** Runs `stormlog <args>` once; its wall time and peak RSS (MB, "?" where unknown). Throws when it fails. */
-export function runCli(args: readonly string[]): { ms: number; rssMb: string } {
+/**
+ * Runs `stormlog <args>` once; its wall time, peak RSS (MB, "?" where unknown) and CPU time (ms, summed
+ * over its processes, NaN where unknown). Throws when it fails.
+ */
+export function runCli(args: readonly string[]): { ms: number; rssMb: string; cpuMs: number } {
   const started = performance.now();
   const child = spawnSync(process.execPath, ["--require", rssProbe, ...cli.args, ...args], {
     cwd: REPO,
@@ -42,6 +47,9 @@ export function runCli(args: readonly string[]): { ms: number; rssMb: string } {
   if (child.status !== 0) throw new Error(`stormlog ${args[0]} failed: ${child.stderr}`);
   // The largest of the processes that report one: a big first scan runs in a child of the launcher, which
   // waits beside it with ~7 MB of its own (most of its ~44 MB resident is shared with the child).
-  const reported = [...child.stderr.matchAll(/maxrss=(\d+)/g)].map((match) => Number(match[1]));
-  return { ms, rssMb: reported.length === 0 ? "?" : String(Math.max(...reported)) };
+  const reports = [...child.stderr.matchAll(/maxrss=(\d+) cpums=(\d+)/g)];
+  const reported = reports.map((match) => Number(match[1]));
+  // A process's CPU time leaves out its children's: each reports its own.
+  const cpuMs = reports.length === 0 ? Number.NaN : reports.reduce((sum, match) => sum + Number(match[2]), 0);
+  return { ms, rssMb: reported.length === 0 ? "?" : String(Math.max(...reported)), cpuMs };
 }
