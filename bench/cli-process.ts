@@ -4,7 +4,7 @@
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { availableParallelism, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -52,4 +52,14 @@ export function runCli(args: readonly string[]): { ms: number; rssMb: string; cp
   // A process's CPU time leaves out its children's: each reports its own.
   const cpuMs = reports.length === 0 ? Number.NaN : reports.reduce((sum, match) => sum + Number(match[2]), 0);
   return { ms, rssMb: reported.length === 0 ? "?" : String(Math.max(...reported)), cpuMs };
+}
+
+/**
+ * ", CPU N ms (X of C cores busy)" for a `runCli` result, empty where its CPU time is unknown. CPU time over
+ * wall time is how many cores were busy on average (worker threads, V8's compiler and GC threads count): near
+ * the machine's cores, only less work makes the command faster, not more threads.
+ */
+export function cpuNote({ ms, cpuMs }: { ms: number; cpuMs: number }): string {
+  if (Number.isNaN(cpuMs)) return "";
+  return `, CPU ${Math.round(cpuMs)} ms (${(cpuMs / ms).toFixed(2)} of ${availableParallelism()} cores busy)`;
 }

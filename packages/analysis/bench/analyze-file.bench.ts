@@ -8,12 +8,12 @@
 // Run: node --conditions=@stormlog/source --import tsx packages/analysis/bench/analyze-file.bench.ts
 import { execFileSync, spawnSync } from "node:child_process";
 import { copyFileSync, mkdtempSync, renameSync, rmSync } from "node:fs";
-import { availableParallelism, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { DuckDBInstance } from "@duckdb/node-api";
 import { bench, do_not_optimize, group, run } from "mitata";
-import { cli, runCli } from "../../../bench/cli-process.js";
+import { cli, cpuNote, runCli } from "../../../bench/cli-process.js";
 import { analyzeTelemetry, INDEX_DIRNAME } from "../src/index.js";
 
 /** Cold `python -m stormlog analyze` on the 220 MB file, as measured in issue #20 (not in this run: no PyPI here). */
@@ -99,14 +99,9 @@ connection.closeSync();
 // The command itself, as a user runs it: the built CLI when there is one (`pnpm build`), else from
 // source through tsx (which adds its own start-up). The file is written anew first (a copy renamed
 // over it), so the warm runs start within two seconds of its mtime; the report goes beside it.
-// CPU time over wall time is how many cores were busy on average (the scan worker, V8's compiler and GC
-// threads count): near the machine's cores, only less work makes the command faster, not more threads.
 const command = (): string => {
-  const { ms, rssMb, cpuMs } = runCli(["analyze", file, "--output", join(singleDir, "report.txt")]);
-  const busy = Number.isNaN(cpuMs)
-    ? ""
-    : `, CPU ${Math.round(cpuMs)} ms (${(cpuMs / ms).toFixed(2)} of ${availableParallelism()} cores busy)`;
-  return `${Math.round(ms)} ms${busy}, peak RSS ${rssMb} MB`;
+  const result = runCli(["analyze", file, "--output", join(singleDir, "report.txt")]);
+  return `${Math.round(result.ms)} ms${cpuNote(result)}, peak RSS ${result.rssMb} MB`;
 };
 rmSync(join(singleDir, INDEX_DIRNAME), { recursive: true, force: true });
 copyFileSync(file, `${file}.new`);

@@ -9,7 +9,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { cli, runCli } from "../../../bench/cli-process.js";
+import { cli, cpuNote, runCli } from "../../../bench/cli-process.js";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
 // The built package when there is one (`pnpm build`), as users run it; else the source through tsx,
@@ -99,9 +99,9 @@ try {
     rmSync(join(single, ".stormlog-index"), { recursive: true, force: true });
     // The command as users run it (the built CLI: from 512 MiB its launcher runs a first scan in a child
     // with glibc's trim threshold fixed; from source through tsx there is no launcher).
-    const { ms, rssMb } = runCli(["analyze", file, "--output", join(single, "report.txt")]);
+    const result = runCli(["analyze", file, "--output", join(single, "report.txt")]);
     console.log(
-      `  one file, stormlog analyze cold (${cli.label}): ${Math.round(ms)} ms, peak RSS ${rssMb} MB`,
+      `  one file, stormlog analyze cold (${cli.label}): ${Math.round(result.ms)} ms${cpuNote(result)}, peak RSS ${result.rssMb} MB`,
     );
     rmSync(single, { recursive: true, force: true });
   }

@@ -13,7 +13,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { analyzeTelemetry, INDEX_DIRNAME } from "@stormlog/analysis";
 import { bench, do_not_optimize, group, run } from "mitata";
-import { cli, runCli } from "../../../bench/cli-process.js";
+import { cli, cpuNote, runCli } from "../../../bench/cli-process.js";
 import { exportParquet, queryParquet } from "../src/index.js";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -81,9 +81,9 @@ for (const [key, name] of Object.entries(NAMES)) {
 
 // Fresh processes, as a user runs the command (peak RSS from /proc/self/status: VmHWM).
 function command(input: string, target: string): string {
-  const { ms, rssMb } = runCli(["export", input, "--format", "parquet", "--output", target]);
-  const seconds = ms / 1000;
-  return `${seconds.toFixed(2)} s, ${(jsonlBytes(input) / MB / seconds).toFixed(0)} MB/s, peak RSS ${rssMb} MB`;
+  const result = runCli(["export", input, "--format", "parquet", "--output", target]);
+  const seconds = result.ms / 1000;
+  return `${seconds.toFixed(2)} s, ${(jsonlBytes(input) / MB / seconds).toFixed(0)} MB/s${cpuNote(result)}, peak RSS ${result.rssMb} MB`;
 }
 console.log(`stormlog export <input> --format parquet --output DIR, fresh processes, ${cli.label}:`);
 for (const [label, input] of [
