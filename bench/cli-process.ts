@@ -48,10 +48,11 @@ export function runCli(args: readonly string[]): { ms: number; rssMb: string; cp
   // The largest of the processes that report one: a big first scan runs in a child of the launcher, which
   // waits beside it with ~7 MB of its own (most of its ~44 MB resident is shared with the child).
   const reports = [...child.stderr.matchAll(/maxrss=(\d+) cpums=(\d+)/g)];
-  const reported = reports.map((match) => Number(match[1]));
+  if (reports.length === 0) return { ms, rssMb: "?", cpuMs: Number.NaN };
+  const rssMb = String(Math.max(...reports.map((match) => Number(match[1]))));
   // A process's CPU time leaves out its children's: each reports its own.
-  const cpuMs = reports.length === 0 ? Number.NaN : reports.reduce((sum, match) => sum + Number(match[2]), 0);
-  return { ms, rssMb: reported.length === 0 ? "?" : String(Math.max(...reported)), cpuMs };
+  const cpuMs = reports.reduce((sum, match) => sum + Number(match[2]), 0);
+  return { ms, rssMb, cpuMs };
 }
 
 /**

@@ -34,8 +34,9 @@ export interface BenchTrackerOptions {
   readonly scheduler?: Scheduler;
   /** The tfjs collector's birth-phase attribution and the tracker's leak alerts (default: on, as for users). */
   readonly leakEvidence?: boolean;
-  /** Each of the two alone (default: `leakEvidence`). */
+  /** The tfjs collector's birth-phase attribution alone (default: `leakEvidence`). */
   readonly attribution?: boolean;
+  /** The tracker's leak alerts alone (default: `leakEvidence`). */
   readonly leakAlerts?: boolean;
 }
 

@@ -319,7 +319,8 @@ export function describeSuspicion(phasePath: string, r: RankVerdicts): LeakSuspi
 
 /**
  * The leak watch of one tracker: `phaseStored()` at every phase record and `recordStored()` at every
- * other stored record (phase records are read later, from the store), `sampled()` at every sample, `begin()` / `end()` with the session; checks on its own timer.
+ * other stored record (phase records are read later, from the store), `sampled()` at every sample,
+ * `begin()` / `end()` with the session; checks on its own timer.
  */
 export class LeakWatch {
   private readonly windows = new Map<string, PathWindow>();

@@ -5,7 +5,10 @@
  * next flush (a part unit waits for the flush timer) plus the write.
  */
 
-/** Holds up to this leave the worker's sink on the user's flush interval (held 50 + read 25 ms + the write fit the 100 ms). */
+/**
+ * Holds up to this leave the worker's sink on the user's flush interval: held 50 + read 25 ms + the
+ * write fit the 100 ms the kill bound allows.
+ */
 const SHORT_HOLD_MS = 50;
 /** The longest hold of a long flush interval. */
 const LONG_HOLD_MS = 500;

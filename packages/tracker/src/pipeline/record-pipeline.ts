@@ -270,8 +270,8 @@ class WorkerPipeline implements RecordPipeline {
 
   /**
    * The timer's hand-over: published without a wake, read by the worker's own next read (an idle
-   * worker, after a hold over ~100 ms, is woken). While records keep coming the timer is armed again here, between steps, rather than by the next commit inside a
-   * step (a boundary that armed it cost ~20 us more in a tfjs step). After a quiet period the next
+   * worker, after a hold over ~100 ms, is woken). While records keep coming the timer is armed again
+   * here, between steps, rather than by the next commit inside a step (a boundary that armed it cost ~20 us more in a tfjs step). After a quiet period the next
    * commit arms it.
    */
   private handOver(): void {
