@@ -4,7 +4,7 @@ import { inputText } from "@stormlog/core/internal";
 const TIME_RANGE_MARKER = Symbol.for("stormlog.error.analysis_time_range");
 
 /**
- * One rank of one session holds timestamps more than 2^53 ns (about 104 days) apart, beyond what
+ * One rank of one session holds timestamps 2^53 ns (about 104 days) or more apart, beyond what
  * the analysis stores exactly. A real capture never does: the input mixes unrelated records under
  * one session id; analyse them separately. `where` names the file (and line) where the span broke.
  */
@@ -18,9 +18,9 @@ export class TimeRangeError extends StormlogError {
 
   constructor(sessionId: string, rank: number, where?: string) {
     super(
-      `Session ${inputText(sessionId)} rank ${rank} has timestamps more than 104 days (2^53 ns) apart` +
-        `${where === undefined ? "" : ` (${where})`}: the records cannot ` +
-        "come from one capture; split the input or analyse the sessions separately (sessionId)",
+      `Session ${inputText(sessionId)} rank ${rank} has timestamps 2^53 ns (about 104 days) or more apart` +
+        `${where === undefined ? "" : ` (${where})`}: the records cannot come from one capture; split ` +
+        "the input or analyse its sessions one at a time (--session-id on the command line, sessionId in the API)",
     );
     this.sessionId = sessionId;
     this.rank = rank;

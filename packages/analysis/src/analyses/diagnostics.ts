@@ -410,7 +410,7 @@ function datasetOfEvents(source: string, events: readonly TelemetryEvent[]): Dat
  * indicators name the earliest and the most severe anomaly (critical > warning > info, then time).
  * The events become the dataset the diagnostics read (as `diagnoseTelemetry` reads a sink's); a
  * phase resolver sees each record's time, session, rank, type and phase attribution hints. A rank
- * whose records span more than 2^53 ns throws `TimeRangeError`, as `analyzeEvents` does.
+ * whose records span 2^53 ns or more throws `TimeRangeError`, as `analyzeEvents` does.
  */
 export function buildDistributedDiagnostics(
   events: readonly TelemetryEvent[],

@@ -89,7 +89,7 @@ export interface PerfettoExportOptions {
  * come in any order (equal timestamps keep theirs). Memory counters are written only when a value
  * changes (counters are step functions, so nothing is lost), which keeps long flat runs small. The
  * events become the dataset the export reads, as `streamPerfettoTrace` reads a sink on disk in
- * bounded memory. Throws `TimeRangeError` for a rank whose records span more than 104 days.
+ * bounded memory. Throws `TimeRangeError` for a rank whose records span 2^53 ns (104 days) or more.
  */
 export function buildPerfettoTrace(
   events: readonly TelemetryEvent[],

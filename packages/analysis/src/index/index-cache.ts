@@ -455,11 +455,8 @@ export class SegmentIndex {
     const segments = input.parts.flatMap((part) => part.segments);
     const prints = segments.map((segment) => fingerprint(segment.path));
     const missing = prints.indexOf(null);
-    if (missing >= 0) {
-      // Listed a moment ago and gone now (retention pruned it): the scan reports it as the reader would.
-      prints[missing] = { size: 0, mtimeNs: "0", ctimeNs: "0", ino: "0", dev: "0" };
-    }
-    const solid = prints as Fingerprint[];
+    // Listed a moment ago and gone now (retention pruned them): the scan reports them as the reader would.
+    const solid = prints.map((print) => print ?? { size: 0, mtimeNs: "0", ctimeNs: "0", ino: "0", dev: "0" });
     const location = options.location ?? locateInput(input.path);
     if (!options.index || location === null)
       return new SegmentIndex(options, segments, solid, [], null, null, null, null, null);

@@ -408,7 +408,11 @@ export class RankPart {
     const seconds = head - this.baseHead;
     if (seconds > MAX_HEAD_SPAN || seconds < -MAX_HEAD_SPAN)
       throw new TimeRangeError(this.sessionId, this.rank);
-    return seconds * BILLION + (tail - this.baseTail);
+    // Exact up to 9,007,199 s; past 2^53 ns the sum rounds to at least 2^53, which this refuses.
+    const offset = seconds * BILLION + (tail - this.baseTail);
+    if (offset > Number.MAX_SAFE_INTEGER || offset < -Number.MAX_SAFE_INTEGER)
+      throw new TimeRangeError(this.sessionId, this.rank);
+    return offset;
   }
 
   /** The offset of an exact timestamp. */

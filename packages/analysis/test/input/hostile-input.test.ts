@@ -90,7 +90,27 @@ describe("timestamps too far apart for one capture", () => {
     const [segment] = writeSink(dir, [...samples(3), ...samples(2, { start: farther })]);
     const error = await refusal(dir);
     expect(TimeRangeError.isInstance(error)).toBe(true);
-    expect(error.message).toContain(`more than 104 days (2^53 ns) apart (${segment}:4)`);
+    expect(error.message).toContain(`2^53 ns (about 104 days) or more apart (${segment}:4)`);
+  });
+
+  it("are refused from 2^53 ns on, the fast path's seconds and nanoseconds included", async () => {
+    const limit = 2n ** 53n;
+    // 2^53 + 3 and 2^53 + 4 ns round to the same double: analysed, the two would swap places.
+    for (const span of [limit, limit + 3n, limit + 999_999_999n - (limit % 1_000_000_000n)]) {
+      const dir = fresh();
+      const events = [...samples(2), record("sample", BASE_NS + span)];
+      const [segment] = writeSink(dir, events);
+      const lines = readFileSync(segment!, "utf8").trimEnd().split("\n");
+      expect(fastPathReads(lines[2]!)).toBe(true);
+      const error = await refusal(dir);
+      expect(TimeRangeError.isInstance(error)).toBe(true);
+      expect(error.message).toContain(`(${segment}:3)`);
+    }
+    // One nanosecond less is analysed, to the nanosecond.
+    const dir = fresh();
+    writeSink(dir, [...samples(2), record("sample", BASE_NS + limit - 1n)]);
+    const report = await analyzeTelemetry(dir, { index: false });
+    expect(report.summary.last_timestamp_ns).toBe(BASE_NS + limit - 1n);
   });
 
   it("quote a session id that would break the message's line", async () => {

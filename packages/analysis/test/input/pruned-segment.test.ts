@@ -53,3 +53,26 @@ describe("a segment pruned while the analysis reads the sink (a live writer's re
     expect(report.summary.event_count).toBe(400);
   });
 });
+
+describe("segments pruned between listing the sink and opening its index", () => {
+  for (const index of [false, true]) {
+    it(`are read without, however many (index ${index})`, async () => {
+      const dir = join(temp, `listed-${index}`);
+      const events = Array.from({ length: 4 * 20 }, (_, i) =>
+        record("sample", BASE_NS + BigInt(i) * 10n * MS),
+      );
+      const segments = writeSink(dir, events, { segmentSize: 20 });
+      const open = SegmentIndex.open.bind(SegmentIndex);
+      vi.spyOn(SegmentIndex, "open").mockImplementation(async (input, options) => {
+        rmSync(segments[0] as string);
+        rmSync(segments[2] as string);
+        return open(input, options);
+      });
+      const report = await analyzeTelemetry(dir, { index, cacheDir: join(temp, "cache-listed") });
+      expect(report.sink.warnings).toEqual(
+        expect.arrayContaining([segments[0], segments[2]].map((s) => removedWhileRead(s as string))),
+      );
+      expect(report.summary.event_count).toBe(40);
+    });
+  }
+});
