@@ -272,7 +272,8 @@ function sampleCounts(prepared: Prepared): Map<number, number> {
 
 /**
  * Merges the ranks' sample streams into one timeline aligned on each rank's first sample
- * (`merge_cross_rank_timelines`).
+ * (`merge_cross_rank_timelines`). Counters are the records' numbers: past 2^53, the nearest double
+ * (the reference's are exact ints).
  */
 export function mergeCrossRankTimelines(events: readonly TelemetryEvent[]): CrossRankMergeResult {
   const prepared = prepare(events);
