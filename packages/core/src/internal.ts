@@ -73,6 +73,7 @@ export { type TerminalTextOptions, terminalText } from "./text/terminal-text.js"
 
 export { nodeCrypto, nodeWorkerThreads } from "./runtime/builtins.js";
 export { guardedLogger, type StormlogLogger } from "./runtime/logger.js";
+export { openRegularFileSync, REGULAR_OPEN_FLAGS, refuseUnlessRegular } from "./runtime/regular-file.js";
 
 // Memory counters past 2^53, kept exactly beside the decoded record for the analyses.
 

@@ -27,7 +27,7 @@ export { claimSinkDirectory, WRITER_LOCK_FILENAME, type WriterLock } from "./dir
 // File-system errors: typed while reading input, and worded with what to do.
 
 export { describeFileSystemError, fileSystemErrorCode, readingInput } from "./errors.js";
-export { openRegularFileSync, readRegularFile, readRegularFileSync } from "./reader/regular-file.js";
+export { readRegularFile, readRegularFileSync } from "./reader/regular-file.js";
 
 // The tracker's sink on a worker thread: options checked once, the running summary, the shared exit hooks.
 

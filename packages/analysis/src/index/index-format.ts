@@ -18,8 +18,12 @@ import {
   writeSync,
 } from "node:fs";
 import { type JsonObject, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
-import { type ExactCounterField, type ExactCounters, FLOAT_KEYS } from "@stormlog/core/internal";
-import { openRegularFileSync } from "@stormlog/sink/internal";
+import {
+  type ExactCounterField,
+  type ExactCounters,
+  FLOAT_KEYS,
+  openRegularFileSync,
+} from "@stormlog/core/internal";
 import {
   ALL_SAMPLE_RULES,
   type AlertEntry,

@@ -11,11 +11,8 @@
  * what a scan of the whole segment gives for its lines.
  */
 import { closeSync, readSync } from "node:fs";
-import {
-  fileSystemErrorCode,
-  openRegularFileSync,
-  type TelemetryInputSegment,
-} from "@stormlog/sink/internal";
+import { openRegularFileSync } from "@stormlog/core/internal";
+import { fileSystemErrorCode, type TelemetryInputSegment } from "@stormlog/sink/internal";
 import { type RankSeed, seriesKey } from "./aggregate.js";
 import type { RangeScan, ScanRange } from "./scan.js";
 

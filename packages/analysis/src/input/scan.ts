@@ -5,13 +5,12 @@
  */
 import { closeSync, readSync, statSync } from "node:fs";
 import { JsonlDecodeError, type TelemetryEvent } from "@stormlog/core";
-import { lineTooLong, MAX_LINE_BYTES, sampleRules } from "@stormlog/core/internal";
+import { lineTooLong, MAX_LINE_BYTES, openRegularFileSync, sampleRules } from "@stormlog/core/internal";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import { TelemetryInputAccessError } from "@stormlog/sink";
 import {
   decodeTelemetryEventLine,
   fileSystemErrorCode,
-  openRegularFileSync,
   removedWhileRead,
   type TelemetryInputSegment,
 } from "@stormlog/sink/internal";

@@ -14,13 +14,8 @@
  */
 import { type BigIntStats, closeSync, type Dirent, readdirSync, readSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import {
-  MANIFEST_FILENAME,
-  openRegularFileSync,
-  readingInput,
-  resolveInputPath,
-  SEGMENT_SUFFIX,
-} from "@stormlog/sink/internal";
+import { openRegularFileSync } from "@stormlog/core/internal";
+import { MANIFEST_FILENAME, readingInput, resolveInputPath, SEGMENT_SUFFIX } from "@stormlog/sink/internal";
 
 /** A file modified this recently may still change within the file system's timestamp granularity. */
 export const RACY_NS = 2_000_000_000n;

@@ -1,5 +1,6 @@
 import { createReadStream } from "node:fs";
 import { JsonlDecodeError, type StormlogError } from "../runtime/errors.js";
+import { openRegularFileSync } from "../runtime/regular-file.js";
 import type { TelemetryRecord } from "../schema/schema.js";
 import { type DecodeOptions, decodeTelemetryLine } from "./codec.js";
 
@@ -30,7 +31,9 @@ export async function* readJsonlLines(
   // Bytes of a line that started in an earlier chunk.
   let carry: Buffer | null = null;
   let lineNumber = 0;
-  const stream = createReadStream(path, { highWaterMark: options.chunkBytes ?? 1 << 20 });
+  // Opened without waiting on a FIFO (and refused unless a regular file), then streamed.
+  const fd = openRegularFileSync(path);
+  const stream = createReadStream(path, { fd, highWaterMark: options.chunkBytes ?? 1 << 20 });
   for await (const chunk of stream as AsyncIterable<Buffer>) {
     let start = 0;
     let end = chunk.indexOf(NEWLINE);

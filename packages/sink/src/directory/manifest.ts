@@ -20,7 +20,7 @@ import {
 } from "@stormlog/core";
 import { sessionSummaryFromJson, sessionSummaryToJson } from "@stormlog/core/internal";
 import { ManifestNoRoomInPlaceError } from "../errors.js";
-import { readRegularFile, readRegularFileSync } from "../reader/regular-file.js";
+import { readRegularFile, readRegularFileSync, WholeFileTooLargeError } from "../reader/regular-file.js";
 
 /** Name of the manifest in a sink directory. */
 export const MANIFEST_FILENAME = "manifest.json";
@@ -285,7 +285,7 @@ export function parseManifest(text: string, options: ManifestReadOptions = {}): 
 
 function isMissing(error: unknown): boolean {
   const code = (error as NodeJS.ErrnoException | undefined)?.code;
-  return code === "ENOENT" || code === "ENOTDIR" || code === "EISDIR";
+  return code === "ENOENT" || code === "ENOTDIR";
 }
 
 /** Reads `<dir>/manifest.json`; `null` when absent or unparsable. */
@@ -294,10 +294,29 @@ export function readManifestSync(dir: string, options: ManifestReadOptions = {})
   try {
     text = readRegularFileSync(join(dir, MANIFEST_FILENAME));
   } catch (error) {
-    if (isMissing(error)) return null;
-    throw error;
+    return unreadManifest(error, options);
   }
   return parseManifest(text, options);
+}
+
+/**
+ * A manifest that could not be read: null when absent, or when no manifest could be there (a directory, a
+ * special file, too large: said through `onInvalid`); other errors are rethrown.
+ */
+function unreadManifest(error: unknown, options: ManifestReadOptions): null {
+  if (isMissing(error)) return null;
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  if (code === "EISDIR" || code === "EFTYPE") {
+    options.onInvalid?.(
+      code === "EISDIR" ? "a directory, not a file" : "not a regular file (a FIFO or device)",
+    );
+    return null;
+  }
+  if (WholeFileTooLargeError.isInstance(error)) {
+    options.onInvalid?.(`${Math.round(error.sizeBytes / 2 ** 20)} MiB, more than any manifest holds`);
+    return null;
+  }
+  throw error;
 }
 
 /** Reads `<dir>/manifest.json` without blocking; `null` when absent or unparsable. */
@@ -309,8 +328,7 @@ export async function readManifest(
   try {
     text = await readRegularFile(join(dir, MANIFEST_FILENAME));
   } catch (error) {
-    if (isMissing(error)) return null;
-    throw error;
+    return unreadManifest(error, options);
   }
   return parseManifest(text, options);
 }

@@ -30,7 +30,13 @@ import {
   TelemetrySourceError,
 } from "../errors.js";
 import { linkInsideInput } from "./links.js";
-import { describeOOMDump, OOM_DUMP_PREFIX, type OOMDumpInfo, readOOMDumpSync } from "./oom-dump.js";
+import {
+  describeOOMDump,
+  insideDump,
+  OOM_DUMP_PREFIX,
+  type OOMDumpInfo,
+  readOOMDumpSync,
+} from "./oom-dump.js";
 
 /** What a path holds, for the loaders. */
 export type TelemetryInputKind = "sink" | "sink-root" | "jsonl" | "json";
@@ -140,9 +146,14 @@ export function segmentShortfall(segment: TelemetryInputSegment, read: number): 
   );
 }
 
-/** True for a regular file; file-system errors other than a missing file are typed. */
-function isFileAt(path: string): boolean {
-  return readingInput(path, () => statSync(path, { throwIfNoEntry: false })?.isFile() === true);
+/** Says that a segment's name holds a directory or a special file, which is not read. */
+function warnNotAFile(path: string, warn: (message: string) => void): void {
+  warn(`${path}: a directory or special file (a FIFO, a device), not a segment file: not read`);
+}
+
+/** What is at `path` (undefined: nothing); file-system errors other than a missing file are typed. */
+function statAt(path: string): ReturnType<typeof statSync> {
+  return readingInput(path, () => statSync(path, { throwIfNoEntry: false }));
 }
 
 /**
@@ -163,9 +174,12 @@ function readableFiles(
       const entry = byName.get(name);
       if (entry === undefined || !entry.isSymbolicLink()) {
         answer = entry?.isFile() === true;
+        if (entry !== undefined && !answer) warnNotAFile(join(dir, name), warn);
       } else {
         const target = linkInsideInput(join(dir, name), root, warn);
-        answer = target !== null && isFileAt(target);
+        const stats = target === null ? undefined : statAt(target);
+        answer = stats?.isFile() === true;
+        if (stats !== undefined && !answer) warnNotAFile(join(dir, name), warn);
       }
       known.set(name, answer);
     }
@@ -260,9 +274,15 @@ export function resolveTelemetryInputSync(
     });
   }
   if (info.isDirectory()) {
-    const dump = readOOMDumpSync(path);
+    const dump = readOOMDumpSync(path, undefined, warn);
     if (dump !== null) {
       warn(describeOOMDump(dump));
+      const events = readingInput(dump.eventsPath, () => insideDump(path, dump.eventsPath, warn));
+      if (events === null)
+        throw new TelemetrySourceError(
+          dump.eventsPath,
+          "Not read: the dump's events.json leads out of its folder; copy the file into the folder to read it",
+        );
       return { ...resolveTelemetryInputSync(dump.eventsPath, warn), oomDump: dump };
     }
   }

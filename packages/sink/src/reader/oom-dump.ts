@@ -4,12 +4,14 @@
  * tracker payloads), `metadata.json` (the failure), `environment.json` and a `manifest.json` that
  * describes the bundle, not a sink. The loaders read such a folder as its `events.json`.
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { lstatSync, readdirSync, realpathSync } from "node:fs";
 import { basename, join } from "node:path";
 import { type JsonObject, type JsonValue, parseJson } from "@stormlog/core";
 import { inputText } from "@stormlog/core/internal";
 import { isSegmentFilename, MANIFEST_FILENAME } from "../directory/manifest.js";
 import { fileSystemErrorCode, TelemetryInputAccessError } from "../errors.js";
+import { linkInsideInput } from "./links.js";
+import { readRegularFileSync, WholeFileTooLargeError } from "./regular-file.js";
 
 /** Prefix of the dump folders' names. */
 export const OOM_DUMP_PREFIX = "oom_dump_";
@@ -35,14 +37,24 @@ export interface OOMDumpInfo {
   readonly sessionId: string | null;
 }
 
-function objectIn(dir: string, name: string): JsonObject | null {
+/**
+ * `<dir>/<name>` parsed, when it is a JSON object in a regular file inside the folder; null when it is
+ * absent, not one, or a link out of the folder (`warn` says so). The recorder writes small regular files.
+ */
+function objectIn(dir: string, name: string, warn: (message: string) => void): JsonObject | null {
+  const path = join(dir, name);
   let text: string;
   try {
-    text = readFileSync(join(dir, name), "utf8");
+    if (insideDump(dir, path, warn) === null) return null;
+    text = readRegularFileSync(path);
   } catch (error) {
     const code = fileSystemErrorCode(error);
-    if (code === "ENOENT" || code === "ENOTDIR" || code === "EISDIR") return null;
-    throw TelemetryInputAccessError.wrap(join(dir, name), error);
+    if (code === "ENOENT" || code === "ENOTDIR") return null;
+    if (code === "EISDIR" || code === "EFTYPE" || WholeFileTooLargeError.isInstance(error)) {
+      warn(`${path} not read: ${code === undefined ? "larger than any dump writes" : "not a regular file"}`);
+      return null;
+    }
+    throw TelemetryInputAccessError.wrap(path, error);
   }
   try {
     const value = parseJson(text);
@@ -50,6 +62,12 @@ function objectIn(dir: string, name: string): JsonObject | null {
   } catch {
     return null;
   }
+}
+
+/** `path` resolved, or null when it is a link that leads out of the dump folder (`warn` says so). */
+export function insideDump(dir: string, path: string, warn: (message: string) => void): string | null {
+  if (!lstatSync(path).isSymbolicLink()) return path;
+  return linkInsideInput(path, realpathSync(dir), warn);
 }
 
 function text(value: JsonValue | undefined): string | null {
@@ -70,10 +88,15 @@ function stampOfName(name: string): string | null {
 /**
  * The OOM dump at `dir`, or null when `dir` is not one: it must hold `events.json` and no segment,
  * and its `manifest.json` must be a bundle's (`bundle_name`) or its `metadata.json` name a `reason`.
- * `names` is the listing of `dir` when the caller has it. File-system errors other than a missing
- * file are a `TelemetryInputAccessError`.
+ * `names` is the listing of `dir` when the caller has it; `warn` hears of its files left unread (links
+ * out of the folder, special files). File-system errors other than a missing file are a
+ * `TelemetryInputAccessError`.
  */
-export function readOOMDumpSync(dir: string, names?: readonly string[]): OOMDumpInfo | null {
+export function readOOMDumpSync(
+  dir: string,
+  names?: readonly string[],
+  warn: (message: string) => void = () => undefined,
+): OOMDumpInfo | null {
   if (names === undefined) {
     try {
       names = readdirSync(dir);
@@ -84,9 +107,9 @@ export function readOOMDumpSync(dir: string, names?: readonly string[]): OOMDump
     }
   }
   if (!names.includes(OOM_DUMP_EVENTS_FILENAME) || names.some(isSegmentFilename)) return null;
-  const manifest = names.includes(MANIFEST_FILENAME) ? objectIn(dir, MANIFEST_FILENAME) : null;
+  const manifest = names.includes(MANIFEST_FILENAME) ? objectIn(dir, MANIFEST_FILENAME, warn) : null;
   const metadata = names.includes(OOM_DUMP_METADATA_FILENAME)
-    ? objectIn(dir, OOM_DUMP_METADATA_FILENAME)
+    ? objectIn(dir, OOM_DUMP_METADATA_FILENAME, warn)
     : null;
   const isBundle = text(manifest?.bundle_name) !== null || text(metadata?.reason) !== null;
   if (!isBundle) return null;

@@ -3,7 +3,16 @@
  * (and a warning says so), link loops and other file-system refusals are one-line typed errors
  * naming the path, and every error about a file's content names the file and the line.
  */
-import { readFileSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import {
+  mkdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import {
   encodeTelemetryRecord,
@@ -13,6 +22,7 @@ import {
   type TelemetryEvent,
   TelemetryValidationError,
 } from "@stormlog/core";
+import { readJsonlLines } from "@stormlog/core/internal";
 import { describe, expect, it } from "vitest";
 import {
   buildTelemetryRollups,
@@ -154,6 +164,120 @@ describe("links in the input", () => {
     const loop = join(root, name);
     symlinkSync(loop, loop);
     expectAccessError(await thrown(loadTelemetrySessions(root)), "ELOOP", loop);
+  });
+});
+
+const mkfifo = (path: string) => execFileSync("mkfifo", [path]);
+
+describe("special and oversized files in the input", () => {
+  it("refuses a FIFO given as a .jsonl file at once, from every loader (no wait for a writer)", async () => {
+    const fifo = join(tempDir(), "run.jsonl");
+    mkfifo(fifo);
+    expectAccessError(await thrown(summarizeTelemetrySessions(fifo)), "EFTYPE", fifo);
+    expectAccessError(await thrown(loadTelemetrySessions(fifo)), "EFTYPE", fifo);
+    const lines = readJsonlLines(fifo);
+    await expect(lines.next()).rejects.toMatchObject({ code: "EFTYPE", path: fifo });
+  });
+
+  it("reads the segments beside a manifest.json that is a directory, a FIFO or too large, and says why", async () => {
+    for (const make of [
+      (path: string) => mkdirSync(path),
+      mkfifo,
+      (path: string) => {
+        writeFileSync(path, "{}");
+        truncateSync(path, 300 * 2 ** 20); // sparse: no disk used
+      },
+    ]) {
+      const dir = join(tempDir(), "sink");
+      writeSink(dir, samples(3, { sessionId: "kept" }), { manifest: false });
+      const manifest = join(dir, "manifest.json");
+      make(manifest);
+      const { ids, events, warnings } = await read(dir);
+      expect(ids).toEqual(["kept"]);
+      expect(events).toBe(3);
+      expect(warnings).toEqual([
+        expect.stringMatching(
+          /manifest\.json is not a usable sink manifest \((a directory|not a regular file|300 MiB)/,
+        ),
+      ]);
+    }
+  });
+
+  it("says so when a segment's name holds a directory or a FIFO, listed or not", async () => {
+    const dir = join(tempDir(), "sink");
+    const [first, second] = writeSink(dir, samples(4, { sessionId: "s" }), { segmentSize: 2 });
+    rmSync(first!);
+    mkdirSync(first!);
+    rmSync(second!);
+    mkfifo(second!);
+    mkfifo(join(dir, "segment-000009.jsonl"));
+    const { events, warnings } = await read(dir);
+    expect(events).toBe(0);
+    for (const path of [first!, second!, join(dir, "segment-000009.jsonl")])
+      expect(warnings).toContain(
+        `${path}: a directory or special file (a FIFO, a device), not a segment file: not read`,
+      );
+  });
+});
+
+describe("an OOM dump folder's files", () => {
+  /** A dump folder as the flight recorder writes it (`events.json`, `metadata.json`). */
+  function dumpFolder(): string {
+    const dir = join(tempDir(), "oom_dump_20260131T120000Z_1_cuda_0");
+    mkdirSync(dir);
+    writeFileSync(join(dir, "events.json"), '[{"timestamp": 1.0, "memory_allocated": 10, "type": "sample"}]');
+    writeFileSync(join(dir, "metadata.json"), '{"reason": "message_pattern:out of memory"}');
+    return dir;
+  }
+
+  it("are not read through links that lead out of the folder", async () => {
+    const outside = tempDir();
+    writeFileSync(
+      join(outside, "events.json"),
+      '[{"timestamp": 1.0, "memory_allocated": 1, "context": "OUTSIDE"}]',
+    );
+    const dump = dumpFolder();
+    rmSync(join(dump, "events.json"));
+    symlinkSync(join(outside, "events.json"), join(dump, "events.json"));
+    const warnings: string[] = [];
+    const error = await thrown(loadTelemetrySessions(dump, { onWarning: (m) => warnings.push(m) }));
+    expect(TelemetrySourceError.isInstance(error)).toBe(true);
+    expect((error as Error).message).toContain("events.json leads out of its folder");
+    expect(warnings).toContainEqual(
+      expect.stringContaining(`${join(dump, "events.json")} not read: it is a ${LEADS_OUT}`),
+    );
+
+    writeFileSync(join(outside, "meta.json"), '{"reason": "SECRET"}');
+    const other = dumpFolder();
+    rmSync(join(other, "metadata.json"));
+    symlinkSync(join(outside, "meta.json"), join(other, "metadata.json"));
+    const seen: string[] = [];
+    await thrown(loadTelemetrySessions(other, { onWarning: (m) => seen.push(m) }));
+    expect(seen.join("\n")).not.toContain("SECRET");
+    expect(seen).toContainEqual(
+      expect.stringContaining(`${join(other, "metadata.json")} not read: it is a ${LEADS_OUT}`),
+    );
+  });
+
+  it("never wait on a FIFO or read a file too large to be the recorder's", async () => {
+    const fifo = dumpFolder();
+    rmSync(join(fifo, "metadata.json"));
+    mkfifo(join(fifo, "metadata.json"));
+    const big = dumpFolder();
+    truncateSync(join(big, "metadata.json"), 300 * 2 ** 20);
+    for (const [dump, why] of [
+      [fifo, "not a regular file"],
+      [big, "larger than any dump writes"],
+    ] as const) {
+      const warnings: string[] = [];
+      // Without a readable metadata.json (and no bundle manifest) the folder is no dump: a typed refusal.
+      expect(
+        TelemetrySourceError.isInstance(
+          await thrown(loadTelemetrySessions(dump, { onWarning: (m) => warnings.push(m) })),
+        ),
+      ).toBe(true);
+      expect(warnings).toContain(`${join(dump, "metadata.json")} not read: ${why}`);
+    }
   });
 });
 
