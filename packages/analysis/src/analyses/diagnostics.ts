@@ -701,7 +701,14 @@ function diagnoseSegments(
   }
   const listings = listSessions(segments, ledger, input.defaultSource, input.absolute);
   const sessions: SessionInfo[] = listings.map(({ ranks: _ranks, ...info }) => info);
-  const selection = selectDistributedSession(sessions, options.sessionId, path);
+  // The reference TUI's rule (each session's summary rank), and ranks without a job id that ran together.
+  const byReference = listingsOf(sessions);
+  const selection = selectSession(
+    byReference,
+    findRankGroups(byReference, listings),
+    options.sessionId,
+    path,
+  );
   const plan = planDataset(segments, selection.memberSessionIds);
   return { selection, sessions, ...diagnoseDataset(plan, datasetOptions(options)) };
 }

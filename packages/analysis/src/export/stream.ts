@@ -102,7 +102,12 @@ async function planIndexed(
       if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
   }
   const sessions = listSessions(segments, ledger, input.defaultSource, input.absolute);
-  const selection = selectSession(sessions, findRankGroups(sessions), options.sessionId, input.path);
+  const selection = selectSession(
+    sessions,
+    findRankGroups(sessions, sessions),
+    options.sessionId,
+    input.path,
+  );
   const inputSegments = input.parts.flatMap((part) => part.segments);
   let eventCount = 0;
   const members = selection.memberSessionIds.map((sessionId): MemberPlan => {

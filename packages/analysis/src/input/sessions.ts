@@ -155,7 +155,8 @@ export function listSessions(
 export interface RankGroup {
   /** `stableLegacySessionId(["distributed.rank_group", job_id, world_size, ...sorted ids])`. */
   readonly sessionId: string;
-  readonly jobId: string;
+  /** Null for ranks without a job id grouped because they ran at the same time (`findRankGroups`). */
+  readonly jobId: string | null;
   readonly worldSize: number;
   /** One session per rank, by rank. */
   readonly members: readonly SessionListing[];
@@ -171,7 +172,11 @@ function commonString(values: Iterable<string | null>): string | null {
 }
 
 /** The reference TUI's merged summary of a rank group (`_create_merged_session_summary`). */
-function mergedSummary(members: readonly SessionListing[], jobId: string, worldSize: number): SessionSummary {
+function mergedSummary(
+  members: readonly SessionListing[],
+  jobId: string | null,
+  worldSize: number,
+): SessionSummary {
   const summaries = members.map((member) => member.summary);
   const ids = summaries.map((summary) => summary.session_id).sort(comparePythonStrings);
   const allCompleted = summaries.every((summary) => summary.status === "completed");
@@ -184,7 +189,12 @@ function mergedSummary(members: readonly SessionListing[], jobId: string, worldS
   return createSessionSummary({
     source: "stormlog.diagnostics.distributed",
     status: allCompleted ? "completed" : "incomplete",
-    sessionId: stableLegacySessionId(["distributed.rank_group", jobId, worldSize, ...ids]),
+    sessionId: stableLegacySessionId([
+      jobId === null ? "distributed.rank_group.concurrent" : "distributed.rank_group",
+      jobId,
+      worldSize,
+      ...ids,
+    ]),
     startedAtNs: started,
     endedAtNs: ended,
     host: commonString(summaries.map((summary) => summary.host)) || "multiple",
@@ -197,20 +207,28 @@ function mergedSummary(members: readonly SessionListing[], jobId: string, worldS
 }
 
 /**
- * The rank groups among `sessions` (given in selection order): sessions with a non-null `job_id`,
- * `world_size > 1` and events of exactly one rank, grouped by job and world size. A rank with
- * several sessions (a restarted process) keeps the first in selection order. Groups of at least
- * two ranks, no more than `world_size`, in the order of their best member.
+ * The rank groups among `sessions` (given in selection order): sessions with `world_size > 1` and
+ * events of exactly one rank, grouped by job and world size. Sessions without a `job_id` (ranks
+ * launched without torchrun or Slurm, e.g. sharing one sink directory) are grouped by world size and
+ * time, when their listings `withEventRanks` (in the same order) say which ranks their events carry:
+ * ranks whose events overlap in time ran as one job (the reference groups only by job id). A rank
+ * with several sessions (a restarted process) keeps the first in selection order. Groups of at
+ * least two ranks, no more than `world_size`, in the order of their best member.
  */
-export function findRankGroups(sessions: readonly SessionListing[]): RankGroup[] {
+export function findRankGroups(
+  sessions: readonly SessionListing[],
+  withEventRanks: readonly SessionListing[] = [],
+): RankGroup[] {
   const byJob = new Map<
     string,
-    { jobId: string; worldSize: number; byRank: Map<number, SessionListing>; skipped: SessionListing[] }
+    {
+      jobId: string | null;
+      worldSize: number;
+      byRank: Map<number, SessionListing>;
+      skipped: SessionListing[];
+    }
   >();
-  for (const session of sessions) {
-    const { job_id: jobId, world_size: worldSize } = session.summary;
-    if (jobId === null || worldSize <= 1 || session.eventCount === 0 || session.ranks.length !== 1) continue;
-    const key = `${worldSize}\u0000${jobId}`;
+  const join = (key: string, jobId: string | null, worldSize: number, session: SessionListing) => {
     let group = byJob.get(key);
     if (group === undefined) {
       group = { jobId, worldSize, byRank: new Map(), skipped: [] };
@@ -219,7 +237,18 @@ export function findRankGroups(sessions: readonly SessionListing[]): RankGroup[]
     const rank = session.ranks[0]!;
     if (group.byRank.has(rank)) group.skipped.push(session);
     else group.byRank.set(rank, session);
+  };
+  const single = (session: SessionListing) =>
+    session.summary.world_size > 1 && session.eventCount > 0 && session.ranks.length === 1;
+  for (const session of sessions) {
+    const { job_id: jobId, world_size: worldSize } = session.summary;
+    if (jobId !== null && single(session)) join(`${worldSize}\u0000${jobId}`, jobId, worldSize, session);
   }
+  const withoutJob = withEventRanks.filter((session) => session.summary.job_id === null && single(session));
+  concurrentRuns(withoutJob).forEach((run, i) => {
+    for (const session of run)
+      join(`${session.summary.world_size}\u0001${i}`, null, session.summary.world_size, session);
+  });
   const groups: RankGroup[] = [];
   for (const group of byJob.values()) {
     if (group.byRank.size < 2 || group.byRank.size > group.worldSize) continue;
@@ -241,6 +270,43 @@ export function findRankGroups(sessions: readonly SessionListing[]): RankGroup[]
       ...group.members.map((member) => position.get(member.summary.session_id) ?? Number.MAX_SAFE_INTEGER),
     );
   return groups.sort((a, b) => best(a) - best(b));
+}
+
+/**
+ * Sessions without a job id, in runs: same world size, and events that overlap in time (each run
+ * in selection order). A session without timestamps joins none.
+ */
+function concurrentRuns(sessions: readonly SessionListing[]): SessionListing[][] {
+  const timed = sessions.filter((s) => s.firstTimestampNs !== null && s.lastTimestampNs !== null);
+  const order = new Map(sessions.map((session, index) => [session, index]));
+  timed.sort((a, b) =>
+    a.summary.world_size !== b.summary.world_size
+      ? a.summary.world_size - b.summary.world_size
+      : a.firstTimestampNs! < b.firstTimestampNs!
+        ? -1
+        : a.firstTimestampNs! > b.firstTimestampNs!
+          ? 1
+          : 0,
+  );
+  const runs: SessionListing[][] = [];
+  let run: SessionListing[] = [];
+  let end = 0n;
+  for (const session of timed) {
+    const joins =
+      run.length > 0 &&
+      session.summary.world_size === run[0]!.summary.world_size &&
+      session.firstTimestampNs! <= end;
+    if (!joins) {
+      if (run.length > 0) runs.push(run);
+      run = [];
+      end = session.lastTimestampNs!;
+    }
+    run.push(session);
+    if (session.lastTimestampNs! > end) end = session.lastTimestampNs!;
+  }
+  if (run.length > 0) runs.push(run);
+  for (const each of runs) each.sort((a, b) => order.get(a)! - order.get(b)!);
+  return runs;
 }
 
 /** A rank group as users see it: the per-rank sessions of one job, merged into one view. */
@@ -289,10 +355,15 @@ export function selectSession(
 ): SessionSelection {
   const ofGroup = (group: RankGroup): SessionSelection => {
     const notes: string[] = [];
+    if (group.jobId === null)
+      notes.push(
+        `Ranks ${group.members.map((member) => member.ranks[0]).join(", ")} of world size ${group.worldSize} have no job_id; ` +
+          "read as one job because their events overlap in time (set TORCHELASTIC_RUN_ID or SLURM_JOB_ID, or the tracker's jobId, to name it).",
+      );
     for (const skipped of group.skipped) {
       const rank = skipped.ranks[0];
       notes.push(
-        `Rank ${rank} of job ${group.jobId} has more than one session; merged ${group.members.find((m) => m.ranks[0] === rank)?.summary.session_id} and left out ${skipped.summary.session_id}.`,
+        `Rank ${rank} of ${group.jobId === null ? "ranks run at the same time without a job id" : `job ${group.jobId}`} has more than one session; merged ${group.members.find((m) => m.ranks[0] === rank)?.summary.session_id} and left out ${skipped.summary.session_id}.`,
       );
     }
     return {

@@ -393,7 +393,12 @@ async function analyzeIndexed(
       if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
   }
   const sessions = listSessions(segments, ledger, input.defaultSource, input.absolute);
-  const selection = selectSession(sessions, findRankGroups(sessions), options.sessionId, input.path);
+  const selection = selectSession(
+    sessions,
+    findRankGroups(sessions, sessions),
+    options.sessionId,
+    input.path,
+  );
   const sink = await sinkSection(input, segments, sizes, sessions);
   sink.warnings.unshift(...warnings);
   options.onProgress?.({ phase: "analyze", done: 0, total: 1 });
@@ -432,7 +437,12 @@ async function analyzeJsonFile(
   }
   const segments: SegmentData[] = [inMemorySegment(input.absolute, null, aggregate)];
   const sessions = listSessions(segments, new Map(), input.defaultSource, input.absolute);
-  const selection = selectSession(sessions, findRankGroups(sessions), options.sessionId, input.path);
+  const selection = selectSession(
+    sessions,
+    findRankGroups(sessions, sessions),
+    options.sessionId,
+    input.path,
+  );
   return analyze({
     input: { path: input.path, kind: "json", size_bytes: size },
     sessions,

@@ -90,15 +90,53 @@ describe("per-rank sessions of one job are merged into one distributed view", ()
   });
 });
 
+describe("ranks without a job id that run at the same time (a shared sink directory)", () => {
+  it("are read as one job, with a note that says why", async () => {
+    const root = join(temp, "no-job-concurrent");
+    const ids = [0, 1, 2, 3].map((rank) => rankRun(root, rank, { job_id: null, world_size: 4 }));
+    // An earlier run of the same ranks in the same directory, over before this one began.
+    for (const rank of [0, 1])
+      rankRun(
+        root,
+        rank,
+        { job_id: null, world_size: 4, session_id: `earlier-r${rank}` },
+        {
+          start: BASE_NS - 3600n * 1000n * MS,
+        },
+      );
+    const report = await analyzeTelemetry(root, { index: false });
+    expect(report.session.merged_session_ids).toEqual(ids);
+    expect(report.summary.ranks).toEqual([0, 1, 2, 3]);
+    expect(report.notes).toContainEqual(
+      expect.stringContaining("Ranks 0, 1, 2, 3 of world size 4 have no job_id"),
+    );
+    // The earlier run is a group of its own, picked by its id.
+    const earlierId = stableLegacySessionId([
+      "distributed.rank_group.concurrent",
+      4,
+      "earlier-r0",
+      "earlier-r1",
+    ]);
+    const earlier = await analyzeTelemetry(root, { index: false, sessionId: earlierId });
+    expect(earlier.session.merged_session_ids).toEqual(["earlier-r0", "earlier-r1"]);
+  });
+});
+
 describe("sessions that are not one job's ranks stay apart", () => {
   it.each([
-    ["no job id", { job_id: null, world_size: 4 }],
+    ["no job id, one after the other", { job_id: null, world_size: 4 }],
     ["world size 1", { job_id: "job", world_size: 1 }],
   ])("%s", async (_label, identity) => {
     const root = join(temp, `apart-${_label.replaceAll(" ", "-")}`);
-    // With world size 1 both processes are rank 0 (two single-process runs).
+    // With world size 1 both processes are rank 0 (two single-process runs). Without a job id, the
+    // second rank starts an hour after the first ended.
     for (const rank of [0, 1])
-      rankRun(root, rank, { ...identity, rank: identity.world_size === 1 ? 0 : rank });
+      rankRun(
+        root,
+        rank,
+        { ...identity, rank: identity.world_size === 1 ? 0 : rank },
+        { start: BASE_NS + BigInt(rank) * 3600n * 1000n * MS },
+      );
     const report = await analyzeTelemetry(root, { index: false });
     expect(report.session.merged_session_ids).toBeUndefined();
     expect(report.session.discovered_session_ids).toHaveLength(2);
