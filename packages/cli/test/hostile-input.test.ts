@@ -163,7 +163,7 @@ describe("special files inside the input", () => {
       writeSink(dir, samples(3, { sessionId: "s" }));
       rmSync(join(dir, "manifest.json"));
       make(join(dir, "manifest.json"));
-      for (const [name, run] of await runAll(dir)) {
+      for (const [, run] of await runAll(dir)) {
         // On stderr, or in the report's notes.
         expect(run.stderr + run.stdout).toMatch(
           /manifest\.json is not a usable sink manifest \((not a regular file|a directory)/,
