@@ -125,6 +125,12 @@ export function isOutOfSpace(error: Error | null): boolean {
   return code === "ENOSPC" || code === "EDQUOT";
 }
 
+/** The directory refused a new file or a rename (read-only to this user): its files may still be writable. */
+export function isDirectoryDenied(error: Error | null): boolean {
+  const code = (error as NodeJS.ErrnoException | null)?.code;
+  return code === "EACCES" || code === "EPERM";
+}
+
 /** A reserve cut short by a full disk keeps what it got: some room for the final manifest beats none. */
 function keepsShortReserve(error: Error, written: number): boolean {
   return written > 0 && isOutOfSpace(error);

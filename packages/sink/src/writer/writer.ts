@@ -28,6 +28,7 @@ import {
   IO_OK,
   type IoOp,
   type IoResult,
+  isDirectoryDenied,
   isOutOfSpace,
   MADE,
 } from "./io.js";
@@ -1250,8 +1251,8 @@ export class TelemetrySink {
       try {
         writeManifestTextSync(this.rootDir, text, false);
       } catch (error) {
-        // The exit path may have written it in place on a full disk: the same way again.
-        if (!isOutOfSpace(error as Error)) throw error;
+        // The exit path may have written it in place (a full disk, a read-only directory): the same way again.
+        if (!isOutOfSpace(error as Error) && !isDirectoryDenied(error as Error)) throw error;
         rewriteManifestInPlaceSync(this.rootDir, text, false);
       }
     } catch (error) {
@@ -1290,9 +1291,12 @@ export class TelemetrySink {
     const stillCurrent = (): boolean => token === this.pumpToken;
     let error: Error | null = null;
     for (const way of ["copy", "reserve", "in place"] as const) {
-      // Only a full disk needs the reserve's space or the in-place write (not atomic); a read-only
-      // directory or an I/O error waits for the retry, with the reserve kept.
-      if (way !== "copy" && !isOutOfSpace(error)) break;
+      // A full disk needs the reserve's space, then the in-place write (not atomic); a directory that
+      // refuses new files (read-only) may still let its manifest.json be written in place; an I/O
+      // error waits for the retry, with the reserve kept.
+      const full = isOutOfSpace(error);
+      if (way === "reserve" && !full) continue;
+      if (way === "in place" && !full && !isDirectoryDenied(error)) break;
       if (way === "reserve" && !(yield* this.ledger.freeReserve(this.rootDir))) continue;
       const { text, fsync } = this.ledger.take();
       const inPlace = way === "in place";

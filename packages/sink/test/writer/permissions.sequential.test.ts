@@ -68,9 +68,10 @@ describe("a directory that turns read-only (EACCES)", () => {
         Array.from({ length: 20 }, (_, i) => sessions[0]!.events[0]!.timestamp_ns + BigInt(i) * 100_000_000n),
       );
 
-      // Closed while read-only: running on disk then, incomplete with its losses once writable.
+      // Closed while read-only: incomplete on disk at once (manifest.json written in place), with its
+      // losses once writable.
       const { closed } = result;
-      expect(closed.statusWhileReadOnly).toBe("running");
+      expect(closed.statusWhileReadOnly).toBe("incomplete");
       expect(closed.status).toBe("incomplete");
       expect(closed.endedAtNs).not.toBe("null");
       expect(closed.diagnostics.dropped_io_error).toBeGreaterThan(0);
