@@ -1198,16 +1198,19 @@ export class TelemetrySink {
     // close() tries hard: on a full disk with the reserve's space, or in place.
     const failed = yield* this.writeLedgerHard();
     if (failed !== null) this.manifestFailed(failed);
-    this.releaseIfDone();
-    if (this.config.writeRollups && barrier.rollups && !this.finalized) {
-      // Coverage as of this close, with this instance's pruning counters (as the reference).
-      this.scheduleRollups(
-        rollupCoverageFromManifest(
-          { segments: this.segments.list },
-          { segmentCount: this.segments.prunedCount, bytes: this.segments.prunedBytes },
-        ),
-      );
+    if (!this.config.writeRollups || !barrier.rollups || this.finalized) {
+      this.releaseIfDone();
+      return;
     }
+    // Coverage as of this close, with this instance's pruning counters (as the reference). The
+    // directory stays locked until rollups.json is written: a next writer's rollups must not be
+    // overwritten by this older build.
+    this.scheduleRollups(
+      rollupCoverageFromManifest(
+        { segments: this.segments.list },
+        { segmentCount: this.segments.prunedCount, bytes: this.segments.prunedBytes },
+      ),
+    );
   }
 
   /** The directory is free for the next writer once its last session is on disk. */
@@ -1407,12 +1410,17 @@ export class TelemetrySink {
 
   // ---------------------------------------------------------------- background work
 
-  /** Rebuilds rollups.json from the directory (after the session's close); a failure is logged, never raised. */
+  /**
+   * Rebuilds rollups.json from the directory (after the session's close), then frees the directory if
+   * no session opened meanwhile; a failure is logged, never raised.
+   */
   private scheduleRollups(coverage: RollupCoverage): void {
     this.runBehind(
-      this.buildRollups(coverage).catch((error: unknown) => {
-        this.config.logger.warn(`${this.rootDir}: rollups.json was not written: ${(error as Error).message}`);
-      }),
+      this.buildRollups(coverage)
+        .catch((error: unknown) => {
+          this.config.logger.warn(`${this.rootDir}: rollups.json was not written: ${(error as Error).message}`);
+        })
+        .finally(() => this.releaseIfDone()),
     );
   }
 
