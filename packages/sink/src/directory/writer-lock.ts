@@ -364,13 +364,26 @@ function rankFromEnvironment(): number | undefined {
 }
 
 /**
- * The ledger as readers report it: a `running` session whose writer is gone (it ran on this host and
- * its pid no longer runs the process that started it) is `interrupted`, as the next writer's
- * recovery will record it. The Python reference reports `running` until a writer reopens the directory.
+ * The ledger of the sink in `dir` as readers report it: a `running` session whose writer is gone is
+ * `interrupted`, as the next writer's recovery will record it. The writer is the directory's lock
+ * holder when there is a lock (a `stormlog track` session names the tracked child's pid, which may
+ * outlive it), else the session's pid (the Python reference's writers take no lock); gone means it
+ * ran on this host and its pid no longer runs the process that started it. The Python reference
+ * reports `running` until a writer reopens the directory.
  */
-export function settleAbandonedSessions<T extends SessionSummary>(sessions: readonly T[]): T[] {
+export function settleAbandonedSessions<T extends SessionSummary>(sessions: readonly T[], dir: string): T[] {
+  if (!sessions.some((summary) => summary.status === "running")) return [...sessions];
+  const lockPath = join(dir, WRITER_LOCK_FILENAME);
+  let holder: WriterLockOwner | null | undefined;
+  try {
+    holder = readOwner(lockPath);
+  } catch {
+    holder = undefined;
+  }
+  const lockSays = holder === undefined || holder === null ? null : !isHolderAlive(lockPath, holder);
   return sessions.map((summary) =>
-    summary.status === "running" && isSessionWriterGone(summary.host, summary.pid, summary.started_at_ns)
+    summary.status === "running" &&
+    (lockSays ?? isSessionWriterGone(summary.host, summary.pid, summary.started_at_ns))
       ? { ...summary, status: "interrupted" }
       : summary,
   );

@@ -197,7 +197,7 @@ function sinkPart(
 ): TelemetryInputPart {
   if (linkInsideInput(dir, root, warn) === null) return { dir, manifest: null, segments: [] };
   const { manifest: read, problem } = readPartManifest(dir, root, warn);
-  const manifest = read === null ? null : { ...read, sessions: settleAbandonedSessions(read.sessions) };
+  const manifest = read === null ? null : { ...read, sessions: settleAbandonedSessions(read.sessions, dir) };
   const hints = new Map<string, string | null>();
   const written = new Map<string, number>();
   for (const segment of manifest?.segments ?? []) {

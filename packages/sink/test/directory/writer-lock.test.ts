@@ -1,12 +1,15 @@
 // Many writers, one directory: the writer lock (writer.lock), moving beside a live writer, refusing,
 // breaking a dead writer's lock; with real processes sharing a directory.
+import { spawn, spawnSync } from "node:child_process";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
+import type { SessionSummary } from "@stormlog/core";
+import { createSessionSummary } from "@stormlog/core/internal";
 import { describe, expect, it } from "vitest";
 import { sampleRecord } from "../../scripts/sample-records.js";
 import { readManifestSync } from "../../src/directory/manifest.js";
-import { WRITER_LOCK_FILENAME } from "../../src/directory/writer-lock.js";
+import { settleAbandonedSessions, WRITER_LOCK_FILENAME } from "../../src/directory/writer-lock.js";
 import { loadTelemetrySessions, SinkDirectoryLockedError, TelemetrySink } from "../../src/index.js";
 import { exited, start, waitFor } from "../children.js";
 import { memoryLogger, quiet, tempDir } from "../helpers.js";
@@ -197,5 +200,51 @@ describe("the writer lock in one process", () => {
     expect(sink.rootDir).toBe(dir);
     expect(lockOwner(dir).pid).toBe(process.pid);
     await sink.close();
+  });
+});
+
+describe("readers judging a running session's writer", () => {
+  /** A session summary `running` since now, written by `pid` on this host. */
+  const running = (sessionId: string, pid: number): SessionSummary =>
+    createSessionSummary({
+      sessionId,
+      source: "test",
+      host: hostname(),
+      pid,
+      startedAtNs: BigInt(Date.now()) * 1_000_000n,
+    });
+
+  it("take the lock holder for the writer when there is a lock, else the session's pid", async () => {
+    const alive = spawn("sleep", ["30"]);
+    const dead = spawnSync("true").pid;
+    try {
+      const lock = (dir: string, pid: number) =>
+        writeFileSync(
+          join(dir, WRITER_LOCK_FILENAME),
+          JSON.stringify({
+            host: hostname(),
+            pid,
+            process_started_at_ms: null,
+            acquired_at_ns: "0",
+            token: "t",
+          }),
+        );
+      // `stormlog track`: the session names the tracked child, alive; its writer was killed.
+      const killedWriter = tempDir();
+      lock(killedWriter, dead);
+      expect(settleAbandonedSessions([running("s", alive.pid!)], killedWriter)[0]!.status).toBe(
+        "interrupted",
+      );
+      // The writer is alive, the child it tracked has ended: still running.
+      const liveWriter = tempDir();
+      lock(liveWriter, alive.pid!);
+      expect(settleAbandonedSessions([running("s", dead)], liveWriter)[0]!.status).toBe("running");
+      // No lock (the Python reference's writers): the session's pid decides.
+      const noLock = tempDir();
+      const settled = settleAbandonedSessions([running("a", alive.pid!), running("b", dead)], noLock);
+      expect(settled.map((summary) => summary.status)).toEqual(["running", "interrupted"]);
+    } finally {
+      alive.kill();
+    }
   });
 });
