@@ -28,7 +28,14 @@ export {
 
 // JSONL lines, and the streaming encoder the sink writes with.
 
-export { type JsonlLine, lineTooLong, MAX_LINE_BYTES, readJsonlLines } from "./codec/jsonl.js";
+export {
+  type JsonlLine,
+  lineTooLong,
+  MAX_LINE_BYTES,
+  readJsonlLines,
+  utf8FileText,
+  utf8LineText,
+} from "./codec/jsonl.js";
 export { TelemetryLineEncoder } from "./codec/line-encoder.js";
 
 // Session summaries as the writers and readers build, update and store them.

@@ -5,7 +5,13 @@
  */
 import { closeSync, readSync, statSync } from "node:fs";
 import { JsonlDecodeError, type TelemetryEvent } from "@stormlog/core";
-import { lineTooLong, MAX_LINE_BYTES, openRegularFileSync, sampleRules } from "@stormlog/core/internal";
+import {
+  lineTooLong,
+  MAX_LINE_BYTES,
+  openRegularFileSync,
+  sampleRules,
+  utf8LineText,
+} from "@stormlog/core/internal";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import { TelemetryInputAccessError } from "@stormlog/sink";
 import {
@@ -213,10 +219,14 @@ class RangeScanner {
 
   /** A line the fast path does not take: decoded as the sink's reader decodes it. */
   private slow(buf: Buffer, start: number, end: number, terminated: boolean): void {
-    const text = buf.toString("utf8", start, end);
-    if (text.trim().length === 0) return;
     const { path, defaultSessionId } = this.segment;
     const lineNumber = this.lineOffset + this.lineNumber;
+    // A final line without its newline may be cut inside a character (a crash): decoded leniently,
+    // it is dropped as cut short below, as the sink's reader drops it.
+    const text = terminated
+      ? utf8LineText(buf, start, end, path, lineNumber)
+      : buf.toString("utf8", start, end);
+    if (text.trim().length === 0) return;
     let event: TelemetryEvent;
     try {
       event = decodeTelemetryEventLine(text, { file: path, line: lineNumber }, defaultSessionId, {

@@ -82,6 +82,26 @@ describe("JSON nested 5,000 deep", () => {
   });
 });
 
+describe("bytes that are not UTF-8", () => {
+  it("are refused naming the file and line; a final line cut inside a character is dropped", async () => {
+    const dir = fresh();
+    const [segment] = writeSink(dir, samples(5));
+    const bytes = readFileSync(segment!);
+    const lines = bytes.toString("latin1").split("\n");
+    lines[2] = lines[2]!.replace('"context": null', '"context": "ab\xff\xfe"');
+    writeFileSync(segment!, Buffer.from(lines.join("\n"), "latin1"));
+    const error = await refusal(dir);
+    expect(JsonlDecodeError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(new RegExp(`^bytes that are not UTF-8.*\\(${segment}:3\\)$`));
+    writeFileSync(segment!, Buffer.concat([bytes, Buffer.from('{"context": "caf\xc3', "latin1")]));
+    const report = await analyzeTelemetry(dir, { index: false });
+    expect(report.summary.event_count).toBe(5);
+    expect(report.sink.warnings).toEqual([
+      expect.stringContaining(`${segment}:6: dropped a final line cut short`),
+    ]);
+  });
+});
+
 describe("timestamps too far apart for one capture", () => {
   const farther = BASE_NS + 200n * 86_400n * 1_000_000_000n;
 

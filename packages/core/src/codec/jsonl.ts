@@ -1,3 +1,4 @@
+import { isUtf8 } from "node:buffer";
 import { createReadStream } from "node:fs";
 import { JsonlDecodeError, type StormlogError } from "../runtime/errors.js";
 import { openRegularFileSync } from "../runtime/regular-file.js";
@@ -42,14 +43,14 @@ export async function* readJsonlLines(
       const joined = Buffer.concat([carry, chunk.subarray(0, end)]);
       carry = null;
       lineNumber++;
-      const text = lineText(joined, 0, joined.length);
+      const text = lineText(joined, 0, joined.length, path, lineNumber);
       if (text !== null) yield { text, lineNumber, terminated: true };
       start = end + 1;
       end = chunk.indexOf(NEWLINE, start);
     }
     for (; end !== -1; end = chunk.indexOf(NEWLINE, start)) {
       lineNumber++;
-      const text = lineText(chunk, start, end);
+      const text = lineText(chunk, start, end, path, lineNumber);
       if (text !== null) yield { text, lineNumber, terminated: true };
       start = end + 1;
     }
@@ -63,7 +64,9 @@ export async function* readJsonlLines(
     }
   }
   if (carry !== null) {
-    const text = lineText(carry, 0, carry.length);
+    // A final line without its newline may be cut inside a character (a crash): decoded leniently, it
+    // is then dropped as cut short by the readers, as any other cut line.
+    const text = lineText(carry, 0, carry.length, path, null);
     if (text !== null) yield { text, lineNumber: lineNumber + 1, terminated: false };
   }
 }
@@ -85,19 +88,58 @@ export function lineTooLong(file: string, line: number): JsonlDecodeError {
   );
 }
 
-/** The line `bytes[start, end)` as text without a final `\r`; null when it is blank. */
-function lineText(bytes: Buffer, start: number, end: number): string | null {
+/** A whole file's bytes as UTF-8 text, refused like `utf8LineText` naming the first line that is not UTF-8. */
+export function utf8FileText(bytes: Buffer, file: string): string {
+  const text = bytes.toString("utf8");
+  if (!text.includes("\uFFFD") || isUtf8(bytes)) return text;
+  // A newline byte never falls inside a character: each line is checked on its own.
+  for (let start = 0, line = 1; start <= bytes.length; line++) {
+    const newline = bytes.indexOf(NEWLINE, start);
+    const end = newline === -1 ? bytes.length : newline;
+    utf8LineText(bytes, start, end, file, line);
+    start = end + 1;
+  }
+  return text;
+}
+
+/**
+ * `bytes[start, end)` as UTF-8 text. Bytes that are not UTF-8 are refused with their file and line,
+ * as the reference's strict decoding refuses the file, rather than read as U+FFFD: only text that
+ * holds a U+FFFD is checked again.
+ */
+export function utf8LineText(bytes: Buffer, start: number, end: number, file: string, line: number): string {
+  const text = bytes.toString("utf8", start, end);
+  if (text.includes("\uFFFD") && !isUtf8(bytes.subarray(start, end)))
+    throw new JsonlDecodeError("bytes that are not UTF-8: telemetry is UTF-8 text; fix or remove the line", {
+      location: { file, line },
+    });
+  return text;
+}
+
+/**
+ * The line `bytes[start, end)` as text without a final `\r`; null when it is blank. Not UTF-8: refused
+ * with its file and `line`, or, with a null `line`, decoded with U+FFFD.
+ */
+function lineText(
+  bytes: Buffer,
+  start: number,
+  end: number,
+  file: string,
+  line: number | null,
+): string | null {
+  const decode = () =>
+    line === null ? bytes.toString("utf8", start, end) : utf8LineText(bytes, start, end, file, line);
   if (end > start && bytes[end - 1] === 0x0d) end--;
   let onlyAsciiSpace = true;
   for (let i = start; i < end; i++) {
     const byte = bytes[i]!;
     // A printable ASCII character: not blank, no need to look further.
-    if (byte > 0x20 && byte < 0x7f) return bytes.toString("utf8", start, end);
+    if (byte > 0x20 && byte < 0x7f) return decode();
     if (byte !== 0x20 && (byte < 0x09 || byte > 0x0d)) onlyAsciiSpace = false;
   }
   if (onlyAsciiSpace) return null;
   // Control or non-ASCII characters only: blank when trim() says so (Unicode spaces), as before.
-  const text = bytes.toString("utf8", start, end);
+  const text = decode();
   return isBlank(text) ? null : text;
 }
 

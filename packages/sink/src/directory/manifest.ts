@@ -12,6 +12,7 @@ import {
 } from "node:fs";
 import { join } from "node:path";
 import {
+  JsonlDecodeError,
   type JsonObject,
   type JsonValue,
   parseJson,
@@ -310,6 +311,10 @@ function unreadManifest(error: unknown, options: ManifestReadOptions): null {
     options.onInvalid?.(
       code === "EISDIR" ? "a directory, not a file" : "not a regular file (a FIFO or device)",
     );
+    return null;
+  }
+  if (JsonlDecodeError.isInstance(error)) {
+    options.onInvalid?.("bytes that are not UTF-8");
     return null;
   }
   if (WholeFileTooLargeError.isInstance(error)) {

@@ -4,7 +4,12 @@
  */
 import { closeSync, promises as fsPromises, fstatSync, readFileSync } from "node:fs";
 import { StormlogError } from "@stormlog/core";
-import { openRegularFileSync, REGULAR_OPEN_FLAGS, refuseUnlessRegular } from "@stormlog/core/internal";
+import {
+  openRegularFileSync,
+  REGULAR_OPEN_FLAGS,
+  refuseUnlessRegular,
+  utf8FileText,
+} from "@stormlog/core/internal";
 import { TelemetrySourceError } from "../errors.js";
 
 /**
@@ -41,7 +46,8 @@ export class WholeFileTooLargeError extends TelemetrySourceError {
 
 /**
  * The text of the regular file at `path` (refused with `WholeFileTooLargeError` past
- * `MAX_WHOLE_FILE_BYTES`), or, with `null`, its bytes.
+ * `MAX_WHOLE_FILE_BYTES`, and with a `JsonlDecodeError` naming the line when it is not UTF-8), or,
+ * with `null`, its bytes.
  */
 export function readRegularFileSync(path: string): string;
 export function readRegularFileSync(path: string, encoding: null): Buffer;
@@ -50,7 +56,7 @@ export function readRegularFileSync(path: string, encoding: "utf8" | null = "utf
   try {
     if (encoding === null) return readFileSync(fd);
     refuseTooLarge(fstatSync(fd).size, path);
-    return readFileSync(fd, encoding);
+    return utf8FileText(readFileSync(fd), path);
   } finally {
     closeSync(fd);
   }
@@ -63,7 +69,7 @@ export async function readRegularFile(path: string): Promise<string> {
     const stats = await handle.stat();
     refuseUnlessRegular(stats, path);
     refuseTooLarge(stats.size, path);
-    return await handle.readFile("utf8");
+    return utf8FileText(await handle.readFile(), path);
   } finally {
     await handle.close();
   }

@@ -1418,7 +1418,9 @@ export class TelemetrySink {
     this.runBehind(
       this.buildRollups(coverage)
         .catch((error: unknown) => {
-          this.config.logger.warn(`${this.rootDir}: rollups.json was not written: ${(error as Error).message}`);
+          this.config.logger.warn(
+            `${this.rootDir}: rollups.json was not written: ${(error as Error).message}`,
+          );
         })
         .finally(() => this.releaseIfDone()),
     );

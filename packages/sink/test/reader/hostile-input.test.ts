@@ -294,6 +294,35 @@ describe("errors about content name the file and the line", () => {
     expect((error as Error).message).toContain(`(${segment}:3)`);
   });
 
+  it("bytes that are not UTF-8, in a segment and in a JSON document; a final line cut inside a character is dropped", async () => {
+    const dir = tempDir();
+    const [segment] = writeSink(dir, samples(5, { sessionId: "s" }));
+    const bytes = readFileSync(segment!);
+    const lines = bytes.toString("latin1").split("\n");
+    // Line 3's context: two bytes that start no UTF-8 character (a U+FFFD written as text stays legal).
+    lines[2] = lines[2]!.replace('"context": null', '"context": "ab\xff\xfe \ufffd"');
+    writeFileSync(segment!, Buffer.from(lines.join("\n"), "latin1"));
+    for (const load of [loadTelemetrySessions, summarizeTelemetrySessions]) {
+      const error = await thrown(load(dir));
+      expect(JsonlDecodeError.isInstance(error)).toBe(true);
+      expect((error as Error).message).toBe(
+        `bytes that are not UTF-8: telemetry is UTF-8 text; fix or remove the line (${segment}:3)`,
+      );
+    }
+    const file = join(tempDir(), "events.json");
+    writeFileSync(
+      file,
+      Buffer.from('[{"timestamp": 1.5,\n "memory_allocated": 10, "context": "\xff"}]', "latin1"),
+    );
+    expect(((await thrown(loadTelemetrySessions(file))) as Error).message).toContain(`(${file}:2)`);
+    // A crash cut the last line inside a two-byte character: dropped as cut short, as any cut line.
+    const cut = Buffer.concat([bytes, Buffer.from('{"context": "caf\xc3', "latin1")]);
+    writeFileSync(segment!, cut);
+    const { events, warnings } = await read(dir);
+    expect(events).toBe(5);
+    expect(warnings).toEqual([expect.stringContaining(`${segment}:6: dropped a final line cut short`)]);
+  });
+
   /** A JSON document of `records` (2-space indent), as a list or under `events`. */
   function document(records: object[], under: boolean): string {
     const parsed = records.map((event) => parseJson(encodeTelemetryRecord(event as TelemetryEvent)));
