@@ -75,6 +75,15 @@ describe("stormlog export --format parquet, stormlog query", () => {
     expect(text.stdout).toContain("(3 rows)");
     const csv = await runCli(["query", "SELECT 'a,b' AS x, NULL AS y, 2 AS z", dataset, "--format", "csv"]);
     expect(csv.stdout).toBe('x,y,z\n"a,b",,2\n');
+    // DECIMAL values come as text: a negative one stays a number, a formula-like text does not.
+    const decimal = await runCli([
+      "query",
+      "SELECT (-1.5)::DECIMAL(10,2) AS d, '-1+2' AS f",
+      dataset,
+      "--format",
+      "csv",
+    ]);
+    expect(decimal.stdout).toBe('d,f\n-1.50,"\'-1+2"\n');
     // Text a spreadsheet would run is neutralized as the CSV export does; numbers stay numbers.
     const hostile = await runCli([
       "query",

@@ -85,6 +85,7 @@ export { openRegularFileSync, REGULAR_OPEN_FLAGS, refuseUnlessRegular } from "./
 // Memory counters past 2^53, kept exactly beside the decoded record for the analyses.
 
 export {
+  counterText,
   counterValue,
   type ExactCounterField,
   type ExactCounters,

@@ -5,25 +5,33 @@
  * exact integers, so nothing is lost.
  */
 import { type JsonObject, stringifyJson, TELEMETRY_V3_FIELDS, type TelemetryEvent } from "@stormlog/core";
+import { counterText, type ExactCounterField } from "@stormlog/core/internal";
 
 /** The CSV columns, in the reference's record order. */
 export const TELEMETRY_CSV_COLUMNS: readonly string[] = TELEMETRY_V3_FIELDS;
+
+/** The counter columns (`counterText` writes them past 2^53). */
+const COUNTERS: ReadonlySet<string> = new Set(
+  TELEMETRY_CSV_COLUMNS.filter((column) => column.endsWith("_bytes")),
+);
 
 /**
  * A spreadsheet reads a cell starting with one of these as a formula (OWASP "CSV injection"); after
  * leading spaces too, as importers that trim them read it.
  */
 const FORMULA_START = /^[ ]*[=+\-@\t\r]/;
+/** A negative decimal number (a DECIMAL column's text): a spreadsheet reads it as the number it is. */
+const NEGATIVE_NUMBER = /^-\d+(\.\d+)?$/;
 
 /**
  * RFC 4180 quoting: fields with a comma, quote, CR or LF (or edge spaces) are quoted. A text that a
  * spreadsheet would run as a formula (`=HYPERLINK(...)`, `+`, `-`, `@`, tab or CR first, after any
  * spaces) gets a leading `'` and quotes, as OWASP advises: the cell then shows the text instead of
- * running it.
+ * running it. A negative decimal number is left as it is: no formula starts that way.
  */
 export function csvField(value: string): string {
   if (value === "") return '""';
-  if (FORMULA_START.test(value)) return `"'${value.replaceAll('"', '""')}"`;
+  if (FORMULA_START.test(value) && !NEGATIVE_NUMBER.test(value)) return `"'${value.replaceAll('"', '""')}"`;
   if (/[",\r\n]/.test(value) || value.trim() !== value) return `"${value.replaceAll('"', '""')}"`;
   return value;
 }
@@ -57,7 +65,13 @@ export function telemetryEventToCsvRow(event: TelemetryEvent): string {
   let line = "";
   for (let index = 0; index < TELEMETRY_CSV_COLUMNS.length; index++) {
     if (index > 0) line += ",";
-    line += cell(record[TELEMETRY_CSV_COLUMNS[index]!]);
+    const column = TELEMETRY_CSV_COLUMNS[index]!;
+    const value = record[column];
+    // A counter past 2^53 keeps every digit (the exact value read, not its nearest double).
+    line +=
+      typeof value === "number" && !Number.isSafeInteger(value) && COUNTERS.has(column)
+        ? counterText(event, column as ExactCounterField)
+        : cell(value);
   }
   return line;
 }

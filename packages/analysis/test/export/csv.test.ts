@@ -1,4 +1,10 @@
-import { parseJson, TELEMETRY_V3_FIELDS, type TelemetryEvent } from "@stormlog/core";
+import {
+  decodeTelemetryLine,
+  encodeTelemetryRecord,
+  parseJson,
+  TELEMETRY_V3_FIELDS,
+  type TelemetryEvent,
+} from "@stormlog/core";
 import { describe, expect, it } from "vitest";
 import { csvField } from "../../src/export/csv.js";
 import { telemetryCsvHeader, telemetryCsvLines, telemetryEventToCsvRow } from "../../src/index.js";
@@ -85,6 +91,16 @@ describe("CSV export", () => {
     expect(second![header!.indexOf("metadata")]).toBe("{}");
   });
 
+  it("writes counters past 2^53 with every digit read", () => {
+    const line = encodeTelemetryRecord({ ...record, device_used_bytes: 0, device_total_bytes: 0 }).replace(
+      '"device_total_bytes": 0',
+      '"device_total_bytes": 72057594037927945',
+    );
+    const decoded = decodeTelemetryLine(line);
+    const [header, row] = parseCsv(`${telemetryCsvHeader()}\n${telemetryEventToCsvRow(decoded)}\n`);
+    expect(row![header!.indexOf("device_total_bytes")]).toBe("72057594037927945");
+  });
+
   it("quotes only what needs quoting", () => {
     expect(csvField("plain")).toBe("plain");
     expect(csvField("a,b")).toBe('"a,b"');
@@ -106,8 +122,11 @@ describe("CSV export", () => {
       expect(field.startsWith(`"'${start}`)).toBe(true);
       expect(parseCsv(`${field}\n`)[0]).toEqual([`'${value}`]);
     }
-    // Only a first character makes a formula; numbers stay numbers.
+    // Only a first character makes a formula; numbers stay numbers, negative decimals given as text too.
     expect(csvField("a=b")).toBe("a=b");
+    expect(csvField("-1.50")).toBe("-1.50");
+    expect(csvField("-9")).toBe("-9");
+    expect(csvField("-1e3")).toBe('"\'-1e3"');
     const hostile: TelemetryEvent = {
       ...record,
       host: "@SUM(1+1)",

@@ -1,4 +1,5 @@
 import { ByteOrderMarkError, type SourceLocation, TelemetryValidationError } from "../runtime/errors.js";
+import { counterText } from "../schema/exact-counters.js";
 import { INTEGER_TELEMETRY_FIELDS, TELEMETRY_V3_FIELDS, type TelemetryRecord } from "../schema/schema.js";
 import { validateTelemetryRecord } from "../schema/validate.js";
 import { decodeCanonicalV3 } from "./codec-fast.js";
@@ -108,10 +109,6 @@ export function decodeTelemetryLine(line: string, options: DecodeOptions = {}): 
   return validateTelemetryRecord(candidate, options.location ? { location: options.location } : {});
 }
 
-function nullableInt(value: number | null): string {
-  return value === null ? "null" : String(value);
-}
-
 function nullableString(value: string | null): string {
   return value === null ? "null" : pythonJsonString(value);
 }
@@ -136,17 +133,17 @@ function encodeMetadata(metadata: JsonObject): string {
 export function encodeTelemetryRecord(record: TelemetryRecord): string {
   const session = record.schema_version === 2 ? "" : `"session_id": ${pythonJsonString(record.session_id)}, `;
   return (
-    `{"allocator_active_bytes": ${nullableInt(record.allocator_active_bytes)}` +
-    `, "allocator_allocated_bytes": ${nullableInt(record.allocator_allocated_bytes)}` +
-    `, "allocator_change_bytes": ${nullableInt(record.allocator_change_bytes)}` +
-    `, "allocator_inactive_bytes": ${nullableInt(record.allocator_inactive_bytes)}` +
-    `, "allocator_reserved_bytes": ${nullableInt(record.allocator_reserved_bytes)}` +
+    `{"allocator_active_bytes": ${counterText(record, "allocator_active_bytes")}` +
+    `, "allocator_allocated_bytes": ${counterText(record, "allocator_allocated_bytes")}` +
+    `, "allocator_change_bytes": ${counterText(record, "allocator_change_bytes")}` +
+    `, "allocator_inactive_bytes": ${counterText(record, "allocator_inactive_bytes")}` +
+    `, "allocator_reserved_bytes": ${counterText(record, "allocator_reserved_bytes")}` +
     `, "collector": ${pythonJsonString(record.collector)}` +
     `, "context": ${nullableString(record.context)}` +
-    `, "device_free_bytes": ${nullableInt(record.device_free_bytes)}` +
+    `, "device_free_bytes": ${counterText(record, "device_free_bytes")}` +
     `, "device_id": ${record.device_id}` +
-    `, "device_total_bytes": ${nullableInt(record.device_total_bytes)}` +
-    `, "device_used_bytes": ${nullableInt(record.device_used_bytes)}` +
+    `, "device_total_bytes": ${counterText(record, "device_total_bytes")}` +
+    `, "device_used_bytes": ${counterText(record, "device_used_bytes")}` +
     `, "event_type": ${pythonJsonString(record.event_type)}` +
     `, "host": ${pythonJsonString(record.host)}` +
     `, "job_id": ${nullableString(record.job_id)}` +

@@ -41,6 +41,23 @@ export function counterValue(
   return exactByRecord.get(record)?.[field] ?? record[field];
 }
 
+/**
+ * A counter of a record as the reference writes its int: digits, exact past 2^53 (the `bigint` read,
+ * else the integral double's own digits, where `String()` would write a rounded or exponent form);
+ * `null` for null.
+ */
+export function counterText(
+  record: Readonly<Record<ExactCounterField, number | null>>,
+  field: ExactCounterField,
+): string {
+  const value = record[field];
+  if (value === null) return "null";
+  if (Number.isSafeInteger(value)) return String(value);
+  const exact = exactByRecord.get(record)?.[field];
+  if (exact !== undefined) return exact.toString();
+  return Number.isInteger(value) ? BigInt(value).toString() : String(value);
+}
+
 function bitLength(value: bigint): number {
   return value.toString(2).length;
 }

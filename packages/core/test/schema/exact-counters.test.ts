@@ -1,6 +1,10 @@
 import { describe, expect, it } from "vitest";
 import {
   decodeTelemetryLine,
+  encodeTelemetryRecord,
+  type JsonObject,
+  normalizeTelemetryRecord,
+  parseJson,
   stringifyJson,
   TelemetryValidationError,
   validateTelemetryRecord,
@@ -52,6 +56,20 @@ describe("counters past 2^53", () => {
     expect(counterValue(record, "device_used_bytes")).toBe(used);
     expect(counterValue(record, "allocator_reserved_bytes")).toBe(2);
     expect(exactCountersOf(decodeTelemetryLine(line({})))).toBeUndefined();
+  });
+
+  it("encode back to every digit read, and a legacy count in MB past 2^53 to its integer's digits", () => {
+    const text = line({
+      device_used_bytes: 72_057_594_037_927_945n,
+      device_total_bytes: 2n ** 60n + 1n,
+      allocator_change_bytes: -(2n ** 54n) - 1n,
+    });
+    expect(encodeTelemetryRecord(decodeTelemetryLine(text))).toBe(text);
+    const legacy = normalizeTelemetryRecord(parseJson('{"timestamp": 1, "memory_mb": 1e300}') as JsonObject);
+    const encoded = encodeTelemetryRecord(legacy);
+    // Python's int(1e300 * 1024**2): the double's own integer, every digit, no exponent.
+    expect(encoded).toContain(`"allocator_allocated_bytes": ${BigInt(1e300 * 1024 * 1024)},`);
+    expect(() => decodeTelemetryLine(encoded)).not.toThrow();
   });
 
   it("are checked exactly: used above total by one is refused although their doubles are equal", () => {
