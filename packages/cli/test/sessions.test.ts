@@ -1,4 +1,5 @@
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type JsonObject, parseJson } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
@@ -49,5 +50,23 @@ describe("stormlog sessions", () => {
     expect(document.rank_groups).toHaveLength(1);
     expect(document.rank_groups[0]).toMatchObject({ job_id: "job-11-12", world_size: 4 });
     expect((document.rank_groups[0]!.ranks as number[]).sort()).toEqual([0, 1, 2, 3]);
+  });
+
+  it("shows ranks without a job id that ran at the same time as a rank group, as analyze reads them", async () => {
+    const text = readFileSync(join(FIXTURES, "cross-rank/case-11-0012/input.jsonl"), "utf8");
+    const dir = mkdtempSync(join(tmpdir(), "stormlog-sessions-"));
+    const file = join(dir, "input.jsonl");
+    writeFileSync(file, text.replaceAll('"job_id": "job-11-12"', '"job_id": null'));
+    try {
+      const run = await runCli(["sessions", file, "--format", "json"]);
+      const document = parseJson(run.stdout) as { rank_groups: JsonObject[] };
+      expect(document.rank_groups).toHaveLength(1);
+      expect(document.rank_groups[0]).toMatchObject({ job_id: null, world_size: 4 });
+      const analyzed = await runCli(["analyze", file, "--format", "json", "--no-index"]);
+      const report = parseJson(analyzed.stdout) as { summary: { ranks: number[] } };
+      expect(report.summary.ranks).toEqual([0, 1, 2, 3]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -139,7 +139,7 @@ export const FILE_SYSTEM_ERRORS: Readonly<Record<string, { readonly what: string
     ENOENT: { what: "no such file or directory", todo: "check the path" },
     EACCES: {
       what: "permission denied",
-      todo: "check the path's permissions, or run as a user who may read it",
+      todo: "check the path's permissions, or run as a user who may read (or, for an output, write) it",
     },
     EPERM: { what: "operation not permitted", todo: "check the path's permissions" },
     EISDIR: { what: "is a directory", todo: "pass a file, or the directory that holds it" },

@@ -440,9 +440,15 @@ export function diagnosticsFoundRisk(diagnostics: DistributedDiagnostics): boole
  * share a non-null `job_id` and a `world_size > 1`, at least two distinct ranks, at most
  * `world_size`; when a rank has several sessions (a restarted process) the first in session order
  * is kept and the others are `skipped`. `sessions` in the reference's order (as the reader lists them).
+ * With `concurrent`, also the sessions without a job id whose ranks ran at the same time, as
+ * `stormlog analyze` merges them (each session taken as its summary's rank).
  */
-export function findDistributedRankGroups(sessions: readonly SessionInfo[]): RankGroupSession[] {
-  return findRankGroups(listingsOf(sessions)).map(rankGroupSession);
+export function findDistributedRankGroups(
+  sessions: readonly SessionInfo[],
+  options: { readonly concurrent?: boolean } = {},
+): RankGroupSession[] {
+  const listings = listingsOf(sessions);
+  return findRankGroups(listings, options.concurrent === true ? listings : []).map(rankGroupSession);
 }
 
 /**

@@ -66,7 +66,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   // What was not read (a link out of the input, a final line cut short): on stderr, one line each.
   const warnings: string[] = [];
   const sessions = await summarizeTelemetrySessions(path, { onWarning: (message) => warnings.push(message) });
-  const rankGroups = findDistributedRankGroups(sessions);
+  const rankGroups = findDistributedRankGroups(sessions, { concurrent: true });
   let text: string;
   if (format === "json") {
     const document: JsonObject = {

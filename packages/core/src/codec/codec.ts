@@ -73,7 +73,7 @@ function readRecordObject(parser: LosslessJsonParser, options: DecodeOptions): R
       if (options.strict !== false) {
         throw new TelemetryValidationError(
           `Field '${key}' must be an integer, got a float token (${value}); the Python reference rejects it too. ` +
-            "Decode with { strict: false } to accept integral floats",
+            "Write the integer (1, not 1.0); the API reads integral floats with { strict: false }",
           { field: key, ...(options.location ? { location: options.location } : {}) },
         );
       }

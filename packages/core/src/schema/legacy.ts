@@ -116,7 +116,7 @@ class Converter {
         if (this.options.strict !== false) {
           this.fail(
             `${field} must be an integer, got a float token (${value}); the Python reference rejects it too. ` +
-              "Pass { strict: false } to accept integral floats",
+              "Write the integer (1, not 1.0); the API reads integral floats with { strict: false }",
             field,
           );
         }
