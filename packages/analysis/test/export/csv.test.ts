@@ -96,7 +96,7 @@ describe("CSV export", () => {
       '"device_total_bytes": 0',
       '"device_total_bytes": 72057594037927945',
     );
-    const decoded = decodeTelemetryLine(line);
+    const decoded = decodeTelemetryLine(line) as TelemetryEvent;
     const [header, row] = parseCsv(`${telemetryCsvHeader()}\n${telemetryEventToCsvRow(decoded)}\n`);
     expect(row![header!.indexOf("device_total_bytes")]).toBe("72057594037927945");
   });
