@@ -35,6 +35,7 @@ export {
   readJsonlLines,
   utf8FileText,
   utf8LineText,
+  utf8TailText,
 } from "./codec/jsonl.js";
 export { TelemetryLineEncoder } from "./codec/line-encoder.js";
 

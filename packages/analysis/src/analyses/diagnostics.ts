@@ -466,6 +466,36 @@ export function selectDistributedSession(
   return selectSession(listings, findRankGroups(listings), sessionId, source);
 }
 
+/**
+ * `selectDistributedSession`, knowing the ranks each session's events carry (`eventRanks`): sessions
+ * without a job id whose ranks ran together then group as `analyze` groups them.
+ */
+export function selectWithEventRanks(
+  sessions: readonly SessionInfo[],
+  eventRanks: ReadonlyMap<string, readonly number[]>,
+  sessionId: string | undefined,
+  source: string,
+): SessionSelection {
+  const byReference = listingsOf(sessions);
+  const withEventRanks = sessions.map((session) => ({
+    ...session,
+    ranks: [...(eventRanks.get(session.summary.session_id) ?? [])],
+  }));
+  return selectSession(byReference, findRankGroups(byReference, withEventRanks), sessionId, source);
+}
+
+/** The ranks each session's events carry, ascending, by session id. */
+export function ranksOfEvents(
+  sessions: readonly { readonly summary: SessionSummary; readonly events: readonly TelemetryEvent[] }[],
+): Map<string, number[]> {
+  return new Map(
+    sessions.map((session) => [
+      session.summary.session_id,
+      [...new Set(session.events.map((event) => event.rank))].sort((a, b) => a - b),
+    ]),
+  );
+}
+
 function listingsOf(sessions: readonly SessionInfo[]): SessionListing[] {
   return sessions.map((session) => ({ ...session, ranks: [session.summary.rank] }));
 }
@@ -492,7 +522,7 @@ export async function loadDistributedEvents(
   const { sessionId, ...readOptions } = options;
   const loaded = await loadTelemetrySessions(path, readOptions);
   const sessions: SessionInfo[] = loaded.map(({ events: _events, ...info }) => info);
-  const selection = selectDistributedSession(sessions, sessionId, path);
+  const selection = selectWithEventRanks(sessions, ranksOfEvents(loaded), sessionId, path);
   const byId = new Map(loaded.map((session) => [session.summary.session_id, session.events]));
   const lists = selection.memberSessionIds.map((id) => byId.get(id) ?? []);
   byId.clear();
@@ -707,14 +737,8 @@ function diagnoseSegments(
   }
   const listings = listSessions(segments, ledger, input.defaultSource, input.absolute);
   const sessions: SessionInfo[] = listings.map(({ ranks: _ranks, ...info }) => info);
-  // The reference TUI's rule (each session's summary rank), and ranks without a job id that ran together.
-  const byReference = listingsOf(sessions);
-  const selection = selectSession(
-    byReference,
-    findRankGroups(byReference, listings),
-    options.sessionId,
-    path,
-  );
+  const eventRanks = new Map(listings.map((listing) => [listing.summary.session_id, listing.ranks]));
+  const selection = selectWithEventRanks(sessions, eventRanks, options.sessionId, path);
   const plan = planDataset(segments, selection.memberSessionIds);
   return { selection, sessions, ...diagnoseDataset(plan, datasetOptions(options)) };
 }

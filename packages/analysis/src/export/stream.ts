@@ -10,14 +10,14 @@
  */
 import { JsonlDecodeError, type SessionSummary, type TelemetryEvent } from "@stormlog/core";
 import { readJsonlLines } from "@stormlog/core/internal";
-import { iterateTelemetryEvents, summarizeTelemetrySessions } from "@stormlog/sink";
+import { iterateTelemetryEvents, loadTelemetrySessions, type SessionInfo } from "@stormlog/sink";
 import {
   decodeTelemetryEventLine,
   type ResolvedTelemetryInput,
   resolveTelemetryInput,
   type TelemetryInputSegment,
 } from "@stormlog/sink/internal";
-import { loadDistributedEvents, selectDistributedSession } from "../analyses/diagnostics.js";
+import { loadDistributedEvents, ranksOfEvents, selectWithEventRanks } from "../analyses/diagnostics.js";
 import { SegmentIndex } from "../index/index-cache.js";
 import { planDataset } from "../input/dataset.js";
 import {
@@ -245,8 +245,10 @@ export async function openSelectedEvents(
 ): Promise<SelectedEvents> {
   const input = await resolveTelemetryInput(path, options.onWarning);
   if (input.kind === "json") {
-    const sessions = await summarizeTelemetrySessions(path);
-    const chosen = selectDistributedSession(sessions, options.sessionId, path);
+    const loaded = await loadTelemetrySessions(path);
+    const sessions: SessionInfo[] = loaded.map(({ events: _events, ...info }) => info);
+    const chosen = selectWithEventRanks(sessions, ranksOfEvents(loaded), options.sessionId, path);
+    loaded.length = 0;
     const members = new Set(chosen.memberSessionIds);
     let eventCount = 0;
     for (const session of sessions)

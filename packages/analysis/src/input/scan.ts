@@ -11,6 +11,7 @@ import {
   openRegularFileSync,
   sampleRules,
   utf8LineText,
+  utf8TailText,
 } from "@stormlog/core/internal";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import { TelemetryInputAccessError } from "@stormlog/sink";
@@ -221,11 +222,11 @@ class RangeScanner {
   private slow(buf: Buffer, start: number, end: number, terminated: boolean): void {
     const { path, defaultSessionId } = this.segment;
     const lineNumber = this.lineOffset + this.lineNumber;
-    // A final line without its newline may be cut inside a character (a crash): decoded leniently,
-    // it is dropped as cut short below, as the sink's reader drops it.
+    // A final line without its newline may be cut inside its last character (a crash): it is dropped
+    // as cut short below, as the sink's reader drops it.
     const text = terminated
       ? utf8LineText(buf, start, end, path, lineNumber)
-      : buf.toString("utf8", start, end);
+      : utf8TailText(buf, start, end, path, lineNumber);
     if (text.trim().length === 0) return;
     let event: TelemetryEvent;
     try {

@@ -274,7 +274,8 @@ export function findRankGroups(
 
 /**
  * Sessions without a job id, in runs: same world size, and events that overlap in time (each run
- * in selection order). A session without timestamps joins none.
+ * in selection order). A session without timestamps joins none; a run where one rank ran twice at
+ * once (two jobs at the same time) is none.
  */
 function concurrentRuns(sessions: readonly SessionListing[]): SessionListing[][] {
   const timed = sessions.filter((s) => s.firstTimestampNs !== null && s.lastTimestampNs !== null);
@@ -306,7 +307,23 @@ function concurrentRuns(sessions: readonly SessionListing[]): SessionListing[][]
   }
   if (run.length > 0) runs.push(run);
   for (const each of runs) each.sort((a, b) => order.get(a)! - order.get(b)!);
-  return runs;
+  // One rank running twice at once: two jobs shared the time, and no rank group can tell them apart.
+  return runs.filter((each) => !rankRanTwiceAtOnce(each));
+}
+
+/** Whether two sessions of one rank in `run` overlap in time (a restarted rank's sessions follow each other). */
+function rankRanTwiceAtOnce(run: readonly SessionListing[]): boolean {
+  const byRank = new Map<number, SessionListing[]>();
+  for (const session of run) {
+    const rank = session.ranks[0]!;
+    byRank.set(rank, [...(byRank.get(rank) ?? []), session]);
+  }
+  for (const sessions of byRank.values()) {
+    const sorted = [...sessions].sort((a, b) => (a.firstTimestampNs! < b.firstTimestampNs! ? -1 : 1));
+    for (let i = 1; i < sorted.length; i++)
+      if (sorted[i]!.firstTimestampNs! <= sorted[i - 1]!.lastTimestampNs!) return true;
+  }
+  return false;
 }
 
 /** A rank group as users see it: the per-rank sessions of one job, merged into one view. */

@@ -1,12 +1,18 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { TelemetryRecordV3 } from "@stormlog/core";
+import {
+  encodeTelemetryRecord,
+  parseJson,
+  stringifyJson,
+  type TelemetryEvent,
+  type TelemetryRecordV3,
+} from "@stormlog/core";
 import { stableLegacySessionId } from "@stormlog/core/internal";
 import { SessionNotFoundError } from "@stormlog/sink";
 import { afterAll, describe, expect, it } from "vitest";
 import { BASE_NS, GiB, MS, Timeline, writeSink } from "../../../sink/test/support/telemetry-fixtures.js";
-import { analyzeTelemetry } from "../../src/index.js";
+import { analyzeTelemetry, loadDistributedEvents } from "../../src/index.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-merge-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
@@ -119,6 +125,33 @@ describe("ranks without a job id that run at the same time (a shared sink direct
     ]);
     const earlier = await analyzeTelemetry(root, { index: false, sessionId: earlierId });
     expect(earlier.session.merged_session_ids).toEqual(["earlier-r0", "earlier-r1"]);
+  });
+});
+
+describe("two jobs without a job id at the same time (one rank running twice at once)", () => {
+  it("are no rank group: the ranks cannot be told apart", async () => {
+    const root = join(temp, "no-job-two-jobs");
+    for (const run of ["a", "b"])
+      for (const rank of [0, 1])
+        rankRun(root, rank, { job_id: null, world_size: 2, session_id: `${run}-r${rank}` });
+    const report = await analyzeTelemetry(root, { index: false });
+    expect(report.session.merged_session_ids).toBeUndefined();
+    expect(report.summary.ranks).toHaveLength(1);
+    // A JSON document of the same: the event readers (diagnose's, the exports') agree.
+    const one = join(temp, "no-job-concurrent-doc.json");
+    const events: TelemetryEvent[] = [];
+    for (const rank of [0, 1, 2]) {
+      const t = new Timeline(
+        { rank, session_id: `doc-r${rank}`, pid: 100 + rank, job_id: null, world_size: 3 },
+        BASE_NS + BigInt(rank) * MS,
+      );
+      for (let i = 0; i < 10; i++) t.sample();
+      events.push(...t.events);
+    }
+    writeFileSync(one, stringifyJson(events.map((event) => parseJson(encodeTelemetryRecord(event)))));
+    const { selection } = await loadDistributedEvents(one);
+    expect(selection.memberSessionIds).toEqual(["doc-r0", "doc-r1", "doc-r2"]);
+    expect((await analyzeTelemetry(one)).summary.ranks).toEqual([0, 1, 2]);
   });
 });
 

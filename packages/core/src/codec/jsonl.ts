@@ -64,9 +64,7 @@ export async function* readJsonlLines(
     }
   }
   if (carry !== null) {
-    // A final line without its newline may be cut inside a character (a crash): decoded leniently, it
-    // is then dropped as cut short by the readers, as any other cut line.
-    const text = lineText(carry, 0, carry.length, path, null);
+    const text = lineText(carry, 0, carry.length, path, lineNumber + 1, false);
     if (text !== null) yield { text, lineNumber: lineNumber + 1, terminated: false };
   }
 }
@@ -117,29 +115,46 @@ export function utf8LineText(bytes: Buffer, start: number, end: number, file: st
 }
 
 /**
+ * `utf8LineText` for a final line without its newline, which a crash may have cut inside its last
+ * character: an incomplete sequence in its last 3 bytes is decoded as U+FFFD (the readers then drop
+ * the line as cut short); bytes that are not UTF-8 before it are refused.
+ */
+export function utf8TailText(bytes: Buffer, start: number, end: number, file: string, line: number): string {
+  const text = bytes.toString("utf8", start, end);
+  if (!text.includes("\uFFFD") || isUtf8(bytes.subarray(start, end))) return text;
+  for (let cut = 1; cut <= 3 && end - cut >= start; cut++)
+    if (bytes[end - cut]! >= 0xc0 && isUtf8(bytes.subarray(start, end - cut))) return text;
+  return utf8LineText(bytes, start, end, file, line);
+}
+
+/**
  * The line `bytes[start, end)` as text without a final `\r`; null when it is blank. Not UTF-8: refused
- * with its file and `line`, or, with a null `line`, decoded with U+FFFD.
+ * with its file and line (`utf8TailText`'s rule for a final line without its newline).
  */
 function lineText(
   bytes: Buffer,
   start: number,
   end: number,
   file: string,
-  line: number | null,
+  line: number,
+  terminated = true,
 ): string | null {
-  const decode = () =>
-    line === null ? bytes.toString("utf8", start, end) : utf8LineText(bytes, start, end, file, line);
   if (end > start && bytes[end - 1] === 0x0d) end--;
   let onlyAsciiSpace = true;
   for (let i = start; i < end; i++) {
     const byte = bytes[i]!;
     // A printable ASCII character: not blank, no need to look further.
-    if (byte > 0x20 && byte < 0x7f) return decode();
+    if (byte > 0x20 && byte < 0x7f)
+      return terminated
+        ? utf8LineText(bytes, start, end, file, line)
+        : utf8TailText(bytes, start, end, file, line);
     if (byte !== 0x20 && (byte < 0x09 || byte > 0x0d)) onlyAsciiSpace = false;
   }
   if (onlyAsciiSpace) return null;
   // Control or non-ASCII characters only: blank when trim() says so (Unicode spaces), as before.
-  const text = decode();
+  const text = terminated
+    ? utf8LineText(bytes, start, end, file, line)
+    : utf8TailText(bytes, start, end, file, line);
   return isBlank(text) ? null : text;
 }
 

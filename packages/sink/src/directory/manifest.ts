@@ -12,7 +12,6 @@ import {
 } from "node:fs";
 import { join } from "node:path";
 import {
-  JsonlDecodeError,
   type JsonObject,
   type JsonValue,
   parseJson,
@@ -293,7 +292,7 @@ function isMissing(error: unknown): boolean {
 export function readManifestSync(dir: string, options: ManifestReadOptions = {}): SinkManifest | null {
   let text: string;
   try {
-    text = readRegularFileSync(join(dir, MANIFEST_FILENAME));
+    text = readRegularFileSync(join(dir, MANIFEST_FILENAME), "utf8-lenient");
   } catch (error) {
     return unreadManifest(error, options);
   }
@@ -313,10 +312,6 @@ function unreadManifest(error: unknown, options: ManifestReadOptions): null {
     );
     return null;
   }
-  if (JsonlDecodeError.isInstance(error)) {
-    options.onInvalid?.("bytes that are not UTF-8");
-    return null;
-  }
   if (WholeFileTooLargeError.isInstance(error)) {
     options.onInvalid?.(`${Math.round(error.sizeBytes / 2 ** 20)} MiB, more than any manifest holds`);
     return null;
@@ -331,7 +326,7 @@ export async function readManifest(
 ): Promise<SinkManifest | null> {
   let text: string;
   try {
-    text = await readRegularFile(join(dir, MANIFEST_FILENAME));
+    text = await readRegularFile(join(dir, MANIFEST_FILENAME), "utf8-lenient");
   } catch (error) {
     return unreadManifest(error, options);
   }
@@ -466,22 +461,23 @@ function writeAllAt(fd: number, path: string, data: Buffer, position: number): v
 }
 
 /**
- * Overwrites `manifest.json` in place, only within the space its file already holds: the last resort
- * on a full disk, where not even the temporary copy fits. Synchronous, so that no write of it is
+ * Overwrites `manifest.json` in place, only within the space its file already holds (unless `grow`:
+ * a directory that refuses new files, on a disk with room): the last resort on a full disk, where not
+ * even the temporary copy fits, and in a read-only directory whose manifest is still writable. Synchronous, so that no write of it is
  * still on the thread pool when another one starts. A shorter text is padded with spaces to the
  * file's length (JSON allows them), so nothing is truncated; a longer one (within the file's blocks)
  * first writes what goes past the old end, and a refusal there cuts it off again, leaving the old
  * manifest whole. Only overwriting the old bytes can still fail midway (a copy-on-write file system
  * may need space even for that, or a crash): recovery then rebuilds the manifest from the segments.
  */
-export function rewriteManifestInPlaceSync(dir: string, text: string, fsync: boolean): void {
+export function rewriteManifestInPlaceSync(dir: string, text: string, fsync: boolean, grow = false): void {
   const path = join(dir, MANIFEST_FILENAME);
   const data = Buffer.from(text, "utf8");
   const fd = openSync(path, IN_PLACE_FLAGS);
   try {
     const { size, blocks } = fstatSync(fd);
     const room = roomInFile(size, blocks);
-    if (data.length > room) throw new ManifestNoRoomInPlaceError(path, data.length, room);
+    if (!grow && data.length > room) throw new ManifestNoRoomInPlaceError(path, data.length, room);
     if (data.length <= size) {
       const padded = Buffer.alloc(size, 0x20);
       data.copy(padded);

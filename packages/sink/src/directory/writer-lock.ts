@@ -5,6 +5,7 @@ import {
   mkdirSync,
   openSync,
   readFileSync,
+  readSync,
   renameSync,
   unlinkSync,
   writeSync,
@@ -12,6 +13,7 @@ import {
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { resolveDistributedIdentity, type SessionSummary, StormlogError } from "@stormlog/core";
+import { openRegularFileSync } from "@stormlog/core/internal";
 import { writerDirectoryName } from "./layout.js";
 
 /** The lock a writing process keeps in its sink directory (the Python reference ignores the file). */
@@ -97,17 +99,24 @@ export class WriterLock {
     return readOwner(path)?.token === this.owner.token;
   }
 
-  /** Gives the directory up (idempotent). Removes the file only while it is still this lock's. */
-  release(): void {
-    if (this.released) return;
-    this.released = true;
+  /**
+   * Gives the directory up (idempotent). Removes the file only while it is still this lock's. False
+   * when the file could not be removed (a directory turned read-only): the lock is kept then, as
+   * other writers still see it.
+   */
+  release(): boolean {
+    if (this.released) return true;
     const path = join(this.directory, WRITER_LOCK_FILENAME);
-    if (heldByThisProcess.get(path) === this.owner.token) heldByThisProcess.delete(path);
     try {
       if (readOwner(path)?.token === this.owner.token) unlinkSync(path);
-    } catch {
-      // A lock left behind is broken by the next writer once this process is gone.
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === "EACCES" || code === "EPERM" || code === "EROFS") return false;
+      // Otherwise a lock left behind is broken by the next writer once this process is gone.
     }
+    this.released = true;
+    if (heldByThisProcess.get(path) === this.owner.token) heldByThisProcess.delete(path);
+    return true;
   }
 }
 
@@ -234,14 +243,33 @@ function writeWhole(path: string, text: string, flags: string): void {
   }
 }
 
-/** The lock's owner; null when the file holds no readable owner; undefined when there is no file. */
+/** How far from its lock's taking a session of the lock's holder starts (the sink opens, then starts it). */
+const LOCK_SESSION_SLACK_NS = 10_000_000_000n;
+/** A lock file is a line of JSON: more is no lock this package wrote. */
+const MAX_LOCK_BYTES = 4096;
+
+/**
+ * The lock's owner; null when the file holds no readable owner (or is no regular file, or too large
+ * to be one: never waited on); undefined when there is no file.
+ */
 export function readOwner(path: string): WriterLockOwner | null | undefined {
   let text: string;
+  let fd: number;
   try {
-    text = readFileSync(path, "utf8");
+    fd = openRegularFileSync(path);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") return undefined;
+    if (code === "EFTYPE" || code === "EISDIR") return null;
     throw error;
+  }
+  try {
+    const buffer = Buffer.alloc(MAX_LOCK_BYTES + 1);
+    const length = readSync(fd, buffer, 0, buffer.length, 0);
+    if (length > MAX_LOCK_BYTES) return null;
+    text = buffer.toString("utf8", 0, length);
+  } finally {
+    closeSync(fd);
   }
   try {
     const value = JSON.parse(text) as Partial<WriterLockOwner>;
@@ -366,8 +394,9 @@ function rankFromEnvironment(): number | undefined {
 /**
  * The ledger of the sink in `dir` as readers report it: a `running` session whose writer is gone is
  * `interrupted`, as the next writer's recovery will record it. The writer is the directory's lock
- * holder when there is a lock (a `stormlog track` session names the tracked child's pid, which may
- * outlive it), else the session's pid (the Python reference's writers take no lock); gone means it
+ * holder for the session it started as it took the lock (a `stormlog track` session names the tracked
+ * child's pid, which may outlive it), else the session's pid (the Python reference's writers take no
+ * lock); gone means it
  * ran on this host and its pid no longer runs the process that started it. The Python reference
  * reports `running` until a writer reopens the directory.
  */
@@ -380,11 +409,27 @@ export function settleAbandonedSessions<T extends SessionSummary>(sessions: read
   } catch {
     holder = undefined;
   }
-  const lockSays = holder === undefined || holder === null ? null : !isHolderAlive(lockPath, holder);
-  return sessions.map((summary) =>
-    summary.status === "running" &&
-    (lockSays ?? isSessionWriterGone(summary.host, summary.pid, summary.started_at_ns))
+  // The lock speaks for the sessions its holder started: a writer starts its session as it takes the
+  // directory (within seconds), so a lock a killed writer left does not judge a session begun later by
+  // a writer that takes none (Python), nor one begun before.
+  let lockSays: boolean | null = null;
+  let acquiredAtNs = 0n;
+  if (holder !== undefined && holder !== null) {
+    const ownProcess = holder.host === hostname() && holder.pid === process.pid;
+    lockSays = !ownProcess && !isHolderAlive(lockPath, holder);
+    acquiredAtNs = /^\d+$/.test(holder.acquired_at_ns) ? BigInt(holder.acquired_at_ns) : 0n;
+  }
+  return sessions.map((summary) => {
+    if (summary.status !== "running") return summary;
+    const started = summary.started_at_ns;
+    const byLock =
+      lockSays !== null &&
+      started >= acquiredAtNs - LOCK_SESSION_SLACK_NS &&
+      started <= acquiredAtNs + LOCK_SESSION_SLACK_NS
+        ? lockSays
+        : null;
+    return (byLock ?? isSessionWriterGone(summary.host, summary.pid, summary.started_at_ns))
       ? { ...summary, status: "interrupted" }
-      : summary,
-  );
+      : summary;
+  });
 }

@@ -32,9 +32,8 @@ export class WholeFileTooLargeError extends TelemetrySourceError {
   constructor(path: string, sizeBytes: number) {
     super(
       path,
-      `${Math.round(sizeBytes / 2 ** 20)} MiB is more than a file read whole may hold (256 MiB): write ` +
-        "records as JSONL, one per line, which is read a line at a time; a manifest or index file this " +
-        "large is damaged (remove it)",
+      `${Math.round(sizeBytes / 2 ** 20)} MiB is more than a file read whole may hold ` +
+        `(${MAX_WHOLE_FILE_BYTES / 2 ** 20} MiB): write records as JSONL, one per line, which is read a line at a time`,
     );
     this.sizeBytes = sizeBytes;
   }
@@ -45,34 +44,47 @@ export class WholeFileTooLargeError extends TelemetrySourceError {
 }
 
 /**
- * The text of the regular file at `path` (refused with `WholeFileTooLargeError` past
- * `MAX_WHOLE_FILE_BYTES`, and with a `JsonlDecodeError` naming the line when it is not UTF-8), or,
- * with `null`, its bytes.
+ * How a whole file's text is decoded: `utf8` refuses bytes that are not UTF-8 with a
+ * `JsonlDecodeError` naming the line (telemetry, as the reference's strict decoding); `utf8-lenient`
+ * reads them as U+FFFD (a manifest, whose stray byte must not cost its ledger).
  */
-export function readRegularFileSync(path: string): string;
+export type WholeFileEncoding = "utf8" | "utf8-lenient";
+
+/**
+ * The text of the regular file at `path` (refused with `WholeFileTooLargeError` past
+ * `MAX_WHOLE_FILE_BYTES`), or, with `null`, its bytes.
+ */
+export function readRegularFileSync(path: string, encoding?: WholeFileEncoding): string;
 export function readRegularFileSync(path: string, encoding: null): Buffer;
-export function readRegularFileSync(path: string, encoding: "utf8" | null = "utf8"): string | Buffer {
+export function readRegularFileSync(
+  path: string,
+  encoding: WholeFileEncoding | null = "utf8",
+): string | Buffer {
   const fd = openRegularFileSync(path);
   try {
     if (encoding === null) return readFileSync(fd);
     refuseTooLarge(fstatSync(fd).size, path);
-    return utf8FileText(readFileSync(fd), path);
+    return decodeWhole(readFileSync(fd), path, encoding);
   } finally {
     closeSync(fd);
   }
 }
 
 /** `readRegularFileSync`'s text without blocking the thread. */
-export async function readRegularFile(path: string): Promise<string> {
+export async function readRegularFile(path: string, encoding: WholeFileEncoding = "utf8"): Promise<string> {
   const handle = await fsPromises.open(path, REGULAR_OPEN_FLAGS);
   try {
     const stats = await handle.stat();
     refuseUnlessRegular(stats, path);
     refuseTooLarge(stats.size, path);
-    return utf8FileText(await handle.readFile(), path);
+    return decodeWhole(await handle.readFile(), path, encoding);
   } finally {
     await handle.close();
   }
+}
+
+function decodeWhole(bytes: Buffer, path: string, encoding: WholeFileEncoding): string {
+  return encoding === "utf8" ? utf8FileText(bytes, path) : bytes.toString("utf8");
 }
 
 function refuseTooLarge(size: number, path: string): void {

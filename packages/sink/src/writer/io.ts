@@ -63,8 +63,12 @@ export type IoOp =
       readonly fsync: boolean;
       /** False once the exit path took over: the asynchronous write then stops short of its rename. */
       readonly stillCurrent?: () => boolean;
-      /** Overwrites manifest.json within its own space (`rewriteManifestInPlaceSync`): a full disk's last resort. */
+      /**
+       * Overwrites manifest.json in place (`rewriteManifestInPlaceSync`): the last resort of a full disk
+       * (within the file's own space) and of a directory that refuses new files (`grow`: it may lengthen).
+       */
       readonly inPlace?: boolean;
+      readonly grow?: boolean;
     };
 
 /**
@@ -266,7 +270,8 @@ export function execAsync(op: IoOp): Promise<IoResult> {
         case "manifest":
           if (op.inPlace === true) {
             // Here, not on the thread pool: a late write of it could land over the exit path's.
-            if (op.stillCurrent?.() !== false) rewriteManifestInPlaceSync(op.dir, op.text, op.fsync);
+            if (op.stillCurrent?.() !== false)
+              rewriteManifestInPlaceSync(op.dir, op.text, op.fsync, op.grow === true);
             settle(null);
             return;
           }
@@ -338,7 +343,7 @@ export function execSync(op: IoOp): IoResult {
       case "probe":
         return done(reserveSync(op.path, op.bytes, op.op === "probe"));
       case "manifest":
-        if (op.inPlace === true) rewriteManifestInPlaceSync(op.dir, op.text, op.fsync);
+        if (op.inPlace === true) rewriteManifestInPlaceSync(op.dir, op.text, op.fsync, op.grow === true);
         else writeManifestTextSync(op.dir, op.text, op.fsync);
         return IO_OK;
     }

@@ -195,6 +195,8 @@ export class TelemetrySink {
   private tickTimer: TimerHandle | null = null;
   private finalized = false;
   private unregisterExit: (() => void) | null = null;
+  /** Rollups builds not yet written: the directory stays locked until none is left. */
+  private rollupsBuilding = 0;
   /** Work close() waits for: rolled-over segments' sync and close, rollups.json. */
   private readonly background = new Set<Promise<void>>();
 
@@ -281,8 +283,8 @@ export class TelemetrySink {
   }
 
   private releaseLock(): void {
-    this.lock?.release();
-    this.lock = null;
+    // Kept when its file cannot be removed (a read-only directory): other writers still see it.
+    if (this.lock?.release() !== false) this.lock = null;
   }
 
   // ---------------------------------------------------------------- public API
@@ -1213,9 +1215,15 @@ export class TelemetrySink {
     );
   }
 
-  /** The directory is free for the next writer once its last session is on disk. */
+  /** The directory is free for the next writer once its last session is on disk, rollups included. */
   private releaseIfDone(): void {
-    if (this.ledger.activeSessionId === null && !this.ledger.stale && !this.finalized) this.releaseLock();
+    if (
+      this.ledger.activeSessionId === null &&
+      !this.ledger.stale &&
+      !this.finalized &&
+      this.rollupsBuilding === 0
+    )
+      this.releaseLock();
   }
 
   /** Records the end of a session in the ledger (lost records turn `completed` into `incomplete`). */
@@ -1255,8 +1263,9 @@ export class TelemetrySink {
         writeManifestTextSync(this.rootDir, text, false);
       } catch (error) {
         // The exit path may have written it in place (a full disk, a read-only directory): the same way again.
-        if (!isOutOfSpace(error as Error) && !isDirectoryDenied(error as Error)) throw error;
-        rewriteManifestInPlaceSync(this.rootDir, text, false);
+        const denied = isDirectoryDenied(error as Error);
+        if (!isOutOfSpace(error as Error) && !denied) throw error;
+        rewriteManifestInPlaceSync(this.rootDir, text, false, denied);
       }
     } catch (error) {
       this.config.logger.warn(`${this.rootDir}: rewriting manifest.json failed: ${(error as Error).message}`);
@@ -1283,7 +1292,8 @@ export class TelemetrySink {
   /**
    * The manifest, trying hard (a session's close, and the exit path): at once, whatever the retry
    * schedule; on a full disk, again with the reserve's space given back, and last in place, within
-   * the space manifest.json holds (a disk already full when the session started has no reserve).
+   * the space manifest.json holds (a disk already full when the session started has no reserve); in
+   * a directory that refuses new files, in place.
    * Returns the error when all failed: the ledger is then owed to the next retry, and the caller
    * decides whether the schedule moves.
    */
@@ -1303,9 +1313,10 @@ export class TelemetrySink {
       if (way === "reserve" && !(yield* this.ledger.freeReserve(this.rootDir))) continue;
       const { text, fsync } = this.ledger.take();
       const inPlace = way === "in place";
-      const result = yield { op: "manifest", dir: this.rootDir, text, fsync, stillCurrent, inPlace };
+      const grow = inPlace && !full;
+      const result = yield { op: "manifest", dir: this.rootDir, text, fsync, stillCurrent, inPlace, grow };
       if (result.ok) {
-        // Written from the reserve or in place, the disk is as full as it was: nothing works again.
+        // Written from the reserve or in place, the disk is as full (or the directory as read-only) as it was.
         if (way === "copy") yield* this.manifestWritten();
         else yield* this.ledger.keepReserve(this.rootDir, !this.finalized);
         return null;
@@ -1415,6 +1426,7 @@ export class TelemetrySink {
    * no session opened meanwhile; a failure is logged, never raised.
    */
   private scheduleRollups(coverage: RollupCoverage): void {
+    this.rollupsBuilding++;
     this.runBehind(
       this.buildRollups(coverage)
         .catch((error: unknown) => {
@@ -1422,7 +1434,10 @@ export class TelemetrySink {
             `${this.rootDir}: rollups.json was not written: ${(error as Error).message}`,
           );
         })
-        .finally(() => this.releaseIfDone()),
+        .finally(() => {
+          this.rollupsBuilding--;
+          this.releaseIfDone();
+        }),
     );
   }
 

@@ -218,14 +218,15 @@ describe("readers judging a running session's writer", () => {
     const alive = spawn("sleep", ["30"]);
     const dead = spawnSync("true").pid;
     try {
-      const lock = (dir: string, pid: number) =>
+      const now = BigInt(Date.now()) * 1_000_000n;
+      const lock = (dir: string, pid: number, acquiredAtNs = now) =>
         writeFileSync(
           join(dir, WRITER_LOCK_FILENAME),
           JSON.stringify({
             host: hostname(),
             pid,
             process_started_at_ms: null,
-            acquired_at_ns: "0",
+            acquired_at_ns: String(acquiredAtNs),
             token: "t",
           }),
         );
@@ -239,6 +240,20 @@ describe("readers judging a running session's writer", () => {
       const liveWriter = tempDir();
       lock(liveWriter, alive.pid!);
       expect(settleAbandonedSessions([running("s", dead)], liveWriter)[0]!.status).toBe("running");
+      // A lock left by a writer killed before the session began (a later Python writer takes none):
+      // the session's pid decides.
+      const leftBehind = tempDir();
+      lock(leftBehind, dead, now - 3_600_000_000_000n);
+      const later = { ...running("p", alive.pid!) };
+      expect(settleAbandonedSessions([later], leftBehind)[0]!.status).toBe("running");
+      // This process's own lock (its sink on a worker thread): alive.
+      const own = tempDir();
+      lock(own, process.pid);
+      expect(settleAbandonedSessions([running("o", dead)], own)[0]!.status).toBe("running");
+      // A FIFO where the lock should be is no lock (never waited on).
+      const fifo = tempDir();
+      spawnSync("mkfifo", [join(fifo, WRITER_LOCK_FILENAME)]);
+      expect(settleAbandonedSessions([running("f", dead)], fifo)[0]!.status).toBe("interrupted");
       // No lock (the Python reference's writers): the session's pid decides.
       const noLock = tempDir();
       const settled = settleAbandonedSessions([running("a", alive.pid!), running("b", dead)], noLock);

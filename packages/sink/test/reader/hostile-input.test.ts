@@ -321,6 +321,12 @@ describe("errors about content name the file and the line", () => {
     const { events, warnings } = await read(dir);
     expect(events).toBe(5);
     expect(warnings).toEqual([expect.stringContaining(`${segment}:6: dropped a final line cut short`)]);
+    // A complete last record without its newline, bytes that are not UTF-8 inside: refused all the same.
+    const whole = lines[0]!.replace('"context": null', '"context": "\xff"');
+    writeFileSync(segment!, Buffer.concat([bytes, Buffer.from(whole, "latin1")]));
+    expect(((await thrown(loadTelemetrySessions(dir))) as Error).message).toContain(
+      `bytes that are not UTF-8: telemetry is UTF-8 text; fix or remove the line (${segment}:6)`,
+    );
   });
 
   /** A JSON document of `records` (2-space indent), as a list or under `events`. */
