@@ -15,6 +15,8 @@ vi.mock("../../src/rollups/rollups.js", async (importOriginal) => {
   return {
     ...original,
     writeTelemetryRollups: async (...args: Parameters<typeof original.writeTelemetryRollups>) => {
+      // The second build of a run is the slow one: it ends after the first.
+      if (lockedAtWrite.length % 2 === 1) await new Promise((resolve) => setTimeout(resolve, 300));
       lockedAtWrite.push(existsSync(join(args[0], WRITER_LOCK_FILENAME)));
       return original.writeTelemetryRollups(...args);
     },
@@ -32,5 +34,19 @@ describe("closing a session", () => {
     expect(lockedAtWrite).toEqual([true]);
     expect(existsSync(join(dir, WRITER_LOCK_FILENAME))).toBe(false);
     expect(existsSync(join(dir, "rollups.json"))).toBe(true);
+  });
+
+  it("keeps it locked until the rollups of two sessions closed back to back are both written", async () => {
+    lockedAtWrite.length = 0;
+    const dir = tempDir();
+    const sink = new TelemetrySink({ rootDir: dir, handleProcessExit: false });
+    const first = sink.startSession({ session_id: "one" }).session_id;
+    for (const event of samples(3, { sessionId: first })) sink.append(event);
+    const closingFirst = sink.close();
+    const second = sink.startSession({ session_id: "two" }).session_id;
+    for (const event of samples(3, { sessionId: second })) sink.append(event);
+    await Promise.all([closingFirst, sink.close()]);
+    expect(lockedAtWrite).toEqual([true, true]);
+    expect(existsSync(join(dir, WRITER_LOCK_FILENAME))).toBe(false);
   });
 });
