@@ -462,13 +462,13 @@ export function selectDistributedSession(
   source = "the input",
 ): SessionSelection {
   // One rule for the whole package: the analysis report's (input/sessions.ts), with each session's rank.
-  const listings = listingsOf(sessions);
-  return selectSession(listings, findRankGroups(listings), sessionId, source);
+  return selectWithEventRanks(sessions, new Map(), sessionId, source);
 }
 
 /**
- * `selectDistributedSession`, knowing the ranks each session's events carry (`eventRanks`): sessions
- * without a job id whose ranks ran together then group as `analyze` groups them.
+ * `selectDistributedSession`, knowing the ranks each session's events carry (`eventRanks`; none
+ * known: the reference's rule alone): sessions without a job id whose ranks ran together then group
+ * as `analyze` groups them.
  */
 export function selectWithEventRanks(
   sessions: readonly SessionInfo[],

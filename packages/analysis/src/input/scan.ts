@@ -224,9 +224,7 @@ class RangeScanner {
     const lineNumber = this.lineOffset + this.lineNumber;
     // A final line without its newline may be cut inside its last character (a crash): it is dropped
     // as cut short below, as the sink's reader drops it.
-    const text = terminated
-      ? utf8LineText(buf, start, end, path, lineNumber)
-      : utf8TailText(buf, start, end, path, lineNumber);
+    const text = (terminated ? utf8LineText : utf8TailText)(buf, start, end, path, lineNumber);
     if (text.trim().length === 0) return;
     let event: TelemetryEvent;
     try {

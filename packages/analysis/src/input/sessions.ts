@@ -275,55 +275,48 @@ export function findRankGroups(
 /**
  * Sessions without a job id, in runs: same world size, and events that overlap in time (each run
  * in selection order). A session without timestamps joins none; a run where one rank ran twice at
- * once (two jobs at the same time) is none.
+ * once (two jobs at the same time, which no rank group can tell apart) is none.
  */
 function concurrentRuns(sessions: readonly SessionListing[]): SessionListing[][] {
-  const timed = sessions.filter((s) => s.firstTimestampNs !== null && s.lastTimestampNs !== null);
   const order = new Map(sessions.map((session, index) => [session, index]));
-  timed.sort((a, b) =>
-    a.summary.world_size !== b.summary.world_size
-      ? a.summary.world_size - b.summary.world_size
-      : a.firstTimestampNs! < b.firstTimestampNs!
-        ? -1
-        : a.firstTimestampNs! > b.firstTimestampNs!
-          ? 1
-          : 0,
-  );
+  const timed = sessions
+    .filter((session) => session.firstTimestampNs !== null && session.lastTimestampNs !== null)
+    .sort(
+      (a, b) =>
+        a.summary.world_size - b.summary.world_size || compareNs(a.firstTimestampNs!, b.firstTimestampNs!),
+    );
   const runs: SessionListing[][] = [];
   let run: SessionListing[] = [];
   let end = 0n;
+  let twice = false;
+  /** Each rank's latest end in the run (a restarted rank's sessions follow each other). */
+  const rankEnds = new Map<number, bigint>();
+  const close = () => {
+    if (run.length > 0 && !twice) runs.push(run.sort((a, b) => order.get(a)! - order.get(b)!));
+    run = [];
+    twice = false;
+    rankEnds.clear();
+  };
   for (const session of timed) {
-    const joins =
-      run.length > 0 &&
-      session.summary.world_size === run[0]!.summary.world_size &&
-      session.firstTimestampNs! <= end;
-    if (!joins) {
-      if (run.length > 0) runs.push(run);
-      run = [];
-      end = session.lastTimestampNs!;
+    const first = session.firstTimestampNs!;
+    const last = session.lastTimestampNs!;
+    if (run.length === 0 || session.summary.world_size !== run[0]!.summary.world_size || first > end) {
+      close();
+      end = last;
     }
+    const rank = session.ranks[0]!;
+    const rankEnd = rankEnds.get(rank);
+    if (rankEnd !== undefined && first <= rankEnd) twice = true;
+    if (rankEnd === undefined || last > rankEnd) rankEnds.set(rank, last);
     run.push(session);
-    if (session.lastTimestampNs! > end) end = session.lastTimestampNs!;
+    if (last > end) end = last;
   }
-  if (run.length > 0) runs.push(run);
-  for (const each of runs) each.sort((a, b) => order.get(a)! - order.get(b)!);
-  // One rank running twice at once: two jobs shared the time, and no rank group can tell them apart.
-  return runs.filter((each) => !rankRanTwiceAtOnce(each));
+  close();
+  return runs;
 }
 
-/** Whether two sessions of one rank in `run` overlap in time (a restarted rank's sessions follow each other). */
-function rankRanTwiceAtOnce(run: readonly SessionListing[]): boolean {
-  const byRank = new Map<number, SessionListing[]>();
-  for (const session of run) {
-    const rank = session.ranks[0]!;
-    byRank.set(rank, [...(byRank.get(rank) ?? []), session]);
-  }
-  for (const sessions of byRank.values()) {
-    const sorted = [...sessions].sort((a, b) => (a.firstTimestampNs! < b.firstTimestampNs! ? -1 : 1));
-    for (let i = 1; i < sorted.length; i++)
-      if (sorted[i]!.firstTimestampNs! <= sorted[i - 1]!.lastTimestampNs!) return true;
-  }
-  return false;
+function compareNs(a: bigint, b: bigint): number {
+  return a < b ? -1 : a > b ? 1 : 0;
 }
 
 /** A rank group as users see it: the per-rank sessions of one job, merged into one view. */

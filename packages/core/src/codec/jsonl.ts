@@ -140,21 +140,17 @@ function lineText(
   terminated = true,
 ): string | null {
   if (end > start && bytes[end - 1] === 0x0d) end--;
+  const decode = terminated ? utf8LineText : utf8TailText;
   let onlyAsciiSpace = true;
   for (let i = start; i < end; i++) {
     const byte = bytes[i]!;
     // A printable ASCII character: not blank, no need to look further.
-    if (byte > 0x20 && byte < 0x7f)
-      return terminated
-        ? utf8LineText(bytes, start, end, file, line)
-        : utf8TailText(bytes, start, end, file, line);
+    if (byte > 0x20 && byte < 0x7f) return decode(bytes, start, end, file, line);
     if (byte !== 0x20 && (byte < 0x09 || byte > 0x0d)) onlyAsciiSpace = false;
   }
   if (onlyAsciiSpace) return null;
   // Control or non-ASCII characters only: blank when trim() says so (Unicode spaces), as before.
-  const text = terminated
-    ? utf8LineText(bytes, start, end, file, line)
-    : utf8TailText(bytes, start, end, file, line);
+  const text = decode(bytes, start, end, file, line);
   return isBlank(text) ? null : text;
 }
 

@@ -396,9 +396,8 @@ function rankFromEnvironment(): number | undefined {
  * `interrupted`, as the next writer's recovery will record it. The writer is the directory's lock
  * holder for the session it started as it took the lock (a `stormlog track` session names the tracked
  * child's pid, which may outlive it), else the session's pid (the Python reference's writers take no
- * lock); gone means it
- * ran on this host and its pid no longer runs the process that started it. The Python reference
- * reports `running` until a writer reopens the directory.
+ * lock); gone means it ran on this host and its pid no longer runs the process that started it. The
+ * Python reference reports `running` until a writer reopens the directory.
  */
 export function settleAbandonedSessions<T extends SessionSummary>(sessions: readonly T[], dir: string): T[] {
   if (!sessions.some((summary) => summary.status === "running")) return [...sessions];
