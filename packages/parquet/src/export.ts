@@ -12,16 +12,7 @@
  * keeps the others, and removes parts whose input is gone.
  */
 import { createHash } from "node:crypto";
-import {
-  existsSync,
-  mkdirSync,
-  readdirSync,
-  readFileSync,
-  renameSync,
-  statSync,
-  unlinkSync,
-  writeFileSync,
-} from "node:fs";
+import { existsSync, mkdirSync, readdirSync, renameSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type {
   AnalysisReport,
@@ -43,7 +34,12 @@ import type { JsonValue } from "@stormlog/core";
 import { stringifyJson } from "@stormlog/core";
 import type { PhaseAttribution, PhaseReplayIndex, PhaseThreadId } from "@stormlog/phases";
 import { SinkDirectoryLockedError } from "@stormlog/sink";
-import { claimSinkDirectory, WRITER_LOCK_FILENAME, type WriterLock } from "@stormlog/sink/internal";
+import {
+  claimSinkDirectory,
+  readRegularFileSync,
+  WRITER_LOCK_FILENAME,
+  type WriterLock,
+} from "@stormlog/sink/internal";
 import type { EncoderValues } from "./encoder/columns.js";
 import { Int64Column, splitBase, TextRuns } from "./encoder/columns.js";
 import { ParquetDatasetError } from "./errors.js";
@@ -207,7 +203,7 @@ function readManifest(dir: string): DatasetManifest | null {
     return null;
   }
   try {
-    const manifest = JSON.parse(readFileSync(path, "utf8")) as DatasetManifest;
+    const manifest = JSON.parse(readRegularFileSync(path)) as DatasetManifest;
     if (manifest.format === "stormlog-parquet" && manifest.version === DATASET_FORMAT_VERSION)
       return manifest;
   } catch {

@@ -4,8 +4,9 @@
  * files, with the hive partition keys typed (`job_id` VARCHAR, `rank` INTEGER); a table without
  * files is an empty view with its columns, so that every documented query runs on any dataset.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { readRegularFileSync } from "@stormlog/sink/internal";
 import { DuckDBUnavailableError, ParquetDatasetError, ParquetQueryError } from "./errors.js";
 import { DATASET_MANIFEST, isCutPartitionValue } from "./export.js";
 import { PARQUET_TABLES, type ParquetColumnType, type ParquetTable } from "./schema.js";
@@ -97,7 +98,7 @@ function datasetContents(dir: string): DatasetContents {
       dir,
     );
   try {
-    const manifest = JSON.parse(readFileSync(path, "utf8")) as {
+    const manifest = JSON.parse(readRegularFileSync(path)) as {
       jobs?: Record<string, { job_id?: unknown; parts?: Record<string, string> }>;
     };
     const jobs = Object.entries(manifest.jobs ?? {});

@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -260,6 +261,24 @@ describe("queryParquet", () => {
       /^DuckDB rejected the query: .*nope.*the tables are samples/s,
     );
   });
+});
+
+describe("a dataset manifest that is not a regular file", () => {
+  // A FIFO's open or read would wait forever for a writer: both calls must answer at once.
+  it("is unreadable to queryParquet and written again by exportParquet, without waiting", async () => {
+    const fifoDataset = join(dir, "fifo-dataset");
+    mkdirSync(fifoDataset);
+    execFileSync("mkfifo", [join(fifoDataset, DATASET_MANIFEST)]);
+    const error = await queryParquet(fifoDataset, "SELECT 1").catch((caught: unknown) => caught);
+    expect(ParquetDatasetError.isInstance(error)).toBe(true);
+    expect((error as Error).message).toMatch(
+      /is unreadable \(EFTYPE: not a regular file.*export the dataset again/,
+    );
+    const written = await exportParquet(job, fifoDataset);
+    expect(written.tables.samples.rows).toBeGreaterThan(0);
+    const counted = await queryParquet(fifoDataset, "SELECT count(*) AS n FROM samples");
+    expect(counted.rows[0]![0]).toBe(BigInt(written.tables.samples.rows));
+  }, 60_000);
 });
 
 describe("partitionValue", () => {

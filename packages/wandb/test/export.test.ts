@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -187,6 +188,32 @@ describe("settings", () => {
       call: "init",
       kwargs: { project: "stormlog", name: "d-s-123456", group: 42, job_type: "d" },
     });
+  });
+});
+
+describe("a diagnose bundle's files that are not regular files", () => {
+  // A FIFO named like the manifest would make the read wait forever for a writer: it reads as unreadable.
+  it("exports as if they were missing, without waiting", async () => {
+    const bundle = join(tempDir(), "bundle");
+    mkdirSync(bundle);
+    execFileSync("mkfifo", [join(bundle, "manifest.json")]);
+    mkdirSync(join(bundle, "diagnostic_summary.json"));
+    const fromSpecial = new RecordingWandbClient();
+    await exportDiagnoseBundleToWandb(
+      { enabled: true },
+      { commandName: "d", artifactDir: bundle },
+      fromSpecial,
+    );
+    const empty = join(tempDir(), "empty");
+    mkdirSync(empty);
+    const fromMissing = new RecordingWandbClient();
+    await exportDiagnoseBundleToWandb(
+      { enabled: true },
+      { commandName: "d", artifactDir: empty },
+      fromMissing,
+    );
+    expect(fromSpecial.calls.length).toBeGreaterThan(0);
+    expect(fromSpecial.calls[0]).toEqual(fromMissing.calls[0]);
   });
 });
 

@@ -1,9 +1,10 @@
 /** What the tracking and diagnose exports share: settings, the run, session fields, files. */
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type JsonObject, type JsonValue, parseJson } from "@stormlog/core";
 import { isPythonBlank, pythonStrip } from "@stormlog/core/internal";
+import { readRegularFileSync } from "@stormlog/sink/internal";
 import {
   WandbArtifact,
   type WandbClient,
@@ -162,7 +163,8 @@ export function readJsonObjectIfExists(path: string): JsonObject | null {
   if (!pathExists(path)) return null;
   let bytes: Buffer;
   try {
-    bytes = readFileSync(purePath(path));
+    // Never waits on a FIFO or device named like the file (the reference would): those read as unreadable.
+    bytes = readRegularFileSync(purePath(path), null);
   } catch {
     return null;
   }
