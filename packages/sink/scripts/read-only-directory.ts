@@ -3,10 +3,12 @@
 // Run: node --conditions=@stormlog/source --import tsx packages/sink/scripts/read-only-directory.ts <parent>
 // (the test runs it bundled into one .mjs). Prints one JSON line: the sink directory, diagnostics
 // during the failure and after the close, what the sink logged, and for a second session closed
-// while the directory is read-only, the manifest's view of it before and after permission returns.
-import { chmodSync, mkdtempSync } from "node:fs";
+// while the directory is read-only, the manifest's view of it before and after permission returns,
+// and where that sink's next session goes.
+import { chmodSync, existsSync, mkdtempSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { readManifestSync } from "../src/directory/manifest.js";
+import { WRITER_LOCK_FILENAME } from "../src/directory/writer-lock.js";
 import { TelemetrySink } from "../src/index.js";
 import { sampleRecord } from "./sample-records.js";
 
@@ -75,6 +77,19 @@ await waitFor(
   "the closed session to reach the disk",
 );
 const onceWritable = readManifestSync(closedDir);
+// The lock its close could not remove is still this sink's: a next session writes in the same
+// directory (not beside a "live writer" that is this process) and its close removes the lock.
+const lockKeptWhileReadOnly = existsSync(join(closedDir, WRITER_LOCK_FILENAME));
+closing.startSession({ session_id: "after-read-only" });
+for (let i = 0; i < 5; i++) closing.append(sampleRecord("after-read-only", i));
+await closing.close();
+const nextSession = {
+  sessions: (readManifestSync(closedDir)?.sessions ?? []).map((session) => session.session_id),
+  lockAfterClose: existsSync(join(closedDir, WRITER_LOCK_FILENAME)),
+  entries: readdirSync(closedDir)
+    .filter((name) => !name.endsWith(".jsonl"))
+    .sort(),
+};
 console.log(
   JSON.stringify({
     dir,
@@ -89,6 +104,8 @@ console.log(
       status: onceWritable?.sessions[0]?.status ?? null,
       endedAtNs: String(onceWritable?.sessions[0]?.ended_at_ns ?? null),
       losses: onceWritable?.session_losses ?? [],
+      lockKeptWhileReadOnly,
+      nextSession,
     },
   }),
 );

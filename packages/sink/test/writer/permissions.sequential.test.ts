@@ -25,6 +25,8 @@ interface ChildReport {
     status: string | null;
     endedAtNs: string;
     losses: SinkSessionLoss[];
+    lockKeptWhileReadOnly: boolean;
+    nextSession: { sessions: string[]; lockAfterClose: boolean; entries: string[] };
   };
 }
 
@@ -83,6 +85,12 @@ describe("a directory that turns read-only (EACCES)", () => {
           dropped_queue_full: 0,
         },
       ]);
+      // The lock its close could not remove stays this sink's: the next session is written in the
+      // same directory (no writer-* directory beside "another live writer") and then removes it.
+      expect(closed.lockKeptWhileReadOnly).toBe(true);
+      expect(closed.nextSession.sessions).toEqual(["closed-read-only", "after-read-only"]);
+      expect(closed.nextSession.entries).toEqual(["manifest.json"]);
+      expect(closed.nextSession.lockAfterClose).toBe(false);
     } finally {
       rmSync(parent, { recursive: true, force: true });
       rmSync(bundle.dir, { recursive: true, force: true });
