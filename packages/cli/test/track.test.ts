@@ -75,7 +75,11 @@ describe("stormlog track", () => {
     const samples = session.events.filter((event) => event.event_type === "sample");
     expect(samples.length).toBeGreaterThan(2);
     expect(session.events[0]!.event_type).toBe("start");
-    expect(session.events.at(-1)!.event_type).toBe("stop");
+    // The recording is complete; its stop record says the workload failed.
+    expect(session.events.at(-1)).toMatchObject({
+      event_type: "stop",
+      metadata: { stop_reason: "exited with code 3", workload_exit_code: 3, workload_signal: null },
+    });
     const last = samples.at(-1)!;
     expect(last.collector).toBe("stormlog.cpu_tracker");
     expect(last.device_id).toBe(-1);
@@ -120,7 +124,13 @@ describe("stormlog track", () => {
     expect(signals.subscribed()).toBe(0);
     expect(run.stderr).toContain("SIGINT: passing it to pid");
     expect(run.stderr).toMatch(/exited with code 130/);
-    expect((await onlySession(sink)).summary.status).toBe("completed");
+    const session = await onlySession(sink);
+    expect(session.summary.status).toBe("completed");
+    expect(session.events.at(-1)!.metadata).toMatchObject({
+      stop_reason: "exited with code 130",
+      workload_exit_code: 130,
+      workload_signal: null,
+    });
   });
 
   it("stops the command after --duration", async () => {

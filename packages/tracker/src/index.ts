@@ -13,7 +13,7 @@ export type { LeakAlertOptions } from "./alerts/leak-alerts.js";
 export type { RetryBackoff } from "./health/health.js";
 export type { OOMFlightRecorderOptions } from "./oom/oom.js";
 export type { MemoryTrackerOptions, TrackerLogger } from "./options/tracker-options.js";
-export { MemoryTracker } from "./tracker.js";
+export { MemoryTracker, type StopOptions } from "./tracker.js";
 
 // Live metrics through the OpenTelemetry metrics API (a no-op until a MeterProvider is registered).
 

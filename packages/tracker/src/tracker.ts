@@ -12,6 +12,7 @@ import type {
   SessionSummary,
   TelemetryEvent,
 } from "@stormlog/core";
+import { InvalidConfigError, stringifyJson } from "@stormlog/core";
 import {
   clearGlobalPhaseHost,
   getPhaseHost,
@@ -290,11 +291,19 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
 
   /**
    * Records `stop`, closes the sink session (`completed`, or `incomplete` when the sink lost records)
-   * and stops sampling. Idempotent. A sample still in flight is discarded.
+   * and stops sampling. Idempotent. A sample still in flight is discarded. `options` say why tracking
+   * ended in the `stop` record's metadata (a workload's exit, for instance); they are checked before
+   * anything stops (`InvalidConfigError`).
    */
-  stop(): Promise<void> {
+  stop(options?: StopOptions): Promise<void> {
+    let extra: JsonObject | undefined;
+    try {
+      extra = stopMetadata(options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     // After a start still waiting for its sink's worker: stops the session it is about to begin.
-    return this.inOrder(() => this.finish("completed"));
+    return this.inOrder(() => this.finish("completed", false, extra));
   }
 
   /** `await using tracker = ...` stops it. */
@@ -302,7 +311,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     return this.stop();
   }
 
-  private finish(status: SessionStatus, sync = false): Promise<void> {
+  private finish(status: SessionStatus, sync = false, stopExtra?: JsonObject): Promise<void> {
     if (!this.running) return this.stopping ?? Promise.resolve();
     // A last leak check before `stop` (not inside a synchronous exit handler).
     this.leakWatch?.end(!sync);
@@ -311,7 +320,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     const primary = this.collectors.primary;
     const ts = this.clock.nowNs();
     const reading = this.boundaryReading(primary) ?? primary.lastReading;
-    this.records.emit(primary, "stop", ts, reading, 0, "Memory tracking stopped", undefined);
+    this.records.emit(primary, "stop", ts, reading, 0, "Memory tracking stopped", stopExtra);
     this.metrics.end();
     this.recorder.end();
     if (this.registeredGlobal) {
@@ -595,4 +604,36 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     if (path !== null) this.lastOomDumpPath = path;
     return path;
   }
+}
+
+/** What `stop()` records about why tracking ended, in the `stop` record's metadata. */
+export interface StopOptions {
+  /** Why tracking ended, as `metadata.stop_reason` (e.g. "exited with code 3"). */
+  readonly reason?: string;
+  /** More keys for the `stop` record's metadata (JSON values; the tracker's own keys win a clash). */
+  readonly metadata?: JsonObject;
+}
+
+/** `stop()`'s options as the `stop` record's extra metadata; throws `InvalidConfigError` for bad ones. */
+function stopMetadata(options: StopOptions | undefined): JsonObject | undefined {
+  if (options === undefined) return undefined;
+  if (options === null || typeof options !== "object")
+    throw new InvalidConfigError("stop", `expected { reason?, metadata? }, got ${String(options)}`);
+  const { reason, metadata } = options;
+  if (reason !== undefined && typeof reason !== "string")
+    throw new InvalidConfigError("stop.reason", `expected a string, got ${typeof reason}`);
+  if (metadata !== undefined) {
+    if (metadata === null || typeof metadata !== "object" || Array.isArray(metadata))
+      throw new InvalidConfigError("stop.metadata", "expected an object of JSON values");
+    try {
+      stringifyJson(metadata);
+    } catch (error) {
+      throw new InvalidConfigError(
+        "stop.metadata",
+        `expected JSON values only (strings, numbers, bigints, booleans, null, arrays, objects; no cycles): ${describeError(error)}`,
+      );
+    }
+  }
+  if (reason === undefined && metadata === undefined) return undefined;
+  return reason === undefined ? { ...metadata } : { ...metadata, stop_reason: reason };
 }

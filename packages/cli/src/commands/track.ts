@@ -341,6 +341,8 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
 
   // Signals are handled from here on: Ctrl+C must never kill the CLI before the session is closed.
   let stopReason: string | null = null;
+  /** How the command ended, for the `stop` record: the recording is complete, the workload may not be. */
+  let workloadExit: { workload_exit_code: number | null; workload_signal: string | null } | null = null;
   let requestStop: () => void = () => undefined;
   const stopped = new Promise<void>((done) => {
     requestStop = done;
@@ -439,12 +441,16 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
       const { code, signal } = await exited;
       exitCode = exitCodeOf(code, signal);
       stopReason = signal !== null ? `ended by ${signal}` : `exited with code ${code}`;
+      workloadExit = { workload_exit_code: code, workload_signal: signal };
     } else {
       await stopped;
     }
   } finally {
     for (const timer of timers) clearTimeout(timer);
-    await tracker?.stop();
+    await tracker?.stop({
+      ...(stopReason === null ? {} : { reason: stopReason }),
+      ...(workloadExit === null ? {} : { metadata: workloadExit }),
+    });
     await endpoint?.close();
     await (gpu.collector?.close?.() as Promise<void> | undefined);
     childCollector?.close();

@@ -1,7 +1,9 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { InvalidConfigError } from "@stormlog/core";
 import { loadTelemetrySessions, TelemetrySink } from "@stormlog/sink";
 import { describe, expect, it } from "vitest";
+import type { StopOptions } from "../../src/index.js";
 import {
   full,
   makeTracker,
@@ -37,6 +39,41 @@ describe("with the real TelemetrySink", () => {
     await tracker.start();
     await tracker.stop();
     expect(await loadTelemetrySessions(root)).toHaveLength(2);
+  });
+
+  it("records why tracking stopped in the stop record, and refuses bad stop options before stopping", async () => {
+    const root = join(tempDir(), "sink");
+    const { tracker } = trackerWithSink(root);
+    await tracker.start();
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    for (const bad of [
+      { reason: 3 },
+      { metadata: [1] },
+      { metadata: { at: () => 1 } },
+      { metadata: cyclic },
+      "stop",
+    ] as unknown as StopOptions[]) {
+      const error = await tracker.stop(bad).catch((caught: unknown) => caught);
+      expect(InvalidConfigError.isInstance(error)).toBe(true);
+      expect((error as Error).message).toMatch(/^Invalid option 'stop(\.reason|\.metadata)?': expected /);
+      expect(tracker.isTracking).toBe(true);
+    }
+    // The tracker's own keys win a clash: a caller cannot fake the collector's health.
+    await tracker.stop({
+      reason: "exited with code 3",
+      metadata: { workload_exit_code: 3, epoch: 2n ** 64n, collector_health_status: "fake" },
+    });
+    const [session] = await loadTelemetrySessions(root);
+    const stop = session!.events.at(-1)!;
+    expect(stop.event_type).toBe("stop");
+    expect(stop.metadata).toMatchObject({
+      stop_reason: "exited with code 3",
+      workload_exit_code: 3,
+      epoch: 2n ** 64n,
+      collector_health_status: "healthy",
+    });
+    expect(session!.summary.status).toBe("completed");
   });
 
   it("uses a sink instance without closing it for good", async () => {
