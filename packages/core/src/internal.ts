@@ -30,6 +30,7 @@ export {
 
 export {
   type JsonlLine,
+  LineEndFinder,
   lineTooLong,
   MAX_LINE_BYTES,
   readJsonlLines,

@@ -6,6 +6,8 @@
 import { closeSync, readSync, statSync } from "node:fs";
 import { JsonlDecodeError, type TelemetryEvent } from "@stormlog/core";
 import {
+  isPythonBlank,
+  LineEndFinder,
   lineTooLong,
   MAX_LINE_BYTES,
   openRegularFileSync,
@@ -157,6 +159,7 @@ class RangeScanner {
   lineNumber = 0;
   stopped = false;
   readonly reader = LINE_READER;
+  private readonly ends = new LineEndFinder();
 
   constructor(
     private readonly segment: TelemetryInputSegment,
@@ -165,15 +168,16 @@ class RangeScanner {
     public lastSession: string | null,
   ) {}
 
-  /** The lines of `buf[start, end)` up to its last newline; where the rest (a line not ended yet) starts. */
+  /** The lines of `buf[start, end)` up to its last line end; where the rest (a line not ended yet) starts. */
   lines(buf: Buffer, start: number, end: number): number {
-    const view = end === buf.length ? buf : buf.subarray(0, end);
+    const ends = this.ends;
+    ends.begin(end === buf.length ? buf : buf.subarray(0, end));
     for (;;) {
-      const newline = view.indexOf(10, start);
-      if (newline === -1) return start;
-      this.line(buf, start, newline, true);
+      const lineEnd = ends.find(start);
+      if (lineEnd === -1) return start;
+      this.line(buf, start, lineEnd, true);
       if (this.stopped) return start;
-      start = newline + 1;
+      start = lineEnd + 1;
     }
   }
 
@@ -225,7 +229,7 @@ class RangeScanner {
     // A final line without its newline may be cut inside its last character (a crash): it is dropped
     // as cut short below, as the sink's reader drops it.
     const text = (terminated ? utf8LineText : utf8TailText)(buf, start, end, path, lineNumber);
-    if (text.trim().length === 0) return;
+    if (isPythonBlank(text)) return;
     let event: TelemetryEvent;
     try {
       event = decodeTelemetryEventLine(text, { file: path, line: lineNumber }, defaultSessionId, {
@@ -305,7 +309,8 @@ export function scanRangeSync(
       position += bytesRead;
       const end = filled + bytesRead;
       if (bytesRead === 0) {
-        if (end > 0 && !scanner.stopped) scanner.line(buf, 0, end, false);
+        // A final `\r` ends its line as a `\n` would.
+        if (end > 0 && !scanner.stopped) scanner.line(buf, 0, end, buf[end - 1] === 0x0d);
         break;
       }
       const start = scanner.lines(buf, 0, end);

@@ -149,6 +149,36 @@ describe("a big .jsonl scanned in pieces", () => {
     }
   });
 
+  it("reads `\r\n`, lone `\r` and mixed line ends as `\n` (the reference's text mode), in pieces and whole", async () => {
+    const path = writeJob("line-ends");
+    const lf = readFileSync(path, "utf8");
+    // The file's size differs (one byte more per `\r\n`); nothing else may.
+    const withoutSize = (text: string) =>
+      text
+        .replace(/"retained_bytes": \d+/g, '"retained_bytes": N')
+        .replace(/File size: \d+ bytes \([^)]*\)/g, "File size: N")
+        .replace(/1 segment, [\d.]+ KB/g, "1 segment, N");
+    process.env.STORMLOG_PIECE_BYTES = WHOLE;
+    const expected = withoutSize(await everything(path));
+    const lines = lf.split("\n");
+    const variants = {
+      crlf: lf.replaceAll("\n", "\r\n"),
+      cr: lf.replaceAll("\n", "\r"),
+      // Every third line ends in `\r`, every third in `\r\n`: pieces are cut after a `\n` only.
+      mixed: lines
+        .map((line, k) => line + (k === lines.length - 1 ? "" : ["\n", "\r", "\r\n"][k % 3]))
+        .join(""),
+    };
+    for (const [name, text] of Object.entries(variants)) {
+      writeFileSync(path, text);
+      for (const bytes of [WHOLE, PIECE]) {
+        dropIndex(path);
+        process.env.STORMLOG_PIECE_BYTES = bytes;
+        expect(withoutSize(await everything(path)), `${name}, pieces of ${bytes} bytes`).toBe(expected);
+      }
+    }
+  });
+
   it("spills its pieces without an index, and forgets pieces the file no longer has", async () => {
     const path = writeJob("spill");
     process.env.STORMLOG_PIECE_BYTES = WHOLE;

@@ -26,6 +26,24 @@ const INTEGER_FIELDS: ReadonlySet<string> = new Set(INTEGER_TELEMETRY_FIELDS);
 const SORTED_FIELDS = [...TELEMETRY_V3_FIELDS].sort();
 const QUOTED_SORTED_FIELDS = SORTED_FIELDS.map((field) => `"${field}"`);
 
+/**
+ * A line that does not start an object: a whole JSON value of another kind is a record that is no
+ * object (`TelemetryValidationError`, which a final line without newline is not forgiven, as the
+ * reference raises there); anything else is not JSON (a decode error, which such a line is).
+ */
+function notAnObject(parser: LosslessJsonParser, options: DecodeOptions): never {
+  const start = parser.pos;
+  let value: unknown;
+  try {
+    value = parser.readValue();
+    parser.expectEnd();
+  } catch {
+    parser.pos = start;
+    parser.fail("a telemetry line must be a JSON object");
+  }
+  return validateTelemetryRecord(value, options.location ? { location: options.location } : {}) as never;
+}
+
 /** Reads the top-level object, matching keys against the canonical order first (interned, no slicing). */
 function readRecordObject(parser: LosslessJsonParser, options: DecodeOptions): Record<string, unknown> {
   const text = parser.text;
@@ -34,7 +52,7 @@ function readRecordObject(parser: LosslessJsonParser, options: DecodeOptions): R
     if (parser.pos >= text.length) parser.fail("empty line");
     // A file saved as "UTF-8 with BOM": said as such, not as a line that is no object.
     if (text.charCodeAt(parser.pos) === 0xfeff) throw new ByteOrderMarkError(options.location ?? {});
-    parser.fail("a telemetry line must be a JSON object");
+    notAnObject(parser, options);
   }
   parser.pos++;
   const record: JsonObject = {};

@@ -3,6 +3,7 @@ import { createReadStream } from "node:fs";
 import { JsonlDecodeError, type StormlogError } from "../runtime/errors.js";
 import { openRegularFileSync } from "../runtime/regular-file.js";
 import type { TelemetryRecord } from "../schema/schema.js";
+import { isPythonBlank } from "../text/python-text.js";
 import { type DecodeOptions, decodeTelemetryLine } from "./codec.js";
 
 /** One non-blank line of a JSONL file. */
@@ -21,34 +22,45 @@ export interface JsonlReadOptions {
 }
 
 /**
- * Streams the non-blank lines of a JSONL file without loading it whole. Splits on `\n` (a `\r`
- * before it is dropped) and decodes each line's UTF-8 on its own: a `\n` byte never falls inside a
- * multi-byte character, so no chunk-wide string is built (that cost the readers about half their time).
+ * Streams the non-blank lines of a JSONL file without loading it whole. Lines end as the reference
+ * reads them (`LineEndFinder`) and each line's UTF-8 is decoded on its own: a line-ending byte never
+ * falls inside a multi-byte character, so no chunk-wide string is built (that cost the readers about
+ * half their time).
  */
 export async function* readJsonlLines(
   path: string,
   options: JsonlReadOptions = {},
 ): AsyncGenerator<JsonlLine> {
-  // Bytes of a line that started in an earlier chunk.
+  // Bytes of a line that started in an earlier chunk (a `\r` last: the next byte decides how it ends).
   let carry: Buffer | null = null;
   let lineNumber = 0;
+  const ends = new LineEndFinder();
   // Opened without waiting on a FIFO (and refused unless a regular file), then streamed.
   const fd = openRegularFileSync(path);
   const stream = createReadStream(path, { fd, highWaterMark: options.chunkBytes ?? 1 << 20 });
   for await (const chunk of stream as AsyncIterable<Buffer>) {
+    ends.begin(chunk);
     let start = 0;
-    let end = chunk.indexOf(NEWLINE);
-    if (carry !== null && end !== -1) {
-      // Only the line that began in an earlier chunk is joined; the rest is read in place.
-      const joined = Buffer.concat([carry, chunk.subarray(0, end)]);
-      carry = null;
+    // Only the line that began in an earlier chunk is joined; the rest is read in place.
+    if (carry !== null && carry[carry.length - 1] === CARRIAGE_RETURN) {
+      // Its last `\r` ends it: with this chunk's first `\n` as a `\r\n`, or alone.
       lineNumber++;
-      const text = lineText(joined, 0, joined.length, path, lineNumber);
+      const text = lineText(carry, 0, carry.length, path, lineNumber);
       if (text !== null) yield { text, lineNumber, terminated: true };
-      start = end + 1;
-      end = chunk.indexOf(NEWLINE, start);
+      carry = null;
+      if (chunk[0] === NEWLINE) start = 1;
+    } else if (carry !== null) {
+      const end = ends.find(0);
+      if (end !== -1) {
+        const joined = Buffer.concat([carry, chunk.subarray(0, end)]);
+        carry = null;
+        lineNumber++;
+        const text = lineText(joined, 0, joined.length, path, lineNumber);
+        if (text !== null) yield { text, lineNumber, terminated: true };
+        start = end + 1;
+      }
     }
-    for (; end !== -1; end = chunk.indexOf(NEWLINE, start)) {
+    for (let end = carry === null ? ends.find(start) : -1; end !== -1; end = ends.find(start)) {
       lineNumber++;
       const text = lineText(chunk, start, end, path, lineNumber);
       if (text !== null) yield { text, lineNumber, terminated: true };
@@ -64,12 +76,54 @@ export async function* readJsonlLines(
     }
   }
   if (carry !== null) {
-    const text = lineText(carry, 0, carry.length, path, lineNumber + 1, false);
-    if (text !== null) yield { text, lineNumber: lineNumber + 1, terminated: false };
+    // A final `\r` ends its line as a `\n` would.
+    const terminated = carry[carry.length - 1] === CARRIAGE_RETURN;
+    const text = lineText(carry, 0, carry.length, path, lineNumber + 1, terminated);
+    if (text !== null) yield { text, lineNumber: lineNumber + 1, terminated };
   }
 }
 
 const NEWLINE = 0x0a;
+const CARRIAGE_RETURN = 0x0d;
+
+/**
+ * Finds where lines end as the reference's readers do (Python's text mode, universal newlines):
+ * at a `\n`, a `\r\n` (its `\n`; the line's `\r` is the caller's to drop) or a lone `\r`. The
+ * reference's `str.splitlines` also splits inside JSON strings at U+2028, U+2029 and U+0085 and
+ * then refuses the file; those stay inside their line here (docs/python-interop.md). A finder
+ * remembers where the buffer's next `\r` is: a buffer without one is searched for it once.
+ */
+export class LineEndFinder {
+  private bytes: Uint8Array = new Uint8Array(0);
+  /** The first `\r` at or after the last line's start, or -1 when there is none. */
+  private nextCr = -1;
+
+  /** Starts on new bytes (lines are found in `bytes[0, bytes.length)`). */
+  begin(bytes: Uint8Array): void {
+    this.bytes = bytes;
+    this.nextCr = bytes.indexOf(CARRIAGE_RETURN);
+  }
+
+  /**
+   * The index of the byte that ends the line starting at `start` (at or after the last line's
+   * start: lines are found in order): a `\n`, or a lone `\r`; or -1
+   * when it does not end within the bytes: a `\r` last may be half of a `\r\n`, which more bytes
+   * decide (at the end of a file it ends its line).
+   */
+  find(start: number): number {
+    const bytes = this.bytes;
+    const lf = bytes.indexOf(NEWLINE, start);
+    let cr = this.nextCr;
+    if (cr !== -1 && cr < start) {
+      cr = bytes.indexOf(CARRIAGE_RETURN, start);
+      this.nextCr = cr;
+    }
+    if (cr === -1 || (lf !== -1 && cr >= lf)) return lf;
+    if (cr + 1 === bytes.length) return -1;
+    // `\r\n`: the line ends at its `\n` (which is `lf`, the first `\n` after `start`).
+    return bytes[cr + 1] === NEWLINE ? cr + 1 : cr;
+  }
+}
 
 /**
  * The longest line a reader takes: a telemetry line is about a kilobyte, and a string beyond V8's
@@ -90,10 +144,12 @@ export function lineTooLong(file: string, line: number): JsonlDecodeError {
 export function utf8FileText(bytes: Buffer, file: string): string {
   const text = bytes.toString("utf8");
   if (!text.includes("\uFFFD") || isUtf8(bytes)) return text;
-  // A newline byte never falls inside a character: each line is checked on its own.
+  // A line-ending byte never falls inside a character: each line is checked on its own.
+  const ends = new LineEndFinder();
+  ends.begin(bytes);
   for (let start = 0, line = 1; start <= bytes.length; line++) {
-    const newline = bytes.indexOf(NEWLINE, start);
-    const end = newline === -1 ? bytes.length : newline;
+    const found = ends.find(start);
+    const end = found === -1 ? bytes.length : found;
     utf8LineText(bytes, start, end, file, line);
     start = end + 1;
   }
@@ -146,16 +202,19 @@ function lineText(
     const byte = bytes[i]!;
     // A printable ASCII character: not blank, no need to look further.
     if (byte > 0x20 && byte < 0x7f) return decode(bytes, start, end, file, line);
-    if (byte !== 0x20 && (byte < 0x09 || byte > 0x0d)) onlyAsciiSpace = false;
+    // Python's ASCII whitespace: \t-\r, \x1c-\x1f and the space.
+    if (byte !== 0x20 && (byte < 0x09 || byte > 0x0d) && (byte < 0x1c || byte > 0x1f)) onlyAsciiSpace = false;
   }
   if (onlyAsciiSpace) return null;
-  // Control or non-ASCII characters only: blank when trim() says so (Unicode spaces), as before.
+  // Control or non-ASCII characters only: blank when Python's `str.strip()` leaves nothing (the reference's rule).
   const text = decode(bytes, start, end, file, line);
   return isBlank(text) ? null : text;
 }
 
 /** Splits JSONL text already in memory, with the same rules as `readJsonlLines`. */
 export function splitJsonlText(text: string): JsonlLine[] {
+  // Universal newlines (`LineEndFinder`): `\r\n` and a lone `\r` end a line as `\n` does.
+  if (text.includes("\r")) text = text.replace(/\r\n?/g, "\n");
   const lines: JsonlLine[] = [];
   let start = 0;
   let lineNumber = 0;
@@ -163,22 +222,19 @@ export function splitJsonlText(text: string): JsonlLine[] {
     const end = text.indexOf("\n", start);
     lineNumber++;
     if (end === -1) {
-      const last = stripCarriageReturn(text.slice(start));
+      const last = text.slice(start);
       if (!isBlank(last)) lines.push({ text: last, lineNumber, terminated: false });
       return lines;
     }
-    const line = stripCarriageReturn(text.slice(start, end));
+    const line = text.slice(start, end);
     if (!isBlank(line)) lines.push({ text: line, lineNumber, terminated: true });
     start = end + 1;
   }
 }
 
-function stripCarriageReturn(line: string): string {
-  return line.endsWith("\r") ? line.slice(0, -1) : line;
-}
-
+/** The reference skips a line when `line.strip()` is empty: Python's whitespace, not JavaScript's (U+FEFF is none). */
 function isBlank(line: string): boolean {
-  return line.length === 0 || line.trim().length === 0;
+  return line.length === 0 || isPythonBlank(line);
 }
 
 /** A final line without newline that does not parse: what a crash mid-write leaves. */

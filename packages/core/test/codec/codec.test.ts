@@ -291,6 +291,33 @@ describe("JSONL readers", () => {
   it("keeps a complete final line without newline", () => {
     expect(decodeTelemetryJsonl(`${SAMPLE_LINE}\n${SAMPLE_LINE}`)).toHaveLength(2);
   });
+
+  it("forgives a final line without newline that is not JSON, not one that is JSON but no object", () => {
+    // The reference drops only a last line json.loads cannot parse; a whole array or number there raises.
+    for (const last of ["[1, 2]", "7", '"text"', "null"]) {
+      const error = (() => {
+        try {
+          decodeTelemetryJsonl(`${SAMPLE_LINE}\n${last}`, { file: "f.jsonl" });
+        } catch (caught) {
+          return caught;
+        }
+        return null;
+      })();
+      expect(TelemetryValidationError.isInstance(error), last).toBe(true);
+      expect((error as Error).message).toMatch(/must be a JSON object, got .*f\.jsonl:2/);
+    }
+    for (const cut of ["[1, ", "tru", '"tex']) {
+      const tails: TruncatedTail[] = [];
+      expect(
+        decodeTelemetryJsonl(`${SAMPLE_LINE}\n${cut}`, { onTruncatedTail: (tail) => tails.push(tail) }),
+      ).toHaveLength(1);
+      expect(tails.map((tail) => tail.lineNumber)).toEqual([2]);
+    }
+    // Not the last line: refused either way, naming the line.
+    expect(() => decodeTelemetryJsonl(`[1,\n${SAMPLE_LINE}\n`, { file: "f.jsonl" })).toThrow(
+      /must be a JSON object.*f\.jsonl:1/,
+    );
+  });
 });
 
 describe("fast and general decode paths", () => {

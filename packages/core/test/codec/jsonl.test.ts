@@ -22,13 +22,20 @@ const CASES: Record<string, string> = {
   "no final newline": '{"a": 1}\n{"b": 2}',
   "CRLF line ends": '{"a": 1}\r\n{"b": 2}\r\n',
   "blank lines: empty, spaces, tabs, a lone CR": '\n{"a": 1}\n   \n\t\t\n\r\n{"b": 2}\n',
-  "a line of Unicode spaces only is blank, as trim() says": '{"a": 1}\n\u00a0\u3000\u2028\n{"b": 2}\n',
+  "a line of Unicode spaces only is blank, as Python's strip() says":
+    '{"a": 1}\n\u00a0\u3000\u2028\n{"b": 2}\n',
   "multi-byte characters": '{"name": "Grüße ✓ 𝄞 日本語"}\n{"x": "é"}\n',
   "a control character is not blank": '{"a": 1}\n\u0001\n',
   "a line longer than many chunks": `{"long": "${"x".repeat(200)}"}\n{"b": 2}\n`,
   "only blank": "\n\n  \n",
   empty: "",
   "final line of spaces and no newline": '{"a": 1}\n   ',
+  // Lines end as the reference's text mode reads them: `\n`, `\r\n` or a lone `\r`.
+  "CR line ends (classic Mac)": '{"a": 1}\r{"b": 2}\r{"c": 3}\r',
+  "mixed line ends": '{"a": 1}\n{"b": 2}\r{"c": 3}\r\n{"d": 4}',
+  "CR CR LF is a line and a blank one": '{"a": 1}\r\r\n{"b": 2}\n',
+  "a final CR ends the last line": '{"a": 1}\n{"b": 2}\r',
+  "CR line ends around multi-byte characters": '{"x": "é"}\r{"y": "𝄞"}\r',
 };
 
 describe("readJsonlLines", () => {
@@ -40,6 +47,58 @@ describe("readJsonlLines", () => {
       }
     });
   }
+
+  it("ends lines where Python's text mode does, for any mix of line ends and chunk cuts", async () => {
+    // The oracle: universal newlines one character at a time (`\r\n` one end, a lone `\r` one end).
+    const universal = (text: string): JsonlLine[] => {
+      const lines: JsonlLine[] = [];
+      let current = "";
+      let lineNumber = 0;
+      const push = (terminated: boolean) => {
+        lineNumber++;
+        if (current.trim() !== "") lines.push({ text: current, lineNumber, terminated });
+        current = "";
+      };
+      for (let i = 0; i < text.length; i++) {
+        const c = text[i]!;
+        if (c === "\n" || c === "\r") {
+          if (c === "\r" && text[i + 1] === "\n") i++;
+          push(true);
+        } else current += c;
+      }
+      if (current !== "") push(false);
+      return lines;
+    };
+    const pieces = ["{", "a", "1", " ", "\t", "\r", "\n", "\r\n", "é", "𝄞"];
+    let state = 20261128;
+    const next = () => {
+      state = (Math.imul(state, 1103515245) + 12345) >>> 0;
+      return state;
+    };
+    for (let trial = 0; trial < 150; trial++) {
+      let text = "";
+      for (let n = next() % 24; n > 0; n--) text += pieces[next() % pieces.length];
+      const expected = universal(text);
+      expect(splitJsonlText(text), JSON.stringify(text)).toEqual(expected);
+      for (const chunkBytes of [1, 2, 3, 7]) {
+        expect(await readAll(text, chunkBytes), `${JSON.stringify(text)} in chunks of ${chunkBytes}`).toEqual(
+          expected,
+        );
+      }
+    }
+  });
+
+  it("skips the lines the reference skips: blank to Python's `str.strip()`, not JavaScript's `trim()`", async () => {
+    // \x1c-\x1f and U+0085 are Python whitespace; U+FEFF is JavaScript whitespace only.
+    const text = '{"a": 1}\n\x1c\x1d\x1e\x1f\n\u0085\n\ufeff\n{"b": 2}\n';
+    const expected = [
+      { text: '{"a": 1}', lineNumber: 1, terminated: true },
+      { text: "\ufeff", lineNumber: 4, terminated: true },
+      { text: '{"b": 2}', lineNumber: 5, terminated: true },
+    ];
+    expect(splitJsonlText(text)).toEqual(expected);
+    for (const chunkBytes of [1, 3, 1 << 20]) expect(await readAll(text, chunkBytes)).toEqual(expected);
+  });
 
   it("numbers lines from 1, blank ones included, and marks a final line without newline", async () => {
     const lines = await readAll('{"a": 1}\n\n{"b": 2}\r\n{"c": 3', 4);

@@ -1,6 +1,7 @@
 import { closeSync, mkdirSync, openSync, readdirSync, readSync, statSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { type Clock, parseJson, type SessionSummary } from "@stormlog/core";
+import { LineEndFinder } from "@stormlog/core/internal";
 import {
   isSegmentFilename,
   readManifestSync,
@@ -60,7 +61,9 @@ function firstRecordSessionId(path: string): string | null {
   try {
     const buffer = Buffer.allocUnsafe(1 << 16);
     const read = readSync(fd, buffer, 0, buffer.length, 0);
-    const end = buffer.subarray(0, read).indexOf(0x0a);
+    const ends = new LineEndFinder();
+    ends.begin(buffer.subarray(0, read));
+    const end = ends.find(0);
     if (end < 0) return null;
     const value = parseJson(buffer.subarray(0, end).toString("utf8"));
     if (typeof value === "object" && value !== null && !Array.isArray(value)) {

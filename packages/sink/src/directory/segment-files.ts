@@ -3,11 +3,16 @@ import { parseJson } from "@stormlog/core";
 
 const CHUNK = 1 << 20;
 
+/** Python's ASCII whitespace (`str.strip()`), line ends aside. */
 function isBlankByte(byte: number): boolean {
-  return byte === 0x20 || byte === 0x09 || byte === 0x0d || byte === 0x0b || byte === 0x0c;
+  return byte === 0x20 || byte === 0x09 || byte === 0x0b || byte === 0x0c || (byte >= 0x1c && byte <= 0x1f);
 }
 
-/** Counts the non-blank lines of a file (the reference's `_count_records`), reading it in chunks. */
+/**
+ * Counts the non-blank lines of a file (the reference's `_count_records`), reading it in chunks.
+ * Lines end at `\n`, `\r\n` or a lone `\r`, as the reference's text mode reads them (a `\r\n`
+ * counts once: the nothing between its two bytes is blank).
+ */
 export function countRecordsSync(path: string): number {
   const fd = openSync(path, "r");
   try {
@@ -21,7 +26,7 @@ export function countRecordsSync(path: string): number {
       position += read;
       for (let i = 0; i < read; i++) {
         const byte = buffer[i]!;
-        if (byte === 0x0a) {
+        if (byte === 0x0a || byte === 0x0d) {
           if (lineHasContent) count++;
           lineHasContent = false;
         } else if (!lineHasContent && !isBlankByte(byte)) {
@@ -51,7 +56,9 @@ function findTailStart(fd: number, size: number): number {
   while (end > 0) {
     const start = Math.max(0, end - buffer.length);
     const read = readSync(fd, buffer, 0, end - start, start);
-    const index = buffer.subarray(0, read).lastIndexOf(0x0a);
+    const block = buffer.subarray(0, read);
+    // After the last line end: a `\n`, or a `\r` (which ends a line as the reference reads it).
+    const index = Math.max(block.lastIndexOf(0x0a), block.lastIndexOf(0x0d));
     if (index >= 0) return start + index + 1;
     end = start;
   }
@@ -60,7 +67,7 @@ function findTailStart(fd: number, size: number): number {
 
 /**
  * Makes a segment end on a whole line, as a crash mid-write may leave it cut: a last line without
- * newline that parses as a JSON object gets its newline; one that does not is removed (in place,
+ * line end that parses as a JSON object gets its newline; one that does not is removed (in place,
  * with `ftruncate`, so the whole lines before it are never rewritten).
  */
 export function repairSegmentTailSync(path: string): TailRepair {
@@ -70,7 +77,9 @@ export function repairSegmentTailSync(path: string): TailRepair {
     if (size === 0) return { action: "none", droppedBytes: 0, size };
     const last = Buffer.allocUnsafe(1);
     readSync(fd, last, 0, 1, size - 1);
-    if (last[0] === 0x0a) return { action: "none", droppedBytes: 0, size };
+    // A last line ended by `\r` is whole too: never truncated (the reference cuts back to its last `\n`,
+    // which empties a segment written with `\r` line ends).
+    if (last[0] === 0x0a || last[0] === 0x0d) return { action: "none", droppedBytes: 0, size };
     const tailStart = findTailStart(fd, size);
     const tail = Buffer.allocUnsafe(size - tailStart);
     readSync(fd, tail, 0, tail.length, tailStart);

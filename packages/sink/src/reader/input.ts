@@ -6,7 +6,6 @@ import { lstatSync, readdirSync, realpathSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import {
   decodeTelemetryLine,
-  JsonlDecodeError,
   normalizeTelemetryRecord,
   parseJson,
   type SourceLocation,
@@ -375,7 +374,9 @@ export function decodeTelemetryEventLine(
   }
   const value = parseJson(text, location);
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new JsonlDecodeError("Telemetry record must be an object", { location });
+    // JSON, but no record: refused even as a final line without newline (the reference raises there).
+    const got = Array.isArray(value) ? "an array" : value === null ? "null" : `a ${typeof value}`;
+    throw new TelemetryValidationError(`A telemetry record must be a JSON object, got ${got}`, { location });
   }
   return normalizeTelemetryRecord(value, {
     defaultSessionId,

@@ -18,7 +18,8 @@ import { resolveInputPath } from "../reader/input.js";
 /** The sidecar directory of per-segment rollup tallies in a sink directory. */
 export const ROLLUP_CACHE_DIRNAME = ".stormlog-rollups";
 const CACHE_FORMAT = "stormlog.rollup_segment_tally";
-const CACHE_VERSION = 1;
+// 2: lines end at `\r` too (universal newlines), as the reference reads them.
+const CACHE_VERSION = 2;
 /** Entries kept in memory (a few sinks' retained segments). */
 const MEMORY_ENTRIES = 512;
 

@@ -111,6 +111,29 @@ describe("opening an existing directory (recovery)", () => {
     ]);
   });
 
+  it("keeps segments whose lines end in `\r` (lone or before `\n`) whole, and counts their lines as the reference reads them", async () => {
+    const dir = crashedSink();
+    const crOnly = lines("crashed", 10, 3).replaceAll("\n", "\r");
+    const mixed = lines("crashed", 13, 3).replace("\n", "\r").replace("\n", "\r\n").replace(/\n$/, "\r");
+    writeFileSync(join(dir, "segment-000002.jsonl"), crOnly);
+    writeFileSync(join(dir, "segment-000003.jsonl"), mixed);
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    // Nothing cut: a final `\r` ends its line (the reference would cut each back to its last `\n`,
+    // emptying the first).
+    expect(sink.recovery?.repairedTails).toEqual([]);
+    expect(readFileSync(join(dir, "segment-000002.jsonl"), "utf8")).toBe(crOnly);
+    expect(readFileSync(join(dir, "segment-000003.jsonl"), "utf8")).toBe(mixed);
+    const segments = readManifestSync(dir)!.segments;
+    expect(segments.map((s) => [s.filename, s.event_count, s.session_id])).toEqual([
+      ["segment-000001.jsonl", 10, "crashed"],
+      ["segment-000002.jsonl", 3, "crashed"],
+      ["segment-000003.jsonl", 3, "crashed"],
+    ]);
+    await sink.close();
+    const [session] = await loadTelemetrySessions(dir);
+    expect(session!.eventCount).toBe(16);
+  });
+
   it("recovers the same with a logger that throws (its messages are lost, not the sink)", () => {
     const dir = crashedSink();
     appendFileSync(
