@@ -1,7 +1,8 @@
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { listOfflineRuns, readOfflineRun, WandbOfflineClient } from "../src/index.js";
+import { listOfflineRuns, readOfflineRun, WandbOfflineClient, WandbOfflineRunError } from "../src/index.js";
 import { readGoldenCaseConfig, runGoldenCaseExport } from "../src/internal.js";
 import { CASES, copyCaseInput, expectedOf, plain } from "./helpers.js";
 
@@ -69,6 +70,28 @@ describe("offline run checks", () => {
       bytes[bytes.length - 3] = (bytes[bytes.length - 3] as number) ^ 0xff;
       writeFileSync(path, bytes);
       expect(() => readOfflineRun(runDir)).toThrow(/bad CRC/);
+    } finally {
+      cleanup();
+    }
+  });
+
+  it("refuses a log that is a FIFO at once, naming it (its read would wait for a writer forever)", async () => {
+    const { dir, cleanup } = copyCaseInput(CASES[0] as string);
+    try {
+      const runDir = await oneRun(dir);
+      const path = join(runDir, "run-abc123.wandb");
+      rmSync(path);
+      execFileSync("mkfifo", [path]);
+      const error = (() => {
+        try {
+          readOfflineRun(runDir);
+        } catch (caught) {
+          return caught;
+        }
+        return null;
+      })();
+      expect(WandbOfflineRunError.isInstance(error)).toBe(true);
+      expect((error as Error).message).toContain(`${path} is not a regular file`);
     } finally {
       cleanup();
     }

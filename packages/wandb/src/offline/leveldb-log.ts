@@ -4,7 +4,8 @@
  * type byte followed by its data, a 16-bit little-endian length and a type (full, first, middle,
  * last); a block's tail shorter than a chunk header is zero padding.
  */
-import { closeSync, fsyncSync, openSync, readFileSync, writeSync } from "node:fs";
+import { closeSync, fsyncSync, openSync, writeSync } from "node:fs";
+import { readRegularFileSync } from "@stormlog/sink/internal";
 import { WandbOfflineRunError } from "../errors.js";
 
 export const BLOCK_SIZE = 32 * 1024;
@@ -91,12 +92,26 @@ export class LevelDbLogWriter {
   }
 }
 
+/**
+ * The bytes of a file of a run, opened without waiting on a FIFO or device (their read would never
+ * end): one that is not a regular file is `fail`ed as such.
+ */
+export function readRunFile(path: string, fail: (message: string) => never): Buffer {
+  try {
+    return readRegularFileSync(path, null);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EFTYPE" || code === "EISDIR") return fail(`${path} is not a regular file`);
+    throw error;
+  }
+}
+
 /** Reads every record of a `.wandb` file, checking the header, each chunk's CRC and the chunk sequence. */
 export function readLevelDbLog(path: string): Uint8Array[] {
-  const bytes = readFileSync(path);
   const fail = (message: string): never => {
     throw new WandbOfflineRunError(path, message);
   };
+  const bytes = readRunFile(path, fail);
   if (bytes.length < FILE_HEADER.length || !bytes.subarray(0, FILE_HEADER.length).equals(FILE_HEADER)) {
     fail("not a W&B transaction log (header is not ':W&B', 0xBEE1, version 0)");
   }

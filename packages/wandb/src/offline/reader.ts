@@ -4,14 +4,14 @@
  * of the golden cases (`expected.json`).
  */
 import { createHash } from "node:crypto";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { type JsonObject, type JsonValue, parseJson } from "@stormlog/core";
 import { compareCodePoints } from "../client.js";
 import { WandbOfflineRunError } from "../errors.js";
 import { isPyDict } from "../python/values.js";
 import type { RecordedCall } from "../recorder.js";
-import { readLevelDbLog } from "./leveldb-log.js";
+import { readLevelDbLog, readRunFile } from "./leveldb-log.js";
 import { decodeRecord, FILES_POLICY_NOW, type RecordMessage, recordKind } from "./schema.js";
 import { HTML_INJECTION, INIT_SETTINGS_KEY } from "./writer.js";
 
@@ -106,7 +106,7 @@ export function readOfflineRun(runDir: string): OfflineRunContents {
       fail(`step ${step} '${key}': media file ${path} is named by no files record before it`);
     const full = join(filesDir, ...path.split("/"));
     if (!existsSync(full)) fail(`step ${step} '${key}': media file ${path} is missing`);
-    const bytes = readFileSync(full);
+    const bytes = readRunFile(full, fail);
     const sha = createHash("sha256").update(bytes).digest("hex");
     if (value.sha256 !== undefined && value.sha256 !== sha)
       fail(`media file ${path}: sha256 differs from the history's`);
@@ -172,7 +172,7 @@ export function readOfflineRun(runDir: string): OfflineRunContents {
       const entries = (artifact.manifest?.contents ?? []).map((entry) => {
         const local = entry.local_path ?? "";
         if (!existsSync(local)) fail(`artifact ${artifact.name}: staged file ${local} is missing`);
-        const digest = createHash("md5").update(readFileSync(local)).digest("base64");
+        const digest = createHash("md5").update(readRunFile(local, fail)).digest("base64");
         if (digest !== entry.digest) fail(`artifact ${artifact.name}: ${entry.path} differs from its digest`);
         return { path: entry.path ?? "", size: entry.size ?? 0, digest: entry.digest ?? "" };
       });
