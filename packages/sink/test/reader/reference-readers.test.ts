@@ -36,6 +36,11 @@ async function outcome(name: string): Promise<Expected> {
   }
 }
 
+/** Sessions as `[id, events, status]`, ids made from a path cut to their prefix (they differ between machines). */
+function comparable(list: readonly (readonly [string, number, string])[]) {
+  return list.map(([id, count, status]) => [id.startsWith("legacy-") ? "legacy-" : id, count, status]);
+}
+
 describe("odd JSONL, as the reference's loader reads it", () => {
   const names = readdirSync(CASES)
     .filter((file) => file.endsWith(".jsonl"))
@@ -53,9 +58,6 @@ describe("odd JSONL, as the reference's loader reads it", () => {
     if ("sessions" in theirs) {
       expect(ours).toHaveProperty("sessions");
       const sessions = (ours as { sessions: (readonly [string, number, string])[] }).sessions;
-      // Ids made from the file's absolute path differ between machines: their prefix only.
-      const comparable = (list: readonly (readonly [string, number, string])[]) =>
-        list.map(([id, count, status]) => [id.startsWith("legacy-") ? "legacy-" : id, count, status]);
       expect(comparable(sessions)).toEqual(comparable(theirs.sessions));
     } else {
       expect(ours, theirs.error).toHaveProperty("error");
@@ -88,5 +90,32 @@ describe("odd sink directories, as the reference's loader reads them", () => {
     expect(sessions.map((s) => [s.summary.session_id, s.events.length, s.summary.status])).toEqual(
       sinks[name]!.sessions,
     );
+  });
+});
+
+describe("odd JSON documents, as the reference's loader reads them", () => {
+  const documents = JSON.parse(readFileSync(join(ROOT, "expected-documents.json"), "utf8")) as Record<
+    string,
+    Expected
+  >;
+
+  it("has a reference outcome for every document", () => {
+    const names = readdirSync(join(ROOT, "documents")).map((file) => file.slice(0, -".json".length));
+    expect(names.sort()).toEqual(Object.keys(documents).sort());
+  });
+
+  it.each(Object.keys(documents).sort())("%s", async (name) => {
+    const theirs = documents[name]!;
+    let ours: readonly (readonly [string, number, string])[] | Error;
+    try {
+      const sessions = await loadTelemetrySessions(join(ROOT, "documents", `${name}.json`));
+      ours = sessions.map((s) => [s.summary.session_id, s.events.length, s.summary.status] as const);
+    } catch (error) {
+      ours = error as Error;
+    }
+    if ("sessions" in theirs) {
+      expect(ours).not.toBeInstanceOf(Error);
+      expect(comparable(ours as (readonly [string, number, string])[])).toEqual(comparable(theirs.sessions));
+    } else expect(ours, theirs.error).toBeInstanceOf(Error);
   });
 });
