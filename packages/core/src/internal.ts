@@ -6,6 +6,7 @@
 
 // Lossless JSON building blocks: the parser the sink's readers extend, float marks, Python escaping.
 
+export { jsonValueProblem } from "./codec/json.js";
 export {
   FLOAT_KEYS,
   LosslessJsonParser,

@@ -203,7 +203,7 @@ function readManifest(dir: string): DatasetManifest | null {
     return null;
   }
   try {
-    const manifest = JSON.parse(readRegularFileSync(path)) as DatasetManifest;
+    const manifest = JSON.parse(readRegularFileSync(path, "utf8-lenient")) as DatasetManifest;
     if (manifest.format === "stormlog-parquet" && manifest.version === DATASET_FORMAT_VERSION)
       return manifest;
   } catch {

@@ -98,7 +98,7 @@ function datasetContents(dir: string): DatasetContents {
       dir,
     );
   try {
-    const manifest = JSON.parse(readRegularFileSync(path)) as {
+    const manifest = JSON.parse(readRegularFileSync(path, "utf8-lenient")) as {
       jobs?: Record<string, { job_id?: unknown; parts?: Record<string, string> }>;
     };
     const jobs = Object.entries(manifest.jobs ?? {});

@@ -1,5 +1,14 @@
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DuckDBInstance } from "@duckdb/node-api";
@@ -260,6 +269,28 @@ describe("queryParquet", () => {
     expect((rejected as Error).message).toMatch(
       /^DuckDB rejected the query: .*nope.*the tables are samples/s,
     );
+  });
+});
+
+describe("a dataset manifest with a stray byte that is not UTF-8", () => {
+  it("is still read (leniently, as the sink reads its manifests)", async () => {
+    const path = join(out, DATASET_MANIFEST);
+    const original = readFileSync(path);
+    try {
+      writeFileSync(
+        path,
+        Buffer.concat([
+          Buffer.from('{"note": "'),
+          Buffer.from([0xff]),
+          Buffer.from('", '),
+          original.subarray(1),
+        ]),
+      );
+      const counted = await queryParquet(out, "SELECT count(*) AS n FROM samples");
+      expect(counted.rows[0]![0]).toBeGreaterThan(0n);
+    } finally {
+      writeFileSync(path, original);
+    }
   });
 });
 

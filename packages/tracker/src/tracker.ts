@@ -13,6 +13,7 @@ import type {
   TelemetryEvent,
 } from "@stormlog/core";
 import { InvalidConfigError, stringifyJson } from "@stormlog/core";
+import { jsonValueProblem } from "@stormlog/core/internal";
 import {
   clearGlobalPhaseHost,
   getPhaseHost,
@@ -625,12 +626,18 @@ function stopMetadata(options: StopOptions | undefined): JsonObject | undefined 
   if (metadata !== undefined) {
     if (metadata === null || typeof metadata !== "object" || Array.isArray(metadata))
       throw new InvalidConfigError("stop.metadata", "expected an object of JSON values");
+    const problem = jsonValueProblem(metadata);
+    if (problem !== null)
+      throw new InvalidConfigError(
+        "stop.metadata",
+        `expected JSON values only (strings, numbers, bigints, booleans, null, arrays, plain objects): ${problem.replace(/^value/, "metadata")}`,
+      );
     try {
       stringifyJson(metadata);
     } catch (error) {
       throw new InvalidConfigError(
         "stop.metadata",
-        `expected JSON values only (strings, numbers, bigints, booleans, null, arrays, objects; no cycles): ${describeError(error)}`,
+        `expected JSON values without cycles: ${describeError(error)}`,
       );
     }
   }

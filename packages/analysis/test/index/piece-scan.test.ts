@@ -149,7 +149,7 @@ describe("a big .jsonl scanned in pieces", () => {
     }
   });
 
-  it("reads `\r\n`, lone `\r` and mixed line ends as `\n` (the reference's text mode), in pieces and whole", async () => {
+  it("reads CRLF, lone CR and mixed line ends as LF (the reference's text mode), in pieces and whole", async () => {
     const path = writeJob("line-ends");
     const lf = readFileSync(path, "utf8");
     // The file's size differs (one byte more per `\r\n`); nothing else may.

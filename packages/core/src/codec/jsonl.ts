@@ -90,18 +90,23 @@ const CARRIAGE_RETURN = 0x0d;
  * Finds where lines end as the reference's readers do (Python's text mode, universal newlines):
  * at a `\n`, a `\r\n` (its `\n`; the line's `\r` is the caller's to drop) or a lone `\r`. The
  * reference's `str.splitlines` also splits inside JSON strings at U+2028, U+2029 and U+0085 and
- * then refuses the file; those stay inside their line here (docs/python-interop.md). A finder
- * remembers where the buffer's next `\r` is: a buffer without one is searched for it once.
+ * then refuses the file; those stay inside their line here (docs/python-interop.md).
  */
 export class LineEndFinder {
   private bytes: Uint8Array = new Uint8Array(0);
-  /** The first `\r` at or after the last line's start, or -1 when there is none. */
+  /**
+   * The first `\r` and the first `\n` at or after the last line's start, or -1 when there is none:
+   * each is searched for again only once a line starts past it (a search from every line's start to
+   * a distant one made a file of lone `\r` ends quadratic).
+   */
   private nextCr = -1;
+  private nextLf = -1;
 
   /** Starts on new bytes (lines are found in `bytes[0, bytes.length)`). */
   begin(bytes: Uint8Array): void {
     this.bytes = bytes;
     this.nextCr = bytes.indexOf(CARRIAGE_RETURN);
+    this.nextLf = bytes.indexOf(NEWLINE);
   }
 
   /**
@@ -112,7 +117,11 @@ export class LineEndFinder {
    */
   find(start: number): number {
     const bytes = this.bytes;
-    const lf = bytes.indexOf(NEWLINE, start);
+    let lf = this.nextLf;
+    if (lf !== -1 && lf < start) {
+      lf = bytes.indexOf(NEWLINE, start);
+      this.nextLf = lf;
+    }
     let cr = this.nextCr;
     if (cr !== -1 && cr < start) {
       cr = bytes.indexOf(CARRIAGE_RETURN, start);

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { splitJsonlText } from "../../src/codec/jsonl.js";
-import { type JsonlLine, readJsonlLines } from "../../src/internal.js";
+import { type JsonlLine, LineEndFinder, readJsonlLines } from "../../src/internal.js";
 
 const dir = mkdtempSync(join(tmpdir(), "stormlog-jsonl-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -86,6 +86,26 @@ describe("readJsonlLines", () => {
         );
       }
     }
+  });
+
+  it("finds each line end once, whatever the line ends (a buffer of lone \\r is not searched per line)", () => {
+    // 200,000 lines in one buffer: a search for `\n` from every line's start to the buffer's end
+    // would read ~10^10 bytes; the finder reads each byte a bounded number of times.
+    const lines = 200_000;
+    const bytes = Buffer.from("{}\r".repeat(lines));
+    const ends = new LineEndFinder();
+    ends.begin(bytes);
+    const searched: number[] = [];
+    const indexOf = bytes.indexOf.bind(bytes);
+    bytes.indexOf = ((value: number, from?: number) => {
+      searched.push(from ?? 0);
+      return indexOf(value, from);
+    }) as typeof bytes.indexOf;
+    let count = 0;
+    for (let start = 0, end = ends.find(0); end !== -1; start = end + 1, end = ends.find(start)) count++;
+    // The last `\r` may be half of a `\r\n` until more bytes come.
+    expect(count).toBe(lines - 1);
+    expect(searched.length).toBeLessThanOrEqual(lines + 2);
   });
 
   it("skips the lines the reference skips: blank to Python's `str.strip()`, not JavaScript's `trim()`", async () => {

@@ -63,7 +63,9 @@ function firstRecordSessionId(path: string): string | null {
     const read = readSync(fd, buffer, 0, buffer.length, 0);
     const ends = new LineEndFinder();
     ends.begin(buffer.subarray(0, read));
-    const end = ends.find(0);
+    let end = ends.find(0);
+    // A `\r` last in a file that ends there ends its line (`\r\n` would need one more byte).
+    if (end < 0 && read > 0 && read < buffer.length && buffer[read - 1] === 0x0d) end = read - 1;
     if (end < 0) return null;
     const value = parseJson(buffer.subarray(0, end).toString("utf8"));
     if (typeof value === "object" && value !== null && !Array.isArray(value)) {

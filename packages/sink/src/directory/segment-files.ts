@@ -1,7 +1,10 @@
 import { closeSync, fstatSync, ftruncateSync, openSync, readSync, writeSync } from "node:fs";
 import { parseJson } from "@stormlog/core";
+import { isPythonBlank } from "@stormlog/core/internal";
 
 const CHUNK = 1 << 20;
+/** Non-ASCII bytes of an otherwise blank line decoded to tell whether it is blank. */
+const MAX_UNSURE_BYTES = 96;
 
 /** Python's ASCII whitespace (`str.strip()`), line ends aside. */
 function isBlankByte(byte: number): boolean {
@@ -19,6 +22,11 @@ export function countRecordsSync(path: string): number {
     const buffer = Buffer.allocUnsafe(CHUNK);
     let count = 0;
     let lineHasContent = false;
+    // The non-ASCII bytes of a line with nothing else but blanks so far: Unicode spaces (U+00A0,
+    // U+3000...) are blank to Python too, which only their text tells.
+    let unsure: number[] | null = null;
+    const counts = (): boolean =>
+      lineHasContent || (unsure !== null && !isPythonBlank(Buffer.from(unsure).toString("utf8")));
     let position = 0;
     for (;;) {
       const read = readSync(fd, buffer, 0, CHUNK, position);
@@ -27,14 +35,20 @@ export function countRecordsSync(path: string): number {
       for (let i = 0; i < read; i++) {
         const byte = buffer[i]!;
         if (byte === 0x0a || byte === 0x0d) {
-          if (lineHasContent) count++;
+          if (counts()) count++;
           lineHasContent = false;
+          unsure = null;
+        } else if (!lineHasContent && byte >= 0x80) {
+          unsure ??= [];
+          // A line of more than a few dozen Unicode spaces is taken as a record.
+          if (unsure.length < MAX_UNSURE_BYTES) unsure.push(byte);
+          else lineHasContent = true;
         } else if (!lineHasContent && !isBlankByte(byte)) {
           lineHasContent = true;
         }
       }
     }
-    return lineHasContent ? count + 1 : count;
+    return counts() ? count + 1 : count;
   } finally {
     closeSync(fd);
   }

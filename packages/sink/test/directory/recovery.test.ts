@@ -111,7 +111,7 @@ describe("opening an existing directory (recovery)", () => {
     ]);
   });
 
-  it("keeps segments whose lines end in `\r` (lone or before `\n`) whole, and counts their lines as the reference reads them", async () => {
+  it("keeps segments whose lines end in CR (lone or before LF) whole, and counts their lines as the reference reads them", async () => {
     const dir = crashedSink();
     const crOnly = lines("crashed", 10, 3).replaceAll("\n", "\r");
     const mixed = lines("crashed", 13, 3).replace("\n", "\r").replace("\n", "\r\n").replace(/\n$/, "\r");
@@ -132,6 +132,22 @@ describe("opening an existing directory (recovery)", () => {
     await sink.close();
     const [session] = await loadTelemetrySessions(dir);
     expect(session!.eventCount).toBe(16);
+  });
+
+  it("adopts a segment the manifest does not list whose one line ends in a carriage return with its session; counts no Unicode-space lines", () => {
+    const dir = tempDir();
+    // A CRLF line cut between its two bytes, and a line of Unicode spaces only (blank to Python's strip()).
+    const only = `${encodeTelemetryRecord(sampleRecord("cut-crlf", 0))}\r`;
+    writeFileSync(join(dir, "segment-000001.jsonl"), only);
+    writeFileSync(join(dir, "segment-000002.jsonl"), `${lines("spaces", 0, 2)}\u00a0\u3000\u0085\n`);
+    const sink = new TelemetrySink({ rootDir: dir, ...quiet });
+    expect(sink.recovery?.repairedTails).toEqual([]);
+    const segments = readManifestSync(dir)!.segments;
+    expect(segments.map((s) => [s.filename, s.event_count, s.session_id])).toEqual([
+      ["segment-000001.jsonl", 1, "cut-crlf"],
+      ["segment-000002.jsonl", 2, "spaces"],
+    ]);
+    expect(readFileSync(join(dir, "segment-000001.jsonl"), "utf8")).toBe(only);
   });
 
   it("recovers the same with a logger that throws (its messages are lost, not the sink)", () => {

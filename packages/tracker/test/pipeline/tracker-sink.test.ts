@@ -52,6 +52,9 @@ describe("with the real TelemetrySink", () => {
       { metadata: [1] },
       { metadata: { at: () => 1 } },
       { metadata: cyclic },
+      { metadata: { at: new Date(0) } },
+      { metadata: { seen: new Map() } },
+      { metadata: { nested: [1, { gone: undefined }] } },
       "stop",
     ] as unknown as StopOptions[]) {
       const error = await tracker.stop(bad).catch((caught: unknown) => caught);
