@@ -88,6 +88,9 @@ for (let step = 0; step < plan.steps; step++) {
   if (step === bufferStep) {
     // The gradient bucket of the all-reduce, allocated once and kept.
     kept.push(tf.zeros([plan.bufferBytes / 4], "float32"));
+    // Read now, inside backward: on a loaded machine the step may overrun its 100 ms and leave no wait
+    // for the sampler's timer before backward closes (the spike was then first seen outside any phase).
+    await tracker.sampleNow();
   }
   // The all-reduce: every rank waits here for the slowest one, until the step's end.
   await sleepUntil(startAtMs + (step + 1) * plan.stepMs - 5);
