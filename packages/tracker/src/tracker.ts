@@ -626,11 +626,11 @@ function stopMetadata(options: StopOptions | undefined): JsonObject | undefined 
   if (metadata !== undefined) {
     if (metadata === null || typeof metadata !== "object" || Array.isArray(metadata))
       throw new InvalidConfigError("stop.metadata", "expected an object of JSON values");
-    const problem = jsonValueProblem(metadata);
+    const problem = jsonValueProblem(metadata, "metadata");
     if (problem !== null)
       throw new InvalidConfigError(
         "stop.metadata",
-        `expected JSON values only (strings, numbers, bigints, booleans, null, arrays, plain objects): ${problem.replace(/^value/, "metadata")}`,
+        `expected JSON values only (strings, numbers, bigints, booleans, null, arrays, plain objects): ${problem}`,
       );
     try {
       stringifyJson(metadata);

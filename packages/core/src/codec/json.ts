@@ -10,14 +10,14 @@ export interface JsonObject {
 }
 
 /**
- * Why `value` (from a caller that bypassed the types) is not a `JsonValue`, or null when it is:
- * strings, numbers, bigints, booleans, null, dense arrays and plain objects only. A `Date` or a `Map`
+ * Why `value` (from a caller that bypassed the types) is not a `JsonValue`, naming where from `name`,
+ * or null when it is: strings, numbers, bigints, booleans, null, dense arrays and plain objects only. A `Date` or a `Map`
  * would be written as `{}`, `undefined` dropped. Walks without recursion; an object met twice is
  * looked at once (a cycle is the encoder's to refuse).
  */
-export function jsonValueProblem(value: unknown): string | null {
+export function jsonValueProblem(value: unknown, name = "value"): string | null {
   const items: unknown[] = [value];
-  const paths: string[] = ["value"];
+  const paths: string[] = [name];
   const seen = new Set<object>();
   while (items.length > 0) {
     const item = items.pop();
