@@ -4,8 +4,9 @@
 // device_used_bytes per rank) in the same run; then the `stormlog analyze` process on it: cold, and
 // the first and second warm runs on a freshly written file with the report written beside it
 // (`--output`), with peak RSS; as this environment starts Node, and again without NODE_EXTRA_CA_CERTS
-// where it is set (Node 20 parses that bundle at every start, ~70 ms on this VM). The Python reference cannot be installed here: its figure is the one
-// measured in the issue, quoted and labelled as such.
+// where it is set (Node 20 parses that bundle at every start, ~70 ms on this VM). The Python reference runs
+// side by side when STORMLOG_BENCH_REFERENCE names a command that runs its `gpumemprof` CLI (see
+// `referenceCommand`); otherwise its figure is the one measured in the issue, quoted and labelled as such.
 // Run: node --conditions=@stormlog/source --import tsx packages/analysis/bench/analyze-file.bench.ts
 import { execFileSync, spawnSync } from "node:child_process";
 import { copyFileSync, mkdtempSync, renameSync, rmSync } from "node:fs";
@@ -17,8 +18,19 @@ import { bench, do_not_optimize, group, run } from "mitata";
 import { cli, cpuNote, envWithoutExtraCerts, runCli } from "../../../bench/cli-process.js";
 import { analyzeTelemetry, INDEX_DIRNAME } from "../src/index.js";
 
-/** Cold `python -m stormlog analyze` on the 220 MB file, as measured in issue #20 (not in this run: no PyPI here). */
+/** Cold `python -m stormlog analyze` on the 220 MB file, as measured in issue #20 (quoted when the reference does not run here). */
 const PYTHON_REFERENCE_COLD_S = 16.4;
+
+/**
+ * The Python reference's CLI as a command (`STORMLOG_BENCH_REFERENCE`, split on spaces: `gpumemprof` where
+ * the reference is installed, or `python3 run.py` for a script that calls its `stormlog.cli.main`), to
+ * which `analyze FILE --output OUT` is appended; null when unset. PyPI is not reachable from this
+ * project's machines, so it is set only where someone has the reference at hand.
+ */
+function referenceCommand(): string[] | null {
+  const words = (process.env.STORMLOG_BENCH_REFERENCE ?? "").split(" ").filter((word) => word !== "");
+  return words.length === 0 ? null : words;
+}
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
 const dir = mkdtempSync(join(tmpdir(), "stormlog-analyze-bench-"));
@@ -83,10 +95,12 @@ for (const key of ["auto", "typed"] as const) {
     `  DuckDB ${key === "auto" ? "read_json_auto" : "read_ndjson (typed)"} ${seconds(theirs)}: stormlog cold / DuckDB = ${(ours / theirs).toFixed(2)}`,
   );
 }
-console.log(
-  `  Python reference cold: ${PYTHON_REFERENCE_COLD_S} s as measured in issue #20 (quoted, not run here): ` +
-    `${(PYTHON_REFERENCE_COLD_S / (ours / 1e9)).toFixed(1)}x our cold median`,
-);
+if (referenceCommand() === null) {
+  console.log(
+    `  Python reference cold: ${PYTHON_REFERENCE_COLD_S} s as measured in issue #20 (quoted, not run here): ` +
+      `${(PYTHON_REFERENCE_COLD_S / (ours / 1e9)).toFixed(1)}x our cold median`,
+  );
+}
 // The same answer: DuckDB's per-rank maximum is the report's per-rank device-used peak.
 const duck = (await connection.runAndReadAll(QUERIES.auto)).getRows();
 const peaks = new Map(
@@ -112,14 +126,45 @@ const nodeAlone = (env: NodeJS.ProcessEnv): number => {
 const withoutCerts = envWithoutExtraCerts();
 const environments: [string, NodeJS.ProcessEnv][] = [["this environment", process.env]];
 if (withoutCerts !== null) environments.push(["without NODE_EXTRA_CA_CERTS", withoutCerts]);
+const commandColdMs: number[] = [];
 for (const [label, env] of environments) {
   rmSync(join(singleDir, INDEX_DIRNAME), { recursive: true, force: true });
   copyFileSync(file, `${file}.new`);
   renameSync(`${file}.new`, file);
   console.log(`stormlog analyze FILE --output report.txt (beside it), ${cli.label}, ${label}:`);
-  console.log(`  cold, freshly written file: ${command(env)}`);
+  const cold = runCli(["analyze", file, "--output", join(singleDir, "report.txt")], env);
+  commandColdMs.push(cold.ms);
+  console.log(
+    `  cold, freshly written file: ${Math.round(cold.ms)} ms${cpuNote(cold)}, peak RSS ${cold.rssMb} MB`,
+  );
   console.log(`  first warm:                 ${command(env)}`);
   console.log(`  second warm:                ${command(env)}`);
   console.log(`  (node -e 0 alone:           ${nodeAlone(env)} ms)`);
+}
+
+// The reference on the same file, in the same run, as its user runs it (no index: every run is cold).
+const reference = referenceCommand();
+if (reference !== null) {
+  const started = performance.now();
+  const run = spawnSync(
+    reference[0]!,
+    [...reference.slice(1), "analyze", file, "--output", join(dir, "reference.txt")],
+    {
+      encoding: "utf8",
+      maxBuffer: 64 * 1024 * 1024,
+    },
+  );
+  const referenceS = (performance.now() - started) / 1000;
+  if (run.status !== 0) throw new Error(`the reference failed (${run.status}): ${run.stderr || run.stdout}`);
+  console.log(
+    `Python reference (${reference.join(" ")} analyze FILE --output ...), this run: ${referenceS.toFixed(2)} s`,
+  );
+  console.log(`  ${(referenceS / (ours / 1e9)).toFixed(1)}x the in-process cold median`);
+  const [asIs, withoutExtraCerts] = commandColdMs;
+  console.log(`  ${(referenceS / (asIs! / 1000)).toFixed(1)}x stormlog analyze cold (this environment)`);
+  if (withoutExtraCerts !== undefined)
+    console.log(
+      `  ${(referenceS / (withoutExtraCerts / 1000)).toFixed(1)}x stormlog analyze cold (without NODE_EXTRA_CA_CERTS)`,
+    );
 }
 rmSync(dir, { recursive: true, force: true });
