@@ -6,6 +6,11 @@
  * metadata, a rule broken) returns false and the caller decodes the line on the general path,
  * which also produces the precise error. The metadata object is validated as JSON byte by byte and
  * its top-level `tfjs_num_tensors` and `phase_counters` are read on the way.
+ *
+ * A line read in full becomes a template (`LineTemplate`) for the lines after it: a writer repeats
+ * everything but its numbers from line to line, so a later line that has the template's bytes
+ * between its number tokens is read by comparing those bytes eight at a time and parsing just the
+ * numbers, with the same rules as a full read.
  */
 
 import { CANONICAL_PREFIX as P } from "@stormlog/core/internal";
@@ -110,6 +115,147 @@ class InternSlot {
   }
 }
 
+// The number fields of a line, in the order they appear, as template slots.
+const F_ACTIVE = 0;
+const F_ALLOCATED = 1;
+const F_CHANGE = 2;
+const F_INACTIVE = 3;
+const F_RESERVED = 4;
+const F_FREE = 5;
+const F_DEVICE_ID = 6;
+const F_TOTAL = 7;
+const F_USED = 8;
+const F_LOCAL_RANK = 9;
+/** Top-level `metadata.tfjs_num_tensors`, a slot only when an integer of under 16 digits. */
+const F_TENSORS = 10;
+const F_PID = 11;
+const F_RANK = 12;
+const F_INTERVAL = 13;
+const F_TIMESTAMP = 14;
+const F_WORLD_SIZE = 15;
+const FIELDS = 16;
+
+// How each field's token is read.
+const NULLABLE_COUNT = 0;
+const COUNT = 1;
+const INT = 2;
+const TENSORS = 3;
+const TIMESTAMP = 4;
+const FIELD_KIND = Uint8Array.of(
+  NULLABLE_COUNT, // active
+  COUNT, // allocated
+  INT, // change
+  NULLABLE_COUNT, // inactive
+  COUNT, // reserved
+  NULLABLE_COUNT, // free
+  INT, // device_id
+  NULLABLE_COUNT, // total
+  COUNT, // used
+  COUNT, // local_rank
+  TENSORS,
+  INT, // pid
+  COUNT, // rank
+  COUNT, // sampling_interval_ms
+  TIMESTAMP,
+  COUNT, // world_size
+);
+
+/** Templates kept, most matched first (a sink interleaves a few kinds of lines). */
+const TEMPLATES = 4;
+/** Longest line kept as a template (a sample line is under 1 KB; a huge line would be copied whole). */
+const MAX_TEMPLATE_BYTES = 4096;
+/**
+ * Lines over which templates must pay their way: within one, once TEMPLATE_SLACK more templates have
+ * been made than lines read by one, none is tried or made until the next (a file whose every line
+ * differs, in a string or a key, reads as fast as without templates).
+ */
+const TEMPLATE_WINDOW = 4096;
+const TEMPLATE_SLACK = 8;
+
+/**
+ * A line read in full, as constant bytes between its number tokens (slots): a line with the same
+ * constant bytes and valid numbers in the slots is the same JSON with other numbers, so it reads
+ * as the template did but for those numbers (the caller re-checks the rules between fields).
+ */
+class LineTemplate {
+  /** Field (`F_*`) of each slot, in line order, and how its token is read (`FIELD_KIND`). */
+  readonly slotField: Uint8Array;
+  readonly slotKind: Uint8Array;
+  /** Constant segments (one more than the slots): where each starts in `bytes`, and its length. */
+  readonly segStart: Int32Array;
+  readonly segLength: Int32Array;
+  /** Segments of 8 bytes or more as 8-byte chunks read as doubles (see `Literal`). */
+  readonly chunkFrom: Int32Array;
+  readonly chunkAt: Int32Array;
+  readonly chunks: Float64Array;
+  /** Values of fields that are not slots (null counters: NaN; tensors when not a slot). */
+  readonly defaults: Float64Array;
+  /** Template positions of the context, metadata and phase scope, and their segments. */
+  readonly positions: Int32Array;
+  readonly positionSegments: Int32Array;
+
+  constructor(
+    readonly bytes: Uint8Array,
+    slotStarts: readonly number[],
+    slotEnds: readonly number[],
+    slotFields: readonly number[],
+    defaults: Float64Array,
+    positions: readonly number[],
+    readonly eventType: string,
+    readonly collector: string,
+    readonly host: string,
+    readonly jobId: string | null,
+    readonly sessionId: string,
+    readonly metadataInexact: boolean,
+    readonly metadataEmpty: boolean,
+    readonly boundaryRead: boolean,
+  ) {
+    const slots = slotFields.length;
+    this.slotField = Uint8Array.from(slotFields);
+    this.slotKind = Uint8Array.from(slotFields, (field) => FIELD_KIND[field]!);
+    this.segStart = new Int32Array(slots + 1);
+    this.segLength = new Int32Array(slots + 1);
+    this.chunkFrom = new Int32Array(slots + 2);
+    const at: number[] = [];
+    const chunks: number[] = [];
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    for (let k = 0; k <= slots; k++) {
+      const from = k === 0 ? 0 : slotEnds[k - 1]!;
+      const length = (k === slots ? bytes.length : slotStarts[k]!) - from;
+      this.segStart[k] = from;
+      this.segLength[k] = length;
+      this.chunkFrom[k] = chunks.length;
+      if (length >= 8) {
+        for (let i = 0; i < Math.ceil(length / 8); i++) {
+          const offset = Math.min(8 * i, length - 8);
+          at.push(offset);
+          chunks.push(view.getFloat64(from + offset, true));
+        }
+      }
+    }
+    this.chunkFrom[slots + 1] = chunks.length;
+    this.chunkAt = Int32Array.from(at);
+    this.chunks = Float64Array.from(chunks);
+    this.defaults = defaults;
+    this.positions = Int32Array.from(positions);
+    // A position lies in the segment that holds it (none is at a slot's edge: slots are numbers,
+    // and these are string contents and the edges of objects and values that are not slots).
+    this.positionSegments = Int32Array.from(positions, (p) => {
+      let k = 0;
+      while (k < slots && p >= slotEnds[k]!) k++;
+      return k;
+    });
+  }
+}
+
+/** Indexes into `LineTemplate.positions`. */
+const P_CONTEXT_START = 0;
+const P_CONTEXT_END = 1;
+const P_METADATA_START = 2;
+const P_METADATA_END = 3;
+const P_SCOPE_START = 4;
+const P_SCOPE_END = 5;
+
 /**
  * A reusable reader: `read(buf, start, end)` fills the public fields from one line, or returns
  * false. Null counters read as NaN.
@@ -173,6 +319,19 @@ export class CanonicalLineReader implements LineFields {
   private readonly sessionSlot = new InternSlot();
   /** Container stack of the metadata validator: 1 object, 2 array. */
   private stack = new Uint8Array(64);
+  /** Where a full read found each number field's token (-1: null, or not a template slot). */
+  private readonly markStart = new Int32Array(FIELDS);
+  private readonly markEnd = new Int32Array(FIELDS);
+  /** The metadata's top-level `tfjs_num_tensors` token, when an integer of under 16 digits. */
+  private tensorsStart = -1;
+  private tensorsEnd = -1;
+  private readonly templates: LineTemplate[] = [];
+  private windowLines = 0;
+  private templateReads = 0;
+  private templatesMade = 0;
+  /** A template read's field values, and each segment's shift from template to line positions. */
+  private readonly values = new Float64Array(FIELDS);
+  private readonly shifts = new Int32Array(FIELDS + 2);
 
   /** Reads `buf[start, end)` (one line without its newline). */
   read(buf: Uint8Array, start: number, end: number): boolean {
@@ -181,17 +340,45 @@ export class CanonicalLineReader implements LineFields {
       this.view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
     }
     this.limit = buf.length;
+    if (++this.windowLines > TEMPLATE_WINDOW) {
+      this.windowLines = 1;
+      this.templateReads = 0;
+      this.templatesMade = 0;
+    }
+    const paying = this.templatesMade < this.templateReads + TEMPLATE_SLACK;
+    const templates = this.templates;
+    for (let k = 0; paying && k < templates.length; k++) {
+      const template = templates[k]!;
+      if (!this.readLike(template, buf, start, end)) continue;
+      this.templateReads++;
+      if (k > 0) {
+        templates[k] = templates[k - 1]!;
+        templates[k - 1] = template;
+      }
+      return true;
+    }
+    if (!this.readFull(start, end)) return false;
+    // A phase boundary names its scope's id and sequence, which no later line repeats.
+    if (paying && this.scopeStart < 0 && this.pos + 1 - start <= MAX_TEMPLATE_BYTES) {
+      this.remember(buf, start);
+      this.templatesMade++;
+    }
+    return true;
+  }
+
+  /** Reads a line in full, noting where its number tokens are (`remember`). */
+  private readFull(start: number, end: number): boolean {
     this.pos = start;
     if (!this.expect(K_ACTIVE)) return false;
-    if (!this.nullableCount()) return false;
+    if (!this.markedNumber(F_ACTIVE)) return false;
     const active = this.number;
-    if (!this.expect(K_ALLOCATED) || !this.count()) return false;
+    if (!this.expect(K_ALLOCATED) || !this.markedNumber(F_ALLOCATED)) return false;
     const allocated = this.number;
-    if (!this.expect(K_CHANGE) || !this.int()) return false;
+    if (!this.expect(K_CHANGE) || !this.markedNumber(F_CHANGE)) return false;
     const change = this.number;
-    if (!this.expect(K_INACTIVE) || !this.nullableCount()) return false;
+    if (!this.expect(K_INACTIVE) || !this.markedNumber(F_INACTIVE)) return false;
     const inactive = this.number;
-    if (!this.expect(K_RESERVED) || !this.count()) return false;
+    if (!this.expect(K_RESERVED) || !this.markedNumber(F_RESERVED)) return false;
     const reserved = this.number;
     if (!this.expect(K_COLLECTOR)) return false;
     const collector = this.string(this.collectorSlot, true);
@@ -206,13 +393,13 @@ export class CanonicalLineReader implements LineFields {
       this.contextEnd = this.pos - 1;
     }
     if (!this.expect(K_FREE)) return false;
-    if (!this.nullableCount()) return false;
+    if (!this.markedNumber(F_FREE)) return false;
     const free = this.number;
-    if (!this.expect(K_DEVICE_ID) || !this.int()) return false;
+    if (!this.expect(K_DEVICE_ID) || !this.markedNumber(F_DEVICE_ID)) return false;
     const deviceId = this.number;
-    if (!this.expect(K_TOTAL) || !this.nullableCount()) return false;
+    if (!this.expect(K_TOTAL) || !this.markedNumber(F_TOTAL)) return false;
     const total = this.number;
-    if (!this.expect(K_USED) || !this.count()) return false;
+    if (!this.expect(K_USED) || !this.markedNumber(F_USED)) return false;
     const used = this.number;
     if (!this.expect(K_EVENT_TYPE)) return false;
     const eventType = this.string(this.eventTypeSlot, true);
@@ -226,22 +413,27 @@ export class CanonicalLineReader implements LineFields {
       jobId = value;
     }
     if (!this.expect(K_LOCAL_RANK)) return false;
-    if (!this.count()) return false;
+    if (!this.markedNumber(F_LOCAL_RANK)) return false;
     const localRank = this.number;
     if (!this.expect(K_METADATA)) return false;
     if (!this.metadata()) return false;
+    this.markStart[F_TENSORS] = this.tensorsStart;
+    this.markEnd[F_TENSORS] = this.tensorsEnd;
     if (!this.expect(K_PID)) return false;
-    if (!this.int()) return false;
+    if (!this.markedNumber(F_PID)) return false;
     const pid = this.number;
-    if (pid < -1 || !this.expect(K_RANK) || !this.count()) return false;
+    if (pid < -1 || !this.expect(K_RANK) || !this.markedNumber(F_RANK)) return false;
     const rank = this.number;
-    if (!this.expect(K_INTERVAL) || !this.count()) return false;
+    if (!this.expect(K_INTERVAL) || !this.markedNumber(F_INTERVAL)) return false;
     const interval = this.number;
     if (!this.expect(K_SCHEMA_SESSION)) return false;
     const sessionId = this.string(this.sessionSlot, true);
     if (sessionId === undefined || !this.expect(K_TIMESTAMP)) return false;
-    if (!this.timestamp() || !this.expect(K_WORLD_SIZE)) return false;
-    if (!this.count()) return false;
+    this.markStart[F_TIMESTAMP] = this.pos;
+    if (!this.timestamp()) return false;
+    this.markEnd[F_TIMESTAMP] = this.pos;
+    if (!this.expect(K_WORLD_SIZE)) return false;
+    if (!this.markedNumber(F_WORLD_SIZE)) return false;
     const worldSize = this.number;
     if (worldSize < 1) return false;
     const buf2 = this.buf;
@@ -274,6 +466,189 @@ export class CanonicalLineReader implements LineFields {
     this.tsHead = this.headScratch;
     this.tsTail = this.tailScratch;
     this.worldSize = worldSize;
+    return true;
+  }
+
+  /**
+   * Reads a line as `template` (its constant bytes and numbers in its slots), or returns false. The
+   * slots' numbers are read here, by the rules of `int`, `count`, `nullableCount` and `timestamp`
+   * (and the metadata validator's for `tfjs_num_tensors`), without a call per number.
+   */
+  private readLike(template: LineTemplate, buf: Uint8Array, start: number, end: number): boolean {
+    const view = this.view;
+    const { segStart, segLength, chunkFrom, chunkAt, chunks, slotField, slotKind, bytes } = template;
+    const values = this.values;
+    const shifts = this.shifts;
+    values.set(template.defaults);
+    const slots = slotField.length;
+    let pos = start;
+    for (let k = 0; ; k++) {
+      const length = segLength[k]!;
+      if (pos + length > end) return false;
+      if (length >= 8) {
+        const last = chunkFrom[k + 1]!;
+        for (let c = chunkFrom[k]!; c < last; c++) {
+          if (view.getFloat64(pos + chunkAt[c]!, true) !== chunks[c]) return false;
+        }
+      } else {
+        const from = segStart[k]!;
+        for (let i = 0; i < length; i++) if (buf[pos + i] !== bytes[from + i]) return false;
+      }
+      shifts[k] = pos - segStart[k]!;
+      pos += length;
+      if (k === slots) break;
+      const kind = slotKind[k]!;
+      let c = buf[pos];
+      if (kind === TIMESTAMP) {
+        const digitsStart = pos;
+        while (c !== undefined && c >= 0x30 && c <= 0x39) c = buf[++pos];
+        const digits = pos - digitsStart;
+        if (digits === 0 || digits > 24 || (digits > 1 && buf[digitsStart] === 0x30)) return false;
+        const split = Math.max(digitsStart, pos - 9);
+        let head = 0;
+        for (let i = digitsStart; i < split; i++) head = head * 10 + (buf[i]! - 0x30);
+        let tail = 0;
+        for (let i = split; i < pos; i++) tail = tail * 10 + (buf[i]! - 0x30);
+        this.headScratch = head;
+        this.tailScratch = tail;
+        continue;
+      }
+      if (c === 0x6e) {
+        if (
+          kind !== NULLABLE_COUNT ||
+          buf[pos + 1] !== 0x75 ||
+          buf[pos + 2] !== 0x6c ||
+          buf[pos + 3] !== 0x6c
+        )
+          return false;
+        pos += 4;
+        values[slotField[k]!] = Number.NaN;
+        continue;
+      }
+      let negative = false;
+      if (c === 0x2d) {
+        if (kind !== INT && kind !== TENSORS) return false;
+        negative = true;
+        c = buf[++pos];
+      }
+      const digitsStart = pos;
+      let value = 0;
+      while (c !== undefined && c >= 0x30 && c <= 0x39) {
+        value = value * 10 + (c - 0x30);
+        c = buf[++pos];
+      }
+      const digits = pos - digitsStart;
+      if (digits === 0 || (digits > 1 && buf[digitsStart] === 0x30)) return false;
+      if (digits > 15 && (kind === TENSORS || !Number.isSafeInteger(value))) return false;
+      if (c === 0x2e || c === 0x65 || c === 0x45) return false;
+      // `int` reads -0 as 0; the metadata validator (tensors) keeps the sign.
+      values[slotField[k]!] = negative && (value !== 0 || kind === TENSORS) ? -value : value;
+    }
+    for (let i = pos; i < end; i++) {
+      const c = buf[i];
+      if (c !== 0x20 && c !== 0x09 && c !== 0x0d && c !== 0x0a) return false;
+    }
+    const pid = values[F_PID]!;
+    const rank = values[F_RANK]!;
+    const localRank = values[F_LOCAL_RANK]!;
+    const worldSize = values[F_WORLD_SIZE]!;
+    const total = values[F_TOTAL]!;
+    const used = values[F_USED]!;
+    const free = values[F_FREE]!;
+    if (pid < -1 || worldSize < 1 || rank >= worldSize || localRank >= worldSize) return false;
+    if (!Number.isNaN(total) && (used > total || (!Number.isNaN(free) && free > total))) return false;
+    this.active = values[F_ACTIVE]!;
+    this.allocated = values[F_ALLOCATED]!;
+    this.change = values[F_CHANGE]!;
+    this.inactive = values[F_INACTIVE]!;
+    this.reserved = values[F_RESERVED]!;
+    this.free = free;
+    this.deviceId = values[F_DEVICE_ID]!;
+    this.total = total;
+    this.used = used;
+    this.localRank = localRank;
+    this.tensors = values[F_TENSORS]!;
+    this.pid = pid;
+    this.rank = rank;
+    this.samplingIntervalMs = values[F_INTERVAL]!;
+    this.worldSize = worldSize;
+    this.tsHead = this.headScratch;
+    this.tsTail = this.tailScratch;
+    this.eventType = template.eventType;
+    this.collector = template.collector;
+    this.host = template.host;
+    this.jobId = template.jobId;
+    this.sessionId = template.sessionId;
+    this.metadataInexact = template.metadataInexact;
+    this.metadataEmpty = template.metadataEmpty;
+    this.boundaryRead = template.boundaryRead;
+    // Template positions move by what the slots before them gained or lost in length.
+    const positions = template.positions;
+    const segments = template.positionSegments;
+    let p = positions[P_CONTEXT_START]!;
+    this.contextStart = p < 0 ? -1 : p + shifts[segments[P_CONTEXT_START]!]!;
+    p = positions[P_CONTEXT_END]!;
+    this.contextEnd = p < 0 ? -1 : p + shifts[segments[P_CONTEXT_END]!]!;
+    this.metadataStart = positions[P_METADATA_START]! + shifts[segments[P_METADATA_START]!]!;
+    this.metadataEnd = positions[P_METADATA_END]! + shifts[segments[P_METADATA_END]!]!;
+    p = positions[P_SCOPE_START]!;
+    this.scopeStart = p < 0 ? -1 : p + shifts[segments[P_SCOPE_START]!]!;
+    p = positions[P_SCOPE_END]!;
+    this.scopeEnd = p < 0 ? -1 : p + shifts[segments[P_SCOPE_END]!]!;
+    return true;
+  }
+
+  /** Keeps the line just read in full (`buf[start, ...]`, up to its closing brace) as a template. */
+  private remember(buf: Uint8Array, start: number): void {
+    const close = this.pos + 1;
+    const starts: number[] = [];
+    const ends: number[] = [];
+    const fields: number[] = [];
+    const defaults = new Float64Array(FIELDS).fill(Number.NaN);
+    defaults[F_TENSORS] = this.tensors;
+    for (let field = 0; field < FIELDS; field++) {
+      if (this.markStart[field]! < 0) continue;
+      starts.push(this.markStart[field]! - start);
+      ends.push(this.markEnd[field]! - start);
+      fields.push(field);
+    }
+    const relative = (p: number): number => (p < 0 ? -1 : p - start);
+    const template = new LineTemplate(
+      buf.slice(start, close),
+      starts,
+      ends,
+      fields,
+      defaults,
+      [
+        relative(this.contextStart),
+        relative(this.contextEnd),
+        relative(this.metadataStart),
+        relative(this.metadataEnd),
+        relative(this.scopeStart),
+        relative(this.scopeEnd),
+      ],
+      this.eventType,
+      this.collector,
+      this.host,
+      this.jobId,
+      this.sessionId,
+      this.metadataInexact,
+      this.metadataEmpty,
+      this.boundaryRead,
+    );
+    // A new template takes the last place, and moves up as it reads lines (see `read`).
+    const templates = this.templates;
+    if (templates.length === TEMPLATES) templates[TEMPLATES - 1] = template;
+    else templates.push(template);
+  }
+
+  /** A number field read by its rule (`FIELD_KIND`), its token noted for `remember`. */
+  private markedNumber(field: number): boolean {
+    const start = this.pos;
+    const kind = FIELD_KIND[field]!;
+    if (!(kind === COUNT ? this.count() : kind === INT ? this.int() : this.nullableCount())) return false;
+    this.markStart[field] = this.buf[start] === 0x6e ? -1 : start;
+    this.markEnd[field] = this.pos;
     return true;
   }
 
@@ -449,6 +824,8 @@ export class CanonicalLineReader implements LineFields {
     if (buf[p] !== 0x7b) return false;
     this.metadataStart = p;
     this.tensors = Number.NaN;
+    this.tensorsStart = -1;
+    this.tensorsEnd = -1;
     this.metadataInexact = false;
     this.scopeStart = -1;
     this.scopeEnd = -1;
@@ -524,7 +901,10 @@ export class CanonicalLineReader implements LineFields {
           p++;
           depth--;
         } else if (c === 0x7b || c === 0x5b) {
-          if (tensorsNext) this.tensors = Number.NaN;
+          if (tensorsNext) {
+            this.tensors = Number.NaN;
+            this.tensorsStart = -1;
+          }
           if (++depth >= stack.length) return false;
           stack[depth] = c === 0x7b ? 1 : 2;
           p++;
@@ -535,7 +915,10 @@ export class CanonicalLineReader implements LineFields {
           continue;
         } else {
           // A tfjs_num_tensors that is not a number counts as absent (set again below when it is).
-          if (tensorsNext) this.tensors = Number.NaN;
+          if (tensorsNext) {
+            this.tensors = Number.NaN;
+            this.tensorsStart = -1;
+          }
           if (c === 0x22) {
             const valueStart = p;
             p = skipString(buf, p);
@@ -557,8 +940,10 @@ export class CanonicalLineReader implements LineFields {
             const digits = p - start - (buf[start] === 0x2d ? 1 : 0);
             if (!integer || digits >= 16) this.metadataInexact = true;
             if (tensorsNext) {
-              this.tensors =
-                integer && digits < 16 ? parseInteger(buf, start, p) : Number(latin1(buf, start, p));
+              const exact = integer && digits < 16;
+              this.tensors = exact ? parseInteger(buf, start, p) : Number(latin1(buf, start, p));
+              this.tensorsStart = exact ? start : -1;
+              this.tensorsEnd = p;
             }
           } else if (c === 0x74) {
             if (buf[p + 1] !== 0x72 || buf[p + 2] !== 0x75 || buf[p + 3] !== 0x65) return false;

@@ -7,7 +7,7 @@ import {
   type TelemetryRecord,
 } from "@stormlog/core";
 import { seededRandom } from "@stormlog/phases/internal";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { BASE_NS, record } from "../../../sink/test/support/telemetry-fixtures.js";
 import { CanonicalLineReader } from "../../src/input/fast-line.js";
 
@@ -303,5 +303,195 @@ describe("CanonicalLineReader agrees with decodeTelemetryLine", () => {
       expect(reader).not.toBeNull();
       expectSame(reader!, decodeTelemetryLine(variant), variant);
     }
+  });
+});
+
+/** Every field `read` fills, for comparing two readers (NaN and -0 compare as themselves). */
+function fieldsOf(reader: CanonicalLineReader): unknown[] {
+  return [
+    reader.allocated,
+    reader.reserved,
+    reader.active,
+    reader.inactive,
+    reader.change,
+    reader.used,
+    reader.free,
+    reader.total,
+    reader.deviceId,
+    reader.pid,
+    reader.rank,
+    reader.localRank,
+    reader.worldSize,
+    reader.samplingIntervalMs,
+    reader.tsHead,
+    reader.tsTail,
+    reader.eventType,
+    reader.collector,
+    reader.host,
+    reader.jobId,
+    reader.sessionId,
+    reader.contextStart,
+    reader.contextEnd,
+    reader.metadataStart,
+    reader.metadataEnd,
+    reader.tensors,
+    reader.metadataInexact,
+    reader.metadataEmpty,
+    reader.scopeStart,
+    reader.scopeEnd,
+    reader.boundaryRead,
+  ];
+}
+
+/** The private full read, spied on: how many lines a reader did not read as one before. */
+const fullReads = () =>
+  vi.spyOn(CanonicalLineReader.prototype as unknown as { readFull: () => boolean }, "readFull");
+
+/**
+ * Lines of a few writers: the same strings line after line, numbers that change (length, sign, null),
+ * metadata of a few shapes, as encodeTelemetryRecord writes them, with a device id written by hand
+ * the way only another writer would (-0).
+ */
+function writerLines(seed: number, count: number): string[] {
+  const next = seededRandom(seed);
+  const pick = <T>(values: readonly T[]): T => values[Math.floor(next() * values.length)]!;
+  const big = (): number => Math.floor(next() * 2 ** (1 + Math.floor(next() * 52)));
+  const lines: string[] = [];
+  // A run of lines shares its strings and its metadata's keys, as a writer's samples do.
+  let run = 0;
+  let writer = 0;
+  let eventType = "sample";
+  let context: string | null = null;
+  let shape = 0;
+  for (let i = 0; i < count; i++) {
+    if (run-- <= 0) {
+      run = 5 + Math.floor(next() * 40);
+      writer = next() < 0.3 ? 1 : 0;
+      eventType = next() < 0.8 ? "sample" : pick(["start", "warning"]);
+      context = pick([null, "Collected telemetry sample.", ""]);
+      shape = Math.floor(next() * 6);
+    }
+    const total = next() < 0.1 ? null : 2 ** 52;
+    const worldSize = writer === 0 ? 8 : 64;
+    const metadata: JsonObject[] = [
+      { tfjs_num_tensors: Math.floor(next() * 10 ** Math.floor(next() * 15)) },
+      { tfjs_num_tensors: 0 },
+      { backend: "tensorflow", tfjs_num_tensors: Math.floor(next() * 500) },
+      { tfjs_num_tensors: 1.5 },
+      { tfjs_num_tensors: 1234567890123456 },
+      {},
+    ];
+    let line = encodeTelemetryRecord(
+      record(eventType, BASE_NS + BigInt(big()), {
+        session_id: writer === 0 ? "s-a" : "s-b",
+        host: writer === 0 ? "node-0" : "node-17",
+        job_id: writer === 0 ? null : "job-1",
+        context,
+        allocator_allocated_bytes: big(),
+        allocator_reserved_bytes: big(),
+        allocator_active_bytes: next() < 0.5 ? null : big(),
+        allocator_inactive_bytes: next() < 0.5 ? null : big(),
+        allocator_change_bytes: next() < 0.3 ? 0 : (next() < 0.5 ? -1 : 1) * big(),
+        device_used_bytes: total === null ? big() : Math.floor(next() * total),
+        device_total_bytes: total,
+        device_free_bytes: total === null || next() < 0.3 ? null : Math.floor(next() * 2 ** 40),
+        device_id: pick([0, 1, -1, 12]),
+        pid: pick([-1, 0, 7, 40012]),
+        rank: Math.floor(next() * worldSize),
+        local_rank: Math.floor(next() * worldSize),
+        world_size: worldSize,
+        sampling_interval_ms: pick([10, 250]),
+        metadata: metadata[shape]!,
+      }),
+    );
+    if (next() < 0.05) line = line.replace('"device_id": 0,', '"device_id": -0,');
+    lines.push(line);
+  }
+  return lines;
+}
+
+describe("CanonicalLineReader reads a line like the one before it", () => {
+  it("reads what the decoder reads, line after line, with most lines read as one before them", () => {
+    const spy = fullReads();
+    const reader = new CanonicalLineReader();
+    const lines = writerLines(11, 3000);
+    for (const line of lines) {
+      expect(fastRead(line, reader), line).toBe(reader);
+      expectSame(reader, decodeTelemetryLine(line), line);
+    }
+    // The same lines after the context's and the metadata's: their positions move with the numbers.
+    expect(spy.mock.calls.length).toBeLessThan(lines.length / 2);
+    spy.mockRestore();
+  });
+
+  it("accepts and reads a changed line exactly as a reader that never saw a line before", () => {
+    const next = seededRandom(23);
+    const tokens = [
+      "0",
+      "7",
+      "-",
+      ".",
+      "e",
+      "E",
+      " ",
+      "n",
+      "null",
+      "-0",
+      "00",
+      "1e3",
+      '"',
+      ",",
+      "}",
+      "{",
+      "\\",
+      "é",
+    ];
+    tokens.push("9".repeat(17), "9007199254740993", "123456789012345678901234567");
+    const reader = new CanonicalLineReader();
+    let changed = 0;
+    let accepted = 0;
+    for (const line of writerLines(5, 600)) {
+      for (let round = 0; round < 6; round++) {
+        // The unchanged line keeps a template for the changed one.
+        expect(fastRead(line, reader)).toBe(reader);
+        let mutated = line;
+        for (let edit = 0; edit < 1 + Math.floor(next() * 3); edit++) {
+          const at = Math.floor(next() * mutated.length);
+          const token = tokens[Math.floor(next() * tokens.length)]!;
+          const kind = next();
+          if (kind < 0.4) mutated = mutated.slice(0, at) + token + mutated.slice(at + 1);
+          else if (kind < 0.7) mutated = mutated.slice(0, at) + token + mutated.slice(at);
+          else mutated = mutated.slice(0, at) + mutated.slice(at + 1);
+        }
+        if (mutated === line) continue;
+        changed++;
+        const fresh = fastRead(mutated);
+        const templated = fastRead(mutated, reader);
+        expect(templated === null, mutated).toBe(fresh === null);
+        if (fresh === null || templated === null) continue;
+        accepted++;
+        expect(fieldsOf(templated), mutated).toEqual(fieldsOf(fresh));
+      }
+    }
+    expect(changed).toBeGreaterThan(3000);
+    expect(accepted).toBeGreaterThan(150);
+  });
+
+  it("stops making templates where no line reads like another, and keeps no long line", () => {
+    const spy = vi.spyOn(CanonicalLineReader.prototype as unknown as { remember: () => void }, "remember");
+    const reader = new CanonicalLineReader();
+    for (let i = 0; i < 200; i++) {
+      const line = encodeTelemetryRecord(record("sample", BASE_NS + BigInt(i), { context: `sample ${i}` }));
+      expect(fastRead(line, reader)).toBe(reader);
+      expect(reader.context()).toBe(`sample ${i}`);
+    }
+    // A few tries, then none in the rest of the window.
+    expect(spy.mock.calls.length).toBeLessThanOrEqual(8);
+    spy.mockClear();
+    const long = new CanonicalLineReader();
+    const line = encodeTelemetryRecord(record("sample", BASE_NS, { context: "x".repeat(5000) }));
+    expect(fastRead(line, long)).toBe(long);
+    expect(spy).not.toHaveBeenCalled();
+    spy.mockRestore();
   });
 });
