@@ -26,16 +26,18 @@ const enc = (text: string): Uint8Array => Uint8Array.from(text, (c) => c.charCod
 interface Literal {
   readonly chunks: Float64Array;
   /** Where each chunk starts in the literal. */
-  readonly offsets: Uint8Array;
+  readonly offsets: Int32Array;
   readonly length: number;
 }
 
-function literal(text: string): Literal {
-  const bytes = enc(text);
+const literal = (text: string): Literal => bytesLiteral(enc(text));
+
+/** `bytes` (8 or more) as a `Literal`. */
+function bytesLiteral(bytes: Uint8Array): Literal {
   const count = Math.ceil(bytes.length / 8);
   const chunks = new Float64Array(count);
-  const offsets = new Uint8Array(count);
-  const view = new DataView(bytes.buffer);
+  const offsets = new Int32Array(count);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   for (let i = 0; i < count; i++) {
     offsets[i] = Math.min(8 * i, bytes.length - 8);
     chunks[i] = view.getFloat64(offsets[i]!, true);
@@ -218,7 +220,6 @@ class LineTemplate {
     this.chunkFrom = new Int32Array(slots + 2);
     const at: number[] = [];
     const chunks: number[] = [];
-    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     for (let k = 0; k <= slots; k++) {
       const from = k === 0 ? 0 : slotEnds[k - 1]!;
       const length = (k === slots ? bytes.length : slotStarts[k]!) - from;
@@ -226,10 +227,10 @@ class LineTemplate {
       this.segLength[k] = length;
       this.chunkFrom[k] = chunks.length;
       if (length >= 8) {
-        for (let i = 0; i < Math.ceil(length / 8); i++) {
-          const offset = Math.min(8 * i, length - 8);
-          at.push(offset);
-          chunks.push(view.getFloat64(from + offset, true));
+        const segment = bytesLiteral(bytes.subarray(from, from + length));
+        for (let i = 0; i < segment.chunks.length; i++) {
+          at.push(segment.offsets[i]!);
+          chunks.push(segment.chunks[i]!);
         }
       }
     }
