@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { systemClock } from "@stormlog/core";
@@ -15,12 +16,13 @@ const next = seededRandom(18);
 function startChild(
   root: string,
   flush: string,
+  progressFile: string,
   paceMs?: number,
 ): Promise<{ process: ChildProcess; sessionId: string; startedAtNs: bigint }> {
   const pace = paceMs === undefined ? [] : [String(paceMs)];
   const proc = spawn(
     process.execPath,
-    ["--conditions=@stormlog/source", "--import", "tsx", child, root, flush, ...pace],
+    ["--conditions=@stormlog/source", "--import", "tsx", child, root, flush, progressFile, ...pace],
     {
       stdio: ["ignore", "pipe", "inherit"],
     },
@@ -37,16 +39,24 @@ function startChild(
   });
 }
 
-function killNow(proc: ChildProcess): { killedAtNs: bigint; exited: Promise<void> } {
+function killNow(proc: ChildProcess): { exited: Promise<void> } {
   const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
-  const killedAtNs = systemClock.nowNs();
   proc.kill("SIGKILL");
-  return { killedAtNs, exited };
+  return { exited };
+}
+
+/** The end of the child's last finished step (see the fixture), or `fallback` before its first. */
+function lastStepEnd(progressFile: string, fallback: bigint): bigint {
+  const bytes = readFileSync(progressFile);
+  if (bytes.length < 8) return fallback;
+  return new BigInt64Array(bytes.buffer, bytes.byteOffset, 1)[0] as bigint;
 }
 
 /**
  * Kills the loop `runs` times at a random moment `fromMs`..`toMs` after its start resolved; returns
- * the milliseconds between each kill and the last record of the session on disk.
+ * the milliseconds of records lost each time: from the last record on disk to the end of the last
+ * step the loop finished (the kill's own time would also count moments the loop was descheduled
+ * and recorded nothing, on a loaded machine).
  */
 async function lossesAfterKills(
   flush: string,
@@ -57,16 +67,19 @@ async function lossesAfterKills(
 ): Promise<number[]> {
   const losses: number[] = [];
   for (let run = 0; run < runs; run++) {
-    const root = join(tempDir(), "sink");
-    const { process: proc, sessionId, startedAtNs } = await startChild(root, flush, paceMs);
+    const dir = tempDir();
+    const root = join(dir, "sink");
+    const progressFile = join(dir, "progress");
+    const { process: proc, sessionId, startedAtNs } = await startChild(root, flush, progressFile, paceMs);
     await new Promise((resolve) => setTimeout(resolve, fromMs + next() * (toMs - fromMs)));
-    const { killedAtNs, exited } = killNow(proc);
-    await exited;
+    await killNow(proc).exited;
+    // The child's clock, as its records' timestamps are (each process derives its epoch offset).
+    const recordedUntil = lastStepEnd(progressFile, startedAtNs);
     const session = (await sessionsIn(root)).find((s) => s.summary.session_id === sessionId);
     // Nothing on disk: everything since start() resolved is lost.
     let last = startedAtNs;
     for (const event of session?.events ?? []) if (event.timestamp_ns > last) last = event.timestamp_ns;
-    losses.push(Number(killedAtNs - last) / 1e6);
+    losses.push(Number(recordedUntil - last) / 1e6);
   }
   return losses;
 }
@@ -115,8 +128,9 @@ describe("a SIGKILL in the middle of training", { timeout: 60_000 }, () => {
 
   it("finds the running session's manifest on disk as soon as start() resolved", async () => {
     for (let run = 0; run < 6; run++) {
-      const root = join(tempDir(), "sink");
-      const { process: proc, sessionId } = await startChild(root, "default");
+      const dir = tempDir();
+      const root = join(dir, "sink");
+      const { process: proc, sessionId } = await startChild(root, "default", join(dir, "progress"));
       await killNow(proc).exited;
       const sessions = await sessionsIn(root);
       expect(sessions.map((s) => [s.summary.session_id, s.summary.status])).toContainEqual([
