@@ -10,11 +10,14 @@
  * A line read in full becomes a template (`LineTemplate`) for the lines after it: a writer repeats
  * everything but its numbers from line to line, so a later line that has the template's bytes
  * between its number tokens is read by comparing those bytes eight at a time and parsing just the
- * numbers, with the same rules as a full read.
+ * numbers, with the same rules as a full read. That loop runs on nearly every line of a scan, so it
+ * is WebAssembly (`kernel/line-template.ts`): a cold command runs it compiled from the first line
+ * instead of waiting for V8 to optimize it.
  */
 
 import { CANONICAL_PREFIX as P } from "@stormlog/core/internal";
 import type { LineFields } from "./aggregate.js";
+import { LINE_TEMPLATE_WASM } from "./line-kernel.generated.js";
 
 const enc = (text: string): Uint8Array => Uint8Array.from(text, (c) => c.charCodeAt(0));
 
@@ -175,9 +178,81 @@ const TEMPLATE_WINDOW = 4096;
 const TEMPLATE_SLACK = 8;
 
 /**
+ * The template kernel (`kernel/line-template.ts`, compiled to WebAssembly): one instance a reader,
+ * with its templates, the values it read and, for the scan, the read buffer in its memory.
+ */
+const KERNEL_MODULE = new WebAssembly.Module(Buffer.from(LINE_TEMPLATE_WASM, "base64"));
+
+/** The part of the WebAssembly API used here (Node 20's type definitions do not declare it). */
+declare const WebAssembly: {
+  Module: new (bytes: Uint8Array) => object;
+  Instance: new (module: object, imports: object) => { readonly exports: object };
+};
+
+interface KernelExports {
+  readonly memory: { readonly buffer: ArrayBuffer };
+  readLike(start: number, end: number, template: number): number;
+  /** The layout's constants, as globals. */
+  readonly [layout: string]: unknown;
+}
+
+class LineKernel {
+  readonly memory: ArrayBuffer;
+  readonly bytes: Uint8Array;
+  readonly readLike: (start: number, end: number, template: number) => number;
+  readonly values: Float64Array;
+  readonly shifts: Int32Array;
+  readonly timestamp: Float64Array;
+  readonly chunkAt: number;
+  readonly chunkSize: number;
+  readonly lineAt: number;
+  readonly lineSize: number;
+  private readonly templatesAt: number;
+  private readonly templateStride: number;
+  private readonly layout: (name: string) => number;
+
+  constructor() {
+    const exports = new WebAssembly.Instance(KERNEL_MODULE, {}).exports as unknown as KernelExports;
+    const layout = (name: string): number => (exports[name] as { readonly value: number }).value;
+    this.layout = layout;
+    this.memory = exports.memory.buffer;
+    this.bytes = new Uint8Array(this.memory);
+    this.readLike = exports.readLike;
+    this.values = new Float64Array(this.memory, layout("VALUES_AT"), FIELDS);
+    this.shifts = new Int32Array(this.memory, layout("SHIFTS_AT"), FIELDS + 2);
+    this.timestamp = new Float64Array(this.memory, layout("HEAD_AT"), 2);
+    this.chunkAt = layout("CHUNK_AT");
+    this.chunkSize = layout("CHUNK_SIZE");
+    this.lineAt = layout("LINE_AT");
+    this.lineSize = layout("LINE_SIZE");
+    this.templatesAt = layout("TEMPLATES_AT");
+    this.templateStride = layout("TEMPLATE_STRIDE");
+    if (layout("TEMPLATE_SLOTS") < TEMPLATES || this.templateStride - layout("T_BYTES") < MAX_TEMPLATE_BYTES)
+      throw new Error("line-template kernel: fewer or smaller template places than fast-line.ts keeps");
+  }
+
+  /** Writes `template` into the kernel's place `slot`. */
+  write(slot: number, template: LineTemplate): void {
+    const at = this.templatesAt + slot * this.templateStride;
+    const view = new DataView(this.memory, at, this.templateStride);
+    view.setInt32(this.layout("T_SLOTS"), template.slotField.length, true);
+    const segStart = this.layout("T_SEG_START");
+    const segLength = this.layout("T_SEG_LENGTH");
+    for (let k = 0; k < template.segStart.length; k++) {
+      view.setInt32(segStart + 4 * k, template.segStart[k]!, true);
+      view.setInt32(segLength + 4 * k, template.segLength[k]!, true);
+    }
+    this.bytes.set(template.slotField, at + this.layout("T_SLOT_FIELD"));
+    this.bytes.set(template.slotKind, at + this.layout("T_SLOT_KIND"));
+    this.bytes.set(template.bytes, at + this.layout("T_BYTES"));
+  }
+}
+
+/**
  * A line read in full, as constant bytes between its number tokens (slots): a line with the same
  * constant bytes and valid numbers in the slots is the same JSON with other numbers, so it reads
- * as the template did but for those numbers (the caller re-checks the rules between fields).
+ * as the template did but for those numbers (the caller re-checks the rules between fields). The
+ * kernel holds a copy in place `slot`.
  */
 class LineTemplate {
   /** Field (`F_*`) of each slot, in line order, and how its token is read (`FIELD_KIND`). */
@@ -186,10 +261,6 @@ class LineTemplate {
   /** Constant segments (one more than the slots): where each starts in `bytes`, and its length. */
   readonly segStart: Int32Array;
   readonly segLength: Int32Array;
-  /** Segments of 8 bytes or more as 8-byte chunks read as doubles (see `Literal`). */
-  readonly chunkFrom: Int32Array;
-  readonly chunkAt: Int32Array;
-  readonly chunks: Float64Array;
   /** Values of fields that are not slots (null counters: NaN; tensors when not a slot). */
   readonly defaults: Float64Array;
   /** Template positions of the context, metadata and phase scope, and their segments. */
@@ -197,6 +268,7 @@ class LineTemplate {
   readonly positionSegments: Int32Array;
 
   constructor(
+    readonly slot: number,
     readonly bytes: Uint8Array,
     slotStarts: readonly number[],
     slotEnds: readonly number[],
@@ -217,26 +289,11 @@ class LineTemplate {
     this.slotKind = Uint8Array.from(slotFields, (field) => FIELD_KIND[field]!);
     this.segStart = new Int32Array(slots + 1);
     this.segLength = new Int32Array(slots + 1);
-    this.chunkFrom = new Int32Array(slots + 2);
-    const at: number[] = [];
-    const chunks: number[] = [];
     for (let k = 0; k <= slots; k++) {
       const from = k === 0 ? 0 : slotEnds[k - 1]!;
-      const length = (k === slots ? bytes.length : slotStarts[k]!) - from;
       this.segStart[k] = from;
-      this.segLength[k] = length;
-      this.chunkFrom[k] = chunks.length;
-      if (length >= 8) {
-        const segment = bytesLiteral(bytes.subarray(from, from + length));
-        for (let i = 0; i < segment.chunks.length; i++) {
-          at.push(segment.offsets[i]!);
-          chunks.push(segment.chunks[i]!);
-        }
-      }
+      this.segLength[k] = (k === slots ? bytes.length : slotStarts[k]!) - from;
     }
-    this.chunkFrom[slots + 1] = chunks.length;
-    this.chunkAt = Int32Array.from(at);
-    this.chunks = Float64Array.from(chunks);
     this.defaults = defaults;
     this.positions = Int32Array.from(positions);
     // A position lies in the segment that holds it (none is at a slot's edge: slots are numbers,
@@ -331,8 +388,7 @@ export class CanonicalLineReader implements LineFields {
   private templateReads = 0;
   private templatesMade = 0;
   /** A template read's field values, and each segment's shift from template to line positions. */
-  private readonly values = new Float64Array(FIELDS);
-  private readonly shifts = new Int32Array(FIELDS + 2);
+  private readonly kernel = new LineKernel();
 
   /** Reads `buf[start, end)` (one line without its newline). */
   read(buf: Uint8Array, start: number, end: number): boolean {
@@ -348,15 +404,26 @@ export class CanonicalLineReader implements LineFields {
     }
     const paying = this.templatesMade < this.templateReads + TEMPLATE_SLACK;
     const templates = this.templates;
-    for (let k = 0; paying && k < templates.length; k++) {
-      const template = templates[k]!;
-      if (!this.readLike(template, buf, start, end)) continue;
-      this.templateReads++;
-      if (k > 0) {
-        templates[k] = templates[k - 1]!;
-        templates[k - 1] = template;
+    if (paying && templates.length > 0) {
+      // The kernel reads its own memory: a line of the scan's buffer (`chunkBuffer`) is there, any
+      // other is copied in (one a template can match fits).
+      const kernel = this.kernel;
+      let at = start;
+      if (buf.buffer === kernel.memory) at += buf.byteOffset;
+      else if (end - start <= kernel.lineSize) {
+        kernel.bytes.set(buf.subarray(start, end), kernel.lineAt);
+        at = kernel.lineAt;
+      } else at = -1;
+      for (let k = 0; at >= 0 && k < templates.length; k++) {
+        const template = templates[k]!;
+        if (!this.readLike(template, at, at + end - start, at - start)) continue;
+        this.templateReads++;
+        if (k > 0) {
+          templates[k] = templates[k - 1]!;
+          templates[k - 1] = template;
+        }
+        return true;
       }
-      return true;
     }
     if (!this.readFull(start, end)) return false;
     // A phase boundary names its scope's id and sequence, which no later line repeats.
@@ -471,84 +538,16 @@ export class CanonicalLineReader implements LineFields {
   }
 
   /**
-   * Reads a line as `template` (its constant bytes and numbers in its slots), or returns false. The
-   * slots' numbers are read here, by the rules of `int`, `count`, `nullableCount` and `timestamp`
-   * (and the metadata validator's for `tfjs_num_tensors`), without a call per number.
+   * Reads a line as `template` (its constant bytes and numbers in its slots), or returns false: the
+   * line is `[at, end)` of the kernel's memory, `shift` bytes from where it is in `buf`. The kernel
+   * reads the slots' numbers by the rules of `int`, `count`, `nullableCount` and `timestamp` (and
+   * the metadata validator's for `tfjs_num_tensors`).
    */
-  private readLike(template: LineTemplate, buf: Uint8Array, start: number, end: number): boolean {
-    const view = this.view;
-    const { segStart, segLength, chunkFrom, chunkAt, chunks, slotField, slotKind, bytes } = template;
-    const values = this.values;
-    const shifts = this.shifts;
+  private readLike(template: LineTemplate, at: number, end: number, shift: number): boolean {
+    const kernel = this.kernel;
+    const values = kernel.values;
     values.set(template.defaults);
-    const slots = slotField.length;
-    let pos = start;
-    for (let k = 0; ; k++) {
-      const length = segLength[k]!;
-      if (pos + length > end) return false;
-      if (length >= 8) {
-        const last = chunkFrom[k + 1]!;
-        for (let c = chunkFrom[k]!; c < last; c++) {
-          if (view.getFloat64(pos + chunkAt[c]!, true) !== chunks[c]) return false;
-        }
-      } else {
-        const from = segStart[k]!;
-        for (let i = 0; i < length; i++) if (buf[pos + i] !== bytes[from + i]) return false;
-      }
-      shifts[k] = pos - segStart[k]!;
-      pos += length;
-      if (k === slots) break;
-      const kind = slotKind[k]!;
-      let c = buf[pos];
-      if (kind === TIMESTAMP) {
-        const digitsStart = pos;
-        while (c !== undefined && c >= 0x30 && c <= 0x39) c = buf[++pos];
-        const digits = pos - digitsStart;
-        if (digits === 0 || digits > 24 || (digits > 1 && buf[digitsStart] === 0x30)) return false;
-        const split = Math.max(digitsStart, pos - 9);
-        let head = 0;
-        for (let i = digitsStart; i < split; i++) head = head * 10 + (buf[i]! - 0x30);
-        let tail = 0;
-        for (let i = split; i < pos; i++) tail = tail * 10 + (buf[i]! - 0x30);
-        this.headScratch = head;
-        this.tailScratch = tail;
-        continue;
-      }
-      if (c === 0x6e) {
-        if (
-          kind !== NULLABLE_COUNT ||
-          buf[pos + 1] !== 0x75 ||
-          buf[pos + 2] !== 0x6c ||
-          buf[pos + 3] !== 0x6c
-        )
-          return false;
-        pos += 4;
-        values[slotField[k]!] = Number.NaN;
-        continue;
-      }
-      let negative = false;
-      if (c === 0x2d) {
-        if (kind !== INT && kind !== TENSORS) return false;
-        negative = true;
-        c = buf[++pos];
-      }
-      const digitsStart = pos;
-      let value = 0;
-      while (c !== undefined && c >= 0x30 && c <= 0x39) {
-        value = value * 10 + (c - 0x30);
-        c = buf[++pos];
-      }
-      const digits = pos - digitsStart;
-      if (digits === 0 || (digits > 1 && buf[digitsStart] === 0x30)) return false;
-      if (digits > 15 && (kind === TENSORS || !Number.isSafeInteger(value))) return false;
-      if (c === 0x2e || c === 0x65 || c === 0x45) return false;
-      // `int` reads -0 as 0; the metadata validator (tensors) keeps the sign.
-      values[slotField[k]!] = negative && (value !== 0 || kind === TENSORS) ? -value : value;
-    }
-    for (let i = pos; i < end; i++) {
-      const c = buf[i];
-      if (c !== 0x20 && c !== 0x09 && c !== 0x0d && c !== 0x0a) return false;
-    }
+    if (kernel.readLike(at, end, template.slot) === 0) return false;
     const pid = values[F_PID]!;
     const rank = values[F_RANK]!;
     const localRank = values[F_LOCAL_RANK]!;
@@ -573,8 +572,8 @@ export class CanonicalLineReader implements LineFields {
     this.rank = rank;
     this.samplingIntervalMs = values[F_INTERVAL]!;
     this.worldSize = worldSize;
-    this.tsHead = this.headScratch;
-    this.tsTail = this.tailScratch;
+    this.tsHead = kernel.timestamp[0]!;
+    this.tsTail = kernel.timestamp[1]!;
     this.eventType = template.eventType;
     this.collector = template.collector;
     this.host = template.host;
@@ -583,19 +582,21 @@ export class CanonicalLineReader implements LineFields {
     this.metadataInexact = template.metadataInexact;
     this.metadataEmpty = template.metadataEmpty;
     this.boundaryRead = template.boundaryRead;
-    // Template positions move by what the slots before them gained or lost in length.
+    // Template positions move by what the slots before them gained or lost in length (the kernel's
+    // shifts are to its memory; `shift` takes them back to `buf`).
+    const shifts = kernel.shifts;
     const positions = template.positions;
     const segments = template.positionSegments;
     let p = positions[P_CONTEXT_START]!;
-    this.contextStart = p < 0 ? -1 : p + shifts[segments[P_CONTEXT_START]!]!;
+    this.contextStart = p < 0 ? -1 : p + shifts[segments[P_CONTEXT_START]!]! - shift;
     p = positions[P_CONTEXT_END]!;
-    this.contextEnd = p < 0 ? -1 : p + shifts[segments[P_CONTEXT_END]!]!;
-    this.metadataStart = positions[P_METADATA_START]! + shifts[segments[P_METADATA_START]!]!;
-    this.metadataEnd = positions[P_METADATA_END]! + shifts[segments[P_METADATA_END]!]!;
+    this.contextEnd = p < 0 ? -1 : p + shifts[segments[P_CONTEXT_END]!]! - shift;
+    this.metadataStart = positions[P_METADATA_START]! + shifts[segments[P_METADATA_START]!]! - shift;
+    this.metadataEnd = positions[P_METADATA_END]! + shifts[segments[P_METADATA_END]!]! - shift;
     p = positions[P_SCOPE_START]!;
-    this.scopeStart = p < 0 ? -1 : p + shifts[segments[P_SCOPE_START]!]!;
+    this.scopeStart = p < 0 ? -1 : p + shifts[segments[P_SCOPE_START]!]! - shift;
     p = positions[P_SCOPE_END]!;
-    this.scopeEnd = p < 0 ? -1 : p + shifts[segments[P_SCOPE_END]!]!;
+    this.scopeEnd = p < 0 ? -1 : p + shifts[segments[P_SCOPE_END]!]! - shift;
     return true;
   }
 
@@ -614,7 +615,12 @@ export class CanonicalLineReader implements LineFields {
       fields.push(field);
     }
     const relative = (p: number): number => (p < 0 ? -1 : p - start);
+    // A new template takes the last place (and the kernel's place of the one it replaces), and moves
+    // up as it reads lines (see `read`).
+    const templates = this.templates;
+    const full = templates.length === TEMPLATES;
     const template = new LineTemplate(
+      full ? templates[TEMPLATES - 1]!.slot : templates.length,
       buf.slice(start, close),
       starts,
       ends,
@@ -637,9 +643,8 @@ export class CanonicalLineReader implements LineFields {
       this.metadataEmpty,
       this.boundaryRead,
     );
-    // A new template takes the last place, and moves up as it reads lines (see `read`).
-    const templates = this.templates;
-    if (templates.length === TEMPLATES) templates[TEMPLATES - 1] = template;
+    this.kernel.write(template.slot, template);
+    if (full) templates[TEMPLATES - 1] = template;
     else templates.push(template);
   }
 
@@ -651,6 +656,15 @@ export class CanonicalLineReader implements LineFields {
     this.markStart[field] = this.buf[start] === 0x6e ? -1 : start;
     this.markEnd[field] = this.pos;
     return true;
+  }
+
+  /**
+   * A read buffer in the kernel's memory, for a scan to read its chunks into: its lines are read
+   * by templates where they are, without a copy. One a reader: one scan at a time uses it.
+   */
+  chunkBuffer(): Buffer {
+    const kernel = this.kernel;
+    return Buffer.from(kernel.memory, kernel.chunkAt, kernel.chunkSize);
   }
 
   /**

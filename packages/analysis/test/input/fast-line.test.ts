@@ -477,6 +477,57 @@ describe("CanonicalLineReader reads a line like the one before it", () => {
     expect(accepted).toBeGreaterThan(150);
   });
 
+  it("reads numbers of every length in every kind of slot as a fresh reader does (the kernel's digit blocks)", () => {
+    const next = seededRandom(31);
+    const digits = (length: number): string =>
+      Array.from({ length }, (_, i) =>
+        String(i === 0 ? 1 + Math.floor(next() * 9) : Math.floor(next() * 10)),
+      ).join("");
+    const base = writerLines(3, 1)[0]!.replace(
+      /"metadata": \{[^}]*\}/,
+      '"metadata": {"tfjs_num_tensors": 5}',
+    );
+    const keys = [
+      "allocator_allocated_bytes",
+      "allocator_change_bytes",
+      "device_id",
+      "timestamp_ns",
+      "tfjs_num_tensors",
+    ];
+    const edges = [
+      "9007199254740991",
+      "9007199254740992",
+      "9999999999999999",
+      "1000000000000000",
+      "99999999",
+      "100000000",
+    ];
+    const reader = new CanonicalLineReader();
+    let accepted = 0;
+    let declined = 0;
+    for (const key of keys) {
+      const tokens = [...edges, ...edges.map((edge) => `-${edge}`)];
+      for (let length = 1; length <= 26; length++) tokens.push(digits(length), `-${digits(length)}`);
+      for (const token of tokens) {
+        // The unchanged line keeps a template, which the changed one is read by where it can be.
+        expect(fastRead(base, reader)).toBe(reader);
+        const changed = base.replace(new RegExp(`"${key}": -?\\d+`), `"${key}": ${token}`);
+        expect(changed).not.toBe(base);
+        const fresh = fastRead(changed);
+        const templated = fastRead(changed, reader);
+        expect(templated === null, changed).toBe(fresh === null);
+        if (fresh === null || templated === null) {
+          declined++;
+          continue;
+        }
+        accepted++;
+        expect(fieldsOf(templated), changed).toEqual(fieldsOf(fresh));
+      }
+    }
+    expect(accepted).toBeGreaterThan(60);
+    expect(declined).toBeGreaterThan(60);
+  });
+
   it("stops making templates where no line reads like another, and keeps no long line", () => {
     const spy = vi.spyOn(CanonicalLineReader.prototype as unknown as { remember: () => void }, "remember");
     const reader = new CanonicalLineReader();
