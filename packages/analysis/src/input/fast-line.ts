@@ -388,7 +388,8 @@ export class CanonicalLineReader implements LineFields {
   private templateReads = 0;
   private templatesMade = 0;
   /** A template read's field values, and each segment's shift from template to line positions. */
-  private readonly kernel = new LineKernel();
+  /** Made on first use: a process that imports the analysis but scans nothing makes none. */
+  private kernelMade: LineKernel | null = null;
 
   /** Reads `buf[start, end)` (one line without its newline). */
   read(buf: Uint8Array, start: number, end: number): boolean {
@@ -407,7 +408,8 @@ export class CanonicalLineReader implements LineFields {
     if (paying && templates.length > 0) {
       // The kernel reads its own memory: a line of the scan's buffer (`chunkBuffer`) is there, any
       // other is copied in (one a template can match fits).
-      const kernel = this.kernel;
+      // Made by `remember`, with the first template.
+      const kernel = this.kernelMade!;
       let at = start;
       if (buf.buffer === kernel.memory) at += buf.byteOffset;
       else if (end - start <= kernel.lineSize) {
@@ -544,7 +546,7 @@ export class CanonicalLineReader implements LineFields {
    * the metadata validator's for `tfjs_num_tensors`).
    */
   private readLike(template: LineTemplate, at: number, end: number, shift: number): boolean {
-    const kernel = this.kernel;
+    const kernel = this.kernelMade!;
     const values = kernel.values;
     values.set(template.defaults);
     if (kernel.readLike(at, end, template.slot) === 0) return false;
@@ -643,7 +645,7 @@ export class CanonicalLineReader implements LineFields {
       this.metadataEmpty,
       this.boundaryRead,
     );
-    this.kernel.write(template.slot, template);
+    this.kernel().write(template.slot, template);
     if (full) templates[TEMPLATES - 1] = template;
     else templates.push(template);
   }
@@ -663,8 +665,13 @@ export class CanonicalLineReader implements LineFields {
    * by templates where they are, without a copy. One a reader: one scan at a time uses it.
    */
   chunkBuffer(): Buffer {
-    const kernel = this.kernel;
+    const kernel = this.kernel();
     return Buffer.from(kernel.memory, kernel.chunkAt, kernel.chunkSize);
+  }
+
+  private kernel(): LineKernel {
+    if (this.kernelMade === null) this.kernelMade = new LineKernel();
+    return this.kernelMade;
   }
 
   /**
