@@ -181,7 +181,7 @@ const TEMPLATE_SLACK = 8;
  * The template kernel (`kernel/line-template.ts`, compiled to WebAssembly): one instance a reader,
  * with its templates, the values it read and, for the scan, the read buffer in its memory.
  */
-const KERNEL_MODULE = new WebAssembly.Module(Buffer.from(LINE_TEMPLATE_WASM, "base64"));
+let kernelModule: object | null = null;
 
 /** The part of the WebAssembly API used here (Node 20's type definitions do not declare it). */
 declare const WebAssembly: {
@@ -212,7 +212,8 @@ class LineKernel {
   private readonly layout: (name: string) => number;
 
   constructor() {
-    const exports = new WebAssembly.Instance(KERNEL_MODULE, {}).exports as unknown as KernelExports;
+    kernelModule ??= new WebAssembly.Module(Buffer.from(LINE_TEMPLATE_WASM, "base64"));
+    const exports = new WebAssembly.Instance(kernelModule, {}).exports as unknown as KernelExports;
     const layout = (name: string): number => (exports[name] as { readonly value: number }).value;
     this.layout = layout;
     this.memory = exports.memory.buffer;
