@@ -177,10 +177,7 @@ const MAX_TEMPLATE_BYTES = 4096;
 const TEMPLATE_WINDOW = 4096;
 const TEMPLATE_SLACK = 8;
 
-/**
- * The template kernel (`kernel/line-template.ts`, compiled to WebAssembly): one instance a reader,
- * with its templates, the values it read and, for the scan, the read buffer in its memory.
- */
+/** The template kernel's compiled module, made on first use. */
 let kernelModule: object | null = null;
 
 /** The part of the WebAssembly API used here (Node 20's type definitions do not declare it). */
@@ -196,6 +193,10 @@ interface KernelExports {
   readonly [layout: string]: unknown;
 }
 
+/**
+ * The template kernel (`kernel/line-template.ts`, compiled to WebAssembly): one instance a reader,
+ * with its templates, the values it read and, for the scan, the read buffer in its memory.
+ */
 class LineKernel {
   readonly memory: ArrayBuffer;
   readonly bytes: Uint8Array;
