@@ -177,8 +177,23 @@ const MAX_TEMPLATE_BYTES = 4096;
 const TEMPLATE_WINDOW = 4096;
 const TEMPLATE_SLACK = 8;
 
-/** The template kernel's compiled module, made on first use. */
-let kernelModule: object | null = null;
+/** The template kernel's compiled module, made on first use; null where WebAssembly is not available. */
+let kernelModule: object | null | undefined;
+
+function compiledKernel(): object | null {
+  if (kernelModule === undefined) {
+    try {
+      kernelModule =
+        typeof WebAssembly === "undefined"
+          ? null
+          : new WebAssembly.Module(Buffer.from(LINE_TEMPLATE_WASM, "base64"));
+    } catch {
+      // `--jitless`, or code generation disallowed: lines are read in full, as exactly, more slowly.
+      kernelModule = null;
+    }
+  }
+  return kernelModule;
+}
 
 /** The part of the WebAssembly API used here (Node 20's type definitions do not declare it). */
 declare const WebAssembly: {
@@ -212,9 +227,8 @@ class LineKernel {
   private readonly templateStride: number;
   private readonly layout: (name: string) => number;
 
-  constructor() {
-    kernelModule ??= new WebAssembly.Module(Buffer.from(LINE_TEMPLATE_WASM, "base64"));
-    const exports = new WebAssembly.Instance(kernelModule, {}).exports as unknown as KernelExports;
+  constructor(module: object) {
+    const exports = new WebAssembly.Instance(module, {}).exports as unknown as KernelExports;
     const layout = (name: string): number => (exports[name] as { readonly value: number }).value;
     this.layout = layout;
     this.memory = exports.memory.buffer;
@@ -390,8 +404,11 @@ export class CanonicalLineReader implements LineFields {
   private templateReads = 0;
   private templatesMade = 0;
   /** A template read's field values, and each segment's shift from template to line positions. */
-  /** Made on first use: a process that imports the analysis but scans nothing makes none. */
-  private kernelMade: LineKernel | null = null;
+  /**
+   * Made on first use: a process that imports the analysis but scans nothing makes none. Null where
+   * WebAssembly is not available: then no line is read as a template.
+   */
+  private kernelMade: LineKernel | null | undefined;
 
   /** Reads `buf[start, end)` (one line without its newline). */
   read(buf: Uint8Array, start: number, end: number): boolean {
@@ -606,6 +623,8 @@ export class CanonicalLineReader implements LineFields {
 
   /** Keeps the line just read in full (`buf[start, ...]`, up to its closing brace) as a template. */
   private remember(buf: Uint8Array, start: number): void {
+    const kernel = this.kernel();
+    if (kernel === null) return;
     const close = this.pos + 1;
     const starts: number[] = [];
     const ends: number[] = [];
@@ -647,7 +666,7 @@ export class CanonicalLineReader implements LineFields {
       this.metadataEmpty,
       this.boundaryRead,
     );
-    this.kernel().write(template.slot, template);
+    kernel.write(template.slot, template);
     if (full) templates[TEMPLATES - 1] = template;
     else templates.push(template);
   }
@@ -666,13 +685,17 @@ export class CanonicalLineReader implements LineFields {
    * A read buffer in the kernel's memory, for a scan to read its chunks into: its lines are read
    * by templates where they are, without a copy. One a reader: one scan at a time uses it.
    */
-  chunkBuffer(): Buffer {
+  chunkBuffer(bytes: number): Buffer {
     const kernel = this.kernel();
+    if (kernel === null || kernel.chunkSize !== bytes) return Buffer.allocUnsafe(bytes);
     return Buffer.from(kernel.memory, kernel.chunkAt, kernel.chunkSize);
   }
 
-  private kernel(): LineKernel {
-    if (this.kernelMade === null) this.kernelMade = new LineKernel();
+  private kernel(): LineKernel | null {
+    if (this.kernelMade === undefined) {
+      const module = compiledKernel();
+      this.kernelMade = module === null ? null : new LineKernel(module);
+    }
     return this.kernelMade;
   }
 

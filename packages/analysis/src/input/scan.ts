@@ -293,7 +293,7 @@ export function scanRangeSync(
     throw TelemetryInputAccessError.wrap(path, error);
   }
   try {
-    let buf = scratch.buf ?? scanner.reader.chunkBuffer();
+    let buf = scratch.buf ?? scanner.reader.chunkBuffer(CHUNK_BYTES);
     let filled = 0;
     let position = from;
     for (;;) {
