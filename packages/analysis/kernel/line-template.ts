@@ -40,9 +40,27 @@ const TIMESTAMP: u8 = 4;
 const MAX_SAFE: u64 = 9007199254740991;
 // biome-ignore lint/correctness/noPrecisionLoss: AssemblyScript reads it as a 64-bit integer, exact.
 const ASCII_ZEROS: u64 = 0x3030303030303030;
+// biome-ignore lint/correctness/noPrecisionLoss: AssemblyScript reads it as a 64-bit integer, exact.
+const HIGH_NIBBLES: u64 = 0xf0f0f0f0f0f0f0f0;
+const SIXES: u64 = 0x0606060606060606;
 const LANES: u64 = 0x000000ff000000ff;
 const PAIRS_TO_FOURS: u64 = 100 + ((<u64>1000000) << 32);
 const FOURS_TO_EIGHT: u64 = 1 + ((<u64>10000) << 32);
+
+/**
+ * Where the run of decimal digits from `p` ends (at `end` at the latest): eight bytes at a time,
+ * a byte being a digit when its high nibble is 3 and adding 6 keeps it so (ASCII and UTF-8 bytes
+ * never carry into the next byte; a carry past a non-digit cannot move the first non-digit).
+ */
+function digitsEnd(p: i32, end: i32): i32 {
+  for (; p + 8 <= end; p += 8) {
+    const x = load<u64>(<usize>p);
+    const notDigits = ((x & HIGH_NIBBLES) ^ ASCII_ZEROS) | (((x + SIXES) & HIGH_NIBBLES) ^ ASCII_ZEROS);
+    if (notDigits !== 0) return p + <i32>(ctz(notDigits) >> 3);
+  }
+  while (p < end && <u32>load<u8>(<usize>p) - 0x30 < 10) p++;
+  return p;
+}
 
 /**
  * The value of the decimal digits `[from, to)` (at most 18): eight at a time where it can (SWAR),
@@ -94,10 +112,7 @@ export function readLike(start: i32, end: i32, t: i32): i32 {
     let c: u32 = pos < end ? <u32>load<u8>(<usize>pos) : 0;
     if (kind === TIMESTAMP) {
       const digitsStart = pos;
-      while (c - 0x30 < 10) {
-        pos++;
-        c = pos < end ? <u32>load<u8>(<usize>pos) : 0;
-      }
+      pos = digitsEnd(pos, end);
       const digits = pos - digitsStart;
       if (digits === 0 || digits > 24 || (digits > 1 && load<u8>(<usize>digitsStart) === 0x30)) return 0;
       const split = max(digitsStart, pos - 9);
@@ -128,10 +143,8 @@ export function readLike(start: i32, end: i32, t: i32): i32 {
       c = pos < end ? <u32>load<u8>(<usize>pos) : 0;
     }
     const digitsStart = pos;
-    while (c - 0x30 < 10) {
-      pos++;
-      c = pos < end ? <u32>load<u8>(<usize>pos) : 0;
-    }
+    pos = digitsEnd(pos, end);
+    c = pos < end ? <u32>load<u8>(<usize>pos) : 0;
     const digits = pos - digitsStart;
     if (digits === 0 || (digits > 1 && load<u8>(<usize>digitsStart) === 0x30)) return 0;
     // Past 16 digits a number is past 2^53 (no leading zero); the full read takes none of them, nor

@@ -508,6 +508,9 @@ describe("CanonicalLineReader reads a line like the one before it", () => {
     for (const key of keys) {
       const tokens = [...edges, ...edges.map((edge) => `-${edge}`)];
       for (let length = 1; length <= 26; length++) tokens.push(digits(length), `-${digits(length)}`);
+      // A digit run's end: every byte next to the digits in ASCII, and a few beyond.
+      for (const after of "/:;<=>?.eE-+ ,}\u00e9")
+        tokens.push(`${digits(9)}${after}`, `${digits(3)}${after}`);
       for (const token of tokens) {
         // The unchanged line keeps a template, which the changed one is read by where it can be.
         expect(fastRead(base, reader)).toBe(reader);
