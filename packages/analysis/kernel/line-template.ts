@@ -42,6 +42,7 @@ const MAX_SAFE: u64 = 9007199254740991;
 const ASCII_ZEROS: u64 = 0x3030303030303030;
 // biome-ignore lint/correctness/noPrecisionLoss: AssemblyScript reads it as a 64-bit integer, exact.
 const HIGH_NIBBLES: u64 = 0xf0f0f0f0f0f0f0f0;
+// biome-ignore lint/correctness/noPrecisionLoss: AssemblyScript reads it as a 64-bit integer, exact.
 const SIXES: u64 = 0x0606060606060606;
 const LANES: u64 = 0x000000ff000000ff;
 const PAIRS_TO_FOURS: u64 = 100 + ((<u64>1000000) << 32);
