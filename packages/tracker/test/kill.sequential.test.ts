@@ -49,7 +49,7 @@ function killNow(proc: ChildProcess): { exited: Promise<void> } {
 function lastStepEnd(progressFile: string, fallback: bigint): bigint {
   const bytes = readFileSync(progressFile);
   if (bytes.length < 8) return fallback;
-  return new BigInt64Array(bytes.buffer, bytes.byteOffset, 1)[0] as bigint;
+  return bytes.readBigInt64LE(0);
 }
 
 /**

@@ -33,10 +33,9 @@ interface Literal {
   readonly length: number;
 }
 
-const literal = (text: string): Literal => bytesLiteral(enc(text));
-
-/** `bytes` (8 or more) as a `Literal`. */
-function bytesLiteral(bytes: Uint8Array): Literal {
+/** `text` (8 characters or more) as a `Literal`. */
+function literal(text: string): Literal {
+  const bytes = enc(text);
   const count = Math.ceil(bytes.length / 8);
   const chunks = new Float64Array(count);
   const offsets = new Int32Array(count);
