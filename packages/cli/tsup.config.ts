@@ -8,17 +8,18 @@ export default [
   // keep compiled in V8's code cache; see src/launch.ts), and the small launcher that runs it. The
   // NVML adapter stays a dependency: it finds its worker file and native library next to itself.
   defineConfig({
-    // The analysis's scan worker and the tracker's leak-judge worker beside the bundle: the bundled
-    // analysis and tracker start them from there.
+    // The analysis's scan and judge workers and the tracker's leak-judge worker beside the bundle:
+    // the bundled analysis and tracker start them from there.
     entry: {
       bin: "src/bin.ts",
       launch: "src/launch.ts",
       "scan-worker": "../analysis/src/index/scan-worker.ts",
+      "judge-worker": "../analysis/src/analyses/judge-worker.ts",
       "leak-judge-worker": "../tracker/src/alerts/leak-judge-worker.ts",
     },
     format: ["cjs"],
     dts: false,
-    clean: ["bin.*", "launch.*", "scan-worker.*", "leak-judge-worker.*"],
+    clean: ["bin.*", "launch.*", "scan-worker.*", "judge-worker.*", "leak-judge-worker.*"],
     sourcemap: true,
     target: "node20",
     platform: "node",

@@ -85,6 +85,10 @@ export { nodeCrypto, nodeWorkerThreads } from "./runtime/builtins.js";
 export { guardedLogger, type StormlogLogger } from "./runtime/logger.js";
 export { openRegularFileSync, REGULAR_OPEN_FLAGS, refuseUnlessRegular } from "./runtime/regular-file.js";
 
+// Worker threads started from an entry beside the calling module (built, bundled, or from source).
+
+export { startWorkerBeside } from "./runtime/worker-entry.js";
+
 // Memory counters past 2^53, kept exactly beside the decoded record for the analyses.
 
 export {

@@ -8,7 +8,6 @@ import {
   describeBirths,
   describeGrowthInside,
   describeKept,
-  judgeRetention,
   median,
   parseBirthCounts,
   type RankVerdicts,
@@ -18,6 +17,7 @@ import {
 import type { BirthEntry } from "../input/aggregate.js";
 import type { BirthEvidence, LeakReport, LeakVerdictKind } from "../report/types.js";
 import type { RankAnalysis, RankData } from "./analysis.js";
+import { IN_THREAD_JUDGE, type LeakJudge } from "./leak-judges.js";
 import type { Occurrence } from "./phase-stats.js";
 
 const round = (value: number, digits: number): number => {
@@ -85,14 +85,6 @@ export function birthSnapshots(entries: readonly BirthEntry[]): BirthSnapshot[] 
   return out;
 }
 
-/** Verdicts for every path of one session's rank. */
-function judgeRank(
-  occurrences: readonly Occurrence[],
-  births: readonly BirthSnapshot[] = [],
-): Map<string, RankVerdicts> {
-  return judgeRetention(occurrences, { lastSample: countersAreLastSample(occurrences), births });
-}
-
 /** Leak verdicts accumulated one session's rank at a time. */
 export class LeakAccumulator implements RankAnalysis<LeakReport[]> {
   private readonly paths = new Map<string, { perRank: RankVerdicts[]; occurrences: number }>();
@@ -101,6 +93,12 @@ export class LeakAccumulator implements RankAnalysis<LeakReport[]> {
   /** Two sessions of one rank: baselines by rank would mix them, so shortfalls stay unsettled. */
   private rankSeenTwice = false;
 
+  /** Ranks judged, in the order they were added; a promise while a worker judges it. */
+  private readonly judged: (Map<string, RankVerdicts> | Promise<Map<string, RankVerdicts>>)[] = [];
+
+  /** `judge`: where each rank is judged (this thread by default; see `leak-judges.ts`). */
+  constructor(private readonly judge: LeakJudge = IN_THREAD_JUDGE) {}
+
   addRank(data: RankData): void {
     for (const series of data.series)
       this.addSession(data.occurrences(series), birthSnapshots(series.births));
@@ -108,15 +106,13 @@ export class LeakAccumulator implements RankAnalysis<LeakReport[]> {
 
   /** All occurrences (every path) of one session's rank. */
   addSession(occurrences: readonly Occurrence[], births: readonly BirthSnapshot[] = []): void {
-    for (const [phasePath, verdicts] of judgeRank(occurrences, births)) {
-      let entry = this.paths.get(phasePath);
-      if (entry === undefined) {
-        entry = { perRank: [], occurrences: 0 };
-        this.paths.set(phasePath, entry);
-      }
-      entry.perRank.push(verdicts);
-      entry.occurrences += verdicts.occurrences;
-    }
+    const verdicts = this.judge.judge(occurrences, {
+      lastSample: countersAreLastSample(occurrences),
+      births,
+    });
+    // A rank judged elsewhere that throws does so when `settled` reaches it, not before.
+    if (verdicts instanceof Promise) verdicts.catch(() => {});
+    this.judged.push(verdicts);
     for (const [phasePath, net] of meanNets(occurrences)) {
       const rank = occurrences[0]!.span.rank;
       let byRank = this.nets.get(phasePath);
@@ -129,8 +125,32 @@ export class LeakAccumulator implements RankAnalysis<LeakReport[]> {
     }
   }
 
+  /** Waits for the ranks judged elsewhere (`finish` needs every verdict), then lets the judge go. */
+  async settled(): Promise<void> {
+    try {
+      for (let k = 0; k < this.judged.length; k++) this.judged[k] = await this.judged[k]!;
+    } finally {
+      await this.judge.close();
+    }
+  }
+
   /** Verdicts for every path, leaking ones first. */
   finish(): LeakReport[] {
+    // Pooled in the order the ranks were added, wherever they were judged.
+    for (const verdicts of this.judged) {
+      if (verdicts instanceof Promise)
+        throw new Error("LeakAccumulator.finish: a rank is still being judged (await settled() first)");
+      for (const [phasePath, rankVerdicts] of verdicts) {
+        let entry = this.paths.get(phasePath);
+        if (entry === undefined) {
+          entry = { perRank: [], occurrences: 0 };
+          this.paths.set(phasePath, entry);
+        }
+        entry.perRank.push(rankVerdicts);
+        entry.occurrences += rankVerdicts.occurrences;
+      }
+    }
+    this.judged.length = 0;
     this.settleShortfalls();
     const reports: LeakReport[] = [];
     for (const [phasePath, entry] of this.paths)

@@ -68,6 +68,7 @@ class ScopeHolder {
  * `RetentionOccurrence` (readings at entry and exit, NaN when absent) plus its rank's series and peaks.
  */
 export interface Occurrence extends RetentionOccurrence {
+  readonly span: PhaseSpan;
   readonly series: RankSeries;
   readonly peakAllocated: number;
   readonly peakAllocatedNs: bigint;

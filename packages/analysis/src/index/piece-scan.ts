@@ -10,12 +10,10 @@
  * came before it, so that errors, warnings and results are those of one scan of each segment after
  * the other.
  */
-import { existsSync } from "node:fs";
-import { createRequire } from "node:module";
 import { availableParallelism } from "node:os";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import { type ResourceLimits, Worker } from "node:worker_threads";
-import { readRegularFileSync, type TelemetryInputSegment } from "@stormlog/sink/internal";
+import type { ResourceLimits, Worker } from "node:worker_threads";
+import { startWorkerBeside } from "@stormlog/core/internal";
+import type { TelemetryInputSegment } from "@stormlog/sink/internal";
 import type { SegmentAggregate } from "../input/aggregate.js";
 import { digestFromJson, digestOf, mergeDigests, type SegmentDigest } from "../input/digest.js";
 import { outcomeOf, type PieceOutcome, type PieceRange, PieceSettler, pieceBytes } from "../input/pieces.js";
@@ -369,41 +367,13 @@ class ScanWorker {
 }
 
 /**
- * Starts `scan-worker` next to this module: the built `.js`/`.cjs` (or the CLI bundle's), or, when
- * the analysis runs from its TypeScript source (this repository's tests and benchmarks), the `.ts`
- * file through tsx; its young generation is `young` MB. Null when there is none to start (the scan
- * then runs on this thread).
+ * Starts `scan-worker` next to this module (see `startWorkerBeside`), its young generation `young`
+ * MB; null when there is none to start (the scan then runs on this thread).
  */
 function startScanWorker(young: number): Worker | null {
-  const limits: ResourceLimits = { ...LIMITS, maxYoungGenerationSizeMb: young };
   try {
-    const here = import.meta.url;
-    if (!here.endsWith(".ts")) {
-      const entry = new URL(here.endsWith(".cjs") ? "./scan-worker.cjs" : "./scan-worker.js", here);
-      if (!existsSync(fileURLToPath(entry))) return null;
-      return new Worker(entry, { execArgv: [], resourceLimits: limits });
-    }
-    const entry = new URL("./scan-worker.ts", here).href;
-    const tsx = tsxLoaderUrl(here);
-    if (tsx === null) return null;
-    const bootstrap = `import(${JSON.stringify(tsx)}).then(({ tsImport }) => tsImport(${JSON.stringify(entry)}, ${JSON.stringify(entry)}));`;
-    return new Worker(bootstrap, {
-      eval: true,
-      execArgv: ["--conditions=@stormlog/source"],
-      // Compiling the source through tsx takes more than the scan's own heap.
-      resourceLimits: { ...limits, maxOldGenerationSizeMb: 128 },
-    });
+    return startWorkerBeside(import.meta.url, "scan-worker", { ...LIMITS, maxYoungGenerationSizeMb: young });
   } catch {
     return null;
   }
-}
-
-/** tsx's ESM loader API (`tsx/esm/api`, its `import` export), found from `from`; null without tsx. */
-function tsxLoaderUrl(from: string): string | null {
-  const manifestPath = createRequire(from).resolve("tsx/package.json");
-  const manifest = JSON.parse(readRegularFileSync(manifestPath)) as {
-    exports: Record<string, { import: { default: string } }>;
-  };
-  const api = manifest.exports["./esm/api"]?.import.default;
-  return api === undefined ? null : new URL(api, pathToFileURL(manifestPath)).href;
 }

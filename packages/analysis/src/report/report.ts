@@ -25,13 +25,14 @@ import {
 import { type RankAnalysis, type RankData, rankData } from "../analyses/analysis.js";
 import { CrossRankAccumulator } from "../analyses/cross-rank.js";
 import { GapAccumulator } from "../analyses/gap-accumulator.js";
+import { IN_THREAD_JUDGE, type LeakJudge, leakJudgeFor } from "../analyses/leak-judges.js";
 import { LeakAccumulator } from "../analyses/leaks.js";
 import { PhaseAccumulator } from "../analyses/phase-stats.js";
 import { AlertsAccumulator, HealthAccumulator, SummaryAccumulator } from "../analyses/summary.js";
 import { TimeRangeError } from "../errors.js";
 import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "../index/index-cache.js";
 import type { SegmentAggregate } from "../input/aggregate.js";
-import { loadRanks, planDataset } from "../input/dataset.js";
+import { type DatasetPlan, loadRanks, planDataset } from "../input/dataset.js";
 import { aggregateEvents } from "../input/scan.js";
 import {
   findRankGroups,
@@ -126,16 +127,33 @@ function sessionSection(sessions: readonly SessionListing[], selection: SessionS
 
 /**
  * Runs every analysis over the selection, one rank at a time: each rank's sessions are loaded (from
- * memory or the index), fed to the accumulators, and let go before the next rank.
+ * memory or the index), fed to the accumulators, and let go before the next rank. Ranks are judged
+ * for leaks on this thread.
  */
 function analyze(parts: ReportParts): AnalysisReport {
+  return runAnalyses(parts, () => IN_THREAD_JUDGE).report();
+}
+
+/** `analyze`, with a big selection's ranks judged for leaks on a judge worker meanwhile (`leak-judges.ts`). */
+async function analyzeBesideJudge(parts: ReportParts): Promise<AnalysisReport> {
+  const run = runAnalyses(parts, (plan) => leakJudgeFor(plan.eventTypes.get("phase_enter") ?? 0));
+  await run.leaks.settled();
+  return run.report();
+}
+
+/** The analyses fed every rank; `report` once the leak accumulator's verdicts are all in. */
+function runAnalyses(
+  parts: ReportParts,
+  judgeFor: (plan: DatasetPlan) => LeakJudge,
+): { leaks: LeakAccumulator; report: () => AnalysisReport } {
   const plan = planDataset(parts.segments, parts.selection.memberSessionIds);
   const health = new HealthAccumulator(plan.eventTypes);
+  const leaks = new LeakAccumulator(judgeFor(plan));
   // Each section of the report is one analysis over the dataset, fed the same ranks.
   const sections = {
     summary: new SummaryAccumulator(plan.eventTypes, plan.eventCount, health, sinkCounters(parts.sink)),
     phases: new PhaseAccumulator(),
-    leaks: new LeakAccumulator(),
+    leaks,
     gap_analysis: new GapAccumulator(),
     cross_rank_analysis: plan.ranks.length > 1 ? new CrossRankAccumulator(plan) : null,
     collector_health: health,
@@ -143,13 +161,19 @@ function analyze(parts: ReportParts): AnalysisReport {
   } satisfies Record<string, RankAnalysis<unknown> | null>;
   const analyses = Object.values(sections).filter((analysis) => analysis !== null);
   const visitor = parts.visitor;
-  visitor?.begin?.({ selection: parts.selection, segments: parts.segments });
-  for (const loaded of loadRanks(plan)) {
-    const data = rankData(loaded);
-    for (const analysis of analyses) analysis.addRank(data);
-    visitor?.rank(data);
+  try {
+    visitor?.begin?.({ selection: parts.selection, segments: parts.segments });
+    for (const loaded of loadRanks(plan)) {
+      const data = rankData(loaded);
+      for (const analysis of analyses) analysis.addRank(data);
+      visitor?.rank(data);
+    }
+  } catch (error) {
+    // The judge's worker goes with the analysis.
+    void leaks.settled().catch(() => {});
+    throw error;
   }
-  return {
+  const report = (): AnalysisReport => ({
     input: parts.input,
     session: sessionSection(parts.sessions, parts.selection),
     summary: sections.summary.finish(),
@@ -162,7 +186,8 @@ function analyze(parts: ReportParts): AnalysisReport {
     sink: parts.sink,
     notes: [...parts.notes, ...parts.selection.notes],
     index: parts.index,
-  };
+  });
+  return { leaks, report };
 }
 
 function sinkCounters(sink: SinkReport): SinkCounters {
@@ -402,7 +427,7 @@ async function analyzeIndexed(
   const sink = await sinkSection(input, segments, sizes, sessions);
   sink.warnings.unshift(...warnings);
   options.onProgress?.({ phase: "analyze", done: 0, total: 1 });
-  const report = analyze({
+  const report = await analyzeBesideJudge({
     input: { path: input.path, kind: input.kind, size_bytes: inputSize },
     sessions,
     selection,

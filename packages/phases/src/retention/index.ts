@@ -15,6 +15,13 @@ export {
   type JudgedInside,
   type KeptParts,
 } from "./describe.js";
+export {
+  type PackedPath,
+  type PackedRetention,
+  packedTransferables,
+  packRetention,
+  unpackRetention,
+} from "./packed.js";
 export { median, risingTrend, seededRandom, selectKth, type TrendTest } from "./trend.js";
 export type {
   BirthEvidence,
@@ -30,6 +37,7 @@ export {
   type RankVerdicts,
   type RetentionInput,
   type RetentionOccurrence,
+  type RetentionSpan,
   strongestVerdict,
   VERDICT_ORDER,
 } from "./verdicts.js";

@@ -79,9 +79,15 @@ export interface RankVerdicts {
   births: BirthVerdict | null;
 }
 
+/** What a verdict reads of an occurrence's span: a `PhaseSpan`, or its packed copy (`packed.ts`). */
+export type RetentionSpan = Pick<
+  PhaseSpan,
+  "rank" | "threadId" | "path" | "phasePath" | "startNs" | "endNs" | "syntheticEnd"
+>;
+
 /** A phase occurrence with the counters read at its boundaries (NaN where absent). */
 export interface RetentionOccurrence {
-  readonly span: PhaseSpan;
+  readonly span: RetentionSpan;
   readonly enterAllocated: number;
   readonly exitAllocated: number;
   readonly enterUsed: number;

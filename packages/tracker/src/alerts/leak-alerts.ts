@@ -17,6 +17,7 @@ import {
   systemScheduler,
   type TimerHandle,
 } from "@stormlog/core";
+import { startWorkerBeside } from "@stormlog/core/internal";
 import type { PhaseScopeTemplate, RecordedPhase } from "@stormlog/phases";
 import {
   type BirthSnapshot,
@@ -35,7 +36,6 @@ import {
 } from "@stormlog/phases/internal";
 import { describeError } from "../describe-error.js";
 import { BOUNDARY_READ, type EventStore, PHASE_ENTER, PHASE_EXIT } from "../records/store.js";
-import { startWorkerBeside } from "../worker-entry.js";
 import {
   type JudgeInput,
   judgeWindows,

@@ -1,6 +1,6 @@
 import type { Worker } from "node:worker_threads";
 import { type SessionStatus, type SessionSummary, StormlogError, type TelemetryEvent } from "@stormlog/core";
-import { guardedLogger } from "@stormlog/core/internal";
+import { guardedLogger, startWorkerBeside } from "@stormlog/core/internal";
 import type { SinkLogger, TelemetrySinkOptions } from "@stormlog/sink";
 import {
   consoleSinkLogger,
@@ -9,7 +9,6 @@ import {
   runningSessionSummary,
 } from "@stormlog/sink/internal";
 import type { RecordContext } from "../records/store.js";
-import { startWorkerBeside } from "../worker-entry.js";
 import { handOverDelayMs, workerFlushIntervalMs } from "./hand-over-delay.js";
 import {
   DIAGNOSTIC_KEYS,

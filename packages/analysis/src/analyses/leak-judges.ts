@@ -1,0 +1,153 @@
+/**
+ * Where the leak analysis judges a session's rank (`judgeRetention`): on this thread, or on a judge
+ * worker (`judge-worker.ts`) while this thread goes on with the next ranks' other analyses. Judging
+ * was the largest analysis of a cold `stormlog analyze` of the 64-rank benchmark job (about 40 % of
+ * the analyses' time) and stands alone: a rank's occurrences in, its verdicts out.
+ */
+import { availableParallelism } from "node:os";
+import type { Worker } from "node:worker_threads";
+import { startWorkerBeside } from "@stormlog/core/internal";
+import {
+  judgeRetention,
+  type PackedRetention,
+  packRetention,
+  type RankVerdicts,
+  type RetentionInput,
+  type RetentionOccurrence,
+  unpackRetention,
+} from "@stormlog/phases/internal";
+
+/** Judges one session's rank: at once, or later. */
+export interface LeakJudge {
+  judge(
+    occurrences: readonly RetentionOccurrence[],
+    input: RetentionInput,
+  ): Map<string, RankVerdicts> | Promise<Map<string, RankVerdicts>>;
+  /** Lets go of what the judge holds (its worker); judgements still pending are settled first. */
+  close(): Promise<void>;
+}
+
+/** A rank to judge, sent to the judge worker. */
+export interface JudgeRequest {
+  readonly id: number;
+  readonly packed: PackedRetention;
+}
+
+/** The judge worker's answer: the rank's verdicts by path, or that judging threw (judged here again). */
+export type JudgeReply =
+  | { readonly id: number; readonly verdicts: [string, RankVerdicts][] }
+  | { readonly id: number; readonly failed: true };
+
+/** Judges on this thread, at once. */
+export const IN_THREAD_JUDGE: LeakJudge = {
+  judge: (occurrences, input) => judgeRetention(occurrences, input),
+  close: async () => {},
+};
+
+/**
+ * A worker's heap: a rank's verdicts are small, the bootstrap's garbage short-lived (the analysis's
+ * peak memory is this thread's, with the judge beside it).
+ */
+const LIMITS = { maxOldGenerationSizeMb: 48, maxYoungGenerationSizeMb: 8 };
+
+/**
+ * Phase occurrences (`phase_enter` records) from which a judge worker pays for its start (a fresh
+ * thread, the judging code compiled there): the 64-rank benchmark job has 16,000.
+ */
+export const OFF_THREAD_OCCURRENCES = 4000;
+
+/**
+ * The judge for an analysis of `occurrences` phase occurrences: a worker where the machine has a
+ * second core and there is enough to judge (not with `STORMLOG_SCAN_THREADS=1`, which keeps an
+ * analysis on one thread), else this thread.
+ */
+export function leakJudgeFor(occurrences: number): LeakJudge {
+  if (occurrences < OFF_THREAD_OCCURRENCES || availableParallelism() < 2) return IN_THREAD_JUDGE;
+  if (process.env.STORMLOG_SCAN_THREADS === "1") return IN_THREAD_JUDGE;
+  return WorkerJudge.start() ?? IN_THREAD_JUDGE;
+}
+
+function startJudgeWorker(): Worker {
+  return startWorkerBeside(import.meta.url, "judge-worker", LIMITS);
+}
+
+interface Pending {
+  readonly packed: PackedRetention;
+  readonly resolve: (verdicts: Map<string, RankVerdicts>) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/**
+ * Judges on a worker. A rank whose judging threw there, or that the worker left unanswered (it
+ * ended, or could not start), is judged here: its error, if any, is then this thread's, as without
+ * the worker.
+ */
+export class WorkerJudge implements LeakJudge {
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 0;
+  private alive = true;
+
+  private constructor(private readonly worker: Worker) {
+    worker.on("message", (reply: JudgeReply) => {
+      const entry = this.pending.get(reply.id);
+      if (entry === undefined) return;
+      this.pending.delete(reply.id);
+      if ("verdicts" in reply) entry.resolve(new Map(reply.verdicts));
+      else this.judgeHere(entry);
+      if (this.pending.size === 0) this.worker.unref();
+    });
+    const gone = (): void => {
+      if (!this.alive) return;
+      this.alive = false;
+      const left = [...this.pending.values()];
+      this.pending.clear();
+      for (const entry of left) this.judgeHere(entry);
+    };
+    worker.on("error", gone);
+    worker.on("exit", gone);
+  }
+
+  /** A judge on a fresh worker (`startWorker`: the judge worker beside this module); null when none can start. */
+  static start(startWorker: () => Worker = startJudgeWorker): WorkerJudge | null {
+    let worker: Worker;
+    try {
+      worker = startWorker();
+    } catch {
+      return null;
+    }
+    // Referenced only while it has ranks to judge: an analysis that throws must not leave it waiting.
+    worker.unref();
+    return new WorkerJudge(worker);
+  }
+
+  judge(
+    occurrences: readonly RetentionOccurrence[],
+    input: RetentionInput,
+  ): Map<string, RankVerdicts> | Promise<Map<string, RankVerdicts>> {
+    if (!this.alive || occurrences.length === 0) return judgeRetention(occurrences, input);
+    const packed = packRetention(occurrences, input);
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { packed, resolve, reject });
+      if (this.pending.size === 1) this.worker.ref();
+      this.worker.postMessage({ id, packed } satisfies JudgeRequest);
+    });
+  }
+
+  private judgeHere(entry: Pending): void {
+    try {
+      const { occurrences, input } = unpackRetention(entry.packed);
+      entry.resolve(judgeRetention(occurrences, input));
+    } catch (error) {
+      entry.reject(error);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.alive = false;
+    const left = [...this.pending.values()];
+    this.pending.clear();
+    for (const entry of left) this.judgeHere(entry);
+    await this.worker.terminate();
+  }
+}
