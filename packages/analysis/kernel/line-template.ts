@@ -18,25 +18,31 @@ export const LINE_AT: i32 = CHUNK_AT + CHUNK_SIZE + 64;
 export const LINE_SIZE: i32 = 8192;
 export const TEMPLATES_AT: i32 = LINE_AT + LINE_SIZE + 64;
 export const TEMPLATE_STRIDE: i32 = 8192;
-export const TEMPLATE_SLOTS: i32 = 4;
+export const TEMPLATE_SLOTS: i32 = 16;
+/** Slots a template has at most (a phase boundary's scope adds a dozen to a line's 16 fields). */
+export const MAX_SLOTS: i32 = 63;
 /** Within a template: slot count, segment starts and lengths (i32), slot fields and kinds (u8), bytes. */
 export const T_SLOTS: i32 = 0;
 export const T_SEG_START: i32 = 8;
-export const T_SEG_LENGTH: i32 = 88;
-export const T_SLOT_FIELD: i32 = 168;
-export const T_SLOT_KIND: i32 = 192;
-export const T_BYTES: i32 = 256;
+export const T_SEG_LENGTH: i32 = T_SEG_START + 4 * (MAX_SLOTS + 1);
+export const T_SLOT_FIELD: i32 = T_SEG_LENGTH + 4 * (MAX_SLOTS + 1);
+export const T_SLOT_KIND: i32 = T_SLOT_FIELD + (MAX_SLOTS + 1);
+export const T_BYTES: i32 = T_SLOT_KIND + (MAX_SLOTS + 1);
 /** Results: field values (f64 by field), segment shifts (i32), the timestamp's head and tail (f64). */
 export const VALUES_AT: i32 = TEMPLATES_AT + TEMPLATE_SLOTS * TEMPLATE_STRIDE;
 export const SHIFTS_AT: i32 = VALUES_AT + 8 * 32;
-export const HEAD_AT: i32 = SHIFTS_AT + 4 * 32;
+export const HEAD_AT: i32 = SHIFTS_AT + 4 * (MAX_SLOTS + 1);
 export const TAIL_AT: i32 = HEAD_AT + 8;
 
-// Slot kinds (`FIELD_KIND` in fast-line.ts).
+// Slot kinds (`FIELD_KIND` and the metadata's slot kinds in fast-line.ts).
 const NULLABLE_COUNT: u8 = 0;
 const INT: u8 = 2;
 const TENSORS: u8 = 3;
 const TIMESTAMP: u8 = 4;
+/** An integer in the metadata, of under 16 digits: checked, not read (no value is kept). */
+const METADATA_INT: u8 = 5;
+/** A run of digits inside a string value of the metadata: any run (none too), not read. */
+const STRING_DIGITS: u8 = 6;
 const MAX_SAFE: u64 = 9007199254740991;
 // biome-ignore lint/correctness/noPrecisionLoss: AssemblyScript reads it as a 64-bit integer, exact.
 const ASCII_ZEROS: u64 = 0x3030303030303030;
@@ -111,6 +117,19 @@ export function readLike(start: i32, end: i32, t: i32): i32 {
     const field = <usize>load<u8>(tpl + T_SLOT_FIELD + <usize>k);
     // Tokens end at `end` at the latest: a token running past it cannot be followed by the next segment.
     let c: u32 = pos < end ? <u32>load<u8>(<usize>pos) : 0;
+    if (kind === STRING_DIGITS) {
+      pos = digitsEnd(pos, end);
+      continue;
+    }
+    if (kind === METADATA_INT) {
+      // JSON's integer: a sign, then no leading zero; past 15 digits the full read marks the metadata inexact.
+      if (c === 0x2d) pos++;
+      const digitsStart = pos;
+      pos = digitsEnd(pos, end);
+      const digits = pos - digitsStart;
+      if (digits === 0 || digits > 15 || (digits > 1 && load<u8>(<usize>digitsStart) === 0x30)) return 0;
+      continue;
+    }
     if (kind === TIMESTAMP) {
       const digitsStart = pos;
       pos = digitsEnd(pos, end);

@@ -145,6 +145,11 @@ const COUNT = 1;
 const INT = 2;
 const TENSORS = 3;
 const TIMESTAMP = 4;
+/** Slots of the metadata that no field reads (see `metadataSlots`): checked by the kernel, not read. */
+const METADATA_INT = 5;
+const STRING_DIGITS = 6;
+/** The field of a slot that no field reads. */
+const NO_FIELD = 255;
 const FIELD_KIND = Uint8Array.of(
   NULLABLE_COUNT, // active
   COUNT, // allocated
@@ -164,8 +169,13 @@ const FIELD_KIND = Uint8Array.of(
   COUNT, // world_size
 );
 
-/** Templates kept, most matched first (a sink interleaves a few kinds of lines). */
-const TEMPLATES = 4;
+/**
+ * Templates kept, most matched first: a sink interleaves a few kinds of lines (samples, and each
+ * phase's entry and exit).
+ */
+const TEMPLATES = 16;
+/** Slots a template has at most: the line's fields, then its metadata's numbers while there is room. */
+const MAX_SLOTS = 63;
 /** Longest line kept as a template (a sample line is under 1 KB; a huge line would be copied whole). */
 const MAX_TEMPLATE_BYTES = 4096;
 /**
@@ -174,7 +184,8 @@ const MAX_TEMPLATE_BYTES = 4096;
  * differs, in a string or a key, reads as fast as without templates).
  */
 const TEMPLATE_WINDOW = 4096;
-const TEMPLATE_SLACK = 8;
+/** As many as are kept: a job's phase boundaries make a template for each phase's entry and exit before any repeats. */
+const TEMPLATE_SLACK = TEMPLATES;
 
 /** The template kernel's compiled module, made on first use; null where WebAssembly is not available. */
 let kernelModule: object | null | undefined;
@@ -234,7 +245,7 @@ class LineKernel {
     this.bytes = new Uint8Array(this.memory);
     this.readLike = exports.readLike;
     this.values = new Float64Array(this.memory, layout("VALUES_AT"), FIELDS);
-    this.shifts = new Int32Array(this.memory, layout("SHIFTS_AT"), FIELDS + 2);
+    this.shifts = new Int32Array(this.memory, layout("SHIFTS_AT"), MAX_SLOTS + 1);
     this.timestamp = new Float64Array(this.memory, layout("HEAD_AT"), 2);
     this.chunkAt = layout("CHUNK_AT");
     this.chunkSize = layout("CHUNK_SIZE");
@@ -242,7 +253,11 @@ class LineKernel {
     this.lineSize = layout("LINE_SIZE");
     this.templatesAt = layout("TEMPLATES_AT");
     this.templateStride = layout("TEMPLATE_STRIDE");
-    if (layout("TEMPLATE_SLOTS") < TEMPLATES || this.templateStride - layout("T_BYTES") < MAX_TEMPLATE_BYTES)
+    if (
+      layout("TEMPLATE_SLOTS") < TEMPLATES ||
+      layout("MAX_SLOTS") < MAX_SLOTS ||
+      this.templateStride - layout("T_BYTES") < MAX_TEMPLATE_BYTES
+    )
       throw new Error("line-template kernel: fewer or smaller template places than fast-line.ts keeps");
   }
 
@@ -270,7 +285,7 @@ class LineKernel {
  * kernel holds a copy in place `slot`.
  */
 class LineTemplate {
-  /** Field (`F_*`) of each slot, in line order, and how its token is read (`FIELD_KIND`). */
+  /** Field (`F_*`, or NO_FIELD) of each slot, in line order, and how its token is read (`FIELD_KIND`, or a metadata slot's kind). */
   readonly slotField: Uint8Array;
   readonly slotKind: Uint8Array;
   /** Constant segments (one more than the slots): where each starts in `bytes`, and its length. */
@@ -281,6 +296,8 @@ class LineTemplate {
   /** Template positions of the context, metadata and phase scope, and their segments. */
   readonly positions: Int32Array;
   readonly positionSegments: Int32Array;
+  /** `CanonicalLineReader.reads` when it was made or last matched a line. */
+  lastRead = 0;
 
   constructor(
     readonly slot: number,
@@ -288,6 +305,7 @@ class LineTemplate {
     slotStarts: readonly number[],
     slotEnds: readonly number[],
     slotFields: readonly number[],
+    slotKinds: readonly number[],
     defaults: Float64Array,
     positions: readonly number[],
     readonly eventType: string,
@@ -301,7 +319,7 @@ class LineTemplate {
   ) {
     const slots = slotFields.length;
     this.slotField = Uint8Array.from(slotFields);
-    this.slotKind = Uint8Array.from(slotFields, (field) => FIELD_KIND[field]!);
+    this.slotKind = Uint8Array.from(slotKinds);
     this.segStart = new Int32Array(slots + 1);
     this.segLength = new Int32Array(slots + 1);
     for (let k = 0; k <= slots; k++) {
@@ -399,6 +417,8 @@ export class CanonicalLineReader implements LineFields {
   private tensorsStart = -1;
   private tensorsEnd = -1;
   private readonly templates: LineTemplate[] = [];
+  /** Lines read (a template's `lastRead` is the count when it last matched). */
+  private reads = 0;
   private windowLines = 0;
   private templateReads = 0;
   private templatesMade = 0;
@@ -416,6 +436,7 @@ export class CanonicalLineReader implements LineFields {
       this.view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
     }
     this.limit = buf.length;
+    this.reads++;
     if (++this.windowLines > TEMPLATE_WINDOW) {
       this.windowLines = 1;
       this.templateReads = 0;
@@ -438,6 +459,7 @@ export class CanonicalLineReader implements LineFields {
         const template = templates[k]!;
         if (!this.readLike(template, at, at + end - start, at - start)) continue;
         this.templateReads++;
+        template.lastRead = this.reads;
         if (k > 0) {
           templates[k] = templates[k - 1]!;
           templates[k - 1] = template;
@@ -446,8 +468,8 @@ export class CanonicalLineReader implements LineFields {
       }
     }
     if (!this.readFull(start, end)) return false;
-    // A phase boundary names its scope's id and sequence, which no later line repeats.
-    if (paying && this.scopeStart < 0 && this.pos + 1 - start <= MAX_TEMPLATE_BYTES) {
+    // A phase boundary's scope id and sequence, which no later line repeats, are slots too (`metadataSlots`).
+    if (paying && this.pos + 1 - start <= MAX_TEMPLATE_BYTES) {
       this.remember(buf, start);
       this.templatesMade++;
     }
@@ -625,28 +647,32 @@ export class CanonicalLineReader implements LineFields {
     const kernel = this.kernel();
     if (kernel === null) return;
     const close = this.pos + 1;
-    const starts: number[] = [];
-    const ends: number[] = [];
-    const fields: number[] = [];
+    const slots: MarkedSlot[] = [];
     const defaults = new Float64Array(FIELDS).fill(Number.NaN);
     defaults[F_TENSORS] = this.tensors;
     for (let field = 0; field < FIELDS; field++) {
       if (this.markStart[field]! < 0) continue;
-      starts.push(this.markStart[field]! - start);
-      ends.push(this.markEnd[field]! - start);
-      fields.push(field);
+      slots.push({ start: this.markStart[field]!, end: this.markEnd[field]!, field, kind: FIELD_KIND[field]! });
     }
+    metadataSlots(buf, this.metadataStart, this.metadataEnd, this.tensorsStart, slots);
+    slots.sort((a, b) => a.start - b.start);
     const relative = (p: number): number => (p < 0 ? -1 : p - start);
-    // A new template takes the last place (and the kernel's place of the one it replaces), and moves
-    // up as it reads lines (see `read`).
+    // A new template takes a free place, else the place (and the kernel's place) of the least recently
+    // matched one (a new rank's lines replace the last rank's), and moves up as it reads lines (`read`).
     const templates = this.templates;
-    const full = templates.length === TEMPLATES;
+    let replaced = templates.length;
+    if (replaced === TEMPLATES) {
+      replaced = 0;
+      for (let k = 1; k < TEMPLATES; k++)
+        if (templates[k]!.lastRead < templates[replaced]!.lastRead) replaced = k;
+    }
     const template = new LineTemplate(
-      full ? templates[TEMPLATES - 1]!.slot : templates.length,
+      replaced < templates.length ? templates[replaced]!.slot : templates.length,
       buf.slice(start, close),
-      starts,
-      ends,
-      fields,
+      slots.map((slot) => slot.start - start),
+      slots.map((slot) => slot.end - start),
+      slots.map((slot) => slot.field),
+      slots.map((slot) => slot.kind),
       defaults,
       [
         relative(this.contextStart),
@@ -665,9 +691,9 @@ export class CanonicalLineReader implements LineFields {
       this.metadataEmpty,
       this.boundaryRead,
     );
+    template.lastRead = this.reads;
     kernel.write(template.slot, template);
-    if (full) templates[TEMPLATES - 1] = template;
-    else templates.push(template);
+    templates[replaced] = template;
   }
 
   /** A number field read by its rule (`FIELD_KIND`), its token noted for `remember`. */
@@ -1036,6 +1062,81 @@ export class CanonicalLineReader implements LineFields {
         return false;
       }
     }
+  }
+}
+
+/** A template slot: a token's bytes `[start, end)` in the line, its field (or NO_FIELD) and kind. */
+interface MarkedSlot {
+  readonly start: number;
+  readonly end: number;
+  readonly field: number;
+  readonly kind: number;
+}
+
+const isDigit = (c: number | undefined): boolean => c !== undefined && c >= 0x30 && c <= 0x39;
+
+/**
+ * Adds to `slots` (up to MAX_SLOTS in all) the metadata's numbers that no field reads, so that lines
+ * that differ only there (a phase boundary's scope id, sequence and depth) share a template: its
+ * integer tokens of under 16 digits (but `tensorsStart`'s, a field), and the digit runs inside its
+ * string values without escapes. Any other integer or digit run there leaves the JSON valid, exact
+ * for JSON.parse and the same shape: what the scan keeps of the metadata it reads from the line's
+ * own bytes (the scope's text, the birth counts), or from strings without digits (`phase_counters`)
+ * and the tensors field. Keys, floats and longer integers stay constant bytes. `buf[start, end)` is
+ * the metadata object a full read just validated.
+ */
+function metadataSlots(
+  buf: Uint8Array,
+  start: number,
+  end: number,
+  tensorsStart: number,
+  slots: MarkedSlot[],
+): void {
+  const runs: number[] = [];
+  let p = start;
+  while (p < end && slots.length < MAX_SLOTS) {
+    const c = buf[p]!;
+    if (c === 0x22) {
+      runs.length = 0;
+      let escaped = false;
+      let q = p + 1;
+      while (buf[q] !== 0x22) {
+        if (buf[q] === 0x5c) {
+          escaped = true;
+          q += 2;
+        } else if (isDigit(buf[q])) {
+          const from = q;
+          while (isDigit(buf[q])) q++;
+          runs.push(from, q);
+        } else q++;
+      }
+      p = q + 1;
+      let after = p;
+      while (buf[after] === 0x20 || buf[after] === 0x09 || buf[after] === 0x0a || buf[after] === 0x0d) after++;
+      // A key (a colon follows) stays constant: another key is another field.
+      if (escaped || buf[after] === 0x3a) continue;
+      for (let k = 0; k < runs.length && slots.length < MAX_SLOTS; k += 2)
+        slots.push({ start: runs[k]!, end: runs[k + 1]!, field: NO_FIELD, kind: STRING_DIGITS });
+      continue;
+    }
+    if (c === 0x2d || isDigit(c)) {
+      const from = p;
+      let integer = true;
+      p++;
+      for (;;) {
+        const d = buf[p];
+        if (isDigit(d) || d === 0x2d || d === 0x2b) p++;
+        else if (d === 0x2e || d === 0x65 || d === 0x45) {
+          integer = false;
+          p++;
+        } else break;
+      }
+      const digits = p - from - (c === 0x2d ? 1 : 0);
+      if (integer && digits < 16 && from !== tensorsStart)
+        slots.push({ start: from, end: p, field: NO_FIELD, kind: METADATA_INT });
+      continue;
+    }
+    p++;
   }
 }
 

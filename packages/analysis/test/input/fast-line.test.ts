@@ -369,7 +369,7 @@ function writerLines(seed: number, count: number): string[] {
       writer = next() < 0.3 ? 1 : 0;
       eventType = next() < 0.8 ? "sample" : pick(["start", "warning"]);
       context = pick([null, "Collected telemetry sample.", ""]);
-      shape = Math.floor(next() * 6);
+      shape = Math.floor(next() * 8);
     }
     const total = next() < 0.1 ? null : 2 ** 52;
     const worldSize = writer === 0 ? 8 : 64;
@@ -380,6 +380,29 @@ function writerLines(seed: number, count: number): string[] {
       { tfjs_num_tensors: 1.5 },
       { tfjs_num_tensors: 1234567890123456 },
       {},
+      // A phase boundary's scope: its ids, sequence and depth change from line to line.
+      {
+        phase_scope: {
+          action: "enter",
+          depth: 1 + Math.floor(next() * 3),
+          name: "forward",
+          parent_scope_id:
+            next() < 0.2 ? null : `s-a:${Math.floor(next() * 10 ** (1 + Math.floor(next() * 6)))}`,
+          path: ["train", "forward"],
+          scope_id: `s-a:${Math.floor(next() * 10 ** (1 + Math.floor(next() * 6)))}`,
+          sequence: Math.floor(next() * 10 ** (1 + Math.floor(next() * 14))),
+          thread_id: pick([1, 2, 40012]),
+          thread_name: "main",
+        },
+        tfjs_num_tensors: Math.floor(next() * 500),
+      },
+      // Numbers in keys (constant), nested values, negative and long integers, floats, escapes.
+      {
+        layer12: { count: -Math.floor(next() * 1000), big: Math.floor(next() * 2 ** 53), ratio: next() },
+        ids: [`batch-${Math.floor(next() * 99)}`, Math.floor(next() * 7), "v2.10"],
+        note: `x\u0031y ${Math.floor(next() * 100)}`,
+        tfjs_num_tensors: Math.floor(next() * 50),
+      },
     ];
     let line = encodeTelemetryRecord(
       record(eventType, BASE_NS + BigInt(big()), {
@@ -483,10 +506,9 @@ describe("CanonicalLineReader reads a line like the one before it", () => {
       Array.from({ length }, (_, i) =>
         String(i === 0 ? 1 + Math.floor(next() * 9) : Math.floor(next() * 10)),
       ).join("");
-    const base = writerLines(3, 1)[0]!.replace(
-      /"metadata": \{[^}]*\}/,
-      '"metadata": {"tfjs_num_tensors": 5}',
-    );
+    const base = writerLines(3, 50)
+      .find((line) => /"metadata": \{[^{}]*\}, "pid"/.test(line))!
+      .replace(/"metadata": \{[^{}]*\}/, '"metadata": {"tfjs_num_tensors": 5}');
     const keys = [
       "allocator_allocated_bytes",
       "allocator_change_bytes",
@@ -531,6 +553,129 @@ describe("CanonicalLineReader reads a line like the one before it", () => {
     expect(declined).toBeGreaterThan(60);
   });
 
+  it("reads a job's phase boundaries through templates, rank after rank (scope ids, sequences and depths are slots)", () => {
+    const spy = fullReads();
+    const reader = new CanonicalLineReader();
+    const phases = ["train", "train / forward", "train / backward", "train / optimizer"];
+    let lines = 0;
+    // Ranks one after the other, as one file of a job holds them: each needs its own templates.
+    for (let rank = 0; rank < 6; rank++) {
+      const sessionId = `bench-session-${String(rank).padStart(3, "0")}`;
+      let sequence = 0;
+      for (let step = 0; step < 40; step++) {
+        for (const [k, path] of phases.entries()) {
+          for (const action of ["enter", "exit"] as const) {
+            const parts = path.split(" / ");
+            const scope = {
+              action,
+              depth: parts.length,
+              name: parts.at(-1)!,
+              parent_scope_id: k === 0 ? null : `${sessionId}:${step * 10 + 1}`,
+              path: parts,
+              scope_id: `${sessionId}:${step * 10 + 1 + k}`,
+              sequence: ++sequence,
+              thread_id: 1,
+              thread_name: "main",
+            };
+            const line = encodeTelemetryRecord(
+              record(action === "enter" ? "phase_enter" : "phase_exit", BASE_NS + BigInt(sequence * 1000), {
+                session_id: sessionId,
+                rank,
+                world_size: 8,
+                context: `Phase ${action === "enter" ? "entered" : "exited"}: ${path}`,
+                allocator_allocated_bytes: 2 ** 31 + sequence * 4096,
+                metadata: { phase_scope: scope, tfjs_num_tensors: 100 + (sequence % 7) },
+              }),
+            );
+            expect(fastRead(line, reader), line).toBe(reader);
+            expectSame(reader, decodeTelemetryLine(line), line);
+            lines++;
+          }
+        }
+      }
+    }
+    // One full read per kind of line of each rank (8), not per line: a new rank's templates replace
+    // the last rank's, the least recently used first.
+    expect(lines).toBe(6 * 40 * 8);
+    expect(spy.mock.calls.length).toBeLessThanOrEqual(6 * 8 + 4);
+    spy.mockRestore();
+  });
+
+  it("reads the metadata's numbers and string digits in every form as a fresh reader does", () => {
+    const next = seededRandom(47);
+    const digits = (length: number): string =>
+      Array.from({ length }, (_, i) =>
+        String(i === 0 ? 1 + Math.floor(next() * 9) : Math.floor(next() * 10)),
+      ).join("");
+    const base = encodeTelemetryRecord(
+      record("phase_enter", BASE_NS, {
+        metadata: {
+          phase_scope: {
+            action: "enter",
+            depth: 2,
+            name: "forward",
+            parent_scope_id: "s-a:17",
+            path: ["train", "forward"],
+            scope_id: "s-a:18",
+            sequence: 123,
+            thread_id: -4,
+            thread_name: "main",
+          },
+          nested: { list: [5, "v2"] },
+          tfjs_num_tensors: 9,
+        },
+      }),
+    );
+    const numberTokens = [
+      "0",
+      "-0",
+      "00",
+      "01",
+      "-01",
+      "-",
+      "1.5",
+      "1e3",
+      "1E3",
+      "-1",
+      "null",
+      '"7"',
+      "7 ",
+      " 7",
+    ];
+    for (let length = 1; length <= 18; length++) numberTokens.push(digits(length), `-${digits(length)}`);
+    const stringTokens = ["", "0", "00", "x", "1x", "12.5", "\\u0031", digits(1), digits(9), digits(20)];
+    const edits: [RegExp, string[]][] = [
+      [/"sequence": 123/, numberTokens.map((token) => `"sequence": ${token}`)],
+      [/"depth": 2/, numberTokens.map((token) => `"depth": ${token}`)],
+      [/"thread_id": -4/, numberTokens.map((token) => `"thread_id": ${token}`)],
+      [/\[5, "v2"\]/, numberTokens.map((token) => `[${token}, "v2"]`)],
+      [/"scope_id": "s-a:18"/, stringTokens.map((token) => `"scope_id": "s-a:${token}"`)],
+      [/"v2"\]/, stringTokens.map((token) => `"v${token}"]`)],
+    ];
+    const reader = new CanonicalLineReader();
+    let accepted = 0;
+    let declined = 0;
+    for (const [pattern, replacements] of edits) {
+      for (const replacement of replacements) {
+        // The unchanged line keeps a template, which the changed one is read by where it can be.
+        expect(fastRead(base, reader)).toBe(reader);
+        const changed = base.replace(pattern, replacement);
+        const fresh = fastRead(changed);
+        const templated = fastRead(changed, reader);
+        expect(templated === null, changed).toBe(fresh === null);
+        if (fresh === null || templated === null) {
+          declined++;
+          continue;
+        }
+        accepted++;
+        // Positions included: the scope's text and the metadata are this line's own bytes.
+        expect(fieldsOf(templated), changed).toEqual(fieldsOf(fresh));
+      }
+    }
+    expect(accepted).toBeGreaterThan(80);
+    expect(declined).toBeGreaterThan(10);
+  });
+
   it("stops making templates where no line reads like another, and keeps no long line", () => {
     const spy = vi.spyOn(CanonicalLineReader.prototype as unknown as { remember: () => void }, "remember");
     const reader = new CanonicalLineReader();
@@ -539,8 +684,8 @@ describe("CanonicalLineReader reads a line like the one before it", () => {
       expect(fastRead(line, reader)).toBe(reader);
       expect(reader.context()).toBe(`sample ${i}`);
     }
-    // A few tries, then none in the rest of the window.
-    expect(spy.mock.calls.length).toBeLessThanOrEqual(8);
+    // A few tries (as many as templates are kept), then none in the rest of the window.
+    expect(spy.mock.calls.length).toBeLessThanOrEqual(16);
     spy.mockClear();
     const long = new CanonicalLineReader();
     const line = encodeTelemetryRecord(record("sample", BASE_NS, { context: "x".repeat(5000) }));

@@ -1,8 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import type { ResourceLimits, Worker } from "node:worker_threads";
-import { nodeWorkerThreads } from "./builtins.js";
+import { type ResourceLimits, Worker } from "node:worker_threads";
 
 /** Heap a worker run from TypeScript source gets at least: compiling it through tsx takes more than most workers' own work. */
 const SOURCE_OLD_GENERATION_MB = 128;
@@ -15,7 +14,6 @@ const SOURCE_OLD_GENERATION_MB = 128;
  * out, no tsx): callers then do the work on their own thread.
  */
 export function startWorkerBeside(here: string, name: string, resourceLimits: ResourceLimits = {}): Worker {
-  const { Worker } = nodeWorkerThreads();
   if (!here.endsWith(".ts")) {
     const entry = new URL(here.endsWith(".cjs") ? `./${name}.cjs` : `./${name}.js`, here);
     if (!existsSync(fileURLToPath(entry))) throw new Error(`no worker entry ${fileURLToPath(entry)}`);
