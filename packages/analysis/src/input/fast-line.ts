@@ -652,7 +652,12 @@ export class CanonicalLineReader implements LineFields {
     defaults[F_TENSORS] = this.tensors;
     for (let field = 0; field < FIELDS; field++) {
       if (this.markStart[field]! < 0) continue;
-      slots.push({ start: this.markStart[field]!, end: this.markEnd[field]!, field, kind: FIELD_KIND[field]! });
+      slots.push({
+        start: this.markStart[field]!,
+        end: this.markEnd[field]!,
+        field,
+        kind: FIELD_KIND[field]!,
+      });
     }
     metadataSlots(buf, this.metadataStart, this.metadataEnd, this.tensorsStart, slots);
     slots.sort((a, b) => a.start - b.start);
@@ -1112,7 +1117,8 @@ function metadataSlots(
       }
       p = q + 1;
       let after = p;
-      while (buf[after] === 0x20 || buf[after] === 0x09 || buf[after] === 0x0a || buf[after] === 0x0d) after++;
+      while (buf[after] === 0x20 || buf[after] === 0x09 || buf[after] === 0x0a || buf[after] === 0x0d)
+        after++;
       // A key (a colon follows) stays constant: another key is another field.
       if (escaped || buf[after] === 0x3a) continue;
       for (let k = 0; k < runs.length && slots.length < MAX_SLOTS; k += 2)
