@@ -41,7 +41,7 @@ const TENSORS: u8 = 3;
 const TIMESTAMP: u8 = 4;
 /** An integer in the metadata, of under 16 digits: checked, not read (no value is kept). */
 const METADATA_INT: u8 = 5;
-/** A run of digits inside a string value of the metadata: any run (none too), not read. */
+/** A run of digits inside a string value of the metadata: any run of one or more, not read. */
 const STRING_DIGITS: u8 = 6;
 const MAX_SAFE: u64 = 9007199254740991;
 // biome-ignore lint/correctness/noPrecisionLoss: AssemblyScript reads it as a 64-bit integer, exact.
@@ -118,7 +118,10 @@ export function readLike(start: i32, end: i32, t: i32): i32 {
     // Tokens end at `end` at the latest: a token running past it cannot be followed by the next segment.
     let c: u32 = pos < end ? <u32>load<u8>(<usize>pos) : 0;
     if (kind === STRING_DIGITS) {
+      // Not none: two constant segments joined could spell a key the template's bytes do not hold.
+      const digitsStart = pos;
       pos = digitsEnd(pos, end);
+      if (pos === digitsStart) return 0;
       continue;
     }
     if (kind === METADATA_INT) {

@@ -16,6 +16,7 @@
  */
 
 import { CANONICAL_PREFIX as P } from "@stormlog/core/internal";
+import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import type { LineFields } from "./aggregate.js";
 import { LINE_TEMPLATE_WASM } from "./line-kernel.generated.js";
 
@@ -73,6 +74,9 @@ const TENSORS_KEY = enc("tfjs_num_tensors");
 const SCOPE_KEY = enc("phase_scope");
 const COUNTERS_KEY = enc("phase_counters");
 const BOUNDARY_READ_VALUE = enc('"boundary_read"');
+/** A phase attribution hint's key starts so; the tfjs adapter's birth counts have this key. */
+const ORIGIN_PREFIX = enc('"origin_');
+const BIRTHS_KEY = enc(`"${LIVE_BY_PHASE_KEY}"`);
 
 /** Values remembered per string field. */
 const INTERN_VALUES = 4;
@@ -316,6 +320,8 @@ class LineTemplate {
     readonly metadataInexact: boolean,
     readonly metadataEmpty: boolean,
     readonly boundaryRead: boolean,
+    readonly metadataOrigin: boolean,
+    readonly metadataBirths: boolean,
   ) {
     const slots = slotFields.length;
     this.slotField = Uint8Array.from(slotFields);
@@ -394,6 +400,12 @@ export class CanonicalLineReader implements LineFields {
   scopeEnd = -1;
   /** Top-level `metadata.phase_counters` is `"boundary_read"`. */
   boundaryRead = false;
+  /**
+   * The metadata's bytes hold a key starting `origin_` (a phase attribution hint), or the birth
+   * counts' key: looked for in place, once per template (digits cannot make or unmake either).
+   */
+  metadataOrigin = false;
+  metadataBirths = false;
 
   /** The number the last `int`, `count` or `nullableCount` read. */
   private number = Number.NaN;
@@ -527,6 +539,10 @@ export class CanonicalLineReader implements LineFields {
     const localRank = this.number;
     if (!this.expect(K_METADATA)) return false;
     if (!this.metadata()) return false;
+    const metadataOrigin =
+      !this.metadataEmpty && holds(this.buf, this.metadataStart, this.metadataEnd, ORIGIN_PREFIX);
+    const metadataBirths =
+      !this.metadataEmpty && holds(this.buf, this.metadataStart, this.metadataEnd, BIRTHS_KEY);
     this.markStart[F_TENSORS] = this.tensorsStart;
     this.markEnd[F_TENSORS] = this.tensorsEnd;
     if (!this.expect(K_PID)) return false;
@@ -576,6 +592,8 @@ export class CanonicalLineReader implements LineFields {
     this.tsHead = this.headScratch;
     this.tsTail = this.tailScratch;
     this.worldSize = worldSize;
+    this.metadataOrigin = metadataOrigin;
+    this.metadataBirths = metadataBirths;
     return true;
   }
 
@@ -624,6 +642,8 @@ export class CanonicalLineReader implements LineFields {
     this.metadataInexact = template.metadataInexact;
     this.metadataEmpty = template.metadataEmpty;
     this.boundaryRead = template.boundaryRead;
+    this.metadataOrigin = template.metadataOrigin;
+    this.metadataBirths = template.metadataBirths;
     // Template positions move by what the slots before them gained or lost in length (the kernel's
     // shifts are to its memory; `shift` takes them back to `buf`).
     const shifts = kernel.shifts;
@@ -695,6 +715,8 @@ export class CanonicalLineReader implements LineFields {
       this.metadataInexact,
       this.metadataEmpty,
       this.boundaryRead,
+      this.metadataOrigin,
+      this.metadataBirths,
     );
     template.lastRead = this.reads;
     kernel.write(template.slot, template);
@@ -1068,6 +1090,22 @@ export class CanonicalLineReader implements LineFields {
       }
     }
   }
+}
+
+/**
+ * Whether `buf[start, end)` holds `text` (quote first: the keys looked for start with one). In place:
+ * a view of every sample's metadata cost a young-generation object per line.
+ */
+function holds(buf: Uint8Array, start: number, end: number, text: Uint8Array): boolean {
+  const last = end - text.length;
+  const second = text[1];
+  for (let i = start; i <= last; i++) {
+    if (buf[i] !== 0x22 || buf[i + 1] !== second) continue;
+    let k = 2;
+    while (k < text.length && buf[i + k] === text[k]) k++;
+    if (k === text.length) return true;
+  }
+  return false;
 }
 
 /** A template slot: a token's bytes `[start, end)` in the line, its field (or NO_FIELD) and kind. */

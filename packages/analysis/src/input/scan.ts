@@ -45,35 +45,11 @@ const MAX_EXPECTED_SAMPLES = 1 << 16;
  */
 const DETAILED_TYPES: ReadonlySet<string> = INSTANT_EVENT_TYPES;
 
-const ORIGIN_PREFIX = Buffer.from('"origin_', "latin1");
-
-/** Whether `buf[start, end)` holds `text` (quote first: the keys looked for start with one). */
-function holds(buf: Buffer, start: number, end: number, text: Buffer): boolean {
-  const last = end - text.length;
-  const second = text[1];
-  for (let i = start; i <= last; i++) {
-    if (buf[i] !== 0x22 || buf[i + 1] !== second) continue;
-    let k = 2;
-    while (k < text.length && buf[i + k] === text[k]) k++;
-    if (k === text.length) return true;
-  }
-  return false;
-}
-
-/** Whether a metadata object's bytes may hold a phase attribution hint (a key starting `origin_`). */
-function hasOriginKey(buf: Buffer, start: number, end: number): boolean {
-  return holds(buf, start, end, ORIGIN_PREFIX);
-}
-
-const BIRTHS_KEY = Buffer.from(`"${LIVE_BY_PHASE_KEY}"`, "latin1");
-
 /**
  * A sample's live tensors by birth phase, when its metadata has them (parsed only then, and its
  * exact timestamp made only then: few samples have them, and bigints are garbage for the others).
  */
 function addBirths(part: RankPart, line: LineFields, buf: Buffer, start: number, end: number): void {
-  // Looked for in place: a view of every sample's metadata cost a young-generation object per line.
-  if (!holds(buf, start, end, BIRTHS_KEY)) return;
   let births: unknown;
   try {
     births = (JSON.parse(buf.toString("utf8", start, end)) as Record<string, unknown>)[LIVE_BY_PHASE_KEY];
@@ -194,12 +170,12 @@ class RangeScanner {
     this.lastSession = reader.sessionId;
     if (eventType === "sample") {
       // Phase attribution hints (rare): the general path keeps them exactly, float marks included.
-      if (!reader.metadataEmpty && hasOriginKey(buf, reader.metadataStart, reader.metadataEnd)) {
+      if (reader.metadataOrigin) {
         this.slow(buf, start, end, terminated);
         return;
       }
       const part = this.accumulator.addLine(reader, this.lineNumber);
-      if (!reader.metadataEmpty) addBirths(part, reader, buf, reader.metadataStart, reader.metadataEnd);
+      if (reader.metadataBirths) addBirths(part, reader, buf, reader.metadataStart, reader.metadataEnd);
       return;
     }
     // Detailed records, and sample records whose type is not exactly "sample" (rare), take the general path.
