@@ -78,6 +78,24 @@ interface Pending {
   readonly reject: (error: unknown) => void;
 }
 
+/** How long a judge worker waits, idle, for the next big analysis of this process before it ends. */
+const IDLE_MS = 10_000;
+
+/**
+ * The judge worker of an analysis that ended, kept for the next one (a process that analyses
+ * again, as a dashboard does, starts none; a one-shot command exits without waiting for it).
+ */
+let idle: { worker: Worker; timer: NodeJS.Timeout; ended: () => void } | null = null;
+
+/** Lets go of the kept worker, if `worker` is it. */
+function forget(worker: Worker): void {
+  if (idle?.worker !== worker) return;
+  clearTimeout(idle.timer);
+  worker.off("error", idle.ended);
+  worker.off("exit", idle.ended);
+  idle = null;
+}
+
 /**
  * Judges on a worker. A rank whose judging threw there, or that the worker left unanswered (it
  * ended, or could not start), is judged here: its error, if any, is then this thread's, as without
@@ -87,38 +105,58 @@ export class WorkerJudge implements LeakJudge {
   private readonly pending = new Map<number, Pending>();
   private nextId = 0;
   private alive = true;
+  private closed = false;
+  private readonly onReply = (reply: JudgeReply): void => {
+    const entry = this.pending.get(reply.id);
+    if (entry === undefined) return;
+    this.pending.delete(reply.id);
+    if ("verdicts" in reply) entry.resolve(new Map(reply.verdicts));
+    else this.judgeHere(entry);
+    if (this.pending.size === 0) this.worker.unref();
+  };
+  private readonly onGone = (): void => {
+    if (!this.alive) return;
+    this.alive = false;
+    const left = [...this.pending.values()];
+    this.pending.clear();
+    for (const entry of left) this.judgeHere(entry);
+  };
 
-  private constructor(private readonly worker: Worker) {
-    worker.on("message", (reply: JudgeReply) => {
-      const entry = this.pending.get(reply.id);
-      if (entry === undefined) return;
-      this.pending.delete(reply.id);
-      if ("verdicts" in reply) entry.resolve(new Map(reply.verdicts));
-      else this.judgeHere(entry);
-      if (this.pending.size === 0) this.worker.unref();
-    });
-    const gone = (): void => {
-      if (!this.alive) return;
-      this.alive = false;
-      const left = [...this.pending.values()];
-      this.pending.clear();
-      for (const entry of left) this.judgeHere(entry);
-    };
-    worker.on("error", gone);
-    worker.on("exit", gone);
+  private constructor(
+    private readonly worker: Worker,
+    /** Started as the judge worker beside this module: it may be kept for the next analysis. */
+    private readonly keepable: boolean,
+  ) {
+    worker.on("message", this.onReply);
+    worker.on("error", this.onGone);
+    worker.on("exit", this.onGone);
   }
 
-  /** A judge on a fresh worker (`startWorker`: the judge worker beside this module); null when none can start. */
+  /**
+   * A judge on the kept worker, else on a fresh one (`startWorker`: the judge worker beside this
+   * module); null when none can start.
+   */
   static start(startWorker: () => Worker = startJudgeWorker): WorkerJudge | null {
+    const keepable = startWorker === startJudgeWorker;
     let worker: Worker;
-    try {
-      worker = startWorker();
-    } catch {
-      return null;
+    if (keepable && idle !== null) {
+      worker = idle.worker;
+      forget(worker);
+    } else {
+      try {
+        worker = startWorker();
+      } catch {
+        return null;
+      }
     }
     // Referenced only while it has ranks to judge: an analysis that throws must not leave it waiting.
     worker.unref();
-    return new WorkerJudge(worker);
+    return new WorkerJudge(worker, keepable);
+  }
+
+  /** The worker's thread id (a kept worker judges the next analysis). */
+  get threadId(): number {
+    return this.worker.threadId;
   }
 
   judge(
@@ -144,11 +182,33 @@ export class WorkerJudge implements LeakJudge {
     }
   }
 
+  /** Judges here what is still pending, then keeps the worker idle for the next analysis, or ends it. */
   async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const wasAlive = this.alive;
     this.alive = false;
     const left = [...this.pending.values()];
     this.pending.clear();
     for (const entry of left) this.judgeHere(entry);
-    await this.worker.terminate();
+    const worker = this.worker;
+    worker.off("message", this.onReply);
+    worker.off("error", this.onGone);
+    worker.off("exit", this.onGone);
+    if (wasAlive && this.keepable && idle === null) {
+      worker.unref();
+      // A kept worker that fails or ends meanwhile is not used again.
+      const ended = (): void => forget(worker);
+      worker.on("error", ended);
+      worker.on("exit", ended);
+      const timer = setTimeout(() => {
+        forget(worker);
+        void worker.terminate();
+      }, IDLE_MS);
+      timer.unref();
+      idle = { worker, timer, ended };
+      return;
+    }
+    await worker.terminate();
   }
 }

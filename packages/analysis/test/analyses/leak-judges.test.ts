@@ -115,6 +115,26 @@ describe("the leak judge worker", () => {
     });
   });
 
+  it("keeps its worker for the next analysis of the process, and ends one it cannot keep", async () => {
+    const [rank] = ranksOf(multiRank());
+    const first = started();
+    await first.judge(rank!.occurrences, rank!.input);
+    await first.close();
+    // Closing twice changes nothing: the kept worker is not ended.
+    await first.close();
+    const second = started();
+    expect(second.threadId).toBe(first.threadId);
+    expect(await second.judge(rank!.occurrences, rank!.input)).toEqual(
+      judgeRetention(rank!.occurrences, rank!.input),
+    );
+    // One worker is kept at a time: a third judge beside the second gets a fresh one, ended at close.
+    const third = started();
+    expect(third.threadId).not.toBe(second.threadId);
+    await second.close();
+    await third.close();
+    expect(started().threadId).toBe(second.threadId);
+  });
+
   it("judges here the ranks a worker that ended left unanswered", async () => {
     const judge = started(endingWorker);
     const ranks = ranksOf(multiRank());
