@@ -52,8 +52,9 @@ export const IN_THREAD_JUDGE: LeakJudge = {
 const LIMITS = { maxOldGenerationSizeMb: 48, maxYoungGenerationSizeMb: 2 };
 
 /**
- * Phase occurrences (`phase_enter` records) from which a judge worker pays for its start (a fresh
- * thread, the judging code compiled there): the 64-rank benchmark job has 16,000.
+ * Phase occurrences (`phase_enter` records) from which a judge worker is started. A fresh one answers
+ * its first rank about 75 ms after it is started (the built package, 2-core VM), about what judging
+ * 6,000 occurrences takes a cold thread; this thread goes on meanwhile. The 64-rank benchmark job has 16,000.
  */
 export const OFF_THREAD_OCCURRENCES = 4000;
 
