@@ -40,7 +40,6 @@ export {
   median,
   type PackedPath,
   type PackedRetention,
-  packedTransferables,
   packRetention,
   parseBirthCounts,
   type RankVerdicts,

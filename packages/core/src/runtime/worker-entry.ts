@@ -3,7 +3,10 @@ import { createRequire } from "node:module";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { type ResourceLimits, Worker } from "node:worker_threads";
 
-/** Heap a worker run from TypeScript source gets at least: compiling it through tsx takes more than most workers' own work. */
+/**
+ * Old generation a worker with a heap limit gets at least when it runs from TypeScript source:
+ * compiling it through tsx takes more than such a worker's own work.
+ */
 const SOURCE_OLD_GENERATION_MB = 128;
 
 /**
@@ -22,11 +25,14 @@ export function startWorkerBeside(here: string, name: string, resourceLimits: Re
   const entry = new URL(`./${name}.ts`, here).href;
   const tsx = tsxLoaderUrl(here);
   const bootstrap = `import(${JSON.stringify(tsx)}).then(({ tsImport }) => tsImport(${JSON.stringify(entry)}, ${JSON.stringify(entry)}));`;
-  const oldGeneration = Math.max(resourceLimits.maxOldGenerationSizeMb ?? 0, SOURCE_OLD_GENERATION_MB);
+  const limit = resourceLimits.maxOldGenerationSizeMb;
   return new Worker(bootstrap, {
     eval: true,
     execArgv: ["--conditions=@stormlog/source"],
-    resourceLimits: { ...resourceLimits, maxOldGenerationSizeMb: oldGeneration },
+    resourceLimits:
+      limit === undefined
+        ? resourceLimits
+        : { ...resourceLimits, maxOldGenerationSizeMb: Math.max(limit, SOURCE_OLD_GENERATION_MB) },
   });
 }
 

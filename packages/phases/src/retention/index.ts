@@ -18,7 +18,6 @@ export {
 export {
   type PackedPath,
   type PackedRetention,
-  packedTransferables,
   packRetention,
   unpackRetention,
 } from "./packed.js";

@@ -1,8 +1,8 @@
 /**
  * One rank's retention input in typed arrays, to be judged on another thread: posting the
  * occurrences as objects (a structured clone of each span) cost the posting thread 52 ms for the
- * 16,000 occurrences of a 64-rank job; these arrays are transferred instead, and the strings and
- * thread ids each occurrence shares with others are sent once.
+ * 16,000 occurrences of a 64-rank job; typed arrays are copied whole, and the strings and thread
+ * ids each occurrence shares with others are sent once.
  */
 import type { PhaseThreadId } from "../replay.js";
 import type { BirthSnapshot } from "./births.js";
@@ -104,22 +104,6 @@ export function packRetention(
     endsNs: times(ends),
     values,
   };
-}
-
-/** The buffers of `packed`'s typed arrays, to transfer with it. */
-export function packedTransferables(packed: PackedRetention): ArrayBuffer[] {
-  const out: ArrayBuffer[] = [];
-  for (const array of [
-    packed.rankOf,
-    packed.threadOf,
-    packed.pathOf,
-    packed.syntheticEnd,
-    packed.startsNs,
-    packed.endsNs,
-    packed.values,
-  ])
-    if (ArrayBuffer.isView(array)) out.push(array.buffer as ArrayBuffer);
-  return out;
 }
 
 /** A span as a verdict reads it, unpacked (a class: one shape for every occurrence). */
