@@ -9,6 +9,16 @@
  * number token in each slot by the rules of the full read (see `LineTemplate` and `readLike`).
  */
 
+/** Fields (`F_*` in fast-line.ts, which checks these against its own): the ones `readSamples` checks. */
+export const FIELDS: i32 = 16;
+export const F_FREE: i32 = 5;
+export const F_TOTAL: i32 = 7;
+export const F_USED: i32 = 8;
+export const F_LOCAL_RANK: i32 = 9;
+export const F_PID: i32 = 11;
+export const F_RANK: i32 = 12;
+export const F_WORLD_SIZE: i32 = 15;
+
 /** Memory layout (bytes), read by the JavaScript side from these exports. */
 export const CHUNK_AT: i32 = 0;
 /** The scan's read buffer (`CHUNK_BYTES` in scan.ts): lines read there need no copy. */
@@ -21,18 +31,33 @@ export const TEMPLATE_STRIDE: i32 = 8192;
 export const TEMPLATE_SLOTS: i32 = 16;
 /** Slots a template has at most (a phase boundary's scope adds a dozen to a line's 16 fields). */
 export const MAX_SLOTS: i32 = 63;
-/** Within a template: slot count, segment starts and lengths (i32), slot fields and kinds (u8), bytes. */
+/**
+ * Within a template: slot count, whether `readSamples` takes its lines (i32), segment starts and
+ * lengths (i32), slot fields and kinds (u8), the values of fields that are not slots (f64), bytes.
+ */
 export const T_SLOTS: i32 = 0;
+export const T_SAMPLE: i32 = 4;
 export const T_SEG_START: i32 = 8;
 export const T_SEG_LENGTH: i32 = T_SEG_START + 4 * (MAX_SLOTS + 1);
 export const T_SLOT_FIELD: i32 = T_SEG_LENGTH + 4 * (MAX_SLOTS + 1);
 export const T_SLOT_KIND: i32 = T_SLOT_FIELD + (MAX_SLOTS + 1);
-export const T_BYTES: i32 = T_SLOT_KIND + (MAX_SLOTS + 1);
+export const T_DEFAULTS: i32 = T_SLOT_KIND + (MAX_SLOTS + 1);
+export const T_BYTES: i32 = T_DEFAULTS + 8 * FIELDS;
 /** Results: field values (f64 by field), segment shifts (i32), the timestamp's head and tail (f64). */
 export const VALUES_AT: i32 = TEMPLATES_AT + TEMPLATE_SLOTS * TEMPLATE_STRIDE;
 export const SHIFTS_AT: i32 = VALUES_AT + 8 * 32;
 export const HEAD_AT: i32 = SHIFTS_AT + 4 * (MAX_SLOTS + 1);
 export const TAIL_AT: i32 = HEAD_AT + 8;
+/** Where `readSamples` stopped (i32): the start of the first line it did not take. */
+export const STOP_AT: i32 = TAIL_AT + 8;
+/**
+ * `readSamples`' rows, one a line: its template, the timestamp's head and tail, a spare place,
+ * then the field values (f64).
+ */
+export const ROWS_AT: i32 = STOP_AT + 8;
+export const ROW_VALUES: i32 = 4 + FIELDS;
+export const MAX_ROWS: i32 = 8192;
+export const MEMORY_END: i32 = ROWS_AT + 8 * ROW_VALUES * MAX_ROWS;
 
 // Slot kinds (`FIELD_KIND` and the metadata's slot kinds in fast-line.ts).
 const NULLABLE_COUNT: u8 = 0;
@@ -93,6 +118,20 @@ function digitsValue(from: i32, to: i32): u64 {
  * template to line positions in SHIFTS, the timestamp in HEAD and TAIL.
  */
 export function readLike(start: i32, end: i32, t: i32): i32 {
+  const pos = matchTemplate(start, end, t);
+  if (pos < 0) return 0;
+  for (let i = pos; i < end; i++) {
+    const c = load<u8>(<usize>i);
+    if (c !== 0x20 && c !== 0x09 && c !== 0x0d && c !== 0x0a) return 0;
+  }
+  return 1;
+}
+
+/**
+ * Reads `[start, ...)` as template `t` (see `readLike`) up to the end of its bytes, which is
+ * returned (-1: no match); `end` bounds the reading.
+ */
+function matchTemplate(start: i32, end: i32, t: i32): i32 {
   const tpl: usize = <usize>(TEMPLATES_AT + t * TEMPLATE_STRIDE);
   const slots = load<i32>(tpl + T_SLOTS);
   const bytes: usize = tpl + T_BYTES;
@@ -100,15 +139,15 @@ export function readLike(start: i32, end: i32, t: i32): i32 {
   for (let k = 0; ; k++) {
     const from = load<i32>(tpl + T_SEG_START + (k << 2));
     const length = load<i32>(tpl + T_SEG_LENGTH + (k << 2));
-    if (pos + length > end) return 0;
+    if (pos + length > end) return -1;
     const at: usize = <usize>pos;
     const expected: usize = bytes + <usize>from;
     let i = 0;
     for (; i + 8 <= length; i += 8) {
-      if (load<u64>(at + <usize>i) !== load<u64>(expected + <usize>i)) return 0;
+      if (load<u64>(at + <usize>i) !== load<u64>(expected + <usize>i)) return -1;
     }
     for (; i < length; i++) {
-      if (load<u8>(at + <usize>i) !== load<u8>(expected + <usize>i)) return 0;
+      if (load<u8>(at + <usize>i) !== load<u8>(expected + <usize>i)) return -1;
     }
     store<i32>(<usize>(SHIFTS_AT + (k << 2)), pos - from);
     pos += length;
@@ -121,7 +160,7 @@ export function readLike(start: i32, end: i32, t: i32): i32 {
       // Not none: two constant segments joined could spell a key the template's bytes do not hold.
       const digitsStart = pos;
       pos = digitsEnd(pos, end);
-      if (pos === digitsStart) return 0;
+      if (pos === digitsStart) return -1;
       continue;
     }
     if (kind === METADATA_INT) {
@@ -130,14 +169,14 @@ export function readLike(start: i32, end: i32, t: i32): i32 {
       const digitsStart = pos;
       pos = digitsEnd(pos, end);
       const digits = pos - digitsStart;
-      if (digits === 0 || digits > 15 || (digits > 1 && load<u8>(<usize>digitsStart) === 0x30)) return 0;
+      if (digits === 0 || digits > 15 || (digits > 1 && load<u8>(<usize>digitsStart) === 0x30)) return -1;
       continue;
     }
     if (kind === TIMESTAMP) {
       const digitsStart = pos;
       pos = digitsEnd(pos, end);
       const digits = pos - digitsStart;
-      if (digits === 0 || digits > 24 || (digits > 1 && load<u8>(<usize>digitsStart) === 0x30)) return 0;
+      if (digits === 0 || digits > 24 || (digits > 1 && load<u8>(<usize>digitsStart) === 0x30)) return -1;
       const split = max(digitsStart, pos - 9);
       const head = <f64>digitsValue(digitsStart, split);
       const tail = <f64>digitsValue(split, pos);
@@ -153,14 +192,14 @@ export function readLike(start: i32, end: i32, t: i32): i32 {
         load<u8>(<usize>(pos + 2)) !== 0x6c ||
         load<u8>(<usize>(pos + 3)) !== 0x6c
       )
-        return 0;
+        return -1;
       pos += 4;
       store<f64>(<usize>VALUES_AT + (field << 3), NaN);
       continue;
     }
     let negative = false;
     if (c === 0x2d) {
-      if (kind !== INT && kind !== TENSORS) return 0;
+      if (kind !== INT && kind !== TENSORS) return -1;
       negative = true;
       pos++;
       c = pos < end ? <u32>load<u8>(<usize>pos) : 0;
@@ -169,23 +208,80 @@ export function readLike(start: i32, end: i32, t: i32): i32 {
     pos = digitsEnd(pos, end);
     c = pos < end ? <u32>load<u8>(<usize>pos) : 0;
     const digits = pos - digitsStart;
-    if (digits === 0 || (digits > 1 && load<u8>(<usize>digitsStart) === 0x30)) return 0;
+    if (digits === 0 || (digits > 1 && load<u8>(<usize>digitsStart) === 0x30)) return -1;
     // Past 16 digits a number is past 2^53 (no leading zero); the full read takes none of them, nor
     // a 16-digit tensor count.
-    if (digits > 16 || (digits === 16 && kind === TENSORS)) return 0;
+    if (digits > 16 || (digits === 16 && kind === TENSORS)) return -1;
     const exact = digitsValue(digitsStart, pos);
-    if (exact > MAX_SAFE) return 0;
+    if (exact > MAX_SAFE) return -1;
     const value = <f64>exact;
-    if (c === 0x2e || c === 0x65 || c === 0x45) return 0;
+    if (c === 0x2e || c === 0x65 || c === 0x45) return -1;
     // `int` reads -0 as 0; the metadata validator (tensors) keeps the sign.
     store<f64>(
       <usize>VALUES_AT + (field << 3),
       negative && (value !== 0 || kind === TENSORS) ? -value : value,
     );
   }
-  for (let i = pos; i < end; i++) {
-    const c = load<u8>(<usize>i);
-    if (c !== 0x20 && c !== 0x09 && c !== 0x0d && c !== 0x0a) return 0;
+  return pos;
+}
+
+/** The template `readSamples` tries first: the one that read its last line. */
+let lastTemplate: i32 = 0;
+
+/**
+ * Reads the lines from `start` (a line's start) one after the other while each is a sample line
+ * read by one of the first `templates` templates that `T_SAMPLE` marks, with the checks of the
+ * JavaScript side's `readLike`, ends with `\n` before `end` (after spaces or tabs and one `\r`)
+ * and is not empty, and at most MAX_ROWS of them: writes a row each (see ROWS_AT) and returns how
+ * many; STOP_AT holds where the first line not read starts. Anything else is left to the caller,
+ * line by line.
+ */
+export function readSamples(start: i32, end: i32, templates: i32): i32 {
+  let rows = 0;
+  let p = start;
+  while (rows < MAX_ROWS) {
+    let t = lastTemplate;
+    let close = sampleLike(p, end, t);
+    for (let k = 0; close < 0 && k < templates; k++) {
+      if (k === lastTemplate) continue;
+      t = k;
+      close = sampleLike(p, end, k);
+    }
+    if (close < 0) break;
+    // The line's end: spaces or tabs, at most one `\r`, then its `\n`.
+    while (close < end && (load<u8>(<usize>close) === 0x20 || load<u8>(<usize>close) === 0x09)) close++;
+    if (close < end && load<u8>(<usize>close) === 0x0d) close++;
+    if (close >= end || load<u8>(<usize>close) !== 0x0a) break;
+    lastTemplate = t;
+    const row: usize = <usize>(ROWS_AT + rows * ROW_VALUES * 8);
+    store<f64>(row, <f64>t);
+    store<f64>(row + 8, load<f64>(<usize>HEAD_AT));
+    store<f64>(row + 16, load<f64>(<usize>TAIL_AT));
+    memory.copy(row + 32, <usize>VALUES_AT, 8 * FIELDS);
+    rows++;
+    p = close + 1;
   }
-  return 1;
+  store<i32>(<usize>STOP_AT, p);
+  return rows;
+}
+
+/** Where template `t` ends reading `[start, ...)` as a sample line that passes the checks, else -1. */
+function sampleLike(start: i32, end: i32, t: i32): i32 {
+  const tpl: usize = <usize>(TEMPLATES_AT + t * TEMPLATE_STRIDE);
+  if (load<i32>(tpl + T_SAMPLE) === 0) return -1;
+  memory.copy(<usize>VALUES_AT, tpl + T_DEFAULTS, 8 * FIELDS);
+  const close = matchTemplate(start, end, t);
+  if (close < 0) return -1;
+  const values: usize = <usize>VALUES_AT;
+  const pid = load<f64>(values + (F_PID << 3));
+  const rank = load<f64>(values + (F_RANK << 3));
+  const localRank = load<f64>(values + (F_LOCAL_RANK << 3));
+  const worldSize = load<f64>(values + (F_WORLD_SIZE << 3));
+  const total = load<f64>(values + (F_TOTAL << 3));
+  const used = load<f64>(values + (F_USED << 3));
+  const free = load<f64>(values + (F_FREE << 3));
+  if (pid < -1 || worldSize < 1 || rank >= worldSize || localRank >= worldSize) return -1;
+  // biome-ignore lint/suspicious/noGlobalIsNan: AssemblyScript's isNaN is its typed builtin, not the global.
+  if (!isNaN(total) && (used > total || (!isNaN(free) && free > total))) return -1;
+  return close;
 }

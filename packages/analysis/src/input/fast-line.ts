@@ -12,7 +12,9 @@
  * between its number tokens is read by comparing those bytes eight at a time and parsing just the
  * numbers, with the same rules as a full read. That loop runs on nearly every line of a scan, so it
  * is WebAssembly (`kernel/line-template.ts`): a cold command runs it compiled from the first line
- * instead of waiting for V8 to optimize it.
+ * instead of waiting for V8 to optimize it. The scan's runs of plain sample lines go further: the
+ * kernel reads line after line in one call (`readSamples`), finding each line's end as it matches,
+ * and this side takes the rows it wrote (`takeRow`).
  */
 
 import { CANONICAL_PREFIX as P } from "@stormlog/core/internal";
@@ -142,6 +144,9 @@ const F_INTERVAL = 13;
 const F_TIMESTAMP = 14;
 const F_WORLD_SIZE = 15;
 const FIELDS = 16;
+/** A row of `readSamples` (see ROWS_AT in the kernel): template, head, tail, spare, then the fields. */
+const ROW_VALUES = 4 + FIELDS;
+const ROW_FIELDS_AT = 4;
 
 // How each field's token is read.
 const NULLABLE_COUNT = 0;
@@ -218,6 +223,7 @@ declare const WebAssembly: {
 interface KernelExports {
   readonly memory: { readonly buffer: ArrayBuffer };
   readLike(start: number, end: number, template: number): number;
+  readSamples(start: number, end: number, templates: number): number;
   /** The layout's constants, as globals. */
   readonly [layout: string]: unknown;
 }
@@ -230,7 +236,12 @@ class LineKernel {
   readonly memory: ArrayBuffer;
   readonly bytes: Uint8Array;
   readonly readLike: (start: number, end: number, template: number) => number;
+  readonly readSamples: (start: number, end: number, templates: number) => number;
   readonly values: Float64Array;
+  /** `readSamples`' rows (ROW_VALUES each: template, timestamp head and tail, spare, field values). */
+  readonly rows: Float64Array;
+  /** Where `readSamples` stopped. */
+  readonly stopAt: Int32Array;
   readonly shifts: Int32Array;
   readonly timestamp: Float64Array;
   readonly chunkAt: number;
@@ -248,7 +259,10 @@ class LineKernel {
     this.memory = exports.memory.buffer;
     this.bytes = new Uint8Array(this.memory);
     this.readLike = exports.readLike;
+    this.readSamples = exports.readSamples;
     this.values = new Float64Array(this.memory, layout("VALUES_AT"), FIELDS);
+    this.rows = new Float64Array(this.memory, layout("ROWS_AT"), ROW_VALUES * layout("MAX_ROWS"));
+    this.stopAt = new Int32Array(this.memory, layout("STOP_AT"), 1);
     this.shifts = new Int32Array(this.memory, layout("SHIFTS_AT"), MAX_SLOTS + 1);
     this.timestamp = new Float64Array(this.memory, layout("HEAD_AT"), 2);
     this.chunkAt = layout("CHUNK_AT");
@@ -260,9 +274,24 @@ class LineKernel {
     if (
       layout("TEMPLATE_SLOTS") < TEMPLATES ||
       layout("MAX_SLOTS") < MAX_SLOTS ||
-      this.templateStride - layout("T_BYTES") < MAX_TEMPLATE_BYTES
+      this.templateStride - layout("T_BYTES") < MAX_TEMPLATE_BYTES ||
+      layout("MEMORY_END") > this.memory.byteLength
     )
       throw new Error("line-template kernel: fewer or smaller template places than fast-line.ts keeps");
+    // The fields `readSamples` checks, and its rows' layout, are numbered as here.
+    const checked = [
+      ["FIELDS", FIELDS],
+      ["ROW_VALUES", ROW_VALUES],
+      ["F_FREE", F_FREE],
+      ["F_TOTAL", F_TOTAL],
+      ["F_USED", F_USED],
+      ["F_LOCAL_RANK", F_LOCAL_RANK],
+      ["F_PID", F_PID],
+      ["F_RANK", F_RANK],
+      ["F_WORLD_SIZE", F_WORLD_SIZE],
+    ] as const;
+    for (const [name, value] of checked)
+      if (layout(name) !== value) throw new Error(`line-template kernel: ${name} is not ${value}`);
   }
 
   /** Writes `template` into the kernel's place `slot`. */
@@ -270,6 +299,8 @@ class LineKernel {
     const at = this.templatesAt + slot * this.templateStride;
     const view = new DataView(this.memory, at, this.templateStride);
     view.setInt32(this.layout("T_SLOTS"), template.slotField.length, true);
+    view.setInt32(this.layout("T_SAMPLE"), template.sampleRows ? 1 : 0, true);
+    new Float64Array(this.memory, at + this.layout("T_DEFAULTS"), FIELDS).set(template.defaults);
     const segStart = this.layout("T_SEG_START");
     const segLength = this.layout("T_SEG_LENGTH");
     for (let k = 0; k < template.segStart.length; k++) {
@@ -302,6 +333,11 @@ class LineTemplate {
   readonly positionSegments: Int32Array;
   /** `CanonicalLineReader.reads` when it was made or last matched a line. */
   lastRead = 0;
+  /**
+   * Its lines are plain samples, which `readSamples` reads in runs: no phase attribution hint and
+   * no birth counts in the metadata (the scan reads those lines' metadata).
+   */
+  readonly sampleRows: boolean;
 
   constructor(
     readonly slot: number,
@@ -323,6 +359,7 @@ class LineTemplate {
     readonly metadataOrigin: boolean,
     readonly metadataBirths: boolean,
   ) {
+    this.sampleRows = eventType === "sample" && !metadataOrigin && !metadataBirths;
     const slots = slotFields.length;
     this.slotField = Uint8Array.from(slotFields);
     this.slotKind = Uint8Array.from(slotKinds);
@@ -429,6 +466,10 @@ export class CanonicalLineReader implements LineFields {
   private tensorsStart = -1;
   private tensorsEnd = -1;
   private readonly templates: LineTemplate[] = [];
+  /** Where the first line the last `readSamples` did not read starts. */
+  rowsEnd = 0;
+  /** The templates by their place in the kernel. */
+  private readonly bySlot: LineTemplate[] = [];
   /** Lines read (a template's `lastRead` is the count when it last matched). */
   private reads = 0;
   private windowLines = 0;
@@ -617,33 +658,7 @@ export class CanonicalLineReader implements LineFields {
     const free = values[F_FREE]!;
     if (pid < -1 || worldSize < 1 || rank >= worldSize || localRank >= worldSize) return false;
     if (!Number.isNaN(total) && (used > total || (!Number.isNaN(free) && free > total))) return false;
-    this.active = values[F_ACTIVE]!;
-    this.allocated = values[F_ALLOCATED]!;
-    this.change = values[F_CHANGE]!;
-    this.inactive = values[F_INACTIVE]!;
-    this.reserved = values[F_RESERVED]!;
-    this.free = free;
-    this.deviceId = values[F_DEVICE_ID]!;
-    this.total = total;
-    this.used = used;
-    this.localRank = localRank;
-    this.tensors = values[F_TENSORS]!;
-    this.pid = pid;
-    this.rank = rank;
-    this.samplingIntervalMs = values[F_INTERVAL]!;
-    this.worldSize = worldSize;
-    this.tsHead = kernel.timestamp[0]!;
-    this.tsTail = kernel.timestamp[1]!;
-    this.eventType = template.eventType;
-    this.collector = template.collector;
-    this.host = template.host;
-    this.jobId = template.jobId;
-    this.sessionId = template.sessionId;
-    this.metadataInexact = template.metadataInexact;
-    this.metadataEmpty = template.metadataEmpty;
-    this.boundaryRead = template.boundaryRead;
-    this.metadataOrigin = template.metadataOrigin;
-    this.metadataBirths = template.metadataBirths;
+    this.take(template, values, 0, kernel.timestamp[0]!, kernel.timestamp[1]!);
     // Template positions move by what the slots before them gained or lost in length (the kernel's
     // shifts are to its memory; `shift` takes them back to `buf`).
     const shifts = kernel.shifts;
@@ -660,6 +675,78 @@ export class CanonicalLineReader implements LineFields {
     p = positions[P_SCOPE_END]!;
     this.scopeEnd = p < 0 ? -1 : p + shifts[segments[P_SCOPE_END]!]! - shift;
     return true;
+  }
+
+  /** The fields of a line read as `template`: its slots' values from `values[at...]`, the rest the template's. */
+  private take(template: LineTemplate, values: Float64Array, at: number, head: number, tail: number): void {
+    this.active = values[at + F_ACTIVE]!;
+    this.allocated = values[at + F_ALLOCATED]!;
+    this.change = values[at + F_CHANGE]!;
+    this.inactive = values[at + F_INACTIVE]!;
+    this.reserved = values[at + F_RESERVED]!;
+    this.free = values[at + F_FREE]!;
+    this.deviceId = values[at + F_DEVICE_ID]!;
+    this.total = values[at + F_TOTAL]!;
+    this.used = values[at + F_USED]!;
+    this.localRank = values[at + F_LOCAL_RANK]!;
+    this.tensors = values[at + F_TENSORS]!;
+    this.pid = values[at + F_PID]!;
+    this.rank = values[at + F_RANK]!;
+    this.samplingIntervalMs = values[at + F_INTERVAL]!;
+    this.worldSize = values[at + F_WORLD_SIZE]!;
+    this.tsHead = head;
+    this.tsTail = tail;
+    this.eventType = template.eventType;
+    this.collector = template.collector;
+    this.host = template.host;
+    this.jobId = template.jobId;
+    this.sessionId = template.sessionId;
+    this.metadataInexact = template.metadataInexact;
+    this.metadataEmpty = template.metadataEmpty;
+    this.boundaryRead = template.boundaryRead;
+    this.metadataOrigin = template.metadataOrigin;
+    this.metadataBirths = template.metadataBirths;
+  }
+
+  /**
+   * Reads plain sample lines (`LineTemplate.sampleRows`) from `buf[start, end)` in one call into the
+   * kernel while they come (each a whole line, ended by its `\n`): how many, each then taken by
+   * `takeRow`; `rowsEnd` is where the first line not read starts. 0 where `buf` is not the scan's
+   * buffer in the kernel's memory (`chunkBuffer`), or templates do not pay their way (`read`).
+   */
+  readSamples(buf: Uint8Array, start: number, end: number): number {
+    const kernel = this.kernelMade;
+    const templates = this.templates;
+    if (kernel == null || buf.buffer !== kernel.memory || templates.length === 0) return 0;
+    if (this.windowLines >= TEMPLATE_WINDOW) {
+      this.windowLines = 0;
+      this.templateReads = 0;
+      this.templatesMade = 0;
+    }
+    if (this.templatesMade >= this.templateReads + TEMPLATE_SLACK) return 0;
+    const rows = kernel.readSamples(buf.byteOffset + start, buf.byteOffset + end, templates.length);
+    this.rowsEnd = kernel.stopAt[0]! - buf.byteOffset;
+    this.windowLines += rows;
+    this.templateReads += rows;
+    return rows;
+  }
+
+  /**
+   * Takes the fields of row `i` of the last `readSamples`, as `read` would have read its line (but
+   * for the byte ranges of context, metadata and scope: a plain sample's are not used).
+   */
+  takeRow(i: number): void {
+    const kernel = this.kernelMade!;
+    const rows = kernel.rows;
+    const at = i * ROW_VALUES;
+    const template = this.bySlot[rows[at]!]!;
+    this.reads++;
+    template.lastRead = this.reads;
+    this.take(template, rows, at + ROW_FIELDS_AT, rows[at + 1]!, rows[at + 2]!);
+    this.contextStart = -1;
+    this.contextEnd = -1;
+    this.scopeStart = -1;
+    this.scopeEnd = -1;
   }
 
   /** Keeps the line just read in full (`buf[start, ...]`, up to its closing brace) as a template. */
@@ -721,6 +808,7 @@ export class CanonicalLineReader implements LineFields {
     template.lastRead = this.reads;
     kernel.write(template.slot, template);
     templates[replaced] = template;
+    this.bySlot[template.slot] = template;
   }
 
   /** A number field read by its rule (`FIELD_KIND`), its token noted for `remember`. */

@@ -147,8 +147,20 @@ class RangeScanner {
   /** The lines of `buf[start, end)` up to its last line end; where the rest (a line not ended yet) starts. */
   lines(buf: Buffer, start: number, end: number): number {
     const ends = this.ends;
+    const reader = this.reader;
     ends.begin(end === buf.length ? buf : buf.subarray(0, end));
     for (;;) {
+      // Runs of plain sample lines are read in one call into the kernel; the line after a run one by one.
+      const rows = reader.readSamples(buf, start, end);
+      if (rows > 0) {
+        const accumulator = this.accumulator;
+        for (let i = 0; i < rows; i++) {
+          reader.takeRow(i);
+          accumulator.addLine(reader, ++this.lineNumber);
+        }
+        this.lastSession = reader.sessionId;
+        start = reader.rowsEnd;
+      }
       const lineEnd = ends.find(start);
       if (lineEnd === -1) return start;
       this.line(buf, start, lineEnd, true);
