@@ -9,7 +9,7 @@
  * number token in each slot by the rules of the full read (see `LineTemplate` and `readLike`).
  */
 
-/** Fields (`F_*` in fast-line.ts, which checks these against its own): the ones `readSamples` checks. */
+/** Fields (`F_*` in fast-line.ts, which checks these against its own): the ones `readRows` checks. */
 export const FIELDS: i32 = 16;
 export const F_FREE: i32 = 5;
 export const F_TOTAL: i32 = 7;
@@ -32,32 +32,45 @@ export const TEMPLATE_SLOTS: i32 = 16;
 /** Slots a template has at most (a phase boundary's scope adds a dozen to a line's 16 fields). */
 export const MAX_SLOTS: i32 = 63;
 /**
- * Within a template: slot count, whether `readSamples` takes its lines (i32), segment starts and
- * lengths (i32), slot fields and kinds (u8), the values of fields that are not slots (f64), bytes.
+ * Within a template: slot count, which rows `readRows` makes of its lines (i32: ROWS_*), segment
+ * starts and lengths (i32), slot fields and kinds (u8), the values of fields that are not slots
+ * (f64), where its phase scope starts and ends and the segments those lie in (i32), bytes.
  */
 export const T_SLOTS: i32 = 0;
-export const T_SAMPLE: i32 = 4;
+export const T_ROWS: i32 = 4;
 export const T_SEG_START: i32 = 8;
 export const T_SEG_LENGTH: i32 = T_SEG_START + 4 * (MAX_SLOTS + 1);
 export const T_SLOT_FIELD: i32 = T_SEG_LENGTH + 4 * (MAX_SLOTS + 1);
 export const T_SLOT_KIND: i32 = T_SLOT_FIELD + (MAX_SLOTS + 1);
 export const T_DEFAULTS: i32 = T_SLOT_KIND + (MAX_SLOTS + 1);
-export const T_BYTES: i32 = T_DEFAULTS + 8 * FIELDS;
+export const T_SCOPE: i32 = T_DEFAULTS + 8 * FIELDS;
+export const T_BYTES: i32 = T_SCOPE + 16;
+/** Rows of a template's lines: none (read line by line), plain samples, phase boundaries (with their scope's place). */
+export const ROWS_NONE: i32 = 0;
+export const ROWS_SAMPLE: i32 = 1;
+export const ROWS_BOUNDARY: i32 = 2;
 /** Results: field values (f64 by field), segment shifts (i32), the timestamp's head and tail (f64). */
 export const VALUES_AT: i32 = TEMPLATES_AT + TEMPLATE_SLOTS * TEMPLATE_STRIDE;
 export const SHIFTS_AT: i32 = VALUES_AT + 8 * 32;
 export const HEAD_AT: i32 = SHIFTS_AT + 4 * (MAX_SLOTS + 1);
 export const TAIL_AT: i32 = HEAD_AT + 8;
-/** Where `readSamples` stopped (i32): the start of the first line it did not take. */
+/** Where `readRows` stopped (i32): the start of the first line it did not take. */
 export const STOP_AT: i32 = TAIL_AT + 8;
 /**
- * `readSamples`' rows, one a line: its template, the timestamp's head and tail, a spare place,
- * then the field values (f64).
+ * `readRows`' rows, one a line: its template, the timestamp's head and tail, where its phase
+ * scope starts and ends (-1: none), a spare place, then the field values (f64).
  */
 export const ROWS_AT: i32 = STOP_AT + 8;
-export const ROW_VALUES: i32 = 4 + FIELDS;
+export const ROW_VALUES: i32 = 6 + FIELDS;
 export const MAX_ROWS: i32 = 8192;
-export const MEMORY_END: i32 = ROWS_AT + 8 * ROW_VALUES * MAX_ROWS;
+/**
+ * The templates in the order `readRows` tries them after the current run's and the guess (u8): the
+ * one that read the latest line first; then, by template, the one whose run came two runs after its
+ * last run (u8, 255: none yet), the guess.
+ */
+export const ORDER_AT: i32 = ROWS_AT + 8 * ROW_VALUES * MAX_ROWS;
+export const AFTER_AT: i32 = ORDER_AT + TEMPLATE_SLOTS;
+export const MEMORY_END: i32 = AFTER_AT + TEMPLATE_SLOTS;
 
 // Slot kinds (`FIELD_KIND` and the metadata's slot kinds in fast-line.ts).
 const NULLABLE_COUNT: u8 = 0;
@@ -146,8 +159,16 @@ function matchTemplate(start: i32, end: i32, t: i32): i32 {
     for (; i + 8 <= length; i += 8) {
       if (load<u64>(at + <usize>i) !== load<u64>(expected + <usize>i)) return -1;
     }
-    for (; i < length; i++) {
-      if (load<u8>(at + <usize>i) !== load<u8>(expected + <usize>i)) return -1;
+    // The last 1-7 bytes in one comparison: the 8 bytes ending there (a segment of 8 or more), else
+    // the first `length` bytes of the 8 from there (memory goes on past a line and a template).
+    if (i < length) {
+      if (length >= 8) {
+        const last: usize = <usize>(length - 8);
+        if (load<u64>(at + last) !== load<u64>(expected + last)) return -1;
+      } else {
+        const mask: u64 = ((<u64>1) << ((<u64>length) << 3)) - 1;
+        if (((load<u64>(at) ^ load<u64>(expected)) & mask) !== 0) return -1;
+      }
     }
     store<i32>(<usize>(SHIFTS_AT + (k << 2)), pos - from);
     pos += length;
@@ -225,39 +246,67 @@ function matchTemplate(start: i32, end: i32, t: i32): i32 {
   return pos;
 }
 
-/** The template `readSamples` tries first: the one that read its last line. */
-let lastTemplate: i32 = 0;
+/** Whether ORDER and AFTER are set up yet (memory starts zeroed). */
+let ordered = false;
+/**
+ * The template of the run of lines read now, and of the run before it. A writer's lines come in runs
+ * (a rank's samples between its phase boundaries, each boundary a run of one) in a cycle: the run
+ * after this one is guessed to be the one that came two runs after the previous run's template last
+ * time (samples, enter `forward`, samples: next, exit `forward`), so a boundary is found at the
+ * first or second try rather than after every template that a wrong one takes ~200 bytes to rule out.
+ */
+let current: i32 = 0;
+let previous: i32 = 0;
 
 /**
- * Reads the lines from `start` (a line's start) one after the other while each is a sample line
- * read by one of the first `templates` templates that `T_SAMPLE` marks, with the checks of the
- * JavaScript side's `readLike`, ends with `\n` before `end` (after spaces or tabs and one `\r`)
- * and is not empty, and at most MAX_ROWS of them: writes a row each (see ROWS_AT) and returns how
- * many; STOP_AT holds where the first line not read starts. Anything else is left to the caller,
- * line by line.
+ * Reads the lines from `start` (a line's start) one after the other while each is read by one of the
+ * first `templates` templates whose lines make rows (`T_ROWS`: plain samples and phase boundaries),
+ * with the checks of the JavaScript side's `readLike`, ends with `\n` before `end` (after spaces or
+ * tabs and one `\r`) and is not empty, and at most MAX_ROWS of them: writes a row each (see ROWS_AT)
+ * and returns how many; STOP_AT holds where the first line not read starts. Anything else is left to
+ * the caller, line by line.
  */
-export function readSamples(start: i32, end: i32, templates: i32): i32 {
+export function readRows(start: i32, end: i32, templates: i32): i32 {
+  if (!ordered) {
+    for (let k = 0; k < TEMPLATE_SLOTS; k++) {
+      store<u8>(<usize>(ORDER_AT + k), <u8>k);
+      store<u8>(<usize>(AFTER_AT + k), 255);
+    }
+    ordered = true;
+  }
   let rows = 0;
   let p = start;
   while (rows < MAX_ROWS) {
-    let t = lastTemplate;
-    let close = sampleLike(p, end, t);
-    for (let k = 0; close < 0 && k < templates; k++) {
-      if (k === lastTemplate) continue;
-      t = k;
-      close = sampleLike(p, end, k);
+    // Tried in turn: the current run's template, the guess, then the others most recent first.
+    const guess = <i32>load<u8>(<usize>(AFTER_AT + previous));
+    let t = current;
+    let close = -1;
+    for (let k = 0; k < TEMPLATE_SLOTS + 2; k++) {
+      t = k === 0 ? current : k === 1 ? guess : <i32>load<u8>(<usize>(ORDER_AT + k - 2));
+      if (t >= templates || (k > 0 && t === current) || (k > 1 && t === guess)) continue;
+      close = rowLike(p, end, t);
+      if (close >= 0) break;
     }
-    if (close < 0) break;
-    // The line's end: spaces or tabs, at most one `\r`, then its `\n`.
-    while (close < end && (load<u8>(<usize>close) === 0x20 || load<u8>(<usize>close) === 0x09)) close++;
-    if (close < end && load<u8>(<usize>close) === 0x0d) close++;
-    if (close >= end || load<u8>(<usize>close) !== 0x0a) break;
-    lastTemplate = t;
+    if (close < 0 || !lineEnds(close, end)) break;
+    if (t !== current) {
+      // A new run: learned as the guess after the previous one, and first in the order.
+      store<u8>(<usize>(AFTER_AT + previous), <u8>t);
+      previous = current;
+      current = t;
+      let j = 0;
+      while (j < TEMPLATE_SLOTS - 1 && <i32>load<u8>(<usize>(ORDER_AT + j)) !== t) j++;
+      for (; j > 0; j--) store<u8>(<usize>(ORDER_AT + j), load<u8>(<usize>(ORDER_AT + j - 1)));
+      store<u8>(<usize>ORDER_AT, <u8>t);
+    }
+    close = lineEnd;
+    const tpl: usize = <usize>(TEMPLATES_AT + t * TEMPLATE_STRIDE);
     const row: usize = <usize>(ROWS_AT + rows * ROW_VALUES * 8);
     store<f64>(row, <f64>t);
     store<f64>(row + 8, load<f64>(<usize>HEAD_AT));
     store<f64>(row + 16, load<f64>(<usize>TAIL_AT));
-    memory.copy(row + 32, <usize>VALUES_AT, 8 * FIELDS);
+    store<f64>(row + 24, <f64>shifted(tpl, 0));
+    store<f64>(row + 32, <f64>shifted(tpl, 8));
+    memory.copy(row + 48, <usize>VALUES_AT, 8 * FIELDS);
     rows++;
     p = close + 1;
   }
@@ -265,10 +314,29 @@ export function readSamples(start: i32, end: i32, templates: i32): i32 {
   return rows;
 }
 
-/** Where template `t` ends reading `[start, ...)` as a sample line that passes the checks, else -1. */
-function sampleLike(start: i32, end: i32, t: i32): i32 {
+/** Where `lineEnds` found the `\n` that ends the line just read. */
+let lineEnd: i32 = 0;
+
+/** Whether the line just read ends at `close`: spaces or tabs, at most one `\r`, then its `\n` (before `end`; see lineEnd). */
+function lineEnds(close: i32, end: i32): bool {
+  while (close < end && (load<u8>(<usize>close) === 0x20 || load<u8>(<usize>close) === 0x09)) close++;
+  if (close < end && load<u8>(<usize>close) === 0x0d) close++;
+  if (close >= end || load<u8>(<usize>close) !== 0x0a) return false;
+  lineEnd = close;
+  return true;
+}
+
+/** Where the scope position at `T_SCOPE + at` of template `tpl` is in the line just read (-1: none). */
+function shifted(tpl: usize, at: i32): i32 {
+  const position = load<i32>(tpl + T_SCOPE + <usize>at);
+  if (position < 0) return -1;
+  return position + load<i32>(<usize>(SHIFTS_AT + (load<i32>(tpl + T_SCOPE + <usize>(at + 4)) << 2)));
+}
+
+/** Where template `t` ends reading `[start, ...)` as a line it makes rows of that passes the checks, else -1. */
+function rowLike(start: i32, end: i32, t: i32): i32 {
   const tpl: usize = <usize>(TEMPLATES_AT + t * TEMPLATE_STRIDE);
-  if (load<i32>(tpl + T_SAMPLE) === 0) return -1;
+  if (load<i32>(tpl + T_ROWS) === ROWS_NONE) return -1;
   memory.copy(<usize>VALUES_AT, tpl + T_DEFAULTS, 8 * FIELDS);
   const close = matchTemplate(start, end, t);
   if (close < 0) return -1;

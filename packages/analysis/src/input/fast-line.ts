@@ -12,9 +12,9 @@
  * between its number tokens is read by comparing those bytes eight at a time and parsing just the
  * numbers, with the same rules as a full read. That loop runs on nearly every line of a scan, so it
  * is WebAssembly (`kernel/line-template.ts`): a cold command runs it compiled from the first line
- * instead of waiting for V8 to optimize it. The scan's runs of plain sample lines go further: the
- * kernel reads line after line in one call (`readSamples`), finding each line's end as it matches,
- * and this side takes the rows it wrote (`takeRow`).
+ * instead of waiting for V8 to optimize it. The scan's runs of plain sample and phase boundary lines go
+ * further: the kernel reads line after line in one call (`readRows`), finding each line's end as it
+ * matches, and this side takes the rows it wrote (`takeRow`).
  */
 
 import { CANONICAL_PREFIX as P } from "@stormlog/core/internal";
@@ -144,9 +144,14 @@ const F_INTERVAL = 13;
 const F_TIMESTAMP = 14;
 const F_WORLD_SIZE = 15;
 const FIELDS = 16;
-/** A row of `readSamples` (see ROWS_AT in the kernel): template, head, tail, spare, then the fields. */
-const ROW_VALUES = 4 + FIELDS;
-const ROW_FIELDS_AT = 4;
+/** A row of `readRows` (see ROWS_AT in the kernel): template, head, tail, scope start and end, spare, then the fields. */
+const ROW_VALUES = 6 + FIELDS;
+const ROW_SCOPE_AT = 3;
+const ROW_FIELDS_AT = 6;
+/** Rows a template's lines make (T_ROWS in the kernel). */
+const ROWS_NONE = 0;
+const ROWS_SAMPLE = 1;
+const ROWS_BOUNDARY = 2;
 
 // How each field's token is read.
 const NULLABLE_COUNT = 0;
@@ -223,7 +228,7 @@ declare const WebAssembly: {
 interface KernelExports {
   readonly memory: { readonly buffer: ArrayBuffer };
   readLike(start: number, end: number, template: number): number;
-  readSamples(start: number, end: number, templates: number): number;
+  readRows(start: number, end: number, templates: number): number;
   /** The layout's constants, as globals. */
   readonly [layout: string]: unknown;
 }
@@ -236,11 +241,11 @@ class LineKernel {
   readonly memory: ArrayBuffer;
   readonly bytes: Uint8Array;
   readonly readLike: (start: number, end: number, template: number) => number;
-  readonly readSamples: (start: number, end: number, templates: number) => number;
+  readonly readRows: (start: number, end: number, templates: number) => number;
   readonly values: Float64Array;
-  /** `readSamples`' rows (ROW_VALUES each: template, timestamp head and tail, spare, field values). */
+  /** `readRows`' rows (ROW_VALUES each: see ROW_*). */
   readonly rows: Float64Array;
-  /** Where `readSamples` stopped. */
+  /** Where `readRows` stopped. */
   readonly stopAt: Int32Array;
   readonly shifts: Int32Array;
   readonly timestamp: Float64Array;
@@ -259,7 +264,11 @@ class LineKernel {
     this.memory = exports.memory.buffer;
     this.bytes = new Uint8Array(this.memory);
     this.readLike = exports.readLike;
-    this.readSamples = exports.readSamples;
+    this.readRows = exports.readRows;
+    if (layout("MEMORY_END") > this.memory.byteLength)
+      throw new Error(
+        "line-template kernel: its layout ends past its memory (kernel/build.mjs sets the pages)",
+      );
     this.values = new Float64Array(this.memory, layout("VALUES_AT"), FIELDS);
     this.rows = new Float64Array(this.memory, layout("ROWS_AT"), ROW_VALUES * layout("MAX_ROWS"));
     this.stopAt = new Int32Array(this.memory, layout("STOP_AT"), 1);
@@ -274,14 +283,16 @@ class LineKernel {
     if (
       layout("TEMPLATE_SLOTS") < TEMPLATES ||
       layout("MAX_SLOTS") < MAX_SLOTS ||
-      this.templateStride - layout("T_BYTES") < MAX_TEMPLATE_BYTES ||
-      layout("MEMORY_END") > this.memory.byteLength
+      this.templateStride - layout("T_BYTES") < MAX_TEMPLATE_BYTES
     )
       throw new Error("line-template kernel: fewer or smaller template places than fast-line.ts keeps");
-    // The fields `readSamples` checks, and its rows' layout, are numbered as here.
+    // The fields `readRows` checks, and its rows' layout, are numbered as here.
     const checked = [
       ["FIELDS", FIELDS],
       ["ROW_VALUES", ROW_VALUES],
+      ["ROWS_NONE", ROWS_NONE],
+      ["ROWS_SAMPLE", ROWS_SAMPLE],
+      ["ROWS_BOUNDARY", ROWS_BOUNDARY],
       ["F_FREE", F_FREE],
       ["F_TOTAL", F_TOTAL],
       ["F_USED", F_USED],
@@ -299,8 +310,13 @@ class LineKernel {
     const at = this.templatesAt + slot * this.templateStride;
     const view = new DataView(this.memory, at, this.templateStride);
     view.setInt32(this.layout("T_SLOTS"), template.slotField.length, true);
-    view.setInt32(this.layout("T_SAMPLE"), template.sampleRows ? 1 : 0, true);
+    view.setInt32(this.layout("T_ROWS"), template.rows, true);
     new Float64Array(this.memory, at + this.layout("T_DEFAULTS"), FIELDS).set(template.defaults);
+    const scope = this.layout("T_SCOPE");
+    view.setInt32(scope, template.positions[P_SCOPE_START]!, true);
+    view.setInt32(scope + 4, template.positionSegments[P_SCOPE_START]!, true);
+    view.setInt32(scope + 8, template.positions[P_SCOPE_END]!, true);
+    view.setInt32(scope + 12, template.positionSegments[P_SCOPE_END]!, true);
     const segStart = this.layout("T_SEG_START");
     const segLength = this.layout("T_SEG_LENGTH");
     for (let k = 0; k < template.segStart.length; k++) {
@@ -334,10 +350,11 @@ class LineTemplate {
   /** `CanonicalLineReader.reads` when it was made or last matched a line. */
   lastRead = 0;
   /**
-   * Its lines are plain samples, which `readSamples` reads in runs: no phase attribution hint and
-   * no birth counts in the metadata (the scan reads those lines' metadata).
+   * Which rows `readRows` makes of its lines (ROWS_*): plain samples (no phase attribution hint and
+   * no birth counts in the metadata: the scan reads those lines' metadata) and phase boundaries
+   * (with exact metadata: the scan keeps their scope's text), as the scan takes them.
    */
-  readonly sampleRows: boolean;
+  readonly rows: number;
 
   constructor(
     readonly slot: number,
@@ -359,7 +376,14 @@ class LineTemplate {
     readonly metadataOrigin: boolean,
     readonly metadataBirths: boolean,
   ) {
-    this.sampleRows = eventType === "sample" && !metadataOrigin && !metadataBirths;
+    this.rows =
+      eventType === "sample"
+        ? metadataOrigin || metadataBirths
+          ? ROWS_NONE
+          : ROWS_SAMPLE
+        : (eventType === "phase_enter" || eventType === "phase_exit") && !metadataInexact
+          ? ROWS_BOUNDARY
+          : ROWS_NONE;
     const slots = slotFields.length;
     this.slotField = Uint8Array.from(slotFields);
     this.slotKind = Uint8Array.from(slotKinds);
@@ -466,8 +490,9 @@ export class CanonicalLineReader implements LineFields {
   private tensorsStart = -1;
   private tensorsEnd = -1;
   private readonly templates: LineTemplate[] = [];
-  /** Where the first line the last `readSamples` did not read starts. */
+  /** Where the first line the last `readRows` did not read starts, and the offset of its buffer in the kernel's memory. */
   rowsEnd = 0;
+  private rowsOffset = 0;
   /** The templates by their place in the kernel. */
   private readonly bySlot: LineTemplate[] = [];
   /** Lines read (a template's `lastRead` is the count when it last matched). */
@@ -709,12 +734,13 @@ export class CanonicalLineReader implements LineFields {
   }
 
   /**
-   * Reads plain sample lines (`LineTemplate.sampleRows`) from `buf[start, end)` in one call into the
-   * kernel while they come (each a whole line, ended by its `\n`): how many, each then taken by
-   * `takeRow`; `rowsEnd` is where the first line not read starts. 0 where `buf` is not the scan's
-   * buffer in the kernel's memory (`chunkBuffer`), or templates do not pay their way (`read`).
+   * Reads the lines of `buf[start, end)` whose templates make rows (`LineTemplate.rows`: plain samples
+   * and phase boundaries) in one call into the kernel while they come, each a whole line ended by its
+   * `\n`: how many, each then taken by `takeRow`; `rowsEnd` is where the first line not read starts.
+   * 0 where `buf` is not the scan's buffer in the kernel's memory (`chunkBuffer`), or templates do not
+   * pay their way (`read`).
    */
-  readSamples(buf: Uint8Array, start: number, end: number): number {
+  readRows(buf: Uint8Array, start: number, end: number): number {
     const kernel = this.kernelMade;
     const templates = this.templates;
     if (kernel == null || buf.buffer !== kernel.memory || templates.length === 0) return 0;
@@ -724,7 +750,8 @@ export class CanonicalLineReader implements LineFields {
       this.templatesMade = 0;
     }
     if (this.templatesMade >= this.templateReads + TEMPLATE_SLACK) return 0;
-    const rows = kernel.readSamples(buf.byteOffset + start, buf.byteOffset + end, templates.length);
+    const rows = kernel.readRows(buf.byteOffset + start, buf.byteOffset + end, templates.length);
+    this.rowsOffset = buf.byteOffset;
     this.rowsEnd = kernel.stopAt[0]! - buf.byteOffset;
     this.windowLines += rows;
     this.templateReads += rows;
@@ -732,8 +759,8 @@ export class CanonicalLineReader implements LineFields {
   }
 
   /**
-   * Takes the fields of row `i` of the last `readSamples`, as `read` would have read its line (but
-   * for the byte ranges of context, metadata and scope: a plain sample's are not used).
+   * Takes the fields of row `i` of the last `readRows`, as `read` would have read its line (but for
+   * the byte ranges of context and metadata: a plain sample's and a boundary's are not used).
    */
   takeRow(i: number): void {
     const kernel = this.kernelMade!;
@@ -745,8 +772,9 @@ export class CanonicalLineReader implements LineFields {
     this.take(template, rows, at + ROW_FIELDS_AT, rows[at + 1]!, rows[at + 2]!);
     this.contextStart = -1;
     this.contextEnd = -1;
-    this.scopeStart = -1;
-    this.scopeEnd = -1;
+    const scopeStart = rows[at + ROW_SCOPE_AT]!;
+    this.scopeStart = scopeStart < 0 ? -1 : scopeStart - this.rowsOffset;
+    this.scopeEnd = scopeStart < 0 ? -1 : rows[at + ROW_SCOPE_AT + 1]! - this.rowsOffset;
   }
 
   /** Keeps the line just read in full (`buf[start, ...]`, up to its closing brace) as a template. */

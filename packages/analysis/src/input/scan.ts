@@ -11,6 +11,7 @@ import {
   lineTooLong,
   MAX_LINE_BYTES,
   openRegularFileSync,
+  SAMPLE_EVENT_TYPE,
   sampleRules,
   utf8LineText,
   utf8TailText,
@@ -150,13 +151,15 @@ class RangeScanner {
     const reader = this.reader;
     ends.begin(end === buf.length ? buf : buf.subarray(0, end));
     for (;;) {
-      // Runs of plain sample lines are read in one call into the kernel; the line after a run one by one.
-      const rows = reader.readSamples(buf, start, end);
+      // Runs of plain sample and boundary lines are read in one call into the kernel; the line after a run one by one.
+      const rows = reader.readRows(buf, start, end);
       if (rows > 0) {
         const accumulator = this.accumulator;
         for (let i = 0; i < rows; i++) {
           reader.takeRow(i);
-          accumulator.addLine(reader, ++this.lineNumber);
+          const lineNumber = ++this.lineNumber;
+          if (reader.eventType === SAMPLE_EVENT_TYPE) accumulator.addLine(reader, lineNumber);
+          else accumulator.addBoundaryLine(reader, lineNumber, this.scopeJson(buf));
         }
         this.lastSession = reader.sessionId;
         start = reader.rowsEnd;
@@ -180,7 +183,7 @@ class RangeScanner {
     }
     const eventType = reader.eventType;
     this.lastSession = reader.sessionId;
-    if (eventType === "sample") {
+    if (eventType === SAMPLE_EVENT_TYPE) {
       // Phase attribution hints (rare): the general path keeps them exactly, float marks included.
       if (reader.metadataOrigin) {
         this.slow(buf, start, end, terminated);
@@ -201,13 +204,16 @@ class RangeScanner {
         this.slow(buf, start, end, terminated);
         return;
       }
-      // Only phase_scope is kept: its text, parsed when its rank is analysed, and stored in the index as is.
-      const scopeJson =
-        reader.scopeStart < 0 ? undefined : buf.toString("latin1", reader.scopeStart, reader.scopeEnd);
-      this.accumulator.addBoundaryLine(reader, this.lineNumber, scopeJson);
+      this.accumulator.addBoundaryLine(reader, this.lineNumber, this.scopeJson(buf));
       return;
     }
     this.accumulator.addLine(reader, this.lineNumber);
+  }
+
+  /** Of a boundary just read, only phase_scope is kept: its text, parsed when its rank is analysed, and stored in the index as is. */
+  private scopeJson(buf: Buffer): string | undefined {
+    const reader = this.reader;
+    return reader.scopeStart < 0 ? undefined : buf.toString("latin1", reader.scopeStart, reader.scopeEnd);
   }
 
   /** A line the fast path does not take: decoded as the sink's reader decodes it. */
