@@ -4,7 +4,6 @@
  * was the largest analysis of a cold `stormlog analyze` of the 64-rank benchmark job (about 40 % of
  * the analyses' time) and stands alone: a rank's occurrences in, its verdicts out.
  */
-import { availableParallelism } from "node:os";
 import type { Worker } from "node:worker_threads";
 import { startWorkerBeside } from "@stormlog/core/internal";
 import {
@@ -16,6 +15,7 @@ import {
   type RetentionOccurrence,
   unpackRetention,
 } from "@stormlog/phases/internal";
+import { workersHelp } from "../threads.js";
 
 /** Judges one session's rank: at once, or later. */
 export interface LeakJudge {
@@ -59,13 +59,11 @@ const LIMITS = { maxOldGenerationSizeMb: 48, maxYoungGenerationSizeMb: 2 };
 export const OFF_THREAD_OCCURRENCES = 4000;
 
 /**
- * The judge for an analysis of `occurrences` phase occurrences: a worker where the machine has a
- * second core and there is enough to judge (not with `STORMLOG_SCAN_THREADS=1`, which keeps an
- * analysis on one thread), else this thread.
+ * The judge for an analysis of `occurrences` phase occurrences: a worker where workers help
+ * (`workersHelp`) and there is enough to judge, else this thread.
  */
 export function leakJudgeFor(occurrences: number): LeakJudge {
-  if (occurrences < OFF_THREAD_OCCURRENCES || availableParallelism() < 2) return IN_THREAD_JUDGE;
-  if (process.env.STORMLOG_SCAN_THREADS === "1") return IN_THREAD_JUDGE;
+  if (occurrences < OFF_THREAD_OCCURRENCES || !workersHelp()) return IN_THREAD_JUDGE;
   return WorkerJudge.start() ?? IN_THREAD_JUDGE;
 }
 

@@ -4,11 +4,11 @@
  * takes the next piece (or whole segment) off a shared counter, scans it and writes its aggregate
  * file. A process's first scan of 512 MiB or more runs on two workers while this thread waits
  * (scanning here as well grew this thread's heap, which the analysis after then kept: 20-40 MB more
- * peak RSS at 1 GB); smaller ones, and later ones, run here and on one worker (this thread starts
- * at once, while a fresh worker starts and compiles the scan code). Each segment's pieces are then
- * settled here, in order: a piece whose scan does not stand on its own is scanned again with what
- * came before it, so that errors, warnings and results are those of one scan of each segment after
- * the other.
+ * peak RSS at 1 GB); smaller ones run here, beside one worker where workers help (`threads.ts`:
+ * this thread starts at once, while a fresh worker starts and compiles the scan code), and later
+ * ones here and on the worker a big scan kept. Each segment's pieces are then settled here, in
+ * order: a piece whose scan does not stand on its own is scanned again with what came before it,
+ * so that errors, warnings and results are those of one scan of each segment after the other.
  */
 import { availableParallelism } from "node:os";
 import type { ResourceLimits, Worker } from "node:worker_threads";
@@ -18,6 +18,7 @@ import type { SegmentAggregate } from "../input/aggregate.js";
 import { digestFromJson, digestOf, mergeDigests, type SegmentDigest } from "../input/digest.js";
 import { outcomeOf, type PieceOutcome, type PieceRange, PieceSettler, pieceBytes } from "../input/pieces.js";
 import { type ScanScratch, scanRangeSync } from "../input/scan.js";
+import { workersHelp } from "../threads.js";
 import type { ScanTask, WorkerReply } from "./scan-worker-protocol.js";
 
 /** Where scanned aggregates go: encoded (in parts), then written on the thread pool (false: failed). */
@@ -125,7 +126,10 @@ export async function scanSegments(
   const warm = ScanWorker.warm;
   // This thread scans too, beside one worker, unless a first scan is big (see the file's comment).
   const here = warm || total < ALONE_PIECES * pieceBytes();
-  const workers = count > 1 && total >= MIN_PIECES * pieceBytes() ? ScanWorker.start(here) : [];
+  // A fresh worker beside this thread pays only where workers help (`workersHelp`): on two cores it
+  // finished its first piece ~300 ms in, and this thread then read back and decoded its aggregates.
+  const helped = warm || !here || workersHelp();
+  const workers = count > 1 && total >= MIN_PIECES * pieceBytes() && helped ? ScanWorker.start(here) : [];
   let running = workers.length;
   let wake: (() => void) | null = null;
   const task: ScanTask = {

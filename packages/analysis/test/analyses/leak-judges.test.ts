@@ -1,5 +1,5 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { Worker } from "node:worker_threads";
 import { decodeTelemetryLine, stringifyJson, type TelemetryEvent } from "@stormlog/core";
@@ -19,6 +19,7 @@ import { analyzeTelemetry, reportToJson } from "../../src/index.js";
 import { loadRanks, planDataset } from "../../src/input/dataset.js";
 import { aggregateEvents } from "../../src/input/scan.js";
 import { inMemorySegment } from "../../src/input/sessions.js";
+import { WORKERS_FROM_CORES } from "../../src/threads.js";
 import { trainingRun } from "../support/training-runs.js";
 
 const LEAK_CASES = join(import.meta.dirname, "../../../../fixtures/golden/leaks");
@@ -171,16 +172,21 @@ describe("the leak judge worker", () => {
     await expect(leaks.settled()).rejects.toThrow((thrown as Error).message);
   });
 
-  it("is used only for enough occurrences, on two cores, and not with STORMLOG_SCAN_THREADS=1", async () => {
-    expect(leakJudgeFor(OFF_THREAD_OCCURRENCES - 1)).toBe(IN_THREAD_JUDGE);
+  it("is used only for enough occurrences, where workers help, and not with STORMLOG_SCAN_THREADS=1", async () => {
     const previous = process.env.STORMLOG_SCAN_THREADS;
     try {
-      process.env.STORMLOG_SCAN_THREADS = "1";
-      expect(leakJudgeFor(OFF_THREAD_OCCURRENCES)).toBe(IN_THREAD_JUDGE);
-      delete process.env.STORMLOG_SCAN_THREADS;
+      process.env.STORMLOG_SCAN_THREADS = "2";
+      expect(leakJudgeFor(OFF_THREAD_OCCURRENCES - 1)).toBe(IN_THREAD_JUDGE);
       const judge = leakJudgeFor(OFF_THREAD_OCCURRENCES);
       expect(judge).toBeInstanceOf(WorkerJudge);
       await judge.close();
+      process.env.STORMLOG_SCAN_THREADS = "1";
+      expect(leakJudgeFor(OFF_THREAD_OCCURRENCES)).toBe(IN_THREAD_JUDGE);
+      // Unset: from WORKERS_FROM_CORES cores.
+      delete process.env.STORMLOG_SCAN_THREADS;
+      const byCores = leakJudgeFor(OFF_THREAD_OCCURRENCES);
+      expect(byCores instanceof WorkerJudge).toBe(availableParallelism() >= WORKERS_FROM_CORES);
+      await byCores.close();
     } finally {
       if (previous === undefined) delete process.env.STORMLOG_SCAN_THREADS;
       else process.env.STORMLOG_SCAN_THREADS = previous;
@@ -209,11 +215,10 @@ describe("an analysis with its leaks judged on the worker", () => {
       writeSink(dir, events, { segmentSize: 5000 });
       const reports: string[] = [];
       const starts = vi.spyOn(WorkerJudge, "start");
-      for (const threads of [undefined, "1"]) {
-        if (threads === undefined) delete process.env.STORMLOG_SCAN_THREADS;
-        else process.env.STORMLOG_SCAN_THREADS = threads;
+      for (const threads of ["2", "1"]) {
+        process.env.STORMLOG_SCAN_THREADS = threads;
         const report = await analyzeTelemetry(dir, { index: false });
-        if (threads === undefined) {
+        if (threads === "2") {
           expect(starts).toHaveBeenCalledTimes(1);
           expect(starts.mock.results[0]?.value).toBeInstanceOf(WorkerJudge);
           expect(report.leaks.find((leak) => leak.phase_path === "train / forward")?.leaking_ranks).toEqual([

@@ -105,7 +105,7 @@ describe("a big .jsonl scanned in pieces", () => {
       expect(readdirSync(segments)).toHaveLength(1);
 
       process.env.STORMLOG_PIECE_BYTES = PIECE;
-      for (const threads of [undefined, "1", undefined]) {
+      for (const threads of ["2", "1", "2"]) {
         dropIndex(path);
         if (threads === undefined) delete process.env.STORMLOG_SCAN_THREADS;
         else process.env.STORMLOG_SCAN_THREADS = threads;
@@ -137,8 +137,8 @@ describe("a big .jsonl scanned in pieces", () => {
     // Workers take whole segments (at 64 KiB per piece: ~30 KB segments, enough bytes in all for
     // workers), and pieces of them (at 16 KiB); on one thread as well.
     for (const [bytes, threads] of [
-      ["65536", undefined],
-      [PIECE, undefined],
+      ["65536", "2"],
+      [PIECE, "2"],
       [PIECE, "1"],
     ] as const) {
       rmSync(join(root, INDEX_DIRNAME), { recursive: true, force: true });
