@@ -722,7 +722,8 @@ export class Accumulator {
   private lastRank: RankPart | null = null;
 
   /**
-   * `expectedSamples`: capacity of the first rank part's columns (a segment usually holds one).
+   * `expectedSamples`: capacity of the first rank part's columns (a segment usually holds one; the
+   * next ones are sized by the one before, see `leaveRank`).
    * `seeds`: origins of rank parts that earlier pieces of the segment began (by `seriesKey`).
    */
   constructor(
@@ -739,15 +740,27 @@ export class Accumulator {
       this.sessions.set(sessionId, part);
     }
     this.lastSession = part;
-    this.lastRank = null;
+    this.leaveRank();
     return part;
+  }
+
+  /**
+   * The rank part read until now is left: the next new one's columns are sized for as many samples
+   * and an eighth more (a job's ranks record alike; growing by doubling from 256 copied each rank's
+   * columns five times, and cost the scan's collector as much again).
+   */
+  private leaveRank(): void {
+    const last = this.lastRank;
+    if (last === null) return;
+    this.expectedSamples = Math.max(256, last.samples.count + (last.samples.count >> 3));
+    this.lastRank = null;
   }
 
   private rank(session: SessionPart, rank: number): RankPart {
     const last = this.lastRank;
     if (last !== null && last.rank === rank && last.sessionId === session.sessionId) return last;
+    this.leaveRank();
     const part = session.rankPart(rank, this.expectedSamples);
-    this.expectedSamples = 256;
     if (this.seeds !== null && part.base === null) {
       const seed = this.seeds.get(seriesKey(session.sessionId, rank));
       if (seed !== undefined) part.seed(seed);
