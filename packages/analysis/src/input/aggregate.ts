@@ -400,7 +400,7 @@ export class RankPart {
   /** The offset of a timestamp given as seconds and nanoseconds (the fast path). */
   offsetOf(head: number, tail: number): number {
     if (this.base === null) {
-      this.base = BigInt(head) * 1_000_000_000n + BigInt(tail);
+      this.base = exactTimestamp(head, tail);
       this.baseHead = head;
       this.baseTail = tail;
       return 0;
@@ -675,18 +675,27 @@ function tensorsOf(metadata: JsonObject): number {
   return typeof value === "number" ? value : typeof value === "bigint" ? Number(value) : Number.NaN;
 }
 
-/** Fields of a fast-read line the accumulator takes (see `CanonicalLineReader`). */
-export interface LineFields {
+/** The strings of a fast-read line: its template's (see `CanonicalLineReader`), the same for many lines. */
+export interface LineStrings {
   readonly sessionId: string;
   readonly eventType: string;
+  readonly host: string;
+  readonly collector: string;
+  readonly jobId: string | null;
+}
+
+/** A fast-read line's `timestamp_ns`, given as seconds (all but its last nine digits) and nanoseconds. */
+export function exactTimestamp(head: number, tail: number): bigint {
+  return BigInt(head) * 1_000_000_000n + BigInt(tail);
+}
+
+/** Fields of a fast-read line the accumulator takes (see `CanonicalLineReader`). */
+export interface LineFields extends LineStrings {
   readonly tsHead: number;
   readonly tsTail: number;
   readonly rank: number;
   readonly localRank: number;
   readonly pid: number;
-  readonly host: string;
-  readonly collector: string;
-  readonly jobId: string | null;
   readonly worldSize: number;
   readonly samplingIntervalMs: number;
   readonly deviceId: number;
@@ -771,58 +780,83 @@ export class Accumulator {
 
   /** A fast-read line: samples go to the columns; other types are counted (and their counters feed the peaks). */
   addLine(fields: LineFields, line: number): RankPart {
-    const session = this.session(fields.sessionId);
+    return this.addRead(
+      fields,
+      fields.tsHead,
+      fields.tsTail,
+      fields.rank,
+      fields.pid,
+      fields.localRank,
+      fields.worldSize,
+      fields.samplingIntervalMs,
+      fields.deviceId,
+      fields.allocated,
+      fields.reserved,
+      fields.used,
+      fields.total,
+      fields.tensors,
+      line,
+    );
+  }
+
+  /**
+   * `addLine` with the line's numbers one by one: the scan's rows of samples come here straight from
+   * the kernel's memory (`CanonicalLineReader.addRow`) rather than through a reader's fields, which
+   * took as long as the rest of adding them.
+   */
+  addRead(
+    strings: LineStrings,
+    tsHead: number,
+    tsTail: number,
+    rank: number,
+    pid: number,
+    localRank: number,
+    worldSize: number,
+    interval: number,
+    deviceId: number,
+    allocated: number,
+    reserved: number,
+    used: number,
+    total: number,
+    tensors: number,
+    line: number,
+  ): RankPart {
+    const session = this.session(strings.sessionId);
     this.eventCount++;
     session.eventCount++;
-    const eventType = fields.eventType;
+    const eventType = strings.eventType;
     // The fast reader hands every other kind of sample record to `addEvent`.
     const isSample = eventType === SAMPLE_EVENT_TYPE;
     if (isSample) session.sampleCount++;
     else session.countType(eventType);
-    const part = this.rank(session, fields.rank);
-    const t = part.offsetOf(fields.tsHead, fields.tsTail);
+    const part = this.rank(session, rank);
+    const t = part.offsetOf(tsHead, tsTail);
     const wanted = part.touch(t, eventType === "stop");
-    part.worldSize(fields.worldSize);
-    part.host(fields.host);
-    part.jobSeen(fields.jobId, t, line);
+    const host = strings.host;
+    const jobId = strings.jobId;
+    part.worldSize(worldSize);
+    part.host(host);
+    part.jobSeen(jobId, t, line);
     if (wanted !== 0) {
       part.record(wanted, t, line, {
-        timestamp_ns: fields.timestampNs(),
+        timestamp_ns: exactTimestamp(tsHead, tsTail),
         event_type: eventType,
-        host: fields.host,
-        pid: fields.pid,
-        job_id: fields.jobId,
-        rank: fields.rank,
-        local_rank: fields.localRank,
-        world_size: fields.worldSize,
+        host,
+        pid,
+        job_id: jobId,
+        rank,
+        local_rank: localRank,
+        world_size: worldSize,
       });
     }
-    const deviceId = fields.deviceId;
-    const collector = fields.collector;
-    part.peak(0, fields.allocated, t, deviceId, collector);
-    part.peak(1, fields.reserved, t, deviceId, collector);
-    part.peak(2, fields.used, t, deviceId, collector);
+    const collector = strings.collector;
+    part.peak(0, allocated, t, deviceId, collector);
+    part.peak(1, reserved, t, deviceId, collector);
+    part.peak(2, used, t, deviceId, collector);
     if (isSample) {
-      const used = fields.used;
       if (Number.isNaN(used)) part.samplesWithoutUsed++;
-      const identity = part.identityIndex(
-        fields.pid,
-        fields.host,
-        fields.jobId,
-        fields.worldSize,
-        fields.samplingIntervalMs,
-        deviceId,
-      );
-      part.samples.push(
-        t,
-        line,
-        fields.allocated,
-        fields.reserved,
-        used,
-        fields.total,
-        fields.tensors,
-        identity,
-      );
+      const identity = part.identityIndex(pid, host, jobId, worldSize, interval, deviceId);
+      part.samples.push(t, line, allocated, reserved, used, total, tensors, identity);
     }
     return part;
   }

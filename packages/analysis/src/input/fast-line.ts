@@ -19,7 +19,7 @@
 
 import { CANONICAL_PREFIX as P } from "@stormlog/core/internal";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
-import type { LineFields } from "./aggregate.js";
+import { type Accumulator, exactTimestamp, type LineFields, type RankPart } from "./aggregate.js";
 import { LINE_TEMPLATE_WASM } from "./line-kernel.generated.js";
 
 const enc = (text: string): Uint8Array => Uint8Array.from(text, (c) => c.charCodeAt(0));
@@ -759,6 +759,42 @@ export class CanonicalLineReader implements LineFields {
   }
 
   /**
+   * Adds row `i` of the last `readRows` to `accumulator` as `Accumulator.addLine` adds a line `read`
+   * read, when it is a sample's (else false: see `takeRow`), its numbers taken where the kernel wrote them.
+   */
+  addRow(i: number, accumulator: Accumulator, line: number): RankPart | null {
+    const rows = this.kernelMade!.rows;
+    const at = i * ROW_VALUES;
+    const template = this.bySlot[rows[at]!]!;
+    if (template.rows !== ROWS_SAMPLE) return null;
+    this.reads++;
+    template.lastRead = this.reads;
+    const v = at + ROW_FIELDS_AT;
+    return accumulator.addRead(
+      template,
+      rows[at + 1]!,
+      rows[at + 2]!,
+      rows[v + F_RANK]!,
+      rows[v + F_PID]!,
+      rows[v + F_LOCAL_RANK]!,
+      rows[v + F_WORLD_SIZE]!,
+      rows[v + F_INTERVAL]!,
+      rows[v + F_DEVICE_ID]!,
+      rows[v + F_ALLOCATED]!,
+      rows[v + F_RESERVED]!,
+      rows[v + F_USED]!,
+      rows[v + F_TOTAL]!,
+      rows[v + F_TENSORS]!,
+      line,
+    );
+  }
+
+  /** The session of row `i` of the last `readRows`. */
+  rowSession(i: number): string {
+    return this.bySlot[this.kernelMade!.rows[i * ROW_VALUES]!]!.sessionId;
+  }
+
+  /**
    * Takes the fields of row `i` of the last `readRows`, as `read` would have read its line (but for
    * the byte ranges of context and metadata: a plain sample's and a boundary's are not used).
    */
@@ -879,7 +915,7 @@ export class CanonicalLineReader implements LineFields {
 
   /** `timestamp_ns` of the last line read, exact. */
   timestampNs(): bigint {
-    return BigInt(this.tsHead) * 1_000_000_000n + BigInt(this.tsTail);
+    return exactTimestamp(this.tsHead, this.tsTail);
   }
 
   /** The context string of the last line read (null when it was null). */

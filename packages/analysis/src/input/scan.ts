@@ -156,12 +156,12 @@ class RangeScanner {
       if (rows > 0) {
         const accumulator = this.accumulator;
         for (let i = 0; i < rows; i++) {
-          reader.takeRow(i);
           const lineNumber = ++this.lineNumber;
-          if (reader.eventType === SAMPLE_EVENT_TYPE) accumulator.addLine(reader, lineNumber);
-          else accumulator.addBoundaryLine(reader, lineNumber, this.scopeJson(buf));
+          if (reader.addRow(i, accumulator, lineNumber) !== null) continue;
+          reader.takeRow(i);
+          accumulator.addBoundaryLine(reader, lineNumber, this.scopeJson(buf));
         }
-        this.lastSession = reader.sessionId;
+        this.lastSession = reader.rowSession(rows - 1);
         start = reader.rowsEnd;
       }
       const lineEnd = ends.find(start);
