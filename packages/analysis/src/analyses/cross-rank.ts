@@ -174,14 +174,21 @@ export class CrossRankAccumulator implements RankAnalysis<CrossRankAnalysis> {
       if (delta > 0) this.deltas.push(delta);
     }
     const localWorld = new Map<number, { count: number; index: number }>();
-    for (let i = 0; i < n; i++) {
-      const interval = samples.interval?.[i] ?? samples.only!.interval;
-      if (interval > 0) this.intervals.set(interval, (this.intervals.get(interval) ?? 0) + 1);
-      const worldSize = samples.worldSize?.[i] ?? samples.only!.worldSize;
-      if (worldSize > 1) {
-        const entry = localWorld.get(worldSize);
-        if (entry === undefined) localWorld.set(worldSize, { count: 1, index: i });
-        else entry.count++;
+    const only = samples.only;
+    if (only !== null) {
+      // One identity: every sample has its interval and world size (counted at once, not sample by sample).
+      if (only.interval > 0) this.intervals.set(only.interval, (this.intervals.get(only.interval) ?? 0) + n);
+      if (only.worldSize > 1) localWorld.set(only.worldSize, { count: n, index: 0 });
+    } else {
+      for (let i = 0; i < n; i++) {
+        const interval = samples.interval![i]!;
+        if (interval > 0) this.intervals.set(interval, (this.intervals.get(interval) ?? 0) + 1);
+        const worldSize = samples.worldSize![i]!;
+        if (worldSize > 1) {
+          const entry = localWorld.get(worldSize);
+          if (entry === undefined) localWorld.set(worldSize, { count: 1, index: i });
+          else entry.count++;
+        }
       }
     }
     for (const [worldSize, { count, index }] of localWorld) {

@@ -273,6 +273,27 @@ export function halfSum(a: number, b: number): bigint {
 }
 
 /**
+ * The k-th smallest (0-based, `k < values.length`) of 32-bit values by counting, 16 bits at a time:
+ * two passes over them with no data-dependent swaps, which a cold process runs several times faster
+ * than a selection (the cross-rank analysis takes the median gap of every sample of a job).
+ */
+function selectKthUint32(values: Uint32Array, k: number): number {
+  const counts = new Uint32Array(65536);
+  for (let i = 0; i < values.length; i++) counts[values[i]! >>> 16]!++;
+  let high = 0;
+  let below = 0;
+  while (below + counts[high]! <= k) below += counts[high++]!;
+  counts.fill(0);
+  for (let i = 0; i < values.length; i++) {
+    const value = values[i]!;
+    if (value >>> 16 === high) counts[value & 0xffff]!++;
+  }
+  let low = 0;
+  while (below + counts[low]! <= k) below += counts[low++]!;
+  return high * 65536 + low;
+}
+
+/**
  * `int(statistics.median(values))` of exact integers: held in doubles (reordered in place), or as
  * bigints when they pass 2^53.
  */
@@ -282,6 +303,10 @@ export function integerMedian(values: Float64Array | Uint32Array | bigint[]): bi
     values.sort((x, y) => (x < y ? -1 : x > y ? 1 : 0));
     if (n % 2 === 1) return values[n >> 1]!;
     return BigInt(Math.trunc(Number(values[(n >> 1) - 1]! + values[n >> 1]!) / 2));
+  }
+  if (values instanceof Uint32Array && n > 0) {
+    const b = selectKthUint32(values, n >> 1);
+    return n % 2 === 1 ? BigInt(b) : halfSum(selectKthUint32(values, (n >> 1) - 1), b);
   }
   if (n % 2 === 1) return BigInt(selectKth(values, n >> 1));
   const b = selectKth(values, n >> 1);

@@ -1,6 +1,8 @@
+import { seededRandom } from "@stormlog/phases/internal";
 import { describe, expect, it } from "vitest";
 import {
   argmax,
+  integerMedian,
   linregress,
   mean,
   pythonRound,
@@ -75,5 +77,30 @@ describe("pythonRound", () => {
     expect(pythonRound(1234567.25, 1)).toBe(1234567.2);
     expect(pythonRound(Number.NaN, 2)).toBeNaN();
     expect(pythonRound(2 ** 60, 1)).toBe(2 ** 60);
+  });
+});
+
+describe("integerMedian", () => {
+  it("gives Python's int(statistics.median) of 32-bit gaps, counted as of doubles sorted", () => {
+    const next = seededRandom(5);
+    const shapes: ((i: number) => number)[] = [
+      () => Math.floor(next() * 2 ** 32),
+      () => 10_000_000 + Math.floor(next() * 1000),
+      // Two values only, either side of a 16-bit boundary, and the largest 32-bit values.
+      (i) => (i % 3 === 0 ? 0x1ffff : 0x20000),
+      () => 0xffffffff - Math.floor(next() * 3),
+      () => Math.floor(next() * 4),
+    ];
+    for (const shape of shapes) {
+      for (const n of [1, 2, 3, 4, 5, 100, 101, 4096, 4097]) {
+        const values = Array.from({ length: n }, (_, i) => shape(i));
+        const sorted = [...values].sort((a, b) => a - b);
+        const mid = n >> 1;
+        const expected =
+          n % 2 === 1 ? BigInt(sorted[mid]!) : BigInt(Math.trunc((sorted[mid - 1]! + sorted[mid]!) / 2));
+        expect(integerMedian(Uint32Array.from(values)), `${n} values`).toBe(expected);
+        expect(integerMedian(Float64Array.from(values)), `${n} values`).toBe(expected);
+      }
+    }
   });
 });
