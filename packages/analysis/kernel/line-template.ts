@@ -5,11 +5,12 @@
  * every line before V8's optimizing compiler has caught up; compiled code runs at full speed
  * from the first line.
  *
- * It reads one line as one template: the template's constant segments byte for byte, and the
- * number token in each slot by the rules of the full read (see `LineTemplate` and `readLike`).
+ * It reads a line as a template: the template's constant segments byte for byte, and the number
+ * token in each slot by the rules of the full read (see `LineTemplate` and `readLike`); `readRows`
+ * reads a run of lines so, each as one of the templates, into rows.
  */
 
-/** Fields (`F_*` in fast-line.ts, which checks these against its own): the ones `readRows` checks. */
+/** Fields (`F_*` in fast-line.ts, which checks these against its own): the ones `keepsRules` checks. */
 export const FIELDS: i32 = 16;
 export const F_FREE: i32 = 5;
 export const F_TOTAL: i32 = 7;
@@ -137,7 +138,26 @@ export function readLike(start: i32, end: i32, t: i32): i32 {
     const c = load<u8>(<usize>i);
     if (c !== 0x20 && c !== 0x09 && c !== 0x0d && c !== 0x0a) return 0;
   }
-  return 1;
+  return keepsRules() ? 1 : 0;
+}
+
+/**
+ * Whether the values just read keep the rules between fields that a full read checks (pid, world
+ * size, ranks below it, device used and free not above total): a line that breaks one is left to
+ * the full read, which declines it, and the decoder then says why.
+ */
+function keepsRules(): bool {
+  const values: usize = <usize>VALUES_AT;
+  const pid = load<f64>(values + (F_PID << 3));
+  const rank = load<f64>(values + (F_RANK << 3));
+  const localRank = load<f64>(values + (F_LOCAL_RANK << 3));
+  const worldSize = load<f64>(values + (F_WORLD_SIZE << 3));
+  const total = load<f64>(values + (F_TOTAL << 3));
+  const used = load<f64>(values + (F_USED << 3));
+  const free = load<f64>(values + (F_FREE << 3));
+  if (pid < -1 || worldSize < 1 || rank >= worldSize || localRank >= worldSize) return false;
+  // biome-ignore lint/suspicious/noGlobalIsNan: AssemblyScript's isNaN is its typed builtin, not the global.
+  return !(!isNaN(total) && (used > total || (!isNaN(free) && free > total)));
 }
 
 /**
@@ -339,17 +359,5 @@ function rowLike(start: i32, end: i32, t: i32): i32 {
   if (load<i32>(tpl + T_ROWS) === ROWS_NONE) return -1;
   memory.copy(<usize>VALUES_AT, tpl + T_DEFAULTS, 8 * FIELDS);
   const close = matchTemplate(start, end, t);
-  if (close < 0) return -1;
-  const values: usize = <usize>VALUES_AT;
-  const pid = load<f64>(values + (F_PID << 3));
-  const rank = load<f64>(values + (F_RANK << 3));
-  const localRank = load<f64>(values + (F_LOCAL_RANK << 3));
-  const worldSize = load<f64>(values + (F_WORLD_SIZE << 3));
-  const total = load<f64>(values + (F_TOTAL << 3));
-  const used = load<f64>(values + (F_USED << 3));
-  const free = load<f64>(values + (F_FREE << 3));
-  if (pid < -1 || worldSize < 1 || rank >= worldSize || localRank >= worldSize) return -1;
-  // biome-ignore lint/suspicious/noGlobalIsNan: AssemblyScript's isNaN is its typed builtin, not the global.
-  if (!isNaN(total) && (used > total || (!isNaN(free) && free > total))) return -1;
-  return close;
+  return close >= 0 && keepsRules() ? close : -1;
 }

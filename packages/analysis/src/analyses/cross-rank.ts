@@ -121,7 +121,7 @@ class Deltas {
     this.wide[this.length++] = value;
   }
 
-  /** The values (the median selection reorders them). */
+  /** The values (the median selection may reorder them). */
   values(): Float64Array | Uint32Array {
     if (this.wide !== null) return this.wide.subarray(0, this.length);
     return this.narrow?.subarray(0, this.length) ?? new Float64Array(0);

@@ -275,7 +275,8 @@ export function halfSum(a: number, b: number): bigint {
 /**
  * The k-th smallest (0-based, `k < values.length`) of 32-bit values by counting, 16 bits at a time:
  * two passes over them with no data-dependent swaps, which a cold process runs several times faster
- * than a selection (the cross-rank analysis takes the median gap of every sample of a job).
+ * than a selection (the cross-rank analysis takes the median gap of every sample of a job). The
+ * values stay in their order.
  */
 function selectKthUint32(values: Uint32Array, k: number): number {
   const counts = new Uint32Array(65536);
@@ -294,8 +295,8 @@ function selectKthUint32(values: Uint32Array, k: number): number {
 }
 
 /**
- * `int(statistics.median(values))` of exact integers: held in doubles (reordered in place), or as
- * bigints when they pass 2^53.
+ * `int(statistics.median(values))` of exact integers: held in 32-bit integers, in doubles (reordered
+ * in place), or as bigints when they pass 2^53.
  */
 export function integerMedian(values: Float64Array | Uint32Array | bigint[]): bigint {
   const n = values.length;

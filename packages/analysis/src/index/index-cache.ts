@@ -176,12 +176,16 @@ export interface LoadedSegments {
  */
 export const KEEP_SCANNED_BYTES = 2 << 20;
 /**
- * Up to this many bytes scanned, every just-scanned aggregate stays in memory (their encoded size is
- * about an eighth of the input's): on the 240 MB 64-rank job that saves reading back and decoding
- * 28 MB of aggregates (~90 ms of a cold command's ~130 ms loading ranks) for 7 MB more peak RSS
- * (172 MB); larger inputs keep within KEEP_SCANNED_BYTES, so peak RSS stays as flat up to 1 GB.
+ * Up to KEEP_SMALL_INPUT_UP_TO bytes scanned, just-scanned aggregates stay in memory within
+ * KEEP_SMALL_INPUT_SCANNED_BYTES (encoded; a job's samples encode to about an eighth of their
+ * lines): on the 240 MB 64-rank job all 28 MB of them stay, which saves reading them back and
+ * decoding them (loading its ranks: 30-45 ms instead of 80-130 ms) for 7 MB more peak RSS
+ * (172 MB). Bounded in bytes kept too, not only in bytes scanned: records kept whole (alerts,
+ * lifecycle records) or long scopes take more. Larger inputs keep within KEEP_SCANNED_BYTES, so
+ * peak RSS stays as flat up to 1 GB.
  */
-export const KEEP_ALL_SCANNED_UP_TO = 256 << 20;
+export const KEEP_SMALL_INPUT_UP_TO = 256 << 20;
+export const KEEP_SMALL_INPUT_SCANNED_BYTES = 32 << 20;
 
 function stampOf(path: string, print: Fingerprint): string {
   return `${path}|${printText(print)}|${SETTINGS}`;
@@ -821,7 +825,7 @@ export class SegmentIndex {
     };
     const keepBytes = Number(
       process.env.STORMLOG_KEEP_SCANNED_BYTES ??
-        (total <= KEEP_ALL_SCANNED_UP_TO ? Number.POSITIVE_INFINITY : KEEP_SCANNED_BYTES),
+        (total <= KEEP_SMALL_INPUT_UP_TO ? KEEP_SMALL_INPUT_SCANNED_BYTES : KEEP_SCANNED_BYTES),
     );
     const { results, pending } = await scanJobs(jobs, writer, keepBytes, (done) =>
       onProgress?.({ phase: "scan", done, total }),

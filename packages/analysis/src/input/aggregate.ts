@@ -675,6 +675,31 @@ function tensorsOf(metadata: JsonObject): number {
   return typeof value === "number" ? value : typeof value === "bigint" ? Number(value) : Number.NaN;
 }
 
+/**
+ * How the scan takes a line the fast reader read (one rule for the line-by-line path, `scan.ts`, and
+ * the kernel's rows, `LineTemplate.rows`): decoded on the general path, a sample into the columns (its
+ * birth counts parsed too), a phase boundary with its scope's text, or counted.
+ */
+export const FAST_DECODED = 0;
+export const FAST_SAMPLE = 1;
+export const FAST_SAMPLE_BIRTHS = 2;
+export const FAST_BOUNDARY = 3;
+export const FAST_COUNTED = 4;
+
+export function fastLineUse(eventType: string, origin: boolean, births: boolean, inexact: boolean): number {
+  // Phase attribution hints (rare): the general path keeps them exactly, float marks included.
+  if (eventType === SAMPLE_EVENT_TYPE)
+    return origin ? FAST_DECODED : births ? FAST_SAMPLE_BIRTHS : FAST_SAMPLE;
+  // Detailed records (alerts, health, and the lifecycle records the Perfetto export shows with their
+  // metadata: only the general path keeps their details), and sample records whose type is not exactly
+  // "sample" (rare), take the general path.
+  if (INSTANT_EVENT_TYPES.has(eventType) || sampleRules(eventType) !== 0) return FAST_DECODED;
+  // Floats or long integers in a boundary's metadata: the exact parser keeps their marks and digits.
+  if (eventType === "phase_enter" || eventType === "phase_exit")
+    return inexact ? FAST_DECODED : FAST_BOUNDARY;
+  return FAST_COUNTED;
+}
+
 /** The strings of a fast-read line: its template's (see `CanonicalLineReader`), the same for many lines. */
 export interface LineStrings {
   readonly sessionId: string;
@@ -755,13 +780,15 @@ export class Accumulator {
 
   /**
    * The rank part read until now is left: the next new one's columns are sized for as many samples
-   * and an eighth more (a job's ranks record alike; growing by doubling from 256 copied each rank's
-   * columns five times, and cost the scan's collector as much again).
+   * and a sixteenth more, at most 65,536 (a job's ranks record alike; growing by doubling from 256
+   * copied each rank's columns five times, and cost the scan's collector as much again). Within an
+   * eighth, `SampleColumns.trim` keeps the spare room rather than copying.
    */
   private leaveRank(): void {
     const last = this.lastRank;
     if (last === null) return;
-    this.expectedSamples = Math.max(256, last.samples.count + (last.samples.count >> 3));
+    const count = last.samples.count;
+    this.expectedSamples = Math.min(1 << 16, Math.max(256, count + (count >> 4)));
     this.lastRank = null;
   }
 

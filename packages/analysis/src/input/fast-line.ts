@@ -19,7 +19,15 @@
 
 import { CANONICAL_PREFIX as P } from "@stormlog/core/internal";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
-import { type Accumulator, exactTimestamp, type LineFields, type RankPart } from "./aggregate.js";
+import {
+  type Accumulator,
+  exactTimestamp,
+  FAST_BOUNDARY,
+  FAST_SAMPLE,
+  fastLineUse,
+  type LineFields,
+  type RankPart,
+} from "./aggregate.js";
 import { LINE_TEMPLATE_WASM } from "./line-kernel.generated.js";
 
 const enc = (text: string): Uint8Array => Uint8Array.from(text, (c) => c.charCodeAt(0));
@@ -376,14 +384,8 @@ class LineTemplate {
     readonly metadataOrigin: boolean,
     readonly metadataBirths: boolean,
   ) {
-    this.rows =
-      eventType === "sample"
-        ? metadataOrigin || metadataBirths
-          ? ROWS_NONE
-          : ROWS_SAMPLE
-        : (eventType === "phase_enter" || eventType === "phase_exit") && !metadataInexact
-          ? ROWS_BOUNDARY
-          : ROWS_NONE;
+    const use = fastLineUse(eventType, metadataOrigin, metadataBirths, metadataInexact);
+    this.rows = use === FAST_SAMPLE ? ROWS_SAMPLE : use === FAST_BOUNDARY ? ROWS_BOUNDARY : ROWS_NONE;
     const slots = slotFields.length;
     this.slotField = Uint8Array.from(slotFields);
     this.slotKind = Uint8Array.from(slotKinds);
@@ -673,16 +675,8 @@ export class CanonicalLineReader implements LineFields {
     const kernel = this.kernelMade!;
     const values = kernel.values;
     values.set(template.defaults);
+    // The kernel checks the rules between fields too (`keepsRules`).
     if (kernel.readLike(at, end, template.slot) === 0) return false;
-    const pid = values[F_PID]!;
-    const rank = values[F_RANK]!;
-    const localRank = values[F_LOCAL_RANK]!;
-    const worldSize = values[F_WORLD_SIZE]!;
-    const total = values[F_TOTAL]!;
-    const used = values[F_USED]!;
-    const free = values[F_FREE]!;
-    if (pid < -1 || worldSize < 1 || rank >= worldSize || localRank >= worldSize) return false;
-    if (!Number.isNaN(total) && (used > total || (!Number.isNaN(free) && free > total))) return false;
     this.take(template, values, 0, kernel.timestamp[0]!, kernel.timestamp[1]!);
     // Template positions move by what the slots before them gained or lost in length (the kernel's
     // shifts are to its memory; `shift` takes them back to `buf`).

@@ -11,8 +11,6 @@ import {
   lineTooLong,
   MAX_LINE_BYTES,
   openRegularFileSync,
-  SAMPLE_EVENT_TYPE,
-  sampleRules,
   utf8LineText,
   utf8TailText,
 } from "@stormlog/core/internal";
@@ -27,7 +25,11 @@ import {
 import { TimeRangeError } from "../errors.js";
 import {
   Accumulator,
-  INSTANT_EVENT_TYPES,
+  FAST_BOUNDARY,
+  FAST_COUNTED,
+  FAST_SAMPLE,
+  FAST_SAMPLE_BIRTHS,
+  fastLineUse,
   type LineFields,
   type RankPart,
   type RankSeed,
@@ -39,12 +41,6 @@ import { CanonicalLineReader } from "./fast-line.js";
 const CHUNK_BYTES = 4 << 20;
 /** Most samples the first rank's columns are sized for (a sink's segments hold at most a few 10,000 events). */
 const MAX_EXPECTED_SAMPLES = 1 << 16;
-
-/**
- * Event types whose details only the general path keeps (alerts, health, and the lifecycle records
- * the Perfetto export shows with their metadata): rare, decoded in full.
- */
-const DETAILED_TYPES: ReadonlySet<string> = INSTANT_EVENT_TYPES;
 
 /**
  * A sample's live tensors by birth phase, when its metadata has them (parsed only then, and its
@@ -181,33 +177,27 @@ class RangeScanner {
       this.slow(buf, start, end, terminated);
       return;
     }
-    const eventType = reader.eventType;
     this.lastSession = reader.sessionId;
-    if (eventType === SAMPLE_EVENT_TYPE) {
-      // Phase attribution hints (rare): the general path keeps them exactly, float marks included.
-      if (reader.metadataOrigin) {
-        this.slow(buf, start, end, terminated);
+    switch (
+      fastLineUse(reader.eventType, reader.metadataOrigin, reader.metadataBirths, reader.metadataInexact)
+    ) {
+      case FAST_SAMPLE:
+        this.accumulator.addLine(reader, this.lineNumber);
+        return;
+      case FAST_SAMPLE_BIRTHS: {
+        const part = this.accumulator.addLine(reader, this.lineNumber);
+        addBirths(part, reader, buf, reader.metadataStart, reader.metadataEnd);
         return;
       }
-      const part = this.accumulator.addLine(reader, this.lineNumber);
-      if (reader.metadataBirths) addBirths(part, reader, buf, reader.metadataStart, reader.metadataEnd);
-      return;
-    }
-    // Detailed records, and sample records whose type is not exactly "sample" (rare), take the general path.
-    if (DETAILED_TYPES.has(eventType) || sampleRules(eventType) !== 0) {
-      this.slow(buf, start, end, terminated);
-      return;
-    }
-    if (eventType === "phase_enter" || eventType === "phase_exit") {
-      if (reader.metadataInexact) {
-        // Floats or long integers in the metadata: the exact parser keeps their marks and digits.
-        this.slow(buf, start, end, terminated);
+      case FAST_BOUNDARY:
+        this.accumulator.addBoundaryLine(reader, this.lineNumber, this.scopeJson(buf));
         return;
-      }
-      this.accumulator.addBoundaryLine(reader, this.lineNumber, this.scopeJson(buf));
-      return;
+      case FAST_COUNTED:
+        this.accumulator.addLine(reader, this.lineNumber);
+        return;
+      default:
+        this.slow(buf, start, end, terminated);
     }
-    this.accumulator.addLine(reader, this.lineNumber);
   }
 
   /** Of a boundary just read, only phase_scope is kept: its text, parsed when its rank is analysed, and stored in the index as is. */

@@ -97,6 +97,29 @@ describe("runs of sample lines read in one call into the kernel", () => {
       writeFileSync(file, seed % 3 === 0 ? text.trimEnd() : seed % 3 === 1 ? text.slice(0, -40) : text);
       files.push(file);
     }
+    // Short samples: more lines in a 4 MB chunk than the kernel has rows for one call (8,192).
+    const short = join(dir, "short-lines.jsonl");
+    const shortLines: string[] = [];
+    for (let i = 0; i < 12000; i++)
+      shortLines.push(
+        encodeTelemetryRecord(
+          record("sample", 10n ** 12n + BigInt(i) * 1000n, {
+            session_id: "s",
+            host: "h",
+            collector: "c",
+            context: null,
+            pid: 1,
+            allocator_active_bytes: 0,
+            allocator_inactive_bytes: 0,
+            device_total_bytes: null,
+            device_used_bytes: i % 10,
+            metadata: {},
+          }),
+        ),
+      );
+    writeFileSync(short, `${shortLines.join("\n")}\n`);
+    expect((4 << 20) / (Buffer.byteLength(shortLines[0]!) + 1)).toBeGreaterThan(8192);
+    files.push(short);
     // A sample that breaks a rule after a run (rank not below world size): the same error.
     const bad = join(dir, "bad.jsonl");
     const good = writerText(9, 300);
