@@ -11,11 +11,15 @@ import { availableParallelism } from "node:os";
 /** Cores from which workers start unless `STORMLOG_SCAN_THREADS` says otherwise. */
 export const WORKERS_FROM_CORES = 4;
 
+/** Whether workers may start at all: a second core, and not `STORMLOG_SCAN_THREADS=1`. */
+export function workersAllowed(): boolean {
+  return availableParallelism() >= 2 && process.env.STORMLOG_SCAN_THREADS !== "1";
+}
+
 /** Whether to start workers for an analysis that has enough work for them. */
 export function workersHelp(): boolean {
-  const cores = availableParallelism();
+  if (!workersAllowed()) return false;
   const setting = process.env.STORMLOG_SCAN_THREADS;
-  if (setting === "1" || cores < 2) return false;
   if (setting !== undefined && Number(setting) >= 2) return true;
-  return cores >= WORKERS_FROM_CORES;
+  return availableParallelism() >= WORKERS_FROM_CORES;
 }

@@ -18,7 +18,7 @@ import type { SegmentAggregate } from "../input/aggregate.js";
 import { digestFromJson, digestOf, mergeDigests, type SegmentDigest } from "../input/digest.js";
 import { outcomeOf, type PieceOutcome, type PieceRange, PieceSettler, pieceBytes } from "../input/pieces.js";
 import { type ScanScratch, scanRangeSync } from "../input/scan.js";
-import { workersHelp } from "../threads.js";
+import { workersAllowed, workersHelp } from "../threads.js";
 import type { ScanTask, WorkerReply } from "./scan-worker-protocol.js";
 
 /** Where scanned aggregates go: encoded (in parts), then written on the thread pool (false: failed). */
@@ -320,9 +320,8 @@ class ScanWorker {
    * `STORMLOG_SCAN_THREADS=1` (tests and benchmarks compare the two).
    */
   static start(here: boolean): ScanWorker[] {
+    if (!workersAllowed() || ScanWorker.running > 0) return [];
     const cores = Math.min(2, availableParallelism());
-    if (cores < 2 || ScanWorker.running > 0) return [];
-    if (process.env.STORMLOG_SCAN_THREADS === "1") return [];
     const workers: ScanWorker[] = [];
     const kept = ScanWorker.kept;
     if (kept !== null) {

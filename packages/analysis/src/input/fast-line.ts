@@ -14,7 +14,8 @@
  * is WebAssembly (`kernel/line-template.ts`): a cold command runs it compiled from the first line
  * instead of waiting for V8 to optimize it. The scan's runs of plain sample and phase boundary lines go
  * further: the kernel reads line after line in one call (`readRows`), finding each line's end as it
- * matches, and this side takes the rows it wrote (`takeRow`).
+ * matches, and this side adds each sample's row from where the kernel wrote it (`addRow`) and takes
+ * a boundary's into the reader's fields (`takeRow`).
  */
 
 import { CANONICAL_PREFIX as P } from "@stormlog/core/internal";
@@ -517,12 +518,8 @@ export class CanonicalLineReader implements LineFields {
     }
     this.limit = buf.length;
     this.reads++;
-    if (++this.windowLines > TEMPLATE_WINDOW) {
-      this.windowLines = 1;
-      this.templateReads = 0;
-      this.templatesMade = 0;
-    }
-    const paying = this.templatesMade < this.templateReads + TEMPLATE_SLACK;
+    const paying = this.templatesPay();
+    this.windowLines++;
     const templates = this.templates;
     if (paying && templates.length > 0) {
       // The kernel reads its own memory: a line of the scan's buffer (`chunkBuffer`) is there, any
@@ -728,6 +725,19 @@ export class CanonicalLineReader implements LineFields {
   }
 
   /**
+   * Whether templates pay their way in the current window of TEMPLATE_WINDOW lines (a new window
+   * starts once it is full): at most TEMPLATE_SLACK more made than lines read by one.
+   */
+  private templatesPay(): boolean {
+    if (this.windowLines >= TEMPLATE_WINDOW) {
+      this.windowLines = 0;
+      this.templateReads = 0;
+      this.templatesMade = 0;
+    }
+    return this.templatesMade < this.templateReads + TEMPLATE_SLACK;
+  }
+
+  /**
    * Reads the lines of `buf[start, end)` whose templates make rows (`LineTemplate.rows`: plain samples
    * and phase boundaries) in one call into the kernel while they come, each a whole line ended by its
    * `\n`: how many, each then taken by `takeRow`; `rowsEnd` is where the first line not read starts.
@@ -738,12 +748,7 @@ export class CanonicalLineReader implements LineFields {
     const kernel = this.kernelMade;
     const templates = this.templates;
     if (kernel == null || buf.buffer !== kernel.memory || templates.length === 0) return 0;
-    if (this.windowLines >= TEMPLATE_WINDOW) {
-      this.windowLines = 0;
-      this.templateReads = 0;
-      this.templatesMade = 0;
-    }
-    if (this.templatesMade >= this.templateReads + TEMPLATE_SLACK) return 0;
+    if (!this.templatesPay()) return 0;
     const rows = kernel.readRows(buf.byteOffset + start, buf.byteOffset + end, templates.length);
     this.rowsOffset = buf.byteOffset;
     this.rowsEnd = kernel.stopAt[0]! - buf.byteOffset;
