@@ -9,7 +9,8 @@
 
 export type { RankData } from "./analyses/analysis.js";
 export { csvField } from "./export/csv.js";
-export type { AlertEntry, BoundaryEntry, HealthEntry, SampleIdentity } from "./input/aggregate.js";
+export type { AlertEntry, HealthEntry, SampleIdentity } from "./input/aggregate.js";
+export type { BoundaryEntry } from "./input/boundary-log.js";
 export { exactAt, ORDER_SEGMENT_SCALE, originAt, type RankSeries } from "./input/dataset.js";
 export type { SegmentData } from "./input/sessions.js";
 export { analyzeTelemetryRanks, type RankVisitor } from "./report/report.js";

@@ -7,7 +7,7 @@
 import type { JsonObject, JsonValue } from "@stormlog/core";
 import { type PhaseEventLike, PhaseReplayIndex, type PhaseSpan } from "@stormlog/phases";
 import { median, type RetentionOccurrence } from "@stormlog/phases/internal";
-import type { BoundaryEntry } from "../input/aggregate.js";
+import type { BoundaryEntry } from "../input/boundary-log.js";
 import type { RankSeries } from "../input/dataset.js";
 import type { NetChange, PhaseOccurrence, PhaseStat } from "../report/types.js";
 import type { RankAnalysis, RankData } from "./analysis.js";

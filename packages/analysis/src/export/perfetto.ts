@@ -27,7 +27,8 @@ import { CrossRankAccumulator } from "../analyses/cross-rank.js";
 import { analyzeGapColumns, type GapFinding } from "../analyses/gap.js";
 import { gapColumns, sampleRecord } from "../analyses/gap-accumulator.js";
 import { buildPhaseIndex } from "../analyses/phase-stats.js";
-import type { BoundaryEntry, InstantEntry } from "../input/aggregate.js";
+import type { InstantEntry } from "../input/aggregate.js";
+import type { BoundaryEntry } from "../input/boundary-log.js";
 import {
   type DatasetPlan,
   exactAt,

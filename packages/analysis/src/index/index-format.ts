@@ -17,17 +17,11 @@ import {
   writeFileSync,
   writeSync,
 } from "node:fs";
-import { type JsonObject, type JsonValue, parseJson, stringifyJson } from "@stormlog/core";
-import {
-  type ExactCounterField,
-  type ExactCounters,
-  FLOAT_KEYS,
-  openRegularFileSync,
-} from "@stormlog/core/internal";
+import { type JsonObject, parseJson, stringifyJson } from "@stormlog/core";
+import { type ExactCounterField, type ExactCounters, openRegularFileSync } from "@stormlog/core/internal";
 import {
   ALL_SAMPLE_RULES,
   type AlertEntry,
-  type BoundaryEntry,
   type CounterPeak,
   DETAIL_CAP,
   type HealthEntry,
@@ -38,8 +32,8 @@ import {
   type SegmentAggregate,
   type SessionEvidence,
   SessionPart,
-  TextScopeBoundary,
 } from "../input/aggregate.js";
+import { BOUNDARY_COLUMNS, BoundaryLog } from "../input/boundary-log.js";
 
 const MAGIC = Buffer.from("SLAGG\u0005\u0000\u0000", "latin1");
 
@@ -56,21 +50,6 @@ const unnum = (value: Num | undefined): number =>
 const ts = (value: bigint | null): string | null => (value === null ? null : value.toString());
 const unts = (value: string | null | undefined): bigint | null =>
   value === null || value === undefined ? null : BigInt(value);
-
-/** True when `JSON.stringify`/`JSON.parse` keep the value exactly (no bigint, no float marks). */
-function plainJson(value: JsonValue): boolean {
-  if (typeof value === "bigint") return false;
-  if (typeof value === "number") return Number.isFinite(value);
-  if (Array.isArray(value)) {
-    if ((value as unknown as Record<symbol, unknown>)[FLOAT_KEYS] !== undefined) return false;
-    return value.every(plainJson);
-  }
-  if (typeof value === "object" && value !== null) {
-    if ((value as unknown as Record<symbol, unknown>)[FLOAT_KEYS] !== undefined) return false;
-    for (const key in value) if (!plainJson(value[key]!)) return false;
-  }
-  return true;
-}
 
 type Evidence = (Omit<SessionEvidence, "timestamp_ns"> & { t: string; line: number; offset: number }) | null;
 
@@ -119,18 +98,6 @@ interface RankHeader {
   health: Chunks;
 }
 
-/**
- * A rank's boundaries as columns of doubles, each `count` long: flags (bit 0: an exit; bits 1-2:
- * how the scope's text reads, 0 plain JSON, 1 exact JSON (`parseJson`), 2 the text read from the
- * line, parsed when first read (`TextScopeBoundary`); bit 3: counters read at the boundary), line,
- * allocated, reserved, used, tensors, total (NaN: null), device id, and where the boundary's
- * timestamp (decimal digits) and its scope's text end in the rank's boundary text, where they follow
- * one another. Columns rather than JSON rows: writing and reading rows cost a cold scan ~3 us a
- * boundary on each thread, most of the aggregate's encoding.
- */
-const BOUNDARY_COLUMNS = 10;
-const BOUNDARY_EXIT = 1;
-const BOUNDARY_READ = 8;
 /** [ts, the sample's `tfjs_live_by_phase` as JSON text]. */
 type BirthRow = [string, string];
 /** [ts, type, context, oom reason, used, allocated, origin hints as exact JSON or null, line]. */
@@ -155,28 +122,6 @@ interface Header {
   maxTs: string | null;
   warnings: { message: string; sessionId: string | null }[];
   sessions: SessionHeader[];
-}
-
-/**
- * A boundary read back. A class, not an object literal: V8 moves the allocation of a literal whose
- * objects often outlive a young-generation collection (these live as long as their rank is
- * analysed) straight to the old generation, which is collected rarely, so memory grew with the input.
- */
-class Boundary implements BoundaryEntry {
-  readonly scopeJson = null;
-  constructor(
-    readonly timestampNs: bigint,
-    readonly eventType: string,
-    readonly scope: JsonValue,
-    readonly line: number,
-    readonly allocated: number,
-    readonly reserved: number,
-    readonly used: number,
-    readonly tensors: number,
-    readonly total: number,
-    readonly boundaryRead: boolean,
-    readonly deviceId: number,
-  ) {}
 }
 
 function evidenceOut(value: LinedEvidence | null, offset: number): Evidence {
@@ -227,127 +172,6 @@ function columnsBytes(count: number, hasIdentity: boolean): number {
   return count * 8 * COLUMNS + identity;
 }
 
-/** A finite counter as it is, anything else NaN (null), as the JSON rows kept it. */
-const finite = (value: number): number => (Number.isFinite(value) ? value : Number.NaN);
-
-/** A rank's boundaries as `BOUNDARY_COLUMNS` columns, and the text of their timestamps and scopes. */
-function boundaryColumns(boundaries: readonly BoundaryEntry[]): { columns: Float64Array; text: string } {
-  const n = boundaries.length;
-  const columns = new Float64Array(n * BOUNDARY_COLUMNS);
-  const texts: string[] = [];
-  let length = 0;
-  for (let i = 0; i < n; i++) {
-    const b = boundaries[i]!;
-    let scope: string;
-    let how: number;
-    if (b.scopeJson !== null) {
-      scope = b.scopeJson;
-      how = 2;
-    } else if (plainJson(b.scope)) {
-      scope = JSON.stringify(b.scope);
-      how = 0;
-    } else {
-      scope = stringifyJson(b.scope);
-      how = 1;
-    }
-    const ts = `${b.timestampNs}`;
-    texts.push(ts, scope);
-    length += ts.length;
-    columns[8 * n + i] = length;
-    // Byte offsets: the scan's texts are ASCII; another scope's JSON may not be.
-    length += how === 2 ? scope.length : Buffer.byteLength(scope, "utf8");
-    columns[9 * n + i] = length;
-    columns[i] =
-      (b.eventType === "phase_enter" ? 0 : BOUNDARY_EXIT) | (how << 1) | (b.boundaryRead ? BOUNDARY_READ : 0);
-    columns[n + i] = b.line;
-    columns[2 * n + i] = finite(b.allocated);
-    columns[3 * n + i] = finite(b.reserved);
-    columns[4 * n + i] = finite(b.used);
-    columns[5 * n + i] = finite(b.tensors);
-    columns[6 * n + i] = finite(b.total);
-    columns[7 * n + i] = b.deviceId;
-  }
-  return { columns, text: texts.join("") };
-}
-
-/**
- * A rank's boundaries from their columns and the bytes of their text, `bytes[start, end)` (see
- * `BOUNDARY_COLUMNS`); false when they do not read as written (a damaged file: the aggregate is not
- * used). Each text is read from the bytes on its own: slices of one string for the rank kept all of
- * it alive as long as any boundary (peak memory at 1.1 GB grew by 15 MB).
- */
-function readBoundaries(
-  part: RankPart,
-  columns: Float64Array,
-  bytes: Buffer,
-  start: number,
-  end: number,
-): boolean {
-  const n = columns.length / BOUNDARY_COLUMNS;
-  let from = start;
-  for (let i = 0; i < n; i++) {
-    const flags = columns[i]!;
-    const tsEnd = start + columns[8 * n + i]!;
-    const scopeEnd = start + columns[9 * n + i]!;
-    if (!(tsEnd > from && scopeEnd > tsEnd && scopeEnd <= end)) return false;
-    const digits = bytes.toString("latin1", from, tsEnd);
-    if (!/^-?\d+$/.test(digits)) return false;
-    const timestampNs = BigInt(digits);
-    const how = (flags >> 1) & 3;
-    const scopeText = bytes.toString(how === 2 ? "latin1" : "utf8", tsEnd, scopeEnd);
-    from = scopeEnd;
-    const eventType = (flags & BOUNDARY_EXIT) === 0 ? "phase_enter" : "phase_exit";
-    const line = columns[n + i]!;
-    const allocated = columns[2 * n + i]!;
-    const reserved = columns[3 * n + i]!;
-    const used = columns[4 * n + i]!;
-    const tensors = columns[5 * n + i]!;
-    const total = columns[6 * n + i]!;
-    const boundaryRead = (flags & BOUNDARY_READ) !== 0;
-    const deviceId = columns[7 * n + i]!;
-    if (how === 2) {
-      part.boundaries.push(
-        new TextScopeBoundary(
-          timestampNs,
-          eventType,
-          scopeText,
-          line,
-          allocated,
-          reserved,
-          used,
-          tensors,
-          total,
-          boundaryRead,
-          deviceId,
-        ),
-      );
-      continue;
-    }
-    let scope: JsonValue;
-    try {
-      scope = how === 1 ? parseJson(scopeText) : (JSON.parse(scopeText) as JsonValue);
-    } catch {
-      return false;
-    }
-    part.boundaries.push(
-      new Boundary(
-        timestampNs,
-        eventType,
-        scope,
-        line,
-        allocated,
-        reserved,
-        used,
-        tensors,
-        total,
-        boundaryRead,
-        deviceId,
-      ),
-    );
-  }
-  return from === end;
-}
-
 /** Serializes an aggregate, stamped with `stamp` (the source's fingerprint). */
 export function encodeAggregate(aggregate: SegmentAggregate, stamp: string): Buffer {
   return Buffer.concat(encodeAggregateParts(aggregate, stamp));
@@ -362,10 +186,10 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
   const sessions: SessionHeader[] = [];
   const chunks: Uint8Array[] = [];
   let offset = 0;
-  const texts: Buffer[] = [];
+  const texts: Uint8Array[] = [];
   let textOffset = 0;
   /** Puts `text` after the texts before it; its byte range `[start, length]` there. */
-  const place = (text: Buffer): [number, number] => {
+  const place = (text: Uint8Array): [number, number] => {
     const at = textOffset;
     texts.push(text);
     textOffset += text.length;
@@ -397,7 +221,7 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
       const samples = part.samples;
       const count = samples.count;
       const hasIdentity = samples.identity !== null;
-      const bounds = boundaryColumns(part.boundaries);
+      const bounds = part.boundaryLog.encoded();
       const header: RankHeader = {
         rank: part.rank,
         eventCount: part.eventCount,
@@ -442,7 +266,7 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
               ),
             }),
         offset,
-        boundaries: [part.boundaries.length, ...place(Buffer.from(bounds.text, "utf8"))],
+        boundaries: [part.boundaryLog.length, ...place(bounds.text)],
         births: rows(part.births, (b): BirthRow => [b.timestampNs.toString(), b.json]),
         // The index keeps at most DETAIL_CAP of each; the loader scans a part cut so again.
         alerts: rows(
@@ -496,7 +320,9 @@ export function encodeAggregateParts(aggregate: SegmentAggregate, stamp: string)
         bytes.set(new Uint8Array(samples.identity!.buffer, samples.identity!.byteOffset, count * 2));
         chunks.push(bytes);
       }
-      chunks.push(new Uint8Array(bounds.columns.buffer));
+      chunks.push(
+        new Uint8Array(bounds.columns.buffer, bounds.columns.byteOffset, bounds.columns.byteLength),
+      );
       offset += columnsBytes(count, hasIdentity) + bounds.columns.byteLength;
     }
     sessions.push({
@@ -633,13 +459,14 @@ export function decodeAggregate(bytes: Buffer, stamp: string): SegmentAggregate 
       if (boundaryCount > 0) {
         const textEnd = rowsAt + textStart + textLength;
         if (textStart >= 0 && textLength > 0 && textEnd <= bytes.length) {
-          boundariesRead = readBoundaries(
-            part,
+          const log = BoundaryLog.adopt(
             new Float64Array(buffer, base + boundariesAt, boundaryCount * BOUNDARY_COLUMNS),
             bytes,
             rowsAt + textStart,
             textEnd,
           );
+          if (log !== null) part.boundaryLog = log;
+          boundariesRead = log !== null;
         }
       }
       const birthsRead = eachRow<BirthRow>(r.births, ([t, json]) => {

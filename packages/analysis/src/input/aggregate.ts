@@ -30,6 +30,7 @@ import {
 } from "@stormlog/core/internal";
 import { LIVE_BY_PHASE_KEY } from "@stormlog/phases/internal";
 import { TimeRangeError } from "../errors.js";
+import { type BoundaryEntry, BoundaryLog } from "./boundary-log.js";
 
 /** `metadata.phase_counters` of a phase record whose counters were read at the boundary itself. */
 export const BOUNDARY_READ = "boundary_read";
@@ -70,61 +71,6 @@ export interface CounterPeak {
   deviceId: number;
   /** The record's collector (`stormlog.tfjs_tracker+stormlog.cpu_tracker` for merged ones). */
   collector: string;
-}
-
-/** A phase boundary record with the counters it carries. NaN marks a null counter. */
-export interface BoundaryEntry {
-  readonly timestampNs: bigint;
-  readonly eventType: string;
-  /** `metadata.phase_scope` as recorded (validated later by the replay index). */
-  readonly scope: JsonValue;
-  /** `scope`'s JSON text as read from the line, when the scan parsed it exactly (the index stores it as is). */
-  readonly scopeJson: string | null;
-  /** Line within its segment, or its piece of one (storage order: see `SegmentPiece.lineOffset`). */
-  readonly line: number;
-  readonly allocated: number;
-  readonly reserved: number;
-  readonly used: number;
-  /** `metadata.tfjs_num_tensors` on the boundary record, NaN when absent. */
-  readonly tensors: number;
-  /** `device_total_bytes` on the boundary record, NaN when null. */
-  readonly total: number;
-  /** `device_id` of the record: the device whose counter tracks a boundary reading feeds (the Perfetto export). */
-  readonly deviceId: number;
-  /**
-   * `metadata.phase_counters === "boundary_read"`: the counters were read at the boundary itself.
-   * Otherwise (`"last_sample"`, or absent as the Python Stormlog writes) they repeat the last sample.
-   */
-  readonly boundaryRead: boolean;
-}
-
-/**
- * A boundary whose scope is kept as the JSON text read from its line, exact for `JSON.parse` (the
- * scan's fast path takes no floats or long integers there), and parsed when first read: a scanned
- * or stored piece holds texts, not objects, until its rank is analysed. A class, not an object
- * literal (see `Boundary` in index-format.ts).
- */
-export class TextScopeBoundary implements BoundaryEntry {
-  #scope: JsonValue | undefined = undefined;
-
-  constructor(
-    readonly timestampNs: bigint,
-    readonly eventType: string,
-    readonly scopeJson: string,
-    readonly line: number,
-    readonly allocated: number,
-    readonly reserved: number,
-    readonly used: number,
-    readonly tensors: number,
-    readonly total: number,
-    readonly boundaryRead: boolean,
-    readonly deviceId: number,
-  ) {}
-
-  get scope(): JsonValue {
-    if (this.#scope === undefined) this.#scope = JSON.parse(this.scopeJson) as JsonValue;
-    return this.#scope;
-  }
 }
 
 /** A sample's live tensors by birth phase (`metadata.tfjs_live_by_phase`, the tfjs adapter's attribution). */
@@ -352,7 +298,8 @@ export class RankPart {
   private readonly peakTs = [0, 0, 0];
   private readonly peakDevices = [0, 0, 0];
   private readonly peakCollectors = ["", "", ""];
-  readonly boundaries: BoundaryEntry[] = [];
+  /** Phase boundaries, as the index stores them (see `BoundaryLog`). */
+  boundaryLog = new BoundaryLog();
   readonly births: BirthEntry[] = [];
   readonly alerts: AlertEntry[] = [];
   readonly health: HealthEntry[] = [];
@@ -385,6 +332,11 @@ export class RankPart {
     capacity = 256,
   ) {
     this.samples = new SampleColumns(capacity);
+  }
+
+  /** The phase boundaries as objects, in storage order, made anew at each call (`BoundaryLog.list`). */
+  get boundaries(): readonly BoundaryEntry[] {
+    return this.boundaryLog.list();
   }
 
   /**
@@ -888,24 +840,34 @@ export class Accumulator {
     return part;
   }
 
-  /** A fast-read phase boundary with its `phase_scope`'s JSON text (undefined: it has none). */
-  addBoundaryLine(fields: LineFields, line: number, scopeJson: string | undefined): void {
+  /**
+   * A fast-read phase boundary; its `phase_scope`'s JSON text is `bytes[scopeStart, scopeEnd)`
+   * (`scopeStart` -1: it has none, and only its counters count).
+   */
+  addBoundaryLine(
+    fields: LineFields,
+    line: number,
+    bytes: Uint8Array,
+    scopeStart: number,
+    scopeEnd: number,
+  ): void {
     const part = this.addLine(fields, line);
-    if (scopeJson === undefined) return;
-    part.boundaries.push(
-      new TextScopeBoundary(
-        fields.timestampNs(),
-        fields.eventType,
-        scopeJson,
-        line,
-        fields.allocated,
-        fields.reserved,
-        fields.used,
-        fields.tensors,
-        fields.total,
-        fields.boundaryRead,
-        fields.deviceId,
-      ),
+    if (scopeStart < 0) return;
+    part.boundaryLog.pushRead(
+      fields.tsHead,
+      fields.tsTail,
+      fields.eventType !== "phase_enter",
+      fields.boundaryRead,
+      line,
+      fields.allocated,
+      fields.reserved,
+      fields.used,
+      fields.tensors,
+      fields.total,
+      fields.deviceId,
+      bytes,
+      scopeStart,
+      scopeEnd,
     );
   }
 
@@ -971,7 +933,7 @@ export class Accumulator {
     } else if (eventType === "phase_enter" || eventType === "phase_exit") {
       const scope = event.metadata.phase_scope;
       if (scope !== undefined) {
-        part.boundaries.push({
+        part.boundaryLog.push({
           timestampNs: ts,
           eventType,
           scope,

@@ -13,7 +13,6 @@ import { withHeadroom } from "../scratch.js";
 import type {
   AlertEntry,
   BirthEntry,
-  BoundaryEntry,
   CounterPeak,
   HealthEntry,
   InstantEntry,
@@ -23,6 +22,7 @@ import type {
   SegmentAggregate,
 } from "./aggregate.js";
 import { ALL_SAMPLE_RULES, seriesKey } from "./aggregate.js";
+import type { BoundaryEntry } from "./boundary-log.js";
 import { scanRangeSync, scanSegmentSync } from "./scan.js";
 import type { SegmentData } from "./sessions.js";
 
@@ -420,6 +420,7 @@ function single(plan: SeriesPlan, loaded: LoadedPart, pool: ArrayPool): RankSeri
   const order = pool.doubles(n);
   for (let i = 0; i < n; i++) order[i] = orderBase + samples.line[i]!;
   const view = (array: Float64Array): Float64Array => (array.length === n ? array : array.subarray(0, n));
+  const boundaries = part.boundaries;
   return sortSeries({
     sessionId: plan.sessionId,
     rank: plan.rank,
@@ -442,8 +443,8 @@ function single(plan: SeriesPlan, loaded: LoadedPart, pool: ArrayPool): RankSeri
     minTs: part.minTs,
     maxTs: part.maxTs,
     peaks: part.peaks,
-    boundaries: part.boundaries,
-    boundaryOrder: Float64Array.from(part.boundaries, (boundary) => orderBase + boundary.line),
+    boundaries,
+    boundaryOrder: Float64Array.from(boundaries, (boundary) => orderBase + boundary.line),
     alerts: part.alerts,
     alertOrder: Float64Array.from(part.alerts, (alert) => orderBase + alert.line),
     health: part.health,

@@ -155,7 +155,7 @@ class RangeScanner {
           const lineNumber = ++this.lineNumber;
           if (reader.addRow(i, accumulator, lineNumber) !== null) continue;
           reader.takeRow(i);
-          accumulator.addBoundaryLine(reader, lineNumber, this.scopeJson(buf));
+          accumulator.addBoundaryLine(reader, lineNumber, buf, reader.scopeStart, reader.scopeEnd);
         }
         this.lastSession = reader.rowSession(rows - 1);
         start = reader.rowsEnd;
@@ -190,7 +190,7 @@ class RangeScanner {
         return;
       }
       case FAST_BOUNDARY:
-        this.accumulator.addBoundaryLine(reader, this.lineNumber, this.scopeJson(buf));
+        this.accumulator.addBoundaryLine(reader, this.lineNumber, buf, reader.scopeStart, reader.scopeEnd);
         return;
       case FAST_COUNTED:
         this.accumulator.addLine(reader, this.lineNumber);
@@ -198,12 +198,6 @@ class RangeScanner {
       default:
         this.slow(buf, start, end, terminated);
     }
-  }
-
-  /** Of a boundary just read, only phase_scope is kept: its text, parsed when its rank is analysed, and stored in the index as is. */
-  private scopeJson(buf: Buffer): string | undefined {
-    const reader = this.reader;
-    return reader.scopeStart < 0 ? undefined : buf.toString("latin1", reader.scopeStart, reader.scopeEnd);
   }
 
   /** A line the fast path does not take: decoded as the sink's reader decodes it. */

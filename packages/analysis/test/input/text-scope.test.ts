@@ -5,7 +5,7 @@ import { decodeTelemetryLine, type JsonValue, stringifyJson, type TelemetryEvent
 import { afterAll, describe, expect, it } from "vitest";
 import { decodeAggregate, encodeAggregate } from "../../src/index/index-format.js";
 import { analyzeEvents, analyzeTelemetry } from "../../src/index.js";
-import { TextScopeBoundary } from "../../src/input/aggregate.js";
+import { TextScopeBoundary } from "../../src/input/boundary-log.js";
 import { scanSegmentSync } from "../../src/input/scan.js";
 import { pieceJobEvents, pieceJobText } from "../support/piece-job.js";
 
