@@ -390,7 +390,17 @@ async function scanJobs(
 async function writeAggregateFileLater(path: string, parts: readonly Uint8Array[]): Promise<void> {
   const tmp = temporaryPath(path);
   try {
-    await fsPromises.writeFile(tmp, parts);
+    // One request for all the parts: written part by part, each part waited for on this thread, the
+    // writes of a cold scan's files were left until its analysis was done (it does not yield).
+    const file = await fsPromises.open(tmp, "w");
+    try {
+      let expected = 0;
+      for (const part of parts) expected += part.byteLength;
+      const { bytesWritten } = await file.writev(parts as Uint8Array[]);
+      if (bytesWritten !== expected) throw new Error(`wrote ${bytesWritten} of ${expected} bytes`);
+    } finally {
+      await file.close();
+    }
     await fsPromises.rename(tmp, path);
   } catch (error) {
     await fsPromises.rm(tmp, { force: true });

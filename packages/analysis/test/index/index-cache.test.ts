@@ -10,7 +10,13 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encodeTelemetryRecord, stringifyJson, type TelemetryEvent } from "@stormlog/core";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import {
+  FILLER,
+  fill,
+  smallFilesystem,
+  unmountSmallFilesystems,
+} from "../../../sink/test/support/full-filesystem.js";
 import {
   appendSample,
   BASE_NS,
@@ -22,6 +28,7 @@ import {
   writeSink,
 } from "../../../sink/test/support/telemetry-fixtures.js";
 import { hashText } from "../../src/index/index-cache.js";
+import { isTemporaryAggregate } from "../../src/index/index-format.js";
 import { type AnalyzeOptions, analyzeTelemetry, INDEX_DIRNAME, reportToJson } from "../../src/index.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-index-"));
@@ -296,6 +303,33 @@ describe("transparent index", () => {
       expect(again.index).toMatchObject({ status: "reused", segments_reused: 12, report_reused: false });
       expect(again.text).toBe(await fresh(path));
     }
+  });
+});
+
+describe("an index on a full filesystem", () => {
+  afterEach(unmountSmallFilesystems);
+
+  /** Every file under `dir`, by path. */
+  const filesUnder = (dir: string): string[] =>
+    readdirSync(dir, { recursive: true, withFileTypes: true })
+      .filter((entry) => entry.isFile())
+      .map((entry) => join(entry.parentPath, entry.name));
+
+  it("gives the same report when its aggregate files cannot be written, leaves no part of them, and is built once there is room", async () => {
+    const path = makeRoot("full-disk");
+    const cacheDir = smallFilesystem(256);
+    // Room for the index's directories and a little more: the aggregates' writes run out of space.
+    fill(cacheDir, 8 * 1024);
+    const expected = await fresh(path);
+    const first = await analysed(path, { cacheDir });
+    expect(first.text).toBe(expected);
+    expect(first.index).toMatchObject({ status: "unavailable", reason: expect.stringMatching(/ENOSPC/) });
+    expect(filesUnder(cacheDir).filter((file) => isTemporaryAggregate(file))).toEqual([]);
+    rmSync(join(cacheDir, FILLER));
+    const second = await analysed(path, { cacheDir });
+    expect(second.text).toBe(expected);
+    expect(second.index).toMatchObject({ status: "built", segments_scanned: 12 });
+    expect((await analysed(path, { cacheDir })).index).toMatchObject({ report_reused: true });
   });
 });
 
