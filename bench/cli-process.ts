@@ -21,7 +21,9 @@ export const cli = existsSync(BUILT)
 
 // Peak RSS from /proc/self/status (VmHWM): getrusage's maxRSS of a spawned child on Linux also counts the
 // memory of this process, which it was forked from. CPU time is the process's, all its threads (the scan
-// worker, V8's compiler and GC threads): against the wall time it says how busy the cores were.
+// worker, V8's compiler and GC threads): against the wall time it says how busy the cores were. Page
+// faults are the minor faults of the process (first touches of fresh memory): on a VM that gives
+// memory back to its host, each costs ~15 us, so they say what memory a command touches costs it.
 const rssProbe = join(mkdtempSync(join(tmpdir(), "stormlog-bench-rss-")), "rss.cjs");
 writeFileSync(
   rssProbe,
@@ -29,18 +31,18 @@ writeFileSync(
     let kb = process.resourceUsage().maxRSS;
     try { kb = Number(/VmHWM:\\s+(\\d+)/.exec(require("node:fs").readFileSync("/proc/self/status", "utf8"))[1]); } catch {}
     const cpu = process.cpuUsage();
-    process.stderr.write("maxrss=" + Math.round(kb / 1024) + " cpums=" + Math.round((cpu.user + cpu.system) / 1000) + "\\n");
+    process.stderr.write("maxrss=" + Math.round(kb / 1024) + " cpums=" + Math.round((cpu.user + cpu.system) / 1000) + " faults=" + process.resourceUsage().minorPageFault + "\\n");
   });\n`,
 );
 
 /**
- * Runs `stormlog <args>` once; its wall time, peak RSS (MB, "?" where unknown) and CPU time (ms, summed
- * over its processes, NaN where unknown). Throws when it fails.
+ * Runs `stormlog <args>` once; its wall time, peak RSS (MB, "?" where unknown), CPU time and minor page
+ * faults (summed over its processes, NaN where unknown). Throws when it fails.
  */
 export function runCli(
   args: readonly string[],
   env: NodeJS.ProcessEnv = process.env,
-): { ms: number; rssMb: string; cpuMs: number } {
+): { ms: number; rssMb: string; cpuMs: number; faults: number } {
   const started = performance.now();
   const child = spawnSync(process.execPath, ["--require", rssProbe, ...cli.args, ...args], {
     cwd: REPO,
@@ -51,12 +53,13 @@ export function runCli(
   if (child.status !== 0) throw new Error(`stormlog ${args[0]} failed: ${child.stderr}`);
   // The largest of the processes that report one: a big first scan runs in a child of the launcher, which
   // waits beside it with ~7 MB of its own (most of its ~44 MB resident is shared with the child).
-  const reports = [...child.stderr.matchAll(/maxrss=(\d+) cpums=(\d+)/g)];
-  if (reports.length === 0) return { ms, rssMb: "?", cpuMs: Number.NaN };
+  const reports = [...child.stderr.matchAll(/maxrss=(\d+) cpums=(\d+) faults=(\d+)/g)];
+  if (reports.length === 0) return { ms, rssMb: "?", cpuMs: Number.NaN, faults: Number.NaN };
   const rssMb = String(Math.max(...reports.map((match) => Number(match[1]))));
   // A process's CPU time leaves out its children's: each reports its own.
   const cpuMs = reports.reduce((sum, match) => sum + Number(match[2]), 0);
-  return { ms, rssMb, cpuMs };
+  const faults = reports.reduce((sum, match) => sum + Number(match[3]), 0);
+  return { ms, rssMb, cpuMs, faults };
 }
 
 /**
@@ -75,7 +78,7 @@ export function envWithoutExtraCerts(): NodeJS.ProcessEnv | null {
  * wall time is how many cores were busy on average (worker threads, V8's compiler and GC threads count): near
  * the machine's cores, only less work makes the command faster, not more threads.
  */
-export function cpuNote({ ms, cpuMs }: { ms: number; cpuMs: number }): string {
+export function cpuNote({ ms, cpuMs, faults }: { ms: number; cpuMs: number; faults: number }): string {
   if (Number.isNaN(cpuMs)) return "";
-  return `, CPU ${Math.round(cpuMs)} ms (${(cpuMs / ms).toFixed(2)} of ${availableParallelism()} cores busy)`;
+  return `, CPU ${Math.round(cpuMs)} ms (${(cpuMs / ms).toFixed(2)} of ${availableParallelism()} cores busy), ${faults} page faults`;
 }

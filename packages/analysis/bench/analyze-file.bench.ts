@@ -3,7 +3,7 @@
 // builds the index) and warm, side by side with DuckDB's single aggregate over the same file (max
 // device_used_bytes per rank) in the same run; then the `stormlog analyze` process on it: cold, and
 // the first and second warm runs on a freshly written file with the report written beside it
-// (`--output`), with peak RSS; as this environment starts Node, and again without NODE_EXTRA_CA_CERTS
+// (`--output`), with peak RSS, CPU time and page faults; as this environment starts Node, and again without NODE_EXTRA_CA_CERTS
 // where it is set (Node 20 parses that bundle at every start, ~70 ms on this VM). The Python reference runs
 // side by side when STORMLOG_BENCH_REFERENCE names a command that runs its `gpumemprof` CLI (see
 // `referenceCommand`); otherwise its figure is the one measured in the issue, quoted and labelled as such.
@@ -23,9 +23,9 @@ const PYTHON_REFERENCE_COLD_S = 16.4;
 
 /**
  * The Python reference's CLI as a command (`STORMLOG_BENCH_REFERENCE`, split on spaces: `gpumemprof` where
- * the reference is installed, or `python3 run.py` for a script that calls its `stormlog.cli.main`), to
- * which `analyze FILE --output OUT` is appended; null when unset. PyPI is not reachable from this
- * project's machines, so it is set only where someone has the reference at hand.
+ * the reference is installed, or `python3 bench/python-reference.py` with STORMLOG_REFERENCE_SOURCE naming a
+ * checkout of its source), to which `analyze FILE --output OUT` is appended; null when unset. PyPI is not
+ * reachable from this project's machines, so it is set only where someone has the reference at hand.
  */
 function referenceCommand(): string[] | null {
   const words = (process.env.STORMLOG_BENCH_REFERENCE ?? "").split(" ").filter((word) => word !== "");
