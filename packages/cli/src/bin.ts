@@ -1,12 +1,14 @@
 #!/usr/bin/env node
 import { main } from "./index.js";
+import { whenOutputFlushed } from "./io.js";
 
 /**
  * Commands whose work is over once `main` resolves (they read inputs and write files and output):
  * when they succeed and their output is flushed, the process ends at once instead of tearing its heap
  * down page by page (30-50 ms of a cold `stormlog analyze`). `track`, `export` and `diagnose` (which
  * may hand records to W&B's SDK) end as usual, as does any command that failed: an analysis that
- * stopped early may still be writing its index's files.
+ * stopped early may still be writing its index's files. These commands write their output through the
+ * CLI's streams only (`io.ts`), which know what there is to flush.
  */
 const ENDS_AT_ONCE: ReadonlySet<string | undefined> = new Set(["analyze", "query", "report", "sessions"]);
 
@@ -17,8 +19,8 @@ main(argv).then(
       process.exitCode = code;
       return;
     }
-    // Written out first (a pipe is asynchronous on some systems); 'exit' listeners still run.
-    process.stdout.write("", () => process.stderr.write("", () => process.exit(code)));
+    // Written out first; 'exit' listeners still run.
+    whenOutputFlushed(() => process.exit(code));
   },
   (error: unknown) => {
     process.stderr.write(`stormlog: internal error: ${String(error)}\n`);

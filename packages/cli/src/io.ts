@@ -37,6 +37,9 @@ function processSignals(handler: (signal: CliSignal) => void): () => void {
 }
 
 let pipeWatched = false;
+/** Whether this process's stdout / stderr stream was made (see `whenOutputFlushed`). */
+let stdoutMade = false;
+let stderrMade = false;
 
 /**
  * `process.stdout`, made on first use (a command that writes to `--output` never creates it: a
@@ -45,6 +48,7 @@ let pipeWatched = false;
  * behind a redirection) ends the command with one line on stderr.
  */
 function processStdout(): NodeJS.WriteStream {
+  stdoutMade = true;
   const stdout = process.stdout;
   if (!pipeWatched) {
     pipeWatched = true;
@@ -89,11 +93,30 @@ function mayBeTerminal(fd: number): boolean {
 
 /** `process.stderr`, made when written to, or when it may be a terminal and someone asks. */
 const processStderr: CliStream = {
-  write: (chunk: string) => process.stderr.write(chunk),
+  write: (chunk: string) => {
+    stderrMade = true;
+    return process.stderr.write(chunk);
+  },
   get isTTY() {
-    return mayBeTerminal(2) && process.stderr.isTTY === true;
+    if (!mayBeTerminal(2)) return false;
+    stderrMade = true;
+    return process.stderr.isTTY === true;
   },
 };
+
+/**
+ * Calls `done` once what the CLI wrote to stdout and stderr is written out (a pipe is asynchronous on
+ * some systems), without making a stream it never wrote to (Node's stream modules, ~5 ms of a
+ * command that wrote its report to `--output`).
+ */
+export function whenOutputFlushed(done: () => void): void {
+  const flushStderr = (): void => {
+    if (stderrMade) process.stderr.write("", done);
+    else done();
+  };
+  if (stdoutMade) process.stdout.write("", flushStderr);
+  else flushStderr();
+}
 
 /** The process's streams (made on first use), directory, environment and signals, with `overrides` on top. */
 export function resolveIo(overrides: Partial<CliIo> = {}): CliIo {

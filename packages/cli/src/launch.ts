@@ -8,7 +8,7 @@
  * start. A first scan of a big file runs in a child process with glibc's trim threshold fixed
  * (`rerunWithBoundedArenas`).
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import {
   existsSync,
   mkdirSync,
@@ -219,6 +219,8 @@ function rerunWithBoundedArenas(): boolean {
   if (!scansBigFile(args) || !usesGlibc()) return false;
   let child: ChildProcess;
   try {
+    // Loaded only here: with the stream and socket modules it brings, ~10 ms of every other start.
+    const { spawn } = require("node:child_process") as typeof import("node:child_process");
     child = spawn(process.execPath, [...process.execArgv, __filename, ...args], {
       // The IPC channel tells the child when this process is gone, even killed (`followLauncher`).
       stdio: ["inherit", "inherit", "inherit", "ipc"],

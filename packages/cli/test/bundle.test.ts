@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -52,6 +52,14 @@ function stormlog(args: string[]) {
   return { status: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 
+/** A sink `stormlog track` records (every 20 ms) of a child that runs `ms`, in `outDir/name`. */
+function trackedSink(name: string, ms: number): string {
+  const sink = join(outDir, name);
+  const args = ["track", "--no-gpu", "--interval", "0.02", "--telemetry-sink-dir", sink, "--"];
+  expect(stormlog([...args, process.execPath, "-e", `setTimeout(() => {}, ${ms})`]).status).toBe(0);
+  return sink;
+}
+
 /** `stormlog <args>` whose output's reader is gone before anything is written (`stormlog ... | head -0`). */
 async function withReaderGone(args: string[]): Promise<{ code: number | null; stderr: string }> {
   const child = spawn(process.execPath, [join(outDir, "launch.cjs"), ...args], {
@@ -95,21 +103,7 @@ describe("the built stormlog executable (launcher + bundle)", () => {
   // `analyze` and the other commands that end once `main` resolves end the process at once: their
   // output must still reach the reader whole, and a reader gone early must not make them fail.
   it("ends `analyze` at once with its whole output written, also to a reader that went away", async () => {
-    const sink = join(outDir, "sink-analyze");
-    expect(
-      stormlog([
-        "track",
-        "--no-gpu",
-        "--interval",
-        "0.02",
-        "--telemetry-sink-dir",
-        sink,
-        "--",
-        process.execPath,
-        "-e",
-        "setTimeout(() => {}, 300)",
-      ]).status,
-    ).toBe(0);
+    const sink = trackedSink("sink-analyze", 300);
     const whole = stormlog(["analyze", sink, "--format", "json"]);
     expect(whole.status).toBe(0);
     expect(whole.stderr).toBe("");
@@ -119,6 +113,42 @@ describe("the built stormlog executable (launcher + bundle)", () => {
     expect(text.stdout.endsWith("\n")).toBe(true);
 
     expect(await withReaderGone(["analyze", sink])).toEqual({ code: 0, stderr: "" });
+  });
+
+  // Built-in modules cost a start ~10 ms between them (child_process brings the socket and stream modules,
+  // crypto ~20 modules of its own): a warm `analyze` to a file loads none of them.
+  it("loads no built-in module a warm `analyze --output` does not use", () => {
+    const sink = trackedSink("sink-warm", 200);
+    // Its files a minute old: not racy, so the index keeps what it read and rendered.
+    const old = new Date(Date.now() - 60_000);
+    for (const name of readdirSync(sink)) utimesSync(join(sink, name), old, old);
+    const report = join(outDir, "warm-report.txt");
+    const probe = join(outDir, "loaded.cjs");
+    const loaded = join(outDir, "loaded.json");
+    writeFileSync(
+      probe,
+      `process.on("exit", () => require("node:fs").writeFileSync(${JSON.stringify(loaded)}, JSON.stringify(process.moduleLoadList)));\n`,
+    );
+    const analyze = (nodeArgs: string[] = []) =>
+      spawnSync(
+        process.execPath,
+        [...nodeArgs, join(outDir, "launch.cjs"), "analyze", sink, "--output", report],
+        {
+          encoding: "utf8",
+          env: { ...process.env, STORMLOG_CACHE_DIR: cacheDir },
+        },
+      );
+    // Built, stored, then rendered from the store: the third run is the warm one.
+    for (let run = 0; run < 2; run++) expect(analyze().status).toBe(0);
+    const first = readFileSync(report, "utf8");
+    const warm = analyze(["--require", probe]);
+    expect(warm.status).toBe(0);
+    expect(warm.stdout + warm.stderr).toBe("");
+    expect(readFileSync(report, "utf8")).toBe(first);
+    const modules = JSON.parse(readFileSync(loaded, "utf8")) as string[];
+    expect(modules).toContain("NativeModule vm");
+    for (const unused of ["child_process", "worker_threads", "crypto", "stream", "net", "fs/promises"])
+      expect(modules).not.toContain(`NativeModule ${unused}`);
   });
 
   it("stops quietly (exit 0, nothing on stderr) when the reader of its output goes away", async () => {

@@ -11,7 +11,6 @@
  * fingerprint of the input it came from: a re-export rewrites only the parts whose segments changed,
  * keeps the others, and removes parts whose input is gone.
  */
-import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, renameSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type {
@@ -32,6 +31,7 @@ import {
 } from "@stormlog/analysis/internal";
 import type { JsonValue } from "@stormlog/core";
 import { stringifyJson } from "@stormlog/core";
+import { nodeCrypto } from "@stormlog/core/internal";
 import type { PhaseAttribution, PhaseReplayIndex, PhaseThreadId } from "@stormlog/phases";
 import { SinkDirectoryLockedError } from "@stormlog/sink";
 import {
@@ -159,7 +159,7 @@ export function partitionValue(value: string | number | null): string {
     if (kept.length + encoded.length > room) break;
     kept += encoded;
   }
-  const hash = createHash("sha256").update(text).digest("hex").slice(0, PARTITION_HASH_LENGTH);
+  const hash = nodeCrypto().createHash("sha256").update(text).digest("hex").slice(0, PARTITION_HASH_LENGTH);
   return `${kept}-${hash}`;
 }
 
@@ -585,7 +585,7 @@ async function exportLocked(
   const segmentId = (ordinal: number): string => {
     let id = segmentIds.get(ordinal);
     if (id === undefined) {
-      id = createHash("sha1").update(segments[ordinal]!.source).digest("hex").slice(0, 16);
+      id = nodeCrypto().createHash("sha1").update(segments[ordinal]!.source).digest("hex").slice(0, 16);
       segmentIds.set(ordinal, id);
     }
     return id;

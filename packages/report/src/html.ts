@@ -6,9 +6,9 @@
  * in: the data is JSON in a `<script type="application/json">` with `<`, `>`, `&`, U+2028 and U+2029
  * escaped, and the page's script sets input text with `textContent` only.
  */
-import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import { nodeCrypto } from "@stormlog/core/internal";
 import { CLIENT_SCRIPT } from "./client.js";
 import { ReportAssetError } from "./errors.js";
 import type { ReportPageData } from "./model.js";
@@ -105,7 +105,7 @@ footer { margin-top: 32px; font-size: 12px; }
 `;
 
 const hash = (text: string): string =>
-  `'sha256-${createHash("sha256").update(text, "utf8").digest("base64")}'`;
+  `'sha256-${nodeCrypto().createHash("sha256").update(text, "utf8").digest("base64")}'`;
 
 /** The whole page for `data`. */
 export function renderPage(data: ReportPageData, assets: ReportAssets = loadAssets()): string {

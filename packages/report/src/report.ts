@@ -4,7 +4,7 @@
  * page. Both read the analysis dataset through the same index: the first builds or updates it, the
  * second reuses it.
  */
-import { writeFile } from "node:fs/promises";
+import { promises as fsPromises } from "node:fs";
 import { type AnalysisReport, analyzeTelemetry } from "@stormlog/analysis";
 import { ReportOptionsError } from "./errors.js";
 import { loadAssets, renderPage } from "./html.js";
@@ -124,6 +124,6 @@ export async function writeReport(
   options: ReportOptions = {},
 ): Promise<GeneratedReport> {
   const report = await generateReport(path, options);
-  await writeFile(output, report.html, "utf8");
+  await fsPromises.writeFile(output, report.html, "utf8");
   return report;
 }

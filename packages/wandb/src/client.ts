@@ -3,10 +3,10 @@
  * with tables, HTML and line charts, `run.log_artifact`, `run.finish`. The offline run writer, the
  * online streamer and the test recorder implement it.
  */
-import { createHash } from "node:crypto";
 import { createReadStream, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import type { JsonValue } from "@stormlog/core";
+import { nodeCrypto } from "@stormlog/core/internal";
 import { purePath } from "./python/values.js";
 
 /** `wandb.init` keyword arguments; unset ones are absent (`id` comes with `resume: "allow"`). */
@@ -78,7 +78,7 @@ export interface ArtifactEntry {
 }
 
 async function md5Base64(path: string): Promise<string> {
-  const hash = createHash("md5");
+  const hash = nodeCrypto().createHash("md5");
   for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
   return hash.digest("base64");
 }

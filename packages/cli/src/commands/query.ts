@@ -1,5 +1,4 @@
-import { existsSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { existsSync, promises as fsPromises } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { csvField } from "@stormlog/analysis/internal";
@@ -134,7 +133,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   }
   try {
     if (!isDataset) {
-      temporary = await mkdtemp(join(tmpdir(), "stormlog-query-"));
+      temporary = await fsPromises.mkdtemp(join(tmpdir(), "stormlog-query-"));
       dataset = join(temporary, "dataset");
       const sessionId = stringFlag(args, "session-id");
       await exportParquet(target, dataset, {
@@ -147,7 +146,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
     await writeOutput(io, output, render(result, format, writesToTerminal(io, output)));
     return 0;
   } finally {
-    if (temporary !== null) await rm(temporary, { recursive: true, force: true });
+    if (temporary !== null) await fsPromises.rm(temporary, { recursive: true, force: true });
   }
 }
 

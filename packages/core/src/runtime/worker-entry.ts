@@ -1,7 +1,8 @@
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { type ResourceLimits, Worker } from "node:worker_threads";
+import type { ResourceLimits, Worker } from "node:worker_threads";
+import { nodeWorkerThreads } from "./builtins.js";
 
 /**
  * Old generation a worker with a heap limit gets at least when it runs from TypeScript source:
@@ -20,13 +21,13 @@ export function startWorkerBeside(here: string, name: string, resourceLimits: Re
   if (!here.endsWith(".ts")) {
     const entry = new URL(here.endsWith(".cjs") ? `./${name}.cjs` : `./${name}.js`, here);
     if (!existsSync(fileURLToPath(entry))) throw new Error(`no worker entry ${fileURLToPath(entry)}`);
-    return new Worker(entry, { execArgv: [], resourceLimits });
+    return new (nodeWorkerThreads().Worker)(entry, { execArgv: [], resourceLimits });
   }
   const entry = new URL(`./${name}.ts`, here).href;
   const tsx = tsxLoaderUrl(here);
   const bootstrap = `import(${JSON.stringify(tsx)}).then(({ tsImport }) => tsImport(${JSON.stringify(entry)}, ${JSON.stringify(entry)}));`;
   const limit = resourceLimits.maxOldGenerationSizeMb;
-  return new Worker(bootstrap, {
+  return new (nodeWorkerThreads().Worker)(bootstrap, {
     eval: true,
     execArgv: ["--conditions=@stormlog/source"],
     resourceLimits:

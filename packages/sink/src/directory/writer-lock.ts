@@ -1,4 +1,3 @@
-import { randomUUID } from "node:crypto";
 import {
   closeSync,
   linkSync,
@@ -13,7 +12,7 @@ import {
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { resolveDistributedIdentity, type SessionSummary, StormlogError } from "@stormlog/core";
-import { openRegularFileSync } from "@stormlog/core/internal";
+import { nodeCrypto, openRegularFileSync } from "@stormlog/core/internal";
 import { writerDirectoryName } from "./layout.js";
 
 /** The lock a writing process keeps in its sink directory (the Python reference ignores the file). */
@@ -187,7 +186,7 @@ function newOwner(): WriterLockOwner {
     pid: process.pid,
     process_started_at_ms: thisProcessStartedAtMs(),
     acquired_at_ns: (BigInt(Date.now()) * 1_000_000n).toString(),
-    token: randomUUID(),
+    token: nodeCrypto().randomUUID(),
   };
 }
 
@@ -307,7 +306,7 @@ function isHolderAlive(path: string, holder: WriterLockOwner): boolean {
  * is broken too: a process that crashed while creating it on a file system without hard links.
  */
 function breakStaleLock(path: string, judged: WriterLockOwner | null): void {
-  const aside = `${path}.stale-${process.pid}-${randomUUID()}`;
+  const aside = `${path}.stale-${process.pid}-${nodeCrypto().randomUUID()}`;
   try {
     renameSync(path, aside);
   } catch (error) {

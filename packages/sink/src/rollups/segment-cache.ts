@@ -7,7 +7,6 @@
  * An entry is used only while its segment has the same name, size, times and inode it was read
  * with, and for the same decoding and window options; anything else is read again.
  */
-import { createHash } from "node:crypto";
 import { promises as fsPromises, statSync } from "node:fs";
 import { join } from "node:path";
 import { type JsonObject, parseJson, stringifyJson } from "@stormlog/core";
@@ -54,7 +53,7 @@ export function clearRollupSegmentMemory(): void {
 }
 
 function sha256(text: string): string {
-  return createHash("sha256").update(text).digest("hex");
+  return nodeCrypto().createHash("sha256").update(text).digest("hex");
 }
 
 /** The segment tallies of one sink directory's cache. */

@@ -3,10 +3,10 @@
  * file named by a files record, an exit record) and rebuilds the calls that wrote it, in the form
  * of the golden cases (`expected.json`).
  */
-import { createHash } from "node:crypto";
 import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { type JsonObject, type JsonValue, parseJson } from "@stormlog/core";
+import { nodeCrypto } from "@stormlog/core/internal";
 import { compareCodePoints } from "../client.js";
 import { WandbOfflineRunError } from "../errors.js";
 import { isPyDict } from "../python/values.js";
@@ -107,7 +107,7 @@ export function readOfflineRun(runDir: string): OfflineRunContents {
     const full = join(filesDir, ...path.split("/"));
     if (!existsSync(full)) fail(`step ${step} '${key}': media file ${path} is missing`);
     const bytes = readRunFile(full, fail);
-    const sha = createHash("sha256").update(bytes).digest("hex");
+    const sha = nodeCrypto().createHash("sha256").update(bytes).digest("hex");
     if (value.sha256 !== undefined && value.sha256 !== sha)
       fail(`media file ${path}: sha256 differs from the history's`);
     return bytes.toString("utf8");
@@ -172,7 +172,7 @@ export function readOfflineRun(runDir: string): OfflineRunContents {
       const entries = (artifact.manifest?.contents ?? []).map((entry) => {
         const local = entry.local_path ?? "";
         if (!existsSync(local)) fail(`artifact ${artifact.name}: staged file ${local} is missing`);
-        const digest = createHash("md5").update(readRunFile(local, fail)).digest("base64");
+        const digest = nodeCrypto().createHash("md5").update(readRunFile(local, fail)).digest("base64");
         if (digest !== entry.digest) fail(`artifact ${artifact.name}: ${entry.path} differs from its digest`);
         return { path: entry.path ?? "", size: entry.size ?? 0, digest: entry.digest ?? "" };
       });

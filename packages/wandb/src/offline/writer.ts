@@ -3,11 +3,11 @@
  * `run-<run id>.wandb` (the transaction log `wandb sync` uploads) and `files/` (media files: tables,
  * HTML), with artifact files staged beside them until the run is synced.
  */
-import { createHash, randomBytes } from "node:crypto";
 import { copyFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join, resolve } from "node:path";
 import { type JsonObject, type JsonValue, stringifyJson } from "@stormlog/core";
+import { nodeCrypto } from "@stormlog/core/internal";
 import {
   type WandbArtifact,
   type WandbClient,
@@ -56,7 +56,7 @@ const RUN_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
 
 /** A new run id as W&B makes them: 8 characters of `[a-z0-9]`. */
 export function generateRunId(length = 8): string {
-  const bytes = randomBytes(length);
+  const bytes = nodeCrypto().randomBytes(length);
   let out = "";
   for (const byte of bytes) out += RUN_ID_ALPHABET[byte % RUN_ID_ALPHABET.length];
   return out;
@@ -162,7 +162,7 @@ export class WandbOfflineRun implements WandbRun {
   /** Writes a media file under `files/`, names it in a files record (policy NOW), returns its JSON value. */
   private mediaFile(subdir: string, key: string, extension: string, content: string): JsonObject {
     const bytes = Buffer.from(content, "utf8");
-    const sha256 = createHash("sha256").update(bytes).digest("hex");
+    const sha256 = nodeCrypto().createHash("sha256").update(bytes).digest("hex");
     const path = `media/${subdir}/${safeKey(key)}_${this.step}_${sha256.slice(0, 20)}${extension}`;
     const full = join(this.filesDir, ...path.split("/"));
     mkdirSync(join(full, ".."), { recursive: true });
@@ -249,7 +249,7 @@ export class WandbOfflineRun implements WandbRun {
       copyFileSync(entry.localPath, staged);
       return { path: entry.path, digest: entry.digest, size: entry.size, local_path: staged };
     });
-    const digest = createHash("md5").update("wandb-artifact-manifest-v1\n");
+    const digest = nodeCrypto().createHash("md5").update("wandb-artifact-manifest-v1\n");
     for (const entry of entries) digest.update(`${entry.path}:${entry.digest}\n`, "utf8");
     this.write({
       artifact: {
