@@ -1,24 +1,33 @@
+import { EventEmitter } from "node:events";
+import { createRequire } from "node:module";
 import { loadTelemetrySessions } from "@stormlog/sink";
-import { expect, it, vi } from "vitest";
+import { afterAll, beforeAll, expect, it } from "vitest";
 import { ONE_PHASE_SESSION, temporaryDirectories, trackerWithSink, trackOnePhase } from "../helpers.js";
 
-// A platform where worker threads cannot start (the worker reports an error at once).
-vi.mock("node:worker_threads", async (importOriginal) => {
-  // Imported here: the factory runs before the file's imports.
-  const { EventEmitter } = await import("node:events");
-  class FailingWorker extends EventEmitter {
-    constructor() {
-      super();
-      queueMicrotask(() => this.emit("error", new Error("worker threads are not available here")));
-    }
-    postMessage(): void {}
-    ref(): void {}
-    unref(): void {}
-    terminate(): Promise<number> {
-      return Promise.resolve(1);
-    }
+// A platform where worker threads cannot start (the worker reports an error at once). Stormlog loads
+// `node:worker_threads` when it first starts one (`nodeWorkerThreads` of core), through Node's own
+// `require`: the module object it gets is this one, whose `Worker` the test replaces.
+const workerThreads = createRequire(import.meta.url)(
+  "node:worker_threads",
+) as typeof import("node:worker_threads");
+class FailingWorker extends EventEmitter {
+  constructor() {
+    super();
+    queueMicrotask(() => this.emit("error", new Error("worker threads are not available here")));
   }
-  return { ...(await importOriginal<typeof import("node:worker_threads")>()), Worker: FailingWorker };
+  postMessage(): void {}
+  ref(): void {}
+  unref(): void {}
+  terminate(): Promise<number> {
+    return Promise.resolve(1);
+  }
+}
+const RealWorker = workerThreads.Worker;
+beforeAll(() => {
+  (workerThreads as { Worker: unknown }).Worker = FailingWorker;
+});
+afterAll(() => {
+  (workerThreads as { Worker: unknown }).Worker = RealWorker;
 });
 
 const tempDir = temporaryDirectories("stormlog-fallback-");
