@@ -683,6 +683,9 @@ export interface LineFields extends LineStrings {
   readonly tensors: number;
   /** Top-level `metadata.phase_counters` is `"boundary_read"`. */
   readonly boundaryRead: boolean;
+  /** Where `metadata.phase_scope`'s JSON text starts and ends in the line's buffer (-1: it has none). */
+  readonly scopeStart: number;
+  readonly scopeEnd: number;
   timestampNs(): bigint;
 }
 
@@ -840,19 +843,10 @@ export class Accumulator {
     return part;
   }
 
-  /**
-   * A fast-read phase boundary; its `phase_scope`'s JSON text is `bytes[scopeStart, scopeEnd)`
-   * (`scopeStart` -1: it has none, and only its counters count).
-   */
-  addBoundaryLine(
-    fields: LineFields,
-    line: number,
-    bytes: Uint8Array,
-    scopeStart: number,
-    scopeEnd: number,
-  ): void {
+  /** A fast-read phase boundary, whose line is in `bytes` (its scope's text is kept as it is there). */
+  addBoundaryLine(fields: LineFields, line: number, bytes: Uint8Array): void {
     const part = this.addLine(fields, line);
-    if (scopeStart < 0) return;
+    if (fields.scopeStart < 0) return;
     part.boundaryLog.pushRead(
       fields.tsHead,
       fields.tsTail,
@@ -866,8 +860,8 @@ export class Accumulator {
       fields.total,
       fields.deviceId,
       bytes,
-      scopeStart,
-      scopeEnd,
+      fields.scopeStart,
+      fields.scopeEnd,
     );
   }
 

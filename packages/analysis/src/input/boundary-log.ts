@@ -35,20 +35,19 @@ export interface BoundaryEntry {
   readonly boundaryRead: boolean;
 }
 
-/**
- * A boundary whose scope is kept as the JSON text read from its line, exact for `JSON.parse` (the
- * scan's fast path takes no floats or long integers there), and parsed when first read. A class, not
- * an object literal: V8 moves the allocation of a literal whose objects often outlive a
- * young-generation collection (these live as long as their rank is analysed) straight to the old
- * generation, which is collected rarely, so memory grew with the input.
- */
-export class TextScopeBoundary implements BoundaryEntry {
-  #scope: JsonValue | undefined = undefined;
+/** line, allocated, reserved, used, tensors, total, boundaryRead, deviceId. */
+type BoundaryFields = [number, number, number, number, number, number, boolean, number];
 
+/**
+ * A stored boundary's fields but its scope. Classes, not object literals: V8 moves the allocation of
+ * a literal whose objects often outlive a young-generation collection (these live as long as their
+ * rank is analysed) straight to the old generation, which is collected rarely, so memory grew with
+ * the input.
+ */
+abstract class StoredBoundary {
   constructor(
     readonly timestampNs: bigint,
     readonly eventType: string,
-    readonly scopeJson: string,
     readonly line: number,
     readonly allocated: number,
     readonly reserved: number,
@@ -58,6 +57,20 @@ export class TextScopeBoundary implements BoundaryEntry {
     readonly boundaryRead: boolean,
     readonly deviceId: number,
   ) {}
+}
+
+/**
+ * A boundary whose scope is kept as the JSON text read from its line, exact for `JSON.parse` (the
+ * scan's fast path takes no floats or long integers there), and parsed when first read.
+ */
+export class TextScopeBoundary extends StoredBoundary implements BoundaryEntry {
+  #scope: JsonValue | undefined = undefined;
+  readonly scopeJson: string;
+
+  constructor(timestampNs: bigint, eventType: string, scopeJson: string, ...fields: BoundaryFields) {
+    super(timestampNs, eventType, ...fields);
+    this.scopeJson = scopeJson;
+  }
 
   get scope(): JsonValue {
     if (this.#scope === undefined) this.#scope = JSON.parse(this.scopeJson) as JsonValue;
@@ -66,21 +79,14 @@ export class TextScopeBoundary implements BoundaryEntry {
 }
 
 /** A boundary whose scope was parsed already (read back as JSON the scan did not take as text). */
-class ParsedScopeBoundary implements BoundaryEntry {
+class ParsedScopeBoundary extends StoredBoundary implements BoundaryEntry {
   readonly scopeJson = null;
-  constructor(
-    readonly timestampNs: bigint,
-    readonly eventType: string,
-    readonly scope: JsonValue,
-    readonly line: number,
-    readonly allocated: number,
-    readonly reserved: number,
-    readonly used: number,
-    readonly tensors: number,
-    readonly total: number,
-    readonly boundaryRead: boolean,
-    readonly deviceId: number,
-  ) {}
+  readonly scope: JsonValue;
+
+  constructor(timestampNs: bigint, eventType: string, scope: JsonValue, ...fields: BoundaryFields) {
+    super(timestampNs, eventType, ...fields);
+    this.scope = scope;
+  }
 }
 
 /**
@@ -122,9 +128,6 @@ function plainJson(value: JsonValue): boolean {
   return true;
 }
 
-/** line, allocated, reserved, used, tensors, total, boundaryRead, deviceId. */
-type BoundaryFields = [number, number, number, number, number, number, boolean, number];
-
 /** A finite counter as it is, anything else NaN (null). */
 const finite = (value: number): number => (Number.isFinite(value) ? value : Number.NaN);
 
@@ -135,7 +138,7 @@ function timestampDigits(head: number, tail: number): string {
 
 /** A rank part's boundaries, in the order they were read (see the file's comment). */
 export class BoundaryLog {
-  count = 0;
+  private count = 0;
   /** Column-major by capacity: column c of boundary i is `columns[c * capacity + i]`. */
   private columns: Float64Array;
   private capacity: number;

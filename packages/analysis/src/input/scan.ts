@@ -155,7 +155,7 @@ class RangeScanner {
           const lineNumber = ++this.lineNumber;
           if (reader.addRow(i, accumulator, lineNumber) !== null) continue;
           reader.takeRow(i);
-          accumulator.addBoundaryLine(reader, lineNumber, buf, reader.scopeStart, reader.scopeEnd);
+          accumulator.addBoundaryLine(reader, lineNumber, buf);
         }
         this.lastSession = reader.rowSession(rows - 1);
         start = reader.rowsEnd;
@@ -190,7 +190,7 @@ class RangeScanner {
         return;
       }
       case FAST_BOUNDARY:
-        this.accumulator.addBoundaryLine(reader, this.lineNumber, buf, reader.scopeStart, reader.scopeEnd);
+        this.accumulator.addBoundaryLine(reader, this.lineNumber, buf);
         return;
       case FAST_COUNTED:
         this.accumulator.addLine(reader, this.lineNumber);

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import type { ResourceLimits, Worker } from "node:worker_threads";
+import type { Worker as NodeWorker, ResourceLimits } from "node:worker_threads";
 import { nodeWorkerThreads } from "./builtins.js";
 
 /**
@@ -17,17 +17,22 @@ const SOURCE_OLD_GENERATION_MB = 128;
  * benchmarks), the `.ts` file through tsx. Throws when there is none (a bundle that left the entry
  * out, no tsx): callers then do the work on their own thread.
  */
-export function startWorkerBeside(here: string, name: string, resourceLimits: ResourceLimits = {}): Worker {
+export function startWorkerBeside(
+  here: string,
+  name: string,
+  resourceLimits: ResourceLimits = {},
+): NodeWorker {
+  const { Worker } = nodeWorkerThreads();
   if (!here.endsWith(".ts")) {
     const entry = new URL(here.endsWith(".cjs") ? `./${name}.cjs` : `./${name}.js`, here);
     if (!existsSync(fileURLToPath(entry))) throw new Error(`no worker entry ${fileURLToPath(entry)}`);
-    return new (nodeWorkerThreads().Worker)(entry, { execArgv: [], resourceLimits });
+    return new Worker(entry, { execArgv: [], resourceLimits });
   }
   const entry = new URL(`./${name}.ts`, here).href;
   const tsx = tsxLoaderUrl(here);
   const bootstrap = `import(${JSON.stringify(tsx)}).then(({ tsImport }) => tsImport(${JSON.stringify(entry)}, ${JSON.stringify(entry)}));`;
   const limit = resourceLimits.maxOldGenerationSizeMb;
-  return new (nodeWorkerThreads().Worker)(bootstrap, {
+  return new Worker(bootstrap, {
     eval: true,
     execArgv: ["--conditions=@stormlog/source"],
     resourceLimits:
