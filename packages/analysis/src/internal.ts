@@ -9,6 +9,11 @@
 
 export type { RankData } from "./analyses/analysis.js";
 export { csvField } from "./export/csv.js";
+export {
+  type RenderingChoice,
+  readStoredRendering,
+  type StoredRenderingOptions,
+} from "./index/stored-results.js";
 export type { AlertEntry, HealthEntry, SampleIdentity } from "./input/aggregate.js";
 export type { BoundaryEntry } from "./input/boundary-log.js";
 export { exactAt, ORDER_SEGMENT_SCALE, originAt, type RankSeries } from "./input/dataset.js";

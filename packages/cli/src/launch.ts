@@ -4,9 +4,10 @@
  * cache, so that a command does not parse and compile the same JavaScript at every start: on a warm
  * `stormlog analyze`, compiling was about a third of the process's own time. Node >= 22.1 keeps such
  * a cache itself (`module.enableCompileCache`); on older Node this file does, in the user cache
- * directory. It loads nothing but Node built-ins, and any failure of the cache only means a slower
- * start. A first scan of a big file runs in a child process with glibc's trim threshold fixed
- * (`rerunWithBoundedArenas`).
+ * directory. It loads nothing but Node built-ins and, for `stormlog analyze`, the small
+ * `stored-answer.cjs`, which prints an answer the input's index already holds without the bundle;
+ * any failure of either only means a slower start. A first scan of a big file runs in a child
+ * process with glibc's trim threshold fixed (`rerunWithBoundedArenas`).
  */
 import type { ChildProcess } from "node:child_process";
 import {
@@ -272,5 +273,33 @@ function followLauncher(): void {
   process.on("disconnect", () => process.exit(1));
 }
 
+/**
+ * Prints the answer to `stormlog analyze` its index already holds (`stored-answer.cjs`, beside this
+ * file), without the bundle; null when the command is another, or that file cannot be loaded.
+ */
+function storedAnswer(): Promise<boolean> | null {
+  if (process.argv[2] !== "analyze") return null;
+  try {
+    const { printStoredAnswer } = require(join(__dirname, "stored-answer.cjs")) as {
+      printStoredAnswer: (argv: readonly string[]) => Promise<boolean>;
+    };
+    return printStoredAnswer(process.argv.slice(2));
+  } catch {
+    return null;
+  }
+}
+
+function runCommand(): void {
+  if (!rerunWithBoundedArenas()) launch();
+}
+
 followLauncher();
-if (!rerunWithBoundedArenas()) launch();
+const stored = storedAnswer();
+if (stored === null) runCommand();
+else
+  stored.then(
+    (printed) => {
+      if (!printed) runCommand();
+    },
+    () => runCommand(),
+  );

@@ -16,27 +16,29 @@ beforeAll(async () => {
   // Inside the package, so that what stays external (the NVML adapter) resolves as once installed.
   outDir = mkdtempSync(join(PACKAGE_DIR, ".test-bundle-"));
   cacheDir = mkdtempSync(join(tmpdir(), "stormlog-bundle-cache-"));
-  const executable = (configs as Options[])[1]!;
-  const entry = Object.fromEntries(
-    Object.entries(executable.entry as Record<string, string>).map(([name, path]) => [
-      name,
-      join(PACKAGE_DIR, path),
-    ]),
-  );
-  await build({
-    ...executable,
-    entry,
-    config: false,
-    silent: true,
-    sourcemap: false,
-    outDir,
-    clean: false,
-    esbuildOptions(options, context) {
-      executable.esbuildOptions?.(options, context);
-      options.conditions = ["@stormlog/source", ...(options.conditions ?? [])];
-      options.absWorkingDir = PACKAGE_DIR;
-    },
-  });
+  // The executable (launcher, bundle, workers), then the stored answer the launcher loads first.
+  for (const config of (configs as Options[]).slice(1)) {
+    const entry = Object.fromEntries(
+      Object.entries(config.entry as Record<string, string>).map(([name, path]) => [
+        name,
+        join(PACKAGE_DIR, path),
+      ]),
+    );
+    await build({
+      ...config,
+      entry,
+      config: false,
+      silent: true,
+      sourcemap: false,
+      outDir,
+      clean: false,
+      esbuildOptions(options, context) {
+        config.esbuildOptions?.(options, context);
+        options.conditions = ["@stormlog/source", ...(options.conditions ?? [])];
+        options.absWorkingDir = PACKAGE_DIR;
+      },
+    });
+  }
 }, 60_000);
 
 afterAll(() => {
@@ -115,40 +117,94 @@ describe("the built stormlog executable (launcher + bundle)", () => {
     expect(await withReaderGone(["analyze", sink])).toEqual({ code: 0, stderr: "" });
   });
 
-  // Built-in modules cost a start ~10 ms between them (child_process brings the socket and stream modules,
-  // crypto ~20 modules of its own): a warm `analyze` to a file loads none of them.
-  it("loads no built-in module a warm `analyze --output` does not use", () => {
-    const sink = trackedSink("sink-warm", 200);
-    // Its files a minute old: not racy, so the index keeps what it read and rendered.
+  /** A sink whose files are a minute old: not racy, so the index keeps what it read and rendered. */
+  function settledSink(name: string): string {
+    const sink = trackedSink(name, 200);
     const old = new Date(Date.now() - 60_000);
-    for (const name of readdirSync(sink)) utimesSync(join(sink, name), old, old);
-    const report = join(outDir, "warm-report.txt");
+    for (const entry of readdirSync(sink)) utimesSync(join(sink, entry), old, old);
+    return sink;
+  }
+
+  /** What a command loaded: built-in modules, and the files it required (the bundle is required without the code cache). */
+  function probed(
+    entry: string,
+    args: string[],
+    env: NodeJS.ProcessEnv = {},
+  ): { status: number | null; output: string; builtIns: string[]; files: string[] } {
     const probe = join(outDir, "loaded.cjs");
     const loaded = join(outDir, "loaded.json");
     writeFileSync(
       probe,
-      `process.on("exit", () => require("node:fs").writeFileSync(${JSON.stringify(loaded)}, JSON.stringify(process.moduleLoadList)));\n`,
+      `process.on("exit", () => require("node:fs").writeFileSync(${JSON.stringify(loaded)}, JSON.stringify([process.moduleLoadList, Object.keys(require.cache)])));\n`,
     );
-    const analyze = (nodeArgs: string[] = []) =>
-      spawnSync(
-        process.execPath,
-        [...nodeArgs, join(outDir, "launch.cjs"), "analyze", sink, "--output", report],
-        {
-          encoding: "utf8",
-          env: { ...process.env, STORMLOG_CACHE_DIR: cacheDir },
-        },
-      );
-    // Built, stored, then rendered from the store: the third run is the warm one.
-    for (let run = 0; run < 2; run++) expect(analyze().status).toBe(0);
+    const result = spawnSync(process.execPath, ["--require", probe, join(outDir, entry), ...args], {
+      encoding: "utf8",
+      env: { ...process.env, STORMLOG_CACHE_DIR: cacheDir, ...env },
+    });
+    const [builtIns, files] = JSON.parse(readFileSync(loaded, "utf8")) as [string[], string[]];
+    return { status: result.status, output: result.stdout + result.stderr, builtIns, files };
+  }
+
+  // A warm `analyze` reads one stored file: the launcher prints it without reading and compiling the
+  // CLI's bundle (~50 ms of a ~110 ms run), from the first run after the one that analysed.
+  it("answers a warm `analyze` from the index without loading the CLI's bundle", () => {
+    const sink = settledSink("sink-stored");
+    const report = join(outDir, "stored-report.txt");
+    const args = ["analyze", sink, "--output", report];
+    const bundleRequired = { STORMLOG_COMPILE_CACHE: "0" };
+    const cold = probed("launch.cjs", args, bundleRequired);
+    expect(cold.status).toBe(0);
+    expect(cold.files.some((file) => file.endsWith("bin.cjs"))).toBe(true);
+    const computed = readFileSync(report, "utf8");
+    expect(computed).toContain("Basic Analysis:");
+    for (let run = 0; run < 2; run++) {
+      rmSync(report);
+      const warm = probed("launch.cjs", args, bundleRequired);
+      expect(warm.status).toBe(0);
+      expect(warm.output).toBe("");
+      expect(readFileSync(report, "utf8")).toBe(computed);
+      expect(warm.files.some((file) => file.endsWith("stored-answer.cjs"))).toBe(true);
+      expect(warm.files.some((file) => file.endsWith("bin.cjs"))).toBe(false);
+    }
+    // To stdout, and as JSON: the same answers the bundle gives.
+    const json = stormlog(["analyze", sink, "--format", "json"]);
+    expect(json.status).toBe(0);
+    const storedJson = probed("launch.cjs", ["analyze", sink, "--format", "json"], bundleRequired);
+    expect(storedJson.output).toBe(json.stdout);
+    expect(storedJson.files.some((file) => file.endsWith("bin.cjs"))).toBe(false);
+    // A changed input, a usage error, `--help`: the CLI runs, and says what it says.
+    utimesSync(
+      join(sink, readdirSync(sink).find((entry) => entry.endsWith(".jsonl"))!),
+      new Date(),
+      new Date(),
+    );
+    const changed = probed("launch.cjs", args, bundleRequired);
+    expect(changed.status).toBe(0);
+    expect(changed.files.some((file) => file.endsWith("bin.cjs"))).toBe(true);
+    expect(readFileSync(report, "utf8")).toBe(computed);
+    const wrong = stormlog(["analyze", sink, "--format", "xml"]);
+    expect(wrong.status).toBe(1);
+    expect(wrong.stderr).toContain("invalid --format 'xml'");
+    expect(stormlog(["analyze", "--help"]).stdout).toContain("Usage: stormlog analyze");
+  });
+
+  // Built-in modules cost a start ~10 ms between them (child_process brings the socket and stream modules,
+  // worker_threads the messaging ones): a warm analysis must not load what it does not use.
+  it("loads no built-in module a warm `analyze --output` does not use, with or without the bundle", () => {
+    const sink = settledSink("sink-warm");
+    const report = join(outDir, "warm-report.txt");
+    const args = ["analyze", sink, "--output", report];
+    expect(probed("launch.cjs", args).status).toBe(0);
     const first = readFileSync(report, "utf8");
-    const warm = analyze(["--require", probe]);
-    expect(warm.status).toBe(0);
-    expect(warm.stdout + warm.stderr).toBe("");
-    expect(readFileSync(report, "utf8")).toBe(first);
-    const modules = JSON.parse(readFileSync(loaded, "utf8")) as string[];
-    expect(modules).toContain("NativeModule vm");
-    for (const unused of ["child_process", "worker_threads", "crypto", "stream", "net", "fs/promises"])
-      expect(modules).not.toContain(`NativeModule ${unused}`);
+    // The launcher's stored answer, and the bundle's own reading of the index (run without the launcher).
+    for (const entry of ["launch.cjs", "bin.cjs"]) {
+      const warm = probed(entry, args);
+      expect(warm.status).toBe(0);
+      expect(warm.output).toBe("");
+      expect(readFileSync(report, "utf8")).toBe(first);
+      for (const unused of ["child_process", "worker_threads", "crypto", "stream", "net", "fs/promises"])
+        expect(warm.builtIns).not.toContain(`NativeModule ${unused}`);
+    }
   });
 
   it("stops quietly (exit 0, nothing on stderr) when the reader of its output goes away", async () => {

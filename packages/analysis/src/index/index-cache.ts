@@ -21,7 +21,6 @@
  */
 import {
   promises as fsPromises,
-  lstatSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -29,14 +28,14 @@ import {
   statSync,
   writeFileSync,
 } from "node:fs";
-import { homedir, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { basename, join, relative } from "node:path";
 import {
   type ResolvedTelemetryInput,
   readRegularFileSync,
   type TelemetryInputSegment,
 } from "@stormlog/sink/internal";
-import { DETAIL_CAP, type SegmentAggregate } from "../input/aggregate.js";
+import type { SegmentAggregate } from "../input/aggregate.js";
 import {
   type DigestJson,
   digestFromJson,
@@ -57,7 +56,6 @@ import {
   locateInput,
   printText,
   sameFingerprint,
-  snapshotHolds,
 } from "../input/snapshot.js";
 import type { AnalysisReport, IndexUsage } from "../report/types.js";
 import {
@@ -69,29 +67,31 @@ import {
 } from "./index-format.js";
 import { type AggregateWriter, type ScannedPiece, scanSegments } from "./piece-scan.js";
 import { deserializeReport, serializeReport } from "./report-cache.js";
+import {
+  hashText,
+  INDEX_VERSION,
+  type IndexPlace,
+  locateIndex,
+  readIndexFile,
+  readRenderingFile,
+  SETTINGS,
+  SNAPSHOT_FORMAT,
+  type StoredSnapshot,
+  storedResultFile,
+  storedResultStamp,
+  vouchedIndex,
+} from "./stored-results.js";
 
-/** Directory the index is written to, beside the input. */
-export const INDEX_DIRNAME = ".stormlog-index";
+export { CACHE_DIR_ENV, INDEX_DIRNAME, INDEX_VERSION } from "./stored-results.js";
+
 /** `format` of the catalog. */
 export const INDEX_FORMAT = "stormlog.analysis_index";
-/** Bumped whenever what an aggregate or a stored report holds, or how it is computed, changes. */
-export const INDEX_VERSION = 16;
-/** Environment variable naming the cache directory for indexes. */
-export const CACHE_DIR_ENV = "STORMLOG_CACHE_DIR";
 /**
  * Without an index, inputs larger than this spill scanned aggregates to a temporary directory
  * (`STORMLOG_SPILL_MIN_BYTES` overrides it, for tests).
  */
 export const SPILL_MIN_BYTES = 128 << 20;
 
-/** Everything an aggregate depends on besides the segment's bytes. */
-const SETTINGS = JSON.stringify({
-  version: INDEX_VERSION,
-  detailCap: DETAIL_CAP,
-  strict: true,
-  permissiveLegacy: true,
-  upgradeTo: 3,
-});
 /** Stored reports kept per index (one per session choice). */
 const MAX_REPORTS = 8;
 
@@ -197,97 +197,6 @@ const pieceFileName = (file: string, k: number): string => file.replace(/\.agg$/
 /** The stamp of piece `k` of the segment stamped `stamp`. */
 const pieceStamp = (stamp: string, k: number): string => `${stamp}|piece ${k}`;
 
-/**
- * The first `length` (<= 32) hex digits of a 128-bit hash of `text` (four multiply-xor lanes, then
- * a final mix: cyrb128). It names index files and keys stored reports; nothing here needs a
- * cryptographic hash, and `node:crypto` costs a warm `stormlog analyze` ~5 ms just to load.
- */
-export function hashText(text: string, length: number): string {
-  let h1 = 1779033703;
-  let h2 = 3144134277;
-  let h3 = 1013904242;
-  let h4 = 2773480762;
-  for (let i = 0; i < text.length; i++) {
-    const k = text.charCodeAt(i);
-    h1 = h2 ^ Math.imul(h1 ^ k, 597399067);
-    h2 = h3 ^ Math.imul(h2 ^ k, 2869860233);
-    h3 = h4 ^ Math.imul(h3 ^ k, 951274213);
-    h4 = h1 ^ Math.imul(h4 ^ k, 2716044179);
-  }
-  h1 = Math.imul(h3 ^ (h1 >>> 18), 597399067);
-  h2 = Math.imul(h4 ^ (h2 >>> 22), 2869860233);
-  h3 = Math.imul(h1 ^ (h3 >>> 17), 951274213);
-  h4 = Math.imul(h2 ^ (h4 >>> 19), 2716044179);
-  h1 ^= h2 ^ h3 ^ h4;
-  h2 ^= h1;
-  h3 ^= h1;
-  h4 ^= h1;
-  const hex = (value: number) => (value >>> 0).toString(16).padStart(8, "0");
-  return `${hex(h1)}${hex(h2)}${hex(h3)}${hex(h4)}`.slice(0, length);
-}
-
-/** The user cache directory for indexes. */
-function userCacheDir(): string {
-  const env = process.env[CACHE_DIR_ENV];
-  if (env) return env;
-  const xdg = process.env.XDG_CACHE_HOME;
-  return join(xdg || join(homedir(), ".cache"), "stormlog");
-}
-
-/** Where an input's index lives: base directory, catalog and snapshot file names, candidate index directories. */
-function locate(
-  location: InputLocation,
-  cacheDir: string | undefined,
-): { base: string; catalog: string; snapshot: string; dirs: string[]; explicit: boolean } {
-  const { base } = location;
-  const suffix = location.kind === "jsonl" ? `-${basename(location.absolute)}.json` : ".json";
-  const names = { catalog: `index${suffix}`, snapshot: `inputs${suffix}` };
-  const cached = (root: string): string => join(root, hashText(base, 16));
-  const explicit = cacheDir ?? process.env[CACHE_DIR_ENV];
-  if (explicit) return { base, ...names, dirs: [cached(explicit)], explicit: true };
-  const beside = join(base, INDEX_DIRNAME);
-  // An index directory (or its segments) that is a symbolic link would have the index written, and
-  // stale files deleted, wherever it points: the user cache directory is used instead.
-  if (isLink(beside) || isLink(join(beside, "segments")))
-    return { base, ...names, dirs: [cached(userCacheDir())], explicit: false };
-  return { base, ...names, dirs: [beside, cached(userCacheDir())], explicit: false };
-}
-
-function isLink(path: string): boolean {
-  try {
-    return lstatSync(path).isSymbolicLink();
-  } catch {
-    return false;
-  }
-}
-
-/** What `inputs*.json` holds: the input's snapshot when its results were stored, and their state. */
-interface StoredSnapshot {
-  format: string;
-  version: number;
-  settings: string;
-  kind: InputLocation["kind"];
-  absolute: string;
-  state: string;
-  segment_count: number;
-  size_bytes: number;
-  entries: [string, string][];
-}
-
-const SNAPSHOT_FORMAT = "stormlog.analysis_inputs";
-
-/** The JSON object in `dir/name` when it has the array `listKey` (catalog, snapshot); else null. */
-function readIndexFile<T extends object>(dir: string, name: string, listKey: keyof T): T | null {
-  try {
-    const value = JSON.parse(readRegularFileSync(join(dir, name))) as T | null;
-    if (typeof value !== "object" || value === null || !Array.isArray(value[listKey])) return null;
-    return value;
-  } catch {
-    return null;
-  }
-}
-
-const readSnapshot = (dir: string, name: string) => readIndexFile<StoredSnapshot>(dir, name, "entries");
 const readCatalog = (dir: string, name: string) => readIndexFile<Catalog>(dir, name, "segments");
 
 const writeAtomic = writeAggregateFile;
@@ -422,7 +331,7 @@ export class SegmentIndex {
      * when it could not be read).
      */
     private readonly checks: readonly (string | null | undefined)[],
-    private readonly where: ReturnType<typeof locate> | null,
+    private readonly where: IndexPlace | null,
     private dir: string | null,
     private catalog: Catalog | null,
     private readonly reason: string | null,
@@ -438,23 +347,10 @@ export class SegmentIndex {
    * parsed, no catalog read). Null otherwise; then `open` the resolved input.
    */
   static reuse(location: InputLocation, options: SegmentIndexOptions): SegmentIndex | null {
-    if (!options.index || location.kind === "json") return null;
-    const where = locate(location, options.cacheDir);
-    for (const dir of where.dirs) {
-      const stored = readSnapshot(dir, where.snapshot);
-      if (stored === null) continue;
-      const usable =
-        stored.format === SNAPSHOT_FORMAT &&
-        stored.version === INDEX_VERSION &&
-        stored.settings === SETTINGS &&
-        stored.kind === location.kind &&
-        stored.absolute === location.absolute &&
-        snapshotHolds(where.base, stored.entries, INDEX_DIRNAME);
-      return usable
-        ? new SegmentIndex(options, [], [], [], where, dir, null, null, stored.state, stored)
-        : null;
-    }
-    return null;
+    const vouched = vouchedIndex(location, options);
+    if (vouched === null) return null;
+    const { place, dir, snapshot } = vouched;
+    return new SegmentIndex(options, [], [], [], place, dir, null, null, snapshot.state, snapshot);
   }
 
   /** The input at `path` located, and its index when `reuse` can vouch for it (see there). */
@@ -481,7 +377,7 @@ export class SegmentIndex {
     const location = options.location ?? locateInput(input.path);
     if (!options.index || location === null)
       return new SegmentIndex(options, segments, solid, [], null, null, null, null, null);
-    const where = locate(location, options.cacheDir);
+    const where = locateIndex(location, options.cacheDir);
     let dir = where.dirs[0]!;
     let catalog = readCatalog(dir, where.catalog);
     if (catalog === null && where.dirs.length > 1) {
@@ -543,7 +439,7 @@ export class SegmentIndex {
 
   private reportFile(view: string): string | null {
     if (this.state === null || this.dir === null) return null;
-    return join(this.dir, `report-${this.state.slice(0, 24)}-${hashText(view, 8)}.json`);
+    return storedResultFile(this.dir, this.state, view);
   }
 
   /**
@@ -574,7 +470,7 @@ export class SegmentIndex {
 
   /** The stamp a result stored for `view` carries (the input's state and the view). */
   stamp(view: string): string {
-    return `${this.state}|${view}`;
+    return storedResultStamp(String(this.state), view);
   }
 
   /** The text stored for this exact state of the input and `view`, if there is one. */
@@ -595,10 +491,9 @@ export class SegmentIndex {
    * sinks); else null.
    */
   readRendering(view: string): string | null {
-    if (this.vouched === null) return null;
-    const text = this.readStored(view);
-    const stamp = `${this.stamp(view)}\n`;
-    return text?.startsWith(stamp) ? text.slice(stamp.length) : null;
+    const file = this.reportFile(view);
+    if (this.vouched === null || file === null) return null;
+    return readRenderingFile(file, this.stamp(view));
   }
 
   /**
@@ -972,7 +867,7 @@ export class SegmentIndex {
    */
   private async writeCatalog(
     target: string | null,
-    where: ReturnType<typeof locate>,
+    where: IndexPlace,
     entries: readonly (CatalogEntry | undefined)[],
     failures: readonly string[],
     unusable: readonly string[],

@@ -31,6 +31,7 @@ import { PhaseAccumulator } from "../analyses/phase-stats.js";
 import { AlertsAccumulator, HealthAccumulator, SummaryAccumulator } from "../analyses/summary.js";
 import { TimeRangeError } from "../errors.js";
 import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "../index/index-cache.js";
+import { renderingView } from "../index/stored-results.js";
 import type { SegmentAggregate } from "../input/aggregate.js";
 import { type DatasetPlan, loadRanks, planDataset } from "../input/dataset.js";
 import { aggregateEvents } from "../input/scan.js";
@@ -44,7 +45,6 @@ import {
   selectSession,
 } from "../input/sessions.js";
 import { type InputLocation, snapshotInput } from "../input/snapshot.js";
-import { PACKAGE_VERSION } from "../version.js";
 import { formatReportText } from "./text.js";
 import type {
   AnalysisReport,
@@ -341,27 +341,39 @@ export interface RenderAnalysisOptions extends AnalyzeOptions {
 
 /**
  * `analyzeTelemetry`, rendered as the `stormlog analyze` command prints it (ending with a newline).
- * A rendering of a report that was itself read from the index is stored there too, so that the
- * next rendering of the unchanged input reads one file instead of parsing and rendering the report.
+ * The rendering the next analysis of the unchanged input would make (of the report as stored, read
+ * back) is stored in the index too, so that it reads one file (`readStoredRendering`) instead of
+ * parsing and rendering the report.
  */
 export async function renderTelemetryAnalysis(path: string, options: RenderAnalysisOptions): Promise<string> {
-  const { format, color = false } = options;
-  // The text names the input's size, which the index's state leaves out (files beside the sinks);
-  // renderings by another version of this package are not used.
-  const view = (sizeBytes: number): string =>
-    JSON.stringify(["render", PACKAGE_VERSION, format, color, options.sessionId ?? null, path, sizeBytes]);
+  const choice = { format: options.format, color: options.color ?? false, sessionId: options.sessionId };
   const { location, reused } = SegmentIndex.locateReusable(path, segmentIndexOptions(options));
   const storedSize = reused?.storedSizeBytes ?? null;
-  const quick = reused === null || storedSize === null ? null : reused.readRendering(view(storedSize));
+  const quick =
+    reused === null || storedSize === null
+      ? null
+      : reused.readRendering(renderingView(choice, path, storedSize));
   if (quick !== null) return quick;
   const { report, index } = await analyzeLocated(path, options, location, reused);
-  const rendered =
-    format === "json"
-      ? `${stringifyJson(reportToJson(report), { indent: 2 })}\n`
-      : formatReportText(report, { color }).replace(/\n?$/, "\n");
-  await index?.writeRendering(view(report.input.size_bytes), rendered, report.index);
+  const render = (of: AnalysisReport): string =>
+    choice.format === "json"
+      ? `${stringifyJson(reportToJson(of), { indent: 2 })}\n`
+      : formatReportText(of, { color: choice.color }).replace(/\n?$/, "\n");
+  const rendered = render(report);
+  // A report just computed differs from the stored one in its index usage ("built", not "reused").
+  const next =
+    report.index?.report_reused === true ? report : (index?.readReport(reportView(options, path)) ?? null);
+  if (next !== null && index !== null) {
+    next.input.size_bytes = report.input.size_bytes;
+    const text = next === report ? rendered : render(next);
+    await index.writeRendering(renderingView(choice, path, report.input.size_bytes), text, next.index);
+  }
   return rendered;
 }
+
+/** What a stored report depends on besides the files: the session asked for, the path as given (it names it). */
+const reportView = (options: AnalyzeOptions, path: string): string =>
+  JSON.stringify([options.sessionId ?? null, path]);
 
 /** The report, and the index it came from or went to (null for a JSON document). */
 async function analyzeLocated(
@@ -370,8 +382,7 @@ async function analyzeLocated(
   location: InputLocation | null,
   reused: SegmentIndex | null,
 ): Promise<{ report: AnalysisReport; index: SegmentIndex | null }> {
-  // Besides the files, the report depends on the session asked for and on the path as given (it names it).
-  const view = JSON.stringify([options.sessionId ?? null, path]);
+  const view = reportView(options, path);
   const quick = reused?.readReport(view) ?? null;
   if (quick !== null) {
     quick.input.size_bytes = reused!.storedSizeBytes!;

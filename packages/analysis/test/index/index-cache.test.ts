@@ -27,8 +27,8 @@ import {
   Timeline,
   writeSink,
 } from "../../../sink/test/support/telemetry-fixtures.js";
-import { hashText } from "../../src/index/index-cache.js";
 import { isTemporaryAggregate } from "../../src/index/index-format.js";
+import { hashText } from "../../src/index/stored-results.js";
 import { type AnalyzeOptions, analyzeTelemetry, INDEX_DIRNAME, reportToJson } from "../../src/index.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-index-"));

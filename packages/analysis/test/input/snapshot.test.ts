@@ -25,6 +25,7 @@ import {
   writeSink,
 } from "../../../sink/test/support/telemetry-fixtures.js";
 import { SegmentIndex } from "../../src/index/index-cache.js";
+import { readStoredRendering } from "../../src/index/stored-results.js";
 import {
   analyzeTelemetry,
   diagnoseTelemetry,
@@ -301,6 +302,35 @@ describe("racy inputs and files beside a single segment", () => {
     const first = await renderTelemetryAnalysis(segment, { format: "json" });
     expect(await renderTelemetryAnalysis(segment, { format: "json" })).toBe(first);
     expect(first).toBe(await renderTelemetryAnalysis(segment, { format: "json", index: false }));
+  });
+
+  it("stores with a cold analysis the rendering the next run makes, read back without the analysis", async () => {
+    const dir = join(temp, "cold-rendering");
+    writeSink(dir, rankEvents(0, 12), { segmentSize: 1000, manifest: false });
+    const segment = join(dir, "segment-000001.jsonl");
+    makeRacy(segment);
+    for (const format of ["json", "txt"] as const) {
+      rmSync(join(dir, INDEX_DIRNAME), { recursive: true, force: true });
+      expect(readStoredRendering(segment, { format, color: false, index: true })).toBeNull();
+      const cold = await renderTelemetryAnalysis(segment, { format });
+      const stored = readStoredRendering(segment, { format, color: false, index: true });
+      // What the next run renders without it: the stored report, read back ("reused").
+      const report = await analyzeTelemetry(segment);
+      expect(report.index).toMatchObject({ report_reused: true });
+      const next =
+        format === "json"
+          ? `${stringifyJson(reportToJson(report), { indent: 2 })}\n`
+          : formatReportText(report).replace(/\n?$/, "\n");
+      expect(stored).toBe(next);
+      expect(await renderTelemetryAnalysis(segment, { format })).toBe(next);
+      // Neither rendering names how the index was used.
+      expect(cold).toBe(next);
+      // Another choice, no index, or a changed input: nothing stored to read.
+      expect(readStoredRendering(segment, { format, color: true, index: true })).toBeNull();
+      expect(readStoredRendering(segment, { format, color: false, index: false })).toBeNull();
+    }
+    appendFileSync(segment, "\n");
+    expect(readStoredRendering(segment, { format: "txt", color: false, index: true })).toBeNull();
   });
 
   it("stops vouching for a racy segment when its content check no longer matches", async () => {
