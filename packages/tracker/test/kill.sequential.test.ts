@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { monitorEventLoopDelay } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { systemClock } from "@stormlog/core";
 import { seededRandom } from "@stormlog/phases/internal";
@@ -52,11 +53,22 @@ function lastStepEnd(progressFile: string, fallback: bigint): bigint {
   return bytes.readBigInt64LE(0);
 }
 
+/** Records lost by one kill, and how long this machine kept a ready thread from running meanwhile. */
+interface Loss {
+  /** Milliseconds of records lost: from the last record on disk to the end of the last step finished. */
+  readonly ms: number;
+  /**
+   * The longest this test's own event loop waited past its due time while the child ran (ms): a
+   * machine that busy delays the child's sink thread too, and its flush with it.
+   */
+  readonly stalledMs: number;
+}
+
 /**
  * Kills the loop `runs` times at a random moment `fromMs`..`toMs` after its start resolved; returns
- * the milliseconds of records lost each time: from the last record on disk to the end of the last
- * step the loop finished (the kill's own time would also count moments the loop was descheduled
- * and recorded nothing, on a loaded machine).
+ * the records lost each time: from the last record on disk to the end of the last step the loop
+ * finished (the kill's own time would also count moments the loop was descheduled and recorded
+ * nothing, on a loaded machine).
  */
 async function lossesAfterKills(
   flush: string,
@@ -64,9 +76,11 @@ async function lossesAfterKills(
   fromMs: number,
   toMs: number,
   paceMs?: number,
-): Promise<number[]> {
-  const losses: number[] = [];
+): Promise<Loss[]> {
+  const losses: Loss[] = [];
   for (let run = 0; run < runs; run++) {
+    const stalls = monitorEventLoopDelay({ resolution: 5 });
+    stalls.enable();
     const dir = tempDir();
     const root = join(dir, "sink");
     const progressFile = join(dir, "progress");
@@ -79,9 +93,19 @@ async function lossesAfterKills(
     // Nothing on disk: everything since start() resolved is lost.
     let last = startedAtNs;
     for (const event of session?.events ?? []) if (event.timestamp_ns > last) last = event.timestamp_ns;
-    losses.push(Number(recordedUntil - last) / 1e6);
+    stalls.disable();
+    // The histogram's delays include its own resolution.
+    losses.push({ ms: Number(recordedUntil - last) / 1e6, stalledMs: Math.max(0, stalls.max / 1e6 - 5) });
   }
   return losses;
+}
+
+/**
+ * Every loss within `boundMs` (the sink's promise: its flush interval + 100 ms), give or take the
+ * time the machine stalled this process meanwhile: the promise is the sink's, not a loaded host's.
+ */
+function expectWithin(losses: readonly Loss[], boundMs: number): void {
+  for (const loss of losses) expect(loss.ms).toBeLessThanOrEqual(boundMs + loss.stalledMs);
 }
 
 /** The sessions in `root`, none when the kill left no sink there. */
@@ -93,37 +117,38 @@ async function sessionsIn(root: string) {
   }
 }
 
-function describeLosses(losses: number[]): string {
-  const sorted = [...losses].sort((a, b) => a - b);
+function describeLosses(losses: readonly Loss[]): string {
+  const sorted = losses.map((loss) => loss.ms).sort((a, b) => a - b);
   const median = sorted[Math.floor(sorted.length / 2)] as number;
-  return `median ${median.toFixed(0)} ms, max ${(sorted.at(-1) as number).toFixed(0)} ms (${sorted.map((l) => l.toFixed(0)).join(", ")})`;
+  const stalled = Math.max(...losses.map((loss) => loss.stalledMs));
+  return `median ${median.toFixed(0)} ms, max ${(sorted.at(-1) as number).toFixed(0)} ms (${sorted.map((l) => l.toFixed(0)).join(", ")}); longest stall ${stalled.toFixed(0)} ms`;
 }
 
 describe("a SIGKILL in the middle of training", { timeout: 60_000 }, () => {
   it("loses at most the flush interval + 100 ms of records with the default settings", async () => {
     const losses = await lossesAfterKills("default", 10, 200, 3200);
     console.info(`kill, default sink (2 s flush): loss ${describeLosses(losses)}`);
-    for (const loss of losses) expect(loss).toBeLessThanOrEqual(2100);
+    expectWithin(losses, 2100);
   });
 
   it("loses at most the flush interval + 100 ms with the default settings in a slow loop (the hand-over's timer)", async () => {
     // A step every 20 ms: the records reach the ring at the pipeline's hand-over (every 50 ms here).
     const losses = await lossesAfterKills("default", 6, 300, 1500, 20);
     console.info(`kill, default sink (2 s flush), a step every 20 ms: loss ${describeLosses(losses)}`);
-    for (const loss of losses) expect(loss).toBeLessThanOrEqual(2100);
+    expectWithin(losses, 2100);
   });
 
   it("loses at most 150 ms of records with a 50 ms flush", async () => {
     const losses = await lossesAfterKills("0.05", 10, 200, 1000);
     console.info(`kill, 50 ms flush: loss ${describeLosses(losses)}`);
-    for (const loss of losses) expect(loss).toBeLessThanOrEqual(150);
+    expectWithin(losses, 150);
   });
 
   it("loses at most 150 ms with a 50 ms flush in a slow loop too (records published by the timer, not by count)", async () => {
     // A step every 20 ms: a few records a step, so the ring is published by its timer.
     const losses = await lossesAfterKills("0.05", 8, 300, 1200, 20);
     console.info(`kill, 50 ms flush, a step every 20 ms: loss ${describeLosses(losses)}`);
-    for (const loss of losses) expect(loss).toBeLessThanOrEqual(150);
+    expectWithin(losses, 150);
   });
 
   it("finds the running session's manifest on disk as soon as start() resolved", async () => {
