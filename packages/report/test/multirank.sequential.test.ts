@@ -64,6 +64,22 @@ describe("the 64-rank job's report", () => {
     const first = page.locator(".rank").first();
     expect(await first.getAttribute("class")).toContain("suspect");
     expect(await first.locator(".badge").textContent()).toBe("first cause");
+    // A rank is decoded when its chart is made: the counts shown before come from its encoded rows.
+    const ranks = report.data.timeline.ranks;
+    const grouped = (value: number): string => value.toLocaleString("en-US");
+    for (const index of [0, 63]) {
+      const rank = ranks[index]!;
+      expect(await page.locator(".rank .rank-detail").nth(index).textContent()).toContain(
+        `${grouped(rank.rowCount)} readings, ${grouped(rank.dt.length + 1)} drawn, ${grouped(rank.spans.length / 4)} phase spans`,
+      );
+    }
+    // The last rank's chart is made when it comes into view, from its decoded rows, with its phase bands.
+    const last = page.locator(".rank").nth(63);
+    expect(await last.locator(".chart canvas").count()).toBe(0);
+    await last.scrollIntoViewIfNeeded();
+    await expect.poll(() => last.locator(".chart canvas").count()).toBeGreaterThan(0);
+    await last.locator(".chart").hover();
+    await expect.poll(() => last.locator(".readout").textContent()).toMatch(/allocated [\d.]+ [KMG]?B/);
     await page.close();
   });
 });
