@@ -153,7 +153,8 @@ const CHILD_MARKER = "STORMLOG_LAUNCHER_CHILD";
 /**
  * Whether the analysis has an index of `file` beside it (`locate` in @stormlog/analysis: the catalog
  * `index-<name>.json` of a .jsonl, `index.json` of another file, beside its real path). One in the user
- * cache directory (a read-only input, `--cache-dir`) is not looked for: such warm runs pay the child's start.
+ * cache directory (a read-only input, `--cache-dir`) is not looked for: a warm run whose answer is not
+ * stored there (`storedAnswer`) pays the child's start.
  */
 function indexedBeside(file: string): boolean {
   const real = realpathSync(file);
@@ -296,10 +297,11 @@ function runCommand(): void {
 followLauncher();
 const stored = storedAnswer();
 if (stored === null) runCommand();
+// On the next tick, as on any start: an error there is thrown, not a rejected promise.
 else
   stored.then(
     (printed) => {
-      if (!printed) runCommand();
+      if (!printed) process.nextTick(runCommand);
     },
-    () => runCommand(),
+    () => process.nextTick(runCommand),
   );

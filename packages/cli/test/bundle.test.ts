@@ -172,6 +172,13 @@ describe("the built stormlog executable (launcher + bundle)", () => {
     const storedJson = probed("launch.cjs", ["analyze", sink, "--format", "json"], bundleRequired);
     expect(storedJson.output).toBe(json.stdout);
     expect(storedJson.files.some((file) => file.endsWith("bin.cjs"))).toBe(false);
+    // An output that cannot be written: the CLI runs the command again and says why, once.
+    const unwritable = join(outDir, "no-such-dir", "r.txt");
+    const failed = probed("launch.cjs", ["analyze", sink, "--output", unwritable], bundleRequired);
+    expect(failed.status).toBe(1);
+    expect(failed.files.some((file) => file.endsWith("bin.cjs"))).toBe(true);
+    expect(failed.output.trim().split("\n")).toHaveLength(1);
+    expect(failed.output).toContain(unwritable);
     // A changed input, a usage error, `--help`: the CLI runs, and says what it says.
     utimesSync(
       join(sink, readdirSync(sink).find((entry) => entry.endsWith(".jsonl"))!),
@@ -202,6 +209,8 @@ describe("the built stormlog executable (launcher + bundle)", () => {
       expect(warm.status).toBe(0);
       expect(warm.output).toBe("");
       expect(readFileSync(report, "utf8")).toBe(first);
+      // The probe saw what was loaded (fs is), so the absences below mean something.
+      expect(warm.builtIns).toContain("NativeModule fs");
       for (const unused of ["child_process", "worker_threads", "crypto", "stream", "net", "fs/promises"])
         expect(warm.builtIns).not.toContain(`NativeModule ${unused}`);
     }

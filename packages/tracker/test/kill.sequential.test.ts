@@ -79,21 +79,23 @@ async function lossesAfterKills(
 ): Promise<Loss[]> {
   const losses: Loss[] = [];
   for (let run = 0; run < runs; run++) {
-    const stalls = monitorEventLoopDelay({ resolution: 5 });
-    stalls.enable();
     const dir = tempDir();
     const root = join(dir, "sink");
     const progressFile = join(dir, "progress");
     const { process: proc, sessionId, startedAtNs } = await startChild(root, flush, progressFile, paceMs);
+    // Measured while the child records, and only then: this process's own work before and after
+    // (the spawn, reading the sink) cannot have delayed the child's flush.
+    const stalls = monitorEventLoopDelay({ resolution: 5 });
+    stalls.enable();
     await new Promise((resolve) => setTimeout(resolve, fromMs + next() * (toMs - fromMs)));
     await killNow(proc).exited;
+    stalls.disable();
     // The child's clock, as its records' timestamps are (each process derives its epoch offset).
     const recordedUntil = lastStepEnd(progressFile, startedAtNs);
     const session = (await sessionsIn(root)).find((s) => s.summary.session_id === sessionId);
     // Nothing on disk: everything since start() resolved is lost.
     let last = startedAtNs;
     for (const event of session?.events ?? []) if (event.timestamp_ns > last) last = event.timestamp_ns;
-    stalls.disable();
     // The histogram's delays include its own resolution.
     losses.push({ ms: Number(recordedUntil - last) / 1e6, stalledMs: Math.max(0, stalls.max / 1e6 - 5) });
   }

@@ -73,11 +73,13 @@ import {
   type IndexPlace,
   locateIndex,
   readIndexFile,
-  readRenderingFile,
+  readRenderingIn,
   SETTINGS,
   SNAPSHOT_FORMAT,
+  STORED_RESULT_NAME,
   type StoredSnapshot,
   storedResultFile,
+  storedResultPrefix,
   storedResultStamp,
   vouchedIndex,
 } from "./stored-results.js";
@@ -449,7 +451,7 @@ export class SegmentIndex {
   readReport(view: string): AnalysisReport | null {
     const text = this.readStored(view);
     if (text === null) return null;
-    const report = deserializeReport(text, `${this.state}|${view}`);
+    const report = deserializeReport(text, this.stamp(view));
     if (report === null) return null;
     report.index = this.reusedUsage();
     return report;
@@ -491,9 +493,8 @@ export class SegmentIndex {
    * sinks); else null.
    */
   readRendering(view: string): string | null {
-    const file = this.reportFile(view);
-    if (this.vouched === null || file === null) return null;
-    return readRenderingFile(file, this.stamp(view));
+    if (this.vouched === null || this.dir === null || this.state === null) return null;
+    return readRenderingIn(this.dir, this.state, view);
   }
 
   /**
@@ -521,10 +522,8 @@ export class SegmentIndex {
     try {
       writeAtomic(file, text);
       this.storeSnapshot();
-      const prefix = `report-${this.state!.slice(0, 24)}-`;
-      const others = (await fsPromises.readdir(dir)).filter((name) =>
-        /^report-[0-9a-f]{24}-[0-9a-f]{8}\.json$/.test(name),
-      );
+      const prefix = storedResultPrefix(this.state!);
+      const others = (await fsPromises.readdir(dir)).filter((name) => STORED_RESULT_NAME.test(name));
       for (const name of others.filter((name) => !name.startsWith(prefix)))
         await fsPromises.rm(join(dir, name), { force: true });
       const current = others.filter((name) => name.startsWith(prefix));

@@ -160,9 +160,17 @@ export function vouchedIndex(
   return null;
 }
 
+/** The names of stored result files: `report-<state's first 24 digits>-<view's hash>.json`. */
+export const STORED_RESULT_NAME = /^report-[0-9a-f]{24}-[0-9a-f]{8}\.json$/;
+
+/** How the names of results stored for the input's `state` begin (any view). */
+export function storedResultPrefix(state: string): string {
+  return `report-${state.slice(0, 24)}-`;
+}
+
 /** The file a result stored for `view` of the input's `state` is kept in. */
 export function storedResultFile(dir: string, state: string, view: string): string {
-  return join(dir, `report-${state.slice(0, 24)}-${hashText(view, 8)}.json`);
+  return join(dir, `${storedResultPrefix(state)}${hashText(view, 8)}.json`);
 }
 
 /** The stamp a result stored for `view` of the input's `state` carries. */
@@ -170,15 +178,18 @@ export function storedResultStamp(state: string, view: string): string {
   return `${state}|${view}`;
 }
 
-/** The rendering stored in `file` for `stamp` (written as the stamp's line, then the text), else null. */
-export function readRenderingFile(file: string, stamp: string): string | null {
+/**
+ * The rendering stored in index directory `dir` for `view` of the input's `state` (written as its
+ * stamp's line, then the text), else null.
+ */
+export function readRenderingIn(dir: string, state: string, view: string): string | null {
   let text: string;
   try {
-    text = readRegularFileSync(file);
+    text = readRegularFileSync(storedResultFile(dir, state, view));
   } catch {
     return null;
   }
-  const head = `${stamp}\n`;
+  const head = `${storedResultStamp(state, view)}\n`;
   return text.startsWith(head) ? text.slice(head.length) : null;
 }
 
@@ -215,9 +226,5 @@ export function readStoredRendering(path: string, options: StoredRenderingOption
   const vouched = location === null ? null : vouchedIndex(location, options);
   if (vouched === null) return null;
   const { dir, snapshot } = vouched;
-  const view = renderingView(options, path, snapshot.size_bytes);
-  return readRenderingFile(
-    storedResultFile(dir, snapshot.state, view),
-    storedResultStamp(snapshot.state, view),
-  );
+  return readRenderingIn(dir, snapshot.state, renderingView(options, path, snapshot.size_bytes));
 }

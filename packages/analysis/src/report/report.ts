@@ -360,7 +360,8 @@ export async function renderTelemetryAnalysis(path: string, options: RenderAnaly
       ? `${stringifyJson(reportToJson(of), { indent: 2 })}\n`
       : formatReportText(of, { color: choice.color }).replace(/\n?$/, "\n");
   const rendered = render(report);
-  // A report just computed differs from the stored one in its index usage ("built", not "reused").
+  // The next run renders the stored report as read back (its index usage "reused"); rendering that
+  // same object here keeps the stored text exactly what the next run would print.
   const next =
     report.index?.report_reused === true ? report : (index?.readReport(reportView(options, path)) ?? null);
   if (next !== null && index !== null) {
