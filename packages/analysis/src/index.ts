@@ -12,7 +12,7 @@
 
 export { TimeRangeError } from "./errors.js";
 /** Where the index of a sink is kept (`.stormlog-index` beside it, or under `STORMLOG_CACHE_DIR`). */
-export { CACHE_DIR_ENV, INDEX_DIRNAME } from "./index/index-cache.js";
+export { CACHE_DIR_ENV, INDEX_DIRNAME } from "./index/stored-results.js";
 /** What is analysed, diagnosed or exported: one session, or a rank group (one type for all three). */
 export type { RankGroupSession, SessionSelection } from "./input/sessions.js";
 export {

@@ -297,11 +297,10 @@ function runCommand(): void {
 followLauncher();
 const stored = storedAnswer();
 if (stored === null) runCommand();
-// On the next tick, as on any start: an error there is thrown, not a rejected promise.
-else
-  stored.then(
-    (printed) => {
-      if (!printed) process.nextTick(runCommand);
-    },
-    () => process.nextTick(runCommand),
-  );
+else {
+  // On the next tick, as on any start: an error there is thrown, not a rejected promise.
+  const runLater = (): void => process.nextTick(runCommand);
+  stored.then((printed) => {
+    if (!printed) runLater();
+  }, runLater);
+}

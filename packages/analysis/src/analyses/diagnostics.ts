@@ -37,8 +37,9 @@ import {
 } from "@stormlog/phases";
 import { loadTelemetrySessions, type ReadOptions, type SessionInfo } from "@stormlog/sink";
 import { type ResolvedTelemetryInput, resolveTelemetryInput } from "@stormlog/sink/internal";
-import { INDEX_DIRNAME, SegmentIndex, segmentIndexOptions } from "../index/index-cache.js";
+import { SegmentIndex, segmentIndexOptions } from "../index/index-cache.js";
 import { readStoredObject } from "../index/report-cache.js";
+import { INDEX_DIRNAME } from "../index/stored-results.js";
 import {
   type DatasetPlan,
   exactAt,

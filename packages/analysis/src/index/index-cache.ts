@@ -84,8 +84,6 @@ import {
   vouchedIndex,
 } from "./stored-results.js";
 
-export { CACHE_DIR_ENV, INDEX_DIRNAME, INDEX_VERSION } from "./stored-results.js";
-
 /** `format` of the catalog. */
 export const INDEX_FORMAT = "stormlog.analysis_index";
 /**

@@ -60,7 +60,7 @@ export function hashText(text: string, length: number): string {
 }
 
 /** The user cache directory for indexes. */
-export function userCacheDir(): string {
+function userCacheDir(): string {
   const env = process.env[CACHE_DIR_ENV];
   if (env) return env;
   const xdg = process.env.XDG_CACHE_HOME;
