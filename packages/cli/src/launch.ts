@@ -290,7 +290,20 @@ function storedAnswer(): Promise<boolean> | null {
   }
 }
 
+/**
+ * A command is a short process, whose hot code V8's optimizing compiler compiles while it runs (on
+ * the second core, or beside it): inlining less there, it spends a tenth less CPU on a cold
+ * `stormlog analyze` for code that runs as fast (the 240 MB job: median 1.30 s against 1.40 s, 10
+ * alternating runs). Set before the bundle compiles, so that its code cache matches every start.
+ */
+const COMMAND_V8_FLAGS = "--max-inlined-bytecode-size-cumulative=200";
+
 function runCommand(): void {
+  try {
+    (require("node:v8") as typeof import("node:v8")).setFlagsFromString(COMMAND_V8_FLAGS);
+  } catch {
+    // A runtime without the setting: the command runs with V8's defaults.
+  }
   if (!rerunWithBoundedArenas()) launch();
 }
 
