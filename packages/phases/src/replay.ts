@@ -633,113 +633,16 @@ export class PhaseReplayIndex implements PhaseResolver {
    * malformed boundaries are skipped, as in the reference.
    */
   static fromEvents(events: Iterable<PhaseEventLike>): PhaseReplayIndex {
-    const inputs = new Map<string, Map<number, GroupInput>>();
-    let last: GroupInput | undefined;
-    for (const event of events) {
-      const sessionId = event.session_id;
-      if (typeof sessionId !== "string") continue;
-      const ts = event.timestamp_ns;
-      const timestampNs = typeof ts === "bigint" ? ts : pythonTimestamp(event);
-      if (timestampNs === null) continue;
-      const rawRank = event.rank;
-      const rank =
-        typeof rawRank === "number" && Number.isSafeInteger(rawRank) && !(event as Container)[FLOAT_KEYS]
-          ? rawRank
-          : coerceRank(rawRank === undefined ? 0 : rawRank, event);
-      if (rank === null) continue;
-      let input = last !== undefined && last.rank === rank && last.sessionId === sessionId ? last : undefined;
-      if (input === undefined) {
-        let byRank = inputs.get(sessionId);
-        if (byRank === undefined) {
-          byRank = new Map();
-          inputs.set(sessionId, byRank);
-        }
-        input = byRank.get(rank);
-        if (input === undefined) {
-          input = { sessionId, rank, boundaries: [], endNs: timestampNs };
-          byRank.set(rank, input);
-        }
-        last = input;
-      }
-      if (timestampNs > input.endNs) input.endNs = timestampNs;
-      const eventType = event.event_type;
-      if (!isPhaseEventType(eventType)) continue;
-      const scope = scopeOf(event);
-      if (scope === null) continue;
-      const record = parseScope(scope, eventType, sessionId, timestampNs);
-      if (record !== null) input.boundaries.push(record);
-    }
-
     // Replay group by group in (session_id, rank) order, as the reference's global sort does.
-    const ordered: GroupInput[] = [];
-    for (const byRank of inputs.values()) for (const input of byRank.values()) ordered.push(input);
+    const ordered = groupInputs(events);
     ordered.sort((a, b) => comparePythonStrings(a.sessionId, b.sessionId) || a.rank - b.rank);
 
     const closedFirst: Array<[GroupInput, Span[]]> = [];
     const syntheticOnly: Array<[GroupInput, Span[]]> = [];
     let spanCount = 0;
     for (const input of ordered) {
-      const boundaries = input.boundaries;
-      if (boundaries.length === 0) continue;
-      let sorted = true;
-      for (let i = 1; i < boundaries.length && sorted; i++) {
-        if (compareBoundaries(boundaries[i - 1]!, boundaries[i]!) > 0) sorted = false;
-      }
-      if (!sorted) boundaries.sort(compareBoundaries);
-      const spans: Span[] = [];
-      // Stacks per thread; a Map keeps the reference's dict order (a stack emptied by an exit is
-      // removed, so its thread moves to the end when it opens a scope again).
-      const stacks = new Map<PhaseThreadId, PhaseBoundaryRecord[]>();
-      for (const record of boundaries) {
-        let stack = stacks.get(record.threadId);
-        if (stack === undefined) {
-          stack = [];
-          stacks.set(record.threadId, stack);
-        }
-        if (record.action === "enter") {
-          stack.push(record);
-          continue;
-        }
-        const top = stack[stack.length - 1];
-        if (top === undefined || top.scopeId !== record.scopeId) continue;
-        stack.pop();
-        if (stack.length === 0) stacks.delete(record.threadId);
-        spans.push(
-          new Span(
-            record.sessionId,
-            input.rank,
-            record.threadId,
-            record.threadName,
-            record.scopeId,
-            top.path,
-            formatPhasePath(top.path),
-            top.timestampNs,
-            record.timestampNs,
-            top.sequence,
-            false,
-          ),
-        );
-      }
-      const hadClosed = spans.length > 0;
-      for (const stack of stacks.values()) {
-        for (const scope of stack) {
-          spans.push(
-            new Span(
-              input.sessionId,
-              input.rank,
-              scope.threadId,
-              scope.threadName,
-              scope.scopeId,
-              scope.path,
-              formatPhasePath(scope.path),
-              scope.timestampNs,
-              input.endNs,
-              scope.sequence,
-              true,
-            ),
-          );
-        }
-      }
+      if (input.boundaries.length === 0) continue;
+      const { spans, hadClosed } = replayGroup(input);
       if (spans.length === 0) continue;
       spanCount += spans.length;
       (hadClosed ? closedFirst : syntheticOnly).push([input, spans]);
@@ -882,4 +785,115 @@ export function resolvePhaseForEvent(
     originThreadId: originThreadIdOf(event),
     originPhaseScopeId: originScopeIdOf(event),
   });
+}
+
+// `fromEvents` in parts: V8 compiled it whole around each of its loops (~100 ms of a cold
+// analysis's compiling, which builds an index per rank); each part it compiles on its own.
+
+/** The events' boundaries and ends by (session, rank), in first-seen order. */
+function groupInputs(events: Iterable<PhaseEventLike>): GroupInput[] {
+  const inputs = new Map<string, Map<number, GroupInput>>();
+  const ordered: GroupInput[] = [];
+  let last: GroupInput | undefined;
+  for (const event of events) {
+    const sessionId = event.session_id;
+    if (typeof sessionId !== "string") continue;
+    const ts = event.timestamp_ns;
+    const timestampNs = typeof ts === "bigint" ? ts : pythonTimestamp(event);
+    if (timestampNs === null) continue;
+    const rawRank = event.rank;
+    const rank =
+      typeof rawRank === "number" && Number.isSafeInteger(rawRank) && !(event as Container)[FLOAT_KEYS]
+        ? rawRank
+        : coerceRank(rawRank === undefined ? 0 : rawRank, event);
+    if (rank === null) continue;
+    let input = last !== undefined && last.rank === rank && last.sessionId === sessionId ? last : undefined;
+    if (input === undefined) {
+      let byRank = inputs.get(sessionId);
+      if (byRank === undefined) {
+        byRank = new Map();
+        inputs.set(sessionId, byRank);
+      }
+      input = byRank.get(rank);
+      if (input === undefined) {
+        input = { sessionId, rank, boundaries: [], endNs: timestampNs };
+        byRank.set(rank, input);
+      }
+      last = input;
+    }
+    if (timestampNs > input.endNs) input.endNs = timestampNs;
+    const eventType = event.event_type;
+    if (!isPhaseEventType(eventType)) continue;
+    const scope = scopeOf(event);
+    if (scope === null) continue;
+    const record = parseScope(scope, eventType, sessionId, timestampNs);
+    if (record !== null) input.boundaries.push(record);
+  }
+  for (const byRank of inputs.values()) for (const input of byRank.values()) ordered.push(input);
+  return ordered;
+}
+
+/** One group's spans: closed ones as their exits come, then those left open (`hadClosed`: any closed). */
+function replayGroup(input: GroupInput): { spans: Span[]; hadClosed: boolean } {
+  const boundaries = input.boundaries;
+  let sorted = true;
+  for (let i = 1; i < boundaries.length && sorted; i++) {
+    if (compareBoundaries(boundaries[i - 1]!, boundaries[i]!) > 0) sorted = false;
+  }
+  if (!sorted) boundaries.sort(compareBoundaries);
+  const spans: Span[] = [];
+  // Stacks per thread; a Map keeps the reference's dict order (a stack emptied by an exit is
+  // removed, so its thread moves to the end when it opens a scope again).
+  const stacks = new Map<PhaseThreadId, PhaseBoundaryRecord[]>();
+  for (const record of boundaries) {
+    let stack = stacks.get(record.threadId);
+    if (stack === undefined) {
+      stack = [];
+      stacks.set(record.threadId, stack);
+    }
+    if (record.action === "enter") {
+      stack.push(record);
+      continue;
+    }
+    const top = stack[stack.length - 1];
+    if (top === undefined || top.scopeId !== record.scopeId) continue;
+    stack.pop();
+    if (stack.length === 0) stacks.delete(record.threadId);
+    spans.push(
+      new Span(
+        record.sessionId,
+        input.rank,
+        record.threadId,
+        record.threadName,
+        record.scopeId,
+        top.path,
+        formatPhasePath(top.path),
+        top.timestampNs,
+        record.timestampNs,
+        top.sequence,
+        false,
+      ),
+    );
+  }
+  const hadClosed = spans.length > 0;
+  for (const stack of stacks.values()) {
+    for (const scope of stack) {
+      spans.push(
+        new Span(
+          input.sessionId,
+          input.rank,
+          scope.threadId,
+          scope.threadName,
+          scope.scopeId,
+          scope.path,
+          formatPhasePath(scope.path),
+          scope.timestampNs,
+          input.endNs,
+          scope.sequence,
+          true,
+        ),
+      );
+    }
+  }
+  return { spans, hadClosed };
 }

@@ -187,20 +187,32 @@ export class AlertsAccumulator implements RankAnalysis<AlertsReport> {
   }
 }
 
+/**
+ * The latest device-used minus reserved gap and the largest in size (NaN: none). A loop of its own,
+ * in doubles throughout: inside `rankSummary`, with null for "none", V8 compiled that function four
+ * times in a cold analysis.
+ */
+function hiddenGaps(used: Float64Array, reserved: Float64Array, n: number): { latest: number; peak: number } {
+  let latest = Number.NaN;
+  let peak = Number.NaN;
+  for (let i = 0; i < n; i++) {
+    const gap = used[i]! - reserved[i]!;
+    if (Number.isNaN(gap)) continue;
+    latest = gap;
+    if (Number.isNaN(peak) || Math.abs(gap) > Math.abs(peak)) peak = gap;
+  }
+  return { latest, peak };
+}
+
 function rankSummary(series: RankSeries, degradedNs: bigint): RankSummary {
   const n = series.count;
   const delta = (values: Float64Array): number | null => {
     const ends = firstLast(values, n);
     return ends === null ? null : ends[1] - ends[0];
   };
-  let latestGap: number | null = null;
-  let peakGap: number | null = null;
-  for (let i = 0; i < n; i++) {
-    const gap = series.used[i]! - series.reserved[i]!;
-    if (Number.isNaN(gap)) continue;
-    latestGap = gap;
-    if (peakGap === null || Math.abs(gap) > Math.abs(peakGap)) peakGap = gap;
-  }
+  const gaps = hiddenGaps(series.used, series.reserved, n);
+  const latestGap = Number.isNaN(gaps.latest) ? null : gaps.latest;
+  const peakGap = Number.isNaN(gaps.peak) ? null : gaps.peak;
   return {
     rank: series.rank,
     session_id: series.sessionId,

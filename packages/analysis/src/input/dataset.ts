@@ -475,6 +475,14 @@ function hostsOf(parts: readonly LoadedPart[]): string[] {
   return [first.host, ...hosts];
 }
 
+/**
+ * `into[offset + i] = from[i] + add` for the first `count` values. A loop of its own: in `combine`,
+ * V8 compiled the whole function around such loops (150 ms of a cold analysis's compiling).
+ */
+function addInto(into: Float64Array, offset: number, from: Float64Array, count: number, add: number): void {
+  for (let i = 0; i < count; i++) into[offset + i] = from[i]! + add;
+}
+
 /** The earliest event with a job id over a rank's parts (ties: storage order). */
 function jobOf(parts: readonly LoadedPart[]): SeriesJob | null {
   let best: SeriesJob | null = null;
@@ -548,14 +556,13 @@ function combine(
     if (shift > 9_007_199_254_740_991n)
       throw new TimeRangeError(plan.sessionId, plan.rank, `${sourceOf(earliest)} and ${sourceOf(ordinal)}`);
     const delta = Number(shift);
-    const source = samples.t;
-    for (let i = 0; i < count; i++) t[offset + i] = source[i]! + delta;
+    addInto(t, offset, samples.t, count, delta);
     allocated.set(samples.allocated.subarray(0, count), offset);
     reserved.set(samples.reserved.subarray(0, count), offset);
     used.set(samples.used.subarray(0, count), offset);
     total.set(samples.total.subarray(0, count), offset);
     tensors.set(samples.tensors.subarray(0, count), offset);
-    for (let i = 0; i < count; i++) order[offset + i] = orderBase + samples.line[i]!;
+    addInto(order, offset, samples.line, count, orderBase);
     // Identities, re-indexed into the combined list.
     const map = part.identities.map((id) => {
       const found = identities.findIndex(
@@ -574,7 +581,8 @@ function combine(
     const local = samples.identity;
     if (local !== null || (map.length > 0 && map[0] !== 0)) {
       identity ??= pool.identity(n);
-      for (let i = 0; i < count; i++) identity[offset + i] = map[local === null ? 0 : local[i]!]!;
+      if (local === null) identity.fill(map[0]!, offset, offset + count);
+      else for (let i = 0; i < count; i++) identity[offset + i] = map[local[i]!]!;
     }
     if (samples.rules !== null) {
       rules ??= new Uint8Array(n).fill(ALL_SAMPLE_RULES);
