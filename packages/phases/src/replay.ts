@@ -355,6 +355,8 @@ class SpanGroup {
   /** End of the last slot of every full block of BLOCK slots: a cache-friendly first search level. */
   private readonly blockLast: Float64Array;
 
+  // The constructor's steps are functions of their own (`spanCoordinates`, `nestedLists`): V8
+  // compiled it whole around all their loops, once per rank of a cold analysis.
   constructor(spans: Span[], labels: LabelTable) {
     spans.sort((a, b) => compareBigint(a.startNs, b.startNs) || compareBigint(a.endNs, b.endNs));
     this.spans = spans;
@@ -370,77 +372,17 @@ class SpanGroup {
       this.threadOf[i] = typeof span.threadId === "number" ? span.threadId : Number.NaN;
       this.sequenceOf[i] = typeof span.sequence === "number" ? span.sequence : Number.NaN;
     }
-    let min = spans[0]!.startNs;
-    let max = spans[0]!.endNs;
-    for (const span of spans) {
-      if (span.startNs < min) min = span.startNs;
-      if (span.endNs > max) max = span.endNs;
-    }
-    const starts = new Float64Array(n);
-    const ends = new Float64Array(n);
-    this.base = min;
-    if (max - min <= MAX_EXACT_OFFSET) {
-      this.points = null;
-      for (let i = 0; i < n; i++) {
-        starts[i] = Number(spans[i]!.startNs - min);
-        ends[i] = Number(spans[i]!.endNs - min);
-      }
-    } else {
-      const points = [...new Set(spans.flatMap((span) => [span.startNs, span.endNs]))].sort(compareBigint);
-      const position = new Map(points.map((point, index) => [point, index]));
-      this.points = points;
-      for (let i = 0; i < n; i++) {
-        starts[i] = position.get(spans[i]!.startNs)!;
-        ends[i] = position.get(spans[i]!.endNs)!;
-      }
-    }
-
-    // Containment order: start ascending, end descending (a container precedes what it contains).
-    const order = new Int32Array(n);
-    for (let i = 0; i < n; i++) order[i] = i;
-    order.sort((a, b) => starts[a]! - starts[b]! || ends[b]! - ends[a]! || a - b);
-
-    const parent = new Int32Array(n);
-    const children = new Int32Array(n + 1); // per span, then the root at index n
-    const open = new Int32Array(n);
-    let openCount = 0;
-    let maxDepth = 0;
-    for (let k = 0; k < n; k++) {
-      const i = order[k]!;
-      while (openCount > 0 && ends[open[openCount - 1]!]! < ends[i]!) openCount--;
-      const p = openCount > 0 ? open[openCount - 1]! : n;
-      parent[i] = p;
-      children[p]!++;
-      open[openCount++] = i;
-      if (openCount > maxDepth) maxDepth = openCount;
-    }
-
-    // Lists laid out contiguously: the root's first, then each span's in containment order.
-    const listStart = new Int32Array(n + 1);
-    let next = children[n]!;
-    for (let k = 0; k < n; k++) {
-      const i = order[k]!;
-      listStart[i] = next;
-      next += children[i]!;
-    }
-    const fill = new Int32Array(n + 1);
-    this.slotSpan = new Int32Array(n);
-    this.slotStart = new Float64Array(n);
-    this.slotEnd = new Float64Array(n);
-    this.childOffset = new Int32Array(n);
-    this.childCount = new Int32Array(n);
-    for (let k = 0; k < n; k++) {
-      const i = order[k]!;
-      const p = parent[i]!;
-      const slot = listStart[p]! + fill[p]!++;
-      this.slotSpan[slot] = i;
-      this.slotStart[slot] = starts[i]!;
-      this.slotEnd[slot] = ends[i]!;
-      this.childOffset[slot] = listStart[i]!;
-      this.childCount[slot] = children[i]!;
-    }
-    this.topCount = children[n]!;
-    this.stack = new Int32Array(2 * (maxDepth + 1));
+    const { base, points, starts, ends } = spanCoordinates(spans);
+    this.base = base;
+    this.points = points;
+    const lists = nestedLists(starts, ends);
+    this.slotSpan = lists.slotSpan;
+    this.slotStart = lists.slotStart;
+    this.slotEnd = lists.slotEnd;
+    this.childOffset = lists.childOffset;
+    this.childCount = lists.childCount;
+    this.topCount = lists.topCount;
+    this.stack = new Int32Array(2 * (lists.maxDepth + 1));
     const blocks = Math.floor(n / BLOCK);
     this.blockLast = new Float64Array(blocks);
     for (let j = 0; j < blocks; j++) this.blockLast[j] = this.slotEnd[j * BLOCK + BLOCK - 1]!;
@@ -896,4 +838,101 @@ function replayGroup(input: GroupInput): { spans: Span[]; hadClosed: boolean } {
     }
   }
   return { spans, hadClosed };
+}
+
+/**
+ * Where a group's spans start and end as doubles: offsets from the earliest start, or, when the
+ * group spans 2^53 ns or more, positions among its distinct times.
+ */
+function spanCoordinates(spans: readonly Span[]): {
+  base: bigint;
+  points: bigint[] | null;
+  starts: Float64Array;
+  ends: Float64Array;
+} {
+  const n = spans.length;
+  let min = spans[0]!.startNs;
+  let max = spans[0]!.endNs;
+  for (const span of spans) {
+    if (span.startNs < min) min = span.startNs;
+    if (span.endNs > max) max = span.endNs;
+  }
+  const starts = new Float64Array(n);
+  const ends = new Float64Array(n);
+  let points: bigint[] | null = null;
+  if (max - min <= MAX_EXACT_OFFSET) {
+    for (let i = 0; i < n; i++) {
+      starts[i] = Number(spans[i]!.startNs - min);
+      ends[i] = Number(spans[i]!.endNs - min);
+    }
+  } else {
+    points = [...new Set(spans.flatMap((span) => [span.startNs, span.endNs]))].sort(compareBigint);
+    const position = new Map(points.map((point, index) => [point, index]));
+    for (let i = 0; i < n; i++) {
+      starts[i] = position.get(spans[i]!.startNs)!;
+      ends[i] = position.get(spans[i]!.endNs)!;
+    }
+  }
+  return { base: min, points, starts, ends };
+}
+
+/** The spans (coordinates `starts`, `ends`) as a nested containment list, laid out list after list. */
+function nestedLists(
+  starts: Float64Array,
+  ends: Float64Array,
+): {
+  slotSpan: Int32Array;
+  slotStart: Float64Array;
+  slotEnd: Float64Array;
+  childOffset: Int32Array;
+  childCount: Int32Array;
+  topCount: number;
+  maxDepth: number;
+} {
+  const n = starts.length;
+  // Containment order: start ascending, end descending (a container precedes what it contains).
+  const order = new Int32Array(n);
+  for (let i = 0; i < n; i++) order[i] = i;
+  order.sort((a, b) => starts[a]! - starts[b]! || ends[b]! - ends[a]! || a - b);
+
+  const parent = new Int32Array(n);
+  const children = new Int32Array(n + 1); // per span, then the root at index n
+  const open = new Int32Array(n);
+  let openCount = 0;
+  let maxDepth = 0;
+  for (let k = 0; k < n; k++) {
+    const i = order[k]!;
+    while (openCount > 0 && ends[open[openCount - 1]!]! < ends[i]!) openCount--;
+    const p = openCount > 0 ? open[openCount - 1]! : n;
+    parent[i] = p;
+    children[p]!++;
+    open[openCount++] = i;
+    if (openCount > maxDepth) maxDepth = openCount;
+  }
+
+  // Lists laid out contiguously: the root's first, then each span's in containment order.
+  const listStart = new Int32Array(n + 1);
+  let next = children[n]!;
+  for (let k = 0; k < n; k++) {
+    const i = order[k]!;
+    listStart[i] = next;
+    next += children[i]!;
+  }
+  const fill = new Int32Array(n + 1);
+  const slotSpan = new Int32Array(n);
+  const slotStart = new Float64Array(n);
+  const slotEnd = new Float64Array(n);
+  const childOffset = new Int32Array(n);
+  const childCount = new Int32Array(n);
+  for (let k = 0; k < n; k++) {
+    const i = order[k]!;
+    const p = parent[i]!;
+    const slot = listStart[p]! + fill[p]!++;
+    slotSpan[slot] = i;
+    slotStart[slot] = starts[i]!;
+    slotEnd[slot] = ends[i]!;
+    childOffset[slot] = listStart[i]!;
+    childCount[slot] = children[i]!;
+  }
+  return { slotSpan, slotStart, slotEnd, childOffset, childCount, topCount: children[n]!, maxDepth };
 }
