@@ -131,9 +131,32 @@ function plainJson(value: JsonValue): boolean {
 /** A finite counter as it is, anything else NaN (null). */
 const finite = (value: number): number => (Number.isFinite(value) ? value : Number.NaN);
 
-/** The decimal digits of `head * 10^9 + tail` (the fast reader's split of a timestamp: both whole, tail < 10^9). */
-function timestampDigits(head: number, tail: number): string {
-  return head === 0 ? `${tail}` : `${head}${`${tail}`.padStart(9, "0")}`;
+/** Decimal digits of a whole number below 2^53. */
+function digitCount(value: number): number {
+  let count = 1;
+  for (let rest = value; rest >= 10; rest = Math.floor(rest / 10)) count++;
+  return count;
+}
+
+/**
+ * Writes `value`'s decimal digits (a whole number below 2^53), at least `width` of them (zeros
+ * first), into `into` at `at`; where they end. Written in place: as strings, two per boundary,
+ * they were a good part of a scan's garbage.
+ */
+function writeDigits(into: Uint8Array, at: number, value: number, width: number): number {
+  const end = at + Math.max(width, digitCount(value));
+  let rest = value;
+  for (let k = end - 1; k >= at; k--) {
+    const next = Math.floor(rest / 10);
+    into[k] = 0x30 + (rest - next * 10);
+    rest = next;
+  }
+  return end;
+}
+
+/** Bytes of `head * 10^9 + tail`'s digits (the fast reader's split of a timestamp: both whole, tail < 10^9). */
+function timestampLength(head: number, tail: number): number {
+  return head === 0 ? digitCount(tail) : digitCount(head) + 9;
 }
 
 /** A rank part's boundaries, in the order they were read (see the file's comment). */
@@ -178,11 +201,13 @@ export class BoundaryLog {
     scopeEnd: number,
   ): void {
     const i = this.row();
-    const digits = timestampDigits(tsHead, tsTail);
-    this.reserveText(digits.length + (scopeEnd - scopeStart));
+    this.reserveText(timestampLength(tsHead, tsTail) + (scopeEnd - scopeStart));
     const text = this.text;
     let at = this.textLength;
-    at += text.write(digits, at, "latin1");
+    at =
+      tsHead === 0
+        ? writeDigits(text, at, tsTail, 1)
+        : writeDigits(text, writeDigits(text, at, tsHead, 1), tsTail, 9);
     this.set(i, C_TS_END, at);
     text.set(bytes.subarray(scopeStart, scopeEnd), at);
     at += scopeEnd - scopeStart;

@@ -54,6 +54,9 @@ describe("BoundaryLog: a rank's boundaries as the index stores them", () => {
       [1_760_000_000, 5],
       [1_760_000_000, 123_456_789],
       [999_999_999_999_999, 0],
+      [1, 0],
+      [10, 100_000_000],
+      [0, 10],
     ];
     const scopes: string[] = [];
     for (let i = 0; i < 40; i++) {
