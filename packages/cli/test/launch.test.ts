@@ -136,6 +136,7 @@ describe("the stormlog launcher", () => {
 const TRIM_BUNDLE = `#!/usr/bin/env node
 process.stdout.write(\`trim \${process.env.MALLOC_TRIM_THRESHOLD_ ?? "unset"}\\n\`);
 if (process.env.PRINT_EXEC_ARGV) process.stdout.write(\`execArgv \${process.execArgv.join(" ")}\\n\`);
+if (process.env.PRINT_TUNABLES) process.stdout.write(\`tunables \${process.env.GLIBC_TUNABLES ?? "unset"}\\n\`);
 if (process.env.SELF_KILL) process.kill(process.pid, process.env.SELF_KILL);
 if (process.env.WAIT_FOR_SIGNAL) {
   if (process.env.WAIT_FOR_SIGNAL === "handle")
@@ -202,6 +203,17 @@ describe("a first scan of a big file", () => {
     // Node's own options reach the child.
     const withOptions = launch(["export", big], { PRINT_EXEC_ARGV: "1" }, ["--max-old-space-size=300"]);
     expect(withOptions.stdout).toBe("trim 1048576\nexecArgv --max-old-space-size=300\n");
+    // glibc asks for transparent huge pages there too, beside the user's other tunables.
+    expect(launch(["analyze", big], { PRINT_TUNABLES: "1" }).stdout).toBe(
+      "trim 1048576\ntunables glibc.malloc.hugetlb=1\n",
+    );
+    expect(
+      launch(["analyze", big], { PRINT_TUNABLES: "1", GLIBC_TUNABLES: "glibc.pthread.rseq=0" }).stdout,
+    ).toBe("trim 1048576\ntunables glibc.pthread.rseq=0:glibc.malloc.hugetlb=1\n");
+    // A small file runs here, with the environment as it is.
+    const small = join(dir, "small.jsonl");
+    writeFileSync(small, "{}\n");
+    expect(launch(["analyze", small], { PRINT_TUNABLES: "1" }).stdout).toBe("trim unset\ntunables unset\n");
   });
 
   it("runs here for a small file, another command, its index beside it, a debugger, or the user's settings", () => {
