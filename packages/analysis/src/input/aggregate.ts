@@ -264,6 +264,11 @@ export class SampleColumns {
   }
 }
 
+/** Columns for `samples` samples and a sixteenth more, from 256 to 65,536. */
+export function roomForSamples(samples: number): number {
+  return Math.min(1 << 16, Math.max(256, samples + (samples >> 4)));
+}
+
 const BILLION = 1_000_000_000;
 /** Seconds apart beyond which `(head difference) * 1e9` is no longer exact. */
 const MAX_HEAD_SPAN = 9_007_199;
@@ -715,10 +720,22 @@ export class Accumulator {
    * next ones are sized by the one before, see `leaveRank`).
    * `seeds`: origins of rank parts that earlier pieces of the segment began (by `seriesKey`).
    */
+  /** Samples of the rank part left last (see `leaveRank`). */
+  private leftSamples: number;
+
+  /** `recentSamples`: the samples of recent rank parts of an earlier range of the same input (0: none). */
   constructor(
     private expectedSamples = 256,
     private readonly seeds: ReadonlyMap<string, RankSeed> | null = null,
-  ) {}
+    recentSamples = 0,
+  ) {
+    this.leftSamples = recentSamples;
+  }
+
+  /** The samples of the larger of the last two rank parts: what the next range's parts are sized for. */
+  get recentSamples(): number {
+    return Math.max(this.lastRank?.samples.count ?? 0, this.leftSamples);
+  }
 
   session(sessionId: string): SessionPart {
     const last = this.lastSession;
@@ -735,15 +752,17 @@ export class Accumulator {
 
   /**
    * The rank part read until now is left: the next new one's columns are sized for as many samples
-   * and a sixteenth more, at most 65,536 (a job's ranks record alike; growing by doubling from 256
-   * copied each rank's columns five times, and cost the scan's collector as much again). Within an
-   * eighth, `SampleColumns.trim` keeps the spare room rather than copying.
+   * as the larger of it and the one before, and a sixteenth more, at most 65,536 (a job's ranks
+   * record alike, but a piece of a file begins and ends with part of a rank; growing by doubling
+   * copied each rank's columns up to five times, and each copy's memory is first touched anew).
+   * Within an eighth, `SampleColumns.trim` keeps the spare room rather than copying.
    */
   private leaveRank(): void {
     const last = this.lastRank;
     if (last === null) return;
     const count = last.samples.count;
-    this.expectedSamples = Math.min(1 << 16, Math.max(256, count + (count >> 4)));
+    this.expectedSamples = roomForSamples(Math.max(count, this.leftSamples));
+    this.leftSamples = count;
     this.lastRank = null;
   }
 

@@ -33,6 +33,7 @@ import {
   type LineFields,
   type RankPart,
   type RankSeed,
+  roomForSamples,
   type SegmentAggregate,
 } from "./aggregate.js";
 import { CanonicalLineReader } from "./fast-line.js";
@@ -75,6 +76,11 @@ export async function scanSegment(
  */
 export interface ScanScratch {
   buf: Buffer | null;
+  /**
+   * The samples of the last rank parts the previous range's scan left (`Accumulator.recentSamples`):
+   * the next range's first rank parts are sized for them rather than by its bytes.
+   */
+  rankSamples?: number;
 }
 
 /** `scanSegment`, blocking (it reads synchronously anyway: the scan is CPU-bound). */
@@ -248,7 +254,10 @@ export function scanRangeSync(
   } catch {
     // Reported by the open below.
   }
-  const accumulator = new Accumulator(expected, range.seeds ?? null);
+  // A range after another of the same input: its first rank parts are sized like the last ones there.
+  const carried = scratch.rankSamples ?? 0;
+  if (carried > 0) expected = Math.min(expected, roomForSamples(carried));
+  const accumulator = new Accumulator(expected, range.seeds ?? null, carried);
   const scanner = new RangeScanner(
     segment,
     lineOffset,
@@ -298,6 +307,7 @@ export function scanRangeSync(
       onBytes?.(position - from);
     }
     scratch.buf = buf;
+    scratch.rankSamples = accumulator.recentSamples;
   } catch (error) {
     // A read refused (EIO, EISDIR...) is typed; a span too long for one capture names its line.
     throw TimeRangeError.locate(
