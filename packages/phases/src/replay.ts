@@ -732,7 +732,7 @@ export function resolvePhaseForEvent(
 // `fromEvents` in parts: V8 compiled it whole around each of its loops (~100 ms of a cold
 // analysis's compiling, which builds an index per rank); each part it compiles on its own.
 
-/** The events' boundaries and ends by (session, rank), in first-seen order. */
+/** The events' boundaries and ends by (session, rank): sessions as first seen, each one's ranks as first seen. */
 function groupInputs(events: Iterable<PhaseEventLike>): GroupInput[] {
   const inputs = new Map<string, Map<number, GroupInput>>();
   const ordered: GroupInput[] = [];

@@ -54,8 +54,8 @@ interface Position {
  * around such loops, up to four times in a cold analysis.
  */
 function countIdentities(
-  interval: ArrayLike<number>,
-  worldSize: ArrayLike<number>,
+  interval: Float64Array,
+  worldSize: Float64Array,
   n: number,
   intervals: Map<number, number>,
   worlds: Map<number, { count: number; index: number }>,

@@ -715,26 +715,27 @@ export class Accumulator {
   private lastSession: SessionPart | null = null;
   private lastRank: RankPart | null = null;
 
+  /** Samples of the rank part left last, and of the one left before it (see `leaveRank`). */
+  private leftSamples: number;
+  private leftBefore = 0;
+
   /**
    * `expectedSamples`: capacity of the first rank part's columns (a segment usually holds one; the
-   * next ones are sized by the one before, see `leaveRank`).
+   * next ones are sized like the larger of the two before, see `leaveRank`).
    * `seeds`: origins of rank parts that earlier pieces of the segment began (by `seriesKey`).
+   * `carriedSamples`: `recentSamples` of the scan of the range before, in the same segment (0: none).
    */
-  /** Samples of the rank part left last (see `leaveRank`). */
-  private leftSamples: number;
-
-  /** `recentSamples`: the samples of recent rank parts of an earlier range of the same input (0: none). */
   constructor(
     private expectedSamples = 256,
     private readonly seeds: ReadonlyMap<string, RankSeed> | null = null,
-    recentSamples = 0,
+    carriedSamples = 0,
   ) {
-    this.leftSamples = recentSamples;
+    this.leftSamples = carriedSamples;
   }
 
-  /** The samples of the larger of the last two rank parts: what the next range's parts are sized for. */
+  /** The samples of the larger of the last rank parts: what the next range's first ones are sized for. */
   get recentSamples(): number {
-    return Math.max(this.lastRank?.samples.count ?? 0, this.leftSamples);
+    return Math.max(this.lastRank?.samples.count ?? 0, this.leftSamples, this.leftBefore);
   }
 
   session(sessionId: string): SessionPart {
@@ -762,6 +763,7 @@ export class Accumulator {
     if (last === null) return;
     const count = last.samples.count;
     this.expectedSamples = roomForSamples(Math.max(count, this.leftSamples));
+    this.leftBefore = this.leftSamples;
     this.leftSamples = count;
     this.lastRank = null;
   }

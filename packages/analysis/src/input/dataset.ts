@@ -483,6 +483,17 @@ function addInto(into: Float64Array, offset: number, from: Float64Array, count: 
   for (let i = 0; i < count; i++) into[offset + i] = from[i]! + add;
 }
 
+/** `into[offset + i] = map[from[i]]` for the first `count` values (like `addInto`, a loop of its own). */
+function remapInto(
+  into: Uint16Array,
+  offset: number,
+  from: Uint16Array,
+  count: number,
+  map: readonly number[],
+): void {
+  for (let i = 0; i < count; i++) into[offset + i] = map[from[i]!]!;
+}
+
 /** The earliest event with a job id over a rank's parts (ties: storage order). */
 function jobOf(parts: readonly LoadedPart[]): SeriesJob | null {
   let best: SeriesJob | null = null;
@@ -582,7 +593,7 @@ function combine(
     if (local !== null || (map.length > 0 && map[0] !== 0)) {
       identity ??= pool.identity(n);
       if (local === null) identity.fill(map[0]!, offset, offset + count);
-      else for (let i = 0; i < count; i++) identity[offset + i] = map[local[i]!]!;
+      else remapInto(identity, offset, local, count, map);
     }
     if (samples.rules !== null) {
       rules ??= new Uint8Array(n).fill(ALL_SAMPLE_RULES);

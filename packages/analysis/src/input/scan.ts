@@ -77,10 +77,10 @@ export async function scanSegment(
 export interface ScanScratch {
   buf: Buffer | null;
   /**
-   * The samples of the last rank parts the previous range's scan left (`Accumulator.recentSamples`):
-   * the next range's first rank parts are sized for them rather than by its bytes.
+   * The samples of the last rank parts the scan of a segment's range left (`Accumulator.recentSamples`),
+   * and the segment's path: the segment's next range sizes its first rank parts for them.
    */
-  rankSamples?: number;
+  ranks?: { readonly path: string; readonly samples: number };
 }
 
 /** `scanSegment`, blocking (it reads synchronously anyway: the scan is CPU-bound). */
@@ -151,7 +151,8 @@ class RangeScanner {
   lines(buf: Buffer, start: number, end: number): number {
     const ends = this.ends;
     const reader = this.reader;
-    ends.begin(end === buf.length ? buf : buf.subarray(0, end));
+    // Sparse: the kernel reads most lines, and a line end is asked for only at the others.
+    ends.begin(end === buf.length ? buf : buf.subarray(0, end), true);
     for (;;) {
       // Runs of plain sample and boundary lines are read in one call into the kernel; the line after a run one by one.
       const rows = reader.readRows(buf, start, end);
@@ -254,8 +255,8 @@ export function scanRangeSync(
   } catch {
     // Reported by the open below.
   }
-  // A range after another of the same input: its first rank parts are sized like the last ones there.
-  const carried = scratch.rankSamples ?? 0;
+  // A range after another of the same segment: its first rank parts are sized like the last ones there.
+  const carried = from > 0 && scratch.ranks?.path === path ? scratch.ranks.samples : 0;
   if (carried > 0) expected = Math.min(expected, roomForSamples(carried));
   const accumulator = new Accumulator(expected, range.seeds ?? null, carried);
   const scanner = new RangeScanner(
@@ -307,7 +308,7 @@ export function scanRangeSync(
       onBytes?.(position - from);
     }
     scratch.buf = buf;
-    scratch.rankSamples = accumulator.recentSamples;
+    scratch.ranks = { path, samples: accumulator.recentSamples };
   } catch (error) {
     // A read refused (EIO, EISDIR...) is typed; a span too long for one capture names its line.
     throw TimeRangeError.locate(

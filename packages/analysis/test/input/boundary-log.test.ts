@@ -63,6 +63,11 @@ describe("BoundaryLog: a rank's boundaries as the index stores them", () => {
       const [head, tail] = splits[i % splits.length]!;
       scopes.push(pushLine(log, head, tail, i));
     }
+    // The index's text: each timestamp's digits as Python prints the integer (no leading zeros), then its scope.
+    const digits = (head: number, tail: number): string => `${BigInt(head) * 1_000_000_000n + BigInt(tail)}`;
+    expect(Buffer.from(log.encoded().text).toString("latin1")).toBe(
+      scopes.map((scope, i) => `${digits(...splits[i % splits.length]!)}${scope}`).join(""),
+    );
     const listed = log.list();
     expect(listed).toHaveLength(40);
     listed.forEach((entry, i) => {

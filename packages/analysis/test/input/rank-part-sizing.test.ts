@@ -1,6 +1,14 @@
-import { describe, expect, it } from "vitest";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { encodeTelemetryRecord } from "@stormlog/core";
+import { afterAll, describe, expect, it } from "vitest";
 import { BASE_NS, MiB, record } from "../../../sink/test/support/telemetry-fixtures.js";
 import { Accumulator, roomForSamples } from "../../src/input/aggregate.js";
+import { type ScanScratch, scanRangeSync } from "../../src/input/scan.js";
+
+const temp = mkdtempSync(join(tmpdir(), "stormlog-sizing-"));
+afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
 /** Adds `count` samples of `rank` (session-a), one a millisecond; the next line number. */
 function addSamples(accumulator: Accumulator, rank: number, count: number, line: number): number {
@@ -44,5 +52,38 @@ describe("rank parts are sized like the ranks before them", () => {
     line = addSamples(alone, 1, 900, line);
     addSamples(alone, 2, 1, line);
     expect(room(alone, 2)).toBe(roomForSamples(900));
+  });
+
+  it("carries it from one piece of a file to the next through the scan's scratch, and not to another file", () => {
+    // Ranks 0, 1 and 2 with 1,000 samples each, cut into two pieces after 100 of rank 1's.
+    const lines: string[] = [];
+    for (const rank of [0, 1, 2])
+      for (let i = 0; i < 1000; i++) {
+        const ts = BASE_NS + BigInt(lines.length) * 1_000_000n;
+        lines.push(
+          encodeTelemetryRecord(
+            record("sample", ts, { rank, world_size: 4, device_used_bytes: (i + 1) * MiB }),
+          ),
+        );
+      }
+    const path = join(temp, "job.jsonl");
+    writeFileSync(path, `${lines.join("\n")}\n`);
+    const cut = lines.slice(0, 1100).reduce((bytes, line) => bytes + Buffer.byteLength(line) + 1, 0);
+    const segment = { path, hint: null, defaultSessionId: "default-session" };
+    const firstPiece = { start: 0, end: cut, lineOffset: 0 };
+    const secondPiece = { start: cut, end: Number.POSITIVE_INFINITY, lineOffset: 1100 };
+    /** Room of the columns rank 2's samples were stored in (trimmed in place when they had little spare). */
+    const rank2Room = (scratch: ScanScratch): number => {
+      const { aggregate } = scanRangeSync(segment, secondPiece, undefined, scratch);
+      const samples = aggregate.sessions.get("session-a")!.ranks.get(2)!.samples;
+      expect(samples.count).toBe(1000);
+      return samples.t.buffer.byteLength / Float64Array.BYTES_PER_ELEMENT;
+    };
+    const scratch: ScanScratch = { buf: null };
+    scanRangeSync(segment, firstPiece, undefined, scratch);
+    expect(scratch.ranks).toEqual({ path, samples: 1000 });
+    expect(rank2Room(scratch)).toBe(roomForSamples(1000));
+    // Another file's ranks are not carried: rank 2 is sized by the cut rank's rest, grows, and is copied to size.
+    expect(rank2Room({ buf: null, ranks: { path: join(temp, "other.jsonl"), samples: 1000 } })).toBe(1000);
   });
 });

@@ -88,10 +88,14 @@ describe("readJsonlLines", () => {
     }
   });
 
-  it("reads each byte a bounded number of times, whatever the line ends", () => {
+  it("reads each byte a bounded number of times, whatever the line ends, asked at every line or sparsely", () => {
     // 200,000 lines in one buffer: a search from every line's start to the buffer's end would read
     // ~10^10 bytes. Counted: the bytes each search reads (from its start to what it finds, or to the end).
-    const searchedBytes = (bytes: Buffer, most = Infinity): { lines: number; searched: number } => {
+    const searchedBytes = (
+      bytes: Buffer,
+      sparse: boolean,
+      most = Number.POSITIVE_INFINITY,
+    ): { lines: number; searched: number } => {
       const ends = new LineEndFinder();
       const indexOf = Buffer.prototype.indexOf;
       let searched = 0;
@@ -102,7 +106,7 @@ describe("readJsonlLines", () => {
       } as typeof indexOf;
       let lines = 0;
       try {
-        ends.begin(bytes);
+        ends.begin(bytes, sparse);
         for (
           let start = 0, end = ends.find(0);
           end !== -1 && lines < most;
@@ -117,14 +121,39 @@ describe("readJsonlLines", () => {
     const count = 200_000;
     // Lone `\r` ends; the last may be half of a `\r\n` until more bytes come.
     const lone = Buffer.from("{}\r".repeat(count));
-    expect(searchedBytes(lone).lines).toBe(count - 1);
-    expect(searchedBytes(lone).searched).toBeLessThanOrEqual(3 * lone.length);
-    // `\n` ends and one `\r` at the very end: no line's search for a `\r` reads past its own end.
+    // `\n` ends and one `\r` at the very end.
     const unix = Buffer.from(`${"{}\n".repeat(count)}{}\r`);
-    expect(searchedBytes(unix).lines).toBe(count);
-    expect(searchedBytes(unix).searched).toBeLessThanOrEqual(3 * unix.length);
-    // A scan's chunk is mostly read by the kernel: a line's end is found within the lines it reads.
-    expect(searchedBytes(unix, 1).searched).toBeLessThanOrEqual(4 * 3);
+    for (const sparse of [false, true]) {
+      expect(searchedBytes(lone, sparse).lines).toBe(count - 1);
+      expect(searchedBytes(lone, sparse).searched).toBeLessThanOrEqual(3 * lone.length);
+      expect(searchedBytes(unix, sparse).lines).toBe(count);
+      expect(searchedBytes(unix, sparse).searched).toBeLessThanOrEqual(3 * unix.length);
+    }
+    // Sparse (a scan's chunk, mostly read by its kernel): a line's end is found within the lines read.
+    expect(searchedBytes(unix, true, 1).searched).toBeLessThanOrEqual(4 * 3);
+  });
+
+  it("finds the same line ends sparsely as at every line", () => {
+    const pieces = ["{", "a", " ", "\r", "\n", "\r\n", "\r\r", "\n\n"];
+    let state = 20261129;
+    const next = () => {
+      state = (Math.imul(state, 1103515245) + 12345) >>> 0;
+      return state;
+    };
+    const endsOf = (bytes: Buffer, sparse: boolean): number[] => {
+      const ends = new LineEndFinder();
+      ends.begin(bytes, sparse);
+      const found: number[] = [];
+      for (let start = 0, end = ends.find(0); end !== -1; start = end + 1, end = ends.find(start))
+        found.push(end);
+      return found;
+    };
+    for (let trial = 0; trial < 500; trial++) {
+      let text = "";
+      for (let n = next() % 40; n > 0; n--) text += pieces[next() % pieces.length];
+      const bytes = Buffer.from(text);
+      expect(endsOf(bytes, true), JSON.stringify(text)).toEqual(endsOf(bytes, false));
+    }
   });
 
   it("skips the lines the reference skips: blank to Python's `str.strip()`, not JavaScript's `trim()`", async () => {

@@ -744,7 +744,7 @@ function judgeChildren(
 
   if (level.growing) {
     const profile = unitMatrix(units);
-    // How often each unit is picked: once each for the estimate, by the bootstrap's draws in its rounds.
+    // Each unit picked once, for the estimate (the bootstrap's rounds draw their own: `bootstrapHits`).
     const counts = new Uint32Array(units.length).fill(1);
     const mask = significantSegments(profile, counts);
     const owners = units[0]!.owners;
