@@ -43,9 +43,13 @@ export const CLIENT_SCRIPT = String.raw`(function () {
     return (value * 1000).toFixed(abs >= 0.01 ? 0 : 2) + " ms";
   }
 
+  // Points a rank's chart draws, counted from its encoded rows (\`dt\` holds the gaps between them).
+  function pointCount(rank) {
+    return rank.rowCount > 0 ? rank.dt.length + 1 : 0;
+  }
   // Decodes a rank's rows and spans (see EncodedSeries in model.ts): prefix sums of exact integers.
   function decode(rank) {
-    var n = rank.rowCount > 0 ? rank.dt.length + 1 : 0;
+    var n = pointCount(rank);
     var x = new Array(n), t = rank.t0;
     if (n > 0) x[0] = t / 1e6;
     for (var i = 0; i < rank.dt.length; i++) { t += rank.dt[i]; x[i + 1] = t / 1e6; }
@@ -373,7 +377,7 @@ export const CLIENT_SCRIPT = String.raw`(function () {
     head.appendChild(el("span", "rank-name", rank.name));
     if (rank.suspect > 0) head.appendChild(el("span", "badge", rank.suspect === 1 ? "first cause" : "suspect #" + rank.suspect));
     // Counted from the encoded data (\`decode\`): the rank is decoded when its chart is made.
-    var drawn = rank.rowCount > 0 ? rank.dt.length + 1 : 0;
+    var drawn = pointCount(rank);
     var details = grouped(rank.rowCount) + " readings, " + grouped(drawn) + " drawn, " + grouped(Math.floor(rank.spans.length / 4)) + " phase spans";
     if (tl.aligned && rank.offsetS !== 0) details += ", clock offset " + secs(rank.offsetS);
     if (rank.spansDropped > 0) details += " (" + grouped(rank.spansDropped) + " shortest spans left out)";

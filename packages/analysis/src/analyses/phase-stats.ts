@@ -375,12 +375,20 @@ interface PathStats {
   total: bigint;
   max: bigint;
   synthetic: number;
-  peakAllocated: PhaseStat["peak_allocated_bytes"];
-  peakUsed: PhaseStat["peak_device_used_bytes"];
+  peakAllocated: PathPeak;
+  peakUsed: PathPeak;
   netBytes: number[];
   netTensors: number[];
   worst: Occurrence | null;
   worstReport: PhaseOccurrence | null;
+}
+
+type PathPeak = PhaseStat["peak_allocated_bytes"];
+
+/** `current`, or the reading `value` (NaN: none) at `timestampNs` on `rank` where it is higher. */
+function higherPeak(current: PathPeak, value: number, timestampNs: bigint, rank: number): PathPeak {
+  if (Number.isNaN(value) || (current !== null && value <= current.value)) return current;
+  return { value, timestamp_ns: timestampNs, rank };
 }
 
 /**
@@ -403,26 +411,13 @@ function addOccurrence(stats: PathStats, occurrence: Occurrence): boolean {
       stats.netTensors.push(occurrence.exitTensors - occurrence.enterTensors);
     }
   }
-  if (
-    !Number.isNaN(occurrence.peakAllocated) &&
-    (stats.peakAllocated === null || occurrence.peakAllocated > stats.peakAllocated.value)
-  ) {
-    stats.peakAllocated = {
-      value: occurrence.peakAllocated,
-      timestamp_ns: occurrence.peakAllocatedNs,
-      rank: span.rank,
-    };
-  }
-  if (
-    !Number.isNaN(occurrence.peakUsed) &&
-    (stats.peakUsed === null || occurrence.peakUsed > stats.peakUsed.value)
-  ) {
-    stats.peakUsed = {
-      value: occurrence.peakUsed,
-      timestamp_ns: occurrence.peakUsedNs,
-      rank: span.rank,
-    };
-  }
+  stats.peakAllocated = higherPeak(
+    stats.peakAllocated,
+    occurrence.peakAllocated,
+    occurrence.peakAllocatedNs,
+    span.rank,
+  );
+  stats.peakUsed = higherPeak(stats.peakUsed, occurrence.peakUsed, occurrence.peakUsedNs, span.rank);
   if (stats.worst === null || worse(occurrence, stats.worst)) {
     stats.worst = occurrence;
     return true;

@@ -154,10 +154,8 @@ function writeDigits(into: Uint8Array, at: number, value: number, width: number)
   return end;
 }
 
-/** Bytes of `head * 10^9 + tail`'s digits (the fast reader's split of a timestamp: both whole, tail < 10^9). */
-function timestampLength(head: number, tail: number): number {
-  return head === 0 ? digitCount(tail) : digitCount(head) + 9;
-}
+/** Most digits a fast-read timestamp takes: its seconds (below 2^53: 16) and 9 of nanoseconds. */
+const TIMESTAMP_DIGITS_MOST = 25;
 
 /** A rank part's boundaries, in the order they were read (see the file's comment). */
 export class BoundaryLog {
@@ -201,7 +199,7 @@ export class BoundaryLog {
     scopeEnd: number,
   ): void {
     const i = this.row();
-    this.reserveText(timestampLength(tsHead, tsTail) + (scopeEnd - scopeStart));
+    this.reserveText(TIMESTAMP_DIGITS_MOST + (scopeEnd - scopeStart));
     const text = this.text;
     let at = this.textLength;
     at =
