@@ -6,7 +6,8 @@
  * (scanning here as well grew this thread's heap, which the analysis after then kept: 20-40 MB more
  * peak RSS at 1 GB); smaller ones run here, beside one worker where workers help (`threads.ts`:
  * this thread starts at once, while a fresh worker starts and compiles the scan code), and later
- * ones here and on the worker a big scan kept. Each segment's pieces are then settled here, in
+ * ones here and beside one worker, which stays for the next (on two cores as well: a process that
+ * scans big inputs again pays a worker's compiling once). Each segment's pieces are then settled here, in
  * order: a piece whose scan does not stand on its own is scanned again with what came before it,
  * so that errors, warnings and results are those of one scan of each segment after the other.
  */
@@ -129,7 +130,8 @@ export async function scanSegments(
   // A fresh worker beside this thread pays only where workers help (`workersHelp`): on two cores it
   // finished its first piece ~300 ms in, and this thread then read back and decoded its aggregates.
   const helped = warm || !here || workersHelp();
-  const workers = count > 1 && total >= MIN_PIECES * pieceBytes() && helped ? ScanWorker.start(here) : [];
+  const big = count > 1 && total >= MIN_PIECES * pieceBytes();
+  const workers = big && helped ? ScanWorker.start(here) : [];
   let running = workers.length;
   let wake: (() => void) | null = null;
   const task: ScanTask = {
@@ -207,7 +209,9 @@ export async function scanSegments(
   } finally {
     // A process's first big scan ends its workers; a later one keeps one (see ScanWorker).
     for (const [k, worker] of workers.entries()) worker.end(warm && k === 0);
-    if (workers.length > 0) ScanWorker.warm = true;
+    // A thread that scanned a big input once is likely to again (a server, a notebook): its next
+    // big scan has a worker beside it, even where a first scan's worker would not pay.
+    if (big) ScanWorker.warm = true;
   }
 
   const segments: ScannedSegment[] = [];
