@@ -1,11 +1,9 @@
-import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
-import { encodeAggregateParts } from "../../src/index/index-format.js";
-import { type PieceJob, scanSegments } from "../../src/index/piece-scan.js";
-import { pieceBytes, pieceRanges } from "../../src/input/pieces.js";
-import { pieceJobEvents, pieceJobText } from "../support/piece-job.js";
+import { pieceBytes } from "../../src/input/pieces.js";
+import { pieceJobEvents, pieceJobText, scanIntoFiles } from "../support/piece-job.js";
 
 // A file of its own: which scan is a process's first is this module's state.
 const started = vi.hoisted(() => ({ workers: 0 }));
@@ -27,35 +25,6 @@ afterEach(() => {
   delete process.env.STORMLOG_SCAN_THREADS;
 });
 
-/** Scans the job's file in pieces; how many there were. */
-async function scanInPieces(path: string, name: string): Promise<number> {
-  const ranges = pieceRanges(path, statSync(path).size, pieceBytes());
-  const dir = join(temp, name);
-  mkdirSync(dir);
-  const job: PieceJob = {
-    segment: { path, hint: null, defaultSessionId: "x" },
-    size: statSync(path).size,
-    ranges,
-    files: ranges.map((_, k) => join(dir, `piece-${k}.agg`)),
-    stamps: ranges.map((_, k) => `stamp ${k}`),
-  };
-  const { segments } = await scanSegments(
-    [job],
-    {
-      encode: (aggregate, stamp) => encodeAggregateParts(aggregate, stamp),
-      later: async (file, parts) => {
-        writeFileSync(file, Buffer.concat(parts));
-        return true;
-      },
-    },
-    0,
-    () => undefined,
-    { buf: null },
-  );
-  expect(segments[0]!.digest.eventCount).toBe(pieceJobEvents().length);
-  return ranges.length;
-}
-
 describe("a process's second big scan", () => {
   it("has a worker beside this thread where its first ran here alone, and keeps it for the next", async () => {
     expect(availableParallelism()).toBeGreaterThanOrEqual(2);
@@ -65,13 +34,19 @@ describe("a process's second big scan", () => {
     process.env.STORMLOG_PIECE_BYTES = String(Math.ceil(statSync(path).size / 16));
 
     process.env.STORMLOG_SCAN_THREADS = "1";
-    expect(await scanInPieces(path, "first")).toBeGreaterThanOrEqual(8);
+    expect(
+      (await scanIntoFiles(path, join(temp, "first"), pieceBytes())).files.length,
+    ).toBeGreaterThanOrEqual(8);
     expect(started.workers).toBe(0);
 
     delete process.env.STORMLOG_SCAN_THREADS;
-    await scanInPieces(path, "second");
+    expect((await scanIntoFiles(path, join(temp, "second"), pieceBytes())).segment.digest.eventCount).toBe(
+      pieceJobEvents().length,
+    );
     expect(started.workers).toBe(1);
-    await scanInPieces(path, "third");
+    expect((await scanIntoFiles(path, join(temp, "third"), pieceBytes())).segment.digest.eventCount).toBe(
+      pieceJobEvents().length,
+    );
     expect(started.workers).toBe(1);
   });
 });

@@ -15,7 +15,7 @@ import {
   streamPerfettoTrace,
 } from "../../src/index.js";
 import { pieceRanges } from "../../src/input/pieces.js";
-import { interleaved, pieceJobEvents, pieceJobText } from "../support/piece-job.js";
+import { interleaved, pieceJobEvents, pieceJobText, scanIntoFiles } from "../support/piece-job.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-piece-scan-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
@@ -62,34 +62,10 @@ function dropIndex(path: string): void {
 describe("a big .jsonl scanned in pieces", () => {
   it("runs a process's first big scan on scan workers", async () => {
     const path = writeJob("workers");
-    const ranges = pieceRanges(path, statSync(path).size, 16384);
-    expect(ranges.length).toBeGreaterThanOrEqual(8);
-    const dir = join(temp, "workers-agg");
-    mkdirSync(dir);
-    const files = ranges.map((_, k) => join(dir, `piece-${k}.agg`));
     process.env.STORMLOG_PIECE_BYTES = PIECE;
-    const { segments } = await scanSegments(
-      [
-        {
-          segment: { path, hint: null, defaultSessionId: "x" },
-          size: statSync(path).size,
-          ranges,
-          files,
-          stamps: ranges.map((_, k) => `stamp ${k}`),
-        },
-      ],
-      {
-        encode: (aggregate, stamp) => encodeAggregateParts(aggregate, stamp),
-        later: async (file, parts) => {
-          writeFileSync(file, Buffer.concat(parts));
-          return true;
-        },
-      },
-      0,
-      () => undefined,
-      { buf: null },
-    );
-    const scanned = segments[0]!;
+    const dir = join(temp, "workers-agg");
+    const { segment: scanned, files } = await scanIntoFiles(path, dir, Number(PIECE));
+    expect(files.length).toBeGreaterThanOrEqual(8);
     // Every piece came back from a worker: none was scanned (and held) here.
     expect(scanned.pieces.every((piece) => piece.aggregate === null && piece.written)).toBe(true);
     expect(readdirSync(dir).sort()).toEqual(files.map((file) => file.slice(dir.length + 1)).sort());

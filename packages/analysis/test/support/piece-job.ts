@@ -1,6 +1,11 @@
+import { mkdirSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { encodeTelemetryRecord, type JsonObject, type TelemetryEvent } from "@stormlog/core";
 import { markFloat } from "@stormlog/core/internal";
 import { BASE_NS, GiB, MiB, MS, Timeline } from "../../../sink/test/support/telemetry-fixtures.js";
+import { encodeAggregateParts } from "../../src/index/index-format.js";
+import { type ScannedSegment, scanSegments } from "../../src/index/piece-scan.js";
+import { pieceRanges } from "../../src/input/pieces.js";
 
 /**
  * A four-rank job as one file's records, with a record of each kind the scan keeps apart: alerts,
@@ -131,4 +136,41 @@ export function interleaved(events: readonly TelemetryEvent[]): TelemetryEvent[]
           : a.i - b.i,
     )
     .map(({ event }) => event);
+}
+
+/**
+ * Scans `path` in pieces of `pieceBytes` with `scanSegments`, each piece's aggregate to a file of
+ * its own in `dir` (made here), nothing kept in memory: the segment, and the files in piece order.
+ */
+export async function scanIntoFiles(
+  path: string,
+  dir: string,
+  pieceBytes: number,
+): Promise<{ segment: ScannedSegment; files: string[] }> {
+  const size = statSync(path).size;
+  const ranges = pieceRanges(path, size, pieceBytes);
+  mkdirSync(dir);
+  const files = ranges.map((_, k) => join(dir, `piece-${k}.agg`));
+  const { segments } = await scanSegments(
+    [
+      {
+        segment: { path, hint: null, defaultSessionId: "x" },
+        size,
+        ranges,
+        files,
+        stamps: ranges.map((_, k) => `stamp ${k}`),
+      },
+    ],
+    {
+      encode: (aggregate, stamp) => encodeAggregateParts(aggregate, stamp),
+      later: async (file, parts) => {
+        writeFileSync(file, Buffer.concat(parts));
+        return true;
+      },
+    },
+    0,
+    () => undefined,
+    { buf: null },
+  );
+  return { segment: segments[0]!, files };
 }
