@@ -46,11 +46,14 @@ function killNow(proc: ChildProcess): { exited: Promise<void> } {
   return { exited };
 }
 
-/** The end of the child's last finished step (see the fixture), or `fallback` before its first. */
-function lastStepEnd(progressFile: string, fallback: bigint): bigint {
+/**
+ * The end of the child's last finished step, or `fallback` before its first, and the longest the
+ * child was kept from running between two steps (ms; see the fixture).
+ */
+function childProgress(progressFile: string, fallback: bigint): { lastStepEnd: bigint; stalledMs: number } {
   const bytes = readFileSync(progressFile);
-  if (bytes.length < 8) return fallback;
-  return bytes.readBigInt64LE(0);
+  if (bytes.length < 16) return { lastStepEnd: fallback, stalledMs: 0 };
+  return { lastStepEnd: bytes.readBigInt64LE(0), stalledMs: Number(bytes.readBigInt64LE(8)) / 1e6 };
 }
 
 /** Records lost by one kill, and how long this machine kept a ready thread from running meanwhile. */
@@ -58,7 +61,8 @@ interface Loss {
   /** Milliseconds of records lost: from the last record on disk to the end of the last step finished. */
   readonly ms: number;
   /**
-   * The longest this test's own event loop waited past its due time while the child ran (ms): a
+   * The longest this machine kept a thread from running while the child recorded (ms): this test's
+   * event loop past its due time, or the child's loop between two steps, whichever is longer. A
    * machine that busy delays the child's sink thread too, and its flush with it.
    */
   readonly stalledMs: number;
@@ -91,13 +95,19 @@ async function lossesAfterKills(
     await killNow(proc).exited;
     stalls.disable();
     // The child's clock, as its records' timestamps are (each process derives its epoch offset).
-    const recordedUntil = lastStepEnd(progressFile, startedAtNs);
+    const { lastStepEnd: recordedUntil, stalledMs: childStalledMs } = childProgress(
+      progressFile,
+      startedAtNs,
+    );
     const session = (await sessionsIn(root)).find((s) => s.summary.session_id === sessionId);
     // Nothing on disk: everything since start() resolved is lost.
     let last = startedAtNs;
     for (const event of session?.events ?? []) if (event.timestamp_ns > last) last = event.timestamp_ns;
     // The histogram's delays include its own resolution.
-    losses.push({ ms: Number(recordedUntil - last) / 1e6, stalledMs: Math.max(0, stalls.max / 1e6 - 5) });
+    losses.push({
+      ms: Number(recordedUntil - last) / 1e6,
+      stalledMs: Math.max(0, stalls.max / 1e6 - 5, childStalledMs),
+    });
   }
   return losses;
 }
