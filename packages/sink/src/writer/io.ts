@@ -258,7 +258,11 @@ export function execAsync(op: IoOp): Promise<IoResult> {
                 // Some file systems (old overlayfs, FUSE) answer stat and fstat with other ids for one
                 // file: where the descriptor's file is (procfs) settles it.
                 if (statError === null && path === op.path) return settle(null, FILE_HERE);
-                resolve({ ok: true, value: FILE_ELSEWHERE, ...(path === undefined ? {} : { path }) });
+                // Removed between the first look and the path's (`rm -r` unlinks file by file): deleted, not moved.
+                fstat(op.fd, { bigint: true }, (againError, again) => {
+                  if (!againError && again.nlink === 0n) return settle(null, FILE_DELETED);
+                  resolve({ ok: true, value: FILE_ELSEWHERE, ...(path === undefined ? {} : { path }) });
+                });
               });
             });
           });
@@ -337,6 +341,8 @@ export function execSync(op: IoOp): IoResult {
         const path = openFilePathSync(op.fd);
         // As above: other ids for one file on some file systems.
         if (there !== undefined && path === op.path) return done(FILE_HERE);
+        // As above: removed meanwhile.
+        if (fstatSync(op.fd, { bigint: true }).nlink === 0n) return done(FILE_DELETED);
         return { ok: true, value: FILE_ELSEWHERE, ...(path === undefined ? {} : { path }) };
       }
       case "reserve":
