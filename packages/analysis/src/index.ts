@@ -25,6 +25,11 @@ export {
   renderTelemetryAnalysis,
   reportToJson,
 } from "./report/report.js";
+export {
+  type ListSessionsOptions,
+  listTelemetrySessions,
+  type TelemetrySessionList,
+} from "./report/sessions.js";
 export { formatReportText, type TextOptions } from "./report/text.js";
 export type {
   AlertItem,

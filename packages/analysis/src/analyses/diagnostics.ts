@@ -54,9 +54,10 @@ import {
 } from "../input/dataset.js";
 import { aggregateEvents } from "../input/scan.js";
 import {
+  chooseView,
   findRankGroups,
   inMemorySegment,
-  listSessions,
+  inputSessions,
   type RankGroupSession,
   rankGroupSession,
   type SegmentData,
@@ -468,8 +469,8 @@ export function selectDistributedSession(
 
 /**
  * `selectDistributedSession`, knowing the ranks each session's events carry (`eventRanks`; none
- * known: the reference's rule alone): sessions without a job id whose ranks ran together then group
- * as `analyze` groups them.
+ * known: the reference's rule alone): each session is then the ranks its events carry, and sessions
+ * group as `analyze` groups them (`chooseView`), those without a job id whose ranks ran together too.
  */
 export function selectWithEventRanks(
   sessions: readonly SessionInfo[],
@@ -477,12 +478,15 @@ export function selectWithEventRanks(
   sessionId: string | undefined,
   source: string,
 ): SessionSelection {
-  const byReference = listingsOf(sessions);
-  const withEventRanks = sessions.map((session) => ({
+  if (eventRanks.size === 0) {
+    const byReference = listingsOf(sessions);
+    return selectSession(byReference, findRankGroups(byReference), sessionId, source);
+  }
+  const listings = sessions.map((session) => ({
     ...session,
     ranks: [...(eventRanks.get(session.summary.session_id) ?? [])],
   }));
-  return selectSession(byReference, findRankGroups(byReference, withEventRanks), sessionId, source);
+  return chooseView(listings, sessionId, source);
 }
 
 /** The ranks each session's events carry, ascending, by session id. */
@@ -731,15 +735,9 @@ function diagnoseSegments(
   path: string,
   options: DiagnoseTelemetryOptions,
 ): Diagnosed {
-  const ledger = new Map<string, SessionSummary>();
-  for (const part of input.parts) {
-    for (const summary of part.manifest?.sessions ?? [])
-      if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
-  }
-  const listings = listSessions(segments, ledger, input.defaultSource, input.absolute);
+  const listings = inputSessions(input, segments);
   const sessions: SessionInfo[] = listings.map(({ ranks: _ranks, ...info }) => info);
-  const eventRanks = new Map(listings.map((listing) => [listing.summary.session_id, listing.ranks]));
-  const selection = selectWithEventRanks(sessions, eventRanks, options.sessionId, path);
+  const selection = chooseView(listings, options.sessionId, path);
   const plan = planDataset(segments, selection.memberSessionIds);
   return { selection, sessions, ...diagnoseDataset(plan, datasetOptions(options)) };
 }

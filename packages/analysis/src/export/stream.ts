@@ -8,7 +8,7 @@
  * in time order), and the analyses' instants after the last rank. `openSelectedEvents` streams the
  * selection's records as they are, for the record exports (CSV, JSONL).
  */
-import { JsonlDecodeError, type SessionSummary, type TelemetryEvent } from "@stormlog/core";
+import { JsonlDecodeError, type TelemetryEvent } from "@stormlog/core";
 import { readJsonlLines } from "@stormlog/core/internal";
 import { iterateTelemetryEvents, loadTelemetrySessions, type SessionInfo } from "@stormlog/sink";
 import {
@@ -18,15 +18,9 @@ import {
   type TelemetryInputSegment,
 } from "@stormlog/sink/internal";
 import { loadDistributedEvents, ranksOfEvents, selectWithEventRanks } from "../analyses/diagnostics.js";
-import { SegmentIndex } from "../index/index-cache.js";
+import { SegmentIndex, segmentIndexOptions } from "../index/index-cache.js";
 import { planDataset } from "../input/dataset.js";
-import {
-  findRankGroups,
-  listSessions,
-  type SegmentData,
-  type SessionSelection,
-  selectSession,
-} from "../input/sessions.js";
+import { chooseView, inputSessions, type SegmentData, type SessionSelection } from "../input/sessions.js";
 import { segmentWarnings } from "../report/report.js";
 import { buildPerfettoTrace, datasetTraceEvents } from "./perfetto.js";
 import { TRACE_HEAD, type TraceEvent, traceEventJson, traceOtherData, traceTail } from "./trace-parts.js";
@@ -70,16 +64,12 @@ interface ExportPlan {
   readonly segments: readonly SegmentData[];
 }
 
-function indexOptions(options: StreamExportOptions): { index: boolean; cacheDir?: string } {
-  return {
-    index: options.index !== false,
-    ...(options.cacheDir !== undefined ? { cacheDir: options.cacheDir } : {}),
-  };
-}
-
 /** The selection from the index's digests (built on first use, as `analyzeTelemetry` does). */
 async function planExport(input: ResolvedTelemetryInput, options: StreamExportOptions): Promise<ExportPlan> {
-  const index = await SegmentIndex.open(input, indexOptions(options));
+  const index = await SegmentIndex.open(
+    input,
+    segmentIndexOptions({ index: options.index, cacheDir: options.cacheDir }),
+  );
   try {
     return await planIndexed(input, index, options);
   } finally {
@@ -96,18 +86,8 @@ async function planIndexed(
   const { segments } = await index.loadSegments();
   if (options.onWarning !== undefined)
     for (const warning of segmentWarnings(input, segments)) options.onWarning(warning);
-  const ledger = new Map<string, SessionSummary>();
-  for (const part of input.parts) {
-    for (const summary of part.manifest?.sessions ?? [])
-      if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
-  }
-  const sessions = listSessions(segments, ledger, input.defaultSource, input.absolute);
-  const selection = selectSession(
-    sessions,
-    findRankGroups(sessions, sessions),
-    options.sessionId,
-    input.path,
-  );
+  const sessions = inputSessions(input, segments);
+  const selection = chooseView(sessions, options.sessionId, input.path);
   const inputSegments = input.parts.flatMap((part) => part.segments);
   let eventCount = 0;
   const members = selection.memberSessionIds.map((sessionId): MemberPlan => {
@@ -157,7 +137,10 @@ export async function* streamTraceEvents(
     yield* trace.traceEvents;
     return { otherData: trace.otherData };
   }
-  const index = await SegmentIndex.open(input, indexOptions(options));
+  const index = await SegmentIndex.open(
+    input,
+    segmentIndexOptions({ index: options.index, cacheDir: options.cacheDir }),
+  );
   try {
     const { selection, members, segments } = await planIndexed(input, index, options);
     let first: bigint | null = null;

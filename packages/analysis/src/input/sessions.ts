@@ -13,7 +13,7 @@ import {
 } from "@stormlog/core/internal";
 import { comparePythonStrings } from "@stormlog/phases/internal";
 import { type SessionInfo, SessionNotFoundError } from "@stormlog/sink";
-import type { TelemetryInputSegment } from "@stormlog/sink/internal";
+import type { ResolvedTelemetryInput, TelemetryInputSegment } from "@stormlog/sink/internal";
 import type { SegmentAggregate, SessionEvidence } from "./aggregate.js";
 import { digestOf, type SegmentDigest } from "./digest.js";
 
@@ -149,6 +149,22 @@ export function listSessions(
     });
   }
   return sessions.sort((a, b) => compareSessionsForSelection(a.summary, b.summary));
+}
+
+/**
+ * `listSessions` for a resolved input: the ledger is its manifests' sessions (the first manifest
+ * that lists a session has it).
+ */
+export function inputSessions(
+  input: ResolvedTelemetryInput,
+  segments: readonly SegmentData[],
+): SessionListing[] {
+  const ledger = new Map<string, SessionSummary>();
+  for (const part of input.parts) {
+    for (const summary of part.manifest?.sessions ?? [])
+      if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
+  }
+  return listSessions(segments, ledger, input.defaultSource, input.absolute);
 }
 
 /** Per-rank sessions of one job, seen as one distributed session. */
@@ -350,6 +366,18 @@ export interface SessionSelection {
 export function rankGroupSession(group: RankGroup): RankGroupSession {
   const info = ({ ranks: _ranks, ...session }: SessionListing): SessionInfo => session;
   return { summary: group.summary, members: group.members.map(info), skipped: group.skipped.map(info) };
+}
+
+/**
+ * The view an analysis, a diagnosis or an export reads (`selectSession`), the rank groups found
+ * with each session taken as the ranks its events carry: the one rule of every command.
+ */
+export function chooseView(
+  sessions: readonly SessionListing[],
+  sessionId: string | undefined,
+  source: string,
+): SessionSelection {
+  return selectSession(sessions, findRankGroups(sessions, sessions), sessionId, source);
 }
 
 /**

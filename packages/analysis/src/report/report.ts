@@ -36,13 +36,13 @@ import type { SegmentAggregate } from "../input/aggregate.js";
 import { type DatasetPlan, loadRanks, planDataset } from "../input/dataset.js";
 import { aggregateEvents } from "../input/scan.js";
 import {
-  findRankGroups,
+  chooseView,
   inMemorySegment,
+  inputSessions,
   listSessions,
   type SegmentData,
   type SessionListing,
   type SessionSelection,
-  selectSession,
 } from "../input/sessions.js";
 import { type InputLocation, snapshotInput } from "../input/snapshot.js";
 import { formatReportText } from "./text.js";
@@ -424,18 +424,8 @@ async function analyzeIndexed(
 ): Promise<AnalysisReport> {
   // Aggregate files are written while the analysis runs; `settle` then gives the index's usage.
   const { segments, sizes, usage, settle } = await index.loadSegments({ settleLater: true });
-  const ledger = new Map<string, SessionSummary>();
-  for (const part of input.parts) {
-    for (const summary of part.manifest?.sessions ?? [])
-      if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
-  }
-  const sessions = listSessions(segments, ledger, input.defaultSource, input.absolute);
-  const selection = selectSession(
-    sessions,
-    findRankGroups(sessions, sessions),
-    options.sessionId,
-    input.path,
-  );
+  const sessions = inputSessions(input, segments);
+  const selection = chooseView(sessions, options.sessionId, input.path);
   const sink = await sinkSection(input, segments, sizes, sessions);
   sink.warnings.unshift(...warnings);
   options.onProgress?.({ phase: "analyze", done: 0, total: 1 });
@@ -474,12 +464,7 @@ async function analyzeJsonFile(
   }
   const segments: SegmentData[] = [inMemorySegment(input.absolute, null, aggregate)];
   const sessions = listSessions(segments, new Map(), input.defaultSource, input.absolute);
-  const selection = selectSession(
-    sessions,
-    findRankGroups(sessions, sessions),
-    options.sessionId,
-    input.path,
-  );
+  const selection = chooseView(sessions, options.sessionId, input.path);
   return analyze({
     input: { path: input.path, kind: "json", size_bytes: size },
     sessions,

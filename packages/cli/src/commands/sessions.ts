@@ -1,11 +1,13 @@
 import { resolve } from "node:path";
-import { findDistributedRankGroups, type RankGroupSession } from "@stormlog/analysis";
+import { listTelemetrySessions, type RankGroupSession } from "@stormlog/analysis";
 import { type JsonObject, stringifyJson } from "@stormlog/core";
-import { type SessionInfo, summarizeTelemetrySessions } from "@stormlog/sink";
+import type { SessionInfo } from "@stormlog/sink";
 import {
   type CommandHelp,
   choice,
   formatCommandHelp,
+  INDEX_OPTIONS,
+  indexFlags,
   parseCommandArgs,
   requirePath,
   stringFlag,
@@ -17,15 +19,16 @@ import type { Command } from "./command.js";
 const help: CommandHelp = {
   name: "sessions",
   summary: "List the capture sessions of a sink or telemetry file, newest completed first.",
-  usage: "stormlog sessions <path> [--format txt|json] [--output FILE]",
+  usage: "stormlog sessions <path> [--format txt|json] [--output FILE] [--no-index] [--cache-dir DIR]",
   description:
     "Lists every session in the order the Python reference ranks them (completed, then interrupted,\n" +
     "incomplete, running; newest first in each), with status, event count and time range. Per-rank\n" +
     "sessions of one distributed job are also shown as the rank group that analyze, diagnose and\n" +
-    "export select by default. Reads the input in one streaming pass.",
+    "export select by default. Reads the input through the index they share (one scan, then none).",
   options: {
     format: { type: "string", value: "txt|json", description: "Output format.", default: "txt" },
     output: { type: "string", short: "o", value: "FILE", description: "Write to FILE instead of stdout." },
+    ...INDEX_OPTIONS,
   },
   examples: [
     "stormlog sessions ./stormlog-sink",
@@ -65,8 +68,10 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
   const format = choice(help, args, "format", ["txt", "json"] as const, "txt");
   // What was not read (a link out of the input, a final line cut short): on stderr, one line each.
   const warnings: string[] = [];
-  const sessions = await summarizeTelemetrySessions(path, { onWarning: (message) => warnings.push(message) });
-  const rankGroups = findDistributedRankGroups(sessions, { concurrent: true });
+  const { sessions, rankGroups } = await listTelemetrySessions(path, {
+    ...indexFlags(args, io.cwd),
+    onWarning: (message) => warnings.push(message),
+  });
   let text: string;
   if (format === "json") {
     const document: JsonObject = {
