@@ -3,9 +3,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type JsonObject, parseJson } from "@stormlog/core";
 import { describe, expect, it } from "vitest";
+import { goldenCopy } from "../../sink/test/support/telemetry-fixtures.js";
 import { FIXTURES, runCli } from "./helpers.js";
 
-const CASE = join(FIXTURES, "python-sink/three-sessions-pruned");
+// Copies: `sessions` keeps an index beside its input, as analyze does.
+const CASE = goldenCopy("python-sink/three-sessions-pruned");
+const CROSS_RANK = goldenCopy("cross-rank/case-11-0012/input.jsonl");
 
 describe("stormlog sessions", () => {
   it("lists sessions in the reference's order, exactly (json)", async () => {
@@ -39,12 +42,7 @@ describe("stormlog sessions", () => {
   });
 
   it("shows per-rank sessions of one job as a rank group", async () => {
-    const run = await runCli([
-      "sessions",
-      join(FIXTURES, "cross-rank/case-11-0012/input.jsonl"),
-      "--format",
-      "json",
-    ]);
+    const run = await runCli(["sessions", CROSS_RANK, "--format", "json"]);
     const document = parseJson(run.stdout) as { sessions: JsonObject[]; rank_groups: JsonObject[] };
     expect(document.sessions).toHaveLength(4);
     expect(document.rank_groups).toHaveLength(1);

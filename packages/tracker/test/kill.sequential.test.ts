@@ -62,7 +62,8 @@ interface Loss {
   readonly ms: number;
   /**
    * The longest this machine kept a thread from running while the child recorded (ms): this test's
-   * event loop past its due time, or the child's loop between two steps, whichever is longer. A
+   * event loop past its due time, or the child's loop between two steps in its last half second
+   * (see the fixture), whichever is longer. A
    * machine that busy delays the child's sink thread too, and its flush with it.
    */
   readonly stalledMs: number;

@@ -442,8 +442,9 @@ export function diagnosticsFoundRisk(diagnostics: DistributedDiagnostics): boole
  * share a non-null `job_id` and a `world_size > 1`, at least two distinct ranks, at most
  * `world_size`; when a rank has several sessions (a restarted process) the first in session order
  * is kept and the others are `skipped`. `sessions` in the reference's order (as the reader lists them).
- * With `concurrent`, also the sessions without a job id whose ranks ran at the same time, as
- * `stormlog analyze` merges them (each session taken as its summary's rank).
+ * With `concurrent`, also the sessions without a job id whose ranks ran at the same time. Each
+ * session is taken as its summary's rank (the reference's rule): the analyses, which know the ranks
+ * each session's records carry, group by those (`listTelemetrySessions` lists their groups).
  */
 export function findDistributedRankGroups(
   sessions: readonly SessionInfo[],
@@ -454,16 +455,16 @@ export function findDistributedRankGroups(
 }
 
 /**
- * Chooses the view, as the reference TUI (and `stormlog analyze`) do: `sessionId` (a session's or a
- * rank group's id; unknown ids throw `SessionNotFoundError`), else the rank group whose best member
- * comes first (see `findDistributedRankGroups`), else the first session with events.
+ * Chooses the view, as the reference TUI does, each session taken as its summary's rank: `sessionId`
+ * (a session's or a rank group's id; unknown ids throw `SessionNotFoundError`), else the rank group
+ * whose best member comes first (see `findDistributedRankGroups`), else the first session with events.
+ * The analyses, knowing each session's records' ranks, choose by those (`selectWithEventRanks`).
  */
 export function selectDistributedSession(
   sessions: readonly SessionInfo[],
   sessionId?: string,
   source = "the input",
 ): SessionSelection {
-  // One rule for the whole package: the analysis report's (input/sessions.ts), with each session's rank.
   return selectWithEventRanks(sessions, new Map(), sessionId, source);
 }
 

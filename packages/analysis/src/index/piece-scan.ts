@@ -200,15 +200,18 @@ export async function scanSegments(
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
   };
+  let scanned = false;
   try {
     // A thread that has scanned before scans beside its worker; else it waits for its workers.
     if (workers.length === 0 || here) await scanHere();
     while (running > 0) await new Promise<void>((resolve) => (wake = resolve));
     // Units no worker took (they are gone): scanned here.
     await scanHere();
+    scanned = true;
   } finally {
-    // A process's first big scan ends its workers; a later one keeps one (see ScanWorker).
-    for (const [k, worker] of workers.entries()) worker.end(warm && k === 0);
+    // A process's first big scan ends its workers; a later one keeps one (see ScanWorker), unless
+    // it threw (its worker may still be scanning the pieces of a scan no one waits for).
+    for (const [k, worker] of workers.entries()) worker.end(scanned && warm && k === 0);
     // A thread that scanned a big input once is likely to again (a server, a notebook): its next
     // big scan has a worker beside it, even where a first scan's worker would not pay.
     if (big) ScanWorker.warm = true;

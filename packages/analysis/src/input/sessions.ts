@@ -164,7 +164,7 @@ export function inputSessions(
     for (const summary of part.manifest?.sessions ?? [])
       if (!ledger.has(summary.session_id)) ledger.set(summary.session_id, summary);
   }
-  return listSessions(segments, ledger, input.defaultSource, input.absolute);
+  return listSessions(segments, ledger, input.defaultSource, input.defaultSourcePath);
 }
 
 /** Per-rank sessions of one job, seen as one distributed session. */
@@ -341,6 +341,8 @@ export interface RankGroupSession {
   readonly summary: SessionSummary;
   /** One session per rank, by rank. */
   readonly members: readonly SessionInfo[];
+  /** Each member's rank, in the same order (the rank its records carry where they were read). */
+  readonly ranks: readonly number[];
   /** Further sessions of an already-present rank (a restarted process), left out of the view. */
   readonly skipped: readonly SessionInfo[];
 }
@@ -365,19 +367,29 @@ export interface SessionSelection {
 /** A rank group's public view (its members as the reader lists them). */
 export function rankGroupSession(group: RankGroup): RankGroupSession {
   const info = ({ ranks: _ranks, ...session }: SessionListing): SessionInfo => session;
-  return { summary: group.summary, members: group.members.map(info), skipped: group.skipped.map(info) };
+  return {
+    summary: group.summary,
+    members: group.members.map(info),
+    ranks: group.members.map((member) => member.ranks[0]!),
+    skipped: group.skipped.map(info),
+  };
 }
 
 /**
- * The view an analysis, a diagnosis or an export reads (`selectSession`), the rank groups found
- * with each session taken as the ranks its events carry: the one rule of every command.
+ * The rank groups among `sessions`, each session taken as the ranks its events carry (job-less
+ * ranks that ran together included): the one rule of every command.
  */
+export function rankGroupsOf(sessions: readonly SessionListing[]): RankGroup[] {
+  return findRankGroups(sessions, sessions);
+}
+
+/** The view an analysis, a diagnosis or an export reads: `selectSession` over `rankGroupsOf`. */
 export function chooseView(
   sessions: readonly SessionListing[],
   sessionId: string | undefined,
   source: string,
 ): SessionSelection {
-  return selectSession(sessions, findRankGroups(sessions, sessions), sessionId, source);
+  return selectSession(sessions, rankGroupsOf(sessions), sessionId, source);
 }
 
 /**

@@ -8,10 +8,10 @@ import { resolveTelemetryInput } from "@stormlog/sink/internal";
 import { ranksOfEvents } from "../analyses/diagnostics.js";
 import { SegmentIndex, segmentIndexOptions } from "../index/index-cache.js";
 import {
-  findRankGroups,
   inputSessions,
   type RankGroupSession,
   rankGroupSession,
+  rankGroupsOf,
   type SessionListing,
 } from "../input/sessions.js";
 import { segmentWarnings } from "./report.js";
@@ -64,6 +64,6 @@ export async function listTelemetrySessions(
   }
   return {
     sessions: listings.map(({ ranks: _ranks, ...info }) => info),
-    rankGroups: findRankGroups(listings, listings).map(rankGroupSession),
+    rankGroups: rankGroupsOf(listings).map(rankGroupSession),
   };
 }

@@ -1,11 +1,9 @@
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type JsonValue, stringifyJson } from "@stormlog/core";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { writeSink } from "../../../sink/test/support/telemetry-fixtures.js";
-import { encodeAggregateParts } from "../../src/index/index-format.js";
-import { scanSegments } from "../../src/index/piece-scan.js";
 import {
   analyzeTelemetry,
   diagnoseTelemetry,
@@ -14,7 +12,6 @@ import {
   reportToJson,
   streamPerfettoTrace,
 } from "../../src/index.js";
-import { pieceRanges } from "../../src/input/pieces.js";
 import { interleaved, pieceJobEvents, pieceJobText, scanIntoFiles } from "../support/piece-job.js";
 
 const temp = mkdtempSync(join(tmpdir(), "stormlog-piece-scan-"));

@@ -82,7 +82,9 @@ describe("listTelemetrySessions", () => {
     ]);
     const listed = await listTelemetrySessions(path);
     expect(listed.rankGroups.map((group) => ids(group.members))).toEqual([["a", "b"]]);
-    expect((await analyzeTelemetry(path)).session.selected_session_id).toBe(listed.rankGroups[0]!.summary.session_id);
+    expect((await analyzeTelemetry(path)).session.selected_session_id).toBe(
+      listed.rankGroups[0]!.summary.session_id,
+    );
   });
 
   it("reads a JSON document", async () => {
@@ -93,6 +95,8 @@ describe("listTelemetrySessions", () => {
     );
     const listed = await listTelemetrySessions(path);
     expect(ids(listed.sessions).sort()).toEqual(["r0", "r1"]);
-    expect((await analyzeTelemetry(path)).session.selected_session_id).toBe(listed.rankGroups[0]!.summary.session_id);
+    expect((await analyzeTelemetry(path)).session.selected_session_id).toBe(
+      listed.rankGroups[0]!.summary.session_id,
+    );
   });
 });

@@ -82,7 +82,7 @@ async function run(argv: readonly string[], io: CliIo): Promise<number> {
         job_id: group.summary.job_id,
         world_size: group.summary.world_size,
         member_session_ids: group.members.map((member) => member.summary.session_id),
-        ranks: group.members.map((member) => member.summary.rank),
+        ranks: [...group.ranks],
       })),
     };
     text = `${stringifyJson(document, { indent: 2 })}\n`;
@@ -123,7 +123,7 @@ function formatSessionsText(
     table,
   ];
   for (const group of rankGroups) {
-    const ranks = group.members.map((member) => member.summary.rank).sort((a, b) => a - b);
+    const ranks = group.ranks;
     lines.push(
       "",
       `Rank group ${shown(group.summary.session_id)}: job ${shown(group.summary.job_id)}, ranks ${ranks.join(", ")} ` +
