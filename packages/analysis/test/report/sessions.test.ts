@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encodeTelemetryRecord, type TelemetryEvent } from "@stormlog/core";
@@ -57,6 +57,27 @@ describe("listTelemetrySessions", () => {
     const groupId = listed.rankGroups[0]!.summary.session_id;
     expect((await analyzeTelemetry(dir)).session.selected_session_id).toBe(groupId);
     expect((await diagnoseTelemetry(dir)).selection.sessionId).toBe(groupId);
+  });
+
+  it("lists a session the manifest names but no segment holds as the sink reader does, the input as given", async () => {
+    const dir = join(temp, "manifest-only");
+    writeSink(dir, rankSamples("r0", "job", [0]));
+    const manifest = JSON.parse(readFileSync(join(dir, "manifest.json"), "utf8")) as {
+      sessions: { session_id: string }[];
+    };
+    manifest.sessions.push({ ...manifest.sessions[0]!, session_id: "no-events" });
+    writeFileSync(join(dir, "manifest.json"), JSON.stringify(manifest));
+    const cwd = process.cwd();
+    process.chdir(temp);
+    try {
+      const listed = await listTelemetrySessions("manifest-only");
+      expect(listed.sessions).toEqual(await summarizeTelemetrySessions("manifest-only"));
+      expect(listed.sessions.find((session) => session.summary.session_id === "no-events")?.sources).toEqual([
+        "manifest-only",
+      ]);
+    } finally {
+      process.chdir(cwd);
+    }
   });
 
   it("takes a session as the ranks its events carry, as analyze does: one of two ranks is no rank of a group", async () => {
