@@ -17,7 +17,6 @@ import {
   InvalidConfigError,
   type JsonObject,
   type JsonValue,
-  type SessionSummary,
   stringifyJson,
   type TelemetryEvent,
 } from "@stormlog/core";
@@ -58,12 +57,14 @@ import {
   findRankGroups,
   inMemorySegment,
   inputSessions,
+  loadedListings,
   type RankGroupSession,
   rankGroupSession,
   type SegmentData,
   type SessionListing,
   type SessionSelection,
   selectSession,
+  sessionInfo,
 } from "../input/sessions.js";
 import { type InputLocation, snapshotInput } from "../input/snapshot.js";
 import { segmentWarnings } from "../report/report.js";
@@ -458,48 +459,15 @@ export function findDistributedRankGroups(
  * Chooses the view, as the reference TUI does, each session taken as its summary's rank: `sessionId`
  * (a session's or a rank group's id; unknown ids throw `SessionNotFoundError`), else the rank group
  * whose best member comes first (see `findDistributedRankGroups`), else the first session with events.
- * The analyses, knowing each session's records' ranks, choose by those (`selectWithEventRanks`).
+ * The analyses, knowing each session's records' ranks, choose by those (`chooseView`).
  */
 export function selectDistributedSession(
   sessions: readonly SessionInfo[],
   sessionId?: string,
   source = "the input",
 ): SessionSelection {
-  return selectWithEventRanks(sessions, new Map(), sessionId, source);
-}
-
-/**
- * `selectDistributedSession`, knowing the ranks each session's events carry (`eventRanks`; none
- * known: the reference's rule alone): each session is then the ranks its events carry, and sessions
- * group as `analyze` groups them (`chooseView`), those without a job id whose ranks ran together too.
- */
-export function selectWithEventRanks(
-  sessions: readonly SessionInfo[],
-  eventRanks: ReadonlyMap<string, readonly number[]>,
-  sessionId: string | undefined,
-  source: string,
-): SessionSelection {
-  if (eventRanks.size === 0) {
-    const byReference = listingsOf(sessions);
-    return selectSession(byReference, findRankGroups(byReference), sessionId, source);
-  }
-  const listings = sessions.map((session) => ({
-    ...session,
-    ranks: [...(eventRanks.get(session.summary.session_id) ?? [])],
-  }));
-  return chooseView(listings, sessionId, source);
-}
-
-/** The ranks each session's events carry, ascending, by session id. */
-export function ranksOfEvents(
-  sessions: readonly { readonly summary: SessionSummary; readonly events: readonly TelemetryEvent[] }[],
-): Map<string, number[]> {
-  return new Map(
-    sessions.map((session) => [
-      session.summary.session_id,
-      [...new Set(session.events.map((event) => event.rank))].sort((a, b) => a - b),
-    ]),
-  );
+  const byReference = listingsOf(sessions);
+  return selectSession(byReference, findRankGroups(byReference), sessionId, source);
 }
 
 function listingsOf(sessions: readonly SessionInfo[]): SessionListing[] {
@@ -527,15 +495,15 @@ export async function loadDistributedEvents(
 ): Promise<{ selection: SessionSelection; sessions: SessionInfo[]; events: TelemetryEvent[] }> {
   const { sessionId, ...readOptions } = options;
   const loaded = await loadTelemetrySessions(path, readOptions);
-  const sessions: SessionInfo[] = loaded.map(({ events: _events, ...info }) => info);
-  const selection = selectWithEventRanks(sessions, ranksOfEvents(loaded), sessionId, path);
+  const listings = loadedListings(loaded);
+  const selection = chooseView(listings, sessionId, path);
   const byId = new Map(loaded.map((session) => [session.summary.session_id, session.events]));
   const lists = selection.memberSessionIds.map((id) => byId.get(id) ?? []);
   byId.clear();
   loaded.length = 0;
   // Each session is already sorted: one list needs nothing, several are runs that sort merges cheaply.
   const events = lists.length === 1 ? lists[0]! : lists.flat().sort(compareEventTime);
-  return { selection, sessions, events };
+  return { selection, sessions: listings.map(sessionInfo), events };
 }
 
 /**
@@ -737,7 +705,7 @@ function diagnoseSegments(
   options: DiagnoseTelemetryOptions,
 ): Diagnosed {
   const listings = inputSessions(input, segments);
-  const sessions: SessionInfo[] = listings.map(({ ranks: _ranks, ...info }) => info);
+  const sessions = listings.map(sessionInfo);
   const selection = chooseView(listings, options.sessionId, path);
   const plan = planDataset(segments, selection.memberSessionIds);
   return { selection, sessions, ...diagnoseDataset(plan, datasetOptions(options)) };

@@ -10,18 +10,18 @@
  */
 import { JsonlDecodeError, type TelemetryEvent } from "@stormlog/core";
 import { readJsonlLines } from "@stormlog/core/internal";
-import { iterateTelemetryEvents, loadTelemetrySessions, type SessionInfo } from "@stormlog/sink";
+import { iterateTelemetryEvents, loadTelemetrySessions } from "@stormlog/sink";
 import {
   decodeTelemetryEventLine,
   type ResolvedTelemetryInput,
   resolveTelemetryInput,
   type TelemetryInputSegment,
 } from "@stormlog/sink/internal";
-import { loadDistributedEvents, ranksOfEvents, selectWithEventRanks } from "../analyses/diagnostics.js";
+import { loadDistributedEvents } from "../analyses/diagnostics.js";
 import { SegmentIndex, segmentIndexOptions } from "../index/index-cache.js";
 import { planDataset } from "../input/dataset.js";
-import { chooseView, inputSessions, type SegmentData, type SessionSelection } from "../input/sessions.js";
-import { segmentWarnings } from "../report/report.js";
+import { chooseView, loadedListings, type SegmentData, type SessionSelection } from "../input/sessions.js";
+import { listedSegments } from "../report/sessions.js";
 import { buildPerfettoTrace, datasetTraceEvents } from "./perfetto.js";
 import { TRACE_HEAD, type TraceEvent, traceEventJson, traceOtherData, traceTail } from "./trace-parts.js";
 
@@ -64,12 +64,13 @@ interface ExportPlan {
   readonly segments: readonly SegmentData[];
 }
 
+/** The index's options from an export's (its `onProgress` is the trace's, not the scan's). */
+const indexOptions = (options: StreamExportOptions) =>
+  segmentIndexOptions({ index: options.index, cacheDir: options.cacheDir });
+
 /** The selection from the index's digests (built on first use, as `analyzeTelemetry` does). */
 async function planExport(input: ResolvedTelemetryInput, options: StreamExportOptions): Promise<ExportPlan> {
-  const index = await SegmentIndex.open(
-    input,
-    segmentIndexOptions({ index: options.index, cacheDir: options.cacheDir }),
-  );
+  const index = await SegmentIndex.open(input, indexOptions(options));
   try {
     return await planIndexed(input, index, options);
   } finally {
@@ -83,10 +84,7 @@ async function planIndexed(
   index: SegmentIndex,
   options: StreamExportOptions,
 ): Promise<ExportPlan> {
-  const { segments } = await index.loadSegments();
-  if (options.onWarning !== undefined)
-    for (const warning of segmentWarnings(input, segments)) options.onWarning(warning);
-  const sessions = inputSessions(input, segments);
+  const { segments, sessions } = await listedSegments(input, index, options.onWarning);
   const selection = chooseView(sessions, options.sessionId, input.path);
   const inputSegments = input.parts.flatMap((part) => part.segments);
   let eventCount = 0;
@@ -137,10 +135,7 @@ export async function* streamTraceEvents(
     yield* trace.traceEvents;
     return { otherData: trace.otherData };
   }
-  const index = await SegmentIndex.open(
-    input,
-    segmentIndexOptions({ index: options.index, cacheDir: options.cacheDir }),
-  );
+  const index = await SegmentIndex.open(input, indexOptions(options));
   try {
     const { selection, members, segments } = await planIndexed(input, index, options);
     let first: bigint | null = null;
@@ -228,10 +223,8 @@ export async function openSelectedEvents(
 ): Promise<SelectedEvents> {
   const input = await resolveTelemetryInput(path, options.onWarning);
   if (input.kind === "json") {
-    const loaded = await loadTelemetrySessions(path);
-    const sessions: SessionInfo[] = loaded.map(({ events: _events, ...info }) => info);
-    const chosen = selectWithEventRanks(sessions, ranksOfEvents(loaded), options.sessionId, path);
-    loaded.length = 0;
+    const sessions = loadedListings(await loadTelemetrySessions(path));
+    const chosen = chooseView(sessions, options.sessionId, path);
     const members = new Set(chosen.memberSessionIds);
     let eventCount = 0;
     for (const session of sessions)

@@ -12,7 +12,7 @@ import {
   stableLegacySessionId,
 } from "@stormlog/core/internal";
 import { comparePythonStrings } from "@stormlog/phases/internal";
-import { type SessionInfo, SessionNotFoundError } from "@stormlog/sink";
+import { type LoadedSession, type SessionInfo, SessionNotFoundError } from "@stormlog/sink";
 import type { ResolvedTelemetryInput, TelemetryInputSegment } from "@stormlog/sink/internal";
 import type { SegmentAggregate, SessionEvidence } from "./aggregate.js";
 import { digestOf, type SegmentDigest } from "./digest.js";
@@ -21,6 +21,19 @@ import { digestOf, type SegmentDigest } from "./digest.js";
 export interface SessionListing extends SessionInfo {
   /** Ranks its events carry, ascending. */
   ranks: number[];
+}
+
+/** A listing as the sink reader's `SessionInfo` (its ranks left out). */
+export function sessionInfo({ ranks: _ranks, ...info }: SessionListing): SessionInfo {
+  return info;
+}
+
+/** Sessions the sink reader loaded, listed with the ranks their events carry (ascending). */
+export function loadedListings(loaded: readonly LoadedSession[]): SessionListing[] {
+  return loaded.map(({ events, ...info }) => ({
+    ...info,
+    ranks: [...new Set(events.map((event) => event.rank))].sort((a, b) => a - b),
+  }));
 }
 
 /** One segment, in reading order: where it came from, its digest, and its aggregate or where to load it. */
@@ -366,12 +379,11 @@ export interface SessionSelection {
 
 /** A rank group's public view (its members as the reader lists them). */
 export function rankGroupSession(group: RankGroup): RankGroupSession {
-  const info = ({ ranks: _ranks, ...session }: SessionListing): SessionInfo => session;
   return {
     summary: group.summary,
-    members: group.members.map(info),
+    members: group.members.map(sessionInfo),
     ranks: group.members.map((member) => member.ranks[0]!),
-    skipped: group.skipped.map(info),
+    skipped: group.skipped.map(sessionInfo),
   };
 }
 

@@ -4,15 +4,17 @@
  * does (nothing more once an analysis has run), and the groups listed are the ones they read.
  */
 import { loadTelemetrySessions, type SessionInfo } from "@stormlog/sink";
-import { resolveTelemetryInput } from "@stormlog/sink/internal";
-import { ranksOfEvents } from "../analyses/diagnostics.js";
+import { type ResolvedTelemetryInput, resolveTelemetryInput } from "@stormlog/sink/internal";
 import { SegmentIndex, segmentIndexOptions } from "../index/index-cache.js";
 import {
   inputSessions,
+  loadedListings,
   type RankGroupSession,
   rankGroupSession,
   rankGroupsOf,
+  type SegmentData,
   type SessionListing,
+  sessionInfo,
 } from "../input/sessions.js";
 import { segmentWarnings } from "./report.js";
 
@@ -44,26 +46,31 @@ export async function listTelemetrySessions(
 ): Promise<TelemetrySessionList> {
   const input = await resolveTelemetryInput(path, options.onWarning);
   let listings: SessionListing[];
-  if (input.kind === "json") {
-    const loaded = await loadTelemetrySessions(path);
-    const ranks = ranksOfEvents(loaded);
-    listings = loaded.map(({ events: _events, ...info }) => ({
-      ...info,
-      ranks: ranks.get(info.summary.session_id)!,
-    }));
-  } else {
+  if (input.kind === "json") listings = loadedListings(await loadTelemetrySessions(path));
+  else {
     const index = await SegmentIndex.open(input, segmentIndexOptions(options));
     try {
-      const { segments } = await index.loadSegments();
-      if (options.onWarning !== undefined)
-        for (const warning of segmentWarnings(input, segments)) options.onWarning(warning);
-      listings = inputSessions(input, segments);
+      listings = (await listedSegments(input, index, options.onWarning)).sessions;
     } finally {
       index.dispose();
     }
   }
   return {
-    sessions: listings.map(({ ranks: _ranks, ...info }) => info),
+    sessions: listings.map(sessionInfo),
     rankGroups: rankGroupsOf(listings).map(rankGroupSession),
   };
+}
+
+/**
+ * The index's segments (scanned where the index does not hold them), what reading them left out
+ * told to `onWarning`, and the input's sessions.
+ */
+export async function listedSegments(
+  input: ResolvedTelemetryInput,
+  index: SegmentIndex,
+  onWarning: ((message: string) => void) | undefined,
+): Promise<{ segments: SegmentData[]; sessions: SessionListing[] }> {
+  const { segments } = await index.loadSegments();
+  if (onWarning !== undefined) for (const warning of segmentWarnings(input, segments)) onWarning(warning);
+  return { segments, sessions: inputSessions(input, segments) };
 }
