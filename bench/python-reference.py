@@ -39,6 +39,8 @@ for name in ("torch", "torch.cuda", "psutil", "pynvml"):
     except ImportError:
         sys.modules[name] = _Absent(name)
 
-from stormlog.cli import main  # noqa: E402
+# Run as a script: the CLI. Loaded by another script (runpy): the stand-ins and the path only.
+if __name__ == "__main__":
+    from stormlog.cli import main  # noqa: E402
 
-sys.exit(main())
+    sys.exit(main())
