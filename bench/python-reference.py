@@ -4,6 +4,8 @@ benches that time it side by side (`STORMLOG_BENCH_REFERENCE="python3 bench/pyth
 Its source is not installable here (PyPI is unreachable): point STORMLOG_REFERENCE_SOURCE at a checkout
 whose `stormlog/` package reads schema v3 sinks (`load_telemetry_sessions`). torch, psutil and pynvml are
 imported by modules `analyze` never calls: where they are missing they are stood in for by empty modules.
+Loaded by another script (`runpy.run_path`, as scripts/python-interop/analysis_variants.py does), it only
+sets up the path and the stand-ins.
 """
 import os
 import sys
@@ -41,6 +43,6 @@ for name in ("torch", "torch.cuda", "psutil", "pynvml"):
 
 # Run as a script: the CLI. Loaded by another script (runpy): the stand-ins and the path only.
 if __name__ == "__main__":
-    from stormlog.cli import main  # noqa: E402
+    from stormlog.cli import main
 
     sys.exit(main())

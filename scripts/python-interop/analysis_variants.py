@@ -43,20 +43,26 @@ def load_reference():
     from stormlog.phases.replay import PhaseReplayIndex
     from stormlog.telemetry import telemetry_event_from_record
 
-    return MemoryAnalyzer, _serialize_gap_finding, summarize_cross_rank_analysis, PhaseReplayIndex, telemetry_event_from_record
+    return (
+        MemoryAnalyzer,
+        _serialize_gap_finding,
+        summarize_cross_rank_analysis,
+        PhaseReplayIndex,
+        telemetry_event_from_record,
+    )
 
 
 def edits_for(lines, seed):
     """Seeded edits: about half the samples respelled, a fifth of the records' counters past 2^53."""
-    rnd = random.Random(seed)
+    chance = random.Random(seed)
     edits = {}
     for number, line in enumerate(lines, start=1):
         record = json.loads(line)
         edit = {}
-        if record.get("event_type") == "sample" and rnd.random() < 0.5:
-            edit["event_type"] = rnd.choice(SPELLINGS)
-        if rnd.random() < 0.2:
-            lift = 2**53 + rnd.randrange(1, 2**40)
+        if record.get("event_type") == "sample" and chance.random() < 0.5:
+            edit["event_type"] = chance.choice(SPELLINGS)
+        if chance.random() < 0.2:
+            lift = 2**53 + chance.randrange(1, 2**40)
             for key in COUNTERS:
                 value = record.get(key)
                 if isinstance(value, int) and not isinstance(value, bool):
@@ -78,7 +84,7 @@ def main():
             source = os.path.join(GOLDEN, kind, case, "input.jsonl")
             if not os.path.isfile(source):
                 continue
-            with open(source, encoding="utf-8") as handle:
+            with open(source, encoding="utf-8", newline="") as handle:
                 lines = [line for line in handle.read().split("\n") if line.strip()]
             edits = edits_for(lines, f"{kind}/{case}")
             events = []
@@ -95,15 +101,22 @@ def main():
                 # As the reference serializes them, less the prose, which is PyTorch's (see fixtures/golden/README.md).
                 expected = {
                     "gap_analysis": [
-                        {k: v for k, v in serialize_gap_finding(f).items() if k not in ("description", "remediation")}
-                        for f in findings
+                        {
+                            key: value
+                            for key, value in serialize_gap_finding(finding).items()
+                            if key not in ("description", "remediation")
+                        }
+                        for finding in findings
                     ]
                 }
             target = os.path.join(OUT, kind, case)
             os.makedirs(target, exist_ok=True)
             with open(os.path.join(target, "edits.json"), "w", encoding="utf-8") as handle:
                 # One edited line a row.
-                rows = [f"{json.dumps(number)}:{json.dumps(edit, sort_keys=True, separators=(',', ':'))}" for number, edit in edits.items()]
+                rows = [
+                    f"{json.dumps(number)}:{json.dumps(edit, sort_keys=True, separators=(',', ':'))}"
+                    for number, edit in edits.items()
+                ]
                 handle.write("{\n" + ",\n".join(rows) + "\n}\n")
             with open(os.path.join(target, "expected.json"), "w", encoding="utf-8") as handle:
                 json.dump(expected, handle, indent=1, sort_keys=True)

@@ -14,6 +14,9 @@ const child = fileURLToPath(new URL("./fixtures/kill-child.ts", import.meta.url)
 const tempDir = temporaryDirectories("stormlog-kill-");
 const next = seededRandom(18);
 
+/** How long the child may take to start (tsx compiles it; slower where every core is busy). */
+const START_LIMIT_MS = 30_000;
+
 /** Starts the child loop; resolves with it and its session id once its `start()` resolved. */
 function startChild(
   root: string,
@@ -31,13 +34,19 @@ function startChild(
   );
   return new Promise((resolve, reject) => {
     let out = "";
+    // A child that never starts is killed (and so rejects below): it does not outlive the test.
+    const limit = setTimeout(() => proc.kill("SIGKILL"), START_LIMIT_MS);
     proc.stdout?.on("data", (chunk: Buffer) => {
       out += chunk.toString();
       const match = /^started (\S+)\n/.exec(out);
-      if (match !== null)
-        resolve({ process: proc, sessionId: match[1] as string, startedAtNs: systemClock.nowNs() });
+      if (match === null) return;
+      clearTimeout(limit);
+      resolve({ process: proc, sessionId: match[1] as string, startedAtNs: systemClock.nowNs() });
     });
-    proc.on("exit", (code) => reject(new Error(`the child exited (${code}) before starting: ${out}`)));
+    proc.on("exit", (code, signal) => {
+      clearTimeout(limit);
+      reject(new Error(`the child exited (${code ?? signal}) before starting: ${out}`));
+    });
   });
 }
 
@@ -122,15 +131,31 @@ function expectWithin(losses: readonly Loss[], boundMs: number): void {
   for (const loss of losses) expect(loss.ms).toBeLessThanOrEqual(boundMs + loss.stalledMs);
 }
 
+/** Cores this process may use: its CPU affinity, bounded by a cgroup v2 quota where one is set (at most 8). */
+function usableCores(): number {
+  let cores = availableParallelism();
+  try {
+    const [quota, period] = readFileSync("/sys/fs/cgroup/cpu.max", "utf8").trim().split(" ");
+    if (quota !== "max") cores = Math.min(cores, Math.ceil(Number(quota) / Number(period)));
+  } catch {
+    // No cgroup v2 quota to read.
+  }
+  return Math.max(1, Math.min(cores, 8));
+}
+
+/** Spins until its parent (this test's process) is gone, or for 3 minutes at most. */
+const SPINNER =
+  "const parent = process.ppid, end = Date.now() + 180e3; for (let i = 0; ; i++) if ((i & 0xfffff) === 0 && (process.ppid !== parent || Date.now() > end)) break;";
+
 /**
  * Runs `body` while a spinning process keeps each core busy, as a training process's kernels keep
  * them (tfjs-node uses every core): the sink's thread has to get its share of a busy machine.
  */
 async function withEveryCoreBusy<T>(body: () => Promise<T>): Promise<T> {
-  const spinners = Array.from({ length: availableParallelism() }, () =>
-    spawn(process.execPath, ["-e", "for (;;);"], { stdio: "ignore" }),
-  );
+  const spinners: ChildProcess[] = [];
   try {
+    for (let core = 0; core < usableCores(); core++)
+      spinners.push(spawn(process.execPath, ["-e", SPINNER], { stdio: "ignore" }));
     return await body();
   } finally {
     for (const spinner of spinners) spinner.kill("SIGKILL");

@@ -32,7 +32,8 @@ function editedInput(kind: Kind, name: string): string {
   return `${lines
     .map((line, i) => {
       const edit = edits[String(i + 1)];
-      return edit === undefined ? line : stringifyJson({ ...(parseJson(line) as JsonObject), ...edit });
+      // Edited in place: the parsed record keeps its floats marked (a copy would lose the marks).
+      return edit === undefined ? line : stringifyJson(Object.assign(parseJson(line) as JsonObject, edit));
     })
     .join("\n")}\n`;
 }

@@ -38,9 +38,8 @@ const port = parentPort;
 if (port === null) throw new Error("sink-worker runs as a worker thread (the tracker starts it)");
 const reply = (message: SinkWorkerReply) => port.postMessage(message);
 
-// This thread keeps the process's priority. At nice 19, with every core busy (as tfjs-node's
-// kernels keep them), it was starved: a SIGKILL lost 0.3-0.8 s of records with a 50 ms flush,
-// against 40 ms at most now, and the training loop ran no faster for it (see the tracker's README).
+// This thread keeps the process's priority: lowered, it was starved on a busy machine and a kill lost
+// more than the flush interval's records (see the tracker's README).
 
 interface OpenSink {
   readonly id: number;

@@ -140,19 +140,6 @@ describe("a sink on a worker thread", () => {
     expect(statistics.finalRetainedBytes).toBe(readFileSync(join(root, "segment-000001.jsonl")).length);
   });
 
-  it("runs the worker at the process's priority (a lower one starves it where every core is busy)", async () => {
-    const { tracker } = trackerWithSink(join(tempDir(), "sink"));
-    await tracker.start();
-    // Field 19 of /proc/<pid>/task/<tid>/stat is the thread's nice value.
-    const niceOf = (task: string) =>
-      Number(readFileSync(`/proc/${process.pid}/task/${task}/stat`, "utf8").split(") ")[1]?.split(" ")[16]);
-    // The process's threads, the sink worker's among them (it serves every sink of the process).
-    const nices = readdirSync(`/proc/${process.pid}/task`).map(niceOf);
-    await tracker.stop();
-    expect(nices.length).toBeGreaterThan(1);
-    expect(new Set(nices)).toEqual(new Set([niceOf(String(process.pid))]));
-  });
-
   it("takes start, stop and start again without awaiting in the order they were called", async () => {
     const root = join(tempDir(), "sink");
     const { tracker } = trackerWithSink(root);
