@@ -21,6 +21,7 @@ import {
   PLAN_ENV,
   SINK_ROOT_ENV,
   type StartMessage,
+  type TrackMessage,
   type WorkerMessage,
 } from "./protocol.js";
 
@@ -93,13 +94,20 @@ const workers = Array.from({ length: worldSize }, (_, rank) =>
   }),
 );
 
+const loaded = new Set<number>();
 const ready = new Set<number>();
 const done = new Map<number, DoneMessage>();
 const exits = workers.map(
   (worker, rank) =>
     new Promise<number>((resolveExit) => {
       worker.on("message", (message: WorkerMessage) => {
-        if (message.type === "ready") {
+        if (message.type === "loaded") {
+          loaded.add(message.rank);
+          if (loaded.size === worldSize) {
+            const track: TrackMessage = { type: "track", trackAtMs: Date.now() + 200 };
+            for (const w of workers) w.send(track);
+          }
+        } else if (message.type === "ready") {
           ready.add(message.rank);
           // A common start time, as the first collective of a real job would line ranks up.
           if (ready.size === worldSize) {

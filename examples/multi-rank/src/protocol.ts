@@ -1,6 +1,12 @@
 /** Messages between the launcher and its workers (over the `fork` IPC channel). */
 
-/** Worker → launcher: the model is built and the worker waits for the start time. */
+/** Worker → launcher: the model is built; the worker waits for the time to start its tracker. */
+export interface LoadedMessage {
+  readonly type: "loaded";
+  readonly rank: number;
+}
+
+/** Worker → launcher: the tracker runs; the worker waits for the start time. */
 export interface ReadyMessage {
   readonly type: "ready";
   readonly rank: number;
@@ -16,13 +22,23 @@ export interface DoneMessage {
   readonly peakTensorBytes: number;
 }
 
-/** Launcher → workers: every rank starts its tracker and step 0 at `startAtMs` (epoch ms). */
+/**
+ * Launcher → workers: every rank starts its tracker at `trackAtMs` (epoch ms). The cross-rank
+ * analysis aligns ranks by their first samples, taken as trackers start: ranks that start tracking
+ * as they finish loading (seconds apart on a busy machine) would be aligned that far off.
+ */
+export interface TrackMessage {
+  readonly type: "track";
+  readonly trackAtMs: number;
+}
+
+/** Launcher → workers: every rank starts step 0 at `startAtMs` (epoch ms). */
 export interface StartMessage {
   readonly type: "start";
   readonly startAtMs: number;
 }
 
-export type WorkerMessage = ReadyMessage | DoneMessage;
+export type WorkerMessage = LoadedMessage | ReadyMessage | DoneMessage;
 
 /** The schedule every rank follows, passed to workers in the environment as JSON. */
 export interface JobPlan {

@@ -8,7 +8,14 @@ import { tfjsCollector } from "@stormlog/adapter-tfjs";
 import { sinkDirectoryForProcess } from "@stormlog/sink";
 import { MemoryTracker } from "@stormlog/tracker";
 import * as tf from "@tensorflow/tfjs";
-import { type DoneMessage, type JobPlan, PLAN_ENV, SINK_ROOT_ENV, type StartMessage } from "./protocol.js";
+import {
+  type JobPlan,
+  PLAN_ENV,
+  SINK_ROOT_ENV,
+  type StartMessage,
+  type TrackMessage,
+  type WorkerMessage,
+} from "./protocol.js";
 
 const FEATURES = 32;
 const HIDDEN = 64;
@@ -21,7 +28,17 @@ if (plan === null || sinkRoot === undefined || process.send === undefined) {
   console.error("worker.ts is started by launcher.ts: run `pnpm start` instead");
   process.exit(1);
 }
-const send = (message: DoneMessage | { type: "ready"; rank: number }) => process.send?.(message);
+const send = (message: WorkerMessage) => process.send?.(message);
+/** The launcher's next message of `type`. */
+const next = <T extends TrackMessage | StartMessage>(type: T["type"]) =>
+  new Promise<T>((resolve) => {
+    const listener = (message: T) => {
+      if (message.type !== type) return;
+      process.off("message", listener);
+      resolve(message);
+    };
+    process.on("message", listener);
+  });
 
 tf.enableProdMode();
 await tf.ready();
@@ -49,18 +66,19 @@ const model = tf.sequential({
 const optimizer = tf.train.sgd(0.05);
 const teacher = tf.randomNormal([FEATURES, CLASSES], 0, 1, "float32", 7);
 
-// Started before reporting ready, so that every rank's tracker (and its sink worker) is running
-// when the synchronized steps begin.
-await tracker.start();
-
-const startAtMs = await new Promise<number>((resolve) => {
-  process.on("message", (message: StartMessage) => {
-    if (message.type === "start") resolve(message.startAtMs);
-  });
-  send({ type: "ready", rank });
-});
 const sleepUntil = (epochMs: number) =>
   new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, epochMs - Date.now())));
+
+// Every rank starts tracking at one moment (see TrackMessage), and before reporting ready, so that
+// its tracker (and its sink worker) is running when the synchronized steps begin.
+const tracking = next<TrackMessage>("track");
+send({ type: "loaded", rank });
+await sleepUntil((await tracking).trackAtMs);
+await tracker.start();
+
+const starting = next<StartMessage>("start");
+send({ type: "ready", rank });
+const { startAtMs } = await starting;
 
 await sleepUntil(startAtMs);
 
