@@ -30,6 +30,7 @@ export {
 // JSONL lines, and the streaming encoder the sink writes with.
 
 export {
+  isCutShortLine,
   type JsonlLine,
   LineEndFinder,
   lineTooLong,
@@ -73,9 +74,10 @@ export {
 } from "./text/python-text.js";
 
 // Text printed from input: one escaped line; error messages that quote it; timestamps. A text
-// starting with a byte order mark: a `JsonlDecodeError` (public) of its own name, which says what to do.
+// starting with a byte order mark, and JSON nested too deep: `JsonlDecodeError`s (public) of their own
+// names, which say what to do.
 
-export { ByteOrderMarkError, inputText } from "./runtime/errors.js";
+export { ByteOrderMarkError, inputText, JsonTooDeepError } from "./runtime/errors.js";
 export { isoTimestampNs } from "./text/format.js";
 export { type TerminalTextOptions, terminalText } from "./text/terminal-text.js";
 

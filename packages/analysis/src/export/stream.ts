@@ -8,8 +8,8 @@
  * in time order), and the analyses' instants after the last rank. `openSelectedEvents` streams the
  * selection's records as they are, for the record exports (CSV, JSONL).
  */
-import { JsonlDecodeError, type TelemetryEvent } from "@stormlog/core";
-import { readJsonlLines } from "@stormlog/core/internal";
+import type { TelemetryEvent } from "@stormlog/core";
+import { isCutShortLine, readJsonlLines } from "@stormlog/core/internal";
 import { iterateTelemetryEvents, loadTelemetrySessions } from "@stormlog/sink";
 import {
   decodeTelemetryEventLine,
@@ -257,7 +257,7 @@ export async function openSelectedEvents(
               { upgradeTo: 3 },
             );
           } catch (error) {
-            if (!line.terminated && JsonlDecodeError.isInstance(error)) break;
+            if (isCutShortLine(line, error)) break;
             throw error;
           }
           if (ids.has(event.session_id)) yield event;

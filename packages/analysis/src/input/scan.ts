@@ -4,8 +4,9 @@
  * path (`fast-line.ts`); every other line is decoded exactly as `@stormlog/sink`'s reader decodes it.
  */
 import { closeSync, readSync, statSync } from "node:fs";
-import { JsonlDecodeError, type TelemetryEvent } from "@stormlog/core";
+import type { TelemetryEvent } from "@stormlog/core";
 import {
+  isCutShortLine,
   isPythonBlank,
   LineEndFinder,
   lineTooLong,
@@ -221,7 +222,7 @@ class RangeScanner {
         upgradeTo: 3,
       });
     } catch (error) {
-      if (!terminated && JsonlDecodeError.isInstance(error)) {
+      if (isCutShortLine({ text, terminated }, error)) {
         this.accumulator.warn(
           `${path}:${lineNumber}: dropped a final line cut short (${text.length} characters, no newline)`,
           this.lastSession,

@@ -7,6 +7,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encodeTelemetryRecord, JsonlDecodeError, type JsonObject, parseJson } from "@stormlog/core";
+import { JsonTooDeepError } from "@stormlog/core/internal";
 import { TelemetryInputAccessError } from "@stormlog/sink";
 import { removedWhileRead } from "@stormlog/sink/internal";
 import { afterAll, describe, expect, it } from "vitest";
@@ -78,6 +79,30 @@ describe("JSON nested 5,000 deep", () => {
       expect(error.message).toMatch(new RegExp(`nested deeper than 512 levels.*\\(${segment}:4\\)$`));
       // The segment given alone: the same.
       expect((await refusal(segment!)).message).toBe(error.message);
+    }
+  });
+});
+
+describe("a final line without newline nested 600 deep", () => {
+  it("is refused when its brackets close (whole, as the reference parses it), dropped when cut short", async () => {
+    const dir = fresh();
+    const [segment] = writeSink(dir, samples(6));
+    const lines = readFileSync(segment!, "utf8")
+      .split("\n")
+      .filter((line) => line !== "");
+    const whole = `{"zzz": ${deepJson(600)}, ${lines[5]!.slice(1)}`;
+    writeFileSync(segment!, [...lines.slice(0, 5), whole].join("\n"));
+    const error = await refusal(dir);
+    expect(JsonTooDeepError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(new RegExp(`nested deeper than 512 levels.*\\(${segment}:6\\)$`));
+    writeFileSync(segment!, [...lines.slice(0, 5), whole.slice(0, 700)].join("\n"));
+    for (const index of [false, true]) {
+      const report = await analyzeTelemetry(dir, { index });
+      expect(report.summary.event_count).toBe(5);
+      // The manifest's count says one is missing too.
+      expect(report.sink.warnings).toContainEqual(
+        expect.stringContaining(`${segment}:6: dropped a final line cut short`),
+      );
     }
   });
 });

@@ -1,4 +1,4 @@
-import { JsonlDecodeError, type SourceLocation } from "../runtime/errors.js";
+import { JsonlDecodeError, JsonTooDeepError, type SourceLocation } from "../runtime/errors.js";
 import { pythonFloatRepr } from "../text/pyrepr.js";
 import type { JsonObject, JsonValue } from "./json.js";
 
@@ -79,7 +79,7 @@ export class LosslessJsonParser {
     readonly location?: SourceLocation,
   ) {}
 
-  fail(message: string): never {
+  fail(message: string, type: typeof JsonlDecodeError = JsonlDecodeError): never {
     // A caller may retry from another position (the fast decoder falls back to the full one).
     this.depth = 0;
     let location = this.location;
@@ -91,12 +91,13 @@ export class LosslessJsonParser {
       const lineStart = end === 0 ? 0 : this.text.lastIndexOf("\n", end - 1) + 1;
       column = this.pos - lineStart + 1;
     }
-    throw new JsonlDecodeError(`Invalid JSON at column ${column}: ${message}`, { location });
+    throw new type(`Invalid JSON at column ${column}: ${message}`, { location });
   }
 
   failTooDeep(): never {
     return this.fail(
       `arrays or objects nested deeper than ${MAX_JSON_DEPTH} levels; telemetry never nests so deep`,
+      JsonTooDeepError,
     );
   }
 

@@ -1,6 +1,6 @@
 import { isUtf8 } from "node:buffer";
 import { createReadStream } from "node:fs";
-import { JsonlDecodeError, type StormlogError } from "../runtime/errors.js";
+import { JsonlDecodeError, JsonTooDeepError, type StormlogError } from "../runtime/errors.js";
 import { openRegularFileSync } from "../runtime/regular-file.js";
 import type { TelemetryRecord } from "../schema/schema.js";
 import { isPythonBlank } from "../text/python-text.js";
@@ -13,6 +13,43 @@ export interface JsonlLine {
   readonly lineNumber: number;
   /** False only for a final line with no newline after it (possibly cut short by a crash). */
   readonly terminated: boolean;
+}
+
+/**
+ * Whether `line`, which failed to decode with `error`, is one a crash cut short, which the readers
+ * drop, as the reference drops a final line `json.loads` rejects: the final line, without newline,
+ * unless its only fault is nesting deeper than the parser takes while its brackets all close. That
+ * line is whole (the reference parses it): it is refused, as it is with a newline.
+ */
+export function isCutShortLine(
+  line: Pick<JsonlLine, "text" | "terminated">,
+  error: unknown,
+): error is JsonlDecodeError {
+  if (line.terminated || !JsonlDecodeError.isInstance(error)) return false;
+  return !JsonTooDeepError.isInstance(error) || !bracketsClose(line.text);
+}
+
+/** Whether the brackets of `text` (outside its strings) close, the outermost at its end (JSON whitespace after it). */
+function bracketsClose(text: string): boolean {
+  let end = text.length;
+  while (end > 0 && isJsonWhitespace(text.charCodeAt(end - 1))) end--;
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < end; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b || c === 0x5b) depth++;
+    else if ((c === 0x7d || c === 0x5d) && --depth <= 0) return depth === 0 && i === end - 1;
+  }
+  return false;
+}
+
+/** Space, tab, line feed and carriage return: the whitespace JSON allows around a value. */
+function isJsonWhitespace(c: number): boolean {
+  return c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
 }
 
 /** Options of the JSONL readers. */
@@ -311,7 +348,7 @@ function decodeOrTail(line: JsonlLine, options: TelemetryJsonlOptions): Telemetr
       location: { file: options.file, line: line.lineNumber },
     });
   } catch (error) {
-    if (!line.terminated && JsonlDecodeError.isInstance(error)) {
+    if (isCutShortLine(line, error)) {
       options.onTruncatedTail?.({
         file: options.file,
         lineNumber: line.lineNumber,

@@ -108,6 +108,23 @@ export class ByteOrderMarkError extends JsonlDecodeError {
   }
 }
 
+const TOO_DEEP_MARKER = Symbol.for("stormlog.error.json_too_deep");
+
+/**
+ * JSON nested deeper than the parser takes (`MAX_JSON_DEPTH`): refused where the reference, whose
+ * limit is Python's recursion limit, would parse it, rather than recursing past the stack. A
+ * `JsonlDecodeError`, so callers that handle those handle this; a final line without newline this
+ * deep is refused too, not dropped as cut short, when its brackets close (`isCutShortLine`).
+ */
+export class JsonTooDeepError extends JsonlDecodeError {
+  readonly [TOO_DEEP_MARKER] = true;
+  override readonly name = "JsonTooDeepError";
+
+  static override isInstance(error: unknown): error is JsonTooDeepError {
+    return StormlogError.hasMarker(error, TOO_DEEP_MARKER);
+  }
+}
+
 const CONFIG_MARKER = Symbol.for("stormlog.error.invalid_config");
 
 /** An option passed to a Stormlog API is out of range or of the wrong type. */

@@ -3,7 +3,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { splitJsonlText } from "../../src/codec/jsonl.js";
-import { type JsonlLine, LineEndFinder, readJsonlLines } from "../../src/internal.js";
+import { JsonlDecodeError, TelemetryValidationError } from "../../src/index.js";
+import {
+  isCutShortLine,
+  type JsonlLine,
+  JsonTooDeepError,
+  LineEndFinder,
+  readJsonlLines,
+} from "../../src/internal.js";
 
 const dir = mkdtempSync(join(tmpdir(), "stormlog-jsonl-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -175,5 +182,34 @@ describe("readJsonlLines", () => {
       { text: '{"b": 2}', lineNumber: 3, terminated: true },
       { text: '{"c": 3', lineNumber: 4, terminated: false },
     ]);
+  });
+});
+
+describe("isCutShortLine", () => {
+  const deep = (depth: number) => `{"a": ${"[".repeat(depth)}${"]".repeat(depth)}}`;
+  const tooDeep = new JsonTooDeepError("too deep");
+
+  it("takes a final line without newline that does not decode, as the readers drop it", () => {
+    const decode = new JsonlDecodeError("bad");
+    expect(isCutShortLine({ text: '{"a": 1', terminated: false }, decode)).toBe(true);
+    expect(isCutShortLine({ text: '{"a": 1', terminated: true }, decode)).toBe(false);
+    // Not a decoding failure: a record that decodes and breaks the schema is refused.
+    expect(isCutShortLine({ text: '{"a": 1}', terminated: false }, new TelemetryValidationError("x"))).toBe(
+      false,
+    );
+  });
+
+  it("refuses a too-deep line whose brackets close, and drops one cut inside its nesting", () => {
+    expect(isCutShortLine({ text: deep(600), terminated: false }, tooDeep)).toBe(false);
+    expect(isCutShortLine({ text: `${deep(600)} \r\n`, terminated: false }, tooDeep)).toBe(false);
+    expect(isCutShortLine({ text: deep(600).slice(0, 900), terminated: false }, tooDeep)).toBe(true);
+    // Brackets in strings do not count; data after the value is no whole JSON.
+    expect(
+      isCutShortLine({ text: `{"s": "]}\\"]", "a": ${deep(600).slice(6)}`, terminated: false }, tooDeep),
+    ).toBe(false);
+    expect(
+      isCutShortLine({ text: `{"s": "[[", "a": ${deep(600).slice(6, 900)}`, terminated: false }, tooDeep),
+    ).toBe(true);
+    expect(isCutShortLine({ text: `${deep(600)} {}`, terminated: false }, tooDeep)).toBe(true);
   });
 });

@@ -1,6 +1,5 @@
 import {
   compareSessionsForSelection,
-  JsonlDecodeError,
   type JsonObject,
   type JsonValue,
   normalizeTelemetryRecord,
@@ -10,6 +9,7 @@ import {
 import {
   ByteOrderMarkError,
   inferSessionSummaryFromEvents,
+  isCutShortLine,
   LosslessJsonParser,
   linesAt,
   readJsonlLines,
@@ -235,7 +235,7 @@ async function* scan(
           try {
             event = decodeTelemetryEventLine(line.text, location, defaultSessionId, options);
           } catch (error) {
-            if (!line.terminated && JsonlDecodeError.isInstance(error)) {
+            if (isCutShortLine(line, error)) {
               const message = `${segment}:${line.lineNumber}: dropped a final line cut short (${line.text.length} characters, no newline)`;
               options.onWarning?.(message);
               hooks.onWarning?.(message, lastSession);

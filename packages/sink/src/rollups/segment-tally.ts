@@ -1,5 +1,5 @@
-import { JsonlDecodeError, type JsonObject, type JsonValue } from "@stormlog/core";
-import { readJsonlLines } from "@stormlog/core/internal";
+import type { JsonObject, JsonValue } from "@stormlog/core";
+import { isCutShortLine, readJsonlLines } from "@stormlog/core/internal";
 import {
   decodeTelemetryEventLine,
   type LineDecodeOptions,
@@ -74,7 +74,7 @@ export async function tallySegment(
     try {
       event = decodeTelemetryEventLine(line.text, location, segment.defaultSessionId, options);
     } catch (error) {
-      if (!line.terminated && JsonlDecodeError.isInstance(error)) {
+      if (isCutShortLine(line, error)) {
         cutLine = { lineNumber: line.lineNumber, length: line.text.length, sessionId: lastSession };
         if (lastSession !== null) of(lastSession, 0n);
         break;

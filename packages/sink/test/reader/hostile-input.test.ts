@@ -22,7 +22,7 @@ import {
   type TelemetryEvent,
   TelemetryValidationError,
 } from "@stormlog/core";
-import { readJsonlLines } from "@stormlog/core/internal";
+import { JsonTooDeepError, readJsonlLines } from "@stormlog/core/internal";
 import { describe, expect, it } from "vitest";
 import {
   buildTelemetryRollups,
@@ -402,5 +402,27 @@ describe("errors about content name the file and the line", () => {
     const error = await thrown(loadTelemetrySessions(path));
     expect(JsonlDecodeError.isInstance(error)).toBe(true);
     expect((error as Error).message).toMatch(new RegExp(`nested deeper than 512 levels.*\\(${path}:3\\)$`));
+  });
+
+  it("a final line without newline nested 600 deep: refused when its brackets close, dropped when cut short", async () => {
+    const dir = tempDir();
+    const [segment] = writeSink(dir, samples(4, { sessionId: "s" }));
+    const lines = readFileSync(segment!, "utf8")
+      .split("\n")
+      .filter((line) => line !== "");
+    // Whole JSON the reference parses (its limit is Python's recursion limit): refused, as with a newline.
+    const whole = `{"zzz": ${deepJson(600)}, ${lines[3]!.slice(1)}`;
+    writeFileSync(segment!, [...lines.slice(0, 3), whole].join("\n"));
+    const error = await thrown(loadTelemetrySessions(dir));
+    expect(JsonTooDeepError.isInstance(error)).toBe(true);
+    expect((error as Error).message).toMatch(
+      new RegExp(`nested deeper than 512 levels.*\\(${segment}:4\\)$`),
+    );
+    // The same line cut inside its nesting by a crash: dropped with a warning, the lines before it kept.
+    writeFileSync(segment!, [...lines.slice(0, 3), whole.slice(0, 700)].join("\n"));
+    const warnings: string[] = [];
+    const sessions = await loadTelemetrySessions(dir, { onWarning: (message) => warnings.push(message) });
+    expect(sessions[0]!.events).toHaveLength(3);
+    expect(warnings).toContainEqual(expect.stringContaining(`${segment}:4: dropped a final line cut short`));
   });
 });
