@@ -48,8 +48,9 @@ export const SIZE_BUDGETS = {
   "@stormlog/report": { tarball: 0.5 * MB, install: 10 * MB },
   // The analysis and the Parquet encoder (DuckDB, for `queryParquet`, is an optional peer: not installed).
   "@stormlog/parquet": { tarball: 0.5 * MB, install: 10 * MB },
-  // core, sink and protobufjs (3.05 MB, 9.22 MB in all when measured), which encodes the W&B records.
-  "@stormlog/wandb": { tarball: 0.5 * MB, install: 10 * MB },
+  // core, sink and protobufjs (3.05 MB), which encodes the W&B records: 9.22 MB in all when first
+  // measured, 10.0 MB on 2026-11-29 (core and sink grew).
+  "@stormlog/wandb": { tarball: 0.5 * MB, install: 12 * MB },
   // Everything above but the tfjs and onnxruntime adapters: 20.5 MB measured with the report, Parquet and W&B
   // exports (protobufjs 3.05 MB is the heaviest); DuckDB, koffi and OpenTelemetry's SDK (~15 MB, for
   // `track --prometheus-port`) are optional peers.

@@ -60,6 +60,7 @@ const HINTS: Readonly<Record<string, string>> = {
   TelemetrySourceError:
     "pass a sink directory, a .jsonl segment, a .json file or an OOM dump folder written by Stormlog",
   JsonlDecodeError: "the file is not telemetry JSONL, or a line is damaged",
+  JsonTooDeepError: "the file is not telemetry JSONL, or a line is damaged",
   TelemetryValidationError: "the record does not follow the telemetry schema (v2, v3 or v4)",
   InvalidConfigError: "check the flag's value",
   ReportOptionsError: "check the flag's value",
