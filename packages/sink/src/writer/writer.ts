@@ -1191,28 +1191,39 @@ export class TelemetrySink {
   }
 
   private *finishSession(barrier: Barrier): Work {
-    // The status must tell what the directory holds: records that left with it are lost to it.
-    yield* this.checkDirectory(true);
-    const current = this.current;
-    if (current !== null && current.session_id === barrier.sessionId) yield* this.closeSegment(current);
-    yield* this.closeDeferred();
-    this.endSession(barrier);
-    // close() tries hard: on a full disk with the reserve's space, or in place.
-    const failed = yield* this.writeLedgerHard();
-    if (failed !== null) this.manifestFailed(failed);
-    if (!this.config.writeRollups || !barrier.rollups || this.finalized) {
-      this.releaseIfDone();
-      return;
+    // Counted as building from here, not from when the build starts: an earlier close's build that
+    // ended while this one wrote the ledger freed the directory before this close's rollups.json.
+    const rollups = this.config.writeRollups && barrier.rollups;
+    if (rollups) this.rollupsBuilding++;
+    let scheduled = false;
+    let ended = false;
+    try {
+      // The status must tell what the directory holds: records that left with it are lost to it.
+      yield* this.checkDirectory(true);
+      const current = this.current;
+      if (current !== null && current.session_id === barrier.sessionId) yield* this.closeSegment(current);
+      yield* this.closeDeferred();
+      this.endSession(barrier);
+      // close() tries hard: on a full disk with the reserve's space, or in place.
+      const failed = yield* this.writeLedgerHard();
+      if (failed !== null) this.manifestFailed(failed);
+      ended = true;
+      if (!rollups || this.finalized) return;
+      // Coverage as of this close, with this instance's pruning counters (as the reference). The
+      // directory stays locked until rollups.json is written: a next writer's rollups must not be
+      // overwritten by this older build.
+      this.scheduleRollups(
+        rollupCoverageFromManifest(
+          { segments: this.segments.list },
+          { segmentCount: this.segments.prunedCount, bytes: this.segments.prunedBytes },
+        ),
+      );
+      scheduled = true;
+    } finally {
+      if (rollups && !scheduled) this.rollupsBuilding--;
+      // A close that threw keeps the directory, as before it was counted.
+      if (ended && !scheduled) this.releaseIfDone();
     }
-    // Coverage as of this close, with this instance's pruning counters (as the reference). The
-    // directory stays locked until rollups.json is written: a next writer's rollups must not be
-    // overwritten by this older build.
-    this.scheduleRollups(
-      rollupCoverageFromManifest(
-        { segments: this.segments.list },
-        { segmentCount: this.segments.prunedCount, bytes: this.segments.prunedBytes },
-      ),
-    );
   }
 
   /** The directory is free for the next writer once its last session is on disk, rollups included. */
@@ -1422,11 +1433,12 @@ export class TelemetrySink {
   // ---------------------------------------------------------------- background work
 
   /**
-   * Rebuilds rollups.json from the directory (after the session's close), then frees the directory if
-   * no session opened meanwhile; a failure is logged, never raised.
+   * Rebuilds rollups.json from the directory (after the session's close, which counted it in
+   * `rollupsBuilding`), then frees the directory if no session opened meanwhile; a failure is
+   * logged, never raised.
    */
   private scheduleRollups(coverage: RollupCoverage): void {
-    this.rollupsBuilding++;
+    // Counted by finishSession.
     this.runBehind(
       this.buildRollups(coverage)
         .catch((error: unknown) => {
