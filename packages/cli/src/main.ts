@@ -54,13 +54,15 @@ function rootHelp(): string {
   ].join("\n");
 }
 
+const JSONL_HINT = "the file is not telemetry JSONL, or a line is damaged";
+
 /** A hint per error kind, by the error's `name`. */
 const HINTS: Readonly<Record<string, string>> = {
   SessionNotFoundError: "run 'stormlog sessions <path>' to list the session ids",
   TelemetrySourceError:
     "pass a sink directory, a .jsonl segment, a .json file or an OOM dump folder written by Stormlog",
-  JsonlDecodeError: "the file is not telemetry JSONL, or a line is damaged",
-  JsonTooDeepError: "the file is not telemetry JSONL, or a line is damaged",
+  JsonlDecodeError: JSONL_HINT,
+  JsonTooDeepError: JSONL_HINT,
   TelemetryValidationError: "the record does not follow the telemetry schema (v2, v3 or v4)",
   InvalidConfigError: "check the flag's value",
   ReportOptionsError: "check the flag's value",

@@ -48,6 +48,11 @@ const MAX_SAFE = Number.MAX_SAFE_INTEGER;
  */
 export const MAX_JSON_DEPTH = 512;
 
+/** Space, tab, line feed and carriage return: the whitespace JSON allows around values. */
+export function isJsonWhitespace(c: number): boolean {
+  return c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
+}
+
 /** The 1-based line of each position of `text` (`positions` in ascending order), in one pass. */
 export function linesAt(text: string, positions: readonly number[]): number[] {
   const lines: number[] = [];
@@ -106,7 +111,7 @@ export class LosslessJsonParser {
     let pos = this.pos;
     for (;;) {
       const c = text.charCodeAt(pos);
-      if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) pos++;
+      if (isJsonWhitespace(c)) pos++;
       else break;
     }
     this.pos = pos;

@@ -5,6 +5,7 @@ import { openRegularFileSync } from "../runtime/regular-file.js";
 import type { TelemetryRecord } from "../schema/schema.js";
 import { isPythonBlank } from "../text/python-text.js";
 import { type DecodeOptions, decodeTelemetryLine } from "./codec.js";
+import { isJsonWhitespace } from "./json-codec.js";
 
 /** One non-blank line of a JSONL file. */
 export interface JsonlLine {
@@ -45,11 +46,6 @@ function bracketsClose(text: string): boolean {
     else if ((c === 0x7d || c === 0x5d) && --depth <= 0) return depth === 0 && i === end - 1;
   }
   return false;
-}
-
-/** Space, tab, line feed and carriage return: the whitespace JSON allows around a value. */
-function isJsonWhitespace(c: number): boolean {
-  return c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
 }
 
 /** Options of the JSONL readers. */

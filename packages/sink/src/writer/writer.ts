@@ -1195,8 +1195,6 @@ export class TelemetrySink {
     // ended while this one wrote the ledger freed the directory before this close's rollups.json.
     const rollups = this.config.writeRollups && barrier.rollups;
     if (rollups) this.rollupsBuilding++;
-    let scheduled = false;
-    let ended = false;
     try {
       // The status must tell what the directory holds: records that left with it are lost to it.
       yield* this.checkDirectory(true);
@@ -1207,8 +1205,12 @@ export class TelemetrySink {
       // close() tries hard: on a full disk with the reserve's space, or in place.
       const failed = yield* this.writeLedgerHard();
       if (failed !== null) this.manifestFailed(failed);
-      ended = true;
-      if (!rollups || this.finalized) return;
+    } catch (error) {
+      // A close that threw keeps the directory, as it did before its build was counted.
+      if (rollups) this.rollupsBuilding--;
+      throw error;
+    }
+    if (rollups && !this.finalized) {
       // Coverage as of this close, with this instance's pruning counters (as the reference). The
       // directory stays locked until rollups.json is written: a next writer's rollups must not be
       // overwritten by this older build.
@@ -1218,12 +1220,10 @@ export class TelemetrySink {
           { segmentCount: this.segments.prunedCount, bytes: this.segments.prunedBytes },
         ),
       );
-      scheduled = true;
-    } finally {
-      if (rollups && !scheduled) this.rollupsBuilding--;
-      // A close that threw keeps the directory, as before it was counted.
-      if (ended && !scheduled) this.releaseIfDone();
+      return;
     }
+    if (rollups) this.rollupsBuilding--;
+    this.releaseIfDone();
   }
 
   /** The directory is free for the next writer once its last session is on disk, rollups included. */
