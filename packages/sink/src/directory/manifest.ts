@@ -439,7 +439,11 @@ export async function writeManifestText(
     throw error;
   }
   await handle.close();
-  if (!stillCurrent()) return;
+  if (!stillCurrent()) {
+    // Overtaken: its copy would stay beside the manifest for good (nothing else renames it).
+    await fsPromises.unlink(tmp).catch(() => undefined);
+    return;
+  }
   await fsPromises.rename(tmp, join(dir, MANIFEST_FILENAME));
 }
 
