@@ -31,6 +31,12 @@ export interface BirthPhaseSubscription {
   live(): Record<string, LivePhaseTensors>;
   /** Routes later tensor births to this context's current phase. */
   bind(context: PhaseContextLike | null): void;
+  /**
+   * The engine's byte count (`tf.memory().numBytes`) at its highest since this subscription's previous
+   * call, when that is above its value then and now (a peak that readings at both ends miss), else
+   * null. Each call starts a new window. Followed at every tensor the engine tracks.
+   */
+  takeHighWater(): number | null;
   /** Why attribution stopped (an internal error), or undefined while it works. */
   readonly error: string | undefined;
   release(): void;
@@ -738,6 +744,8 @@ class BirthPhases {
   private readonly pathIndex = new Map<string, number>([["", 0]]);
   private lastPath = "";
   private lastIndex = 0;
+  /** The byte count's highest value since any subscription's last `takeHighWater()`. */
+  private highWater: number;
   /** `Variable.assign()` disposes and re-tracks the same tensor: it keeps its birth phase. */
   private lastDisposedId = -1;
   private lastDisposedPhase = -1;
@@ -766,6 +774,7 @@ class BirthPhases {
     disposeHolder: Record<string, unknown>,
   ) {
     this.state = engine.state;
+    this.highWater = engine.state.numBytes;
     const track = engine.trackTensor;
     const dispose = engine.disposeTensor;
     this.originalTrack = track;
@@ -816,6 +825,8 @@ class BirthPhases {
       const context = this.context;
       const path = context === null ? "" : context.currentPhasePath();
       this.table.add(tensor, id, path === this.lastPath ? this.lastIndex : this.indexOf(path));
+      const bytes = this.state.numBytes;
+      if (bytes > this.highWater) this.highWater = bytes;
     } catch (error) {
       this.fail(error);
     }
@@ -855,10 +866,33 @@ class BirthPhases {
     this.state = this.engine.state;
     this.table = new LiveTensors();
     this.lastDisposedId = -1;
+    this.highWater = this.state.numBytes;
+  }
+
+  /** Hands the top since the last take to every window but `except`'s, and starts counting again. */
+  private foldHighWater(except: Subscription | null): void {
+    const top = this.highWater;
+    for (const other of this.subscribers)
+      if (other !== except && top > other.windowHigh) other.windowHigh = top;
+    this.highWater = this.state.numBytes;
+  }
+
+  /** See `BirthPhaseSubscription.takeHighWater`: `subscription`'s window ends now, the others' go on. */
+  takeHighWater(subscription: Subscription): number | null {
+    if (this.engine.state !== this.state) this.restart();
+    const now = this.state.numBytes;
+    const high = Math.max(subscription.windowHigh, this.highWater);
+    this.foldHighWater(subscription);
+    const start = subscription.windowStart;
+    subscription.windowHigh = now;
+    subscription.windowStart = now;
+    return high > now && high > start ? high : null;
   }
 
   subscribe(): Subscription {
-    const subscription = new Subscription(this);
+    // A new window starts now: the top so far belongs to the others' windows only.
+    this.foldHighWater(null);
+    const subscription = new Subscription(this, this.state.numBytes);
     this.subscribers.add(subscription);
     return subscription;
   }
@@ -1021,9 +1055,18 @@ class BirthPhases {
 
 class Subscription implements BirthPhaseSubscription {
   context: PhaseContextLike | null = null;
+  /** Its high-water window: the byte count where it began, and its highest value in it as far as known. */
+  windowStart: number;
+  windowHigh: number;
   private released = false;
 
-  constructor(private readonly hook: BirthPhases) {}
+  constructor(
+    private readonly hook: BirthPhases,
+    bytesNow: number,
+  ) {
+    this.windowStart = bytesNow;
+    this.windowHigh = bytesNow;
+  }
 
   get error(): string | undefined {
     return this.hook.error;
@@ -1035,6 +1078,10 @@ class Subscription implements BirthPhaseSubscription {
 
   bind(context: PhaseContextLike | null): void {
     if (!this.released) this.hook.bind(this, context);
+  }
+
+  takeHighWater(): number | null {
+    return this.released || !this.hook.active ? null : this.hook.takeHighWater(this);
   }
 
   release(): void {

@@ -49,6 +49,12 @@ export interface TfjsCollector extends MemoryCollector {
   readonly attribution: boolean;
   /** Tensors created from now on are attributed to `context`'s current phase (the tracker calls it). */
   bindPhases(context: PhaseContextLike): void;
+  /**
+   * Allocated bytes at their highest since the previous call, where above both that call's and
+   * now's (a tensor made and disposed of between two readings), else null. Needs birth-phase
+   * attribution, whose hook on `trackTensor` follows the byte count: null without it.
+   */
+  takeHighWater(): MemoryReading | null;
   /** Stops reading; the engine's last collector puts its wrapped methods back. Idempotent. */
   close(): void;
 }
@@ -232,6 +238,11 @@ export function tfjsCollector(tf: TfNamespace, options: TfjsCollectorOptions = {
     },
     sample: () => read(true),
     readSync: readBoundary,
+    takeHighWater(): MemoryReading | null {
+      if (closed || attribution === undefined) return null;
+      const high = attribution.takeHighWater();
+      return high === null ? null : { allocator_allocated_bytes: high };
+    },
     close(): void {
       closed = true;
       // The last collector of the engine puts its trackTensor/disposeTensor back.

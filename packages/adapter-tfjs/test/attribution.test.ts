@@ -11,6 +11,7 @@ import {
 } from "../src/index.js";
 import { asyncPhases } from "./support/async-phases.js";
 import { useCpuBackend } from "./support/cpu-backend.js";
+import { NativeShapedEngine } from "./support/native-shaped-engine.js";
 
 /** The engine's own methods, read before any collector of this file wraps them. */
 let engineMethods: { trackTensor: unknown; disposeTensor: unknown };
@@ -330,18 +331,7 @@ describe("birth-phase attribution on the cpu backend", () => {
 
   it("works on any engine of the same shape (tfjs-node's tensorflow backend uses tfjs-core's engine)", () => {
     // tfjs-node registers its backend with the same Engine class: only the backend differs.
-    class FakeEngine {
-      backendName = "tensorflow";
-      state = { numBytes: 0, numTensors: 0, numDataBuffers: 0 };
-      trackTensor(tensor: TfTrackedTensor): void {
-        this.state.numTensors++;
-        this.state.numBytes += tensor.size * 4;
-      }
-      disposeTensor(tensor: TfTrackedTensor): void {
-        this.state.numTensors--;
-        this.state.numBytes -= tensor.size * 4;
-      }
-    }
+    const FakeEngine = NativeShapedEngine;
     const engine = new FakeEngine();
     const original = FakeEngine.prototype.trackTensor;
     const originalDispose = FakeEngine.prototype.disposeTensor;

@@ -62,6 +62,25 @@ describe("tfjsCollector on the wasm backend", () => {
     expect(sampled.metadata).toMatchObject({ tfjs_backend: "wasm", tfjs_unreliable: false });
   });
 
+  it("sees a tensor made and disposed of between two readings (takeHighWater)", () => {
+    const collector = tfjsCollector(tf);
+    try {
+      const before = collector.readSync();
+      if (before.kind === "failure") throw new Error(before.error);
+      expect(collector.takeHighWater()).toBeNull();
+      tf.tidy(() => tf.mul(tf.ones([1 << 20]), 2)).dispose();
+      const after = collector.readSync();
+      if (after.kind === "failure") throw new Error(after.error);
+      expect(after.reading.allocator_allocated_bytes).toBe(before.reading.allocator_allocated_bytes);
+      // The ones and their product (4 MiB each) and the scalar 2 were live together.
+      expect(collector.takeHighWater()).toEqual({
+        allocator_allocated_bytes: before.reading.allocator_allocated_bytes! + (8 << 20) + 4,
+      });
+    } finally {
+      collector.close();
+    }
+  });
+
   it("turns partial when the backend is switched to one without reserved memory", async () => {
     const collector = tfjsCollector(tf);
     await tf.setBackend("cpu");

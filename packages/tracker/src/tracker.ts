@@ -271,6 +271,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     }
     const primary = this.collectors.primary;
     const ts = this.clock.nowNs();
+    // What came before the session is not its peak.
+    if (this.collectors.highWaterStates.length > 0) this.processor.takeHighWater(ts, false);
     records.emit(
       primary,
       "start",
@@ -320,6 +322,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     this.loop.stop();
     const primary = this.collectors.primary;
     const ts = this.clock.nowNs();
+    if (this.collectors.highWaterStates.length > 0) this.processor.takeHighWater(ts, true);
     const reading = this.boundaryReading(primary) ?? primary.lastReading;
     this.records.emit(primary, "stop", ts, reading, 0, "Memory tracking stopped", stopExtra);
     this.metrics.end();
@@ -376,6 +379,8 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     const group = collectors.primary;
     const eventType = boundary.eventType;
     const ts = this.clock.nowNs();
+    // A peak since the last record happened in the phase this boundary ends or leaves for a child.
+    if (collectors.highWaterStates.length > 0) this.processor.takeHighWater(ts, true);
     const index = this.store.push(
       ts,
       eventType,
@@ -587,7 +592,10 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
     const reading = this.boundaryReading(group) ?? group.lastReading;
     if (this.running) {
       const context = `OOM detected (${classification.reason})`;
-      this.records.emit(group, "error", this.clock.nowNs(), reading, 0, context, {
+      const ts = this.clock.nowNs();
+      // The peak the failed allocation came on top of.
+      if (this.collectors.highWaterStates.length > 0) this.processor.takeHighWater(ts, true);
+      this.records.emit(group, "error", ts, reading, 0, context, {
         oom_reason: classification.reason,
       });
     }

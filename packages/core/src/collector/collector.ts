@@ -113,6 +113,15 @@ export interface MemoryCollector {
    */
   readOnDemand?(): SampleResult;
   /**
+   * The counters at their highest since the previous call, for those that went above both their
+   * values then and now (a transient that the readings at both ends miss), else null; each call starts
+   * a new window. For collectors that follow a counter between readings (the tfjs collector follows
+   * the engine's byte count at every tensor). The tracker calls it right before each reading of a
+   * collector it reads at phase boundaries, and records what it returns as a `sample` inside the
+   * phase it happened in. Must be cheap and must not throw.
+   */
+  takeHighWater?(): MemoryReading | null;
+  /**
    * Receives the tracker's phase context at `start()`, for collectors that attribute memory to the
    * phase that allocated it (the tfjs collector's birth phases). Optional; must not throw.
    */

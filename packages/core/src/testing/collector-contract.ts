@@ -7,7 +7,7 @@ import {
   type SampleResult,
 } from "../collector/collector.js";
 import { StormlogError } from "../runtime/errors.js";
-import { MEMORY_COUNTER_FIELDS } from "../schema/schema.js";
+import { MEMORY_COUNTER_FIELDS, type MemoryCounterField } from "../schema/schema.js";
 
 /** Makes a fresh collector for one check; the suite closes it afterwards. */
 export type CollectorFactory = () => MemoryCollector | Promise<MemoryCollector>;
@@ -232,6 +232,39 @@ function checkSyncReading(
   return [...checkKind(`${method}()`, result, kinds), ...checkSampleResult(collector, result)];
 }
 
+/**
+ * Checks `takeHighWater()`: synchronous, null or supported byte counts only, and null when called
+ * again at once (nothing can have gone higher in between).
+ */
+function checkHighWater(collector: MemoryCollector): string[] {
+  const take = collector.takeHighWater;
+  if (take === undefined) return [];
+  const out: string[] = [];
+  for (const call of ["first", "second"] as const) {
+    let taken: unknown;
+    try {
+      taken = take.call(collector);
+    } catch (error) {
+      return [...out, `takeHighWater() threw: ${describeError(error)}`];
+    }
+    if (taken === null) continue;
+    if (!isObject(taken) || typeof (taken as { then?: unknown }).then === "function") {
+      out.push(`takeHighWater() returned ${String(taken)}; expected null or a reading, synchronously`);
+      continue;
+    }
+    if (call === "second") out.push("takeHighWater() called twice in a row returned a peak the second time");
+    for (const [field, value] of Object.entries(taken)) {
+      if (!COUNTER_FIELDS.has(field))
+        out.push(`takeHighWater() names ${field}, which is not a counter field`);
+      else if (collector.capabilities[CAPABILITY_FOR_COUNTER[field as MemoryCounterField]] !== true)
+        out.push(`takeHighWater() reports ${field}, which the collector does not support`);
+      else if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0)
+        out.push(`takeHighWater() gives ${field} = ${String(value)}, not a byte count`);
+    }
+  }
+  return out;
+}
+
 function contractChecks(options: CollectorContractOptions): ContractCheck[] {
   const available = options.available ?? true;
   const kinds: readonly string[] = options.kinds ?? ["full"];
@@ -335,6 +368,10 @@ function contractChecks(options: CollectorContractOptions): ContractCheck[] {
       name: "reads synchronously on demand when it offers readOnDemand()",
       run: (factory) =>
         withCollector(factory, (collector) => checkSyncReading(collector, "readOnDemand", kinds)),
+    },
+    {
+      name: "takes its high-water mark synchronously when it offers takeHighWater()",
+      run: (factory) => withCollector(factory, (collector) => checkHighWater(collector)),
     },
     {
       name: "takes the phase context without throwing when it offers bindPhases()",

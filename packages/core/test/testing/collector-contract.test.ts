@@ -51,6 +51,7 @@ function wellBehaved(): MemoryCollector {
     sample: async () => read(),
     readSync: read,
     readOnDemand: read,
+    takeHighWater: () => null,
     bindPhases: () => undefined,
     close: () => {
       closed = true;
@@ -289,6 +290,30 @@ describe("checkCollectorContract", () => {
       "the second close() threw: Error: already closed",
     ],
     [
+      "a high-water mark of a counter it does not support",
+      broken(() => ({ takeHighWater: () => ({ allocator_reserved_bytes: 5 }) })),
+      "takeHighWater() reports allocator_reserved_bytes, which the collector does not support",
+    ],
+    [
+      "a high-water mark that is not a byte count",
+      broken(() => ({ takeHighWater: () => ({ allocator_allocated_bytes: -3 }) })),
+      "takeHighWater() gives allocator_allocated_bytes = -3, not a byte count",
+    ],
+    [
+      "a high-water mark given again for the same window",
+      broken(() => ({ takeHighWater: () => ({ allocator_allocated_bytes: 4096 }) })),
+      "takeHighWater() called twice in a row returned a peak the second time",
+    ],
+    [
+      "a high-water mark that throws",
+      broken(() => ({
+        takeHighWater: () => {
+          throw new Error("engine gone");
+        },
+      })),
+      "takeHighWater() threw: Error: engine gone",
+    ],
+    [
       "zeros after close()",
       broken(() => ({
         sample: () => ({ kind: "full", reading: { ...READING, allocator_allocated_bytes: 0 } }),
@@ -387,6 +412,7 @@ describe("describeCollectorContract", () => {
       "samples without throwing and reports only supported counters",
       "reads synchronously at boundaries when it offers readSync()",
       "reads synchronously on demand when it offers readOnDemand()",
+      "takes its high-water mark synchronously when it offers takeHighWater()",
       "takes the phase context without throwing when it offers bindPhases()",
       "closes idempotently and reports failure, not zeros, afterwards",
     ]);
@@ -464,9 +490,9 @@ describe("describeCollectorContract", () => {
       return { status: child.status, pass: count("pass"), fail: count("fail"), out: child.stdout };
     };
     const good = run(false);
-    expect(good, good.out).toMatchObject({ status: 0, pass: 8, fail: 0 });
+    expect(good, good.out).toMatchObject({ status: 0, pass: 9, fail: 0 });
     const zeros = run(true);
-    expect(zeros, zeros.out).toMatchObject({ status: 1, pass: 7, fail: 1 });
+    expect(zeros, zeros.out).toMatchObject({ status: 1, pass: 8, fail: 1 });
     expect(zeros.out).toContain("device_used_bytes = 0 is reported, yet supports_device_used is false");
   });
 });

@@ -20,6 +20,11 @@ export class CollectorSet {
   boundaryStates: CollectorState[] = [];
   /** Primary-device collectors read only at the boundaries of phases that ask (`readOnDemand()`). */
   onDemandStates: CollectorState[] = [];
+  /**
+   * Boundary-read collectors that see between readings (`takeHighWater()`): their windows end at
+   * every record of the primary device, so a peak falls in the phase it happened in.
+   */
+  highWaterStates: CollectorState[] = [];
   /** The process collector this set made (without collectors given, or as their fallback). */
   private owned: ReturnType<typeof processCollector> | null = null;
 
@@ -69,6 +74,9 @@ export class CollectorSet {
     this.primary = this.groups[0] ?? new DeviceGroup(-1, [], this.withMemoryCapabilities);
     const owning = this.boundaryReadings ? this.primary.states.filter((state) => state.owned.length > 0) : [];
     this.boundaryStates = owning.filter((state) => typeof state.collector.readSync === "function");
+    this.highWaterStates = this.boundaryStates.filter(
+      (state) => typeof state.collector.takeHighWater === "function",
+    );
     this.onDemandStates = owning.filter(
       (state) =>
         typeof state.collector.readSync !== "function" && typeof state.collector.readOnDemand === "function",

@@ -1,4 +1,10 @@
-import { type Clock, formatBytes, type JsonObject, type MemoryReading } from "@stormlog/core";
+import {
+  type Clock,
+  formatBytes,
+  type JsonObject,
+  type MemoryReading,
+  type SampleResult,
+} from "@stormlog/core";
 import {
   type AlertThresholds,
   checkThreshold,
@@ -9,6 +15,7 @@ import {
 import type { LeakWatch } from "../alerts/leak-alerts.js";
 import { describeError } from "../describe-error.js";
 import type { CollectorHealthMachine } from "../health/collector-health.js";
+import { healthMetadata } from "../health/health.js";
 import type { TrackerLogger } from "../options/tracker-options.js";
 import type { RecordLog } from "../records/record-log.js";
 import { SKIPPED } from "./collector-reader.js";
@@ -17,6 +24,15 @@ import { type CheckedFailure, type CheckedReading, checkSample, type DeviceGroup
 import type { SampleSink } from "./sampling-loop.js";
 
 type Outcome = CheckedReading | CheckedFailure | typeof SKIPPED;
+
+/** What a high-water sample says of itself: no collector was read at its time. */
+export const HIGH_WATER_CONTEXT = "High-water mark since the previous reading.";
+/** Its metadata, shared by every one (records are never changed after being stored). */
+export const HIGH_WATER_METADATA: JsonObject = { high_water_mark: true };
+
+function isObjectReading(reading: unknown): reading is MemoryReading {
+  return typeof reading === "object" && reading !== null;
+}
 
 function isFailure(outcome: CheckedReading | CheckedFailure): outcome is CheckedFailure {
   return (outcome as CheckedFailure).error !== undefined;
@@ -55,6 +71,7 @@ export class SampleProcessor implements SampleSink {
   process(raw: readonly unknown[]): void {
     const ts = this.clock.nowNs();
     const nowS = Number(ts) / 1e9;
+    if (this.collectors.highWaterStates.length > 0) this.takeHighWater(ts, true);
     for (const group of this.collectors.groups) {
       const outcomes: Outcome[] = group.states.map((state) => {
         const value = raw[state.index];
@@ -62,6 +79,86 @@ export class SampleProcessor implements SampleSink {
       });
       this.processGroup(group, outcomes, ts, nowS);
     }
+  }
+
+  /**
+   * Ends the high-water windows of the primary device's collectors at `ts`, the time of the record
+   * about to be written, and records a peak that they saw go above both of the window's ends as a
+   * `sample` just before it (inside the same phase: windows end at every boundary). `record` false
+   * only starts new windows (a session's start).
+   */
+  takeHighWater(ts: bigint, record: boolean): void {
+    const states = this.collectors.highWaterStates;
+    let high: MemoryReading | null = null;
+    for (const state of states) {
+      let taken: MemoryReading | null | undefined;
+      try {
+        taken = state.collector.takeHighWater?.();
+      } catch {
+        continue;
+      }
+      if (taken === null || taken === undefined || typeof taken !== "object") continue;
+      for (const field of state.owned) {
+        const value = taken[field];
+        if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) {
+          high ??= {};
+          high[field] = value;
+        }
+      }
+    }
+    if (high === null || !record) return;
+    // Their other counters as they are now, not as last read: a wasm heap that grew for the peak
+    // is at least as large now, never smaller than the peak it held.
+    const reading: MemoryReading = {};
+    for (const state of states) {
+      let now: SampleResult | undefined;
+      try {
+        now = state.collector.readSync?.();
+      } catch {
+        continue;
+      }
+      if (now === undefined || now === null || now.kind === "failure" || !isObjectReading(now.reading))
+        continue;
+      for (const field of state.owned) {
+        const value = now.reading[field];
+        if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) reading[field] = value;
+      }
+    }
+    this.recordHighWater(this.collectors.primary, Object.assign(reading, high), ts - 1n);
+  }
+
+  /**
+   * A high-water mark as a `sample`, with its change from the last reading, the statistics' peaks, a
+   * `peak` record and alerts. Counters of the device's other collectors (NVML's device used) were not
+   * read at its time: the record is partial and says which. No `allocation`/`deallocation` records:
+   * the memory came and went between two readings, and the next reading's change is from the last
+   * one, as without it.
+   */
+  private recordHighWater(group: DeviceGroup, reading: MemoryReading, ts: bigint): void {
+    const unread: string[] = [];
+    for (const state of group.states)
+      for (const field of state.owned) if (reading[field] === undefined) unread.push(field);
+    const base = group.baseMetadata(healthMetadata);
+    const metadata =
+      unread.length === 0 ? base : { ...base, telemetry_partial: true, collector_partial_fields: unread };
+    const allocated = reading.allocator_allocated_bytes;
+    let change: number | null = null;
+    if (group.capabilities.supports_allocator_allocated && typeof allocated === "number") {
+      change = group.lastAllocated === null ? 0 : allocated - group.lastAllocated;
+      this.notePeak(group, reading, allocated, change, ts);
+    }
+    this.notePeakUsed(group, reading);
+    this.emitAlerts(group, reading, change, ts);
+    this.records.emit(
+      group,
+      "sample",
+      ts,
+      reading,
+      change,
+      HIGH_WATER_CONTEXT,
+      HIGH_WATER_METADATA,
+      metadata,
+    );
   }
 
   /** Sampling threw: logged, and recorded as an `error` of the primary device. */
@@ -114,23 +211,10 @@ export class SampleProcessor implements SampleSink {
     stats.lastMemoryCheck = nowS;
     const total = reading.device_total_bytes;
     if (typeof total === "number") group.totalMemory = total;
-    const used = reading.device_used_bytes;
-    if (typeof used === "number" && used > stats.peakDeviceUsed) stats.peakDeviceUsed = used;
+    this.notePeakUsed(group, reading);
 
     const change = this.allocatorChange(group, reading, ts);
-    if (this.alertPolicy.enabled) {
-      const alerts = evaluateAlerts(
-        reading,
-        change,
-        group.capabilities,
-        group.totalMemory,
-        this.thresholdValues,
-        this.alertPolicy,
-        group.alerts,
-      );
-      for (const alert of alerts)
-        this.records.emit(group, alert.eventType, ts, reading, change, alert.context, alert.metadata);
-    }
+    this.emitAlerts(group, reading, change, ts);
     const context =
       missing.length > 0
         ? `Collected partial telemetry sample (${missing.join(", ")}).`
@@ -149,18 +233,7 @@ export class SampleProcessor implements SampleSink {
     // The first sample has no predecessor: it is not an allocation (the reference diffs against 0).
     const change = group.lastAllocated === null ? 0 : allocated - group.lastAllocated;
     group.lastAllocated = allocated;
-    if (allocated > stats.peakMemory) {
-      stats.peakMemory = allocated;
-      this.records.emit(
-        group,
-        "peak",
-        ts,
-        reading,
-        change,
-        `New peak memory: ${formatBytes(allocated)}`,
-        undefined,
-      );
-    }
+    this.notePeak(group, reading, allocated, change, ts);
     if (change > 0) {
       stats.totalAllocations++;
       stats.totalAllocationBytes += change;
@@ -187,5 +260,47 @@ export class SampleProcessor implements SampleSink {
       );
     }
     return change;
+  }
+
+  private notePeakUsed(group: DeviceGroup, reading: MemoryReading): void {
+    const used = reading.device_used_bytes;
+    if (typeof used === "number" && used > group.stats.peakDeviceUsed) group.stats.peakDeviceUsed = used;
+  }
+
+  /** The alert records `reading` calls for (when alerts are on). */
+  private emitAlerts(group: DeviceGroup, reading: MemoryReading, change: number | null, ts: bigint): void {
+    if (!this.alertPolicy.enabled) return;
+    const alerts = evaluateAlerts(
+      reading,
+      change,
+      group.capabilities,
+      group.totalMemory,
+      this.thresholdValues,
+      this.alertPolicy,
+      group.alerts,
+    );
+    for (const alert of alerts)
+      this.records.emit(group, alert.eventType, ts, reading, change, alert.context, alert.metadata);
+  }
+
+  /** A new peak of allocated memory: the statistics' peak, and a `peak` record. */
+  private notePeak(
+    group: DeviceGroup,
+    reading: MemoryReading,
+    allocated: number,
+    change: number,
+    ts: bigint,
+  ): void {
+    if (allocated <= group.stats.peakMemory) return;
+    group.stats.peakMemory = allocated;
+    this.records.emit(
+      group,
+      "peak",
+      ts,
+      reading,
+      change,
+      `New peak memory: ${formatBytes(allocated)}`,
+      undefined,
+    );
   }
 }
