@@ -10,7 +10,7 @@ const READY = 2;
 /** How long the first request may wait for the worker to start (load koffi, nvmlInit). */
 const STARTUP_ALLOWANCE_MS = 15_000;
 const MAX_SLOTS = 64;
-const SLOT_INTS = 5;
+const SLOT_INTS = 6;
 const SLOT_DOUBLES = 11;
 const UUID_BYTES = 96;
 const REQUEST = 0;
@@ -18,6 +18,10 @@ const RESPONSE = 1;
 const KIND = 2;
 const REGISTERED = 3;
 const PID = 4;
+/** How often the worker polls the slot's device for its peak between requests (ms; 0: never). */
+const POLL_MS = 5;
+/** Per slot, as integers: [highest used since the last take, used at the latest poll]; -1: none yet. */
+const PEAK_INTS = 2;
 
 /** Raw outcome of one worker request (the first three are written by the worker). */
 export const SlotStatus = {
@@ -80,6 +84,7 @@ export class NvmlLibrary {
   private readonly control: Int32Array;
   private readonly results: Float64Array;
   private readonly uuids: Uint8Array;
+  private readonly peaks: BigInt64Array;
   private readonly slotUsed: boolean[] = new Array(MAX_SLOTS).fill(false);
   private pending = 0;
 
@@ -90,10 +95,17 @@ export class NvmlLibrary {
     const resultBytes = MAX_SLOTS * SLOT_DOUBLES * 8;
     // Float64Array needs an 8-byte aligned offset.
     const controlPadded = Math.ceil(controlBytes / 8) * 8;
-    this.shared = new SharedArrayBuffer(controlPadded + resultBytes + MAX_SLOTS * UUID_BYTES);
+    const uuidBytes = MAX_SLOTS * UUID_BYTES;
+    this.shared = new SharedArrayBuffer(controlPadded + resultBytes + uuidBytes + MAX_SLOTS * PEAK_INTS * 8);
     this.control = new Int32Array(this.shared, 0, controlPadded / 4);
     this.results = new Float64Array(this.shared, controlPadded, MAX_SLOTS * SLOT_DOUBLES);
-    this.uuids = new Uint8Array(this.shared, controlPadded + resultBytes, MAX_SLOTS * UUID_BYTES);
+    this.uuids = new Uint8Array(this.shared, controlPadded + resultBytes, uuidBytes);
+    // 64 * 96 bytes of UUIDs keep the offset 8-byte aligned.
+    this.peaks = new BigInt64Array(
+      this.shared,
+      controlPadded + resultBytes + uuidBytes,
+      MAX_SLOTS * PEAK_INTS,
+    );
   }
 
   private static readonly open = new Map<string, NvmlLibrary>();
@@ -166,6 +178,9 @@ export class NvmlLibrary {
     Atomics.store(this.control, base + REQUEST, 0);
     Atomics.store(this.control, base + RESPONSE, 0);
     Atomics.store(this.control, base + PID, pid);
+    Atomics.store(this.control, base + POLL_MS, 0);
+    Atomics.store(this.peaks, slot * PEAK_INTS, -1n);
+    Atomics.store(this.peaks, slot * PEAK_INTS + 1, -1n);
     Atomics.store(this.control, base + REGISTERED, 1);
     // Start the thread now so its startup overlaps with the application's.
     this.ensureWorker();
@@ -173,8 +188,32 @@ export class NvmlLibrary {
   }
 
   unregisterSlot(slot: number): void {
+    Atomics.store(this.control, HEADER_INTS + slot * SLOT_INTS + POLL_MS, 0);
     Atomics.store(this.control, HEADER_INTS + slot * SLOT_INTS + REGISTERED, 0);
     this.slotUsed[slot] = false;
+  }
+
+  /**
+   * Has the worker poll the slot's device every `intervalMs` between requests, keeping the highest
+   * used memory it sees for `takePeak()`. Polling costs one memory query each time, off this thread.
+   */
+  startPolling(slot: number, intervalMs: number): void {
+    const base = HEADER_INTS + slot * SLOT_INTS;
+    if (Atomics.load(this.control, base + POLL_MS) === intervalMs) return;
+    Atomics.store(this.control, base + POLL_MS, intervalMs);
+    this.ensureWorker();
+    this.ring();
+  }
+
+  /**
+   * The highest used memory the worker polled since the last call, and the latest it polled, then a
+   * new window from the latest; null until it has polled.
+   */
+  takePeak(slot: number): { readonly highest: number; readonly latest: number } | null {
+    const latest = Atomics.load(this.peaks, slot * PEAK_INTS + 1);
+    const highest = Atomics.exchange(this.peaks, slot * PEAK_INTS, latest);
+    if (latest < 0n || highest < 0n) return null;
+    return { highest: Number(highest), latest: Number(latest) };
   }
 
   /**
@@ -240,6 +279,7 @@ export class NvmlLibrary {
         slotInts: SLOT_INTS,
         slotDoubles: SLOT_DOUBLES,
         uuidBytes: UUID_BYTES,
+        peakInts: PEAK_INTS,
       },
       // Plain Node suffices (the worker is CommonJS); the parent's flags (--eval, loaders) would break or slow it.
       execArgv: [],

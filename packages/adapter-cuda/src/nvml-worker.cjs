@@ -1,7 +1,9 @@
 // The NVML sampling thread. It blocks in Atomics.wait on a shared "doorbell"; the main thread
 // fills a request slot (device UUID, what to read), rings, and awaits the slot's response counter
 // with Atomics.waitAsync. NVML calls (which can stall on the driver lock) never run on the main
-// thread. Layout constants are mirrored in nvml-sampler.ts.
+// thread. Between requests it polls the devices of slots that ask (POLL_MS) and keeps their highest
+// used memory, so a peak inside a synchronous step is seen. Layout constants are mirrored in
+// nvml-library.ts.
 "use strict";
 
 const { workerData } = require("node:worker_threads");
@@ -9,20 +11,27 @@ const { workerData } = require("node:worker_threads");
 const koffi = require("koffi");
 const { openNvml, NVML_SUCCESS } = require("./nvml-binding.cjs");
 
-const { buffer, libraryPath, headerInts, maxSlots, slotInts, slotDoubles, uuidBytes } = workerData;
+const { buffer, libraryPath, headerInts, maxSlots, slotInts, slotDoubles, uuidBytes, peakInts } = workerData;
 // Header: [doorbell, shutdown, ready, unused]. The control block is padded to 8 bytes.
 const controlBytes = Math.ceil(((headerInts + maxSlots * slotInts) * 4) / 8) * 8;
 const control = new Int32Array(buffer, 0, controlBytes / 4);
 const results = new Float64Array(buffer, controlBytes, maxSlots * slotDoubles);
 const uuids = new Uint8Array(buffer, controlBytes + results.byteLength, maxSlots * uuidBytes);
+const peaks = new BigInt64Array(
+  buffer,
+  controlBytes + results.byteLength + uuids.byteLength,
+  maxSlots * peakInts,
+);
 const READY = 2;
 
-// Slot ints: [request, response, kind (1 memory, 2 memory + processes), registered, pid]
+// Slot ints: [request, response, kind (1 memory, 2 memory + processes), registered, pid, poll ms]
 const REQUEST = 0;
 const RESPONSE = 1;
 const KIND = 2;
 const KIND_PROCESSES = 2;
+const REGISTERED = 3;
 const PID = 4;
+const POLL_MS = 5;
 // Slot doubles: [status, memoryRet, version, total, free, used, reserved, processRet, count, own, all]
 const STATUS_OK = 0;
 const STATUS_NO_DEVICE = 1;
@@ -49,6 +58,19 @@ function uuidOf(slot) {
   return Buffer.from(uuids.buffer, uuids.byteOffset + start, end - start).toString("utf8");
 }
 
+/** The slot's device handle (cached per UUID), or the NVML return code that refused it. */
+function handleOf(slot) {
+  const uuid = uuidOf(slot);
+  let cached = handles.get(slot);
+  if (!cached || cached.uuid !== uuid) {
+    const found = nvml.handleByUuid(uuid);
+    if (found.ret !== NVML_SUCCESS) return found.ret;
+    cached = { uuid, handle: found.handle };
+    handles.set(slot, cached);
+  }
+  return cached;
+}
+
 function service(slot) {
   const out = slot * slotDoubles;
   results.fill(Number.NaN, out, out + slotDoubles);
@@ -56,17 +78,11 @@ function service(slot) {
     results[out] = STATUS_LOAD_FAILED;
     return;
   }
-  const uuid = uuidOf(slot);
-  let cached = handles.get(slot);
-  if (!cached || cached.uuid !== uuid) {
-    const found = nvml.handleByUuid(uuid);
-    if (found.ret !== NVML_SUCCESS) {
-      results[out] = STATUS_NO_DEVICE;
-      results[out + 1] = found.ret;
-      return;
-    }
-    cached = { uuid, handle: found.handle };
-    handles.set(slot, cached);
+  const cached = handleOf(slot);
+  if (typeof cached === "number") {
+    results[out] = STATUS_NO_DEVICE;
+    results[out + 1] = cached;
+    return;
   }
   results[out] = STATUS_OK;
   const ret = nvml.memory(cached.handle, scratch);
@@ -80,13 +96,48 @@ function service(slot) {
   }
 }
 
+/** One memory query per polling slot whose time has come: its used memory into `peaks`. */
+const nextPoll = new Float64Array(maxSlots);
+const pollScratch = new Float64Array(5);
+function poll(now) {
+  let wake = Number.POSITIVE_INFINITY;
+  for (let slot = 0; slot < maxSlots; slot += 1) {
+    const base = headerInts + slot * slotInts;
+    const every = Atomics.load(control, base + POLL_MS);
+    if (every <= 0 || Atomics.load(control, base + REGISTERED) !== 1) continue;
+    if (now >= nextPoll[slot]) {
+      nextPoll[slot] = now + every;
+      const cached = handleOf(slot);
+      if (typeof cached !== "number" && nvml.memory(cached.handle, pollScratch) === NVML_SUCCESS) {
+        const used = pollScratch[3];
+        if (Number.isSafeInteger(used) && used >= 0) record(slot, BigInt(used));
+      }
+    }
+    wake = Math.min(wake, nextPoll[slot]);
+  }
+  return wake;
+}
+
+/** The latest used memory, and the highest since the main thread's last take (it resets that one). */
+function record(slot, used) {
+  Atomics.store(peaks, slot * peakInts + 1, used);
+  for (;;) {
+    const highest = Atomics.load(peaks, slot * peakInts);
+    if (highest >= used) return;
+    if (Atomics.compareExchange(peaks, slot * peakInts, highest, used) === highest) return;
+  }
+}
+
 Atomics.store(control, READY, 1);
 let seen = 0;
+let wake = Number.POSITIVE_INFINITY;
 for (;;) {
-  Atomics.wait(control, 0, seen);
+  const timeout = wake === Number.POSITIVE_INFINITY ? undefined : Math.max(0, wake - performance.now());
+  Atomics.wait(control, 0, seen, timeout);
   // Read the doorbell before scanning: a ring during the scan makes the next wait return at once.
   seen = Atomics.load(control, 0);
   if (Atomics.load(control, 1) !== 0) break;
+  if (loadError === "") wake = poll(performance.now());
   for (let slot = 0; slot < maxSlots; slot += 1) {
     const base = headerInts + slot * slotInts;
     const request = Atomics.load(control, base + REQUEST);

@@ -52,6 +52,12 @@ export interface NvmlCollectorOptions {
   readonly thread?: "worker" | "main";
   /** How long `sample()` waits for the worker before it reports a failure. Default 5000 ms. */
   readonly timeoutMs?: number;
+  /**
+   * How often the worker polls the device's used memory between samples for `takeHighWater()`
+   * (the peak inside a synchronous step that samples miss), once the tracker first asks for it.
+   * Default 10 ms (one memory query each, off the main thread); 0 never. Only with `thread: "worker"`.
+   */
+  readonly peakPollMs?: number;
   /** Environment to read `CUDA_VISIBLE_DEVICES` and `STORMLOG_NVML_LIBRARY` from. Default `process.env`. */
   readonly env?: Readonly<Record<string, string | undefined>>;
   /** Telemetry `collector`. Default `stormlog.cuda_tracker`. */
@@ -62,6 +68,12 @@ export interface NvmlCollectorOptions {
 export interface NvmlCollector extends MemoryCollector {
   /** Device identity once resolved (undefined while NVML is unavailable). */
   readonly device: NvmlDeviceInfo | undefined;
+  /**
+   * The device's used memory at its highest since the previous call, as the worker polled it every
+   * `peakPollMs`, where above the polled values at both ends of the window; else null. The first
+   * call starts polling. Used memory is the whole device's: another process's peak counts too.
+   */
+  takeHighWater(): MemoryReading | null;
   close(): Promise<void>;
 }
 
@@ -128,6 +140,13 @@ export function nvmlCollector(options: NvmlCollectorOptions = {}): NvmlCollector
   if (options.thread !== undefined && options.thread !== "worker" && options.thread !== "main") {
     throw new InvalidConfigError("thread", `expected "worker" or "main", got ${String(options.thread)}`);
   }
+  const peakPollMs = options.peakPollMs ?? 10;
+  if (!Number.isInteger(peakPollMs) || peakPollMs < 0 || peakPollMs > 60_000) {
+    throw new InvalidConfigError(
+      "peakPollMs",
+      `expected whole milliseconds from 0 (never) to 60000, got ${String(peakPollMs)}`,
+    );
+  }
   const name = options.name ?? NVML_COLLECTOR_NAME;
   const capabilities: MemoryCapabilities = {
     ...noCapabilities("cuda", name, "nvml"),
@@ -150,6 +169,7 @@ export function nvmlCollector(options: NvmlCollectorOptions = {}): NvmlCollector
         opened.cause === undefined
           ? { kind: "failure", error: opened.reason }
           : { kind: "failure", error: opened.reason, cause: opened.cause },
+      takeHighWater: () => null,
       close: async () => {
         closed = true;
       },
@@ -165,6 +185,8 @@ export function nvmlCollector(options: NvmlCollectorOptions = {}): NvmlCollector
   const processes = new Float64Array(3);
   let sampleCount = 0;
   let lastProcess: { at: number; metadata: JsonObject } | undefined;
+  /** The used memory polled last at the previous take: where the current window began (-1: none). */
+  let windowStart = -1;
 
   const identity = (): JsonObject => ({
     nvml_device_name: device.name,
@@ -295,6 +317,17 @@ export function nvmlCollector(options: NvmlCollectorOptions = {}): NvmlCollector
       } catch (error) {
         return { kind: "failure", error: `NVML sampling failed: ${firstLine(error)}`, cause: error };
       }
+    },
+    takeHighWater(): MemoryReading | null {
+      if (closed || slot < 0 || peakPollMs === 0) return null;
+      library.startPolling(slot, peakPollMs);
+      const peak = library.takePeak(slot);
+      if (peak === null) return null;
+      const start = windowStart;
+      windowStart = peak.latest;
+      return start >= 0 && peak.highest > start && peak.highest > peak.latest
+        ? { device_used_bytes: peak.highest }
+        : null;
     },
     async close(): Promise<void> {
       if (closed) return;

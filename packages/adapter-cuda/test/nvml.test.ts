@@ -367,6 +367,57 @@ describe("nvmlCollector without NVML", () => {
     expect(() => nvmlCollector({ processSampleEveryN: -1 })).toThrow(/processSampleEveryN/);
     expect(() => nvmlCollector({ deviceIndex: 1.5 })).toThrow(/deviceIndex/);
     expect(() => nvmlCollector({ timeoutMs: 0 })).toThrow(/timeoutMs/);
+    expect(() => nvmlCollector({ peakPollMs: -1 })).toThrow(/peakPollMs/);
+    expect(() => nvmlCollector({ peakPollMs: 2.5 })).toThrow(/peakPollMs/);
+  });
+});
+
+describe("nvmlCollector's high-water mark (the worker polls between samples)", () => {
+  /** Spins on this thread, as a synchronous step does, until the worker has polled `polls` more times. */
+  function spinUntilPolled(polls: number): void {
+    const target = stub.calls(MEMORY_V2) + polls;
+    const deadline = Date.now() + 10_000;
+    while (stub.calls(MEMORY_V2) < target) {
+      if (Date.now() > deadline) throw new Error("the NVML worker did not poll within 10 s");
+    }
+  }
+
+  it("sees the device fill up and come back inside one synchronous step", () => {
+    stub.setMemory(0, 16 * GiB, 2 * GiB, 0);
+    const gpu = collector({ peakPollMs: 1 });
+    // The first take starts polling; the window after the first poll is the first that can hold a peak.
+    expect(gpu.takeHighWater()).toBeNull();
+    spinUntilPolled(2);
+    expect(gpu.takeHighWater()).toBeNull();
+    stub.setMemory(0, 16 * GiB, 9 * GiB, 0);
+    spinUntilPolled(2);
+    stub.setMemory(0, 16 * GiB, 3 * GiB, 0);
+    spinUntilPolled(2);
+    expect(gpu.takeHighWater()).toEqual({ device_used_bytes: 9 * GiB });
+    // A new window from 3 GiB: nothing went above it.
+    expect(gpu.takeHighWater()).toBeNull();
+    expect(stub.lastOnMain(MEMORY_V2)).toBe(0);
+  });
+
+  it("reports no peak where a window's end shows the top (memory that stays)", () => {
+    stub.setMemory(0, 16 * GiB, 2 * GiB, 0);
+    const gpu = collector({ peakPollMs: 1 });
+    gpu.takeHighWater();
+    spinUntilPolled(2);
+    gpu.takeHighWater();
+    stub.setMemory(0, 16 * GiB, 7 * GiB, 0);
+    spinUntilPolled(2);
+    expect(gpu.takeHighWater()).toBeNull();
+  });
+
+  it("never polls with peakPollMs 0 or on the main thread", async () => {
+    const off = collector({ peakPollMs: 0 });
+    const main = collector({ thread: "main" });
+    const before = stub.calls(MEMORY_V2);
+    expect(off.takeHighWater()).toBeNull();
+    expect(main.takeHighWater()).toBeNull();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(stub.calls(MEMORY_V2)).toBe(before);
   });
 });
 

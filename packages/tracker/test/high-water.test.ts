@@ -169,6 +169,42 @@ describe("high-water marks between readings", () => {
     });
   });
 
+  it("takes a mark from a collector read only by samples (NVML polled on its thread), with only its peak", async () => {
+    class PolledCollector extends SequencedCollector {
+      high: MemoryReading | null = null;
+      takeHighWater(): MemoryReading | null {
+        const high = this.high;
+        this.high = null;
+        return high;
+      }
+    }
+    const nvml = new PolledCollector(
+      [full({ device_used_bytes: 2000, device_free_bytes: 8000, device_total_bytes: 10_000 })],
+      "stormlog.cuda_tracker",
+      0,
+      {
+        ...noCapabilities("cuda", "stormlog.cuda_tracker", "nvml"),
+        supports_device_used: true,
+        supports_device_free: true,
+        supports_device_total: true,
+      },
+    );
+    const { tracker, clock } = makeTracker([nvml]);
+    await tracker.start();
+    await tracker.sampleNow();
+    tracker.phase("infer", () => {
+      clock.advanceMs(30);
+      nvml.high = { device_used_bytes: 9000 };
+    });
+    await tracker.stop();
+    const events = tracker.getEvents();
+    const [mark, ...others] = highWaterSamples(events);
+    expect(others).toEqual([]);
+    expect(mark).toMatchObject({ device_used_bytes: 9000, device_total_bytes: null });
+    expect(mark?.metadata.collector_partial_fields).toEqual(["device_free_bytes", "device_total_bytes"]);
+    expect(mark!.timestamp_ns).toBe(boundary(events, "phase_exit", "infer").timestamp_ns - 1n);
+  });
+
   it("takes no window from collectors off the first device, whose readings do not end at boundaries", async () => {
     const primary = new HighWaterCollector();
     const other = new HighWaterCollector();

@@ -21,8 +21,9 @@ export class CollectorSet {
   /** Primary-device collectors read only at the boundaries of phases that ask (`readOnDemand()`). */
   onDemandStates: CollectorState[] = [];
   /**
-   * Boundary-read collectors that see between readings (`takeHighWater()`): their windows end at
-   * every record of the primary device, so a peak falls in the phase it happened in.
+   * Primary-device collectors that see between readings (`takeHighWater()`: tfjs's engine count,
+   * NVML polled on its thread): their windows end at every record of the primary device, phase
+   * boundaries included, so a peak falls in the phase it happened in.
    */
   highWaterStates: CollectorState[] = [];
   /** The process collector this set made (without collectors given, or as their fallback). */
@@ -74,9 +75,7 @@ export class CollectorSet {
     this.primary = this.groups[0] ?? new DeviceGroup(-1, [], this.withMemoryCapabilities);
     const owning = this.boundaryReadings ? this.primary.states.filter((state) => state.owned.length > 0) : [];
     this.boundaryStates = owning.filter((state) => typeof state.collector.readSync === "function");
-    this.highWaterStates = this.boundaryStates.filter(
-      (state) => typeof state.collector.takeHighWater === "function",
-    );
+    this.highWaterStates = owning.filter((state) => typeof state.collector.takeHighWater === "function");
     this.onDemandStates = owning.filter(
       (state) =>
         typeof state.collector.readSync !== "function" && typeof state.collector.readOnDemand === "function",

@@ -20,7 +20,13 @@ import type { TrackerLogger } from "../options/tracker-options.js";
 import type { RecordLog } from "../records/record-log.js";
 import { SKIPPED } from "./collector-reader.js";
 import type { CollectorSet } from "./collector-set.js";
-import { type CheckedFailure, type CheckedReading, checkSample, type DeviceGroup } from "./device-group.js";
+import {
+  type CheckedFailure,
+  type CheckedReading,
+  type CollectorState,
+  checkSample,
+  type DeviceGroup,
+} from "./device-group.js";
 import type { SampleSink } from "./sampling-loop.js";
 
 type Outcome = CheckedReading | CheckedFailure | typeof SKIPPED;
@@ -88,9 +94,9 @@ export class SampleProcessor implements SampleSink {
    * only starts new windows (a session's start).
    */
   takeHighWater(ts: bigint, record: boolean): void {
-    const states = this.collectors.highWaterStates;
     let high: MemoryReading | null = null;
-    for (const state of states) {
+    let peaked: CollectorState[] | null = null;
+    for (const state of this.collectors.highWaterStates) {
       let taken: MemoryReading | null | undefined;
       try {
         taken = state.collector.takeHighWater?.();
@@ -103,14 +109,17 @@ export class SampleProcessor implements SampleSink {
         if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) {
           high ??= {};
           high[field] = value;
+          peaked ??= [];
+          if (peaked.at(-1) !== state) peaked.push(state);
         }
       }
     }
-    if (high === null || !record) return;
+    if (high === null || peaked === null || !record) return;
     // Their other counters as they are now, not as last read: a wasm heap that grew for the peak
-    // is at least as large now, never smaller than the peak it held.
+    // is at least as large now, never smaller than the peak it held. Collectors without a
+    // synchronous read (NVML) give only their peak.
     const reading: MemoryReading = {};
-    for (const state of states) {
+    for (const state of peaked) {
       let now: SampleResult | undefined;
       try {
         now = state.collector.readSync?.();
