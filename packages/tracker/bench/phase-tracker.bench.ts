@@ -3,7 +3,8 @@
 // the shared record ring). The default sink is also measured inside a step that computes, as a
 // training step does: in a bare loop of phases the sink's worker, building and writing each record,
 // cannot keep up with a few hundred nanoseconds a phase, and part of the loop measures the ring's
-// overflow into messages.
+// overflow into messages. The tfjs-like collector takes its high-water mark at every boundary, as the
+// tfjs collector does; a configuration without it shows that mark's cost side by side.
 //
 // STORMLOG_BENCH_BASE=<another checkout of this repository> adds the same rows for that checkout's
 // tracker, measured in the same run (dependencies resolve from its own packages/*/node_modules).
@@ -44,6 +45,13 @@ const read = (): SampleResult => ({
   kind: "full",
   reading: { allocator_allocated_bytes: bytes, allocator_reserved_bytes: bytes + 4096 },
 });
+// And its high-water mark, taken at every boundary: the window's top against both its ends.
+let windowStart = bytes;
+const takeHighWater = () => {
+  const start = windowStart;
+  windowStart = bytes;
+  return bytes > start + (1 << 30) ? { allocator_allocated_bytes: bytes } : null;
+};
 const tfjsLike: MemoryCollector = {
   specificationVersion: COLLECTOR_SPECIFICATION_VERSION,
   name: "stormlog.tfjs_tracker",
@@ -52,8 +60,10 @@ const tfjsLike: MemoryCollector = {
   availability: () => ({ available: true }),
   sample: read,
   readSync: read,
+  takeHighWater,
 };
-const { readSync: _drop, ...withoutReadSync } = tfjsLike;
+const { takeHighWater: _noMark, ...withoutHighWater } = tfjsLike;
+const { readSync: _drop, ...withoutReadSync } = withoutHighWater;
 const asyncOnly: MemoryCollector = withoutReadSync;
 
 /** Warnings that a tracker stopped using its sink. */
@@ -100,6 +110,7 @@ const ROWS = {
   stopped: "tracker/phase(name, fn), tracker not started",
   plain: "tracker/phase(name, fn), running, no boundary reading",
   reading: "tracker/phase(name, fn), running, tfjs readSync boundary reading",
+  readingNoMark: "tracker/phase(name, fn), running, tfjs readSync boundary reading, no takeHighWater",
   givenSink: "tracker/phase(name, fn), tfjs readSync + a sink given as writer (this thread)",
   workerSink: "tracker/phase(name, fn), tfjs readSync + default sink (worker ring)",
   scope: "tracker/using scope, tfjs readSync + default sink (worker ring)",
@@ -147,6 +158,16 @@ const CONFIGURATIONS: Record<string, Configuration> = {
     started: true,
     rows: (t, label) =>
       group(LOOP_GROUP, () => bench(ROWS.reading + label, () => do_not_optimize(t.phase("forward", step)))),
+  },
+  // The same without the high-water mark (a collector without takeHighWater): its cost, side by side.
+  readingNoMark: {
+    options: () => ({ collectors: [withoutHighWater] }),
+    sink: "none",
+    started: true,
+    rows: (t, label) =>
+      group(LOOP_GROUP, () =>
+        bench(ROWS.readingNoMark + label, () => do_not_optimize(t.phase("forward", step))),
+      ),
   },
   // A sink given as a writer: records built and appended on this thread. A sync loop never lets it
   // drain: its queue is bounded so appends reach a steady state (queued or counted as dropped).
@@ -317,7 +338,8 @@ if (childConfiguration !== undefined) {
       console.log(
         `${stat === "p50" ? "medians" : "means"}${label || " [this checkout]"}: ` +
           `no reading ${ns(row("plain", ROWS.plain, stat))}${stat === "p50" ? " (goal <= 150)" : ""}; ` +
-          `readSync ${ns(row("reading", ROWS.reading, stat))}; ` +
+          `readSync + takeHighWater ${ns(row("reading", ROWS.reading, stat))} ` +
+          `(readSync alone ${ns(row("readingNoMark", ROWS.readingNoMark, stat))}); ` +
           `readSync + default sink ${ns(row("workerSink", ROWS.workerSink, stat))} in a bare loop, ` +
           `${ns(inStep("workerSinkInSteps", STEP.worker, stat))} inside a step` +
           `${stat === "p50" ? ` (goal <= 500; readSync alone there ${ns(inStep("readingInSteps", STEP.reading, stat))})` : ""}; ` +
