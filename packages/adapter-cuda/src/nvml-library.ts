@@ -199,7 +199,7 @@ export class NvmlLibrary {
    */
   startPolling(slot: number, intervalMs: number): void {
     const base = HEADER_INTS + slot * SLOT_INTS;
-    if (Atomics.load(this.control, base + POLL_MS) === intervalMs) return;
+    if (this.workerError !== undefined || Atomics.load(this.control, base + POLL_MS) === intervalMs) return;
     Atomics.store(this.control, base + POLL_MS, intervalMs);
     this.ensureWorker();
     this.ring();
@@ -210,8 +210,10 @@ export class NvmlLibrary {
    * new window from the latest; null until it has polled.
    */
   takePeak(slot: number): { readonly highest: number; readonly latest: number } | null {
+    // The highest first, reset to "none": a poll landing between the two reads then counts in the
+    // new window, never as a peak of this one above its own latest.
+    const highest = Atomics.exchange(this.peaks, slot * PEAK_INTS, -1n);
     const latest = Atomics.load(this.peaks, slot * PEAK_INTS + 1);
-    const highest = Atomics.exchange(this.peaks, slot * PEAK_INTS, latest);
     if (latest < 0n || highest < 0n) return null;
     return { highest: Number(highest), latest: Number(latest) };
   }

@@ -98,19 +98,29 @@ function service(slot) {
 
 /** One memory query per polling slot whose time has come: its used memory into `peaks`. */
 const nextPoll = new Float64Array(maxSlots);
+const pollEvery = new Int32Array(maxSlots);
 const pollScratch = new Float64Array(5);
 function poll(now) {
   let wake = Number.POSITIVE_INFINITY;
   for (let slot = 0; slot < maxSlots; slot += 1) {
     const base = headerInts + slot * slotInts;
     const every = Atomics.load(control, base + POLL_MS);
+    // A slot polled anew (registered again, another interval) starts at once.
+    if (every !== pollEvery[slot]) {
+      pollEvery[slot] = every;
+      nextPoll[slot] = 0;
+    }
     if (every <= 0 || Atomics.load(control, base + REGISTERED) !== 1) continue;
     if (now >= nextPoll[slot]) {
       nextPoll[slot] = now + every;
-      const cached = handleOf(slot);
-      if (typeof cached !== "number" && nvml.memory(cached.handle, pollScratch) === NVML_SUCCESS) {
-        const used = pollScratch[3];
-        if (Number.isSafeInteger(used) && used >= 0) record(slot, BigInt(used));
+      try {
+        const cached = handleOf(slot);
+        if (typeof cached !== "number" && nvml.memory(cached.handle, pollScratch) === NVML_SUCCESS) {
+          const used = pollScratch[3];
+          if (Number.isSafeInteger(used) && used >= 0) record(slot, BigInt(used));
+        }
+      } catch {
+        // A failed poll is a poll missed; requests report NVML's errors.
       }
     }
     wake = Math.min(wake, nextPoll[slot]);

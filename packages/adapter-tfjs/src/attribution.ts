@@ -863,6 +863,8 @@ class BirthPhases {
   }
 
   private restart(): void {
+    // The old state's top still belongs to the windows open across the reset.
+    this.foldHighWater(null);
     this.state = this.engine.state;
     this.table = new LiveTensors();
     this.lastDisposedId = -1;

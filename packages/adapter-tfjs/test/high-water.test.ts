@@ -122,9 +122,15 @@ describe("takeHighWater on an engine shaped like tfjs-node's", () => {
     for (const t of activations) engine.trackTensor(t);
     for (const t of activations) engine.disposeTensor(t);
     expect(c.takeHighWater()).toEqual({ allocator_allocated_bytes: 44_000 });
-    // engine.reset() gives the engine a new state: its count starts again, the old top is gone.
+    // engine.reset() gives the engine a new state: its count starts again, and a top reached before
+    // the reset still belongs to the window open across it, once.
+    const scratch = tensor(4, 20_000);
+    engine.trackTensor(scratch);
+    engine.disposeTensor(scratch);
     engine.state = { numBytes: 0, numTensors: 0, numDataBuffers: 0 };
-    engine.trackTensor(tensor(4, 10));
+    engine.trackTensor(tensor(5, 10));
+    expect(c.takeHighWater()).toEqual({ allocator_allocated_bytes: 84_000 });
+    engine.trackTensor(tensor(6, 10));
     expect(c.takeHighWater()).toBeNull();
   });
 });

@@ -130,7 +130,7 @@ describe("high-water marks between readings", () => {
     expect(highWaterSamples(tracker.getEvents())).toEqual([]);
   });
 
-  it("reads the collector's other counters now, and marks the device's other collectors' counters unread", async () => {
+  it("reads the collector's other counters now, and marks the device's other collectors' counters as last read", async () => {
     const tfjs = new HighWaterCollector({
       ...noCapabilities("tfjs-wasm", "stormlog.tfjs_tracker", "tf.memory+wasm_heap"),
       supports_allocator_allocated: true,
@@ -159,9 +159,9 @@ describe("high-water marks between readings", () => {
     await tracker.stop();
     const [mark] = highWaterSamples(tracker.getEvents());
     expect(mark).toMatchObject({ allocator_allocated_bytes: 60_000, allocator_reserved_bytes: 64_000 });
-    // NVML was not read at the peak's time: not its last value, but what v3 derives for an unread one.
-    expect(mark?.device_used_bytes).toBe(64_000);
-    expect(mark?.device_total_bytes).toBeNull();
+    // NVML was not read at the peak's time: its last reading, as a boundary record carries it, listed
+    // as partial (never derived from the peak: the allocator's peak is not the device's).
+    expect(mark).toMatchObject({ device_used_bytes: 50_000, device_total_bytes: 1_000_000 });
     expect(mark?.metadata).toMatchObject({
       telemetry_partial: true,
       collector_partial_fields: ["device_used_bytes", "device_free_bytes", "device_total_bytes"],
@@ -200,9 +200,33 @@ describe("high-water marks between readings", () => {
     const events = tracker.getEvents();
     const [mark, ...others] = highWaterSamples(events);
     expect(others).toEqual([]);
-    expect(mark).toMatchObject({ device_used_bytes: 9000, device_total_bytes: null });
+    expect(mark).toMatchObject({
+      device_used_bytes: 9000,
+      device_total_bytes: 10_000,
+      device_free_bytes: 8000,
+    });
     expect(mark?.metadata.collector_partial_fields).toEqual(["device_free_bytes", "device_total_bytes"]);
     expect(mark!.timestamp_ns).toBe(boundary(events, "phase_exit", "infer").timestamp_ns - 1n);
+  });
+
+  it("keeps a mark inside its phase when the clock did not move since the phase began", async () => {
+    const collector = new HighWaterCollector();
+    const { tracker, clock } = makeTracker([collector]);
+    await tracker.start();
+    await tracker.sampleNow();
+    clock.advanceMs(11);
+    // A coarse clock: step and forward begin, peak and end within one tick.
+    tracker.phase("step", () =>
+      tracker.phase("forward", () => {
+        collector.high = { allocator_allocated_bytes: 8000 };
+      }),
+    );
+    await tracker.stop();
+    const events = tracker.getEvents();
+    const [mark] = highWaterSamples(events);
+    const enter = boundary(events, "phase_enter", "step / forward");
+    expect(mark!.timestamp_ns).toBe(enter.timestamp_ns);
+    expect(events.indexOf(mark!)).toBeGreaterThan(events.indexOf(enter));
   });
 
   it("takes no window from collectors off the first device, whose readings do not end at boundaries", async () => {

@@ -116,9 +116,10 @@ export interface MemoryCollector {
    * The counters at their highest since the previous call, for those that went above both their
    * values then and now (a transient that the readings at both ends miss), else null; each call starts
    * a new window. For collectors that follow a counter between readings (the tfjs collector follows
-   * the engine's byte count at every tensor). The tracker calls it right before each reading of a
-   * collector it reads at phase boundaries, and records what it returns as a `sample` inside the
-   * phase it happened in. Must be cheap and must not throw.
+   * the engine's byte count at every tensor; NVML polled on its thread). The tracker calls it right
+   * before every record of the first device (samples, phase boundaries, start, stop; not with
+   * `boundaryReadings: false`), and records what it returns as a `sample` inside the phase it
+   * happened in. Must be cheap and must not throw.
    */
   takeHighWater?(): MemoryReading | null;
   /**

@@ -20,13 +20,7 @@ import type { TrackerLogger } from "../options/tracker-options.js";
 import type { RecordLog } from "../records/record-log.js";
 import { SKIPPED } from "./collector-reader.js";
 import type { CollectorSet } from "./collector-set.js";
-import {
-  type CheckedFailure,
-  type CheckedReading,
-  type CollectorState,
-  checkSample,
-  type DeviceGroup,
-} from "./device-group.js";
+import { type CheckedFailure, type CheckedReading, checkSample, type DeviceGroup } from "./device-group.js";
 import type { SampleSink } from "./sampling-loop.js";
 
 type Outcome = CheckedReading | CheckedFailure | typeof SKIPPED;
@@ -94,9 +88,9 @@ export class SampleProcessor implements SampleSink {
    * only starts new windows (a session's start).
    */
   takeHighWater(ts: bigint, record: boolean): void {
+    const states = this.collectors.highWaterStates;
     let high: MemoryReading | null = null;
-    let peaked: CollectorState[] | null = null;
-    for (const state of this.collectors.highWaterStates) {
+    for (const state of states) {
       let taken: MemoryReading | null | undefined;
       try {
         taken = state.collector.takeHighWater?.();
@@ -109,17 +103,17 @@ export class SampleProcessor implements SampleSink {
         if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) {
           high ??= {};
           high[field] = value;
-          peaked ??= [];
-          if (peaked.at(-1) !== state) peaked.push(state);
         }
       }
     }
-    if (high === null || peaked === null || !record) return;
-    // Their other counters as they are now, not as last read: a wasm heap that grew for the peak
-    // is at least as large now, never smaller than the peak it held. Collectors without a
-    // synchronous read (NVML) give only their peak.
-    const reading: MemoryReading = {};
-    for (const state of peaked) {
+    if (high === null || !record) return;
+    const group = this.collectors.primary;
+    // As a boundary record: the last sample's counters, with what reads synchronously read now (a
+    // wasm heap that grew for the peak is at least as large now), under the peak itself. What was
+    // not read now (NVML's counters, polled on its thread) is listed as partial.
+    const reading: MemoryReading = { ...group.lastReading };
+    const readNow = new Set<string>();
+    for (const state of states) {
       let now: SampleResult | undefined;
       try {
         now = state.collector.readSync?.();
@@ -130,23 +124,40 @@ export class SampleProcessor implements SampleSink {
         continue;
       for (const field of state.owned) {
         const value = now.reading[field];
-        if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) reading[field] = value;
+        if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) {
+          reading[field] = value;
+          readNow.add(field);
+        }
       }
     }
-    this.recordHighWater(this.collectors.primary, Object.assign(reading, high), ts - 1n);
+    for (const field of Object.keys(high)) readNow.add(field);
+    const unread: string[] = [];
+    for (const state of group.states)
+      for (const field of state.owned) if (!readNow.has(field)) unread.push(field);
+    this.recordHighWater(group, Object.assign(reading, high), unread, this.markTime(ts));
+  }
+
+  /**
+   * Just before `ts`, yet not before the record stored last: with a clock that did not move since
+   * (a coarse or fake one), a mark at `ts - 1` would fall before the phase it belongs to.
+   */
+  private markTime(ts: bigint): bigint {
+    const store = this.records.store;
+    let mark = ts - 1n;
+    if (store.written > 0) {
+      const last = store.timestamp(store.written - 1);
+      if (mark < last) mark = last < ts ? last : ts;
+    }
+    return mark;
   }
 
   /**
    * A high-water mark as a `sample`, with its change from the last reading, the statistics' peaks, a
-   * `peak` record and alerts. Counters of the device's other collectors (NVML's device used) were not
-   * read at its time: the record is partial and says which. No `allocation`/`deallocation` records:
-   * the memory came and went between two readings, and the next reading's change is from the last
-   * one, as without it.
+   * `peak` record and alerts; `unread` lists the counters it carries from the last reading, as
+   * partial. No `allocation`/`deallocation` records: the memory came and went between two readings,
+   * and the next reading's change is from the last one, as without it.
    */
-  private recordHighWater(group: DeviceGroup, reading: MemoryReading, ts: bigint): void {
-    const unread: string[] = [];
-    for (const state of group.states)
-      for (const field of state.owned) if (reading[field] === undefined) unread.push(field);
+  private recordHighWater(group: DeviceGroup, reading: MemoryReading, unread: string[], ts: bigint): void {
     const base = group.baseMetadata(healthMetadata);
     const metadata =
       unread.length === 0 ? base : { ...base, telemetry_partial: true, collector_partial_fields: unread };
