@@ -10,7 +10,7 @@ const READY = 2;
 /** How long the first request may wait for the worker to start (load koffi, nvmlInit). */
 const STARTUP_ALLOWANCE_MS = 15_000;
 const MAX_SLOTS = 64;
-const SLOT_INTS = 6;
+const SLOT_INTS = 7;
 const SLOT_DOUBLES = 11;
 const UUID_BYTES = 96;
 const REQUEST = 0;
@@ -20,6 +20,8 @@ const REGISTERED = 3;
 const PID = 4;
 /** How often the worker polls the slot's device for its peak between requests (ms; 0: never). */
 const POLL_MS = 5;
+/** Takes of the slot's peak so far: polling pauses while it stays the same (no tracker asks). */
+const TAKES = 6;
 /** Per slot, as integers: [highest used since the last take, used at the latest poll]; -1: none yet. */
 const PEAK_INTS = 2;
 
@@ -210,6 +212,7 @@ export class NvmlLibrary {
    * new window from the latest; null until it has polled.
    */
   takePeak(slot: number): { readonly highest: number; readonly latest: number } | null {
+    Atomics.add(this.control, HEADER_INTS + slot * SLOT_INTS + TAKES, 1);
     // The highest first, reset to "none": a poll landing between the two reads then counts in the
     // new window, never as a peak of this one above its own latest.
     const highest = Atomics.exchange(this.peaks, slot * PEAK_INTS, -1n);

@@ -24,7 +24,7 @@ const peaks = new BigInt64Array(
 );
 const READY = 2;
 
-// Slot ints: [request, response, kind (1 memory, 2 memory + processes), registered, pid, poll ms]
+// Slot ints: [request, response, kind (1 memory, 2 memory + processes), registered, pid, poll ms, takes]
 const REQUEST = 0;
 const RESPONSE = 1;
 const KIND = 2;
@@ -32,6 +32,11 @@ const KIND_PROCESSES = 2;
 const REGISTERED = 3;
 const PID = 4;
 const POLL_MS = 5;
+const TAKES = 6;
+/** Polling pauses when nobody took a slot's peak for this long (a stopped tracker), until one does. */
+const IDLE_MS = 5000;
+/** How often a paused slot is looked at again for takes. */
+const IDLE_CHECK_MS = 250;
 // Slot doubles: [status, memoryRet, version, total, free, used, reserved, processRet, count, own, all]
 const STATUS_OK = 0;
 const STATUS_NO_DEVICE = 1;
@@ -99,6 +104,8 @@ function service(slot) {
 /** One memory query per polling slot whose time has come: its used memory into `peaks`. */
 const nextPoll = new Float64Array(maxSlots);
 const pollEvery = new Int32Array(maxSlots);
+const lastTakes = new Int32Array(maxSlots);
+const takesSeenAt = new Float64Array(maxSlots);
 const pollScratch = new Float64Array(5);
 function poll(now) {
   let wake = Number.POSITIVE_INFINITY;
@@ -111,6 +118,16 @@ function poll(now) {
       nextPoll[slot] = 0;
     }
     if (every <= 0 || Atomics.load(control, base + REGISTERED) !== 1) continue;
+    const takes = Atomics.load(control, base + TAKES);
+    if (takes !== lastTakes[slot] || takesSeenAt[slot] === 0) {
+      lastTakes[slot] = takes;
+      takesSeenAt[slot] = now;
+    } else if (now - takesSeenAt[slot] > IDLE_MS) {
+      // Paused: looked at again shortly, so a tracker that asks again is polled for soon.
+      nextPoll[slot] = now + IDLE_CHECK_MS;
+      wake = Math.min(wake, nextPoll[slot]);
+      continue;
+    }
     if (now >= nextPoll[slot]) {
       nextPoll[slot] = now + every;
       try {

@@ -410,6 +410,19 @@ describe("nvmlCollector's high-water mark (the worker polls between samples)", (
     expect(gpu.takeHighWater()).toBeNull();
   });
 
+  it("pauses polling while nobody takes its mark (a stopped tracker), and polls again when one does", async () => {
+    const gpu = collector({ peakPollMs: 1 });
+    gpu.takeHighWater();
+    spinUntilPolled(2);
+    // Nobody asks for 5 s: polling pauses.
+    await new Promise((resolve) => setTimeout(resolve, 5600));
+    const paused = stub.calls(MEMORY_V2);
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(stub.calls(MEMORY_V2)).toBe(paused);
+    gpu.takeHighWater();
+    spinUntilPolled(2);
+  }, 20_000);
+
   it("never polls with peakPollMs 0 or on the main thread", async () => {
     const off = collector({ peakPollMs: 0 });
     const main = collector({ thread: "main" });
