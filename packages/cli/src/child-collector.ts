@@ -6,6 +6,7 @@ import {
   type JsonObject,
   type MemoryCapabilities,
   type MemoryCollector,
+  type MemoryReading,
   noCapabilities,
   type SampleResult,
 } from "@stormlog/core";
@@ -36,6 +37,13 @@ export interface ChildProcessCollector extends MemoryCollector {
   /** The root process's peak resident set (`VmHWM`) at the last successful sample, in bytes. */
   readonly peakRssBytes: number | null;
   sample(): SampleResult | Promise<SampleResult>;
+  /**
+   * The root's peak resident set (`VmHWM`, kept by the kernel) when it rose between the last two
+   * samples above both of theirs: a spike no sample saw. Only while the root is the whole tree (its
+   * peak is then the tree's); VmHWM is the process's lifetime peak, so a spike below an earlier one
+   * is not seen. Null otherwise.
+   */
+  takeHighWater(): MemoryReading | null;
   close(): void;
 }
 
@@ -100,6 +108,11 @@ export function childProcessCollector(options: ChildProcessCollectorOptions = {}
   };
   let pid: number | null = null;
   let peak: number | null = null;
+  /** The last sample's root peak, tree total and process count; the window's start at the last take. */
+  let lastHwm: number | null = null;
+  let lastTotal: number | null = null;
+  let lastCount = 0;
+  let windowStart: { readonly peak: number | null; readonly total: number | null } | null = null;
   let closed = false;
   let treeSupported = descendants;
 
@@ -170,6 +183,9 @@ export function childProcessCollector(options: ChildProcessCollectorOptions = {}
         }
       }
       if (own.hwm !== null) peak = own.hwm;
+      lastHwm = own.hwm;
+      lastTotal = total;
+      lastCount = count;
       const metadata: JsonObject = {
         tracked_pid: pid,
         rss_bytes: total,
@@ -183,6 +199,16 @@ export function childProcessCollector(options: ChildProcessCollectorOptions = {}
         reading: { allocator_allocated_bytes: total, allocator_reserved_bytes: total },
         metadata,
       };
+    },
+    takeHighWater(): MemoryReading | null {
+      const start = windowStart;
+      const hwm = lastHwm;
+      windowStart = { peak: hwm, total: lastTotal };
+      if (closed || start === null || hwm === null || lastTotal === null || lastCount !== 1) return null;
+      if (start.peak === null || start.total === null || hwm <= start.peak) return null;
+      return hwm > start.total && hwm > lastTotal
+        ? { allocator_allocated_bytes: hwm, allocator_reserved_bytes: hwm }
+        : null;
     },
     close() {
       closed = true;

@@ -96,3 +96,44 @@ describe("childProcessCollector", () => {
     expect(availability.available === false && availability.reason).toMatch(/needs Linux procfs/);
   });
 });
+
+describe("childProcessCollector's high-water mark (VmHWM between samples)", () => {
+  it("reports the root's peak when it rose between two samples above both of theirs", () => {
+    proc(300, 1000, 1000, []);
+    const collector = childProcessCollector({ procRoot: dir.path });
+    collector.attach(300);
+    collector.sample();
+    expect(collector.takeHighWater()).toBeNull();
+    // A spike to 9000 kB between the samples, gone by the next one.
+    proc(300, 1200, 9000, []);
+    collector.sample();
+    expect(collector.takeHighWater()).toEqual({
+      allocator_allocated_bytes: 9000 * 1024,
+      allocator_reserved_bytes: 9000 * 1024,
+    });
+    // Once: the next window starts at that peak.
+    collector.sample();
+    expect(collector.takeHighWater()).toBeNull();
+  });
+
+  it("reports nothing for a rise that stays, a spike below an earlier peak, or a tree of processes", () => {
+    proc(400, 1000, 5000, []);
+    const collector = childProcessCollector({ procRoot: dir.path });
+    collector.attach(400);
+    collector.sample();
+    collector.takeHighWater();
+    // Rose and stayed: the sample shows it.
+    proc(400, 6000, 6000, []);
+    collector.sample();
+    expect(collector.takeHighWater()).toBeNull();
+    // Below the lifetime peak: VmHWM does not move.
+    proc(400, 1000, 6000, []);
+    collector.sample();
+    expect(collector.takeHighWater()).toBeNull();
+    // With a child, the root's peak is not the tree's.
+    proc(400, 1000, 9000, [401]);
+    proc(401, 500, 500, []);
+    collector.sample();
+    expect(collector.takeHighWater()).toBeNull();
+  });
+});

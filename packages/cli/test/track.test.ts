@@ -27,11 +27,22 @@ setInterval(() => {}, 1000);
 fs.writeFileSync(process.argv[2], "ready");
 `;
 
+/** A 200 MB spike 2 s in, freed at once (a full GC): between the first two samples of a 5 s sampler. */
+const SPIKE_BETWEEN_SAMPLES = `
+setTimeout(() => {
+  let spike = Buffer.alloc(200 * 1024 * 1024, 1);
+  spike = null;
+  global.gc();
+  setTimeout(() => process.exit(0), 4000);
+}, 2000);
+`;
+
 let dir: ReturnType<typeof tempDir>;
 beforeEach(() => {
   dir = tempDir("stormlog-track-");
   writeFileSync(join(dir.path, "allocate.cjs"), ALLOCATE_AND_EXIT);
   writeFileSync(join(dir.path, "wait.cjs"), WAIT_FOR_SIGNAL);
+  writeFileSync(join(dir.path, "spike.cjs"), SPIKE_BETWEEN_SAMPLES);
 });
 afterEach(() => dir.remove());
 
@@ -94,6 +105,40 @@ describe("stormlog track", () => {
     expect(run.stderr).toMatch(/Collector health: healthy/);
     expect(run.stderr).toMatch(/Sink: +.*1 segment/);
   });
+
+  it("records a spike between two samples from the kernel's peak (VmHWM), in the sink and the summary", async () => {
+    const sink = join(dir.path, "sink");
+    const run = await runCli(
+      [
+        "track",
+        "--interval",
+        "5",
+        "--no-gpu",
+        "--telemetry-sink-dir",
+        sink,
+        "--",
+        process.execPath,
+        "--expose-gc",
+        "spike.cjs",
+      ],
+      { cwd: dir.path, env: { PATH: process.env.PATH } },
+    );
+    expect(run.code, run.stderr).toBe(0);
+    const session = await onlySession(sink);
+    const MB = 1024 * 1024;
+    const marks = session.events.filter((event) => event.metadata.high_water_mark === true);
+    const read = session.events.filter(
+      (event) => event.event_type === "sample" && event.metadata.high_water_mark !== true,
+    );
+    // The samples miss the spike (a loaded machine could put one on it); the mark holds it, as a
+    // sample. Either way the sink and the summary have the spike.
+    const sampled = Math.max(...read.map((event) => event.allocator_allocated_bytes ?? 0));
+    const marked = Math.max(0, ...marks.map((event) => event.allocator_allocated_bytes ?? 0));
+    expect(Math.max(sampled, marked)).toBeGreaterThan(200 * MB);
+    if (sampled <= 200 * MB) expect(marks.map((event) => event.event_type)).toEqual(["sample"]);
+    const peak = /Peak host memory: +(\d+\.\d\d) MB resident/.exec(run.stderr);
+    expect(Number(peak?.[1])).toBeGreaterThan(200);
+  }, 30_000);
 
   it("passes Ctrl+C to the command, then closes the session and prints the summary", async () => {
     const sink = join(dir.path, "sink");
