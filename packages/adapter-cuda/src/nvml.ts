@@ -187,6 +187,7 @@ export function nvmlCollector(options: NvmlCollectorOptions = {}): NvmlCollector
   let lastProcess: { at: number; metadata: JsonObject } | undefined;
   /** The used memory polled last at the previous take: where the current window began (-1: none). */
   let windowStart = -1;
+  let polling = false;
 
   const identity = (): JsonObject => ({
     nvml_device_name: device.name,
@@ -320,7 +321,11 @@ export function nvmlCollector(options: NvmlCollectorOptions = {}): NvmlCollector
     },
     takeHighWater(): MemoryReading | null {
       if (closed || slot < 0 || peakPollMs === 0) return null;
-      library.startPolling(slot, peakPollMs);
+      // Taken at every phase boundary: the worker is told once.
+      if (!polling) {
+        library.startPolling(slot, peakPollMs);
+        polling = true;
+      }
       const peak = library.takePeak(slot);
       if (peak === null) return null;
       const start = windowStart;

@@ -2,7 +2,6 @@ import type {
   Clock,
   DistributedIdentity,
   JsonObject,
-  MemoryCollector,
   MemoryReading,
   PhaseHost,
   PhaseOptions,
@@ -43,7 +42,7 @@ import { type AlertCallback, RecordLog } from "./records/record-log.js";
 import { BOUNDARY_READ, COUNTER_INDEX, EventStore, PHASE_ENTER, PHASE_EXIT } from "./records/store.js";
 import { CollectorReader } from "./sampling/collector-reader.js";
 import { CollectorSet } from "./sampling/collector-set.js";
-import type { CollectorState, DeviceGroup } from "./sampling/device-group.js";
+import { type CollectorState, type DeviceGroup, readSyncOver } from "./sampling/device-group.js";
 import { SampleProcessor } from "./sampling/sample-processor.js";
 import { SamplingLoop } from "./sampling/sampling-loop.js";
 import { TrackerSession } from "./session/tracker-session.js";
@@ -448,24 +447,7 @@ export class MemoryTracker implements PhaseHost, AsyncDisposable {
   private boundaryReading(group: DeviceGroup): MemoryReading | null {
     const states = this.collectors.boundaryStates;
     if (states.length === 0 || group !== this.collectors.primary) return null;
-    let reading: MemoryReading | null = null;
-    for (const state of states) {
-      let result: ReturnType<NonNullable<MemoryCollector["readSync"]>>;
-      try {
-        result = (state.collector.readSync as () => typeof result)();
-      } catch {
-        continue;
-      }
-      if (result.kind === "failure") continue;
-      for (const field of state.owned) {
-        const value = result.reading[field];
-        if (typeof value === "number" && value >= 0) {
-          reading ??= { ...group.lastReading };
-          reading[field] = value;
-        }
-      }
-    }
-    return reading;
+    return readSyncOver(states, group.lastReading);
   }
 
   // ------------------------------------------------------------------ queries

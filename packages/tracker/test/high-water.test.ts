@@ -31,6 +31,14 @@ class HighWaterCollector extends SyncReadCollector {
   }
 }
 
+/** An NVML collector's: device memory only. */
+const NVML_CAPABILITIES: MemoryCapabilities = {
+  ...noCapabilities("cuda", "stormlog.cuda_tracker", "nvml"),
+  supports_device_used: true,
+  supports_device_free: true,
+  supports_device_total: true,
+};
+
 const highWaterSamples = (events: readonly TelemetryEvent[]) =>
   events.filter((event) => event.event_type === "sample" && event.metadata.high_water_mark === true);
 
@@ -140,12 +148,7 @@ describe("high-water marks between readings", () => {
       [full({ device_used_bytes: 50_000, device_free_bytes: 950_000, device_total_bytes: 1_000_000 })],
       "stormlog.cuda_tracker",
       0,
-      {
-        ...noCapabilities("cuda", "stormlog.cuda_tracker", "nvml"),
-        supports_device_used: true,
-        supports_device_free: true,
-        supports_device_total: true,
-      },
+      NVML_CAPABILITIES,
     );
     const { tracker, clock } = makeTracker([tfjs, nvml]);
     await tracker.start();
@@ -182,12 +185,7 @@ describe("high-water marks between readings", () => {
       [full({ device_used_bytes: 2000, device_free_bytes: 8000, device_total_bytes: 10_000 })],
       "stormlog.cuda_tracker",
       0,
-      {
-        ...noCapabilities("cuda", "stormlog.cuda_tracker", "nvml"),
-        supports_device_used: true,
-        supports_device_free: true,
-        supports_device_total: true,
-      },
+      NVML_CAPABILITIES,
     );
     const { tracker, clock } = makeTracker([nvml]);
     await tracker.start();

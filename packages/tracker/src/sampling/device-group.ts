@@ -129,6 +129,38 @@ export function checkSample(state: CollectorState, result: unknown): CheckedRead
   return { reading, missing, reason, metadata: sample.metadata };
 }
 
+/**
+ * `base` (the last sample's counters) with what `states`' `readSync()` read now, or null when none
+ * read anything; `read`, when given, gets the fields read. A throw or a failure is skipped: health
+ * follows samples.
+ */
+export function readSyncOver(
+  states: readonly CollectorState[],
+  base: MemoryReading | null,
+  read?: Set<string>,
+): MemoryReading | null {
+  let reading: MemoryReading | null = null;
+  for (const state of states) {
+    let result: SampleResult | undefined;
+    try {
+      result = state.collector.readSync?.();
+    } catch {
+      continue;
+    }
+    if (typeof result !== "object" || result === null || result.kind === "failure") continue;
+    if (typeof result.reading !== "object" || result.reading === null) continue;
+    for (const field of state.owned) {
+      const value = result.reading[field];
+      if (typeof value === "number" && value >= 0) {
+        reading ??= { ...base };
+        reading[field] = value;
+        read?.add(field);
+      }
+    }
+  }
+  return reading;
+}
+
 /** Per-device statistics (the reference's `stats`, one set per device). */
 export interface DeviceStats {
   peakMemory: number;

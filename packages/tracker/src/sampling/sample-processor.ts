@@ -1,10 +1,4 @@
-import {
-  type Clock,
-  formatBytes,
-  type JsonObject,
-  type MemoryReading,
-  type SampleResult,
-} from "@stormlog/core";
+import { type Clock, formatBytes, type JsonObject, type MemoryReading } from "@stormlog/core";
 import {
   type AlertThresholds,
   checkThreshold,
@@ -20,7 +14,13 @@ import type { TrackerLogger } from "../options/tracker-options.js";
 import type { RecordLog } from "../records/record-log.js";
 import { SKIPPED } from "./collector-reader.js";
 import type { CollectorSet } from "./collector-set.js";
-import { type CheckedFailure, type CheckedReading, checkSample, type DeviceGroup } from "./device-group.js";
+import {
+  type CheckedFailure,
+  type CheckedReading,
+  checkSample,
+  type DeviceGroup,
+  readSyncOver,
+} from "./device-group.js";
 import type { SampleSink } from "./sampling-loop.js";
 
 type Outcome = CheckedReading | CheckedFailure | typeof SKIPPED;
@@ -29,10 +29,6 @@ type Outcome = CheckedReading | CheckedFailure | typeof SKIPPED;
 export const HIGH_WATER_CONTEXT = "High-water mark since the previous reading.";
 /** Its metadata, shared by every one (records are never changed after being stored). */
 export const HIGH_WATER_METADATA: JsonObject = { high_water_mark: true };
-
-function isObjectReading(reading: unknown): reading is MemoryReading {
-  return typeof reading === "object" && reading !== null;
-}
 
 function isFailure(outcome: CheckedReading | CheckedFailure): outcome is CheckedFailure {
   return (outcome as CheckedFailure).error !== undefined;
@@ -111,25 +107,8 @@ export class SampleProcessor implements SampleSink {
     // As a boundary record: the last sample's counters, with what reads synchronously read now (a
     // wasm heap that grew for the peak is at least as large now), under the peak itself. What was
     // not read now (NVML's counters, polled on its thread) is listed as partial.
-    const reading: MemoryReading = { ...group.lastReading };
     const readNow = new Set<string>();
-    for (const state of states) {
-      let now: SampleResult | undefined;
-      try {
-        now = state.collector.readSync?.();
-      } catch {
-        continue;
-      }
-      if (now === undefined || now === null || now.kind === "failure" || !isObjectReading(now.reading))
-        continue;
-      for (const field of state.owned) {
-        const value = now.reading[field];
-        if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) {
-          reading[field] = value;
-          readNow.add(field);
-        }
-      }
-    }
+    const reading = readSyncOver(states, group.lastReading, readNow) ?? { ...group.lastReading };
     for (const field of Object.keys(high)) readNow.add(field);
     const unread: string[] = [];
     for (const state of group.states)
